@@ -1,0 +1,46 @@
+"""Hypothesis profiles and the fixture that yields the implementation under test.
+
+Profiles: ``dev`` (default, fast), ``ci`` (derandomized, no deadline, more examples), ``deep``
+(thousands of examples, opt-in).  Pick one with ``--hypothesis-profile=NAME`` or the
+environment variable ``MINIBERT_PROFILE``.
+
+The implementation under test is the bundled ``reference`` unless ``--impl package.module:object``
+(or ``MINIBERT_IMPL``) names another; tests only ever reach it through the ``impl`` fixture.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("dev", max_examples=12, deadline=None)
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, derandomize=True, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "deep", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("MINIBERT_PROFILE", "dev"))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--impl", default=os.environ.get("MINIBERT_IMPL", "reference"),
+        help="implementation under test, as package.module[:object] (default: reference)")
+
+
+def load_impl(spec: str):
+    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it."""
+    module_name, _, attr = spec.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.fixture(scope="session")
+def impl(request):
+    """The implementation under test."""
+    return load_impl(request.config.getoption("--impl"))

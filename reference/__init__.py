@@ -1,0 +1,35 @@
+"""minibert-spec reference implementation: a pure-NumPy BERT encoder with a hand-written backward.
+
+Every op is a pair ``X_forward(...) -> (out, cache)`` / ``X_backward(dout, cache) -> grads``.
+The maths here depends on NumPy alone; float32 and float64 go through the same code.
+"""
+
+from reference.config import BertConfig, mini_bert, seed001
+from reference.model import (
+    backward,
+    embed,
+    forward,
+    init_params,
+    loss,
+    loss_and_grads,
+    param_shapes,
+)
+
+__all__ = [
+    "BertConfig",
+    "backward",
+    "embed",
+    "forward",
+    "init_params",
+    "loss",
+    "loss_and_grads",
+    "mini_bert",
+    "param_shapes",
+    "seed001",
+]
+
+# The op pairs are part of the implementation protocol: tests reach them as ``impl.<name>``.
+from reference.ops import *  # noqa: E402,F403
+from reference.ops import __all__ as _ops_all  # noqa: E402
+
+__all__ += _ops_all

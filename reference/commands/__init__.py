@@ -1,0 +1,1 @@
+"""One module per ``minibert`` subcommand, each with ``register(subparsers)``."""

@@ -1,0 +1,217 @@
+"""The encoder composed from the op pairs.
+
+Parameters are one flat ``dict[str, ndarray]`` with stable dotted names; ``backward`` returns a
+dict with exactly the same keys, shapes and dtypes, plus the gradient w.r.t. the input
+embeddings (the sum of token and position embeddings fed to the first block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference import ops
+from reference.config import BertConfig
+from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_mask
+
+
+def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every parameter, in a stable order."""
+    H, I, V = config.hidden, config.intermediate, config.vocab_size
+    shapes: dict[str, tuple[int, ...]] = {"embeddings.token.W": (V, H)}
+    if config.position == "learned":
+        shapes["embeddings.position.W"] = (config.max_len, H)
+    for i in range(config.n_layers):
+        for name in ops.block_param_names(config.attn_bias):
+            if name.startswith("attn.W"):
+                shape = (H, H)
+            elif name in ("ffn.W_1",):
+                shape = (H, I)
+            elif name in ("ffn.b_1",):
+                shape = (I,)
+            elif name in ("ffn.W_2",):
+                shape = (I, H)
+            else:  # attention biases, b_2, LayerNorm gamma/beta
+                shape = (H,)
+            shapes[f"layers.{i}.{name}"] = shape
+    if config.final_layernorm:
+        shapes["final_ln.gamma"] = (H,)
+        shapes["final_ln.beta"] = (H,)
+    if config.head == "mlm":
+        shapes["mlm.W"] = (H, V)
+        shapes["mlm.b"] = (V,)
+    return shapes
+
+
+def init_params(config: BertConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """BERT initialisation: weights ~ N(0, init_std^2), biases 0, LayerNorm gamma 1 / beta 0."""
+    dtype = np.dtype(dtype)
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in param_shapes(config).items():
+        leaf = name.rsplit(".", 1)[1]
+        if leaf == "gamma":
+            value = np.ones(shape)
+        elif leaf == "beta" or leaf.startswith("b"):
+            value = np.zeros(shape)
+        else:
+            value = rng.normal(0.0, config.init_std, size=shape)
+        params[name] = value.astype(dtype)
+    return params
+
+
+def check_params(params, config: BertConfig) -> np.dtype:
+    """Exactly the expected names and shapes, one float dtype, finite values."""
+    if not isinstance(params, dict):
+        raise ValueError(f"params: expected a dict of arrays, got {type(params).__name__}")
+    expected = param_shapes(config)
+    missing = sorted(set(expected) - set(params))
+    extra = sorted(set(params) - set(expected))
+    if missing or extra:
+        raise ValueError(f"params: expected the keys of param_shapes(config); "
+                         f"missing {missing}, unexpected {extra}")
+    dtype = None
+    for name, shape in expected.items():
+        as_float_array(f"params[{name!r}]", params[name], shape=shape, dtype=dtype)
+        dtype = params[name].dtype
+    return dtype
+
+
+def _block_params(params, i: int) -> dict[str, np.ndarray]:
+    prefix = f"layers.{i}."
+    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
+def _embed(params, config: BertConfig, input_ids):
+    x, c_tok = ops.embedding_forward(input_ids, params["embeddings.token.W"])  # [B, T, H]
+    if config.position == "learned":
+        x, c_pos = ops.position_embedding_forward(x, params["embeddings.position.W"])
+    else:
+        x, c_pos = ops.sinusoidal_position_forward(x)
+    return x, (c_tok, c_pos)
+
+
+def embed(params, config: BertConfig, input_ids) -> np.ndarray:
+    """The input embeddings [B, T, H] (token + position) that the first block receives."""
+    check_params(params, config)
+    as_index_array("input_ids", input_ids, ndim=2, low=0, high=config.vocab_size)
+    if input_ids.shape[1] > config.max_len:
+        raise ValueError(f"input_ids: sequence length {input_ids.shape[1]} exceeds "
+                         f"config.max_len={config.max_len}")
+    return _embed(params, config, input_ids)[0]
+
+
+def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
+            inputs_embeds=None):
+    """ids [B, T] -> logits [B, T, V] (head "mlm") or hidden states [B, T, H] (head "none").
+
+    ``inputs_embeds`` [B, T, H] replaces the embedding layers (token + position), as in
+    HuggingFace; the embedding tables then get zero gradients.
+    ``attention_mask`` [B, T]: 1 for tokens that may be attended, 0 for padding.
+    """
+    dtype = check_params(params, config)
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("input_ids, inputs_embeds: expected exactly one of them, got "
+                         + ("both" if input_ids is not None else "neither"))
+    if input_ids is not None:
+        as_index_array("input_ids", input_ids, ndim=2, low=0, high=config.vocab_size)
+        B, T = input_ids.shape
+    else:
+        as_float_array("inputs_embeds", inputs_embeds, ndim=3, dtype=dtype)
+        B, T, H = inputs_embeds.shape
+        if H != config.hidden:
+            raise ValueError(f"inputs_embeds: expected shape (B, T, {config.hidden}), "
+                             f"got {inputs_embeds.shape}")
+    if T < 1 or B < 1:
+        raise ValueError(f"input_ids: expected B >= 1 and T >= 1, got shape {(B, T)}")
+    if T > config.max_len:
+        raise ValueError(f"input_ids: sequence length {T} exceeds config.max_len={config.max_len}")
+    if attention_mask is not None:
+        attention_mask = as_mask("attention_mask", attention_mask, shape=(B, T))
+
+    emb_cache = None
+    if input_ids is not None:
+        x, emb_cache = _embed(params, config, input_ids)
+    else:
+        x = inputs_embeds
+    h = x
+    block_caches = []
+    for i in range(config.n_layers):
+        h, c = ops.block_forward(h, _block_params(params, i), n_heads=config.n_heads,
+                                 mask=attention_mask, eps=config.ln_eps)
+        block_caches.append(c)
+    c_final = None
+    if config.final_layernorm:
+        h, c_final = ops.layernorm_forward(h, params["final_ln.gamma"], params["final_ln.beta"],
+                                           config.ln_eps)
+    c_head = None
+    out = h
+    if config.head == "mlm":
+        out, c_head = ops.linear_forward(h, params["mlm.W"], params["mlm.b"])  # [B, T, V]
+    cache = (config, dtype, emb_cache, block_caches, c_final, c_head, out.shape)
+    return out, cache
+
+
+def backward(dout, cache):
+    """dout: gradient w.r.t. forward's output.  Returns (grads, d_embeddings [B, T, H])."""
+    config, dtype, emb_cache, block_caches, c_final, c_head, out_shape = cache
+    as_float_array("dout", dout, shape=out_shape, dtype=dtype)
+    grads: dict[str, np.ndarray] = {}
+    dh = dout
+    if c_head is not None:
+        dh, grads["mlm.W"], grads["mlm.b"] = ops.linear_backward(dout, c_head)
+    if c_final is not None:
+        dh, grads["final_ln.gamma"], grads["final_ln.beta"] = ops.layernorm_backward(dh, c_final)
+    for i in reversed(range(config.n_layers)):
+        dh, g = ops.block_backward(dh, block_caches[i])
+        grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
+    d_embeddings = dh
+    shapes = param_shapes(config)
+    if emb_cache is not None:
+        c_tok, c_pos = emb_cache
+        if config.position == "learned":
+            dx, grads["embeddings.position.W"] = ops.position_embedding_backward(dh, c_pos)
+        else:
+            (dx,) = ops.sinusoidal_position_backward(dh, c_pos)
+        (grads["embeddings.token.W"],) = ops.embedding_backward(dx, c_tok)
+    else:  # inputs_embeds bypassed the tables: they did not influence the output
+        for name in ("embeddings.token.W", "embeddings.position.W"):
+            if name in shapes:
+                grads[name] = np.zeros(shapes[name], dtype=dtype)
+    return {name: grads[name] for name in shapes}, d_embeddings
+
+
+def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_index):
+    """head "mlm": masked cross-entropy of logits vs ``labels`` [B, T];
+    head "none": MSE of hidden states vs constant ``targets`` [B, T, H]."""
+    if config.head == "mlm":
+        if labels is None:
+            raise ValueError("labels: required for head 'mlm', got None")
+        return ops.cross_entropy_forward(out, labels, ignore_index=ignore_index,
+                                         reduction=reduction)
+    if targets is None:
+        raise ValueError("targets: required for head 'none', got None")
+    return ops.mse_forward(out, targets)
+
+
+def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
+         attention_mask=None, inputs_embeds=None, reduction: str = "mean",
+         ignore_index: int = ops.IGNORE_INDEX):
+    """The scalar training loss, forward only (what finite differences evaluate)."""
+    out, _ = forward(params, config, input_ids, attention_mask, inputs_embeds=inputs_embeds)
+    return _loss_forward(out, config, labels, targets, reduction, ignore_index)[0]
+
+
+def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
+                   attention_mask=None, inputs_embeds=None, reduction: str = "mean",
+                   ignore_index: int = ops.IGNORE_INDEX):
+    """One forward + backward of ``loss``.  Returns (loss, grads, d_embeddings)."""
+    out, cache = forward(params, config, input_ids, attention_mask, inputs_embeds=inputs_embeds)
+    value, c_loss = _loss_forward(out, config, labels, targets, reduction, ignore_index)
+    if config.head == "mlm":
+        (dout,) = ops.cross_entropy_backward(1.0, c_loss)
+    else:
+        dout, _ = ops.mse_backward(1.0, c_loss)
+    grads, d_embeddings = backward(dout, cache)
+    return value, grads, d_embeddings

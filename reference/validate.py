@@ -1,0 +1,95 @@
+"""Input validation: every public op rejects bad input with a ValueError that names the argument,
+the expectation and what it got -- never a silent broadcast or an IndexError from deep in NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _describe(x) -> str:
+    if isinstance(x, np.ndarray):
+        return f"array of shape {x.shape} and dtype {x.dtype}"
+    return f"{type(x).__name__}"
+
+
+def as_float_array(name: str, x, *, ndim=None, min_ndim=None, shape=None, dtype=None,
+                   finite: bool = True) -> np.ndarray:
+    """Check that ``x`` is a float32/float64 ndarray of the expected rank/shape/dtype.
+
+    ``shape`` may contain ``None`` for "any size". ``dtype`` pins the dtype (no silent casts).
+    """
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"{name}: expected a numpy ndarray, got {_describe(x)}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name}: expected dtype float32 or float64, got {x.dtype}")
+    if dtype is not None and x.dtype != np.dtype(dtype):
+        raise ValueError(
+            f"{name}: expected dtype {np.dtype(dtype)} (matching the other inputs), got {x.dtype}")
+    _check_shape(name, x, ndim=ndim, min_ndim=min_ndim, shape=shape)
+    if finite and not np.all(np.isfinite(x)):
+        bad = np.argwhere(~np.isfinite(x))[0]
+        raise ValueError(
+            f"{name}: expected finite values, got {x[tuple(bad)]} at index {tuple(bad)}")
+    return x
+
+
+def _check_shape(name, x, *, ndim=None, min_ndim=None, shape=None) -> None:
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{name}: expected rank {ndim}, got shape {x.shape} (rank {x.ndim})")
+    if min_ndim is not None and x.ndim < min_ndim:
+        raise ValueError(f"{name}: expected rank >= {min_ndim}, got shape {x.shape}")
+    if shape is not None:
+        expected = tuple(shape)
+        ok = len(expected) == x.ndim and all(e is None or e == s for e, s in zip(expected, x.shape))
+        if not ok:
+            pretty = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
+            raise ValueError(f"{name}: expected shape {pretty}, got {x.shape}")
+
+
+def as_index_array(name: str, ids, *, ndim=None, shape=None, low: int = 0, high: int | None = None,
+                   allow=()) -> np.ndarray:
+    """Check an integer index array with values in [low, high) (values in ``allow`` also pass)."""
+    if not isinstance(ids, np.ndarray):
+        raise ValueError(f"{name}: expected a numpy ndarray of integers, got {_describe(ids)}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{name}: expected an integer dtype, got {ids.dtype}")
+    _check_shape(name, ids, ndim=ndim, shape=shape)
+    ok = ids >= low
+    if high is not None:
+        ok &= ids < high
+    for a in allow:
+        ok |= ids == a
+    if not np.all(ok):
+        bad = np.argwhere(~ok)[0]
+        allowed = f" (or {list(allow)})" if allow else ""
+        raise ValueError(
+            f"{name}: expected values in [{low}, {high}){allowed}, got {ids[tuple(bad)]} "
+            f"at index {tuple(bad)}")
+    return ids
+
+
+def as_mask(name: str, mask, *, shape) -> np.ndarray:
+    """A 0/1 (bool or integer) mask of exactly ``shape``; returned as bool."""
+    if not isinstance(mask, np.ndarray):
+        raise ValueError(f"{name}: expected a numpy ndarray of 0/1 or bool, got {_describe(mask)}")
+    if mask.dtype != np.bool_ and not np.issubdtype(mask.dtype, np.integer):
+        raise ValueError(f"{name}: expected a bool or integer 0/1 dtype, got {mask.dtype}")
+    _check_shape(name, mask, shape=shape)
+    if mask.dtype != np.bool_:
+        if not np.all((mask == 0) | (mask == 1)):
+            raise ValueError(f"{name}: expected only 0/1 values, got {np.unique(mask)[:5]}")
+        mask = mask.astype(bool)
+    return mask
+
+
+def same_dtype(**arrays) -> np.dtype:
+    """All named float arrays share one dtype (float32 and float64 are never mixed silently)."""
+    items = [(k, v) for k, v in arrays.items() if v is not None]
+    name0, a0 = items[0]
+    for name, a in items[1:]:
+        if a.dtype != a0.dtype:
+            raise ValueError(
+                f"{name}: expected dtype {a0.dtype} (the dtype of {name0}), got {a.dtype}")
+    return a0.dtype

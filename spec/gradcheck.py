@@ -1,0 +1,218 @@
+"""Central finite differences in float64: element-wise and directional.
+
+Design follows torch.autograd.gradcheck (fast mode) and JAX's check_grads: a directional check
+compares <grad, u> with (f(x + eps u) - f(x - eps u)) / 2 eps for a random mixed-sign u, two
+evaluations per direction whatever the tensor's size; the element-wise check localises a failure
+to an index on tiny shapes.  The error of a comparison is |a - b| / max(|a|, |b|, floor), so an
+entry where both sides are ~0 is judged in absolute terms instead of passing or failing by luck.
+
+NumPy only: usable by the tests, the CLI and third-party implementations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spec.tolerances import FD_EPS, FD_FLOOR, FD_RTOL
+
+
+@dataclass
+class CheckResult:
+    """One comparison of an analytic gradient with finite differences."""
+
+    op: str
+    tensor: str
+    mode: str  # "directional" or "elementwise"
+    error: float  # worst |a - b| / max(|a|, |b|, floor)
+    rtol: float
+    analytic: float  # values at the worst direction / index
+    numeric: float
+    index: tuple | None = None  # worst element (elementwise) or direction number
+    n_checked: int = 0
+    passed: bool = field(init=False)
+
+    def __post_init__(self):
+        self.passed = bool(self.error <= self.rtol)
+
+    def __str__(self) -> str:
+        where = f" at index {self.index}" if self.mode == "elementwise" else (
+            f" (direction {self.index})" if self.index is not None else "")
+        verdict = "ok" if self.passed else "FAIL"
+        return (f"{verdict}: {self.op} d/d{self.tensor} [{self.mode}] error {self.error:.2e} "
+                f"(rtol {self.rtol:.0e}){where}: analytic {self.analytic:.10e}, "
+                f"finite difference {self.numeric:.10e}")
+
+
+def relative_error(a, b, floor: float = FD_FLOOR):
+    """|a - b| / max(|a|, |b|, floor), element-wise."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return np.abs(a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), floor)
+
+
+def _require_f64(name: str, x: np.ndarray) -> None:
+    if not isinstance(x, np.ndarray) or x.dtype != np.float64:
+        got = x.dtype if isinstance(x, np.ndarray) else type(x).__name__
+        raise ValueError(f"{name}: finite differences need a float64 array, got {got} "
+                         "(float32 FD error is ~100% at any step)")
+
+
+def directional_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.ndarray, *,
+                      rng: np.random.Generator, n_dirs: int = 2, eps: float = FD_EPS,
+                      rtol: float = FD_RTOL, floor: float = FD_FLOOR, op: str = "",
+                      tensor: str = "") -> CheckResult:
+    """<grad, u> vs (f(x + eps u) - f(x - eps u)) / (2 eps) for ``n_dirs`` random unit vectors u.
+
+    u is Gaussian (mixed signs, never all-ones) normalised to ||u|| = 1, so the step moves x by
+    exactly eps whatever its size: each entry moves by ~eps / sqrt(x.size), which keeps a large
+    tensor's perturbation from crossing ReLU kinks downstream.  ``f`` maps an array shaped like
+    ``x`` to a scalar; ``x`` is not modified.
+    """
+    _require_f64(tensor or "x", x)
+    if grad.shape != x.shape:
+        raise ValueError(f"grad: expected shape {x.shape} (the shape of {tensor or 'x'}), "
+                         f"got {grad.shape}")
+    worst = None
+    for k in range(n_dirs):
+        u = rng.standard_normal(x.shape)
+        u /= np.linalg.norm(u)
+        analytic = float(np.vdot(np.asarray(grad, dtype=np.float64), u))
+        numeric = (float(f(x + eps * u)) - float(f(x - eps * u))) / (2 * eps)
+        err = float(relative_error(analytic, numeric, floor))
+        if worst is None or err > worst[0]:
+            worst = (err, analytic, numeric, k)
+    err, a, n, k = worst
+    return CheckResult(op, tensor, "directional", err, rtol, a, n, k, n_dirs)
+
+
+def elementwise_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.ndarray, *,
+                      eps: float = FD_EPS, rtol: float = FD_RTOL, floor: float = FD_FLOOR,
+                      indices: Iterable[tuple] | None = None, op: str = "",
+                      tensor: str = "") -> CheckResult:
+    """Central difference of every element (or of ``indices``) against ``grad``; reports the
+    worst index."""
+    _require_f64(tensor or "x", x)
+    if grad.shape != x.shape:
+        raise ValueError(f"grad: expected shape {x.shape}, got {grad.shape}")
+    xp = x.copy()
+    worst = (0.0, 0.0, 0.0, None)
+    count = 0
+    for idx in (np.ndindex(*x.shape) if indices is None else indices):
+        idx = tuple(int(i) for i in idx)
+        orig = xp[idx]
+        xp[idx] = orig + eps
+        f_plus = float(f(xp))
+        xp[idx] = orig - eps
+        f_minus = float(f(xp))
+        xp[idx] = orig
+        numeric = (f_plus - f_minus) / (2 * eps)
+        analytic = float(grad[idx])
+        err = float(relative_error(analytic, numeric, floor))
+        count += 1
+        if worst[3] is None or err > worst[0]:
+            worst = (err, analytic, numeric, idx)
+    err, a, n, idx = worst
+    return CheckResult(op, tensor, "elementwise", err, rtol, a, n, idx, count)
+
+
+def check_gradients(f: Callable[..., float], inputs: Mapping[str, np.ndarray],
+                    grads: Mapping[str, np.ndarray], *, mode: str = "directional",
+                    rng: np.random.Generator | None = None, op: str = "",
+                    **kwargs) -> list[CheckResult]:
+    """Check the gradient of scalar ``f(**inputs)`` w.r.t. every input named in ``grads``.
+
+    Each tensor is perturbed alone, the others held at their values.
+    """
+    if mode not in ("directional", "elementwise"):
+        raise ValueError(f"mode: expected 'directional' or 'elementwise', got {mode!r}")
+    missing = sorted(set(grads) - set(inputs))
+    if missing:
+        raise ValueError(f"grads: names {missing} are not inputs of f ({sorted(inputs)})")
+    rng = rng if rng is not None else np.random.default_rng(0)
+    results = []
+    for name, g in grads.items():
+        def f_of(value, _name=name):
+            return f(**{**inputs, _name: value})
+
+        if mode == "directional":
+            r = directional_check(f_of, inputs[name], g, rng=rng, op=op, tensor=name, **kwargs)
+        else:
+            r = elementwise_check(f_of, inputs[name], g, op=op, tensor=name, **kwargs)
+        results.append(r)
+    return results
+
+
+def assert_all_passed(results: Iterable[CheckResult]) -> None:
+    """Raise AssertionError listing every failed comparison (op, tensor, worst index, values)."""
+    results = list(results)
+    failed = [r for r in results if not r.passed]
+    if failed:
+        raise AssertionError("gradient check failed:\n" + "\n".join(str(r) for r in failed))
+
+
+# --------------------------------------------------------------------------- whole-model check
+def random_params(impl, config, seed: int = 0) -> dict[str, np.ndarray]:
+    """float64 parameters away from their initial values: random gamma (not 1), beta and biases
+    (not 0), so that a backward that only works at initialisation is caught."""
+    rng = np.random.default_rng(seed + 1)
+    params = impl.init_params(config, seed=seed, dtype=np.float64)
+    for name, value in params.items():
+        leaf = name.rsplit(".", 1)[1]
+        if leaf == "gamma":
+            params[name] = 1.0 + 0.5 * rng.standard_normal(value.shape)
+        elif leaf == "beta" or leaf.startswith("b"):
+            params[name] = 0.1 * rng.standard_normal(value.shape)
+        else:  # larger than init_std so attention is not uniform and ReLUs are not all ~0
+            params[name] = value * 5.0
+    return params
+
+
+def random_batch(config, B: int, T: int, seed: int = 0, *, ignore_index: int = -100) -> dict:
+    """ids with repeated tokens, a padding mask (later sequences shorter), ~30% predicted
+    positions (at least one per sequence, never a padded one), and reconstruction targets."""
+    rng = np.random.default_rng(seed + 2)
+    vocab = min(config.vocab_size, max(2, T // 2))  # few distinct ids -> repeats guaranteed
+    input_ids = rng.integers(0, vocab, size=(B, T))
+    lengths = np.array([T - (b * T) // (2 * B) for b in range(B)])  # first row unpadded
+    attention_mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)
+    predicted = (rng.random((B, T)) < 0.3) & attention_mask.astype(bool)
+    predicted[np.arange(B), rng.integers(0, lengths)] = True
+    labels = np.where(predicted, rng.integers(0, config.vocab_size, size=(B, T)), ignore_index)
+    targets = rng.standard_normal((B, T, config.hidden))
+    return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                targets=targets)
+
+
+def model_gradcheck(impl, config, *, B: int = 2, T: int = 8, seed: int = 0, n_dirs: int = 2,
+                    reduction: str = "mean") -> list[CheckResult]:
+    """Directional FD check of every parameter tensor and of the input embeddings of the whole
+    model (embeddings -> blocks -> head -> loss), float64, random params and batch."""
+    params = random_params(impl, config, seed)
+    batch = random_batch(config, B, T, seed)
+    kw = dict(attention_mask=batch["attention_mask"], reduction=reduction)
+    if config.head == "mlm":
+        kw["labels"] = batch["labels"]
+    else:
+        kw["targets"] = batch["targets"]
+    _, grads, d_emb = impl.loss_and_grads(params, config, batch["input_ids"], **kw)
+    # FD needs the loss alone: a forward-only path halves the cost of every evaluation
+    rng = np.random.default_rng(seed + 3)
+    op = f"model[{config.n_layers}L H{config.hidden} A{config.n_heads}]"
+
+    def loss(**p):
+        return impl.loss(p, config, batch["input_ids"], **kw)
+
+    results = check_gradients(loss, params, grads, rng=rng, n_dirs=n_dirs, op=op)
+    # the input embeddings: feed x directly, bypassing the tables
+    x = impl.embed(params, config, batch["input_ids"])
+
+    def loss_x(x):
+        return impl.loss(params, config, inputs_embeds=x, **kw)
+
+    results.append(directional_check(loss_x, x, d_emb, rng=rng, n_dirs=n_dirs, op=op,
+                                     tensor="input_embeddings"))
+    return results
+
