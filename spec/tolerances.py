@@ -33,3 +33,16 @@ F32_VS_F64_ATOL = 1e-6
 # Hypothesis value generators keep ReLU pre-activations at least this far from 0, so a central
 # difference of step FD_EPS (times the input's sensitivity) never crosses the kink.
 KINK_MARGIN = 1e-3
+
+# Hypothesis value generators keep LayerNorm rows at least this variance: with eps ~ 0 the map
+# x -> x_hat has curvature ~ 1/std^3, so the central-difference truncation error relative to the
+# slope is ~ FD_EPS^2 / var; at var >= 1e-2 that is <= 1e-8, 100x below FD_RTOL.  (Near-constant
+# rows are a near-singularity of LayerNorm, excluded for the same reason as ReLU kinks.)
+LN_MIN_VAR = 1e-2
+
+# Identities that hold exactly in real arithmetic (linearity of a backward in its upstream
+# gradient, shift/scale invariances), checked in float64 on the tiny shapes of the tests: each
+# side carries a few ulps (2.2e-16) per op over chains of ~10-30 ops and sums of <= ~100 terms,
+# so 1e-12 relative to the magnitude of the terms leaves ~100x headroom and still catches any
+# missing or extra term (an error of order 1).
+F64_IDENTITY_RTOL = 1e-12
