@@ -1,0 +1,325 @@
+"""Mathematical invariants of the op pairs and the model (no finite differences).
+
+Generic, for every op of the table in tests/fdcheck.py: a zero upstream gives exactly zero
+gradients; a backward is linear in its upstream gradient; two identical calls are bit-identical
+and leave their inputs untouched; the float32 path agrees with the float64 path.  Then
+op-specific identities that hold in exact arithmetic, and the model's gradient bookkeeping.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from reference.config import PRESETS
+from spec.gradcheck import random_batch, random_params
+from spec.tolerances import F64_IDENTITY_RTOL
+from tests import strategies as S
+from tests.fdcheck import assert_f32_close, max_abs, op_params, run_op
+
+
+def _draw_case(impl, op, data):
+    case = data.draw(op.cases(), label="case")
+    if op.smooth is not None:
+        assume(op.smooth(impl, case))
+    return case
+
+
+def _zeros_like(dout):
+    return np.zeros_like(dout) if isinstance(dout, np.ndarray) else 0.0
+
+
+def _copy(value):
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def _to32(value):
+    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+        return value.astype(np.float32)
+    return value
+
+
+def _to64(value):
+    if isinstance(value, np.ndarray) and value.dtype == np.float32:
+        return value.astype(np.float64)
+    return value
+
+
+def _bits(a):
+    return None if a is None else (np.asarray(a).dtype, np.asarray(a).shape,
+                                   np.asarray(a).tobytes())
+
+
+# --------------------------------------------------------------------------- every op
+@pytest.mark.parametrize("op", op_params())
+@given(data=st.data())
+def test_zero_upstream_gives_exactly_zero_gradients(impl, op, data):
+    case = _draw_case(impl, op, data)
+    _, grads = run_op(impl, op, case, dout=_zeros_like(case.dout))
+    for name, g in zip(case.inputs, grads):
+        if g is not None:
+            assert np.all(g == 0), f"{op.name}: d{name} != 0 for a zero upstream gradient"
+
+
+@pytest.mark.parametrize("op", op_params())
+@given(data=st.data())
+def test_backward_is_linear_in_upstream(impl, op, data):
+    """backward(a d1 + b d2) == a backward(d1) + b backward(d2), to float64 rounding relative to
+    the largest term of the op's gradients (entries that cancel to ~0, like the key bias's,
+    carry rounding of the size of the terms that cancelled)."""
+    case = _draw_case(impl, op, data)
+    if isinstance(case.dout, np.ndarray):
+        d2 = data.draw(S.upstream(case.dout.shape), label="d2")
+    else:
+        d2 = data.draw(S.scalar_upstream(), label="d2")
+    a, b = data.draw(S.away_from_zero(0.1), label="a"), data.draw(S.away_from_zero(0.1), label="b")
+    _, g1 = run_op(impl, op, case)
+    _, g2 = run_op(impl, op, case, dout=d2)
+    _, g12 = run_op(impl, op, case, dout=a * case.dout + b * d2)
+    terms = [np.abs(a * x) + np.abs(b * y) for x, y in zip(g1, g2) if x is not None]
+    scale = max(float(t.max()) for t in terms)
+    for name, x, y, z in zip(case.inputs, g1, g2, g12):
+        if x is None:
+            assert y is None and z is None
+            continue
+        np.testing.assert_allclose(z, a * x + b * y, rtol=0, atol=F64_IDENTITY_RTOL * scale,
+                                   err_msg=f"{op.name}: d{name} is not linear in dout")
+
+
+@pytest.mark.parametrize("op", op_params())
+@given(data=st.data())
+def test_identical_calls_are_bit_identical_and_pure(impl, op, data):
+    case = _draw_case(impl, op, data)
+    before = {k: _copy(v) for k, v in {**case.inputs, **case.fixed}.items()}
+    dout_before = _copy(case.dout)
+    out1, g1 = run_op(impl, op, case)
+    out2, g2 = run_op(impl, op, case)
+    assert _bits(out1) == _bits(out2), f"{op.name}: forward output differs between calls"
+    for name, x, y in zip(case.inputs, g1, g2):
+        assert _bits(x) == _bits(y), f"{op.name}: d{name} differs between identical calls"
+    for k, v in {**case.inputs, **case.fixed}.items():  # no input mutated in place
+        assert _bits(v) == _bits(before[k]) if isinstance(v, np.ndarray) else v == before[k], (
+            f"{op.name}: input {k} was modified")
+    assert _bits(case.dout) == _bits(dout_before), f"{op.name}: dout was modified"
+
+
+@pytest.mark.parametrize("op", op_params())
+@given(data=st.data())
+def test_float32_path_agrees_with_float64(impl, op, data):
+    """Same code, float32 inputs: outputs and gradients stay float32 (no silent casts) and agree
+    with the float64 run on the same float32-rounded inputs to float32 precision."""
+    case = _draw_case(impl, op, data)
+    if op.f32_ok is not None:
+        assume(op.f32_ok(case))
+    case32 = S.OpCase({k: _to32(v) for k, v in case.inputs.items()}, case.fixed,
+                      _to32(case.dout), case.seed)
+    case64 = S.OpCase({k: _to64(v) for k, v in case32.inputs.items()}, case.fixed,
+                      _to64(case32.dout), case.seed)
+    out64, g64 = run_op(impl, op, case64)
+    out32, g32 = run_op(impl, op, case32)
+    assert_f32_close(out32, out64, max_abs(out64), f"{op.name}: forward")
+    scale = max_abs(*g64)
+    for name, x, y in zip(case.inputs, g32, g64):
+        if y is None:
+            assert x is None
+            continue
+        assert_f32_close(x, y, scale, f"{op.name}: d{name}")
+
+
+# --------------------------------------------------------------------------- op-specific
+@pytest.mark.equation("embedding.backward")
+@given(case=S.embedding_cases())
+def test_embedding_backward_sums_repeated_ids(impl, case):
+    """dW[v] accumulates dout of every position holding id v (ids repeat by construction)."""
+    ids, W = case.fixed["ids"], case.inputs["W"]
+    _, cache = impl.embedding_forward(ids, W)
+    (dW,) = impl.embedding_backward(case.dout, cache)
+    expected = np.zeros_like(W)
+    for b in range(ids.shape[0]):
+        for t in range(ids.shape[1]):
+            expected[ids[b, t]] += case.dout[b, t]
+    np.testing.assert_allclose(dW, expected, rtol=F64_IDENTITY_RTOL, atol=0)
+
+
+@pytest.mark.equation("softmax.forward")
+@given(case=S.softmax_cases(masked=True), shift=S.floats(-5.0, 5.0))
+def test_softmax_rows_sum_to_one_masked_exactly_zero_and_shift_invariant(impl, case, shift):
+    x, mask = case.inputs["x"], case.fixed["mask"]
+    p, _ = impl.softmax_forward(x, mask)
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=F64_IDENTITY_RTOL, atol=0)
+    assert np.all(p[~mask] == 0), "masked entries must get probability exactly 0"
+    assert np.all(p[mask] > 0)
+    p_shift, _ = impl.softmax_forward(x + shift, mask)
+    np.testing.assert_allclose(p_shift, p, rtol=0, atol=F64_IDENTITY_RTOL)
+
+
+@pytest.mark.equation("layernorm.forward")
+@given(case=S.layernorm_cases(), scale=S.floats(0.25, 4.0), shift=S.floats(-3.0, 3.0))
+def test_layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
+    """With eps = 0: x_hat = (y - beta) / gamma has mean 0 and (biased) variance 1 per row, and
+    LN(c x + s) == LN(x) for c > 0."""
+    x, gamma, beta = case.inputs["x"], case.inputs["gamma"], case.inputs["beta"]
+    assume(np.min(np.abs(gamma)) > 0.1)
+    y, _ = impl.layernorm_forward(x, gamma, beta, 0.0)
+    x_hat = (y - beta) / gamma
+    np.testing.assert_allclose(x_hat.mean(axis=-1), 0.0, rtol=0, atol=F64_IDENTITY_RTOL)
+    np.testing.assert_allclose(x_hat.var(axis=-1), 1.0, rtol=F64_IDENTITY_RTOL, atol=0)
+    y2, _ = impl.layernorm_forward(scale * x + shift, gamma, beta, 0.0)
+    np.testing.assert_allclose(y2, y, rtol=0, atol=F64_IDENTITY_RTOL * np.abs(y).max())
+
+
+@pytest.mark.equation("attention.split_heads", "attention.merge_heads")
+@given(data=st.data())
+def test_merge_heads_inverts_and_is_adjoint_of_split_heads(impl, data):
+    (B, T), (A, d_k) = data.draw(S.batch_seq()), data.draw(S.head_dims())
+    x = data.draw(S.arrays((B, T, A * d_k)))
+    y = data.draw(S.arrays((B, A, T, d_k)))
+    xs = impl.split_heads(x, A)
+    assert xs.shape == (B, A, T, d_k)
+    assert np.array_equal(xs[:, 1 % A, :, :], x[:, :, (1 % A) * d_k:(1 % A + 1) * d_k])
+    assert np.array_equal(impl.merge_heads(xs), x)
+    np.testing.assert_allclose(np.vdot(xs, y), np.vdot(x, impl.merge_heads(y)),
+                               rtol=F64_IDENTITY_RTOL, atol=F64_IDENTITY_RTOL)
+
+
+@pytest.mark.equation("attention.qkv", "attention.scores", "attention.context",
+                      "attention.output")
+@given(case=S.attention_cases(bias=True, masked=True), data=st.data())
+def test_attention_is_permutation_equivariant_and_ignores_b_k(impl, case, data):
+    """Without positions, permuting the sequence (and its mask) permutes the output; and b_k
+    shifts every score of a row by the same q_i . b_k, which softmax ignores."""
+    x, fixed = case.inputs["x"], case.fixed
+    y, _ = impl.attention_forward(**case.inputs, **fixed)
+    perm = np.array(data.draw(st.permutations(range(x.shape[1])), label="perm"))
+    inputs_p = {**case.inputs, "x": x[:, perm]}
+    y_p, _ = impl.attention_forward(**inputs_p, n_heads=fixed["n_heads"],
+                                    mask=fixed["mask"][:, perm])
+    tol = F64_IDENTITY_RTOL * max(1.0, np.abs(y).max())
+    np.testing.assert_allclose(y_p, y[:, perm], rtol=0, atol=tol)
+    other_b_k = data.draw(S.arrays(case.inputs["b_k"].shape), label="b_k")
+    y_k, _ = impl.attention_forward(**{**case.inputs, "b_k": other_b_k}, **fixed)
+    np.testing.assert_allclose(y_k, y, rtol=0, atol=tol)
+
+
+@pytest.mark.equation("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
+                      "loss.ce.backward.sum")
+@given(case=S.cross_entropy_cases("mean"))
+def test_cross_entropy_sum_is_n_times_mean(impl, case):
+    logits, labels = case.inputs["logits"], case.fixed["labels"]
+    n = int(np.sum(labels != S.IGNORE_INDEX))
+    l_mean, c_mean = impl.cross_entropy_forward(logits, labels, reduction="mean")
+    l_sum, c_sum = impl.cross_entropy_forward(logits, labels, reduction="sum")
+    np.testing.assert_allclose(l_sum, n * l_mean, rtol=F64_IDENTITY_RTOL, atol=0)
+    (d_mean,) = impl.cross_entropy_backward(case.dout, c_mean)
+    (d_sum,) = impl.cross_entropy_backward(case.dout, c_sum)
+    np.testing.assert_allclose(d_sum, n * d_mean, rtol=0,
+                               atol=F64_IDENTITY_RTOL * np.abs(d_sum).max())
+    ignored = labels == S.IGNORE_INDEX
+    assert np.all(d_mean[ignored] == 0), "ignored positions must get exactly zero gradient"
+    np.testing.assert_allclose(d_mean.sum(axis=-1), 0.0, rtol=0,
+                               atol=F64_IDENTITY_RTOL * max(1.0, np.abs(d_mean).max()))
+
+
+@pytest.mark.equation("loss.mse.backward")
+@given(case=S.mse_cases())
+def test_mse_target_gradient_is_minus_prediction_gradient(impl, case):
+    _, cache = impl.mse_forward(**case.inputs)
+    dy_hat, dy = impl.mse_backward(case.dout, cache)
+    assert np.array_equal(dy, -dy_hat)
+
+
+# --------------------------------------------------------------------------- the model
+PRESET_NAMES = sorted(PRESETS)
+DTYPES = [np.float32, np.float64]
+
+
+@functools.cache
+def _random_params(impl, preset, seed):
+    return random_params(impl, PRESETS[preset](), seed)
+
+
+def _model_inputs(impl, preset, dtype, B=2, T=6, seed=0):
+    """Random float64 params (gamma != 1, biases != 0) cast to ``dtype``, and a padded batch."""
+    config = PRESETS[preset]()
+    params = {k: v.astype(dtype) for k, v in _random_params(impl, preset, seed).items()}
+    batch = random_batch(config, B, T, seed)
+    kw = dict(attention_mask=batch["attention_mask"])
+    if config.head == "mlm":
+        kw["labels"] = batch["labels"]
+    else:
+        kw["targets"] = batch["targets"].astype(dtype)
+    return config, params, batch["input_ids"], kw
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_model_grads_match_params_keys_shapes_dtypes(impl, preset, dtype):
+    config, params, ids, kw = _model_inputs(impl, preset, dtype)
+    assert set(params) == set(impl.param_shapes(config))
+    loss, grads, d_emb = impl.loss_and_grads(params, config, ids, **kw)
+    assert np.asarray(loss).dtype == dtype
+    assert list(grads) == list(params), "grads must have exactly the params' keys"
+    for name, p in params.items():
+        assert grads[name].shape == p.shape, name
+        assert grads[name].dtype == p.dtype, name
+        assert np.all(np.isfinite(grads[name])), name
+    assert d_emb.shape == ids.shape + (config.hidden,) and d_emb.dtype == dtype
+    # every tensor takes part in the loss: a name mismatch that silently zeroes a gradient fails
+    for name, g in grads.items():
+        if name != "embeddings.position.W":  # rows >= T are legitimately 0, the rest are not
+            assert np.any(g != 0), f"{name}: gradient is identically zero"
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_model_identical_calls_bit_identical_and_pure(impl, preset):
+    config, params, ids, kw = _model_inputs(impl, preset, np.float64)
+    before = {k: v.copy() for k, v in params.items()}
+    l1, g1, e1 = impl.loss_and_grads(params, config, ids, **kw)
+    l2, g2, e2 = impl.loss_and_grads(params, config, ids, **kw)
+    assert _bits(l1) == _bits(l2) and _bits(e1) == _bits(e2)
+    for name in g1:
+        assert _bits(g1[name]) == _bits(g2[name]), name
+    for name, v in params.items():
+        assert _bits(v) == _bits(before[name]), f"params[{name!r}] was modified"
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_model_float32_agrees_with_float64(impl, preset):
+    """float32 params (rounded from the float64 ones) through the same code: logits, loss,
+    every gradient and the input gradient agree with the float64 run on those rounded values."""
+    config, p32, ids, kw32 = _model_inputs(impl, preset, np.float32)
+    p64 = {k: v.astype(np.float64) for k, v in p32.items()}
+    kw64 = {k: _to64(v) for k, v in kw32.items()}
+    out64, _ = impl.forward(p64, config, ids, kw64["attention_mask"])
+    out32, _ = impl.forward(p32, config, ids, kw32["attention_mask"])
+    assert_f32_close(out32, out64, max_abs(out64), f"{preset}: forward output")
+    l64, g64, e64 = impl.loss_and_grads(p64, config, ids, **kw64)
+    l32, g32, e32 = impl.loss_and_grads(p32, config, ids, **kw32)
+    assert_f32_close(l32, l64, abs(float(l64)), f"{preset}: loss")
+    scale = max_abs(e64, *g64.values())
+    for name in g64:
+        assert_f32_close(g32[name], g64[name], scale, f"{preset}: d{name}")
+    assert_f32_close(e32, e64, scale, f"{preset}: d input_embeddings")
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_model_backward_zero_and_linear_in_upstream(impl, preset):
+    config, params, ids, kw = _model_inputs(impl, preset, np.float64)
+    out, cache = impl.forward(params, config, ids, kw["attention_mask"])
+    rng = np.random.default_rng(7)
+    d1, d2 = rng.standard_normal(out.shape), rng.standard_normal(out.shape)
+    g0, e0 = impl.backward(np.zeros_like(out), cache)
+    assert all(np.all(g == 0) for g in g0.values()) and np.all(e0 == 0)
+    a, b = 0.7, -1.3
+    g1, e1 = impl.backward(d1, cache)
+    g2, e2 = impl.backward(d2, cache)
+    g12, e12 = impl.backward(a * d1 + b * d2, cache)
+    pairs = [(g12[n], a * g1[n] + b * g2[n], np.abs(a * g1[n]) + np.abs(b * g2[n]))
+             for n in g1] + [(e12, a * e1 + b * e2, np.abs(a * e1) + np.abs(b * e2))]
+    scale = max(float(t.max()) for _, _, t in pairs)
+    for got, want, _ in pairs:
+        np.testing.assert_allclose(got, want, rtol=0, atol=F64_IDENTITY_RTOL * scale)
