@@ -126,9 +126,14 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
     if T < 1 or B < 1:
         raise ValueError(f"input_ids: expected B >= 1 and T >= 1, got shape {(B, T)}")
     if T > config.max_len:
-        raise ValueError(f"input_ids: sequence length {T} exceeds config.max_len={config.max_len}")
+        name = "input_ids" if input_ids is not None else "inputs_embeds"
+        raise ValueError(f"{name}: sequence length {T} exceeds config.max_len={config.max_len}")
     if attention_mask is not None:
         attention_mask = as_mask("attention_mask", attention_mask, shape=(B, T))
+        empty = np.flatnonzero(~attention_mask.any(axis=-1))
+        if empty.size:
+            raise ValueError(f"attention_mask: expected at least one attended (1) position per "
+                             f"sequence, rows {empty.tolist()} have none")
 
     emb_cache = None
     if input_ids is not None:
@@ -185,6 +190,8 @@ def backward(dout, cache):
 def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_index):
     """head "mlm": masked cross-entropy of logits vs ``labels`` [B, T];
     head "none": MSE of hidden states vs constant ``targets`` [B, T, H]."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
     if config.head == "mlm":
         if labels is None:
             raise ValueError("labels: required for head 'mlm', got None")
@@ -192,6 +199,7 @@ def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_in
                                          reduction=reduction)
     if targets is None:
         raise ValueError("targets: required for head 'none', got None")
+    as_float_array("targets", targets, shape=out.shape, dtype=out.dtype)
     return ops.mse_forward(out, targets)
 
 

@@ -98,14 +98,14 @@ def position_embedding_forward(x, W_pos):
     if T > W_pos.shape[0]:
         raise ValueError(
             f"x: sequence length {T} exceeds the {W_pos.shape[0]} positions of W_pos")
-    return x + W_pos[:T], (T, W_pos.shape)
+    return x + W_pos[:T], (T, W_pos.shape, x.dtype)
 
 
 @implements("position.learned.backward")
 def position_embedding_backward(dout, cache):
     """dx = dout; dW_pos[t] = sum_b dout[b, t] for t < T, 0 for unused positions."""
-    T, W_shape = cache
-    as_float_array("dout", dout, shape=(None, T, W_shape[1]))
+    T, W_shape, dtype = cache
+    as_float_array("dout", dout, shape=(None, T, W_shape[1]), dtype=dtype)
     dW_pos = np.zeros(W_shape, dtype=dout.dtype)
     dW_pos[:T] = dout.sum(axis=0)
     return dout, dW_pos
@@ -131,11 +131,12 @@ def sinusoidal_encoding(T: int, d: int, dtype=np.float64) -> np.ndarray:
 def sinusoidal_position_forward(x):
     """x + PE (no parameters).  x [B, T, H]."""
     as_float_array("x", x, ndim=3)
-    return x + sinusoidal_encoding(x.shape[1], x.shape[2], x.dtype), x.shape
+    return x + sinusoidal_encoding(x.shape[1], x.shape[2], x.dtype), (x.shape, x.dtype)
 
 
 def sinusoidal_position_backward(dout, cache):
-    as_float_array("dout", dout, shape=cache)
+    shape, dtype = cache
+    as_float_array("dout", dout, shape=shape, dtype=dtype)
     return (dout,)
 
 
@@ -234,14 +235,14 @@ def softmax_backward(dp, cache):
 def relu_forward(x):
     """max(0, x)."""
     as_float_array("x", x)
-    return np.maximum(x, 0), x > 0
+    return np.maximum(x, 0), (x > 0, x.dtype)
 
 
 @implements("relu.backward")
 def relu_backward(dy, cache):
     """dx = dy * [x > 0] (the subgradient at 0 is taken as 0, as torch does)."""
-    positive = cache
-    as_float_array("dy", dy, shape=positive.shape)
+    positive, dtype = cache
+    as_float_array("dy", dy, shape=positive.shape, dtype=dtype)
     return (dy * positive,)
 
 
@@ -264,15 +265,24 @@ def tanh_backward(dy, cache):
 @implements("attention.split_heads")
 def split_heads(x, n_heads: int):
     """[B, T, H] -> [B, A, T, d_k]: head a owns features a*d_k:(a+1)*d_k."""
+    as_float_array("x", x, ndim=3, finite=False)
     B, T, H = x.shape
+    _check_heads(n_heads, H)
     return x.reshape(B, T, n_heads, H // n_heads).transpose(0, 2, 1, 3)
 
 
 @implements("attention.merge_heads")
 def merge_heads(x):
     """[B, A, T, d_k] -> [B, T, H] (the inverse of split_heads, and its adjoint)."""
+    as_float_array("x", x, ndim=4, finite=False)
     B, A, T, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, T, A * d_k)
+
+
+def _check_heads(n_heads, H: int) -> None:
+    if (not isinstance(n_heads, (int, np.integer)) or isinstance(n_heads, bool) or n_heads < 1
+            or H % n_heads):
+        raise ValueError(f"n_heads: expected a positive divisor of H={H}, got {n_heads!r}")
 
 
 ATTENTION_PARAMS = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
@@ -292,8 +302,10 @@ def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=N
     B, T, H = x.shape
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v), ("W_o", W_o)):
         as_float_array(name, W, shape=(H, H), dtype=x.dtype)
-    if not isinstance(n_heads, (int, np.integer)) or n_heads < 1 or H % n_heads:
-        raise ValueError(f"n_heads: expected a positive divisor of H={H}, got {n_heads!r}")
+    _check_heads(n_heads, H)
+    for name, b in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v), ("b_o", b_o)):
+        if b is not None:
+            as_float_array(name, b, shape=(H,), dtype=x.dtype)
     d_k = H // n_heads
     if mask is not None:
         mask = as_mask("mask", mask, shape=(B, T))
@@ -346,6 +358,14 @@ FFN_PARAMS = ("W_1", "b_1", "W_2", "b_2")
 @implements("ffn.forward")
 def ffn_forward(x, W_1, b_1, W_2, b_2):
     """FFN(x) = ReLU(x W_1 + b_1) W_2 + b_2.  [..., H] -> [..., I] -> [..., H]."""
+    as_float_array("x", x, min_ndim=1)
+    H = x.shape[-1]
+    as_float_array("W_1", W_1, ndim=2, dtype=x.dtype)
+    I = W_1.shape[1]
+    as_float_array("W_1", W_1, shape=(H, I))
+    as_float_array("b_1", b_1, shape=(I,), dtype=x.dtype)
+    as_float_array("W_2", W_2, shape=(I, H), dtype=x.dtype)
+    as_float_array("b_2", b_2, shape=(H,), dtype=x.dtype)
     h, c1 = linear_forward(x, W_1, b_1)
     a, c_relu = relu_forward(h)
     y, c2 = linear_forward(a, W_2, b_2)
@@ -377,6 +397,12 @@ def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12):
     x' = LN1(x + MHA(x));  out = LN2(x' + FFN(x')).
     ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays.
     """
+    if not isinstance(p, dict):
+        raise ValueError(f"p: expected a dict of block parameters, got {type(p).__name__}")
+    expected = set(block_param_names(attn_bias="attn.b_q" in p))
+    if set(p) != expected:
+        raise ValueError(f"p: expected the keys of block_param_names(); missing "
+                         f"{sorted(expected - set(p))}, unexpected {sorted(set(p) - expected)}")
     attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]
     a, c_attn = attention_forward(x, *attn_args, n_heads=n_heads, mask=mask)
     h1, c_ln1 = layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)

@@ -28,11 +28,18 @@ def as_float_array(name: str, x, *, ndim=None, min_ndim=None, shape=None, dtype=
         raise ValueError(
             f"{name}: expected dtype {np.dtype(dtype)} (matching the other inputs), got {x.dtype}")
     _check_shape(name, x, ndim=ndim, min_ndim=min_ndim, shape=shape)
+    _check_nonempty(name, x)
     if finite and not np.all(np.isfinite(x)):
         bad = np.argwhere(~np.isfinite(x))[0]
         raise ValueError(
             f"{name}: expected finite values, got {x[tuple(bad)]} at index {tuple(bad)}")
     return x
+
+
+def _check_nonempty(name, x) -> None:
+    """No axis of size 0: an empty axis makes a reduction (mean, max, softmax) undefined."""
+    if x.size == 0:
+        raise ValueError(f"{name}: expected every axis to have size >= 1, got shape {x.shape}")
 
 
 def _check_shape(name, x, *, ndim=None, min_ndim=None, shape=None) -> None:
@@ -56,6 +63,7 @@ def as_index_array(name: str, ids, *, ndim=None, shape=None, low: int = 0, high:
     if not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"{name}: expected an integer dtype, got {ids.dtype}")
     _check_shape(name, ids, ndim=ndim, shape=shape)
+    _check_nonempty(name, ids)
     ok = ids >= low
     if high is not None:
         ok &= ids < high
