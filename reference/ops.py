@@ -98,14 +98,15 @@ def position_embedding_forward(x, W_pos):
     if T > W_pos.shape[0]:
         raise ValueError(
             f"x: sequence length {T} exceeds the {W_pos.shape[0]} positions of W_pos")
-    return x + W_pos[:T], (T, W_pos.shape, x.dtype)
+    return x + W_pos[:T], (x.shape, W_pos.shape, x.dtype)
 
 
 @implements("position.learned.backward")
 def position_embedding_backward(dout, cache):
     """dx = dout; dW_pos[t] = sum_b dout[b, t] for t < T, 0 for unused positions."""
-    T, W_shape, dtype = cache
-    as_float_array("dout", dout, shape=(None, T, W_shape[1]), dtype=dtype)
+    x_shape, W_shape, dtype = cache
+    as_float_array("dout", dout, shape=x_shape, dtype=dtype)
+    T = x_shape[1]
     dW_pos = np.zeros(W_shape, dtype=dout.dtype)
     dW_pos[:T] = dout.sum(axis=0)
     return dout, dW_pos

@@ -1,0 +1,379 @@
+"""Bad input gets a ValueError that names the offending argument (never an IndexError from deep
+inside NumPy, a silent broadcast or a silent cast)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from reference.config import BertConfig, mini_bert, seed001
+
+rng = np.random.default_rng(0)
+B, T, H, A, I, V = 2, 3, 4, 2, 5, 6
+X = rng.standard_normal((B, T, H))
+W = rng.standard_normal((H, H))
+VEC = rng.standard_normal(H)
+IDS = np.array([[0, 1, 1], [5, 0, 2]])
+
+
+def f32(a):
+    return a.astype(np.float32)
+
+
+def with_nan(a):
+    a = a.copy()
+    a.flat[-1] = np.nan
+    return a
+
+
+def with_inf(a):
+    a = a.copy()
+    a.flat[0] = -np.inf
+    return a
+
+
+def raises(arg):
+    """pytest.raises(ValueError) whose message starts with the argument's name."""
+    return pytest.raises(ValueError, match=rf"^{arg}(?!\w)")
+
+
+def ffn_args():
+    return (X, rng.standard_normal((H, I)), rng.standard_normal(I), rng.standard_normal((I, H)),
+            rng.standard_normal(H))
+
+
+def block_params(bias=True):
+    p = {f"attn.{n}": W.copy() for n in ("W_q", "W_k", "W_v", "W_o")}
+    if bias:
+        p.update({f"attn.{n}": VEC.copy() for n in ("b_q", "b_k", "b_v", "b_o")})
+    x, W_1, b_1, W_2, b_2 = ffn_args()
+    p.update({"ffn.W_1": W_1, "ffn.b_1": b_1, "ffn.W_2": W_2, "ffn.b_2": b_2})
+    p.update({"ln1.gamma": VEC + 1, "ln1.beta": VEC, "ln2.gamma": VEC - 1, "ln2.beta": VEC})
+    return p
+
+
+# --------------------------------------------------------------------------- op forwards
+# (label, arg named in the message, call(impl))
+FORWARD_CASES = [
+    # embedding
+    ("embedding ids >= V", "ids", lambda m: m.embedding_forward(IDS, rng.standard_normal((5, H)))),
+    ("embedding ids < 0", "ids", lambda m: m.embedding_forward(-IDS, rng.standard_normal((V, H)))),
+    ("embedding float ids", "ids", lambda m: m.embedding_forward(IDS * 1.0, W)),
+    ("embedding list ids", "ids", lambda m: m.embedding_forward(IDS.tolist(), W)),
+    ("embedding W rank 1", "W", lambda m: m.embedding_forward(IDS, VEC)),
+    ("embedding W int", "W", lambda m: m.embedding_forward(IDS, np.ones((V, H), int))),
+    ("embedding W nan", "W", lambda m: m.embedding_forward(IDS, with_nan(np.ones((V, H))))),
+    # position embeddings
+    ("position T > rows", "x", lambda m: m.position_embedding_forward(X, np.ones((T - 1, H)))),
+    ("position H mismatch", "W_pos", lambda m: m.position_embedding_forward(X, np.ones((T, 3)))),
+    ("position x rank 2", "x", lambda m: m.position_embedding_forward(X[0], np.ones((T, H)))),
+    ("position dtypes", "W_pos", lambda m: m.position_embedding_forward(X, f32(np.ones((T, H))))),
+    ("position inf", "W_pos", lambda m: m.position_embedding_forward(X, with_inf(np.ones((T, H))))),
+    ("sinusoidal x rank 2", "x", lambda m: m.sinusoidal_position_forward(X[0])),
+    ("sinusoidal nan", "x", lambda m: m.sinusoidal_position_forward(with_nan(X))),
+    ("sinusoidal T=0", "T", lambda m: m.sinusoidal_encoding(0, H)),
+    # linear
+    ("linear W shape", "W", lambda m: m.linear_forward(X, np.ones((H + 1, 2)))),
+    ("linear b shape", "b", lambda m: m.linear_forward(X, W, np.ones(H + 1))),
+    ("linear x int", "x", lambda m: m.linear_forward(np.ones((B, H), int), W)),
+    ("linear W float32", "W", lambda m: m.linear_forward(X, f32(W))),
+    ("linear b float32", "b", lambda m: m.linear_forward(X, W, f32(VEC))),
+    ("linear x nan", "x", lambda m: m.linear_forward(with_nan(X), W)),
+    ("linear W inf", "W", lambda m: m.linear_forward(X, with_inf(W))),
+    ("linear x scalar", "x", lambda m: m.linear_forward(np.float64(1.0) * np.ones(()), W)),
+    # layernorm
+    ("layernorm gamma shape", "gamma", lambda m: m.layernorm_forward(X, np.ones(H + 1), VEC)),
+    ("layernorm beta shape", "beta", lambda m: m.layernorm_forward(X, VEC, np.ones((1, H)))),
+    ("layernorm gamma f32", "gamma", lambda m: m.layernorm_forward(X, f32(VEC), VEC)),
+    ("layernorm x f32", "gamma", lambda m: m.layernorm_forward(f32(X), VEC, f32(VEC))),
+    ("layernorm x nan", "x", lambda m: m.layernorm_forward(with_nan(X), VEC, VEC)),
+    ("layernorm eps < 0", "eps", lambda m: m.layernorm_forward(X, VEC, VEC, -1e-5)),
+    ("layernorm eps nan", "eps", lambda m: m.layernorm_forward(X, VEC, VEC, float("nan"))),
+    ("layernorm empty", "x", lambda m: m.layernorm_forward(np.ones((B, 0)), np.ones(0),
+                                                            np.ones(0))),
+    # softmax
+    ("softmax mask shape", "mask", lambda m: m.softmax_forward(X, np.ones((B, T), bool))),
+    ("softmax mask float", "mask", lambda m: m.softmax_forward(X, np.ones(X.shape))),
+    ("softmax mask 0/1/2", "mask", lambda m: m.softmax_forward(X, np.full(X.shape, 2))),
+    ("softmax all-masked row", "mask",
+     lambda m: m.softmax_forward(X, np.arange(H) < np.array([[1, 0, 2]]).T[None])),
+    ("softmax x int", "x", lambda m: m.softmax_forward(np.ones((2, 3), int))),
+    ("softmax x inf", "x", lambda m: m.softmax_forward(with_inf(X))),
+    ("softmax empty row", "x", lambda m: m.softmax_forward(np.ones((2, 0)))),
+    # relu / tanh
+    ("relu int", "x", lambda m: m.relu_forward(np.ones(3, int))),
+    ("relu nan", "x", lambda m: m.relu_forward(with_nan(X))),
+    ("tanh list", "x", lambda m: m.tanh_forward([1.0, 2.0])),
+    ("tanh inf", "x", lambda m: m.tanh_forward(with_inf(X))),
+    # split / merge heads
+    ("split_heads H % A", "n_heads", lambda m: m.split_heads(X, 3)),
+    ("split_heads rank", "x", lambda m: m.split_heads(X[0], 2)),
+    ("merge_heads rank", "x", lambda m: m.merge_heads(X)),
+    # attention
+    ("attention H % A", "n_heads", lambda m: m.attention_forward(X, W, W, W, W, n_heads=3)),
+    ("attention n_heads 0", "n_heads", lambda m: m.attention_forward(X, W, W, W, W, n_heads=0)),
+    ("attention x rank 2", "x", lambda m: m.attention_forward(X[0], W, W, W, W, n_heads=A)),
+    ("attention W_k shape", "W_k",
+     lambda m: m.attention_forward(X, W, W[:, :2], W, W, n_heads=A)),
+    ("attention W_o f32", "W_o", lambda m: m.attention_forward(X, W, W, W, f32(W), n_heads=A)),
+    ("attention W_v nan", "W_v",
+     lambda m: m.attention_forward(X, W, W, with_nan(W), W, n_heads=A)),
+    ("attention b_q shape", "b_q",
+     lambda m: m.attention_forward(X, W, W, W, W, VEC[:3], n_heads=A)),
+    ("attention b_k f32", "b_k",
+     lambda m: m.attention_forward(X, W, W, W, W, VEC, f32(VEC), n_heads=A)),
+    ("attention b_o inf", "b_o",
+     lambda m: m.attention_forward(X, W, W, W, W, b_o=with_inf(VEC), n_heads=A)),
+    ("attention mask shape", "mask",
+     lambda m: m.attention_forward(X, W, W, W, W, n_heads=A, mask=np.ones((B, T + 1), bool))),
+    ("attention mask [B,T,T]", "mask",
+     lambda m: m.attention_forward(X, W, W, W, W, n_heads=A, mask=np.ones((B, T, T), bool))),
+    ("attention mask float", "mask",
+     lambda m: m.attention_forward(X, W, W, W, W, n_heads=A, mask=np.ones((B, T)))),
+    ("attention all-masked row", "mask",
+     lambda m: m.attention_forward(X, W, W, W, W, n_heads=A, mask=np.array([[1, 0, 1],
+                                                                           [0, 0, 0]]))),
+    # ffn
+    ("ffn W_1 shape", "W_1",
+     lambda m: m.ffn_forward(X, *((np.ones((H + 1, I)),) + ffn_args()[2:]))),
+    ("ffn b_1 shape", "b_1",
+     lambda m: m.ffn_forward(X, ffn_args()[1], np.ones(I + 1), *ffn_args()[3:])),
+    ("ffn W_2 shape", "W_2",
+     lambda m: m.ffn_forward(X, *ffn_args()[1:3], np.ones((I, H + 1)), ffn_args()[4])),
+    ("ffn b_2 f32", "b_2", lambda m: m.ffn_forward(*ffn_args()[:4], f32(ffn_args()[4]))),
+    ("ffn x nan", "x", lambda m: m.ffn_forward(with_nan(X), *ffn_args()[1:])),
+    # block
+    ("block missing key", "p", lambda m: m.block_forward(
+        X, {k: v for k, v in block_params().items() if k != "ln1.gamma"}, n_heads=A)),
+    ("block extra key", "p", lambda m: m.block_forward(
+        X, {**block_params(), "ln3.gamma": VEC}, n_heads=A)),
+    ("block partial biases", "p", lambda m: m.block_forward(
+        X, {k: v for k, v in block_params().items() if k != "attn.b_v"}, n_heads=A)),
+    ("block not a dict", "p", lambda m: m.block_forward(X, list(block_params().values()),
+                                                        n_heads=A)),
+    ("block H % A", "n_heads", lambda m: m.block_forward(X, block_params(), n_heads=3)),
+    ("block all-masked row", "mask", lambda m: m.block_forward(
+        X, block_params(), n_heads=A, mask=np.array([[0, 0, 0], [1, 1, 1]]))),
+    ("block gamma nan", r"gamma", lambda m: m.block_forward(
+        X, {**block_params(), "ln2.gamma": with_nan(VEC)}, n_heads=A)),
+    # pooler
+    ("pooler T = 0", "h", lambda m: m.pooler_forward(np.ones((B, 0, H)), W, VEC)),
+    ("pooler h rank 2", "h", lambda m: m.pooler_forward(X[:, 0], W, VEC)),
+    ("pooler W shape", "W", lambda m: m.pooler_forward(X, W[:2], VEC)),
+    ("pooler b f32", "b", lambda m: m.pooler_forward(X, W, f32(VEC))),
+    # losses
+    ("ce bad reduction", "reduction",
+     lambda m: m.cross_entropy_forward(X, np.zeros((B, T), int), reduction="max")),
+    ("ce mean, nothing predicted", "labels",
+     lambda m: m.cross_entropy_forward(X, np.full((B, T), -100))),
+    ("ce label >= V", "labels", lambda m: m.cross_entropy_forward(X, np.full((B, T), H))),
+    ("ce label < 0 (not ignore)", "labels",
+     lambda m: m.cross_entropy_forward(X, np.full((B, T), -1))),
+    ("ce labels shape", "labels", lambda m: m.cross_entropy_forward(X, np.zeros((B, T + 1), int))),
+    ("ce float labels", "labels", lambda m: m.cross_entropy_forward(X, np.zeros((B, T)))),
+    ("ce logits nan", "logits",
+     lambda m: m.cross_entropy_forward(with_nan(X), np.zeros((B, T), int))),
+    ("mse shape", "y", lambda m: m.mse_forward(X, X[:, :2])),
+    ("mse broadcast", "y", lambda m: m.mse_forward(X, X[:1])),
+    ("mse dtypes", "y", lambda m: m.mse_forward(X, f32(X))),
+    ("mse inf", "y_hat", lambda m: m.mse_forward(with_inf(X), X)),
+]
+
+
+@pytest.mark.parametrize("label,arg,call", FORWARD_CASES, ids=[c[0] for c in FORWARD_CASES])
+def test_forward_rejects_bad_input(impl, label, arg, call):
+    with raises(arg):
+        call(impl)
+
+
+def test_sum_cross_entropy_with_nothing_predicted_is_zero(impl):
+    """Not an error: a sum over no predicted position is 0 (only the mean is undefined)."""
+    loss, cache = impl.cross_entropy_forward(X, np.full((B, T), -100), reduction="sum")
+    assert loss == 0
+    (d,) = impl.cross_entropy_backward(0.5, cache)
+    assert np.all(d == 0)
+
+
+# --------------------------------------------------------------------------- op backwards
+def _backward_setups(m):
+    """op name -> (backward, cache, a good upstream gradient)."""
+    setups = {
+        "embedding": (m.embedding_backward, m.embedding_forward(IDS, np.ones((V, H)))[1]),
+        "position_embedding": (m.position_embedding_backward,
+                               m.position_embedding_forward(X, np.ones((T + 1, H)))[1]),
+        "sinusoidal_position": (m.sinusoidal_position_backward,
+                                m.sinusoidal_position_forward(X)[1]),
+        "linear": (m.linear_backward, m.linear_forward(X, W, VEC)[1]),
+        "layernorm": (m.layernorm_backward, m.layernorm_forward(X, VEC, VEC)[1]),
+        "softmax": (m.softmax_backward, m.softmax_forward(X)[1]),
+        "relu": (m.relu_backward, m.relu_forward(X)[1]),
+        "tanh": (m.tanh_backward, m.tanh_forward(X)[1]),
+        "attention": (m.attention_backward, m.attention_forward(X, W, W, W, W, n_heads=A)[1]),
+        "ffn": (m.ffn_backward, m.ffn_forward(*ffn_args())[1]),
+        "block": (m.block_backward, m.block_forward(X, block_params(), n_heads=A)[1]),
+    }
+    return {k: (bwd, cache, X) for k, (bwd, cache) in setups.items()} | {
+        "pooler": (m.pooler_backward, m.pooler_forward(X, W, VEC)[1], X[:, 0]),
+    }
+
+
+BACKWARD_OPS = ["embedding", "position_embedding", "sinusoidal_position", "linear", "layernorm",
+                "softmax", "relu", "tanh", "attention", "ffn", "block", "pooler"]
+BAD_UPSTREAM = {
+    "wrong shape": lambda d: d[..., :-1] if d.shape[-1] > 1 else d[:1, None],
+    "extra axis": lambda d: d[None],
+    "broadcastable": lambda d: d[:1],
+    "float32": f32,
+    "int": lambda d: d.astype(int),
+    "nan": with_nan,
+    "inf": with_inf,
+    "list": lambda d: d.tolist(),
+}
+
+
+@functools.cache
+def _setups(impl):
+    return _backward_setups(impl)
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_UPSTREAM))
+@pytest.mark.parametrize("op", BACKWARD_OPS)
+def test_backward_rejects_bad_upstream(impl, op, bad):
+    backward, cache, dout = _setups(impl)[op]
+    backward(dout, cache)  # the good upstream is accepted
+    with raises(r"d\w*"):
+        backward(BAD_UPSTREAM[bad](dout), cache)
+
+
+@pytest.mark.parametrize("bad", [np.ones(2), np.nan, np.inf, "1.0", None])
+def test_loss_backward_rejects_non_scalar_upstream(impl, bad):
+    _, c_ce = impl.cross_entropy_forward(X, np.zeros((B, T), int))
+    _, c_mse = impl.mse_forward(X, X * 0.5)
+    with raises("dloss"):
+        impl.cross_entropy_backward(bad, c_ce)
+    with raises("dloss"):
+        impl.mse_backward(bad, c_mse)
+
+
+# --------------------------------------------------------------------------- model
+@functools.cache
+def _model(impl, preset):
+    config = {"mini_bert": mini_bert, "seed001": seed001}[preset](
+        n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=4, vocab_size=11)
+    return config, impl.init_params(config, seed=0, dtype=np.float64)
+
+
+def _model_kw(config):
+    return ({"labels": np.array([[1, -100, 3], [-100, 2, -100]])} if config.head == "mlm"
+            else {"targets": np.zeros((B, T, config.hidden))})
+
+
+MODEL_CASES = [
+    ("ids >= V", "input_ids", lambda c, p: dict(input_ids=np.full((B, T), c.vocab_size))),
+    ("ids < 0", "input_ids", lambda c, p: dict(input_ids=np.full((B, T), -1))),
+    ("ids float", "input_ids", lambda c, p: dict(input_ids=np.zeros((B, T)))),
+    ("ids rank 1", "input_ids", lambda c, p: dict(input_ids=np.zeros(T, int))),
+    ("ids rank 3", "input_ids", lambda c, p: dict(input_ids=np.zeros((B, T, 1), int))),
+    ("T > max_len", "input_ids",
+     lambda c, p: dict(input_ids=np.zeros((B, c.max_len + 1), int))),
+    ("T = 0", "input_ids", lambda c, p: dict(input_ids=np.zeros((B, 0), int))),
+    ("embeds T > max_len", "inputs_embeds",
+     lambda c, p: dict(input_ids=None, inputs_embeds=np.zeros((B, c.max_len + 1, c.hidden)))),
+    ("embeds wrong H", "inputs_embeds",
+     lambda c, p: dict(input_ids=None, inputs_embeds=np.zeros((B, T, c.hidden + 1)))),
+    ("embeds float32", "inputs_embeds",
+     lambda c, p: dict(input_ids=None, inputs_embeds=np.zeros((B, T, c.hidden), np.float32))),
+    ("embeds nan", "inputs_embeds",
+     lambda c, p: dict(input_ids=None, inputs_embeds=with_nan(np.zeros((B, T, c.hidden))))),
+    ("both ids and embeds", "input_ids",
+     lambda c, p: dict(inputs_embeds=np.zeros((B, T, c.hidden)))),
+    ("neither ids nor embeds", "input_ids", lambda c, p: dict(input_ids=None)),
+    ("mask shape", "attention_mask", lambda c, p: dict(attention_mask=np.ones((B, T + 1), int))),
+    ("mask float", "attention_mask", lambda c, p: dict(attention_mask=np.ones((B, T)))),
+    ("mask values", "attention_mask", lambda c, p: dict(attention_mask=np.full((B, T), 3))),
+    ("all-masked sequence", "attention_mask",
+     lambda c, p: dict(attention_mask=np.array([[1, 1, 0], [0, 0, 0]]))),
+    ("params missing key", "params",
+     lambda c, p: dict(params={k: v for k, v in p.items() if k != "layers.0.ln1.beta"})),
+    ("params extra key", "params", lambda c, p: dict(params={**p, "layers.1.ln1.beta": VEC})),
+    ("params not a dict", "params", lambda c, p: dict(params=list(p.values()))),
+    ("params wrong shape", r"params\['layers.0.ffn.W_1'\]",
+     lambda c, p: dict(params={**p, "layers.0.ffn.W_1": p["layers.0.ffn.W_1"].T.copy()})),
+    ("params mixed dtypes", r"params\['layers.0.ln2.gamma'\]",
+     lambda c, p: dict(params={**p, "layers.0.ln2.gamma": f32(p["layers.0.ln2.gamma"])})),
+    ("params int", r"params\['embeddings.token.W'\]",
+     lambda c, p: dict(params={**p, "embeddings.token.W": p["embeddings.token.W"].astype(int)})),
+    ("params nan", r"params\['layers.0.attn.W_v'\]",
+     lambda c, p: dict(params={**p, "layers.0.attn.W_v": with_nan(p["layers.0.attn.W_v"])})),
+    ("params inf", r"params\['layers.0.ln1.gamma'\]",
+     lambda c, p: dict(params={**p, "layers.0.ln1.gamma": with_inf(p["layers.0.ln1.gamma"])})),
+    ("bad reduction", "reduction", lambda c, p: dict(reduction="avg")),
+]
+MLM_CASES = [
+    ("mean CE, nothing predicted", "labels", lambda c, p: dict(labels=np.full((B, T), -100))),
+    ("labels >= V", "labels", lambda c, p: dict(labels=np.full((B, T), c.vocab_size))),
+    ("labels shape", "labels", lambda c, p: dict(labels=np.zeros((B, T + 1), int))),
+    ("labels missing", "labels", lambda c, p: dict(labels=None)),
+]
+NONE_HEAD_CASES = [
+    ("targets shape", "targets", lambda c, p: dict(targets=np.zeros((B, T, c.hidden - 1)))),
+    ("targets float32", "targets", lambda c, p: dict(targets=np.zeros((B, T, c.hidden),
+                                                                      np.float32))),
+    ("targets nan", "targets", lambda c, p: dict(targets=with_nan(np.zeros((B, T, c.hidden))))),
+    ("targets missing", "targets", lambda c, p: dict(targets=None)),
+]
+
+
+def _model_params():
+    out = []
+    for preset in ("mini_bert", "seed001"):
+        extra = MLM_CASES if preset == "mini_bert" else NONE_HEAD_CASES
+        for label, arg, make in MODEL_CASES + extra:
+            out.append(pytest.param(preset, arg, make, id=f"{preset}-{label}"))
+    return out
+
+
+@pytest.mark.parametrize("preset,arg,make", _model_params())
+def test_model_rejects_bad_input(impl, preset, arg, make):
+    config, params = _model(impl, preset)
+    kw = dict(params=params, input_ids=IDS % config.vocab_size,
+              attention_mask=np.array([[1, 1, 1], [1, 1, 0]]), **_model_kw(config))
+    impl.loss_and_grads(kw.pop("params"), config, **kw)  # the unmodified call is fine
+    kw = {**dict(params=params, input_ids=IDS % config.vocab_size,
+                 attention_mask=np.array([[1, 1, 1], [1, 1, 0]]), **_model_kw(config)),
+          **make(config, params)}
+    params_arg = kw.pop("params")
+    with raises(arg):
+        impl.loss_and_grads(params_arg, config, **kw)
+    if arg not in ("labels", "targets", "reduction"):  # the forward alone rejects it too
+        fwd = {k: kw[k] for k in ("input_ids", "attention_mask", "inputs_embeds") if k in kw}
+        with raises(arg):
+            impl.forward(params_arg, config, fwd.pop("input_ids", None),
+                         fwd.pop("attention_mask", None), **fwd)
+
+
+def test_model_backward_rejects_bad_upstream(impl):
+    config, params = _model(impl, "mini_bert")
+    out, cache = impl.forward(params, config, IDS % config.vocab_size)
+    for bad in (out[:, :1], f32(out), with_nan(out), out[..., None]):
+        with raises("dout"):
+            impl.backward(bad, cache)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("n_heads", 5), ("n_heads", 0), ("hidden", 0), ("vocab_size", -1), ("max_len", 2.5),
+    ("position", "rotary"), ("head", "cls"), ("ln_eps", -1e-5), ("init_std", 0.0),
+])
+def test_config_rejects_bad_values(field, value):
+    """H not divisible by A, non-positive sizes, unknown options."""
+    with raises(field):
+        BertConfig(**{**mini_bert().to_dict(), "hidden": 12, field: value})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, "complex128"])
+def test_init_params_rejects_non_float_dtypes(impl, dtype):
+    with raises("dtype"):
+        impl.init_params(mini_bert(n_layers=1, hidden=8, intermediate=8, vocab_size=5),
+                         dtype=dtype)
