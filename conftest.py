@@ -13,8 +13,14 @@ from __future__ import annotations
 import importlib
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# The tests multiply tiny matrices: a multi-threaded BLAS under pytest-xdist (2 workers x 2 BLAS
+# threads on 2 cores) spends its time spin-waiting -- one 15x192 @ 192x8192 product took 0.6 s
+# instead of 10 ms.  Must be set before NumPy loads; an explicit setting in the environment wins.
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile("dev", max_examples=12, deadline=None)
 settings.register_profile(
