@@ -35,6 +35,7 @@ class OpSpec:
     adapter: Callable | None = None  # impl -> (forward, backward) for non-standard signatures
     smooth: Callable | None = None  # (impl, case) -> bool: the case is away from non-smooth points
     elementwise_max: int = ELEMENTWISE_MAX_SIZE
+    n_dirs: int = N_DIRECTIONS
     # (case) -> bool: the case is well-conditioned enough to compare float32 with float64
     f32_ok: Callable | None = None
 
@@ -133,7 +134,7 @@ def _ops() -> list[OpSpec]:
                 # its Jacobian is 0 (up to eps), so every gradient upstream of it is a pure
                 # cancellation, ~0 in float64 and rounding noise of O(u * terms) in float32
                 f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3,
-                elementwise_max=0))  # ~20 tensors through a whole block: directional only
+                elementwise_max=0, n_dirs=2))  # ~20 tensors through a whole block: directional only
     ops += [
         OpSpec("pooler", S.pooler_cases, ("pooler.forward",), "pooler_forward",
                "pooler_backward"),
@@ -204,7 +205,7 @@ def check_op(impl, op: OpSpec, case: S.OpCase) -> dict:
         if x.size <= op.elementwise_max:
             results.append(elementwise_check(f, x, g, op=op.name, tensor=name))
         else:
-            results.append(directional_check(f, x, g, rng=rng, n_dirs=N_DIRECTIONS,
+            results.append(directional_check(f, x, g, rng=rng, n_dirs=op.n_dirs,
                                              op=op.name, tensor=name))
     assert_all_passed(results)
     return dict(zip(names, grads))
