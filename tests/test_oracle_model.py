@@ -5,8 +5,8 @@ F.layer_norm, F.linear, F.cross_entropy / F.mse_loss) and differentiated by torc
 Compared: the output (MLM logits or hidden states), the loss, every parameter gradient and the
 gradient w.r.t. the input embeddings (token + position sum).  Random gamma/beta/biases
 (spec.gradcheck.random_params), batch > 1 with repeated ids, a padding mask and ignored labels
-(spec.gradcheck.random_batch); float64 element-wise within ORACLE_*_F64, float32 within
-ORACLE_*_F32 relative to the gradients' scale (torch_oracle.allowed_error says why).
+(spec.gradcheck.random_batch); within ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of each tensor's
+magnitude (torch_oracle.allowed_error says why that, and not entry by entry).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def exactly_zero(name: str, T: int) -> bool:
 def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
     """Every parameter gradient and the input-embedding gradient.
 
-    float32 is judged relative to each tensor's own scale (these fixed cases have no degenerate
+    Each is judged relative to its own magnitude (these fixed cases have no degenerate
     tensors), except tensors whose exact gradient is 0: those are rounding noise on both sides,
     judged against the scale of the whole backward.
     """
