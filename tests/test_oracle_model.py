@@ -88,7 +88,7 @@ def exactly_zero(name: str, T: int) -> bool:
     """Parameters whose exact gradient is 0: the key bias (softmax is shift invariant along
     the keys) and, with a single token (T = 1, attention weights identically 1), every
     query/key parameter."""
-    leaf = name.rsplit(".", 1)[1]
+    leaf = name.rsplit(".", 1)[-1]
     return ".attn." in name and (leaf == "b_k" or (T == 1 and leaf in ("W_q", "W_k", "b_q")))
 
 
@@ -97,18 +97,30 @@ def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
 
     Each is judged relative to its own magnitude (these fixed cases have no degenerate
     tensors), except tensors whose exact gradient is 0: those are rounding noise on both sides,
-    judged against the scale of the whole backward.
+    judged against the scale of the whole backward.  Every tensor is checked and the failures
+    are listed in backward order (head first), so the first one names where the gradient first
+    goes wrong.
     """
     assert list(grads) == list(params), f"{label}: gradient keys differ from the params' keys"
     call_scale = to.grad_scale(list(theirs["grads"].values()) + [theirs["d_embeddings"]])
-    for name, g in grads.items():
-        if exactly_zero(name, T):
-            to.assert_close(f"{label} d{name}", g, theirs["grads"][name], dtype, call_scale)
-        else:
-            to.assert_close(f"{label} d{name}", g, theirs["grads"][name], dtype)
-            to.assert_nontrivial(f"{label} d{name}", theirs["grads"][name], dtype)
-    to.assert_close(f"{label} d(input embeddings)", d_emb, theirs["d_embeddings"], dtype)
-    to.assert_nontrivial(f"{label} d(input embeddings)", theirs["d_embeddings"], dtype)
+    ours = dict(grads, **{"(input embeddings)": d_emb})
+    reference = dict(theirs["grads"], **{"(input embeddings)": theirs["d_embeddings"]})
+    order = [n for n in reversed(list(params)) if not n.startswith("embeddings.")]
+    order += ["(input embeddings)"] + [n for n in params if n.startswith("embeddings.")]
+    failures = []
+    for name in order:
+        zero = exactly_zero(name, T)
+        try:
+            to.assert_close(f"{label} d{name}", ours[name], reference[name], dtype,
+                            call_scale if zero else 0.0)
+            if not zero:
+                to.assert_nontrivial(f"{label} d{name}", reference[name], dtype)
+        except AssertionError as e:
+            failures.append(str(e))
+    if failures:
+        raise AssertionError(f"{label}: {len(failures)} of {len(order)} gradients differ from "
+                             "torch (backward order, the first is where it starts):\n"
+                             + "\n".join(failures))
 
 
 @pytest.mark.equation(*MODEL_EQUATIONS, *LOSS_EQUATIONS)
