@@ -1,0 +1,165 @@
+"""The whole encoder against PyTorch, both presets: the model rebuilt in torch from the same flat
+parameter dict (tests/torch_oracle.py: F.embedding, nn.TransformerEncoderLayer post-LN blocks,
+F.layer_norm, F.linear, F.cross_entropy / F.mse_loss) and differentiated by torch.autograd.
+
+Compared: the output (MLM logits or hidden states), the loss, every parameter gradient and the
+gradient w.r.t. the input embeddings (token + position sum).  Random gamma/beta/biases
+(spec.gradcheck.random_params), batch > 1 with repeated ids, a padding mask and ignored labels
+(spec.gradcheck.random_batch); within ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of each tensor's
+magnitude (torch_oracle.allowed_error says why that, and not entry by entry).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from reference.config import PRESETS, mini_bert, seed001  # noqa: E402
+from spec.gradcheck import random_batch, random_params  # noqa: E402
+from tests import torch_oracle as to  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+MODEL_EQUATIONS = (
+    "embedding.forward", "embedding.backward", "position.learned.forward",
+    "position.learned.backward", "position.sinusoidal", "linear.forward", "linear.backward.dx",
+    "linear.backward.dW", "linear.backward.db", "layernorm.forward", "layernorm.backward.dx",
+    "layernorm.backward.dgamma", "layernorm.backward.dbeta", "softmax.forward",
+    "softmax.backward", "relu.forward", "relu.backward", "attention.split_heads",
+    "attention.merge_heads", "attention.qkv", "attention.scores", "attention.context",
+    "attention.output", "attention.backward.dW_o", "attention.backward.dV",
+    "attention.backward.dP", "attention.backward.dS", "attention.backward.dQ",
+    "attention.backward.dK", "attention.backward.dx", "ffn.forward", "ffn.backward",
+    "block.postln", "residual.forward", "residual.backward")
+LOSS_EQUATIONS = ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
+                  "loss.ce.backward.sum", "loss.mse", "loss.mse.backward")
+
+# Every ReLU pre-activation of the batch is at least this far from 0 (float64, torch).  float32
+# pre-activations differ from float64 by up to 5.4e-6 at the Mini-BERT sizes (measured, torch
+# float32 vs float64), and a ReLU flipped by that changes whole rows of dW_1 (seed 1 at B=3,
+# T=12 has one at 3.9e-7: torch float32 itself is then 6e-3 off).  10x that error; FD's
+# KINK_MARGIN (1e-3) is out of reach with ~4e4 pre-activations of size ~1 (smallest ~1e-5).
+MODEL_KINK_MARGIN = 5e-5
+
+# (preset, config, B, T, seed): the real sizes of both presets at small B, T, plus shrunk
+# configs over several seeds (T = 1 included).  Every case is checked for kinks first.
+SMALL = dict(n_layers=2, hidden=12, n_heads=3, intermediate=20, vocab_size=13, max_len=9)
+CASES = [
+    ("mini_bert", mini_bert(), 3, 8, 6),
+    ("mini_bert", mini_bert(), 2, 12, 6),
+    ("seed001", seed001(), 3, 8, 2),
+    ("mini_bert-small", mini_bert(**SMALL), 2, 9, 1),
+    ("mini_bert-small", mini_bert(**SMALL), 3, 1, 2),
+    ("seed001-small", seed001(**SMALL), 2, 9, 1),
+    ("seed001-small", seed001(**SMALL), 3, 1, 2),
+]
+case_ids = [f"{name}-B{B}-T{T}-s{seed}" for name, _, B, T, seed in CASES]
+# the MLM head's loss in both reductions, hidden states with MSE (it has a single reduction)
+LOSS_CASES = [(*case, loss) for case in CASES
+              for loss in (("mean", "sum") if case[1].head == "mlm" else ("mse",))]
+loss_case_ids = [f"{name}-B{B}-T{T}-s{seed}-{loss}" for name, _, B, T, seed, loss in LOSS_CASES]
+dtypes = pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+
+
+def make_case(impl, config, B, T, seed, dtype):
+    """float params (random gamma/beta/biases) and a batch, with its preconditions asserted."""
+    params64 = random_params(impl, config, seed)
+    batch = random_batch(config, B, T, seed)
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    if T == 1:  # random_batch predicts every single-token sequence: ignore the last one
+        labels[-1, 0] = to.IGNORE_INDEX
+    assert B > 1, "the oracle runs need batch > 1"
+    assert len(np.unique(ids)) < ids.size, "the batch needs repeated token ids"
+    if T > 1:
+        assert not mask.all(), "the batch needs padding"
+    assert (labels == to.IGNORE_INDEX).any() and (labels != to.IGNORE_INDEX).any(), (
+        "labels need both ignored and predicted positions")
+    cond = to.model_conditioning(params64, config, ids, mask)
+    assert cond["relu"] > MODEL_KINK_MARGIN, (
+        f"seed {seed}: a ReLU pre-activation is {cond['relu']:.1e} from its kink; pick another "
+        "seed (the comparison would test rounding, not the backward)")
+    params = {k: v.astype(dtype) for k, v in params64.items()}
+    return params, dict(batch, targets=batch["targets"].astype(dtype))
+
+
+def exactly_zero(name: str, T: int) -> bool:
+    """Parameters whose exact gradient is 0: the key bias (softmax is shift invariant along
+    the keys) and, with a single token (T = 1, attention weights identically 1), every
+    query/key parameter."""
+    leaf = name.rsplit(".", 1)[-1]
+    return ".attn." in name and (leaf == "b_k" or (T == 1 and leaf in ("W_q", "W_k", "b_q")))
+
+
+def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
+    """Every parameter gradient and the input-embedding gradient.
+
+    Each is judged relative to its own magnitude (these fixed cases have no degenerate
+    tensors), except tensors whose exact gradient is 0: those are rounding noise on both sides,
+    judged against the scale of the whole backward.  Every tensor is checked and the failures
+    are listed in backward order (head first), so the first one names where the gradient first
+    goes wrong.
+    """
+    assert list(grads) == list(params), f"{label}: gradient keys differ from the params' keys"
+    call_scale = to.grad_scale(list(theirs["grads"].values()) + [theirs["d_embeddings"]])
+    ours = dict(grads, **{"(input embeddings)": d_emb})
+    reference = dict(theirs["grads"], **{"(input embeddings)": theirs["d_embeddings"]})
+    order = [n for n in reversed(list(params)) if not n.startswith("embeddings.")]
+    order += ["(input embeddings)"] + [n for n in params if n.startswith("embeddings.")]
+    failures = []
+    for name in order:
+        zero = exactly_zero(name, T)
+        try:
+            to.assert_close(f"{label} d{name}", ours[name], reference[name], dtype,
+                            call_scale if zero else 0.0)
+            if not zero:
+                to.assert_nontrivial(f"{label} d{name}", reference[name], dtype)
+        except AssertionError as e:
+            failures.append(str(e))
+    if failures:
+        raise AssertionError(f"{label}: {len(failures)} of {len(order)} gradients differ from "
+                             "torch (backward order, the first is where it starts):\n"
+                             + "\n".join(failures))
+
+
+@pytest.mark.equation(*MODEL_EQUATIONS, *LOSS_EQUATIONS)
+@dtypes
+@pytest.mark.parametrize("name, config, B, T, seed, loss", LOSS_CASES, ids=loss_case_ids)
+def test_model_loss_and_grads(impl, dtype, name, config, B, T, seed, loss):
+    """Loss (CE mean/sum with ignore_index for the MLM head, MSE for hidden states), every
+    parameter gradient and the input-embedding gradient."""
+    params, batch = make_case(impl, config, B, T, seed, dtype)
+    kw = dict(attention_mask=batch["attention_mask"])
+    if loss == "mse":
+        kw.update(targets=batch["targets"])
+    else:
+        kw.update(labels=batch["labels"], reduction=loss)
+    value, grads, d_emb = impl.loss_and_grads(params, config, batch["input_ids"], **kw)
+    theirs = to.model_loss_and_grads(params, config, batch["input_ids"], **kw)
+    label = f"{name}[{loss}]"
+    to.assert_close(f"{label} loss", np.asarray(value), theirs["loss"], dtype)
+    compare_grads(label, grads, d_emb, theirs, dtype, params, T)
+
+
+@pytest.mark.equation(*MODEL_EQUATIONS)
+@dtypes
+@pytest.mark.parametrize("name, config, B, T, seed", CASES, ids=case_ids)
+def test_model_forward_backward(impl, dtype, name, config, B, T, seed):
+    """forward's output (logits or hidden states) and backward's gradients for a random
+    upstream gradient on the output (not through a loss)."""
+    params, batch = make_case(impl, config, B, T, seed, dtype)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    out, cache = impl.forward(params, config, ids, mask)
+    dout = np.random.default_rng(seed + 10).standard_normal(out.shape).astype(dtype)
+    grads, d_emb = impl.backward(dout, cache)
+    theirs = to.model_loss_and_grads(params, config, ids, attention_mask=mask, dout=dout)
+    to.assert_close(f"{name} output", out, theirs["output"], dtype)
+    compare_grads(f"{name}[dout]", grads, d_emb, theirs, dtype, params, T)
+
+
+def test_presets_are_the_real_sizes():
+    """The first three cases run the presets unchanged (H=192, V=8192 for Mini-BERT)."""
+    assert CASES[0][1] == PRESETS["mini_bert"]() and CASES[0][1].hidden == 192
+    assert CASES[0][1].vocab_size == 8192
+    assert CASES[2][1] == PRESETS["seed001"]()

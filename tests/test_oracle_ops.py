@@ -1,0 +1,386 @@
+"""Every op pair against PyTorch: the forward output and every output of the backward, given
+the same random upstream gradient, against torch's op and ``torch.autograd`` (see
+tests/torch_oracle.py), within ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of the magnitude of the
+result (torch_oracle.allowed_error says why that, and not entry by entry).
+
+Shapes and values come from Hypothesis (small sides, bounded values); the weights and the
+upstream gradient from a NumPy generator seeded by Hypothesis (Gaussian: mixed signs, never
+all ones).  The implementation under test is reached only through the ``impl`` fixture.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import hypothesis.extra.numpy as hnp  # noqa: E402
+from hypothesis import assume, given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from spec.tolerances import KINK_MARGIN  # noqa: E402
+from tests import torch_oracle as to  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+DTYPES = [np.float64, np.float32]
+dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+
+seeds = st.integers(0, 2**32 - 1)
+# LayerNorm inputs are kept away from (nearly) constant rows: x_hat is then 0/0, and its
+# rounding error grows like 1/std in any implementation (a data condition, not a tolerance).
+LN_MIN_STD = 0.1
+side = st.integers(1, 4)
+
+
+def values(shape, lo=-2.0, hi=2.0):
+    """A float64 array of ``shape`` with bounded, finite entries."""
+    return hnp.arrays(np.float64, shape,
+                      elements=st.floats(lo, hi, allow_nan=False, allow_infinity=False))
+
+
+def away_from_zero(shape, margin=KINK_MARGIN, hi=2.0):
+    """Entries in [-hi, -margin] U [margin, hi]: a kink at 0 is never on the sample."""
+    return hnp.arrays(np.float64, shape, elements=st.one_of(
+        st.floats(-hi, -margin), st.floats(margin, hi)))
+
+
+def gaussian(rng, shape, dtype, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(dtype)
+
+
+def upstream(rng, shape, dtype):
+    """A random upstream gradient (mixed signs, never all ones); a scalar for losses."""
+    g = rng.standard_normal(shape)
+    return g.astype(dtype) if shape else dtype(g)
+
+
+def compare(prefix, ours_out, ours_grads, theirs_out, theirs_grads, names, dtype):
+    """Forward output, then each named gradient (ours in the backward's order)."""
+    to.assert_close(f"{prefix} forward", ours_out, theirs_out, dtype)
+    assert len(ours_grads) == len(names), (
+        f"{prefix} backward: {len(ours_grads)} outputs, expected {len(names)} ({names})")
+    scale = to.grad_scale(theirs_grads.values())
+    for name, g in zip(names, ours_grads):
+        if name is None:
+            continue
+        to.assert_close(f"{prefix} d{name}", g, theirs_grads[name], dtype, scale)
+
+
+# --------------------------------------------------------------------------- embeddings
+@pytest.mark.equation("embedding.forward", "embedding.backward")
+@dtypes
+@given(B=side, T=side, V=st.integers(1, 6), H=side, seed=seeds, data=st.data())
+def test_embedding(impl, dtype, B, T, V, H, seed, data):
+    ids = data.draw(hnp.arrays(np.int64, (B, T), elements=st.integers(0, V - 1)))
+    if ids.size > 1:
+        ids.flat[-1] = ids.flat[0]  # at least one repeated id: np.add.at territory
+    rng = np.random.default_rng(seed)
+    W = gaussian(rng, (V, H), dtype)
+    dout = upstream(rng, (B, T, H), dtype)
+    out, cache = impl.embedding_forward(ids, W)
+    grads = impl.embedding_backward(dout, cache)
+    t_out, t_grads = to.vjp(to.embedding, dict(ids=ids, W=W), dout, ("W",))
+    compare("embedding", out, grads, t_out, t_grads, ("W",), dtype)
+
+
+@pytest.mark.equation("position.learned.forward", "position.learned.backward")
+@dtypes
+@given(B=side, T=side, extra=st.integers(0, 3), H=side, seed=seeds, data=st.data())
+def test_learned_position(impl, dtype, B, T, extra, H, seed, data):
+    x = data.draw(values((B, T, H))).astype(dtype)
+    rng = np.random.default_rng(seed)
+    W_pos = gaussian(rng, (T + extra, H), dtype)  # unused rows must get exactly zero gradient
+    dout = upstream(rng, (B, T, H), dtype)
+    out, cache = impl.position_embedding_forward(x, W_pos)
+    grads = impl.position_embedding_backward(dout, cache)
+    t_out, t_grads = to.vjp(to.learned_position, dict(x=x, W_pos=W_pos), dout, ("x", "W_pos"))
+    compare("position_embedding", out, grads, t_out, t_grads, ("x", "W_pos"), dtype)
+
+
+@pytest.mark.equation("position.sinusoidal")
+@dtypes
+@given(T=st.integers(1, 64), d=st.integers(1, 16))
+def test_sinusoidal_table(impl, dtype, T, d):
+    ours = impl.sinusoidal_encoding(T, d, dtype)
+    theirs = to.sinusoidal_table(T, d, torch.float64).numpy().astype(dtype)
+    to.assert_close(f"sinusoidal_encoding[T={T}, d={d}]", ours, theirs, dtype)
+
+
+@pytest.mark.equation("position.sinusoidal")
+@dtypes
+@given(B=side, T=st.integers(1, 8), H=st.integers(1, 7), seed=seeds, data=st.data())
+def test_sinusoidal_position(impl, dtype, B, T, H, seed, data):
+    x = data.draw(values((B, T, H))).astype(dtype)
+    dout = upstream(np.random.default_rng(seed), (B, T, H), dtype)
+    out, cache = impl.sinusoidal_position_forward(x)
+    grads = impl.sinusoidal_position_backward(dout, cache)
+    t_out, t_grads = to.vjp(to.sinusoidal_position, dict(x=x), dout, ("x",))
+    compare("sinusoidal_position", out, grads, t_out, t_grads, ("x",), dtype)
+
+
+# --------------------------------------------------------------------------- linear
+@pytest.mark.equation("linear.forward", "linear.backward.dx", "linear.backward.dW",
+                      "linear.backward.db")
+@dtypes
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@given(lead=st.lists(side, min_size=1, max_size=3), n_in=side, n_out=side, seed=seeds,
+       data=st.data())
+def test_linear(impl, dtype, bias, lead, n_in, n_out, seed, data):
+    x = data.draw(values(tuple(lead) + (n_in,))).astype(dtype)
+    rng = np.random.default_rng(seed)
+    W = gaussian(rng, (n_in, n_out), dtype)
+    b = gaussian(rng, (n_out,), dtype) if bias else None
+    dy = upstream(rng, tuple(lead) + (n_out,), dtype)
+    out, cache = impl.linear_forward(x, W, b)
+    dx, dW, db = impl.linear_backward(dy, cache)
+    if not bias:
+        assert db is None, "linear_backward: expected db None without a bias"
+    t_out, t_grads = to.vjp(to.linear, dict(x=x, W=W, b=b), dy,
+                            ("x", "W", "b") if bias else ("x", "W"))
+    compare("linear", out, (dx, dW, db), t_out, t_grads, ("x", "W", "b" if bias else None),
+            dtype)
+
+
+# --------------------------------------------------------------------------- layernorm
+@pytest.mark.equation("layernorm.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
+                      "layernorm.backward.dbeta")
+@dtypes
+@given(B=side, T=side, N=st.integers(2, 8), eps=st.sampled_from([1e-12, 1e-5]), seed=seeds,
+       data=st.data())
+def test_layernorm(impl, dtype, B, T, N, eps, seed, data):
+    x = data.draw(values((B, T, N), -3.0, 3.0))
+    assume(np.all(x.std(axis=-1) > LN_MIN_STD))
+    # N = 2: x_hat = +-1 whatever x, so dx is exactly 0; float32 would compare rounding noise
+    # (~u * rstd * |dy|) with torch's exact 0 -- float64 checks that case
+    assume(N >= 3 or dtype == np.float64)
+    x = x.astype(dtype)
+    rng = np.random.default_rng(seed)
+    gamma = (1.0 + 0.5 * rng.standard_normal(N)).astype(dtype)  # random, never all ones
+    beta = gaussian(rng, (N,), dtype, 0.5)
+    dy = upstream(rng, (B, T, N), dtype)
+    out, cache = impl.layernorm_forward(x, gamma, beta, eps)
+    grads = impl.layernorm_backward(dy, cache)
+    t_out, t_grads = to.vjp(to.layernorm, dict(x=x, gamma=gamma, beta=beta, eps=eps), dy,
+                            ("x", "gamma", "beta"))
+    compare("layernorm", out, grads, t_out, t_grads, ("x", "gamma", "beta"), dtype)
+
+
+# --------------------------------------------------------------------------- softmax
+@pytest.mark.equation("softmax.forward", "softmax.backward")
+@dtypes
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
+@given(B=side, T=side, n=st.integers(1, 6), seed=seeds, data=st.data())
+def test_softmax(impl, dtype, masked, B, T, n, seed, data):
+    x = data.draw(values((B, T, n), -5.0, 5.0)).astype(dtype)
+    mask = None
+    if masked:
+        mask = data.draw(hnp.arrays(np.bool_, (B, T, n)))
+        keep = data.draw(hnp.arrays(np.int64, (B, T), elements=st.integers(0, n - 1)))
+        np.put_along_axis(mask, keep[..., None], True, axis=-1)  # one kept entry per row
+    dp = upstream(np.random.default_rng(seed), (B, T, n), dtype)
+    out, cache = impl.softmax_forward(x, mask)
+    grads = impl.softmax_backward(dp, cache)
+    t_out, t_grads = to.vjp(to.softmax, dict(x=x, mask=mask), dp, ("x",))
+    compare("softmax", out, grads, t_out, t_grads, ("x",), dtype)
+
+
+# --------------------------------------------------------------------------- relu / tanh
+@pytest.mark.equation("relu.forward", "relu.backward")
+@dtypes
+@given(shape=st.lists(side, min_size=1, max_size=3), seed=seeds, data=st.data())
+def test_relu(impl, dtype, shape, seed, data):
+    x = data.draw(away_from_zero(tuple(shape))).astype(dtype)
+    dy = upstream(np.random.default_rng(seed), tuple(shape), dtype)
+    out, cache = impl.relu_forward(x)
+    grads = impl.relu_backward(dy, cache)
+    t_out, t_grads = to.vjp(to.relu, dict(x=x), dy, ("x",))
+    compare("relu", out, grads, t_out, t_grads, ("x",), dtype)
+
+
+@pytest.mark.equation("tanh.forward", "tanh.backward")
+@dtypes
+@given(shape=st.lists(side, min_size=1, max_size=3), seed=seeds, data=st.data())
+def test_tanh(impl, dtype, shape, seed, data):
+    x = data.draw(values(tuple(shape), -4.0, 4.0)).astype(dtype)
+    dy = upstream(np.random.default_rng(seed), tuple(shape), dtype)
+    out, cache = impl.tanh_forward(x)
+    grads = impl.tanh_backward(dy, cache)
+    t_out, t_grads = to.vjp(to.tanh, dict(x=x), dy, ("x",))
+    compare("tanh", out, grads, t_out, t_grads, ("x",), dtype)
+
+
+# --------------------------------------------------------------------------- attention
+ATTN = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
+
+
+def padding_mask(data, B, T):
+    """[B, T] key padding mask: any pattern, at least one attendable key per sequence."""
+    mask = data.draw(hnp.arrays(np.bool_, (B, T)))
+    keep = data.draw(hnp.arrays(np.int64, (B,), elements=st.integers(0, T - 1)))
+    mask[np.arange(B), keep] = True
+    return mask
+
+
+@pytest.mark.equation("attention.qkv", "attention.scores", "attention.context",
+                      "attention.output", "attention.split_heads", "attention.merge_heads",
+                      "attention.backward.dW_o", "attention.backward.dV",
+                      "attention.backward.dP", "attention.backward.dS",
+                      "attention.backward.dQ", "attention.backward.dK",
+                      "attention.backward.dx")
+@dtypes
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
+@given(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 3), d_k=st.integers(1, 3),
+       seed=seeds, data=st.data())
+def test_attention(impl, dtype, bias, masked, B, T, A, d_k, seed, data):
+    H = A * d_k
+    x = data.draw(values((B, T, H))).astype(dtype)
+    mask = padding_mask(data, B, T) if masked else None
+    rng = np.random.default_rng(seed)
+    p = {n: gaussian(rng, (H, H), dtype, 1.0 / np.sqrt(H)) for n in ATTN[:4]}
+    if bias:
+        p.update({n: gaussian(rng, (H,), dtype, 0.5) for n in ATTN[4:]})
+    dy = upstream(rng, (B, T, H), dtype)
+    out, cache = impl.attention_forward(x, *(p.get(n) for n in ATTN), n_heads=A, mask=mask)
+    grads = impl.attention_backward(dy, cache)
+    if not bias:
+        assert all(g is None for g in grads[5:]), "attention_backward: bias grads without biases"
+    names = ("x",) + ATTN if bias else ("x",) + ATTN[:4] + (None,) * 4
+    t_out, t_grads = to.vjp(to.attention, dict(x=x, **p, n_heads=A, mask=mask), dy,
+                            tuple(n for n in names if n))
+    compare(f"attention[A={A}, d_k={d_k}]", out, grads, t_out, t_grads, names, dtype)
+
+
+# --------------------------------------------------------------------------- ffn / block
+def ffn_params(rng, H, I, dtype):
+    return {"W_1": gaussian(rng, (H, I), dtype, 1.0 / np.sqrt(H)),
+            "b_1": gaussian(rng, (I,), dtype, 0.5),
+            "W_2": gaussian(rng, (I, H), dtype, 1.0 / np.sqrt(I)),
+            "b_2": gaussian(rng, (H,), dtype, 0.5)}
+
+
+@pytest.mark.equation("ffn.forward", "ffn.backward", "relu.forward", "relu.backward")
+@dtypes
+@given(B=side, T=side, H=st.integers(1, 6), I=st.integers(1, 8), seed=seeds, data=st.data())
+def test_ffn(impl, dtype, B, T, H, I, seed, data):
+    x = data.draw(values((B, T, H))).astype(dtype)
+    rng = np.random.default_rng(seed)
+    p = ffn_params(rng, H, I, dtype)
+    # keep every ReLU pre-activation off its kink (computed in torch, float64)
+    pre = to.linear(to.tensor(x.astype(np.float64)), to.tensor(p["W_1"].astype(np.float64)),
+                    to.tensor(p["b_1"].astype(np.float64)))
+    assume(float(pre.abs().min()) > KINK_MARGIN)
+    dy = upstream(rng, (B, T, H), dtype)
+    names = ("x", "W_1", "b_1", "W_2", "b_2")
+    out, cache = impl.ffn_forward(x, *(p[n] for n in names[1:]))
+    grads = impl.ffn_backward(dy, cache)
+    t_out, t_grads = to.vjp(to.ffn, dict(x=x, **p), dy, names)
+    compare("ffn", out, grads, t_out, t_grads, names, dtype)
+
+
+def block_params(rng, H, I, dtype, attn_bias):
+    p = {f"attn.{n}": gaussian(rng, (H, H), dtype, 1.0 / np.sqrt(H)) for n in ATTN[:4]}
+    if attn_bias:
+        p.update({f"attn.{n}": gaussian(rng, (H,), dtype, 0.5) for n in ATTN[4:]})
+    for ln in ("ln1", "ln2"):
+        p[f"{ln}.gamma"] = (1.0 + 0.5 * rng.standard_normal(H)).astype(dtype)
+        p[f"{ln}.beta"] = gaussian(rng, (H,), dtype, 0.5)
+    p.update({f"ffn.{k}": v for k, v in ffn_params(rng, H, I, dtype).items()})
+    return p
+
+
+@pytest.mark.equation("block.postln", "residual.forward", "residual.backward")
+@dtypes
+@pytest.mark.parametrize("attn_bias", [True, False], ids=["bias", "nobias"])
+@given(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 2), d_k=st.integers(1, 3),
+       I=st.integers(1, 8), masked=st.booleans(), eps=st.sampled_from([1e-12, 1e-5]),
+       seed=seeds, data=st.data())
+def test_block(impl, dtype, attn_bias, B, T, A, d_k, I, masked, eps, seed, data):
+    H = A * d_k
+    # H = 1: a LayerNorm row is constant (output beta); H = 2: x_hat = +-1, so every
+    # gradient through a LayerNorm is exactly 0 and float32 has only rounding noise to compare
+    assume(H >= 3 or (H == 2 and dtype == np.float64))
+    x = data.draw(values((B, T, H))).astype(dtype)
+    mask = padding_mask(data, B, T) if masked else None
+    rng = np.random.default_rng(seed)
+    p = block_params(rng, H, I, dtype, attn_bias)
+    # keep every ReLU pre-activation off its kink and every LayerNorm row from being ~constant
+    with to.watch_blocks(H, A, I, eps) as stats:
+        to.block(to.tensor(x.astype(np.float64)),
+                 {k: to.tensor(v.astype(np.float64)) for k, v in p.items()},
+                 n_heads=A, mask=None if mask is None else to.tensor(mask), eps=eps)
+    assume(min(stats["relu"]) > KINK_MARGIN and min(stats["ln_std"]) > LN_MIN_STD)
+    dy = upstream(rng, (B, T, H), dtype)
+    out, cache = impl.block_forward(x, p, n_heads=A, mask=mask, eps=eps)
+    dx, grads = impl.block_backward(dy, cache)
+    assert sorted(grads) == sorted(p), "block_backward: grads keys differ from the params'"
+
+    def torch_block(x, **flat):
+        return to.block(x, flat, n_heads=A, mask=None if mask is None else to.tensor(mask),
+                        eps=eps)
+
+    t_out, t_grads = to.vjp(torch_block, dict(x=x, **p), dy, ("x",) + tuple(p))
+    names = ("x",) + tuple(sorted(p))
+    compare(f"block[A={A}, d_k={d_k}]", out, (dx,) + tuple(grads[n] for n in names[1:]),
+            t_out, t_grads, names, dtype)
+
+
+# --------------------------------------------------------------------------- pooler
+@pytest.mark.equation("pooler.forward", "tanh.forward", "tanh.backward")
+@dtypes
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@given(B=side, T=side, H=side, seed=seeds, data=st.data())
+def test_pooler(impl, dtype, bias, B, T, H, seed, data):
+    h = data.draw(values((B, T, H))).astype(dtype)
+    rng = np.random.default_rng(seed)
+    W = gaussian(rng, (H, H), dtype)
+    b = gaussian(rng, (H,), dtype) if bias else None
+    dy = upstream(rng, (B, H), dtype)
+    out, cache = impl.pooler_forward(h, W, b)
+    dh, dW, db = impl.pooler_backward(dy, cache)
+    if not bias:
+        assert db is None, "pooler_backward: expected db None without a bias"
+    t_out, t_grads = to.vjp(to.pooler, dict(h=h, W=W, b=b), dy,
+                            ("h", "W", "b") if bias else ("h", "W"))
+    compare("pooler", out, (dh, dW, db), t_out, t_grads, ("h", "W", "b" if bias else None),
+            dtype)
+
+
+# --------------------------------------------------------------------------- losses
+@pytest.mark.equation("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
+                      "loss.ce.backward.sum")
+@dtypes
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@given(lead=st.lists(side, min_size=1, max_size=2), V=st.integers(1, 8), seed=seeds,
+       data=st.data())
+def test_cross_entropy(impl, dtype, reduction, lead, V, seed, data):
+    shape = tuple(lead)
+    logits = data.draw(values(shape + (V,), -6.0, 6.0)).astype(dtype)
+    labels = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, V - 1)))
+    labels[labels < 0] = to.IGNORE_INDEX  # ignored positions: about 1 in V + 1
+    if reduction == "mean":  # the mean over zero predicted positions is undefined
+        labels.flat[data.draw(st.integers(0, labels.size - 1))] = data.draw(
+            st.integers(0, V - 1))
+    dloss = upstream(np.random.default_rng(seed), (), dtype)
+    out, cache = impl.cross_entropy_forward(logits, labels, ignore_index=to.IGNORE_INDEX,
+                                            reduction=reduction)
+    grads = impl.cross_entropy_backward(dloss, cache)
+    t_out, t_grads = to.vjp(to.cross_entropy,
+                            dict(logits=logits, labels=labels, reduction=reduction), dloss,
+                            ("logits",))
+    compare(f"cross_entropy[{reduction}]", out, grads, t_out, t_grads, ("logits",), dtype)
+
+
+@pytest.mark.equation("loss.mse", "loss.mse.backward")
+@dtypes
+@given(shape=st.lists(side, min_size=1, max_size=3), seed=seeds, data=st.data())
+def test_mse(impl, dtype, shape, seed, data):
+    y_hat = data.draw(values(tuple(shape))).astype(dtype)
+    y = data.draw(values(tuple(shape))).astype(dtype)
+    dloss = upstream(np.random.default_rng(seed), (), dtype)
+    out, cache = impl.mse_forward(y_hat, y)
+    grads = impl.mse_backward(dloss, cache)
+    t_out, t_grads = to.vjp(to.mse, dict(y_hat=y_hat, y=y), dloss, ("y_hat", "y"))
+    compare("mse", out, grads, t_out, t_grads, ("y_hat", "y"), dtype)

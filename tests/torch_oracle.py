@@ -1,0 +1,457 @@
+"""PyTorch as an independent oracle: every op and the whole encoder rebuilt from torch's own
+modules and functions (``F.embedding``, ``F.linear``, ``F.layer_norm``, ``F.softmax``,
+``F.multi_head_attention_forward``, ``nn.TransformerEncoderLayer``, ``F.cross_entropy``,
+``F.mse_loss``) from the same NumPy arrays, with gradients from ``torch.autograd``.
+
+Nothing here restates a formula of ``reference/``: where torch has the op, torch's op is used;
+the only hand-written pieces are plumbing (weight layout ``[n_in, n_out]`` vs torch's
+``[n_out, n_in]``, masks' True/False convention, the sinusoidal table, which torch lacks).
+
+Tests only: ``reference/`` and ``spec/`` never import torch.  To measure how far an
+implementation is from torch (every comparison the oracle tests make, both dtypes)::
+
+    MINIBERT_ORACLE_REPORT=/tmp/oracle.jsonl PYTHONPATH=. python -m pytest -m oracle -n 2
+    PYTHONPATH=. python -m tests.torch_oracle summarize /tmp/oracle.jsonl
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from spec.tolerances import (
+    ORACLE_ATOL_F32,
+    ORACLE_ATOL_F64,
+    ORACLE_RTOL_F32,
+    ORACLE_RTOL_F64,
+)
+
+# Tests run under xdist (one process per core): torch's own thread pool would oversubscribe.
+torch.set_num_threads(1)
+
+IGNORE_INDEX = -100
+
+
+# --------------------------------------------------------------------------- plumbing
+def tensor(a, requires_grad: bool = False) -> torch.Tensor:
+    """A torch copy of a NumPy array (same dtype); integer arrays become int64 indices."""
+    a = np.asarray(a)
+    if np.issubdtype(a.dtype, np.integer):
+        return torch.from_numpy(a.astype(np.int64))
+    if a.dtype == np.bool_:
+        return torch.from_numpy(a.copy())
+    return torch.from_numpy(a.copy()).requires_grad_(requires_grad)
+
+
+def vjp(fn: Callable[..., torch.Tensor], inputs: Mapping[str, object], dout,
+        wrt: tuple[str, ...]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Run ``fn(**inputs)`` in torch and backpropagate ``dout`` (same shape as the output).
+
+    Returns (output, {name: gradient}) for every name in ``wrt``; an input the output does not
+    depend on gets an exact zero gradient.  Non-array inputs (ints, None, strings) pass through.
+    """
+    args = {}
+    for name, value in inputs.items():
+        if isinstance(value, np.ndarray):
+            args[name] = tensor(value, requires_grad=name in wrt)
+        else:
+            args[name] = value
+    out = fn(**args)
+    out.backward(tensor(np.asarray(dout, dtype=out.detach().numpy().dtype)))
+    grads = {}
+    for name in wrt:
+        g = args[name].grad
+        grads[name] = (np.zeros_like(inputs[name]) if g is None else g.detach().numpy())
+    return out.detach().numpy(), grads
+
+
+def tolerances(dtype) -> tuple[float, float]:
+    """(rtol, atol) of the oracle comparison for ``dtype``."""
+    if np.dtype(dtype) == np.float64:
+        return ORACLE_RTOL_F64, ORACLE_ATOL_F64
+    if np.dtype(dtype) == np.float32:
+        return ORACLE_RTOL_F32, ORACLE_ATOL_F32
+    raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
+
+
+def deviation(ours, theirs) -> dict[str, float]:
+    """Measured disagreement: max absolute, max element-wise relative (entries with
+    |theirs| > 0 only) and norm-wise relative (max |diff| / max |theirs|)."""
+    a = np.asarray(ours, dtype=np.float64)
+    b = np.asarray(theirs, dtype=np.float64)
+    diff = np.abs(a - b)
+    scale = float(np.max(np.abs(b), initial=0.0))
+    nz = np.abs(b) > 0
+    return {
+        "max_abs": float(diff.max(initial=0.0)),
+        "max_rel": float((diff[nz] / np.abs(b[nz])).max()) if nz.any() else 0.0,
+        "normwise_rel": float(diff.max(initial=0.0) / scale) if scale > 0 else 0.0,
+        "scale": scale,
+    }
+
+
+def allowed_error(theirs: np.ndarray, dtype, scale: float = 0.0) -> np.ndarray:
+    """The admissible |ours - theirs|: ``atol + rtol max(max|theirs|, scale)`` for every entry,
+    with the oracle (rtol, atol) of the dtype.
+
+    The relative tolerance applies to the magnitude of the whole tensor, not entry by entry:
+    an entry's rounding error is ~u times the magnitudes summed into it, not times its own
+    value.  Entries that come out of cancellation (a LayerNorm dx, the embedding row of a token
+    seen once, most of dW_1) carry the error of the large terms that cancelled, in torch as in
+    NumPy, so an element-wise rule needs ``atol`` to pass them -- and a fixed ``atol`` fails
+    correct code as soon as gradients grow (``reduction="sum"``, an O(1) upstream gradient on
+    8192 logits) and means nothing when they shrink.  ``scale`` (the largest |entry| among all
+    the outputs of the same backward call) is for gradients that are exactly 0 in exact
+    arithmetic -- the key bias (softmax is shift invariant), W_q when every key is equal --
+    which are rounding noise on both sides, of the size of the other gradients.  ``atol`` only
+    matters when everything is ~0.
+    """
+    rtol, atol = tolerances(dtype)
+    mag = float(np.max(np.abs(np.asarray(theirs, dtype=np.float64)), initial=0.0))
+    return np.full(np.shape(theirs), atol + rtol * max(mag, scale))
+
+
+def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0) -> None:
+    """``ours`` within ``allowed_error`` of torch's ``theirs``, with the dtype and shape of
+    ``theirs``; the message names the tensor, the worst index and both values."""
+    if ours is None:
+        raise AssertionError(f"{name}: got None, torch has an array of shape {np.shape(theirs)}")
+    ours = np.asarray(ours)
+    theirs = np.asarray(theirs)
+    dtype = np.dtype(dtype if dtype is not None else theirs.dtype)
+    if ours.shape != theirs.shape:
+        raise AssertionError(f"{name}: shape {ours.shape}, torch {theirs.shape}")
+    if ours.dtype != dtype:
+        raise AssertionError(f"{name}: dtype {ours.dtype}, expected {dtype}")
+    a = ours.astype(np.float64)
+    b = theirs.astype(np.float64)
+    if not np.all(np.isfinite(a)):
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+        raise AssertionError(f"{name}: non-finite value {a[bad]} at index {bad}")
+    allowed = allowed_error(b, dtype, scale)
+    _record(name, dtype, a, b, scale, allowed)
+    excess = np.abs(a - b) - allowed
+    if np.any(excess > 0):
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape))
+        rtol, atol = tolerances(dtype)
+        d = deviation(a, b)
+        raise AssertionError(
+            f"{name} ({dtype}) differs from torch: worst at index {idx}: ours {a[idx]:.12e}, "
+            f"torch {b[idx]:.12e}; {int(np.sum(excess > 0))} of {a.size} entries outside "
+            f"(rtol {rtol:.0e}, atol {atol:.0e}); max abs {d['max_abs']:.3e}, max |torch| "
+            f"{d['scale']:.3e}, call scale {scale:.3e}")
+
+
+def grad_scale(grads) -> float:
+    """The largest |entry| among a backward call's gradients (the float32 scale)."""
+    return max((float(np.max(np.abs(g), initial=0.0)) for g in grads if g is not None),
+               default=0.0)
+
+
+def assert_nontrivial(name: str, theirs, dtype) -> None:
+    """torch's value is at least 10x the absolute floor, so that the floor cannot swallow an
+    error of 10% of the tensor (a comparison that cannot fail checks nothing)."""
+    _, atol = tolerances(dtype)
+    scale = float(np.max(np.abs(theirs), initial=0.0))
+    if not scale >= 10 * atol:
+        raise AssertionError(f"{name}: torch's values are all <= {scale:.1e}, too close to the "
+                             f"absolute floor {atol:.0e} for the comparison to mean anything")
+
+
+# Measured deviations go to this file (JSON lines) when the variable is set; summarise with
+# ``python -m tests.torch_oracle summarize FILE``.
+REPORT_ENV = "MINIBERT_ORACLE_REPORT"
+
+
+def _record(name: str, dtype, a: np.ndarray, b: np.ndarray, scale: float,
+            allowed: np.ndarray) -> None:
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    d = deviation(a, b)
+    used = max(d["scale"], scale)
+    row = {"name": name, "dtype": str(dtype), **d,
+           "rel_to_scale": d["max_abs"] / used if used > 0 else 0.0,
+           "of_allowed": float(np.max(np.abs(a - b) / allowed, initial=0.0))}
+    with open(path, "a") as fh:  # one short line per write: safe across xdist workers
+        fh.write(json.dumps(row) + "\n")
+
+
+# --------------------------------------------------------------------------- ops
+def weight(W: torch.Tensor) -> torch.Tensor:
+    """Our linear weights are [n_in, n_out] (y = x W); torch's are [n_out, n_in]."""
+    return W.t()
+
+
+def embedding(ids, W):
+    return F.embedding(ids, W)
+
+
+def learned_position(x, W_pos):
+    positions = torch.arange(x.shape[1])
+    return x + F.embedding(positions, W_pos)[None]
+
+
+def sinusoidal_table(T: int, d: int, dtype=torch.float64) -> torch.Tensor:
+    """The NumPy-Transformer document's table, written as the PyTorch tutorials write it
+    (exp/log form of the frequencies, rather than a power): [T, d], float64 then cast."""
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq[: d // 2])
+    return pe.to(dtype)
+
+
+def sinusoidal_position(x):
+    return x + sinusoidal_table(x.shape[1], x.shape[2], x.dtype)[None]
+
+
+def linear(x, W, b=None):
+    return F.linear(x, weight(W), b)
+
+
+def layernorm(x, gamma, beta, eps=1e-12):
+    return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+
+
+def softmax(x, mask=None):
+    if mask is not None:
+        x = x.masked_fill(~mask, float("-inf"))
+    return F.softmax(x, dim=-1)
+
+
+def relu(x):
+    return F.relu(x)
+
+
+def tanh(x):
+    return torch.tanh(x)
+
+
+def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, n_heads,
+              mask=None):
+    """torch's multi-head attention (the functional form of nn.MultiheadAttention) with
+    separate Q/K/V projections.  ``mask`` [B, T] True = may be attended; torch's
+    key_padding_mask is the opposite (True = ignore)."""
+    biases = (b_q, b_k, b_v)
+    if any(b is None for b in biases) and not all(b is None for b in biases):
+        raise ValueError("b_q, b_k, b_v: torch's attention takes all three or none")
+    in_proj_bias = None if b_q is None else torch.cat(biases)
+    H = x.shape[-1]
+    q = x.transpose(0, 1)  # torch wants [T, B, H]
+    y, _ = F.multi_head_attention_forward(
+        q, q, q, H, n_heads, None, in_proj_bias, None, None, False, 0.0, weight(W_o), b_o,
+        training=False, key_padding_mask=None if mask is None else ~mask, need_weights=False,
+        use_separate_proj_weight=True, q_proj_weight=weight(W_q), k_proj_weight=weight(W_k),
+        v_proj_weight=weight(W_v))
+    return y.transpose(0, 1)  # [B, T, H]
+
+
+def ffn(x, W_1, b_1, W_2, b_2):
+    return F.linear(F.relu(F.linear(x, weight(W_1), b_1)), weight(W_2), b_2)
+
+
+def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12):
+    """torch's own post-LN encoder layer (``nn.TransformerEncoderLayer(norm_first=False)``,
+    ReLU, no dropout) run with our parameters (``torch.func.functional_call``).  Unbiased
+    attention is torch's attention with zero biases."""
+    H = x.shape[-1]
+    I = p["ffn.W_1"].shape[1]
+    layer = _encoder_layer(H, n_heads, I, eps, x.dtype)
+    zeros = torch.zeros(H, dtype=x.dtype)
+    b = {n: p.get(f"attn.{n}", zeros) for n in ("b_q", "b_k", "b_v", "b_o")}
+    state = {
+        "self_attn.in_proj_weight": torch.cat([weight(p["attn.W_q"]), weight(p["attn.W_k"]),
+                                               weight(p["attn.W_v"])]),
+        "self_attn.in_proj_bias": torch.cat([b["b_q"], b["b_k"], b["b_v"]]),
+        "self_attn.out_proj.weight": weight(p["attn.W_o"]),
+        "self_attn.out_proj.bias": b["b_o"],
+        "linear1.weight": weight(p["ffn.W_1"]), "linear1.bias": p["ffn.b_1"],
+        "linear2.weight": weight(p["ffn.W_2"]), "linear2.bias": p["ffn.b_2"],
+        "norm1.weight": p["ln1.gamma"], "norm1.bias": p["ln1.beta"],
+        "norm2.weight": p["ln2.gamma"], "norm2.bias": p["ln2.beta"],
+    }
+    key_padding_mask = None if mask is None else ~mask
+    return torch.func.functional_call(layer, state, (x,),
+                                      {"src_key_padding_mask": key_padding_mask})
+
+
+_LAYERS: dict = {}
+
+
+def _encoder_layer(H, n_heads, I, eps, dtype):
+    key = (H, n_heads, I, eps, dtype)
+    if key not in _LAYERS:
+        layer = torch.nn.TransformerEncoderLayer(
+            H, n_heads, dim_feedforward=I, dropout=0.0, activation="relu", layer_norm_eps=eps,
+            batch_first=True, norm_first=False, dtype=dtype)
+        layer.eval()  # no dropout; the fused fast path is off anyway: our inputs need grads
+        _LAYERS[key] = layer
+    return _LAYERS[key]
+
+
+def pooler(h, W, b=None):
+    return torch.tanh(F.linear(h[:, 0], weight(W), b))
+
+
+def cross_entropy(logits, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=ignore_index,
+                           reduction=reduction)
+
+
+def mse(y_hat, y):
+    return F.mse_loss(y_hat, y, reduction="mean")
+
+
+# --------------------------------------------------------------------------- whole model
+def model_forward(params: Mapping[str, torch.Tensor], config, input_ids=None,
+                  attention_mask=None, *, inputs_embeds=None):
+    """The encoder of ``config`` in torch from a flat parameter dict of tensors.
+
+    Returns (output, input_embeddings) where output is [B, T, V] logits (head "mlm") or
+    [B, T, H] hidden states (head "none"), and input_embeddings is the token + position sum
+    that enters the first block (retain_grad'ed, so its .grad is the input gradient).
+    """
+    if inputs_embeds is None:
+        x = F.embedding(input_ids, params["embeddings.token.W"])
+        if config.position == "learned":
+            x = learned_position(x, params["embeddings.position.W"])
+        else:
+            x = sinusoidal_position(x)
+    else:
+        x = inputs_embeds
+    if x.requires_grad:
+        x.retain_grad()
+    mask = None if attention_mask is None else attention_mask.bool()
+    h = x
+    for i in range(config.n_layers):
+        prefix = f"layers.{i}."
+        p = {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+        h = block(h, p, n_heads=config.n_heads, mask=mask, eps=config.ln_eps)
+    if config.final_layernorm:
+        h = layernorm(h, params["final_ln.gamma"], params["final_ln.beta"], config.ln_eps)
+    if config.head == "mlm":
+        h = linear(h, params["mlm.W"], params["mlm.b"])
+    return h, x
+
+
+def model_loss_and_grads(params: Mapping[str, np.ndarray], config, input_ids, *,
+                         attention_mask=None, labels=None, targets=None, reduction="mean",
+                         ignore_index=IGNORE_INDEX, dout=None):
+    """Loss (CE for head "mlm", MSE for head "none") and its gradients in torch.
+
+    Returns dict(output, loss, grads={name: array}, d_embeddings).  With ``dout`` given, the
+    output is backpropagated with ``dout`` instead of the loss (loss is then None).
+    """
+    tp = {k: tensor(v, requires_grad=True) for k, v in params.items()}
+    out, x = model_forward(tp, config, tensor(input_ids),
+                           None if attention_mask is None else tensor(attention_mask))
+    value = None
+    if dout is not None:
+        out.backward(tensor(dout))
+    else:
+        if config.head == "mlm":
+            value = cross_entropy(out, tensor(labels), ignore_index=ignore_index,
+                                  reduction=reduction)
+        else:
+            value = mse(out, tensor(targets))
+        value.backward()
+    grads = {k: (np.zeros_like(params[k]) if t.grad is None else t.grad.numpy())
+             for k, t in tp.items()}
+    return dict(output=out.detach().numpy(),
+                loss=None if value is None else value.detach().numpy(),
+                grads=grads, d_embeddings=x.grad.numpy())
+
+
+@contextlib.contextmanager
+def watch_blocks(H: int, n_heads: int, I: int, eps: float, dtype=torch.float64):
+    """Record, for every block run inside the context, the smallest |ReLU pre-activation| and
+    the smallest standard deviation of a LayerNorm input row: gradients are only comparable
+    when no ReLU sits on its kink and no LayerNorm row is (nearly) constant."""
+    stats: dict[str, list[float]] = {"relu": [], "ln_std": []}
+    layer = _encoder_layer(H, n_heads, I, eps, dtype)
+
+    def on_relu(_module, _inputs, output):  # linear1's output is the ReLU's input
+        stats["relu"].append(float(output.detach().abs().min()))
+
+    def on_norm(_module, inputs):
+        stats["ln_std"].append(float(inputs[0].detach().std(dim=-1, unbiased=False).min()))
+
+    handles = [layer.linear1.register_forward_hook(on_relu),
+               layer.norm1.register_forward_pre_hook(on_norm),
+               layer.norm2.register_forward_pre_hook(on_norm)]
+    try:
+        yield stats
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def model_conditioning(params: Mapping[str, np.ndarray], config, input_ids,
+                       attention_mask=None) -> dict[str, float]:
+    """min |ReLU pre-activation| and min LayerNorm-input row std over every block (float64)."""
+    tp = {k: tensor(np.asarray(v, dtype=np.float64)) for k, v in params.items()}
+    with watch_blocks(config.hidden, config.n_heads, config.intermediate, config.ln_eps) as st:
+        model_forward(tp, config, tensor(input_ids),
+                      None if attention_mask is None else tensor(attention_mask))
+    if len(st["relu"]) != config.n_layers:
+        raise AssertionError(f"expected {config.n_layers} blocks, saw {len(st['relu'])}")
+    return {k: min(v) for k, v in st.items()}
+
+
+# --------------------------------------------------------------------------- report
+def summarize(path: str) -> str:
+    """The worst measured deviations from torch recorded in ``path`` (see REPORT_ENV), per
+    tensor kind (example sizes, model cases and layer numbers folded together) and dtype.
+
+    Columns: max |ours - torch|; that divided by the scale the rule uses (the tensor's max
+    |torch|, or the backward's for exactly-zero gradients, see ``allowed_error``); the max
+    element-wise relative error (entries with torch != 0); and the largest fraction of the
+    allowed error used (> 1 would have failed)."""
+    import re
+
+    cols = ("max_abs", "rel_to_scale", "max_rel", "of_allowed")
+    worst: dict[tuple[str, str], dict[str, float]] = {}
+    with open(path) as fh:
+        for line in fh:
+            row = json.loads(line)
+            name = re.sub(r"\[[^]]*=[^]]*\]", "", row["name"])  # op sizes
+            name = re.sub(r"layers\.\d+\.", "layers.*.", name)
+            name = re.sub(r"^(mini_bert|seed001)(-small)?", r"model \1", name)
+            w = worst.setdefault((name, row["dtype"]), dict.fromkeys(cols, 0.0) | {"n": 0})
+            w["n"] += 1
+            for k in cols:
+                w[k] = max(w[k], row[k])
+    lines = [f"{'tensor':44s} {'dtype':8s} {'n':>4s} {'max_abs':>9s} {'rel2scale':>9s} "
+             f"{'elem_rel':>9s} {'of_allowed':>10s}"]
+    for (name, dtype), w in sorted(worst.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        lines.append(f"{name:44s} {dtype:8s} {w['n']:4d} {w['max_abs']:9.2e} "
+                     f"{w['rel_to_scale']:9.2e} {w['max_rel']:9.2e} {w['of_allowed']:10.2e}")
+    for dtype in sorted({d for _, d in worst}):
+        for part, test in (("ops", lambda n: not n.startswith("model")),
+                           ("model", lambda n: n.startswith("model"))):
+            rows = [w for (n, d), w in worst.items() if d == dtype and test(n)]
+            if rows:
+                lines.append(
+                    f"worst {dtype} {part}: max_abs {max(w['max_abs'] for w in rows):.2e}, "
+                    f"rel to scale {max(w['rel_to_scale'] for w in rows):.2e}, "
+                    f"of allowed {max(w['of_allowed'] for w in rows):.2e}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "summarize":
+        sys.exit("usage: python -m tests.torch_oracle summarize FILE\n"
+                 f"  (FILE written by a test run with {REPORT_ENV}=FILE)")
+    print(summarize(sys.argv[2]))
