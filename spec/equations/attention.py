@@ -391,7 +391,8 @@ register(Equation(
                     lambda impl, s, x: (impl.merge_heads(x),), needs=("merge_heads",))))
 register(Equation(
     "attention.merge_heads.reshape_only", "Context concat written as a bare reshape",
-    (f"{MINIBERT} §2.2",), r"\mathrm{Context\_concat} = \mathrm{reshape}(\mathrm{Context}, [B,T,H])",
+    (f"{MINIBERT} §2.2",),
+    r"\mathrm{Context\_concat} = \mathrm{reshape}(\mathrm{Context}, [B,T,H])",
     lambda: _prove_reshape_only("merge"), kind="document", expected="refuted",
     target="attention.merge_heads"))
 register(Equation(

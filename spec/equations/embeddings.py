@@ -165,9 +165,11 @@ register(Equation(
                     needs=("embedding_forward",))))
 
 register(Equation(
-    "embedding.backward", "Token embedding gradient (scatter-add)", (f"{SLIDES} (embedding update)",),
+    "embedding.backward", "Token embedding gradient (scatter-add)",
+    (f"{SLIDES} (embedding update)",),
     r"\frac{\partial L}{\partial W_{tok}} = \mathrm{onehot}(\mathrm{ids})^\top "
-    r"\frac{\partial L}{\partial E},\ \text{i.e. } dW[v] = \sum_{(b,t): \mathrm{ids}[b,t]=v} dE[b,t]",
+    r"\frac{\partial L}{\partial E},\ \text{i.e. } dW[v] = "
+    r"\sum_{(b,t): \mathrm{ids}[b,t]=v} dE[b,t]",
     _prove_lookup_backward, gradient=True, torch_op="torch.nn.functional.embedding",
     numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(1), _lookup_code(1),
                     needs=("embedding_forward", "embedding_backward")),

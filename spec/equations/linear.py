@@ -145,7 +145,8 @@ register(Equation(
 
 register(Equation(
     "linear.backward.dW.literal3d", "dW = x^T @ dL/dy written on 3-D tensors",
-    (f"{MINIBERT} §3.1",), r"\frac{\partial L}{\partial W} = x^\top @ \frac{\partial L}{\partial y}",
+    (f"{MINIBERT} §3.1",),
+    r"\frac{\partial L}{\partial W} = x^\top @ \frac{\partial L}{\partial y}",
     _prove_literal_3d, kind="document", expected="convention", target="linear.backward.dW"))
 
 register(Equation(
