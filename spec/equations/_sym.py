@@ -130,8 +130,10 @@ def numeric(expr, values: Mapping) -> float:
 
 def fmt_values(values: Mapping, limit: int = 40) -> str:
     """``name=value`` pairs, compact (Fraction formatting)."""
-    items = [f"{k}={Fraction(int(v.p), int(v.q)) if v.is_Rational else v}"
-             for k, v in list(values.items())[:limit]]
+    items = []
+    for k, v in list(values.items())[:limit]:
+        v = sp.sympify(v)
+        items.append(f"{k}={Fraction(int(v.p), int(v.q)) if v.is_Rational else v}")
     more = "" if len(values) <= limit else f", ... ({len(values) - limit} more)"
     return ", ".join(items) + more
 
