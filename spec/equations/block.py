@@ -84,7 +84,10 @@ def _prove_residual() -> Proof:
     return Proof("proven", (2, 3), "f an arbitrary (undefined) SymPy function of all of x")
 
 
-def _ln(v, gamma=None, beta=None, eps=sp.Rational(1, 10 ** 5)):
+LN_EPS = sp.Rational(1, 10 ** 5)  # the block check's LayerNorm eps (passed to the code too)
+
+
+def _ln(v, gamma=None, beta=None, eps=LN_EPS):
     N = len(v)
     mu = sp.Add(*v) / N
     var = sp.Add(*[(e - mu) ** 2 for e in v]) / N

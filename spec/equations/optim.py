@@ -226,7 +226,8 @@ def _clip_sympy(size):
 register(Equation(
     "optim.adam", "Adam with bias correction", (f"{MINIBERT} §5.1", f"{SEED001} §4"),
     r"m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t,\ v_t = \beta_2 v_{t-1} + (1-\beta_2) g_t^2,\ "
-    r"\theta_t = \theta_{t-1} - \alpha \frac{m_t/(1-\beta_1^t)}{\sqrt{v_t/(1-\beta_2^t)} + \epsilon}",
+    r"\theta_t = \theta_{t-1} - \alpha \frac{m_t/(1-\beta_1^t)}"
+    r"{\sqrt{v_t/(1-\beta_2^t)} + \epsilon}",
     _prove_adam, torch_op="torch.optim.Adam", numeric=ADAM_NUMERIC,
     note="eps outside the square root in both documents, as torch"))
 register(Equation(
