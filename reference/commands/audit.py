@@ -110,6 +110,8 @@ def run(args) -> int:
     from spec.audit import ROOT, run_audit
 
     console = Console()
+    if not console.is_terminal:  # CI logs: wide enough for the matrix
+        console = Console(width=180)
     impl = _load_impl(args.impl)
     report = run_audit(impl, tests_dir=args.tests or ROOT / "tests",
                        measure=not args.no_measure)

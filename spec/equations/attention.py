@@ -35,8 +35,7 @@ GUIDE = "visual guide"
 
 HEAD_SIZES = tuple((T, d_k) for T in (2, 3) for d_k in (1, 2, 3))
 CHAIN_SIZES = ((1, 2, 2, 1), (1, 2, 2, 2))  # (B, T, H, A)
-# one size: sympy.diff of the whole layer w.r.t. every input takes ~5 s to derive and lambdify
-NUMERIC_SIZES = ((2, 2, 2, 2),)
+NUMERIC_SIZES = ((2, 2, 2, 2), (1, 2, 4, 2), (2, 3, 3, 3))  # (B, T, H, A): d_k = 1, 2, 1
 
 
 def split(x: np.ndarray, A: int) -> np.ndarray:
@@ -274,7 +273,7 @@ def _prove_sqrt_d() -> Proof:
     at_one = sp.simplify(ratio.subs(A, 1))
     at_minibert = ratio.subs({d: 192, A: 4})
     if at_one != 1:
-        return Proof("refuted", (), "sqrt(d) != sqrt(d_k) even for one head")
+        return Proof("refuted", ("symbolic",), "sqrt(d) != sqrt(d_k) even for one head")
     return Proof("convention", (1, 4),
                  f"one head (the slides): sqrt(d) = sqrt(d_k), proven; Mini-BERT (d=192, A=4): "
                  f"dividing by sqrt(192) instead of sqrt(48) scales every score by {at_minibert} "
@@ -320,13 +319,45 @@ GRAD_NAMES = ("dx", "dW_q", "dW_k", "dW_v", "dW_o", "db_q", "db_k", "db_v", "db_
 
 
 @cache
+def _head_fns(size):
+    """A head's map and its sympy.diff gradients (E = exp(score) put back), lambdified:
+    (Q, K, V, dC) -> (C, dQ, dK, dV)."""
+    r = head(size)
+    inputs = dict(Q=r["Q"], K=r["K"], V=r["V"], dC=r["dC"])
+    return lambdify_map(inputs, [r["C"], r["dQ"], r["dK"], r["dV"]], r["aux"])
+
+
 def _fns(size):
-    r = chain(size, bias=True)
-    inputs = dict(x=r["x"], **r["W"], **r["b"], dy=r["dy"])
-    wrt = [r["x"], *(r["W"][n] for n in ("W_q", "W_k", "W_v", "W_o")),
-           *(r["b"][n] for n in ("b_q", "b_k", "b_v", "b_o"))]
-    return dict(y=lambdify_map(inputs, [r["y"]]),
-                grads=lambdify_map(inputs, [vjp(r["y"], r["dy"], w) for w in wrt]))
+    """The layer from its stages: the affine projections (whose gradients are the proven
+    linear.* entries, exact in NumPy) around the lambdified SymPy head map and its sympy.diff
+    backward, head by head.  Deriving the whole layer symbolically costs ~20 s per size."""
+    B, T, H, A = size
+    f = _head_fns((T, H // A))
+
+    def heads(x, W_q, W_k, W_v, b_q, b_k, b_v, dC=None):
+        q, k, v = (split(x @ W + b, A) for W, b in ((W_q, b_q), (W_k, b_k), (W_v, b_v)))
+        dC = np.zeros_like(q) if dC is None else dC
+        out = [[f(Q=q[i, a], K=k[i, a], V=v[i, a], dC=dC[i, a]) for a in range(A)]
+               for i in range(B)]
+        return [np.array([[o[n] for o in row] for row in out]) for n in range(4)]
+
+    def forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
+        C = heads(x, W_q, W_k, W_v, b_q, b_k, b_v)[0]
+        return (merge(C) @ W_o + b_o,)
+
+    def backward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
+        C = heads(x, W_q, W_k, W_v, b_q, b_k, b_v)[0]
+        ctx = merge(C)
+        dC = split(dy @ W_o.T, A)
+        _, dQ, dK, dV = (merge(t) for t in heads(x, W_q, W_k, W_v, b_q, b_k, b_v, dC))
+        flat = x.reshape(-1, H)
+        dW = [flat.T @ d.reshape(-1, H) for d in (dQ, dK, dV)]
+        db = [d.reshape(-1, H).sum(axis=0) for d in (dQ, dK, dV)]
+        dx = dQ @ W_q.T + dK @ W_k.T + dV @ W_v.T
+        dW_o = ctx.reshape(-1, H).T @ dy.reshape(-1, H)
+        return (dx, *dW, dW_o, *db, dy.reshape(-1, H).sum(axis=0))
+
+    return dict(y=forward, grads=backward)
 
 
 def _inputs(size):

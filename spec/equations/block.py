@@ -29,16 +29,16 @@ def _prove_relu() -> Proof:
     x = 0 the derivative does not exist and the code takes 0 (as torch does)."""
     xp, xn = sp.Symbol("xp", positive=True), sp.Symbol("xn", negative=True)
     if sp.diff(_relu(xp), xp) != 1 or sp.diff(_relu(xn), xn) != 0:
-        return Proof("refuted", (), "derivative of max(0, x) is not the step function")
+        return Proof("refuted", ("symbolic",), "derivative of max(0, x) is not the step function")
     if _relu(xp) != xp or _relu(xn) != 0:
-        return Proof("refuted", (), "max(0, x) is not x on x > 0, 0 on x < 0")
+        return Proof("refuted", ("symbolic",), "max(0, x) is not x on x > 0, 0 on x < 0")
     return Proof("proven", (1,), "x != 0; the subgradient at 0 is taken as 0 (convention)")
 
 
 def _prove_tanh() -> Proof:
     x = sp.Symbol("x", real=True)
     if sp.simplify(sp.diff(sp.tanh(x), x) - (1 - sp.tanh(x) ** 2)) != 0:
-        return Proof("refuted", (), "d tanh != 1 - tanh^2")
+        return Proof("refuted", ("symbolic",), "d tanh != 1 - tanh^2")
     return Proof("proven", (1,))
 
 
@@ -194,7 +194,8 @@ def _elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None):
         return run
 
     def inputs(shape):
-        return dict(x=("float", shape, 2.0), dy=("float", shape, 1.0))
+        # "float_away": |x| in [KINK, 2] with either sign -- the kink stays out by construction
+        return dict(x=("float_away", shape, 2.0, KINK), dy=("float", shape, 1.0))
 
     return [Numeric(shapes, inputs, lambda s, w=w: fns(s)[w], code(w), accept,
                     needs=(attr_f, attr_b)) for w in (0, 1)]
@@ -210,14 +211,28 @@ TANH_FWD, TANH_BWD = _elementwise_numeric(sp.tanh, None, "tanh_forward", "tanh_b
 
 
 @cache
-def _ffn_fns(size):
-    B, T, H, I = size
-    x, W1, b1, W2, b2, dy = arr("x", B, T, H), arr("W_1", H, I), arr("b_1", I), \
-        arr("W_2", I, H), arr("b_2", H), arr("dy", B, T, H)
+def _token_ffn(H: int, I: int):
+    """One token's FFN and its sympy.diff gradients, lambdified."""
+    x, W1, b1, W2, b2, dy = arr("x", H), arr("W_1", H, I), arr("b_1", I), arr("W_2", I, H), \
+        arr("b_2", H), arr("dy", H)
     y = np.vectorize(_relu, otypes=[object])(x @ W1 + b1) @ W2 + b2
     inputs = dict(x=x, W_1=W1, b_1=b1, W_2=W2, b_2=b2, dy=dy)
-    return (lambdify_map(inputs, [y]),
-            lambdify_map(inputs, [vjp(y, dy, w) for w in (x, W1, b1, W2, b2)]))
+    return lambdify_map(inputs, [y] + [vjp(y, dy, w) for w in (x, W1, b1, W2, b2)])
+
+
+def _ffn_fns(size):
+    """The FFN acts on each token alone: the token map per position; parameter gradients add
+    up over positions."""
+    B, T, H, I = size
+    f = _token_ffn(H, I)
+
+    def run(x, dy, **p):
+        outs = [f(x=x[b, t], dy=dy[b, t], **p) for b in range(B) for t in range(T)]
+        y = np.stack([o[0] for o in outs]).reshape(B, T, H)
+        dx = np.stack([o[1] for o in outs]).reshape(B, T, H)
+        return y, (dx, *(sum(o[k] for o in outs) for k in range(2, 6)))
+
+    return (lambda **a: (run(**a)[0],), lambda **a: run(**a)[1])
 
 
 def _ffn_inputs(size):
@@ -301,7 +316,7 @@ def _block_code(impl, size, x, **p):
     return (out,)
 
 
-BLOCK_SIZES = ((1, 2, 3, 2), (2, 2, 3, 2))
+BLOCK_SIZES = ((2, 2, 3, 2),)
 
 register(Equation(
     "relu.forward", "ReLU", (f"{MINIBERT} §2.4", f"{MINIBERT} §3.5", f"{SEED001} §1.4",

@@ -22,7 +22,7 @@ def _prove_central() -> Proof:
     series = sp.series(cd, h, 0, 4).removeO().doit()
     expected = sp.diff(f(x), x) + sp.diff(f(x), x, 3) * h ** 2 / 6
     if sp.simplify(series - expected) != 0:
-        return Proof("refuted", (), f"series: {series}")
+        return Proof("refuted", ("symbolic",), f"series: {series}")
     return Proof("proven", (4,), "error f'''(x) eps^2 / 6 + O(eps^4)")
 
 
@@ -39,7 +39,8 @@ def _prove_doc_relative_error() -> Proof:
     flipped = doc_error(a, n, sp.Rational(1, 10 ** 5))
     close = doc_error(sp.Integer(1), 1 + sp.Rational(15, 10 ** 5), sp.Rational(1, 10 ** 5))
     if flipped < sp.Rational(1, 10 ** 4):
-        return Proof("refuted", (), f"analytic=1e-10, numeric=-1e-10 (opposite signs, 200% "
+        return Proof("refuted", ("numeric",),
+                     f"analytic=1e-10, numeric=-1e-10 (opposite signs, 200% "
                                     f"apart): |a-n|/(|a|+|n|+1e-5) = {float(flipped):.3g} < 1e-4 "
                                     f"passes; analytic=1, numeric=1.00015 (1.5e-4 apart) gives "
                                     f"{float(close):.3g} < 1e-4 passes too")
@@ -54,10 +55,10 @@ def _prove_relative_error() -> Proof:
     err = sp.Abs(a - b) / sp.Max(a, b, fl)
     flip = (sp.Abs(a - (-a)) / sp.Max(a, a, fl)).subs(fl, a / 2)
     if sp.simplify(err - err.subs({a: b, b: a}, simultaneous=True)) != 0:
-        return Proof("refuted", (), "not symmetric")
+        return Proof("refuted", ("symbolic",), "not symmetric")
     if sp.simplify(flip - 2) != 0:
-        return Proof("refuted", (), f"sign flip scores {flip}")
-    return Proof("proven", (), "symmetric; sign flip above the floor = 2")
+        return Proof("refuted", ("symbolic",), f"sign flip scores {flip}")
+    return Proof("proven", ("symbolic",), "symmetric; sign flip above the floor = 2")
 
 
 def _rel_sympy(size):

@@ -135,19 +135,30 @@ def _prove_dsigma() -> Proof:
 
 # --------------------------------------------------------------------------- SymPy <-> code
 @cache
+def _row_fn(N: int):
+    """The proofs' per-row derivation (s = sqrt(var + eps) put back), lambdified with eps as an
+    input: (x, gamma, beta, dy, eps) -> (y, dx, dgamma_row, dbeta_row)."""
+    r = row(N)
+    aux = {S: sp.sqrt(r["var"] + EPS)}
+    inputs = dict(x=r["x"], gamma=r["gamma"], beta=r["beta"], dy=r["dy"],
+                  eps=np.array([EPS], dtype=object))
+    return lambdify_map(inputs, [r["y"], r["dx"], r["dgamma"], r["dbeta"]], aux)
+
+
 def _numeric_fns(N: int):
-    """Two rows, real sqrt (no s): forward and the three gradients, lambdified."""
-    x, g, b, dy = arr("x", ROWS, N), arr("gamma", N), arr("beta", N), arr("dy", ROWS, N)
-    eps = sp.Float(LN_EPS)
-    y = np.empty((ROWS, N), dtype=object)
-    for r_ in range(ROWS):
-        mu = sp.Add(*x[r_]) / N
-        var = sp.Add(*[(xi - mu) ** 2 for xi in x[r_]]) / N
-        for i in range(N):
-            y[r_, i] = g[i] * (x[r_, i] - mu) / sp.sqrt(var + eps) + b[i]
-    grads = [vjp(y, dy, w) for w in (x, g, b)]
-    inputs = dict(x=x, gamma=g, beta=b, dy=dy)
-    return {"y": lambdify_map(inputs, [y]), "grads": lambdify_map(inputs, grads)}
+    """Rows are independent: the row map applied to each row; dgamma and dbeta add up over
+    rows (the sum over rows is what the code's [..., N] -> [N] reduction must equal)."""
+    f = _row_fn(N)
+
+    def run(x, gamma, beta, dy):
+        outs = [f(x=xr, gamma=gamma, beta=beta, dy=dr, eps=np.array([LN_EPS]))
+                for xr, dr in zip(x, dy)]
+        y = np.stack([o[0] for o in outs])
+        return y, np.stack([o[1] for o in outs]), sum(o[2] for o in outs), \
+            sum(o[3] for o in outs)
+
+    return {"y": lambda **a: (run(**a)[0],),
+            "grads": lambda **a: run(**a)[1:]}
 
 
 def _inputs(N):

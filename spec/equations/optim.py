@@ -48,7 +48,7 @@ def _prove_adam() -> Proof:
     k, n = sp.symbols("k n", integer=True, positive=True)
     geo = sp.simplify(sp.summation((1 - b1) * b1 ** (n - k), (k, 1, n)) - (1 - b1 ** n))
     if geo != 0:
-        return Proof("refuted", (), "geometric sum")
+        return Proof("refuted", ("symbolic",), "geometric sum")
     theta = sp.Symbol("theta", real=True)
     first = adam_update(theta, *adam_moments([g]), 1)
     if sp.simplify(first - (theta - lr * g / (g + eps))) != 0:
@@ -93,8 +93,9 @@ def _prove_schedule() -> Proof:
               sp.simplify(down.subs(STEP, TOTAL)), sp.simplify(sp.diff(up, STEP) - PEAK / W_),
               sp.simplify(sp.diff(down, STEP) + PEAK / (TOTAL - W_)))
     if any(c != 0 for c in checks):
-        return Proof("refuted", (), f"continuity / endpoint checks: {checks}")
-    return Proof("proven", (), "continuous at warmup (= peak), 0 at total, linear on both sides")
+        return Proof("refuted", ("symbolic",), f"continuity / endpoint checks: {checks}")
+    return Proof("proven", ("symbolic",),
+                 "continuous at warmup (= peak), 0 at total, linear on both sides")
 
 
 def _prove_step0() -> Proof:
@@ -138,7 +139,7 @@ def _prove_accum() -> Proof:
     means = [sp.Add(*m) / len(m) for m in micro]
     weighted = sp.Add(*[len(m) * gk for m, gk in zip(micro, means)]) / sum(len(m) for m in micro)
     if sp.simplify(weighted - full) != 0:
-        return Proof("refuted", (), "weighted mean != full-batch gradient")
+        return Proof("refuted", ("symbolic",), "weighted mean != full-batch gradient")
     return Proof("proven", (1, 3), "masked counts 1 and 3: weighted by n_k it equals the "
                                    "full-batch gradient identically")
 

@@ -112,15 +112,21 @@ def _prove_rowdot_reading() -> Proof:
 
 # --------------------------------------------------------------------------- SymPy <-> code
 @cache
+def _row_fns(N: int):
+    """The proofs' per-row derivation (E = exp(x) put back), lambdified."""
+    r = row(N)
+    inputs = dict(x=r["x"], dp=r["dp"])
+    return lambdify_map(inputs, [r["pE"], r["dx"], r["J"]], r["aux"])
+
+
 def _numeric_fns(N: int):
-    x, dp = arr("x", ROWS, N), arr("dp", ROWS, N)
-    p = softmax_rows(x)
-    dx = vjp(p, dp, x)
-    J = np.array([[[sp.diff(p[r, i], x[r, j]) for j in range(N)] for i in range(N)]
-                  for r in range(ROWS)], dtype=object)
-    inputs = dict(x=x, dp=dp)
-    return dict(p=lambdify_map(inputs, [p]), dx=lambdify_map(inputs, [dx]),
-                J=lambdify_map(inputs, [J]))
+    """softmax acts on each row of the last axis independently: the row maps, row by row."""
+    f = _row_fns(N)
+
+    def part(k):
+        return lambda x, dp: (np.stack([f(x=xr, dp=dr)[k] for xr, dr in zip(x, dp)]),)
+
+    return dict(p=part(0), dx=part(1), J=part(2))
 
 
 def _inputs(N):
