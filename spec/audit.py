@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # --------------------------------------------------------------------------- tests (AST)
 @dataclass(frozen=True)
-class TestRef:
+class TaggedTest:
     file: str  # relative to the scanned root's parent
     name: str  # Class.test_name or test_name
     line: int
@@ -193,7 +193,7 @@ class _Scanner:
         return False
 
     # ----------------------------------------------------------------- tests
-    def scan_file(self, path: Path) -> list[TestRef]:
+    def scan_file(self, path: Path) -> list[TaggedTest]:
         mod = self.module(path)
         if mod is None:
             return []
@@ -208,7 +208,7 @@ class _Scanner:
                                      + module_marks)
             if ids:
                 fd = not oracle and self.reaches_fd(mod, fn)
-                out.append(TestRef(rel, qual, fn.lineno, tuple(sorted(ids)), oracle, fd))
+                out.append(TaggedTest(rel, qual, fn.lineno, tuple(sorted(ids)), oracle, fd))
 
         for node in mod.tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
@@ -223,7 +223,7 @@ class _Scanner:
 
 
 def scan_tests(tests_dir: Path | str = ROOT / "tests", known_ids: Iterable[str] = ()) \
-        -> list[TestRef]:
+        -> list[TaggedTest]:
     """Every tagged test under ``tests_dir`` (files test_*.py / *_test.py), statically."""
     tests_dir = Path(tests_dir)
     scanner = _Scanner(tests_dir, known_ids)
@@ -323,10 +323,10 @@ class Row:
         return "verified"
 
 
-def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[TestRef], *,
+def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[TaggedTest], *,
          impl=None, run_proofs: bool = True) -> list[Row]:
     """One row per equation (plus a row per unknown ID found in tags)."""
-    by_id: dict[str, list[TestRef]] = {}
+    by_id: dict[str, list[TaggedTest]] = {}
     for t in tests:
         for i in t.ids:
             by_id.setdefault(i, []).append(t)
