@@ -161,7 +161,10 @@ class Context:
         _, c_loss = impl.cross_entropy_forward(out, labels)
         (dout,) = impl.cross_entropy_backward(1.0, c_loss)
         fwd, bwd, step = [], [], []
-        for _ in range(self.repeats):
+        deadline = time.perf_counter() + TIMING_BUDGET_S
+        for k in range(self.repeats):
+            if k and time.perf_counter() > deadline:  # a loaded machine: fewer repeats
+                break
             t0 = time.perf_counter()
             impl.forward(params, config, ids)
             fwd.append(time.perf_counter() - t0)
@@ -171,6 +174,7 @@ class Context:
             t0 = time.perf_counter()
             impl.loss_and_grads(params, config, ids, labels=labels)
             step.append(time.perf_counter() - t0)
+        self.repeats_done = len(fwd)
         return {k: 1e3 * statistics.median(v) for k, v in
                 (("forward", fwd), ("backward", bwd), ("step", step))}
 
@@ -195,6 +199,8 @@ def by_rounding(obtained: float, stated: float, unit: float = 1.0) -> str:
 
 # timing claims ("~20 ms"): machine-dependent; confirmed within this factor either way
 TIMING_FACTOR = 1.5
+# the audit's whole timing measurement stops repeating after this many seconds (>= 1 repeat)
+TIMING_BUDGET_S = 8.0
 
 
 # --------------------------------------------------------------------------- ledger
@@ -670,7 +676,7 @@ def _timing(key, stated_ms):
         ratio = ms / stated_ms
         ok = 1 / TIMING_FACTOR <= ratio <= TIMING_FACTOR
         what = " (smoke: tiny model)" if ctx.smoke else ""
-        return Result(f"{ms:.2f} ms (median of {ctx.repeats}){what}",
+        return Result(f"{ms:.2f} ms (median of {ctx.repeats_done}){what}",
                       "confirmed" if ok else "refuted",
                       f"float32, B=8, T=64, this machine; x{ratio:.2f} the stated value "
                       f"(confirmed within x{TIMING_FACTOR})")
