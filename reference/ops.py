@@ -32,6 +32,7 @@ __all__ = [
     "layernorm_backward",
     "softmax_forward",
     "softmax_backward",
+    "softmax_jacobian",
     "relu_forward",
     "relu_backward",
     "tanh_forward",
@@ -229,6 +230,15 @@ def softmax_backward(dp, cache):
     p = cache
     as_float_array("dp", dp, shape=p.shape, dtype=p.dtype)
     return (p * (dp - (p * dp).sum(axis=-1, keepdims=True)),)
+
+
+@implements("softmax.jacobian")
+def softmax_jacobian(p):
+    """The full Jacobian dp_i/dx_j = p_i (delta_ij - p_j) from softmax outputs p [..., N] ->
+    [..., N, N] (Mini-BERT derivation §3.2).  For inspection and tests: the backward uses the
+    O(N) Jacobian-vector product above, never this O(N^2) matrix."""
+    as_float_array("p", p, min_ndim=1)
+    return p[..., :, None] * (np.eye(p.shape[-1], dtype=p.dtype) - p[..., None, :])
 
 
 # --------------------------------------------------------------------------- relu / tanh

@@ -15,6 +15,13 @@ FD_RTOL = 1e-6
 # Magnitudes below FD_FLOOR are compared in absolute terms: |a - b| <= FD_RTOL * FD_FLOOR = 1e-9.
 FD_FLOOR = 1e-3
 
+# SymPy <-> code: the lambdified SymPy expression and the NumPy function evaluate the same real
+# formula in float64 in different orders (a few ulps, 2.2e-16, per op over <= ~100 terms), on
+# inputs bounded by ~2.  Compared as max|a - b| / max(|a|, |b|, SYMPY_CODE_FLOOR): relative for
+# O(1) outputs, absolute 1e-12 for outputs that are ~0 by cancellation (LayerNorm dx at N = 2).
+SYMPY_CODE_RTOL = 1e-12
+SYMPY_CODE_FLOOR = 1.0
+
 # PyTorch oracle, float64: the same maths in a different summation order differs by a few ulps
 # per op; 1e-10 relative leaves room for ~1e6 ulps accumulated through the model.
 ORACLE_RTOL_F64 = 1e-10

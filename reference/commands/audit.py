@@ -1,0 +1,137 @@
+"""``minibert audit``: the equation x evidence matrix and the claims ledger.
+
+For every equation of the source documents: its SymPy verdict (proven / refuted / convention),
+the implementing function (file:line), the finite-difference and oracle tests that declare it,
+and the verdict of the join; then every numeric claim with stated vs obtained values.  Exit 1 on
+any gap (missing proof, implementation, FD or oracle test, SymPy <-> code check, pending claim)
+or regression (an outcome that contradicts the recorded verdict)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def register(sub) -> None:
+    a = sub.add_parser("audit", help="equations x implementations x tests, and the claims "
+                                     "ledger; exit 1 on any gap or regression")
+    a.add_argument("--format", choices=["markdown", "json"], default=None,
+                   help="also write the report in this format (to --output)")
+    a.add_argument("--output", "-o", type=Path, default=None,
+                   help="report path (default: audit.md / audit.json)")
+    a.add_argument("--impl", default=None, help="implementation as package.module[:object] "
+                                                "(default: reference)")
+    a.add_argument("--tests", type=Path, default=None, help="tests directory to scan")
+    a.add_argument("--no-measure", action="store_true", help="skip the timing measurements")
+    a.add_argument("--repeats", type=int, default=5, help="timing repeats (medians)")
+    a.set_defaults(func=run)
+
+
+def _load_impl(spec: str | None):
+    import importlib
+    if spec is None:
+        return importlib.import_module("reference")
+    module_name, _, attr = spec.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _short(items: list[str], empty: str = "—") -> str:
+    if not items:
+        return empty
+    first = items[0].split("::")[-1] if "::" in items[0] else items[0]
+    return first + (f" (+{len(items) - 1})" if len(items) > 1 else "")
+
+
+def markdown(report) -> str:
+    c = report.counts()
+    lines = ["# minibert audit", "",
+             f"{'OK' if report.ok else 'FAIL'}: {c['equations']} equations, "
+             f"{len(report.claims)} claims, {c['gaps']} gaps, {c['regressions']} regressions, "
+             f"{report.seconds:.1f} s", "", "## Equations", "",
+             "| ID | source | SymPy | implementation | FD test | oracle test | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in report.rows:
+        lines.append(
+            f"| `{r.id}` | {'; '.join(r.sources)} | {r.sympy} | "
+            f"{'<br>'.join(r.implementations) or '—'} | "
+            f"{'<br>'.join(r.fd_tests) or ('—' if r.fd_needed else 'n/a')} | "
+            f"{'<br>'.join(r.oracle_tests) or ('—' if r.oracle_needed else 'n/a')} | "
+            f"{r.verdict} |")
+    details = [r for r in report.rows if r.detail and r.sympy in ("refuted", "convention")]
+    if details:
+        lines += ["", "### Refutations and conventions", ""]
+        lines += [f"- `{r.id}` ({r.sympy}): {r.detail}" for r in details]
+    lines += ["", "## Claims ledger", "",
+              "| ID | claim | source | stated | obtained | verdict | detail |",
+              "|---|---|---|---|---|---|---|"]
+    for o in report.claims:
+        lines.append(f"| `{o.id}` | {o.claim} | {o.source} | {o.stated} | {o.obtained} | "
+                     f"{o.verdict} | {o.detail} {('PENDING: ' + o.pending) if o.pending else ''} |")
+    for title, items in (("Gaps", report.gaps), ("Regressions", report.regressions)):
+        if items:
+            lines += ["", f"## {title}", ""] + [f"- {g}" for g in items]
+    return "\n".join(lines) + "\n"
+
+
+def print_tables(report, console) -> None:
+    from rich.table import Table
+
+    style = {"proven": "green", "refuted": "yellow", "convention": "cyan", "verified": "green",
+             "confirmed": "green", "not reproducible": "magenta", "gap": "red",
+             "REGRESSION": "bold red"}
+    t = Table(title="Equations x evidence", show_lines=False)
+    for col in ("ID", "source", "SymPy", "implementation", "FD test", "oracle test", "verdict"):
+        t.add_column(col, overflow="fold")
+    for r in report.rows:
+        verdict = r.verdict
+        colour = style.get(verdict.split(" ")[0], "white")
+        t.add_row(r.id, _short(r.sources), f"[{style.get(r.sympy, 'red')}]{r.sympy}[/]",
+                  _short([i.split(" (")[-1].rstrip(")") for i in r.implementations]),
+                  _short(r.fd_tests, "—" if r.fd_needed else "n/a"),
+                  _short(r.oracle_tests, "—" if r.oracle_needed else "n/a"),
+                  f"[{colour}]{verdict}[/]")
+    console.print(t)
+    lt = Table(title="Claims ledger")
+    for col in ("ID", "source", "stated", "obtained", "verdict"):
+        lt.add_column(col, overflow="fold")
+    for o in report.claims:
+        v = o.verdict + (" (pending)" if o.pending else "") + (" !" if o.regression else "")
+        lt.add_row(o.id, o.source, o.stated, o.obtained,
+                   f"[{style.get(o.verdict, 'white')}]{v}[/]")
+    console.print(lt)
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    from spec.audit import ROOT, run_audit
+
+    console = Console()
+    if not console.is_terminal:  # CI logs: wide enough for the matrix
+        console = Console(width=180)
+    impl = _load_impl(args.impl)
+    report = run_audit(impl, tests_dir=args.tests or ROOT / "tests",
+                       measure=not args.no_measure)
+    print_tables(report, console)
+    c = report.counts()
+    console.print(f"SymPy: {c['sympy']}")
+    console.print(f"claims: {c['claims']}")
+    for title, items, colour in (("gaps", report.gaps, "red"),
+                                 ("regressions", report.regressions, "bold red")):
+        if items:
+            console.print(f"[{colour}]{len(items)} {title}:[/]")
+            for g in items:
+                console.print(f"  - {g}", markup=False, highlight=False)
+    if args.format:
+        out = args.output or Path(f"audit.{'md' if args.format == 'markdown' else 'json'}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        text = markdown(report) if args.format == "markdown" else json.dumps(
+            report.to_json(), indent=2, default=str)
+        out.write_text(text, encoding="utf-8")
+        console.print(f"report written to {out}")
+    console.print(("[green]audit passed[/]" if report.ok else "[red]audit failed[/]")
+                  + f" in {report.seconds:.1f} s")
+    return 0 if report.ok else 1

@@ -1,0 +1,122 @@
+"""Every equation of the five source documents as a checkable entry.
+
+An :class:`Equation` has a stable ID (the one the reference's ``@implements`` tags and the
+tests' ``@pytest.mark.equation`` use), the document(s) and section(s) it comes from, its LaTeX,
+and a ``proof``: a function that builds the forward map in SymPy, derives the backward with
+``sympy.diff`` on small symbolic sizes and compares it with the closed form -- proven (the
+difference is identically 0 at every size tried), refuted (a concrete numeric counterexample,
+printed) or a convention (two readings of an ambiguous statement, one proven, one refuted).
+
+Two kinds of entries:
+
+* ``derivation``: the formula the reference implements.  Needs an implementing function, a
+  finite-difference test (if it states a gradient), an oracle test (if torch has the op) and a
+  SymPy <-> code check (``numeric``).
+* ``document``: a document's own variant that differs from the derivation (a wrong closed form,
+  a mislabel, another orientation).  Its evidence is the proof/refutation; ``target`` names the
+  derivation the reference implements instead, whose evidence it inherits.
+
+Modules register their entries on import; :func:`load` imports them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+SYMPY_STATUSES = ("proven", "refuted", "convention")
+KINDS = ("derivation", "document")
+
+MODULES = ("embeddings", "linear", "softmax", "layernorm", "attention", "block", "losses",
+           "optim", "gradcheck")
+
+
+@dataclass
+class Proof:
+    """Outcome of an equation's SymPy check."""
+
+    status: str  # proven | refuted | convention
+    sizes: tuple = ()  # symbolic sizes tried
+    detail: str = ""  # the counterexample (refuted), the two readings (convention), notes
+    seconds: float = 0.0
+
+    def __post_init__(self):
+        if self.status not in SYMPY_STATUSES:
+            raise ValueError(f"status: expected one of {SYMPY_STATUSES}, got {self.status!r}")
+
+
+@dataclass
+class Numeric:
+    """SymPy <-> code correspondence: the lambdified SymPy map and the implementation's function
+    on the same float64 inputs.
+
+    inputs(size) -> {name: ("float", shape, bound) | ("int", shape, high) | ("bool", shape)}
+    sympy(size)  -> callable(**arrays) -> tuple of arrays (lambdified, cached by the module)
+    code(impl, size, **arrays) -> tuple of arrays (reaches the implementation)
+    accept(size, **arrays) -> bool: the sample is away from kinks / singular points
+    """
+
+    sizes: tuple
+    inputs: Callable
+    sympy: Callable
+    code: Callable
+    accept: Callable | None = None
+    needs: tuple[str, ...] = ()  # impl attributes the code side calls (absent -> pending)
+
+
+@dataclass
+class Equation:
+    id: str
+    title: str
+    sources: tuple[str, ...]  # "Mini-BERT derivation §3.3", ...
+    latex: str
+    proof: Callable[[], Proof] | None
+    kind: str = "derivation"
+    expected: str = "proven"  # the recorded SymPy verdict; a different outcome is a regression
+    target: str | None = None  # document entries: the derivation the reference implements
+    gradient: bool = False  # states a gradient -> needs a finite-difference test
+    torch_op: str | None = None  # the torch op (-> needs an oracle test); None: torch has none
+    numeric: Numeric | None = None
+    numeric_na: str = ""  # why no SymPy <-> code check applies (derivations only)
+    impl_hint: str = ""  # where the implementation lives when it is not a tagged reference fn
+    note: str = ""  # conventions, readings, what the verdict means
+    _proof_cache: Proof | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
+        if self.expected not in SYMPY_STATUSES:
+            raise ValueError(f"expected: expected one of {SYMPY_STATUSES}, got {self.expected!r}")
+        if self.kind == "document" and not self.target:
+            raise ValueError(f"{self.id}: a document entry needs target= (the derivation the "
+                             "reference implements)")
+
+    def run_proof(self) -> Proof:
+        """Run (once per process) and time the SymPy check."""
+        if self._proof_cache is None:
+            if self.proof is None:
+                raise ValueError(f"{self.id}: no SymPy proof or refutation")
+            start = time.perf_counter()
+            result = self.proof()
+            result.seconds = time.perf_counter() - start
+            self._proof_cache = result
+        return self._proof_cache
+
+
+EQUATIONS: dict[str, Equation] = {}
+
+
+def register(eq: Equation) -> Equation:
+    if eq.id in EQUATIONS:
+        raise ValueError(f"id: equation {eq.id!r} registered twice")
+    EQUATIONS[eq.id] = eq
+    return eq
+
+
+def load() -> dict[str, Equation]:
+    """Import every equation module; return the registry (ID -> Equation)."""
+    for name in MODULES:
+        importlib.import_module(f"{__name__}.{name}")
+    return EQUATIONS

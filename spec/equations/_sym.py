@@ -1,0 +1,215 @@
+"""SymPy helpers shared by the equation modules: symbol arrays, vector-Jacobian products with
+``sympy.diff``, zero tests that stay fast on small sizes, and numeric counterexamples.
+
+Everything is plain SymPy on explicit element symbols (no MatrixSymbol): a size is small
+(feature 2..5, T 2..3, d_k 1..3), so every entry is an ordinary expression and ``sympy.diff``
+does the calculus; closed forms stated by the documents are built the same way and compared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+import sympy as sp
+
+
+def arr(name: str, *shape: int, **assumptions) -> np.ndarray:
+    """An object ndarray of real symbols ``name_i_j``, shaped ``shape``."""
+    assumptions.setdefault("real", True)
+    out = np.empty(shape, dtype=object)
+    for idx in itertools.product(*(range(n) for n in shape)):
+        out[idx] = sp.Symbol(f"{name}_{'_'.join(map(str, idx))}" if idx else name, **assumptions)
+    return out
+
+
+def symbols_of(*arrays) -> list[sp.Symbol]:
+    """The symbols of object arrays (or scalars), flattened in C order."""
+    out = []
+    for a in arrays:
+        out.extend(np.asarray(a, dtype=object).reshape(-1).tolist())
+    return out
+
+
+def vjp(out: np.ndarray, dout: np.ndarray, wrt: np.ndarray) -> np.ndarray:
+    """d/d(wrt) of sum(dout * out), element by element with ``sympy.diff``: the backward pass
+    of ``out`` for upstream gradient ``dout``, derived from the forward map alone."""
+    L = sp.Add(*[a * b for a, b in zip(np.ravel(out), np.ravel(dout))])
+    res = np.empty(np.shape(wrt), dtype=object)
+    for idx in np.ndindex(*np.shape(wrt)):
+        res[idx] = sp.diff(L, wrt[idx])
+    return res
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Matrix product of object arrays (last two axes), entries left unexpanded."""
+    return np.matmul(a, b)
+
+
+def is_zero(expr) -> bool:
+    """True iff ``expr`` is identically 0 as a rational function of its symbols.
+
+    together -> numerator -> expand: exact and far faster than ``simplify`` for the rational
+    expressions here (square roots and exponentials are replaced by symbols before calling).
+    """
+    expr = sp.sympify(expr)
+    if expr == 0:
+        return True
+    num, _ = sp.fraction(sp.together(expr))
+    return sp.expand(num) == 0
+
+
+def all_zero(diff: np.ndarray) -> bool:
+    return all(is_zero(e) for e in np.ravel(diff))
+
+
+class Exp(sp.Function):
+    """exp as an opaque function whose derivative is itself.
+
+    ``sympy.exp`` merges exp(a) * exp(a) into exp(2a), which hides the factors from a
+    structural replacement; Exp(a)**2 stays as it is, so every exponential can be swapped for
+    a symbol after differentiating."""
+
+    def fdiff(self, argindex=1):
+        return self
+
+
+def exp_to_symbols(exprs: np.ndarray, scores: np.ndarray, name: str = "E"):
+    """Replace every Exp(scores[idx]) by a positive symbol E_idx.
+
+    As the exponentials of independent scores are algebraically independent, an identity that
+    holds as a rational function of the E's holds for every score value.  Returns the new
+    array, the E symbols, and aux = {E: exp(score)} to evaluate or lambdify through."""
+    E = arr(name, *scores.shape, positive=True)
+    rep = {Exp(s): e for s, e in zip(np.ravel(scores), np.ravel(E))}
+    out = np.empty(np.shape(exprs), dtype=object)
+    for idx in np.ndindex(*np.shape(exprs)):
+        out[idx] = sp.sympify(exprs[idx]).xreplace(rep)
+    leftover = [e for e in np.ravel(out) if e.has(Exp)]
+    if leftover:
+        raise ValueError(f"exprs: an exponential of a non-score argument survived: {leftover[0]}")
+    return out, E, {e: sp.exp(s) for s, e in zip(np.ravel(scores), np.ravel(E))}
+
+
+def real_exp(exprs: np.ndarray) -> np.ndarray:
+    """Exp -> sympy.exp, for lambdify and numeric evaluation."""
+    out = np.empty(np.shape(exprs), dtype=object)
+    for idx in np.ndindex(*np.shape(exprs)):
+        out[idx] = sp.sympify(exprs[idx]).replace(Exp, sp.exp)
+    return out
+
+
+def softmax_rows(S: np.ndarray) -> np.ndarray:
+    """softmax over the last axis of an object array, as Exp(s) / sum Exp."""
+    e = np.vectorize(Exp, otypes=[object])(S)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def rational_values(symbols: Sequence[sp.Symbol], seed: int = 0, *,
+                    positive: Iterable[sp.Symbol] = ()) -> dict:
+    """Deterministic small rationals (numerators -9..9 over 1..4) for a counterexample; symbols
+    in ``positive`` get values in (0, 3]."""
+    rng = np.random.default_rng(seed)
+    positive = set(positive)
+    vals = {}
+    for s in symbols:
+        den = int(rng.integers(1, 5))
+        if s in positive or s.is_positive:
+            vals[s] = sp.Rational(int(rng.integers(1, 13)), 4)
+        else:
+            num = int(rng.integers(-9, 10))
+            vals[s] = sp.Rational(num if num else 1, den)
+    return vals
+
+
+def numeric(expr, values: Mapping) -> float:
+    return float(sp.N(sp.sympify(expr).xreplace(dict(values)), 30))
+
+
+def fmt_values(values: Mapping, limit: int = 40) -> str:
+    """``name=value`` pairs, compact (Fraction formatting)."""
+    items = []
+    for k, v in list(values.items())[:limit]:
+        v = sp.sympify(v)
+        items.append(f"{k}={Fraction(int(v.p), int(v.q)) if v.is_Rational else v}")
+    more = "" if len(values) <= limit else f", ... ({len(values) - limit} more)"
+    return ", ".join(items) + more
+
+
+def fmt_array(a, digits: int = 6) -> str:
+    a = np.asarray(a, dtype=float)
+    return np.array2string(a, precision=digits, suppress_small=False, separator=", ")
+
+
+# --------------------------------------------------------------------------- identities
+def _subs_all(expr, aux: Mapping, values: Mapping):
+    return sp.sympify(expr).xreplace(dict(aux)).replace(Exp, sp.exp).xreplace(dict(values))
+
+
+def counterexample(lhs: np.ndarray, rhs: np.ndarray, aux: Mapping | None = None, *,
+                   seed: int = 0, positive=()) -> tuple[dict, np.ndarray, np.ndarray] | None:
+    """Evaluate both sides at deterministic rational inputs (aux symbols such as s = sqrt(var +
+    eps) or E = exp(score) replaced by their definitions first).  Returns (values, lhs, rhs)
+    as floats when they differ by more than 1e-12 relative, else None."""
+    aux = dict(aux or {})
+    lhs = np.asarray(lhs, dtype=object)
+    rhs = np.asarray(rhs, dtype=object)
+    free = set()
+    for e in list(lhs.ravel()) + list(rhs.ravel()):
+        free |= sp.sympify(e).xreplace(aux).free_symbols
+    free = sorted(free, key=lambda s: s.name)
+    for attempt in range(4):
+        values = rational_values(free, seed + attempt, positive=positive)
+        a = np.array([float(sp.N(_subs_all(e, aux, values), 30)) for e in lhs.ravel()])
+        b = np.array([float(sp.N(_subs_all(e, aux, values), 30)) for e in rhs.ravel()])
+        scale = max(np.max(np.abs(a)), np.max(np.abs(b)), 1e-300)
+        if np.max(np.abs(a - b)) > 1e-12 * scale:
+            return values, a.reshape(lhs.shape), b.reshape(rhs.shape)
+    return None
+
+
+def compare(derived: np.ndarray, closed: np.ndarray, aux: Mapping | None = None, *,
+            positive=()) -> tuple[bool, str]:
+    """(True, "") when closed - derived is identically 0; otherwise (False, counterexample).
+
+    A symbolic non-zero is confirmed numerically before it counts (with aux symbols evaluated
+    through their definitions); if the numbers agree after all, full ``simplify`` decides."""
+    diff = np.asarray(closed, dtype=object) - np.asarray(derived, dtype=object)
+    if all_zero(diff):
+        return True, ""
+    found = counterexample(derived, closed, aux, positive=positive)
+    if found is None:
+        aux = dict(aux or {})
+        if all(sp.simplify(sp.sympify(e).xreplace(aux)) == 0 for e in np.ravel(diff)):
+            return True, ""
+        return False, "symbolically non-zero, but no numeric counterexample found"
+    values, a, b = found
+    return False, (f"at {fmt_values(values)}: sympy.diff gives {fmt_array(a)}, "
+                   f"the closed form gives {fmt_array(b)}")
+
+
+def lambdify_map(inputs: Mapping[str, np.ndarray], outputs: Sequence[np.ndarray],
+                 aux: Mapping | None = None):
+    """fn(**arrays) -> tuple of float arrays shaped like ``outputs``, from object arrays of
+    symbols (``inputs``) and expressions (``outputs``; aux symbols replaced first)."""
+    aux = dict(aux or {})
+    names = list(inputs)
+    syms = [s for n in names for s in np.ravel(inputs[n])]
+    flat = [sp.sympify(e).xreplace(aux).replace(Exp, sp.exp) for o in outputs
+            for e in np.ravel(o)]
+    f = sp.lambdify(syms, flat, "numpy", cse=True)
+    shapes = [np.shape(o) for o in outputs]
+
+    def call(**arrays):
+        args = [float(v) for n in names for v in np.ravel(np.asarray(arrays[n], dtype=float))]
+        vals = np.asarray(f(*args), dtype=float)
+        out, k = [], 0
+        for shape in shapes:
+            n = int(np.prod(shape))
+            out.append(vals[k:k + n].reshape(shape))
+            k += n
+        return tuple(out)
+
+    return call

@@ -1,0 +1,208 @@
+"""Token and position embeddings (learned and sinusoidal).
+
+A lookup W[ids] is the linear map onehot(ids) @ W, so its backward is onehot^T @ dout: the
+scatter-add over repeated ids.  The SymPy map takes the one-hot matrix O as symbols and the
+SymPy <-> code check feeds O = onehot(ids) for the ids it drew.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import sympy as sp
+
+from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
+
+MINIBERT = "Mini-BERT derivation"
+SEED001 = "NumPy-Transformer document"
+SLIDES = "BERT masked-LM slides"
+BLOG = "BERT-base blog"
+GUIDE = "visual guide"
+
+# (V, H, ids) tried by the proofs: repeated ids, an unused id
+LOOKUP_CASES = ((3, 2, (0, 2, 0, 2)), (4, 3, (1, 1, 1)), (2, 2, (1, 0)))
+# (V, H, B, T) of the SymPy <-> code check
+NUMERIC_SIZES = ((3, 2, 2, 2), (4, 3, 1, 3), (2, 2, 3, 1))
+
+
+def onehot(ids, V: int) -> np.ndarray:
+    return np.eye(V, dtype=np.int64)[np.asarray(ids)]
+
+
+def _prove_lookup_backward() -> Proof:
+    for V, H, ids in LOOKUP_CASES:
+        W, dout = arr("W", V, H), arr("dout", len(ids), H)
+        out = onehot(ids, V).astype(object) @ W  # [n, H] -- the lookup as a matmul
+        if not all(is_zero(a - b) for a, b in zip(out.ravel(), W[list(ids)].ravel())):
+            return Proof("refuted", (V, H), f"onehot @ W != W[ids] for ids={ids}")
+        derived = vjp(out, dout, W)
+        closed = np.zeros((V, H), dtype=object)
+        for n, v in enumerate(ids):  # scatter-add: every position holding id v adds its dout
+            closed[v] = closed[v] + dout[n]
+        ok, detail = compare(derived, closed)
+        if not ok:
+            return Proof("refuted", (V, H), f"ids={ids}: {detail}")
+    return Proof("proven", tuple((V, H) for V, H, _ in LOOKUP_CASES),
+             "lookup = onehot(ids) @ W; dW = onehot^T @ dout (repeated ids add up)")
+
+
+def _prove_position() -> Proof:
+    """out[b, t] = x[b, t] + W_pos[t] for t < T <= T_max; dx = dout, dW_pos[t] = sum_b dout[b, t]
+    for t < T and 0 for the unused rows."""
+    for B, T, T_max, H in ((2, 2, 3, 2), (1, 3, 3, 2), (3, 1, 2, 1)):
+        x, W, dout = arr("x", B, T, H), arr("P", T_max, H), arr("dout", B, T, H)
+        out = x + W[None, :T]
+        dW = vjp(out, dout, W)
+        closed_dW = np.zeros((T_max, H), dtype=object)
+        closed_dW[:T] = dout.sum(axis=0)
+        ok1, d1 = compare(dW, closed_dW)
+        ok2, d2 = compare(vjp(out, dout, x), dout)
+        if not (ok1 and ok2):
+            return Proof("refuted", (B, T, T_max, H), d1 or d2)
+    return Proof("proven", ((2, 2, 3, 2), (1, 3, 3, 2), (3, 1, 2, 1)))
+
+
+POS, K = sp.symbols("pos k", real=True)
+
+
+def pe_angle(i2, d):
+    """pos / 10000^(2i/d) with i2 = 2i."""
+    return POS / sp.Integer(10000) ** (sp.Integer(i2) / d)
+
+
+def _prove_sinusoidal() -> Proof:
+    """Each (sin, cos) pair of frequency w = 10000^(-2i/d) is a point on the unit circle, and a
+    shift by k positions is a fixed rotation: [PE(pos+k, 2i), PE(pos+k, 2i+1)] =
+    R(w k) [PE(pos, 2i), PE(pos, 2i+1)] -- the relative-position property, for every pos, k."""
+    for d in (2, 4, 6):
+        for i2 in range(0, d, 2):
+            w = sp.Integer(10000) ** (-sp.Integer(i2) / d)
+            s, c = sp.sin(w * POS), sp.cos(w * POS)
+            if sp.simplify(s ** 2 + c ** 2 - 1) != 0:
+                return Proof("refuted", (d,), "sin^2 + cos^2 != 1")
+            s_k, c_k = sp.sin(w * (POS + K)), sp.cos(w * (POS + K))
+            rot_s = sp.cos(w * K) * s + sp.sin(w * K) * c
+            rot_c = -sp.sin(w * K) * s + sp.cos(w * K) * c
+            for lhs, rhs in ((s_k, rot_s), (c_k, rot_c)):
+                if sp.simplify(sp.expand_trig(lhs - rhs)) != 0:
+                    return Proof("refuted", (d,), f"shift by k is not a rotation at 2i={i2}")
+    return Proof("proven", (2, 4, 6), "unit pairs; PE(pos + k) = R(k) PE(pos) per frequency")
+
+
+# --------------------------------------------------------------------------- SymPy <-> code
+@cache
+def _lookup_fns(size):
+    V, H, B, T = size
+    O, W, dout = arr("O", B, T, V), arr("W", V, H), arr("dout", B, T, H)
+    out = O @ W
+    inputs = dict(O=O, W=W, dout=dout)
+    return lambdify_map(inputs, [out]), lambdify_map(inputs, [vjp(out, dout, W)])
+
+
+def _lookup_inputs(size):
+    V, H, B, T = size
+    return dict(ids=("int", (B, T), V), W=("float", (V, H), 2.0), dout=("float", (B, T, H), 1.0))
+
+
+def _lookup_sympy(which):
+    def build(size):
+        fns = _lookup_fns(size)
+        return lambda ids, W, dout: fns[which](O=onehot(ids, size[0]), W=W, dout=dout)
+    return build
+
+
+def _lookup_code(which):
+    def code(impl, size, ids, W, dout):
+        out, cache_ = impl.embedding_forward(ids, W)
+        return (out,) if which == 0 else impl.embedding_backward(dout, cache_)
+    return code
+
+
+@cache
+def _pos_fns(size):
+    B, T, T_max, H = size
+    x, P, dout = arr("x", B, T, H), arr("P", T_max, H), arr("dout", B, T, H)
+    out = x + P[None, :T]
+    inputs = dict(x=x, W_pos=P, dout=dout)
+    return (lambdify_map(inputs, [out]),
+            lambdify_map(inputs, [vjp(out, dout, x), vjp(out, dout, P)]))
+
+
+def _pos_inputs(size):
+    B, T, T_max, H = size
+    return dict(x=("float", (B, T, H), 2.0), W_pos=("float", (T_max, H), 2.0),
+                dout=("float", (B, T, H), 1.0))
+
+
+def _pos_code(which):
+    def code(impl, size, x, W_pos, dout):
+        out, cache_ = impl.position_embedding_forward(x, W_pos)
+        return (out,) if which == 0 else impl.position_embedding_backward(dout, cache_)
+    return code
+
+
+@cache
+def _pe_fn(size):
+    T, d = size
+    pe = np.empty((T, d), dtype=object)
+    for p in range(T):
+        for j in range(d):
+            ang = pe_angle(j - j % 2, d).subs(POS, p)
+            pe[p, j] = sp.sin(ang) if j % 2 == 0 else sp.cos(ang)
+    return lambdify_map({}, [pe])
+
+
+POS_SIZES = ((2, 2, 3, 2), (1, 3, 3, 2), (3, 1, 2, 1))
+
+register(Equation(
+    "embedding.forward", "Token embedding lookup",
+    (f"{MINIBERT} §2.1", f"{SLIDES} (token IDs and embedding vectors)", f"{BLOG} (initialize)"),
+    r"E_{token}[b,t] = W_{tok}[\mathrm{ids}[b,t]] = (\mathrm{onehot}(\mathrm{ids}) W_{tok})[b,t]",
+    _prove_lookup_backward, torch_op="torch.nn.functional.embedding",
+    numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(0), _lookup_code(0),
+                    needs=("embedding_forward",))))
+
+register(Equation(
+    "embedding.backward", "Token embedding gradient (scatter-add)",
+    (f"{SLIDES} (embedding update)",),
+    r"\frac{\partial L}{\partial W_{tok}} = \mathrm{onehot}(\mathrm{ids})^\top "
+    r"\frac{\partial L}{\partial E},\ \text{i.e. } dW[v] = "
+    r"\sum_{(b,t): \mathrm{ids}[b,t]=v} dE[b,t]",
+    _prove_lookup_backward, gradient=True, torch_op="torch.nn.functional.embedding",
+    numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(1), _lookup_code(1),
+                    needs=("embedding_forward", "embedding_backward")),
+    note="the slides state the update E_k <- E_k - eta grad; the gradient itself is derived here"))
+
+register(Equation(
+    "position.learned.forward", "Learned position embeddings added to the tokens",
+    (f"{MINIBERT} §2.1", f"{SLIDES} (input embedding construction)", f"{BLOG} (initialize)",
+     f"{GUIDE} §1"),
+    r"E[b,t,h] = E_{token}[b,t,h] + W_{pos}[t,h]",
+    _prove_position, torch_op="torch.nn.functional.embedding",
+    numeric=Numeric(POS_SIZES, _pos_inputs, lambda s: _pos_fns(s)[0], _pos_code(0),
+                    needs=("position_embedding_forward",)),
+    note="the BERT-base blog adds all 512 rows of W_P, i.e. inputs padded to the maximum length; "
+         "the slides allow P fixed or learned (the sinusoidal entry covers fixed)"))
+
+register(Equation(
+    "position.learned.backward", "Learned position embedding gradient",
+    (f"{MINIBERT} §2.1",),
+    r"\frac{\partial L}{\partial x} = \frac{\partial L}{\partial E},\ "
+    r"\frac{\partial L}{\partial W_{pos}[t]} = \sum_b \frac{\partial L}{\partial E[b,t]}\ (t<T),"
+    r"\ 0\ (t \ge T)",
+    _prove_position, gradient=True, torch_op="torch.nn.functional.embedding",
+    numeric=Numeric(POS_SIZES, _pos_inputs, lambda s: _pos_fns(s)[1], _pos_code(1),
+                    needs=("position_embedding_forward", "position_embedding_backward"))))
+
+register(Equation(
+    "position.sinusoidal", "Sinusoidal position encoding", (f"{SEED001} §1.1",),
+    r"PE(pos, 2i) = \sin(pos / 10000^{2i/d}),\ PE(pos, 2i+1) = \cos(pos / 10000^{2i/d})",
+    _prove_sinusoidal,
+    numeric=Numeric(((3, 4), (5, 6), (2, 2), (4, 5)), lambda s: {},
+                    lambda s: (lambda: _pe_fn(s)()),
+                    lambda impl, s: (impl.sinusoidal_encoding(s[0], s[1]),),
+                    needs=("sinusoidal_encoding",)),
+    note="no parameters; the added encoding passes the gradient through unchanged. Odd d (not "
+         "covered by the document) keeps the sin of the last frequency"))
