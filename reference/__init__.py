@@ -14,9 +14,23 @@ from reference.model import (
     loss_and_grads,
     param_shapes,
 )
+from reference.optim import (
+    accumulate_gradients,
+    adam_init,
+    adam_step,
+    clip_by_global_norm,
+    global_grad_norm,
+    warmup_linear_lr,
+)
 
 __all__ = [
     "BertConfig",
+    "accumulate_gradients",
+    "adam_init",
+    "adam_step",
+    "clip_by_global_norm",
+    "global_grad_norm",
+    "warmup_linear_lr",
     "backward",
     "embed",
     "forward",
