@@ -195,7 +195,7 @@ def train(impl, config, tcfg: TrainConfig, train_data: tuple, heldout: dict | No
             h["grad_norm"].append(norm)
             tokens += n_tok
             done = state.step
-            if heldout is not None and (done % tcfg.eval_every == 0 or done == end):
+            if heldout is not None and (done % tcfg.eval_every == 0 or done == tcfg.steps):
                 ev = evaluate(impl, state.params, config, heldout["input_ids"],
                               heldout["attention_mask"], heldout["labels"])
                 h["eval_step"].append(done)

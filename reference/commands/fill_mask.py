@@ -28,6 +28,7 @@ def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
     for pos in positions:
         z = logits[0, pos].astype(np.float64)
         z[:D.N_SPECIAL] = -np.inf  # never propose [PAD], [CLS], ...
+        z[tok.get_vocab_size():] = -np.inf  # rows of the table the tokenizer never uses
         p = np.exp(z - z.max())
         p /= p.sum()
         best = np.argsort(-p, kind="stable")[:top_k]

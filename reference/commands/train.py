@@ -45,6 +45,8 @@ def register(sub) -> None:
     t.add_argument("--sentence", default=DEFAULT_SENTENCE, help="sentence for attention.png")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--epochs", type=int, default=500, help="seed001: epochs")
+    t.add_argument("--embed-std", type=float, default=1.0,
+                   help="seed001: std of the frozen token embeddings (the document gives none)")
     t.set_defaults(func=run)
 
 
@@ -69,7 +71,8 @@ def run_seed001(args) -> int:
     from reference.train import seed001_experiment
 
     t0 = time.perf_counter()
-    res = seed001_experiment(epochs=args.epochs, seed=args.seed, log=print)
+    res = seed001_experiment(epochs=args.epochs, seed=args.seed, embed_std=args.embed_std,
+                             log=print)
     os.makedirs(args.run_dir, exist_ok=True)
     with open(os.path.join(args.run_dir, "seed001.json"), "w") as fh:
         json.dump(res, fh)
