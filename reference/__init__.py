@@ -12,6 +12,7 @@ from reference.model import (
     init_params,
     loss,
     loss_and_grads,
+    masked_lm_loss_and_grads,
     param_shapes,
 )
 from reference.optim import (
@@ -37,6 +38,7 @@ __all__ = [
     "init_params",
     "loss",
     "loss_and_grads",
+    "masked_lm_loss_and_grads",
     "mini_bert",
     "param_shapes",
     "seed001",
