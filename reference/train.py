@@ -46,6 +46,7 @@ class TrainConfig:
     ckpt_every: int = 500
     seed: int = 0
     dtype: str = "float32"
+    sparse_head: bool = True  # MLM head only at masked positions (impl.masked_lm_loss_and_grads)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "accum_steps", "eval_every", "eval_rows",
@@ -83,12 +84,29 @@ def sample_batch(ids, attention_mask, rng, *, batch_size: int, vocab_size: int,
     return {"input_ids": corrupted, "labels": labels, "attention_mask": am}
 
 
+def _loss_fn(impl, config, sparse_head: bool):
+    """What accumulate_gradients calls: the implementation's loss_and_grads, or its sparse-head
+    MLM variant (same loss and gradients, ~85% fewer logits) when it has one."""
+    if not (sparse_head and config.head == "mlm" and hasattr(impl, "masked_lm_loss_and_grads")):
+        return impl
+
+    def loss_and_grads(params, config, input_ids, *, labels, attention_mask=None,
+                       reduction="mean", ignore_index=D.IGNORE_INDEX):
+        value, grads = impl.masked_lm_loss_and_grads(
+            params, config, input_ids, labels=labels, attention_mask=attention_mask,
+            reduction=reduction, ignore_index=ignore_index)
+        return value, grads, None
+
+    return loss_and_grads
+
+
 def train_step(impl, state: TrainState, config, tcfg: TrainConfig, train_ids, train_mask):
     """One optimizer step in place on ``state``; returns (loss, lr, grad_norm, real tokens)."""
     micro = [sample_batch(train_ids, train_mask, state.rng, batch_size=tcfg.batch_size,
                           vocab_size=config.vocab_size, mask_prob=tcfg.mask_prob)
              for _ in range(tcfg.accum_steps)]
-    loss, grads = impl.accumulate_gradients(impl, state.params, config, micro)
+    loss, grads = impl.accumulate_gradients(_loss_fn(impl, config, tcfg.sparse_head),
+                                            state.params, config, micro)
     if tcfg.max_grad_norm > 0:
         grads, norm = impl.clip_by_global_norm(grads, tcfg.max_grad_norm)
     else:

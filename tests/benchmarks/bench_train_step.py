@@ -1,8 +1,14 @@
 """Train-step time of the NumPy reference vs PyTorch eager on the same model and batch.
 
-Mini-BERT preset, float32, B=8, T=64, MLM head over every position, ~15% of positions predicted,
-forward + backward + Adam update.  Both sides run in the same process with the same thread
-count, alternating step by step, and the medians are compared (the machine is noisy).
+Mini-BERT preset, float32, B=8, T=64, ~15% of positions predicted, forward + backward + Adam
+update.  Two variants, each the same computation on both sides:
+
+* ``all``: the MLM head over every position (logits [B, T, V]), as the model's loss_and_grads;
+* ``masked``: the head only at the predicted positions (what ``minibert train`` runs:
+  reference ``masked_lm_loss_and_grads``; torch gathers the same rows before the head).
+
+Both sides run in the same process with the same thread count, alternating step by step, and
+the medians are compared (the machine is noisy).
 
     python tests/benchmarks/bench_train_step.py [--threads 2] [--steps 30] [--batch 8] [--seq 64]
 
@@ -27,6 +33,7 @@ def _parse():
     ap.add_argument("--batch", "-B", type=int, default=8)
     ap.add_argument("--seq", "-T", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--head", choices=["all", "masked", "both"], default="both")
     return ap.parse_args()
 
 
@@ -36,7 +43,7 @@ def torch_model(params, config):
 
     tp = {k: torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in params.items()}
 
-    def forward(ids, mask):
+    def forward(ids, mask, predicted=None):
         B, T = ids.shape
         A, H = config.n_heads, config.hidden
         d_k = H // A
@@ -59,6 +66,8 @@ def torch_model(params, config):
                                                config.ln_eps)
         x = torch.nn.functional.layer_norm(x, (H,), tp["final_ln.gamma"], tp["final_ln.beta"],
                                            config.ln_eps)
+        if predicted is not None:  # gather the predicted positions: [N, H]
+            x = x[predicted]
         return x @ tp["mlm.W"] + tp["mlm.b"]
 
     return tp, forward
@@ -96,43 +105,60 @@ def main() -> int:
     opt = torch.optim.Adam(list(tp.values()), lr=1e-4)
     t_ids, t_labels, t_mask = (torch.from_numpy(a) for a in (ids, labels, mask))
 
-    def ref_step():
-        nonlocal params, state
-        loss, grads, _ = reference.loss_and_grads(params, config, ids, labels=labels,
-                                                  attention_mask=mask)
-        params, state = adam_step(params, grads, state, lr=1e-4)
-        return float(loss)
+    t_pred = t_labels != -100
 
-    def torch_step():
-        opt.zero_grad(set_to_none=True)
-        logits = tforward(t_ids, t_mask)
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, config.vocab_size),
-                                                 t_labels.view(-1), ignore_index=-100)
-        loss.backward()
-        opt.step()
-        return loss.item()
+    def make_steps(head):
+        def ref_step():
+            nonlocal params, state
+            if head == "all":
+                loss, grads, _ = reference.loss_and_grads(params, config, ids, labels=labels,
+                                                          attention_mask=mask)
+            else:
+                loss, grads = reference.masked_lm_loss_and_grads(params, config, ids,
+                                                                 labels=labels,
+                                                                 attention_mask=mask)
+            params, state = adam_step(params, grads, state, lr=1e-4)
+            return float(loss)
 
-    l_ref, l_torch = ref_step(), torch_step()
-    print(f"first-step loss: reference {l_ref:.6f}, torch {l_torch:.6f} "
-          f"(same params and batch; float32)")
-    for _ in range(args.warmup):
-        ref_step()
-        torch_step()
-    t_ref, t_torch = [], []
-    for _ in range(args.steps):  # alternate so both see the same machine load
-        t0 = time.perf_counter()
-        ref_step()
-        t1 = time.perf_counter()
-        torch_step()
-        t2 = time.perf_counter()
-        t_ref.append(t1 - t0)
-        t_torch.append(t2 - t1)
-    m_ref, m_torch = np.median(t_ref) * 1e3, np.median(t_torch) * 1e3
-    print(f"train step B={B} T={T} float32, {args.threads} thread(s), {args.steps} steps each, "
-          f"alternating: reference median {m_ref:.1f} ms (p10 {np.percentile(t_ref, 10)*1e3:.1f},"
-          f" p90 {np.percentile(t_ref, 90)*1e3:.1f}); torch eager median {m_torch:.1f} ms "
-          f"(p10 {np.percentile(t_torch, 10)*1e3:.1f}, p90 {np.percentile(t_torch, 90)*1e3:.1f});"
-          f" ratio reference/torch = {m_ref / m_torch:.2f}")
+        def torch_step():
+            opt.zero_grad(set_to_none=True)
+            if head == "all":
+                logits = tforward(t_ids, t_mask)
+                loss = torch.nn.functional.cross_entropy(logits.view(-1, config.vocab_size),
+                                                         t_labels.view(-1), ignore_index=-100)
+            else:
+                logits = tforward(t_ids, t_mask, t_pred)
+                loss = torch.nn.functional.cross_entropy(logits, t_labels[t_pred])
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        return ref_step, torch_step
+
+    for head in (["all", "masked"] if args.head == "both" else [args.head]):
+        ref_step, torch_step = make_steps(head)
+        l_ref, l_torch = ref_step(), torch_step()
+        print(f"[head={head}] first-step loss: reference {l_ref:.6f}, torch {l_torch:.6f}")
+        for _ in range(args.warmup):
+            ref_step()
+            torch_step()
+        t_ref, t_torch = [], []
+        for _ in range(args.steps):  # alternate so both see the same machine load
+            t0 = time.perf_counter()
+            ref_step()
+            t1 = time.perf_counter()
+            torch_step()
+            t2 = time.perf_counter()
+            t_ref.append(t1 - t0)
+            t_torch.append(t2 - t1)
+        m_ref, m_torch = np.median(t_ref) * 1e3, np.median(t_torch) * 1e3
+        print(f"[head={head}] train step B={B} T={T} float32, {args.threads} thread(s), "
+              f"{args.steps} steps each, alternating: reference median {m_ref:.1f} ms "
+              f"(p10 {np.percentile(t_ref, 10) * 1e3:.1f}, p90 "
+              f"{np.percentile(t_ref, 90) * 1e3:.1f}); torch eager median {m_torch:.1f} ms "
+              f"(p10 {np.percentile(t_torch, 10) * 1e3:.1f}, p90 "
+              f"{np.percentile(t_torch, 90) * 1e3:.1f}); ratio reference/torch = "
+              f"{m_ref / m_torch:.2f}")
     return 0
 
 
