@@ -229,7 +229,15 @@ def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
     """
     if config.head != "mlm":
         raise ValueError(f"config.head: expected 'mlm', got {config.head!r}")
-    check_params(params, config)
+    # names only: forward() checks the encoder's arrays, linear_forward the head's -- checking
+    # every value twice would cost a pass over all 4.5M parameters per step
+    if not isinstance(params, dict) or set(params) != set(param_shapes(config)):
+        raise ValueError("params: expected a dict with the keys of param_shapes(config), got "
+                         + (f"keys {sorted(params)}" if isinstance(params, dict)
+                            else type(params).__name__))
+    for name in ("mlm.W", "mlm.b"):
+        as_float_array(f"params[{name!r}]", params[name], shape=param_shapes(config)[name],
+                       finite=False)
     as_index_array("input_ids", input_ids, ndim=2, low=0, high=config.vocab_size)
     as_index_array("labels", labels, shape=input_ids.shape, low=0, high=config.vocab_size,
                    allow=(ignore_index,))
