@@ -49,18 +49,21 @@ def plot_attention(path: str, maps: np.ndarray, tokens: list[str], *, title: str
     """One panel per (layer, head) for the first sequence; tokens on both axes."""
     plt = _pyplot()
     L, _, A, T, _ = maps.shape
-    fig, axes = plt.subplots(L, A, figsize=(2.6 * A + 1, 2.6 * L + 0.6), squeeze=False)
+    fig, axes = plt.subplots(L, A, figsize=(3.2 * A + 1.5, 3.2 * L + 0.8), squeeze=False,
+                             constrained_layout=True)
     fs = max(4, min(8, 160 // max(T, 1)))
+    vmax = float(maps[:, 0].max())  # one colour scale for every panel, so they compare
     for layer in range(L):
         for head in range(A):
             ax = axes[layer, head]
-            im = ax.imshow(maps[layer, 0, head], vmin=0.0, vmax=1.0, cmap="viridis")
+            im = ax.imshow(maps[layer, 0, head], vmin=0.0, vmax=vmax, cmap="viridis")
             ax.set_xticks(range(T))
             ax.set_yticks(range(T))
             ax.set_xticklabels(tokens, rotation=90, fontsize=fs)
-            ax.set_yticklabels(tokens, fontsize=fs)
+            ax.set_yticklabels(tokens if head == 0 else [], fontsize=fs)
             ax.set_title(f"layer {layer}, head {head}", fontsize=8)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention (rows sum to 1)")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6,
+                 label="attention probability (each row sums to 1)")
     fig.suptitle(title or "attention: query (row) -> key (column)", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)

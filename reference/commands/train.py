@@ -141,11 +141,12 @@ def run_mlm(args) -> int:
     h = state.history
     save_history(os.path.join(args.run_dir, "history.json"), h)
     plots.plot_loss_curve(os.path.join(args.run_dir, "loss_curve.png"), h, baseline=baseline)
-    enc = tok.encode(args.sentence)  # [CLS] ... [SEP]
-    ids = np.array([enc.ids[:config.max_len]])
-    maps = plots.attention_maps(reference, state.params, config, ids)
+    ids = [D.CLS_ID, *D.encode_text(tok, args.sentence)[:config.max_len - 2], D.SEP_ID]
+    maps = plots.attention_maps(reference, state.params, config, np.array([ids]))
     plots.plot_attention(os.path.join(args.run_dir, "attention.png"), maps,
-                         enc.tokens[:config.max_len], title=f"attention at step {state.step}")
+                         [tok.id_to_token(i) for i in ids],
+                         title=f"attention for {args.sentence!r} at step {state.step} "
+                               f"(row: query, column: key)")
     elapsed = time.perf_counter() - t_start
     if h["eval_loss"]:
         best = min(h["eval_loss"])
