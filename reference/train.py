@@ -200,6 +200,12 @@ def train(impl, config, tcfg: TrainConfig, train_data: tuple, heldout: dict | No
         from tqdm import tqdm
 
         bar = tqdm(total=tcfg.steps, initial=state.step, unit="step", dynamic_ncols=True)
+    if heldout is not None and state.step == 0 and not state.history["eval_step"]:
+        ev = evaluate(impl, state.params, config, heldout["input_ids"],
+                      heldout["attention_mask"], heldout["labels"])
+        state.history["eval_step"].append(0)
+        state.history["eval_loss"].append(ev)
+        log(f"step 0: held-out MLM loss {ev:.4f}")
     start = time.perf_counter()
     tokens, t_window = 0, start  # tokens/s averaged over this session
     try:
