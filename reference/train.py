@@ -8,10 +8,11 @@ The maths comes from the implementation passed as ``impl`` (default: the ``refer
 in as arrays (see ``reference.data``), so tests can train on synthetic ids without a tokenizer.
 
 One step (0-based ``s``): draw ``accum_steps`` micro-batches of ``batch_size`` rows (uniformly with
-replacement, then MLM-masked) from one ``numpy.random.Generator``; loss and gradient of the
-logical batch (mean over all its masked tokens); clip to ``max_grad_norm``; AdamW with lr
-``warmup_linear_lr(s)``.  The generator's state, the parameters and the Adam moments are all a
-step depends on, and all three are checkpointed exactly.
+replacement, then MLM-masked) from one ``numpy.random.Generator``; loss and gradient of the logical
+batch (mean over all its masked tokens; the MLM head evaluated only at the masked positions when the
+implementation offers ``masked_lm_loss_and_grads``); clip to ``max_grad_norm``; AdamW with lr
+``warmup_linear_lr(s)``. The generator's state, the parameters and the Adam moments are all a step
+depends on, and all three are checkpointed exactly.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from reference import data as D
+from reference.model import param_shapes
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def save_state(path: str, state: TrainState, config, tcfg: TrainConfig, *,
                     tokenizer_json=tokenizer_json, history=state.history)
 
 
-def load_state(path: str, impl=None):
+def load_state(path: str):
     """(TrainState, BertConfig, TrainConfig, tokenizer_json) from a checkpoint."""
     from reference.checkpoint import load_checkpoint
     from reference.config import BertConfig
@@ -169,18 +171,12 @@ def load_state(path: str, impl=None):
     ck = load_checkpoint(path)
     config = BertConfig(**ck["model_config"])
     tcfg = TrainConfig(**ck["train_config"])
-    order = list(_param_order(config))
+    order = list(param_shapes(config))  # the model's stable order
     params = {k: ck["params"][k] for k in order}
     opt = {"step": ck["opt_state"]["step"], "m": {k: ck["opt_state"]["m"][k] for k in order},
            "v": {k: ck["opt_state"]["v"][k] for k in order}}
     state = TrainState(params, opt, D.rng_from_json(ck["rng_state"]), ck["history"])
     return state, config, tcfg, ck["tokenizer_json"]
-
-
-def _param_order(config):
-    from reference.model import param_shapes
-
-    return param_shapes(config)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -205,7 +201,7 @@ def train(impl, config, tcfg: TrainConfig, train_data: tuple, heldout: dict | No
                       heldout["attention_mask"], heldout["labels"])
         state.history["eval_step"].append(0)
         state.history["eval_loss"].append(ev)
-        log(f"step 0: held-out MLM loss {ev:.4f}")
+        (bar.write if bar else log)(f"step 0: held-out MLM loss {ev:.4f}")
     start = time.perf_counter()
     tokens, t_window = 0, start  # tokens/s averaged over this session
     try:

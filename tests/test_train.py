@@ -86,11 +86,12 @@ def test_resume_is_bit_exact(impl, tmp_path):
     _assert_states_identical(straight, resumed)
 
 
-# Regression guard.  The numbers below were generated once by running this exact configuration
-# with the reference implementation (commit "Training tests"), so they guard against *changes* of
-# the training dynamics; they are not independent evidence of correctness (the oracle and FD
-# tests are).  Tiny shapes keep every BLAS call single-threaded and the values thread-count
-# independent; the tolerance allows for another BLAS's summation order.
+# Regression guard. The numbers below were generated once by running this exact configuration with
+# the reference implementation (commit "Training tests", full MLM head; the sparse head the
+# trainer now uses reproduces them), so they guard against *changes* of the training dynamics;
+# they are not independent evidence of correctness (the oracle and FD tests are). Tiny shapes keep
+# every BLAS call single-threaded and the values thread-count independent; the tolerance allows
+# for another BLAS's summation order.
 REGRESSION_LOSSES = [
     3.1734527633822576, 3.143600705941253, 3.1137550833181065, 3.1056588631486233,
     3.0965898113832484, 3.0636379198523565, 3.0910425593258015, 2.991160497587272,
