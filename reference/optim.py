@@ -212,6 +212,7 @@ def warmup_linear_lr(step: int, *, peak_lr: float, warmup_steps: int, total_step
 
 
 # --------------------------------------------------------------------------- clipping
+@implements("clip.global_norm")
 def global_grad_norm(grads: Mapping[str, np.ndarray]) -> float:
     """sqrt(sum over every tensor of sum(g^2)), accumulated in float64."""
     if not isinstance(grads, Mapping) or not grads:
