@@ -30,6 +30,14 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+# The tests use tiny shapes and `pytest -n 2` runs two workers on two cores: a multi-threaded BLAS
+# in each worker oversubscribes the machine, and OpenBLAS threads that spin-wait for a descheduled
+# partner turn a millisecond matmul into a 100 ms one.  One BLAS/OpenMP thread per process unless
+# the caller chose otherwise; this must run before anything imports NumPy or torch (pytest and
+# hypothesis do not).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 settings.register_profile("dev", max_examples=12, deadline=None)
 settings.register_profile(
     "ci", max_examples=25, deadline=None, derandomize=True, print_blob=True,

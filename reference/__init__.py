@@ -12,17 +12,33 @@ from reference.model import (
     init_params,
     loss,
     loss_and_grads,
+    masked_lm_loss_and_grads,
     param_shapes,
+)
+from reference.optim import (
+    accumulate_gradients,
+    adam_init,
+    adam_step,
+    clip_by_global_norm,
+    global_grad_norm,
+    warmup_linear_lr,
 )
 
 __all__ = [
     "BertConfig",
+    "accumulate_gradients",
+    "adam_init",
+    "adam_step",
+    "clip_by_global_norm",
+    "global_grad_norm",
+    "warmup_linear_lr",
     "backward",
     "embed",
     "forward",
     "init_params",
     "loss",
     "loss_and_grads",
+    "masked_lm_loss_and_grads",
     "mini_bert",
     "param_shapes",
     "seed001",

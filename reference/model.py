@@ -223,3 +223,45 @@ def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, t
         dout, _ = ops.mse_backward(1.0, c_loss)
     grads, d_embeddings = backward(dout, cache)
     return value, grads, d_embeddings
+
+
+def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
+                             attention_mask=None, reduction: str = "mean",
+                             ignore_index: int = ops.IGNORE_INDEX):
+    """``loss_and_grads`` for the MLM head, computing the head only where a label is predicted.
+
+    Same loss and gradients as ``loss_and_grads(..., labels=labels)`` (up to summation order):
+    positions with ``ignore_index`` contribute nothing to the loss, so their logits -- 85% of
+    the [B, T, V] tensor in MLM training -- need not exist (original BERT gathers the masked
+    positions the same way).  Returns (loss, grads).
+    """
+    if config.head != "mlm":
+        raise ValueError(f"config.head: expected 'mlm', got {config.head!r}")
+    # names only: forward() checks the encoder's arrays, linear_forward the head's -- checking
+    # every value twice would cost a pass over all 4.5M parameters per step
+    if not isinstance(params, dict) or set(params) != set(param_shapes(config)):
+        raise ValueError("params: expected a dict with the keys of param_shapes(config), got "
+                         + (f"keys {sorted(params)}" if isinstance(params, dict)
+                            else type(params).__name__))
+    for name in ("mlm.W", "mlm.b"):
+        as_float_array(f"params[{name!r}]", params[name], shape=param_shapes(config)[name],
+                       finite=False)
+    as_index_array("input_ids", input_ids, ndim=2, low=0, high=config.vocab_size)
+    as_index_array("labels", labels, shape=input_ids.shape, low=0, high=config.vocab_size,
+                   allow=(ignore_index,))
+    # the encoder alone: the same forward/backward with the head switched off
+    body_config = config.replace(head="none")
+    body = {k: v for k, v in params.items() if not k.startswith("mlm.")}
+    h, cache = forward(body, body_config, input_ids, attention_mask)  # [B, T, H]
+    predicted = labels != ignore_index  # [B, T]
+    h_sel = h[predicted]  # [N, H]
+    logits, c_head = ops.linear_forward(h_sel, params["mlm.W"], params["mlm.b"])  # [N, V]
+    value, c_loss = ops.cross_entropy_forward(logits, labels[predicted],
+                                              ignore_index=ignore_index, reduction=reduction)
+    (dlogits,) = ops.cross_entropy_backward(1.0, c_loss)
+    dh_sel, dW, db = ops.linear_backward(dlogits, c_head)
+    dh = np.zeros_like(h)
+    dh[predicted] = dh_sel  # positions without a label get no gradient
+    grads, _ = backward(dh, cache)
+    grads["mlm.W"], grads["mlm.b"] = dW, db
+    return value, {name: grads[name] for name in param_shapes(config)}

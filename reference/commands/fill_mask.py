@@ -1,0 +1,53 @@
+"""``minibert fill-mask CHECKPOINT "the cat sat on the [MASK] ."``: the top-k tokens the trained
+model predicts at every [MASK], with their probabilities."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    f = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a sentence",
+                       description=__doc__)
+    f.add_argument("checkpoint", help="checkpoint.safetensors written by minibert train")
+    f.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] returns a list"')
+    f.add_argument("--top-k", "-k", type=int, default=5)
+    f.set_defaults(func=run)
+
+
+def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
+    """[(position, [(token, probability), ...]), ...] for each [MASK] in ``text``."""
+    import numpy as np
+
+    from reference import data as D
+
+    ids = [D.CLS_ID, *D.encode_text(tok, text)[:config.max_len - 2], D.SEP_ID]
+    positions = [i for i, t in enumerate(ids) if t == D.MASK_ID]
+    if not positions:
+        raise ValueError(f"text: expected at least one [MASK], got {text!r}")
+    logits, _ = impl.forward(params, config, np.array([ids]))  # [1, T, V]
+    out = []
+    for pos in positions:
+        z = logits[0, pos].astype(np.float64)
+        z[:D.N_SPECIAL] = -np.inf  # never propose [PAD], [CLS], ...
+        z[tok.get_vocab_size():] = -np.inf  # rows of the table the tokenizer never uses
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        best = np.argsort(-p, kind="stable")[:top_k]
+        out.append((pos, [(tok.id_to_token(int(i)), float(p[i])) for i in best]))
+    return out
+
+
+def run(args) -> int:
+    import reference
+    from reference import data as D
+    from reference.train import load_state
+
+    state, config, _, tok_json = load_state(args.checkpoint)
+    if tok_json is None:
+        print("checkpoint has no tokenizer (trained on synthetic ids?)")
+        return 1
+    tok = D.tokenizer_from_json(tok_json)
+    for pos, preds in fill_mask(reference, state.params, config, tok, args.text, args.top_k):
+        print(f"[MASK] at position {pos} (step {state.step}):")
+        for token, p in preds:
+            print(f"  {token:<16} {p:.4f}")
+    return 0

@@ -1,0 +1,309 @@
+"""Optimizer maths: Adam / AdamW, the warmup + linear-decay schedule, global-norm clipping and
+gradient accumulation.  NumPy only, pure functions (new dicts out, inputs untouched).
+
+Parameters, gradients and moments are flat ``dict[str, ndarray]`` with the model's dotted names.
+
+Conventions (the Mini-BERT derivation §5, §7.3, §8 leaves these open or gets them wrong):
+
+* Adam state: ``{"step": t, "m": {...}, "v": {...}}`` where ``t`` counts the updates already
+  applied; the next update uses bias corrections ``1 - beta^(t+1)``.  eps is added to
+  ``sqrt(v_hat)`` (§5.1, and torch.optim.Adam).
+* AdamW (``weight_decay > 0``): decoupled decay ``theta -= lr * weight_decay * theta`` applied
+  alongside the Adam step (Loshchilov & Hutter; torch.optim.AdamW), never added to the gradient.
+  Excluded by default from biases, LayerNorm gamma/beta and the embedding tables.
+* Schedule: the learning rate of 0-based step ``s`` is ``peak * (s + 1) / warmup`` during warmup,
+  then ``peak * (total - s) / (total - warmup)``.  The derivation's §8.1 (like HuggingFace's
+  ``get_linear_schedule_with_warmup``) uses ``peak * s / warmup`` and so gives lr = 0 at step 0:
+  a wasted step that still feeds g_0 into the moments.  Our shift by one makes step 0 non-zero
+  and reaches the peak at the last warmup step; the decay part is the derivation's.
+* Clipping (§7.3): ``g *= max_norm / ||g||`` when ``||g|| > max_norm`` (``||g||`` over every
+  tensor together).  torch's clip_grad_norm_ divides by ``||g|| + 1e-6`` instead; pass
+  ``eps=1e-6`` to reproduce it.
+* Accumulation (§8.2 averages the micro-batch means, which is wrong when micro-batches hold
+  different numbers of masked tokens): sum the per-token losses and gradients of every
+  micro-batch, then divide once by the logical batch's total number of masked tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+
+from reference.registry import implements
+
+__all__ = [
+    "adam_init",
+    "adam_step",
+    "default_no_decay",
+    "warmup_linear_lr",
+    "global_grad_norm",
+    "clip_by_global_norm",
+    "accumulate_gradients",
+]
+
+# Elements per chunk of the fused Adam update: the temporaries of one chunk (a few x 4-8 bytes
+# x 32K) stay in L2, so each array is read/written from main memory once per step.
+_CHUNK = 1 << 15
+
+
+def default_no_decay(name: str) -> bool:
+    """Parameters AdamW leaves undecayed: biases (``*.b``, ``*.b_q``, ``ffn.b_1``, ...), LayerNorm
+    gamma/beta, and the embedding tables (BERT's convention: decay only the weight matrices)."""
+    leaf = name.rsplit(".", 1)[-1]
+    return (name.startswith("embeddings.") or leaf in ("gamma", "beta") or leaf == "b"
+            or leaf.startswith("b_"))
+
+
+def _no_decay_predicate(no_decay) -> Callable[[str], bool]:
+    if callable(no_decay):
+        return no_decay
+    if isinstance(no_decay, str) or not isinstance(no_decay, Iterable):
+        raise ValueError(f"no_decay: expected a predicate name -> bool or a collection of "
+                         f"names, got {no_decay!r}")
+    names = frozenset(no_decay)
+    return names.__contains__
+
+
+def _check_grads(params: Mapping, grads: Mapping, what: str = "grads") -> None:
+    """Same keys, shapes and dtypes as params: a missing gradient must never default to zero."""
+    if not isinstance(params, Mapping) or not isinstance(grads, Mapping):
+        raise ValueError(f"params, {what}: expected dicts of arrays, got "
+                         f"{type(params).__name__}, {type(grads).__name__}")
+    if set(params) != set(grads):
+        raise ValueError(f"{what}: expected exactly the keys of params; missing "
+                         f"{sorted(set(params) - set(grads))}, unexpected "
+                         f"{sorted(set(grads) - set(params))}")
+    for k, p in params.items():
+        g = grads[k]
+        if not isinstance(g, np.ndarray) or g.shape != p.shape or g.dtype != p.dtype:
+            got = (f"shape {g.shape}, dtype {g.dtype}" if isinstance(g, np.ndarray)
+                   else type(g).__name__)
+            raise ValueError(f"{what}[{k!r}]: expected shape {p.shape}, dtype {p.dtype}, "
+                             f"got {got}")
+
+
+def _check_hparam(name: str, value, *, low=None, high=None, low_open=False) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a real number, got {value!r}") from None
+    ok = np.isfinite(x)
+    if low is not None:
+        ok = ok and (x > low if low_open else x >= low)
+    if high is not None:
+        ok = ok and x < high
+    if not ok:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
+        hi = "" if high is None else f"< {high}"
+        raise ValueError(f"{name}: expected a finite value {' and '.join(filter(None, (lo, hi)))}"
+                         f", got {value!r}")
+    return x
+
+
+# --------------------------------------------------------------------------- Adam / AdamW
+def adam_init(params: Mapping[str, np.ndarray]) -> dict:
+    """Zero first and second moments (same names, shapes and dtypes as params), step 0."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params: expected a dict of arrays, got {type(params).__name__}")
+    return {"step": 0,
+            "m": {k: np.zeros_like(p) for k, p in params.items()},
+            "v": {k: np.zeros_like(p) for k, p in params.items()}}
+
+
+def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay):
+    """One tensor's update, fused in cache-sized chunks; returns new (p, m, v) arrays.
+
+    m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
+    p' = p (1 - decay) - step_size * m' / (sqrt(v') * inv_sqrt_bc2 + eps)
+    with step_size = lr / (1 - b1^t), inv_sqrt_bc2 = 1 / sqrt(1 - b2^t), decay = lr * wd.
+    Computed as p (1 - decay) - (step_size / inv_sqrt_bc2) * m' / (sqrt(v') + eps / inv_sqrt_bc2)
+    (the same number up to rounding, two passes fewer), every pass in place in a chunk buffer.
+    """
+    dt = p.dtype.type
+    b1, b2, c1, c2 = dt(b1), dt(b2), dt(1 - b1), dt(1 - b2)
+    step = dt(step_size / inv_sqrt_bc2)
+    eps_hat = dt(eps / inv_sqrt_bc2)
+    keep = dt(1 - decay)
+    P, G, M, Vv = (a.reshape(-1) for a in (p, g, m, v))
+    P2, M2, V2 = np.empty_like(P), np.empty_like(M), np.empty_like(Vv)
+    buf = np.empty(min(_CHUNK, P.size), dtype=p.dtype)
+    for lo in range(0, P.size, _CHUNK):
+        s = slice(lo, lo + _CHUNK)
+        gs, t = G[s], buf[: G[s].size]
+        mo = np.multiply(M[s], b1, out=M2[s])
+        mo += np.multiply(gs, c1, out=t)
+        vo = np.multiply(Vv[s], b2, out=V2[s])
+        np.multiply(gs, gs, out=t)
+        t *= c2
+        vo += t
+        np.sqrt(vo, out=t)
+        t += eps_hat
+        np.divide(mo, t, out=t)
+        t *= step
+        po = P2[s]
+        if decay:
+            np.multiply(P[s], keep, out=po)
+            po -= t
+        else:
+            np.subtract(P[s], t, out=po)
+    return P2.reshape(p.shape), M2.reshape(m.shape), V2.reshape(v.shape)
+
+
+@implements("optim.adam", "optim.adamw")
+def adam_step(params, grads, state, *, lr: float, beta1: float = 0.9, beta2: float = 0.999,
+              eps: float = 1e-8, weight_decay: float = 0.0,
+              no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
+    """One Adam update (Mini-BERT derivation §5.1); AdamW when ``weight_decay > 0``.
+
+    Returns ``(new_params, new_state)``; nothing passed in is modified.  Defaults: the
+    derivation's betas and eps (its lr 1e-4 is the caller's ``lr``, usually from the schedule).
+    ``no_decay``: names (or a predicate on names) exempt from weight decay.
+    """
+    _check_grads(params, grads)
+    if not isinstance(state, Mapping) or set(state) != {"step", "m", "v"}:
+        raise ValueError("state: expected the dict adam_init returns (keys 'step', 'm', 'v'), "
+                         f"got {sorted(state) if isinstance(state, Mapping) else state!r}")
+    _check_grads(params, state["m"], "state['m']")
+    _check_grads(params, state["v"], "state['v']")
+    step = state["step"]
+    if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"state['step']: expected an integer >= 0, got {step!r}")
+    lr = _check_hparam("lr", lr, low=0.0)
+    beta1 = _check_hparam("beta1", beta1, low=0.0, high=1.0)
+    beta2 = _check_hparam("beta2", beta2, low=0.0, high=1.0)
+    eps = _check_hparam("eps", eps, low=0.0)
+    weight_decay = _check_hparam("weight_decay", weight_decay, low=0.0)
+    exempt = _no_decay_predicate(no_decay)
+
+    t = int(step) + 1
+    bc1 = 1.0 - beta1 ** t
+    bc2 = 1.0 - beta2 ** t
+    step_size = lr / bc1
+    inv_sqrt_bc2 = 1.0 / np.sqrt(bc2)
+    new_p, new_m, new_v = {}, {}, {}
+    for k, p in params.items():
+        decay = 0.0 if (weight_decay == 0.0 or exempt(k)) else lr * weight_decay
+        new_p[k], new_m[k], new_v[k] = _adam_tensor(
+            p, grads[k], state["m"][k], state["v"][k], b1=beta1, b2=beta2, step_size=step_size,
+            inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=decay)
+    return new_p, {"step": t, "m": new_m, "v": new_v}
+
+
+# --------------------------------------------------------------------------- schedule
+@implements("schedule.warmup_linear")
+def warmup_linear_lr(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:
+    """Learning rate of 0-based optimizer step ``step``:
+
+    step < warmup:  peak * (step + 1) / warmup        (never 0 at step 0; peak at warmup - 1)
+    otherwise:      peak * (total - step) / (total - warmup), 0 from step = total on.
+    """
+    for name, value in (("step", step), ("warmup_steps", warmup_steps),
+                        ("total_steps", total_steps)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
+    if not total_steps > warmup_steps:
+        raise ValueError(f"total_steps: expected > warmup_steps={warmup_steps}, "
+                         f"got {total_steps}")
+    peak_lr = _check_hparam("peak_lr", peak_lr, low=0.0)
+    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    return peak_lr * max(0, total_steps - step) / (total_steps - warmup_steps)
+
+
+# --------------------------------------------------------------------------- clipping
+@implements("clip.global_norm")
+def global_grad_norm(grads: Mapping[str, np.ndarray]) -> float:
+    """sqrt(sum over every tensor of sum(g^2)), accumulated in float64."""
+    if not isinstance(grads, Mapping) or not grads:
+        raise ValueError(f"grads: expected a non-empty dict of arrays, got {grads!r:.60}")
+    total = 0.0
+    for k, g in grads.items():
+        if not isinstance(g, np.ndarray) or not np.issubdtype(g.dtype, np.floating):
+            raise ValueError(f"grads[{k!r}]: expected a float ndarray, got {type(g).__name__}")
+        flat = g.reshape(-1).astype(np.float64, copy=False)
+        total += float(flat @ flat)
+    return float(np.sqrt(total))
+
+
+@implements("clip.global_norm")
+def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float, *, eps: float = 0.0):
+    """Global-norm clipping (Mini-BERT derivation §7.3).  Returns ``(clipped, norm)`` where
+    ``norm`` is the norm *before* clipping; tensors are scaled by ``max_norm / (norm + eps)``
+    when that is < 1 and returned unchanged (new arrays) otherwise."""
+    max_norm = _check_hparam("max_norm", max_norm, low=0.0, low_open=True)
+    eps = _check_hparam("eps", eps, low=0.0)
+    norm = global_grad_norm(grads)
+    scale = max_norm / (norm + eps) if norm > 0 else 1.0
+    if scale >= 1.0:
+        return {k: g.copy() for k, g in grads.items()}, norm
+    return {k: g * g.dtype.type(scale) for k, g in grads.items()}, norm
+
+
+# --------------------------------------------------------------------------- accumulation
+def _n_predicted(config, batch, ignore_index) -> int:
+    """What the loss averages over: masked tokens (head "mlm") or target elements ("none")."""
+    if config.head == "mlm":
+        labels = batch.get("labels")
+        if not isinstance(labels, np.ndarray):
+            raise ValueError(f"micro_batches: each needs an ndarray 'labels', got "
+                             f"{type(labels).__name__}")
+        return int(np.count_nonzero(labels != ignore_index))
+    targets = batch.get("targets")
+    if not isinstance(targets, np.ndarray):
+        raise ValueError(f"micro_batches: each needs an ndarray 'targets', got "
+                         f"{type(targets).__name__}")
+    return int(targets.size)
+
+
+@implements("accum.grad_mean")
+def accumulate_gradients(impl_or_loss_fn, params, config, micro_batches, *,
+                         ignore_index: int = -100):
+    """Loss and gradient of the logical batch formed by ``micro_batches`` (dicts with
+    ``input_ids`` and ``labels`` or ``targets``, optional ``attention_mask``).
+
+    The result is the full-batch mean over every masked token (MLM) or target element (MSE):
+    each micro-batch contributes its *sum* (``reduction="sum"``; MSE: mean times element count)
+    and the total is divided once by the logical batch's count, so micro-batches with different
+    numbers of masked tokens -- or none -- are weighted correctly.  A micro-batch with nothing
+    to predict contributes exactly zero and is skipped.
+
+    ``impl_or_loss_fn``: an implementation (anything with ``loss_and_grads``) or such a
+    function itself.  Returns ``(loss, grads)``.
+    """
+    loss_and_grads = getattr(impl_or_loss_fn, "loss_and_grads", impl_or_loss_fn)
+    if not callable(loss_and_grads):
+        raise ValueError(f"impl_or_loss_fn: expected an implementation or a loss_and_grads "
+                         f"function, got {impl_or_loss_fn!r:.60}")
+    micro_batches = list(micro_batches)
+    if not micro_batches:
+        raise ValueError("micro_batches: expected at least one micro-batch, got none")
+    counts = [_n_predicted(config, mb, ignore_index) for mb in micro_batches]
+    total = sum(counts)
+    if total == 0:
+        raise ValueError(f"micro_batches: the logical batch needs at least one position != "
+                         f"ignore_index ({ignore_index}), got none")
+    loss_sum = 0.0
+    grads = None
+    for mb, n in zip(micro_batches, counts):
+        if n == 0:
+            continue
+        kw = {"attention_mask": mb.get("attention_mask")}
+        if config.head == "mlm":
+            kw.update(labels=mb["labels"], reduction="sum", ignore_index=ignore_index)
+            weight = 1.0
+        else:  # the MSE op only averages: undo it to get the sum
+            kw.update(targets=mb["targets"])
+            weight = float(n)
+        value, g, _ = loss_and_grads(params, config, mb["input_ids"], **kw)
+        loss_sum += float(value) * weight
+        if grads is None:
+            grads = {k: a * a.dtype.type(weight) if weight != 1.0 else a.copy()
+                     for k, a in g.items()}
+        else:
+            for k, a in g.items():
+                if weight != 1.0:
+                    a = a * a.dtype.type(weight)
+                grads[k] += a
+    inv = 1.0 / total
+    return loss_sum * inv, {k: a * a.dtype.type(inv) for k, a in grads.items()}
