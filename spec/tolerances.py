@@ -33,3 +33,8 @@ F32_VS_F64_ATOL = 1e-6
 # Hypothesis value generators keep ReLU pre-activations at least this far from 0, so a central
 # difference of step FD_EPS (times the input's sensitivity) never crosses the kink.
 KINK_MARGIN = 1e-3
+
+# Global-norm clipping: the clipped norm equals max_norm up to the guard some implementations add
+# to the divisor (PyTorch's clip_grad_norm_ scales by max_norm / (norm + 1e-6)); with the norms of
+# order 1-100 the checks use, that guard shifts the result by at most 1e-6 relative.
+CLIP_NORM_RTOL = 1e-6
