@@ -15,7 +15,6 @@ of the failure) to ``path``: ``minibert check`` and ``minibert mutate`` read it.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 
@@ -37,19 +36,10 @@ def pytest_addoption(parser):
         help="implementation under test, as package.module[:object] (default: reference)")
 
 
-def load_impl(spec: str):
-    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it."""
-    module_name, _, attr = spec.partition(":")
-    obj = importlib.import_module(module_name)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
-    return obj
-
-
 @pytest.fixture(scope="session")
 def impl(request):
     """The implementation under test; names it lacks skip the test as not applicable."""
-    from spec.conformance import ImplProxy
+    from spec.conformance import ImplProxy, load_impl
 
     spec = request.config.getoption("--impl")
     return ImplProxy(load_impl(spec), spec, on_missing=pytest.skip)

@@ -25,37 +25,35 @@ Conventions for every op pair
 * Bad input raises ``ValueError`` naming the argument (expected vs actual).
 * Shapes: B batch, T sequence, H hidden, A heads, d_k = H / A, I intermediate, V vocabulary.
 
-========================================  ==========================================  ==========
-forward (args)                            -> out                                       backward
-========================================  ==========================================  ==========
-embedding_forward(ids [B,T], W [V,H])     [B,T,H] = W[ids]                             (dW,)
-position_embedding_forward(x [B,T,H],     x + W_pos[:T]                                (dx, dW_pos)
-  W_pos [T_max,H])
-sinusoidal_encoding(T, d, dtype)          PE [T,d], sin on even, cos on odd features   --
-sinusoidal_position_forward(x [B,T,H])    x + PE                                       (dx,)
-linear_forward(x [...,n], W [n,m],        x W + b  [...,m]                             (dx, dW, db)
-  b [m] or None)
-layernorm_forward(x [...,N], gamma [N],   gamma * x_hat + beta (biased variance)       (dx, dgamma,
-  beta [N], eps=1e-12)                                                                  dbeta)
-softmax_forward(x [...,n], mask=None)     softmax over the last axis; mask (bool, x's  (dx,)
-                                          shape) keeps True entries
-relu_forward(x) / tanh_forward(x)         elementwise                                  (dx,)
-split_heads(x [B,T,H], n_heads)           [B,A,T,d_k]; merge_heads is its inverse      --
-attention_forward(x [B,T,H], W_q, W_k,    multi-head self-attention [B,T,H]; mask     (dx, dW_q, dW_k,
-  W_v, W_o [H,H], b_q..b_o [H] or None,   [B,T] marks the keys that may be attended    dW_v, dW_o, db_q,
-  *, n_heads, mask=None)                                                                db_k, db_v, db_o)
-ffn_forward(x, W_1 [H,I], b_1 [I],        ReLU(x W_1 + b_1) W_2 + b_2                  (dx, dW_1, db_1,
-  W_2 [I,H], b_2 [H])                                                                   dW_2, db_2)
-block_forward(x [B,T,H], p: dict, *,      post-LN block LN2(h + FFN(h)), h = LN1(x +   (dx, grads dict
-  n_heads, mask=None, eps=1e-12)          MHA(x)); p keys: attn.W_q .. attn.b_o,       keyed like p)
-                                          ln1.gamma, ln1.beta, ffn.W_1 .. ffn.b_2,
-                                          ln2.gamma, ln2.beta
-pooler_forward(h [B,T,H], W [H,H], b)     tanh(h[:, 0] W + b)  [B,H]                   (dh, dW, db)
-cross_entropy_forward(logits [...,V],     scalar; "mean" divides by the number of      (dlogits,)
-  labels [...], *, ignore_index=-100,     positions != ignore_index
-  reduction="mean"|"sum")
-mse_forward(y_hat, y)                     scalar sum((y_hat - y)^2) / y.size           (dy_hat, dy)
-========================================  ==========================================  ==========
+Op pairs (forward arguments -> output; what backward returns)
+* ``embedding_forward(ids [B,T] int, W [V,H])`` -> ``W[ids]`` [B,T,H]; backward ``(dW,)``
+* ``position_embedding_forward(x [B,T,H], W_pos [T_max,H])`` -> ``x + W_pos[:T]``;
+  backward ``(dx, dW_pos)``
+* ``sinusoidal_encoding(T, d, dtype)`` -> PE [T,d] (sin on even features, cos on odd);
+  ``sinusoidal_position_forward(x [B,T,H])`` -> ``x + PE``; backward ``(dx,)``
+* ``linear_forward(x [...,n], W [n,m], b [m] or None)`` -> ``x W + b`` [...,m];
+  backward ``(dx, dW, db)``
+* ``layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12)`` -> ``gamma * x_hat + beta``
+  with the biased variance; backward ``(dx, dgamma, dbeta)``
+* ``softmax_forward(x [...,n], mask=None)`` -> softmax over the last axis, ``mask`` (bool, x's
+  shape) keeps True entries; backward ``(dx,)``
+* ``relu_forward(x)``, ``tanh_forward(x)`` -> elementwise; backward ``(dx,)``
+* ``split_heads(x [B,T,H], n_heads)`` -> [B,A,T,d_k]; ``merge_heads`` is its inverse
+* ``attention_forward(x [B,T,H], W_q, W_k, W_v, W_o [H,H], b_q, b_k, b_v, b_o [H] or None, *,
+  n_heads, mask=None)`` -> multi-head self-attention [B,T,H], ``mask`` [B,T] marks the keys that
+  may be attended; backward ``(dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o)``
+* ``ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H])`` -> ``ReLU(x W_1 + b_1) W_2 + b_2``;
+  backward ``(dx, dW_1, db_1, dW_2, db_2)``
+* ``block_forward(x [B,T,H], p, *, n_heads, mask=None, eps=1e-12)`` -> post-LN block
+  ``LN2(h + FFN(h))`` with ``h = LN1(x + MHA(x))``; ``p`` is a dict with keys ``attn.W_q`` ..
+  ``attn.b_o``, ``ln1.gamma``, ``ln1.beta``, ``ffn.W_1`` .. ``ffn.b_2``, ``ln2.gamma``,
+  ``ln2.beta``; backward ``(dx, grads)`` with grads keyed like ``p``
+* ``pooler_forward(h [B,T,H], W [H,H], b [H])`` -> ``tanh(h[:, 0] W + b)`` [B,H];
+  backward ``(dh, dW, db)``
+* ``cross_entropy_forward(logits [...,V], labels [...], *, ignore_index=-100,
+  reduction="mean"|"sum")`` -> scalar ("mean" divides by the number of positions whose label is
+  not ``ignore_index``); backward ``(dlogits,)``
+* ``mse_forward(y_hat, y)`` -> scalar ``sum((y_hat - y)^2) / y.size``; backward ``(dy_hat, dy)``
 
 Loss backwards take the upstream gradient as a scalar: ``cross_entropy_backward(dloss, cache)``.
 
@@ -211,6 +209,17 @@ def _raise_not_applicable(message: str):
     raise NotApplicable(message)
 
 
+def load_impl(spec: str):
+    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it (dotted paths allowed)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise ValueError(f"impl: expected package.module[:object], got {spec!r}")
+    obj = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
 def unwrap(impl):
     """The object behind an :class:`ImplProxy` (or ``impl`` itself)."""
     return impl._impl_obj if isinstance(impl, ImplProxy) else impl
@@ -292,6 +301,9 @@ def _fd_pair(F: _Findings, fwd, bwd, inputs: dict, rng, *, kwargs=None, skip=(),
     kwargs = kwargs or {}
     names = list(inputs)
     out, cache = fwd(*inputs.values(), **kwargs)
+    # another forward before the backward, as FD and training loops do: an implementation whose
+    # cache is shared state (one object's attributes) now back-propagates the wrong activations
+    fwd(*(_other(v) for v in inputs.values()), **kwargs)
     dout = rng.standard_normal(np.shape(out))
     grads = bwd(dout.copy(), cache)
     if not isinstance(grads, tuple) or len(grads) != len(names):
@@ -305,6 +317,13 @@ def _fd_pair(F: _Findings, fwd, bwd, inputs: dict, rng, *, kwargs=None, skip=(),
     checked = {n: g for n, g in zip(names, grads) if n not in skip and inputs[n] is not None}
     F.fd += check_gradients(f, inputs, checked, rng=rng, n_dirs=n_dirs, op=F.op)
     return out, grads
+
+
+def _other(v):
+    """Different values of the same shape and dtype (ints and None unchanged)."""
+    if isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating):
+        return (v * 1.3 + 0.1).astype(v.dtype)
+    return v
 
 
 def _dtype_kept(F: _Findings, fwd, inputs: dict, **kwargs) -> None:
@@ -466,11 +485,10 @@ def _check_ffn(impl, F, rng):
 def _block_params(rng, H=6, I=12):
     a = _attention_inputs(rng, H)
     p = {f"attn.{k}": v for k, v in a.items() if k != "x"}
-    p.update({"ln1.gamma": 1 + 0.4 * rng.standard_normal(H), "ln1.beta": 0.2 * rng.standard_normal(H),
-              "ffn.W_1": rng.standard_normal((H, I)) * 0.5, "ffn.b_1": 0.2 * rng.standard_normal(I),
-              "ffn.W_2": rng.standard_normal((I, H)) * 0.5, "ffn.b_2": 0.2 * rng.standard_normal(H),
-              "ln2.gamma": 1 + 0.4 * rng.standard_normal(H),
-              "ln2.beta": 0.2 * rng.standard_normal(H)})
+    p["ln1.gamma"], p["ln1.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    p["ffn.W_1"], p["ffn.b_1"] = 0.5 * rng.standard_normal((H, I)), 0.2 * rng.standard_normal(I)
+    p["ffn.W_2"], p["ffn.b_2"] = 0.5 * rng.standard_normal((I, H)), 0.2 * rng.standard_normal(H)
+    p["ln2.gamma"], p["ln2.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
     return a["x"], p
 
 

@@ -1,0 +1,113 @@
+"""``minibert check package.module:object``: conformance of any implementation to the adapter
+protocol (spec/conformance.py), as a per-op table: forward vs the PyTorch oracle, backward vs
+finite differences, invariants, verdict.  Exit 1 on any failure.
+
+The backward and invariant columns are computed here with NumPy and spec.gradcheck.  The oracle
+column comes from the suite's PyTorch oracle tests (tests/test_oracle*.py), run in a pytest
+subprocess against the same implementation when torch is installed: neither reference/ nor spec/
+ever imports torch, and the oracle maths is written once, in tests/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def register(sub) -> None:
+    g = sub.add_parser("check", help="conformance of an implementation (package.module:object) "
+                                     "to the adapter protocol, per op")
+    g.add_argument("impl", help="the implementation, as package.module[:object]")
+    g.add_argument("--ops", nargs="+", help="only these ops (default: all)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-oracle", action="store_true", help="skip the PyTorch oracle tests")
+    g.set_defaults(func=run)
+
+
+def oracle_records(impl_spec: str) -> tuple[list[dict] | None, str]:
+    """Run the oracle tests against ``impl_spec``: (records, note); records None when the
+    oracle cannot run (no torch, no tests/test_oracle*.py)."""
+    if importlib.util.find_spec("torch") is None:
+        return None, "torch not installed"
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_oracle*.py"))
+    if not files:
+        return None, "no oracle tests (tests/test_oracle*.py)"
+    with tempfile.TemporaryDirectory(prefix="minibert-check-") as tmp:
+        report = Path(tmp) / "report.jsonl"
+        env = dict(os.environ, MINIBERT_REPORT=str(report))
+        # the user's module is importable from their working directory
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), str(ROOT),
+                                                          env.get("PYTHONPATH")]))
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--impl", impl_spec, *files], cwd=ROOT, env=env, capture_output=True,
+                       text=True)
+        import json
+
+        lines = report.read_text().splitlines() if report.exists() else []
+        return [json.loads(x) for x in lines if x], f"{len(files)} oracle test files"
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from spec.conformance import OPS, Cell, check_all, load_impl, merge_oracle
+
+    console = Console()
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        impl = load_impl(args.impl)
+    except (ImportError, AttributeError, ValueError) as e:
+        console.print(f"[red]impl: cannot load {args.impl!r}: {type(e).__name__}: {e}[/]")
+        return 2
+    ops = args.ops or list(OPS)
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        console.print(f"[red]ops: unknown {unknown}; expected some of {list(OPS)}[/]")
+        return 2
+    start = time.perf_counter()
+    reports = check_all(impl, ops, seed=args.seed)
+    note = "oracle skipped (--no-oracle)"
+    if not args.no_oracle:
+        records, note = oracle_records(args.impl)
+        if records is not None:
+            merge_oracle(reports, records)
+    if args.no_oracle or records is None:
+        for r in reports:
+            r.forward = Cell("n/a", note)
+    elapsed = time.perf_counter() - start
+
+    table = Table(title=f"conformance of {args.impl} ({elapsed:.1f} s)",
+                  caption=f"forward vs oracle: {note}")
+    for col in ("op", "forward vs oracle", "backward vs FD", "invariants", "verdict"):
+        table.add_column(col, no_wrap=col == "op")
+    style = {"ok": "green", "FAIL": "red", "n/a": "dim"}
+
+    def cell(c):  # details of failures are printed under the table, naming the op
+        short = {"ok": c.detail.split(",")[0], "FAIL": "see below", "n/a": ""}[c.status]
+        return f"[{style[c.status]}]{c.status}[/] {short}".rstrip()
+
+    for r in reports:
+        table.add_row(r.op, cell(r.forward), cell(r.backward), cell(r.invariants),
+                      f"[{style[r.verdict]}]{r.verdict}[/]")
+    console.print(table)
+    failed = [r for r in reports if r.verdict == "FAIL"]
+    na = [r.op for r in reports if r.verdict == "n/a"]
+    if na:
+        console.print(f"not applicable (the implementation lacks them): {', '.join(na)}")
+    if failed:
+        for r in failed:
+            for line in r.failures:
+                console.print(f"[red]FAIL {line}[/]")
+        console.print(f"[red]{len(failed)} op(s) fail: {', '.join(r.op for r in failed)}[/]")
+        return 1
+    console.print(f"[green]{sum(r.verdict == 'ok' for r in reports)} op(s) conform[/]")
+    return 0
