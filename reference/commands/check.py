@@ -100,9 +100,9 @@ def run(args) -> int:
                       f"[{style[r.verdict]}]{r.verdict}[/]")
     console.print(table)
     failed = [r for r in reports if r.verdict == "FAIL"]
-    na = [r.op for r in reports if r.verdict == "n/a"]
-    if na:
-        console.print(f"not applicable (the implementation lacks them): {', '.join(na)}")
+    for r in reports:
+        if r.verdict == "n/a":
+            console.print(f"[dim]n/a {r.op}: {r.backward.detail or r.invariants.detail}[/]")
     if failed:
         for r in failed:
             for line in r.failures:
