@@ -467,6 +467,16 @@ def _check_attention(impl, F, rng):
     F.close("permuting tokens permutes the output (no mask)",
             impl.attention_forward(x_p, *rest, n_heads=2)[0],
             impl.attention_forward(inputs["x"], *rest, n_heads=2)[0][:, perm])
+    # the scores are scaled by 1/sqrt(d_k), not 1/sqrt(H): keep only head 0's features in Q, K, V
+    # (head 1 then attends uniformly to zero values); that is single-head attention (d_k = H)
+    # whose W_q, b_q carry the factor sqrt(H / d_k) = sqrt(A)
+    head0 = np.r_[np.ones(3), np.zeros(3)]  # H = 6, A = 2, d_k = 3
+    qkv = {n: inputs[n] * head0 for n in ("W_q", "W_k", "W_v", "b_q", "b_k", "b_v")}
+    args = lambda c: (qkv["W_q"] * c, qkv["W_k"], qkv["W_v"], inputs["W_o"],  # noqa: E731
+                      qkv["b_q"] * c, qkv["b_k"], qkv["b_v"], inputs["b_o"])
+    F.close("scores are scaled by 1/sqrt(d_k): one head of two = one head of H with W_q*sqrt(2)",
+            impl.attention_forward(inputs["x"], *args(1.0), n_heads=2)[0],
+            impl.attention_forward(inputs["x"], *args(np.sqrt(2.0)), n_heads=1)[0])
     _dtype_kept(F, lambda *a: impl.attention_forward(*a, n_heads=2), inputs)
 
 

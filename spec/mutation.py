@@ -131,7 +131,7 @@ def run_mutants(names: Sequence[str], tests: Sequence[str] = ("tests",), *, jobs
     for name in names:
         reason = applicability(CATALOG[name])
         if reason:
-            results[name] = MutantResult(name, "n/a", "", f"not applicable yet: {reason}")
+            results[name] = MutantResult(name, "n/a", "", f"not applicable: {reason}")
             if on_result:
                 on_result(results[name])
         else:

@@ -60,7 +60,8 @@ def run(args) -> int:
 
     from spec.conformance import OPS, Cell, check_all, load_impl, merge_oracle
 
-    console = Console()
+    # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

@@ -5,6 +5,7 @@ suite) or the unmutated baseline fails."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 
@@ -30,7 +31,8 @@ def run(args) -> int:
     from spec.mutants import CATALOG, applicability
     from spec.mutation import run_mutants, run_suite, score, select
 
-    console = Console()
+    # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if args.list:
         table = Table(title=f"mutant catalog ({len(CATALOG)})")
         for col in ("mutant", "equation", "fast", "applies", "bug"):
