@@ -45,12 +45,20 @@ def impl(request):
     return ImplProxy(load_impl(spec), spec, on_missing=pytest.skip)
 
 
+_IS_XDIST_WORKER = False
+
+
+def pytest_configure(config):
+    global _IS_XDIST_WORKER
+    _IS_XDIST_WORKER = hasattr(config, "workerinput")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logreport(report):
     """MINIBERT_REPORT=path: one JSON line per test outcome (call phase, or a failed/skipped
     setup), with the equation IDs the test declares."""
     path = os.environ.get("MINIBERT_REPORT")
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist: the controller writes the record
+    if _IS_XDIST_WORKER:  # xdist: the controller writes the record
         return
     if not path or not (report.when == "call" or (report.when == "setup" and not report.passed)):
         return

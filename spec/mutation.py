@@ -75,7 +75,9 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def _env(mutant: str, profile: str | None, report: Path) -> dict:
-    env = dict(os.environ)
+    # not the variables of an enclosing pytest(-xdist) run: this is a fresh session
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
     env.update(MINIBERT_MUTANT=mutant, MINIBERT_IMPL=IMPL_SPEC, MINIBERT_REPORT=str(report),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if profile:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reference.cli import main as minibert
+from reference.registry import IMPLEMENTATIONS
 from spec.conformance import (
     OPS,
     ImplProxy,
@@ -16,10 +17,18 @@ from spec.conformance import (
     op_of_equation,
     provides,
 )
+from spec.mutants import OPTIMIZER_EQUATIONS
 from tests.examples import broken_impl, classy_adapter, tiny_optim
 
 
-@pytest.mark.parametrize("op", list(OPS))
+def _equations(op: str) -> list[str]:
+    """The equation IDs (reference tags and the fixed optimizer IDs) that belong to ``op``."""
+    ids = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS)
+    return sorted(e for e in ids if op_of_equation(e) == op)
+
+
+@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.equation(*_equations(op)))
+                                for op in OPS])
 def test_op_conforms(impl, op):
     """Backward vs finite differences and the op's invariants (spec/conformance.py)."""
     report = check_op(impl, op)
@@ -108,6 +117,11 @@ def test_cli_check_rejects_unloadable_impl(capsys):
 
 
 # ----------------------------------------------------------------- oracle column attribution
+def test_every_equation_id_belongs_to_an_op():
+    ids = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS)
+    assert not [e for e in ids if op_of_equation(e) is None]
+
+
 def test_equation_ids_map_to_ops():
     assert op_of_equation("layernorm.backward.dx") == "layernorm"
     assert op_of_equation("attention.merge_heads") == "heads"

@@ -41,7 +41,9 @@ def oracle_records(impl_spec: str) -> tuple[list[dict] | None, str]:
         return None, "no oracle tests (tests/test_oracle*.py)"
     with tempfile.TemporaryDirectory(prefix="minibert-check-") as tmp:
         report = Path(tmp) / "report.jsonl"
-        env = dict(os.environ, MINIBERT_REPORT=str(report))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+        env["MINIBERT_REPORT"] = str(report)
         # the user's module is importable from their working directory
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), str(ROOT),
                                                           env.get("PYTHONPATH")]))

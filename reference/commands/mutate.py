@@ -51,7 +51,12 @@ def run(args) -> int:
     start = time.perf_counter()
     if not args.no_baseline:
         console.print(f"baseline: the unmutated suite ({' '.join(args.tests)}) must pass ...")
-        base = run_suite("", args.tests, profile=args.profile, timeout=args.timeout)
+        import importlib.util
+
+        # the baseline runs every test: spread it over the cores when pytest-xdist is there
+        xdist = importlib.util.find_spec("xdist") is not None and args.jobs > 1
+        base = run_suite("", args.tests, profile=args.profile, timeout=args.timeout,
+                         extra_args=["-n", str(args.jobs)] if xdist else [])
         if base.status != "survived":
             console.print(f"[red]baseline fails ({base.status}): {base.killer} {base.message}; "
                           "fix the suite before measuring it[/]")
