@@ -756,7 +756,7 @@ def _clip3(orig):
 
 @mutant("warmup_zero_lr_at_step0", "schedule.warmup_linear",
         "warmup lr = peak * step / warmup_steps: the first update (step 0) has lr 0",
-        "optim.warmup_linear_lr")
+        "optim.warmup_linear_lr", fast=True)
 def _sched1(orig):
     def warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps):
         if step < warmup_steps:
@@ -780,10 +780,12 @@ def _sched2(orig):
 
 
 def _batches_param(fn) -> str:
+    """The argument holding the micro-batches (or their per-batch results): named like
+    ``micro_batches``, ``batches``, ``microbatch_grads``."""
     for name in inspect.signature(fn).parameters:
-        if "batches" in name.lower():
+        if "batch" in name.lower() or "micro" in name.lower():
             return name
-    raise NotApplicable("accumulate_gradients has no argument named like *batches")
+    raise NotApplicable("accumulate_gradients has no argument named like *batch* or *micro*")
 
 
 def _probe_accum(mods):

@@ -144,3 +144,34 @@ def test_merge_oracle_marks_failures_per_op():
     assert by_op["softmax"].forward.status == "FAIL" and "t::sm" in by_op["softmax"].forward.detail
     assert by_op["softmax"].verdict == "FAIL"
     assert by_op["relu"].forward.status == "n/a"
+
+
+def test_oracle_column_from_a_pytest_run(tmp_path):
+    """The oracle column: test_oracle*.py files run in a subprocess against the implementation,
+    their results attributed to ops through the equation markers."""
+    import shutil
+    from pathlib import Path
+
+    from reference.commands.check import oracle_records
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_oracle_fake.py").write_text(
+        "import numpy as np\nimport pytest\n\n"
+        "@pytest.mark.equation('linear.forward')\n"
+        "def test_linear(impl):\n"
+        "    assert impl.linear_forward(np.eye(2), np.eye(2))[0][0, 0] == 1.0\n\n"
+        "@pytest.mark.equation('layernorm.forward')\n"
+        "def test_layernorm(impl):\n"
+        "    assert False, 'stands for a torch mismatch'\n\n"
+        "@pytest.mark.equation('attention.scores')\n"
+        "def test_attention(impl):\n"
+        "    impl.attention_forward\n")
+    records, _ = oracle_records("tests.examples.classy_adapter", root=tmp_path)
+    if records is None:
+        pytest.skip("not applicable: torch is not installed, the oracle column is n/a")
+    reports = check_all(classy_adapter, ["linear", "layernorm", "attention", "relu"])
+    merge_oracle(reports, records)
+    cells = {r.op: r.forward.status for r in reports}
+    assert cells == {"linear": "ok", "layernorm": "FAIL", "attention": "n/a", "relu": "n/a"}

@@ -31,12 +31,12 @@ def register(sub) -> None:
     g.set_defaults(func=run)
 
 
-def oracle_records(impl_spec: str) -> tuple[list[dict] | None, str]:
-    """Run the oracle tests against ``impl_spec``: (records, note); records None when the
-    oracle cannot run (no torch, no tests/test_oracle*.py)."""
+def oracle_records(impl_spec: str, root: Path = ROOT) -> tuple[list[dict] | None, str]:
+    """Run the oracle tests (``root``/tests/test_oracle*.py) against ``impl_spec``: (records,
+    note); records None when the oracle cannot run (no torch, no oracle tests)."""
     if importlib.util.find_spec("torch") is None:
         return None, "torch not installed"
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_oracle*.py"))
+    files = sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_oracle*.py"))
     if not files:
         return None, "no oracle tests (tests/test_oracle*.py)"
     with tempfile.TemporaryDirectory(prefix="minibert-check-") as tmp:
@@ -45,10 +45,10 @@ def oracle_records(impl_spec: str) -> tuple[list[dict] | None, str]:
                if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
         env["MINIBERT_REPORT"] = str(report)
         # the user's module is importable from their working directory
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), str(ROOT),
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), str(root), str(ROOT),
                                                           env.get("PYTHONPATH")]))
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "--impl", impl_spec, *files], cwd=ROOT, env=env, capture_output=True,
+                        "--impl", impl_spec, *files], cwd=root, env=env, capture_output=True,
                        text=True)
         import json
 
@@ -58,6 +58,7 @@ def oracle_records(impl_spec: str) -> tuple[list[dict] | None, str]:
 
 def run(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from spec.conformance import OPS, Cell, check_all, load_impl, merge_oracle
@@ -69,12 +70,14 @@ def run(args) -> int:
     try:
         impl = load_impl(args.impl)
     except (ImportError, AttributeError, ValueError) as e:
-        console.print(f"[red]impl: cannot load {args.impl!r}: {type(e).__name__}: {e}[/]")
+        console.print("[red]" + escape(f"impl: cannot load {args.impl!r}: {type(e).__name__}: {e}")
+                      + "[/]")
         return 2
     ops = args.ops or list(OPS)
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
-        console.print(f"[red]ops: unknown {unknown}; expected some of {list(OPS)}[/]")
+        console.print("[red]" + escape(f"ops: unknown {unknown}; expected some of {list(OPS)}")
+                      + "[/]")
         return 2
     start = time.perf_counter()
     reports = check_all(impl, ops, seed=args.seed)
@@ -88,15 +91,15 @@ def run(args) -> int:
             r.forward = Cell("n/a", note)
     elapsed = time.perf_counter() - start
 
-    table = Table(title=f"conformance of {args.impl} ({elapsed:.1f} s)",
-                  caption=f"forward vs oracle: {note}")
+    table = Table(title=escape(f"conformance of {args.impl} ({elapsed:.1f} s)"),
+                  caption=escape(f"forward vs oracle: {note}"))
     for col in ("op", "forward vs oracle", "backward vs FD", "invariants", "verdict"):
         table.add_column(col, no_wrap=col == "op")
     style = {"ok": "green", "FAIL": "red", "n/a": "dim"}
 
     def cell(c):  # details of failures are printed under the table, naming the op
         short = {"ok": c.detail.split(",")[0], "FAIL": "see below", "n/a": ""}[c.status]
-        return f"[{style[c.status]}]{c.status}[/] {short}".rstrip()
+        return f"[{style[c.status]}]{c.status}[/] {escape(short)}".rstrip()
 
     for r in reports:
         table.add_row(r.op, cell(r.forward), cell(r.backward), cell(r.invariants),
@@ -105,11 +108,12 @@ def run(args) -> int:
     failed = [r for r in reports if r.verdict == "FAIL"]
     for r in reports:
         if r.verdict == "n/a":
-            console.print(f"[dim]n/a {r.op}: {r.backward.detail or r.invariants.detail}[/]")
+            console.print(f"[dim]n/a {r.op}: "
+                          f"{escape(r.backward.detail or r.invariants.detail)}[/]")
     if failed:
         for r in failed:
             for line in r.failures:
-                console.print(f"[red]FAIL {line}[/]")
+                console.print(f"[red]FAIL {escape(line)}[/]")
         console.print(f"[red]{len(failed)} op(s) fail: {', '.join(r.op for r in failed)}[/]")
         return 1
     console.print(f"[green]{sum(r.verdict == 'ok' for r in reports)} op(s) conform[/]")

@@ -26,6 +26,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from spec.mutants import CATALOG, applicability
@@ -40,13 +41,14 @@ def run(args) -> int:
         for m in CATALOG.values():
             reason = applicability(m)
             table.add_row(m.name, m.equation, "yes" if m.fast else "",
-                          "yes" if reason is None else f"no: {reason}", m.description)
+                          "yes" if reason is None else escape(f"no: {reason}"),
+                          escape(m.description))
         console.print(table)
         return 0
     try:
         names = select(args.mutants, fast=args.fast)
     except ValueError as e:
-        console.print(f"[red]{e}[/]")
+        console.print(f"[red]{escape(str(e))}[/]")
         return 2
     start = time.perf_counter()
     if not args.no_baseline:
@@ -58,13 +60,14 @@ def run(args) -> int:
         base = run_suite("", args.tests, profile=args.profile, timeout=args.timeout,
                          extra_args=["-n", str(args.jobs)] if xdist else [])
         if base.status != "survived":
-            console.print(f"[red]baseline fails ({base.status}): {base.killer} {base.message}; "
+            console.print(f"[red]baseline fails ({base.status}): "
+                          f"{escape(base.killer + ' ' + base.message)}; "
                           "fix the suite before measuring it[/]")
             return 1
         console.print(f"baseline ok in {base.seconds:.1f} s")
 
     def progress(r):
-        console.print(f"  {r.name}: {r.status} {r.killer} ({r.seconds:.1f} s)")
+        console.print(escape(f"  {r.name}: {r.status} {r.killer} ({r.seconds:.1f} s)"))
 
     results = run_mutants(names, args.tests, jobs=args.jobs, profile=args.profile,
                           timeout=args.timeout, on_result=progress)
@@ -78,7 +81,7 @@ def run(args) -> int:
     for r in results:
         detail = r.killer or r.message
         table.add_row(r.name, CATALOG[r.name].equation,
-                      f"[{colour[r.status]}]{r.status}[/]", detail, f"{r.seconds:.1f}")
+                      f"[{colour[r.status]}]{r.status}[/]", escape(detail), f"{r.seconds:.1f}")
     console.print(table)
     detected, applicable = score(results)
     na = sum(r.status == "n/a" for r in results)
