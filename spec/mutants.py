@@ -10,7 +10,8 @@ both see the bug; leaving the context restores the very same objects.  Nothing o
 A mutant whose target does not exist (``reference.optim`` before the optimizer lands) or whose
 probe cannot read the target's conventions is *not applicable*, never counted as killed.
 The mutated functions rely on the reference's cache layouts: they are mutants of the reference,
-not of arbitrary implementations.
+not of arbitrary implementations.  Each one still runs the original's input validation (most call
+the original first), so a bad-input test cannot "kill" a mutant for a reason unrelated to its bug.
 """
 
 from __future__ import annotations
@@ -207,8 +208,9 @@ def _linear_db_axis(orig):
 
 
 # ===================================================================== layernorm
-def _ln_backward(bug: str):
+def _ln_backward(orig, bug: str):
     def layernorm_backward(dy, cache):
+        orig(dy, cache)  # the original's validation
         x_hat, rstd, gamma = cache
         g = dy * gamma
         if bug == "mean":  # forgot the -mean(g) term
@@ -232,27 +234,27 @@ def _ln_backward(bug: str):
 @mutant("layernorm_missing_mean_term", "layernorm.backward.dx",
         "LayerNorm dx drops the -mean(dy*gamma) term", "ops.layernorm_backward")
 def _ln1(orig):
-    return _ln_backward("mean")
+    return _ln_backward(orig, "mean")
 
 
 @mutant("layernorm_missing_xhat_term", "layernorm.backward.dx",
         "LayerNorm dx drops the -x_hat * mean(dy*gamma*x_hat) term (the variance path)",
         "ops.layernorm_backward")
 def _ln2(orig):
-    return _ln_backward("xhat")
+    return _ln_backward(orig, "xhat")
 
 
 @mutant("layernorm_gamma_outside_means", "layernorm.backward.dx",
         "gamma multiplies outside the feature means (right only when gamma is constant)",
         "ops.layernorm_backward", fast=True)
 def _ln3(orig):
-    return _ln_backward("gamma")
+    return _ln_backward(orig, "gamma")
 
 
 @mutant("layernorm_dgamma_uses_centred_x", "layernorm.backward.dgamma",
         "dgamma = sum(dy * (x - mu)) instead of sum(dy * x_hat)", "ops.layernorm_backward")
 def _ln4(orig):
-    return _ln_backward("dgamma")
+    return _ln_backward(orig, "dgamma")
 
 
 @mutant("layernorm_unbiased_variance", "layernorm.forward",
@@ -276,6 +278,7 @@ def _ln5(orig):
         fast=True)
 def _sm1(orig):
     def softmax_backward(dp, cache):
+        orig(dp, cache)  # validation
         return (cache * dp,)
 
     return softmax_backward
@@ -286,6 +289,7 @@ def _sm1(orig):
         "ops.softmax_backward")
 def _sm2(orig):
     def softmax_backward(dp, cache):
+        orig(dp, cache)  # validation
         p = cache
         return (p * (dp - (p * dp).sum(axis=-2, keepdims=True)),)
 
@@ -318,7 +322,7 @@ def _relu(orig_fwd, orig_bwd):
         return y, y  # caches the output instead of the x > 0 mask
 
     def relu_backward(dy, cache):
-        return (dy * (cache >= 0),)
+        return orig_bwd(dy, cache >= 0)  # the original, fed the always-true mask
 
     return relu_forward, relu_backward
 
@@ -327,6 +331,7 @@ def _relu(orig_fwd, orig_bwd):
         "tanh backward uses 1 - y instead of 1 - y^2", "ops.tanh_backward")
 def _tanh(orig):
     def tanh_backward(dy, cache):
+        orig(dy, cache)  # validation
         return (dy * (1 - cache),)
 
     return tanh_backward
@@ -422,6 +427,10 @@ def _att8(orig_fwd, orig_bwd):
     # and chain-rule their gradients, so forward and backward stay mutually consistent.
     def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
                           n_heads, mask=None):
+        if not (isinstance(x, np.ndarray) and isinstance(W_q, np.ndarray)
+                and isinstance(n_heads, (int, np.integer)) and n_heads > 0):
+            return orig_fwd(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads=n_heads,
+                            mask=mask)  # bad input: the original's ValueError
         c = x.dtype.type(1.0 / np.sqrt(n_heads))
         y, cache = orig_fwd(x, W_q * c, W_k, W_v, W_o, None if b_q is None else b_q * c, b_k,
                             b_v, b_o, n_heads=n_heads, mask=mask)
@@ -501,6 +510,7 @@ def _model_order(orig):
         "ops.embedding_backward", fast=True)
 def _emb(orig):
     def embedding_backward(dout, cache):
+        orig(dout, cache)  # validation
         ids, W_shape, dtype = cache
         dW = np.zeros(W_shape, dtype=dtype)
         dW[ids.reshape(-1)] += dout.reshape(-1, W_shape[1])
@@ -759,9 +769,8 @@ def _clip3(orig):
         "optim.warmup_linear_lr", fast=True)
 def _sched1(orig):
     def warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps):
-        if step < warmup_steps:
-            return peak_lr * step / warmup_steps
-        return orig(step, peak_lr=peak_lr, warmup_steps=warmup_steps, total_steps=total_steps)
+        lr = orig(step, peak_lr=peak_lr, warmup_steps=warmup_steps, total_steps=total_steps)
+        return peak_lr * step / warmup_steps if step < warmup_steps else lr
 
     return warmup_linear_lr
 
@@ -771,10 +780,8 @@ def _sched1(orig):
         "optim.warmup_linear_lr")
 def _sched2(orig):
     def warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps):
-        if step < warmup_steps:
-            return orig(step, peak_lr=peak_lr, warmup_steps=warmup_steps,
-                        total_steps=total_steps)
-        return peak_lr
+        lr = orig(step, peak_lr=peak_lr, warmup_steps=warmup_steps, total_steps=total_steps)
+        return lr if step < warmup_steps else peak_lr
 
     return warmup_linear_lr
 
@@ -819,6 +826,8 @@ def _accum(orig):
     def accumulate_gradients(*args, **kwargs):
         bound = sig.bind(*args, **kwargs)
         batches = list(bound.arguments[name])
+        if len(batches) < 2:  # one micro-batch (or bad input): nothing to average
+            return orig(*args, **kwargs)
         results = []
         for mb in batches:
             bound.arguments[name] = [mb]

@@ -175,3 +175,29 @@ def test_oracle_column_from_a_pytest_run(tmp_path):
     merge_oracle(reports, records)
     cells = {r.op: r.forward.status for r in reports}
     assert cells == {"linear": "ok", "layernorm": "FAIL", "attention": "n/a", "relu": "n/a"}
+
+
+def test_pytest_against_the_adapter_skips_what_it_lacks(tmp_path):
+    """`pytest --impl tests.examples.classy_adapter`: the ops it provides pass, every other test
+    is SKIPPED as not applicable (never passed)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    report = tmp_path / "report.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(MINIBERT_REPORT=str(report),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")])))
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--impl",
+                    "tests.examples.classy_adapter", "tests/test_conformance.py::test_op_conforms",
+                    "tests/test_smoke.py"], cwd=root, env=env, capture_output=True, timeout=120)
+    records = [json.loads(x) for x in report.read_text().splitlines()]
+    outcome = {r["nodeid"].split("[")[-1].rstrip("]"): r for r in records}
+    assert {k for k, r in outcome.items() if r["outcome"] == "passed"} == CLASSY_OPS
+    skipped = [r for r in records if r["outcome"] == "skipped"]
+    assert len(skipped) == len(records) - len(CLASSY_OPS) > 0
+    assert all("not applicable: tests.examples.classy_adapter lacks" in r["message"]
+               for r in skipped)
