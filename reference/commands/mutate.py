@@ -16,8 +16,10 @@ def register(sub) -> None:
     g.add_argument("--list", action="store_true", help="print the catalog and exit")
     g.add_argument("--jobs", "-j", type=int, default=2, help="mutants run in parallel")
     g.add_argument("--profile", default="ci", help="Hypothesis profile (MINIBERT_PROFILE)")
-    g.add_argument("--tests", nargs="+", default=["tests"],
-                   help="pytest paths, relative to the repository root (default: tests)")
+    g.add_argument("--tests", nargs="+", default=["tests/test_conformance.py", "tests"],
+                   help="pytest paths, relative to the repository root, in the order to run "
+                        "(default: the per-op conformance checks first, as they kill most "
+                        "mutants in seconds, then the rest of tests/)")
     g.add_argument("--timeout", type=float, default=600, help="seconds per mutant")
     g.add_argument("--no-baseline", action="store_true",
                    help="skip the unmutated run that must pass first")
