@@ -5,12 +5,17 @@ Profiles: ``dev`` (default, fast), ``ci`` (derandomized, no deadline, more examp
 environment variable ``MINIBERT_PROFILE``.
 
 The implementation under test is the bundled ``reference`` unless ``--impl package.module:object``
-(or ``MINIBERT_IMPL``) names another; tests only ever reach it through the ``impl`` fixture.
+(or ``MINIBERT_IMPL``) names another; tests only ever reach it through the ``impl`` fixture.  The
+fixture wraps it in a proxy: a test that reads a name the implementation lacks is SKIPPED with
+"not applicable: <impl> lacks <name>" (the adapter protocol is in spec/conformance.py).
+
+``MINIBERT_REPORT=path`` appends one JSON line per test (nodeid, outcome, equation IDs, first line
+of the failure) to ``path``: ``minibert check`` and ``minibert mutate`` read it.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
 import os
 
 # The tests multiply tiny matrices: a multi-threaded BLAS under pytest-xdist (2 workers x 2 BLAS
@@ -53,16 +58,50 @@ def pytest_addoption(parser):
         help="implementation under test, as package.module[:object] (default: reference)")
 
 
-def load_impl(spec: str):
-    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it."""
-    module_name, _, attr = spec.partition(":")
-    obj = importlib.import_module(module_name)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
-    return obj
-
-
 @pytest.fixture(scope="session")
 def impl(request):
-    """The implementation under test."""
-    return load_impl(request.config.getoption("--impl"))
+    """The implementation under test; names it lacks skip the test as not applicable."""
+    from spec.conformance import ImplProxy, load_impl
+
+    spec = request.config.getoption("--impl")
+    return ImplProxy(load_impl(spec), spec, on_missing=pytest.skip)
+
+
+_IS_XDIST_WORKER = False
+
+
+def pytest_configure(config):
+    global _IS_XDIST_WORKER
+    _IS_XDIST_WORKER = hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    """MINIBERT_REPORT=path: one JSON line per test outcome (call phase, or a failed/skipped
+    setup), with the equation IDs the test declares."""
+    path = os.environ.get("MINIBERT_REPORT")
+    if _IS_XDIST_WORKER:  # xdist: the controller writes the record
+        return
+    if not path or not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return
+    outcome = report.outcome
+    if report.when == "setup" and report.failed:
+        outcome = "failed"  # an error in a fixture is a failure of the test
+    message = ""
+    if report.failed:
+        message = getattr(report.longrepr, "reprcrash", None)
+        message = message.message if message is not None else str(report.longrepr)
+        message = message.strip().splitlines()[0][:300] if message.strip() else ""
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        message = str(report.longrepr[2])[:300]
+    record = {"nodeid": report.nodeid, "outcome": outcome,
+              "equations": list(getattr(report, "equations", ())), "message": message}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.equations = tuple(eq for m in item.iter_markers("equation") for eq in m.args)

@@ -60,3 +60,8 @@ F64_IDENTITY_RTOL = 1e-12
 # relative gradient error stays relative).  1e-9 is far above that and far below any change to
 # the training dynamics (a different lr, schedule or bias correction moves the losses by >1e-4).
 REGRESSION_RTOL_F64 = 1e-9
+
+# Global-norm clipping: the clipped norm equals max_norm up to the guard some implementations add
+# to the divisor (PyTorch's clip_grad_norm_ scales by max_norm / (norm + 1e-6)); with the norms of
+# order 1-100 the checks use, that guard shifts the result by at most 1e-6 relative.
+CLIP_NORM_RTOL = 1e-6

@@ -1,0 +1,97 @@
+"""``minibert mutate``: the test suite against every mutant of the catalog (spec/mutants.py),
+applied in memory through conformance mode; reports killed / survived per mutant with the first
+test that killed it, and the mutation score.  Exit 1 when a mutant survives (a hole in the
+suite) or the unmutated baseline fails."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def register(sub) -> None:
+    g = sub.add_parser("mutate", help="mutation testing: the suite against each catalog mutant")
+    g.add_argument("mutants", nargs="*", help="catalog names (default: the whole catalog)")
+    g.add_argument("--fast", action="store_true", help="the small subset CI runs")
+    g.add_argument("--list", action="store_true", help="print the catalog and exit")
+    g.add_argument("--jobs", "-j", type=int, default=2, help="mutants run in parallel")
+    g.add_argument("--profile", default="ci", help="Hypothesis profile (MINIBERT_PROFILE)")
+    g.add_argument("--tests", nargs="+", default=["tests/test_conformance.py", "tests"],
+                   help="pytest paths, relative to the repository root, in the order to run "
+                        "(default: the per-op conformance checks first, as they kill most "
+                        "mutants in seconds, then the rest of tests/)")
+    g.add_argument("--timeout", type=float, default=600, help="seconds per mutant")
+    g.add_argument("--no-baseline", action="store_true",
+                   help="skip the unmutated run that must pass first")
+    g.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from spec.mutants import CATALOG, applicability
+    from spec.mutation import run_mutants, run_suite, score, select
+
+    # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.list:
+        table = Table(title=f"mutant catalog ({len(CATALOG)})")
+        for col in ("mutant", "equation", "fast", "applies", "bug"):
+            table.add_column(col)
+        for m in CATALOG.values():
+            reason = applicability(m)
+            table.add_row(m.name, m.equation, "yes" if m.fast else "",
+                          "yes" if reason is None else escape(f"no: {reason}"),
+                          escape(m.description))
+        console.print(table)
+        return 0
+    try:
+        names = select(args.mutants, fast=args.fast)
+    except ValueError as e:
+        console.print(f"[red]{escape(str(e))}[/]")
+        return 2
+    start = time.perf_counter()
+    if not args.no_baseline:
+        console.print(f"baseline: the unmutated suite ({' '.join(args.tests)}) must pass ...")
+        import importlib.util
+
+        # the baseline runs every test: spread it over the cores when pytest-xdist is there
+        xdist = importlib.util.find_spec("xdist") is not None and args.jobs > 1
+        base = run_suite("", args.tests, profile=args.profile, timeout=args.timeout,
+                         extra_args=["-n", str(args.jobs)] if xdist else [])
+        if base.status != "survived":
+            console.print(f"[red]baseline fails ({base.status}): "
+                          f"{escape(base.killer + ' ' + base.message)}; "
+                          "fix the suite before measuring it[/]")
+            return 1
+        console.print(f"baseline ok in {base.seconds:.1f} s")
+
+    def progress(r):
+        console.print(escape(f"  {r.name}: {r.status} {r.killer} ({r.seconds:.1f} s)"))
+
+    results = run_mutants(names, args.tests, jobs=args.jobs, profile=args.profile,
+                          timeout=args.timeout, on_result=progress)
+    elapsed = time.perf_counter() - start
+    table = Table(title=f"mutation testing: {len(names)} mutants, profile {args.profile}, "
+                        f"{args.jobs} in parallel ({elapsed:.0f} s)")
+    for col in ("mutant", "equation", "status", "killed by (first failing test)", "s"):
+        table.add_column(col, justify="right" if col == "s" else "left")
+    colour = {"killed": "green", "timeout": "yellow", "survived": "red", "error": "red",
+              "n/a": "dim"}
+    for r in results:
+        detail = r.killer or r.message
+        table.add_row(r.name, CATALOG[r.name].equation,
+                      f"[{colour[r.status]}]{r.status}[/]", escape(detail), f"{r.seconds:.1f}")
+    console.print(table)
+    detected, applicable = score(results)
+    na = sum(r.status == "n/a" for r in results)
+    pct = 100.0 * detected / applicable if applicable else 100.0
+    console.print(f"mutation score: {detected}/{applicable} = {pct:.1f}% "
+                  f"({na} not applicable yet) in {elapsed:.0f} s")
+    survivors = [r.name for r in results if r.status in ("survived", "error")]
+    if survivors:
+        console.print(f"[red]not killed: {', '.join(survivors)}[/]")
+        return 1
+    return 0
