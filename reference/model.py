@@ -254,6 +254,9 @@ def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
     body = {k: v for k, v in params.items() if not k.startswith("mlm.")}
     h, cache = forward(body, body_config, input_ids, attention_mask)  # [B, T, H]
     predicted = labels != ignore_index  # [B, T]
+    if not predicted.any():
+        raise ValueError(f"labels: expected at least one position != ignore_index "
+                         f"({ignore_index}), got none among {labels.size}")
     h_sel = h[predicted]  # [N, H]
     logits, c_head = ops.linear_forward(h_sel, params["mlm.W"], params["mlm.b"])  # [N, V]
     value, c_loss = ops.cross_entropy_forward(logits, labels[predicted],

@@ -151,7 +151,7 @@ def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay):
 
 
 @implements("optim.adam", "optim.adamw")
-def adam_step(params, grads, state, *, lr: float, beta1: float = 0.9, beta2: float = 0.999,
+def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, beta2: float = 0.999,
               eps: float = 1e-8, weight_decay: float = 0.0,
               no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
     """One Adam update (Mini-BERT derivation §5.1); AdamW when ``weight_decay > 0``.

@@ -263,6 +263,10 @@ def collect_implementations(impl) -> dict[str, list[ImplRef]]:
     """Equation ID -> functions tagged with it, from the implementation object: a package is
     walked (every submodule except the CLI), a module or object is searched attribute by
     attribute."""
+    try:  # the conformance proxy (conftest's impl fixture): search what it wraps
+        impl = object.__getattribute__(impl, "_impl_obj")
+    except AttributeError:
+        pass
     objects = [impl]
     if inspect.ismodule(impl) and hasattr(impl, "__path__"):
         for info in pkgutil.walk_packages(impl.__path__, impl.__name__ + "."):

@@ -160,7 +160,9 @@ class ImplProxy:
         try:
             return resolve(obj, name)
         except AttributeError:
-            if name.startswith("__"):  # protocol probes by Python/pytest, not the suite's names
+            # Probes by Python, pytest or Hypothesis (e.g. hypothesis_internal_is_this_a_mock_check)
+            # are not protocol names: answer them like any object would.
+            if name.startswith(("_", "hypothesis_")) or name in _HOST_PROBES:
                 raise
         label = object.__getattribute__(self, "_impl_label")
         object.__getattribute__(self, "_impl_on_missing")(not_applicable_message(label, name))
@@ -171,6 +173,8 @@ class ImplProxy:
 
 
 SUBNAMESPACES = ("optim",)
+# Hypothesis looks these up on a test's first argument (its executor hooks).
+_HOST_PROBES = frozenset({"execute_example", "setup_example", "teardown_example"})
 
 
 def resolve(obj, name: str):

@@ -21,14 +21,10 @@ from spec.mutants import OPTIMIZER_EQUATIONS
 from tests.examples import broken_impl, classy_adapter, tiny_optim
 
 
-def _equations(op: str) -> list[str]:
-    """The equation IDs (reference tags and the fixed optimizer IDs) that belong to ``op``."""
-    ids = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS)
-    return sorted(e for e in ids if op_of_equation(e) == op)
-
-
-@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.equation(*_equations(op)))
-                                for op in OPS])
+# No equation markers here: the IDs an op covers depend on which reference modules happen to be
+# imported (the registry fills at import time), so the audit's evidence stays with the FD and
+# oracle tests, whose tags are static.
+@pytest.mark.parametrize("op", list(OPS))
 def test_op_conforms(impl, op):
     """Backward vs finite differences and the op's invariants (spec/conformance.py)."""
     report = check_op(impl, op)
