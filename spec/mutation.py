@@ -86,6 +86,21 @@ def _env(mutant: str, profile: str | None, report: Path) -> dict:
     return env
 
 
+def ordered_test_files(tests: Sequence[str]) -> list[str]:
+    """``tests`` as test files in the order given, each once: a directory becomes its
+    ``test_*.py`` files (sorted, recursive).  pytest itself folds a file into a directory given
+    beside it and collects the directory in name order, which would lose "conformance first"."""
+    out: list[str] = []
+    for t in tests:
+        p = ROOT / t.split("::")[0]  # a node id (file::test) is kept as given
+        if not p.exists():
+            raise ValueError(f"tests: expected paths under {ROOT}, got {t!r} (does not exist)")
+        items = ([f.relative_to(ROOT).as_posix() for f in sorted(p.rglob("test_*.py"))]
+                 if p.is_dir() else [t])
+        out.extend(i for i in items if i not in out)
+    return out
+
+
 def run_suite(mutant: str, tests: Sequence[str] = ("tests",), *, profile: str | None = "ci",
               timeout: float = 600, extra_args: Sequence[str] = ()) -> MutantResult:
     """One pytest subprocess against ``mutant`` ("" for the unmutated baseline)."""
@@ -93,7 +108,7 @@ def run_suite(mutant: str, tests: Sequence[str] = ("tests",), *, profile: str | 
     with tempfile.TemporaryDirectory(prefix="minibert-mutant-") as tmp:
         report = Path(tmp) / "report.jsonl"
         cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, "--impl", IMPL_SPEC, *extra_args,
-               *tests]
+               *ordered_test_files(tests)]
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=_env(mutant, profile, report),
                                   capture_output=True, text=True, timeout=timeout)

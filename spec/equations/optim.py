@@ -174,8 +174,9 @@ def _prove_sgd() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-def _adam_sympy(size):
-    """Three Adam steps on a vector, lambdified: (params, g1, g2, g3) -> params after step 3."""
+def _adam_sympy(size, wd=0):
+    """Three Adam steps on a vector, lambdified: (params, g1, g2, g3) -> params after step 3
+    (AdamW with decoupled decay ``wd`` when it is not 0)."""
     n = size[0]
     th = [sp.Symbol(f"th{i}", real=True) for i in range(n)]
     gs = [[sp.Symbol(f"g{k}_{i}", real=True) for i in range(n)] for k in range(3)]
@@ -186,26 +187,57 @@ def _adam_sympy(size):
         theta = th[i]
         for step in range(1, 4):
             m, v = adam_moments([gs[k][i] for k in range(step)], hyper["beta1"], hyper["beta2"])
-            theta = adam_update(theta, m, v, step, **hyper)
+            theta = adam_update(theta, m, v, step, wd=wd, **hyper)
         out.append(theta)
     f = sp.lambdify([th, *gs], out, "numpy")
     return lambda theta, g1, g2, g3: (np.asarray(f(theta, g1, g2, g3), dtype=float),)
 
 
-def _adam_code(impl, size, theta, g1, g2, g3):
-    # assumed protocol: adam_init(params) -> state; adam_step(params, grads, state, *, lr,
-    # beta1, beta2, eps) -> (params, state), on dicts of arrays
+def _adam_code(impl, size, theta, g1, g2, g3, **decay):
+    # protocol (spec/conformance.py): adam_init(params) -> state; adam_step(params, grads,
+    # state, *, lr, beta1, beta2, eps, weight_decay, no_decay) -> (params, state)
     params, state = {"w": theta.copy()}, impl.adam_init({"w": theta})
     for grad in (g1, g2, g3):
         params, state = impl.adam_step(params, {"w": grad}, state, lr=1e-3, beta1=0.9,
-                                       beta2=0.999, eps=1e-8)
+                                       beta2=0.999, eps=1e-8, **decay)
     return (params["w"],)
+
+
+# a large decay (0.1 x lr 1e-3 per step) so that coupling it through the moments (Adam + L2)
+# or dropping it moves the result far beyond SYMPY_CODE_RTOL
+ADAMW_DECAY = sp.Rational(1, 10)
 
 
 ADAM_NUMERIC = Numeric(((3,), (5,)), lambda s: dict(theta=("float", s, 2.0),
                                                    g1=("float", s, 1.0), g2=("float", s, 1.0),
                                                    g3=("float", s, 1.0)),
                        _adam_sympy, _adam_code, needs=("adam_init", "adam_step"))
+ADAMW_NUMERIC = Numeric(
+    ((3,), (5,)), ADAM_NUMERIC.inputs, lambda size: _adam_sympy(size, wd=ADAMW_DECAY),
+    lambda impl, size, **a: _adam_code(impl, size, **a, weight_decay=float(ADAMW_DECAY),
+                                       no_decay=()),
+    needs=("adam_init", "adam_step"))
+
+
+def lr_project(step, warmup=W_, total=TOTAL, peak=PEAK):
+    """The reference's convention (schedule.warmup_linear.step0): the warmup branch counts
+    updates from 1, peak (step + 1) / warmup, so the first update is not wasted; the decay
+    branch is the document's, peak (total - step) / (total - warmup), floored at 0."""
+    return sp.Piecewise((peak * (step + 1) / warmup, step < warmup),
+                        (sp.Max(0, peak * (1 - (step - warmup) / (total - warmup))), True))
+
+
+def _schedule_sympy(size):
+    warmup, total = size
+    f = sp.lambdify([STEP, PEAK], lr_project(STEP, sp.Integer(warmup), sp.Integer(total)),
+                    "numpy")
+    return lambda peak: (np.array([f(k, float(peak[0])) for k in range(total + 3)]),)
+
+
+def _schedule_code(impl, size, peak):
+    warmup, total = size
+    return (np.array([impl.warmup_linear_lr(k, peak_lr=float(peak[0]), warmup_steps=warmup,
+                                            total_steps=total) for k in range(total + 3)]),)
 
 
 def _clip_code(impl, size, g, max_norm):
@@ -221,7 +253,13 @@ def _clip_sympy(size):
     norm = sp.sqrt(sp.Add(*[x ** 2 for x in gs]))
     out = [sp.Piecewise((x * c / norm, norm > c), (x, True)) for x in gs]
     f = sp.lambdify([gs, c], out, "numpy")
-    return lambda g, max_norm: (np.asarray(f(g, float(max_norm[0])), dtype=float),)
+
+    def clip(g, max_norm):
+        # NumPy's Piecewise evaluates both branches: c / norm of an all-zero g is 0/0 in the
+        # branch that is not taken
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.asarray(f(g, float(max_norm[0])), dtype=float),)
+    return clip
 
 
 register(Equation(
@@ -235,15 +273,17 @@ register(Equation(
     "optim.adamw", "AdamW (decoupled weight decay)", (PROJECT,),
     r"\theta_t = \theta_{t-1} - \alpha \Bigl(\frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon} + "
     r"\lambda \theta_{t-1}\Bigr)",
-    _prove_adamw, torch_op="torch.optim.AdamW",
-    numeric_na="pending reference/optim.py: the weight-decay argument name is not known here"))
+    _prove_adamw, torch_op="torch.optim.AdamW", numeric=ADAMW_NUMERIC))
 register(Equation(
     "schedule.warmup_linear", "Linear warmup then linear decay", (f"{MINIBERT} §8.1",),
     r"\mathrm{lr} = \mathrm{peak} \frac{step}{warmup}\ (step < warmup),\ \mathrm{peak}\Bigl(1 - "
     r"\frac{step - warmup}{total - warmup}\Bigr)",
     _prove_schedule,
-    numeric_na="pending reference/optim.py: its step-counting convention (the step-0 entry) "
-               "decides the expected values"))
+    numeric=Numeric(((4, 10), (1, 3), (5, 6)), lambda s: dict(peak=("float", (1,), 1.0)),
+                    _schedule_sympy, _schedule_code, accept=lambda s, peak: bool(peak[0] > 0),
+                    needs=("warmup_linear_lr",)),
+    note="the reference counts warmup updates from 1 (schedule.warmup_linear.step0); the "
+         "SymPy <-> code check uses that convention, lr_project"))
 register(Equation(
     "schedule.warmup_linear.step0", "Learning rate at the first step", (f"{MINIBERT} §8.1",),
     r"\mathrm{lr}(0) = \mathrm{peak} \cdot 0 / warmup = 0", _prove_step0, kind="document",
@@ -262,8 +302,8 @@ register(Equation(
     (f"{MINIBERT} §8.2",),
     r"g = \frac{\sum_k n_k \bar g_k}{\sum_k n_k}\ (n_k \text{ masked tokens in micro-batch } k)",
     _prove_accum,
-    numeric_na="pending reference/optim.py (accumulate_gradients); the end-to-end check is "
-               "the full-batch vs accumulated model gradient, an FD-style test"))
+    numeric_na="a loop over micro-batches, not a map on arrays: tests/test_optim_accum.py checks "
+               "it end to end (accumulated vs full-batch model gradient, uneven micro-batches)"))
 register(Equation(
     "accum.divide_by_steps", "Accumulated gradients divided by accumulation_steps",
     (f"{MINIBERT} §8.2",), r"g = \frac{1}{K} \sum_{k=1}^{K} \bar g_k", _prove_divide_by_steps,

@@ -74,12 +74,17 @@ def relu_backward(dy, layer):
 
 def cross_entropy_forward(logits, labels, *, ignore_index=-100, reduction="mean"):
     layer = cb.MaskedCrossEntropy(ignore_index)
-    loss = layer.forward(logits, labels)
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 when nothing is predicted
+        loss = layer.forward(logits, labels)
     if reduction == "sum":  # the class only knows the mean: rescale (and its gradient, below)
-        return loss * layer.valid.sum(), (layer, layer.valid.sum())
-    return loss, (layer, 1)
+        if layer.count == 0:  # an empty sum is 0, not the class's 0/0 (found by the oracle)
+            return np.zeros((), logits.dtype), (None, np.zeros_like(logits))
+        return loss * layer.count, (layer, layer.count)
+    return loss, (layer, loss.dtype.type(1))
 
 
 def cross_entropy_backward(dloss, cache):
     layer, scale = cache
+    if layer is None:  # nothing predicted: the loss does not depend on the logits
+        return (scale,)
     return (np.asarray(dloss) * scale * layer.backward(),)

@@ -92,10 +92,12 @@ class MaskedCrossEntropy:
         self.valid = labels != self.ignore_index
         self.safe = np.where(self.valid, labels, 0)
         picked = np.take_along_axis(self.logp, self.safe[..., None], -1)[..., 0]
-        return -(picked * self.valid).sum() / self.valid.sum()
+        # the count cast to the logits' dtype: float32 / int64 would promote the loss to float64
+        self.count = logits.dtype.type(self.valid.sum())
+        return -(picked * self.valid).sum() / self.count
 
     def backward(self):
         d = np.exp(self.logp)
         np.put_along_axis(d, self.safe[..., None],
                           np.take_along_axis(d, self.safe[..., None], -1) - 1, -1)
-        return d * (self.valid / self.valid.sum())[..., None]
+        return d * (self.valid / self.count).astype(d.dtype)[..., None]
