@@ -64,7 +64,7 @@ def pytest_configure(config):
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logreport(report):
     """MINIBERT_REPORT=path: one JSON line per test outcome (call phase, or a failed/skipped
-    setup), with the equation IDs the test declares."""
+    setup), with the equation IDs the test declares and the op rows its oracle marker names."""
     path = os.environ.get("MINIBERT_REPORT")
     if _IS_XDIST_WORKER:  # xdist: the controller writes the record
         return
@@ -81,7 +81,8 @@ def pytest_runtest_logreport(report):
     elif report.skipped and isinstance(report.longrepr, tuple):
         message = str(report.longrepr[2])[:300]
     record = {"nodeid": report.nodeid, "outcome": outcome,
-              "equations": list(getattr(report, "equations", ())), "message": message}
+              "equations": list(getattr(report, "equations", ())),
+              "ops": list(getattr(report, "ops", ())), "message": message}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 
@@ -91,3 +92,5 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     report.equations = tuple(eq for m in item.iter_markers("equation") for eq in m.args)
+    # @pytest.mark.oracle("model"): conformance rows an oracle test checks beyond its equations
+    report.ops = tuple(op for m in item.iter_markers("oracle") for op in m.args)

@@ -74,7 +74,10 @@ Optimizer (``reference.optim``)
   weight_decay, no_decay) -> (params, state)`` (decoupled weight decay, bias-corrected moments)
 * ``warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps) -> float``
 * ``global_grad_norm(grads) -> float``;  ``clip_by_global_norm(grads, max_norm) -> (grads, norm)``
-* ``accumulate_gradients(...)`` (checked by the test suite only)
+* ``accumulate_gradients(impl, params, config, micro_batches) -> (loss, grads)``: micro-batches
+  are dicts of ``input_ids``, ``labels`` (MLM) or ``targets`` (MSE), optional
+  ``attention_mask``; the result is the full batch's mean loss and gradient (needs the model
+  entry points ``init_params`` and ``loss_and_grads``)
 
 These names may live on the object itself or on its ``optim`` attribute / submodule.
 
@@ -121,7 +124,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "adam": ("adam_init", "adam_step"),
     "schedule": ("warmup_linear_lr",),
     "clip": ("global_grad_norm", "clip_by_global_norm"),
-    "accumulation": ("accumulate_gradients",),
+    "accumulation": ("accumulate_gradients", "init_params", "loss_and_grads"),
 }
 
 # First component(s) of an equation ID -> op row (for attributing test results to ops).
@@ -668,8 +671,35 @@ def _check_clip(impl, F, rng):
 
 
 def _check_accumulation(impl, F, rng):
-    raise NotApplicable("accumulation: checked by the test suite only (its argument list is not "
-                        "part of the programmatic protocol)")
+    """The accumulated loss and gradient of a logical batch equal the full batch's, for
+    micro-batches with uneven numbers of predicted tokens (one with none), on both heads."""
+    from spec.gradcheck import random_params, split_batch, uneven_mlm_batch
+
+    configs = _tiny_configs()
+    mlm, mse = configs["mini_bert"], configs["seed001"]
+    params = random_params(impl, mlm, seed=4)
+    batch = uneven_mlm_batch(mlm, seed=4)
+    full_loss, full, _ = impl.loss_and_grads(params, mlm, batch["input_ids"],
+                                             labels=batch["labels"],
+                                             attention_mask=batch["attention_mask"])
+    # predicted tokens per micro-batch: 1 | 6, 0 | 3, 2; and 1 | 6 | 0 (alone) | 3 | 2
+    for bounds in ([0, 1, 3, 5], [0, 1, 2, 3, 4, 5]):
+        loss, acc = impl.accumulate_gradients(impl, params, mlm, split_batch(batch, bounds))
+        F.close(f"mlm, micro-batches {bounds}: loss = full-batch loss", loss, full_loss)
+        F.inv(f"mlm, micro-batches {bounds}: gradient keys are the parameter keys",
+              set(acc) == set(full))
+        for k in sorted(set(acc) & set(full)):
+            F.close(f"mlm, micro-batches {bounds}: d{k} = full-batch gradient", acc[k], full[k])
+    params = random_params(impl, mse, seed=5)
+    ids = rng.integers(0, mse.vocab_size, size=(5, 6))
+    targets = rng.standard_normal((5, 6, mse.hidden))
+    full_loss, full, _ = impl.loss_and_grads(params, mse, ids, targets=targets)
+    loss, acc = impl.accumulate_gradients(
+        impl, params, mse, split_batch({"input_ids": ids, "targets": targets}, [0, 1, 5]))
+    F.close("mse, micro-batches of 1 and 4 rows: loss = full-batch loss", loss, full_loss)
+    for k in sorted(set(acc) & set(full)):
+        F.close(f"mse, micro-batches of 1 and 4 rows: d{k} = full-batch gradient",
+                acc[k], full[k])
 
 
 CHECKS: dict[str, Callable] = {
@@ -749,10 +779,12 @@ def op_of_equation(equation: str) -> str | None:
 
 def merge_oracle(reports: list[OpReport], records: list[dict]) -> None:
     """Fill the "forward vs oracle" cells from test records (``{"nodeid", "outcome",
-    "equations"}``, as the conftest's MINIBERT_REPORT hook writes them)."""
+    "equations", "ops"}``, as the conftest's MINIBERT_REPORT hook writes them): a test counts
+    for the op of each of its equations and for the rows its oracle marker names."""
     by_op: dict[str, list[dict]] = {}
     for rec in records:
-        for op in {op_of_equation(e) for e in rec.get("equations", ())} - {None}:
+        ops = {op_of_equation(e) for e in rec.get("equations", ())} | set(rec.get("ops", ()))
+        for op in ops & set(OPS):
             by_op.setdefault(op, []).append(rec)
     for report in reports:
         recs = by_op.get(report.op, [])

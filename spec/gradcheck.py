@@ -186,6 +186,31 @@ def random_batch(config, B: int, T: int, seed: int = 0, *, ignore_index: int = -
                 targets=targets)
 
 
+def uneven_mlm_batch(config, B: int = 5, T: int = 6, seed: int = 0, *,
+                     ignore_index: int = -100) -> dict:
+    """A batch whose rows predict very different numbers of tokens -- 1, all T, none, 3, 2 --
+    with repeated ids and one padded row: split into micro-batches, the correct accumulation
+    (weight by tokens) and the derivation's §8.2 recipe (average the micro-batch means) differ,
+    and a micro-batch can have nothing to predict."""
+    if not 1 <= B <= 5 or T < 5:
+        raise ValueError(f"B, T: expected 1 <= B <= 5 and T >= 5, got B={B}, T={T}")
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 5, size=(B, T))  # few ids -> repeats
+    mask = np.ones((B, T), dtype=np.int64)
+    if B > 3:
+        mask[3, 4:] = 0
+    labels = np.full((B, T), ignore_index)
+    for b, n in enumerate([1, T, 0, 3, 2][:B]):
+        pos = rng.choice(int(mask[b].sum()), size=n, replace=False)
+        labels[b, pos] = rng.integers(0, config.vocab_size, size=n)
+    return dict(input_ids=ids, attention_mask=mask, labels=labels)
+
+
+def split_batch(batch: Mapping[str, np.ndarray], bounds) -> list[dict]:
+    """Micro-batches: rows bounds[i]:bounds[i+1] of every array of ``batch``."""
+    return [{k: v[a:b] for k, v in batch.items()} for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def model_gradcheck(impl, config, *, B: int = 2, T: int = 8, seed: int = 0, n_dirs: int = 2,
                     reduction: str = "mean") -> list[CheckResult]:
     """Directional FD check of every parameter tensor and of the input embeddings of the whole

@@ -143,8 +143,8 @@ def test_merge_oracle_marks_failures_per_op():
 
 
 def test_oracle_column_from_a_pytest_run(tmp_path):
-    """The oracle column: test_oracle*.py files run in a subprocess against the implementation,
-    their results attributed to ops through the equation markers."""
+    """The oracle column: the tests marked ``oracle`` run in a subprocess against the
+    implementation, their results attributed to ops through the equation markers."""
     import shutil
     from pathlib import Path
 
@@ -153,8 +153,13 @@ def test_oracle_column_from_a_pytest_run(tmp_path):
     root = Path(__file__).resolve().parents[1]
     shutil.copy(root / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_not_oracle.py").write_text(  # no oracle marker: never run
+        "import pytest\n\n"
+        "@pytest.mark.equation('relu.forward')\n"
+        "def test_relu(impl):\n"
+        "    assert False, 'not an oracle test'\n")
     (tmp_path / "tests" / "test_oracle_fake.py").write_text(
-        "import numpy as np\nimport pytest\n\n"
+        "import numpy as np\nimport pytest\n\npytestmark = pytest.mark.oracle\n\n"
         "@pytest.mark.equation('linear.forward')\n"
         "def test_linear(impl):\n"
         "    assert impl.linear_forward(np.eye(2), np.eye(2))[0][0, 0] == 1.0\n\n"
@@ -163,14 +168,21 @@ def test_oracle_column_from_a_pytest_run(tmp_path):
         "    assert False, 'stands for a torch mismatch'\n\n"
         "@pytest.mark.equation('attention.scores')\n"
         "def test_attention(impl):\n"
-        "    impl.attention_forward\n")
-    records, _ = oracle_records("tests.examples.classy_adapter", root=tmp_path)
-    if records is None:
+        "    impl.attention_forward\n\n"
+        "@pytest.mark.oracle('model')\n"
+        "@pytest.mark.equation('linear.forward')\n"
+        "def test_whole_model(impl):\n"
+        "    pass\n")
+    records, note = oracle_records("tests.examples.classy_adapter", root=tmp_path)
+    if records is None and note == "torch not installed":
         pytest.skip("not applicable: torch is not installed, the oracle column is n/a")
-    reports = check_all(classy_adapter, ["linear", "layernorm", "attention", "relu"])
+    reports = check_all(classy_adapter, ["linear", "layernorm", "attention", "relu", "model"])
     merge_oracle(reports, records)
     cells = {r.op: r.forward.status for r in reports}
-    assert cells == {"linear": "ok", "layernorm": "FAIL", "attention": "n/a", "relu": "n/a"}
+    assert cells == {"linear": "ok", "layernorm": "FAIL", "attention": "n/a", "relu": "n/a",
+                     "model": "ok"}
+    assert reports[0].forward.detail == "2 oracle tests"  # linear: its own and the model's
+    assert note == "4 oracle tests in 1 files"
 
 
 def test_pytest_against_the_adapter_skips_what_it_lacks(tmp_path):

@@ -157,6 +157,21 @@ def test_softmax_rows_sum_to_one_masked_exactly_zero_and_shift_invariant(impl, c
     np.testing.assert_allclose(p_shift, p, rtol=0, atol=F64_IDENTITY_RTOL)
 
 
+@pytest.mark.equation("softmax.forward")
+@given(case=S.softmax_cases(masked=True),
+       shift=st.one_of(S.floats(720.0, 1000.0), S.floats(-1000.0, -750.0)))
+def test_softmax_is_stable_far_from_zero(impl, case, shift):
+    """Logits near +-1000 (attention scores of a large model, logits of a saturated head):
+    exp overflows to inf above ~709 and underflows to 0 below ~-745, so an unshifted softmax
+    returns NaN.  x + shift rounds x by at most half an ulp of 1000 (5.7e-14), which moves p by
+    ~1e-13: within F64_IDENTITY_RTOL."""
+    x, mask = case.inputs["x"], case.fixed["mask"]
+    p, _ = impl.softmax_forward(x, mask)
+    p_far, _ = impl.softmax_forward(x + shift, mask)
+    assert np.all(np.isfinite(p_far)), f"softmax(x + {shift:g}) is not finite"
+    np.testing.assert_allclose(p_far, p, rtol=0, atol=F64_IDENTITY_RTOL)
+
+
 @pytest.mark.equation("layernorm.forward")
 @given(case=S.layernorm_cases(), scale=S.floats(0.25, 4.0), shift=S.floats(-3.0, 3.0))
 def test_layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):

@@ -9,30 +9,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference.config import mini_bert, seed001
-from spec.gradcheck import assert_all_passed, check_gradients, random_params
+from spec.gradcheck import (
+    assert_all_passed,
+    check_gradients,
+    random_params,
+    split_batch,
+    uneven_mlm_batch,
+)
 from spec.tolerances import ORACLE_ATOL_F64, ORACLE_RTOL_F64
 
 TINY = mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=13)
 TINY_MSE = seed001(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=13)
 
 
-def _batch(B=5, T=6, seed=0):
-    """Repeated ids, padding, and very uneven masked counts per row (row 2 has none)."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, 5, size=(B, T))  # few ids -> repeats
-    mask = np.ones((B, T), dtype=np.int64)
-    mask[3, 4:] = 0
-    labels = np.full((B, T), -100)
-    counts = [1, T, 0, 3, 2][:B]
-    for b, n in enumerate(counts):
-        pos = rng.choice(int(mask[b].sum()), size=n, replace=False)
-        labels[b, pos] = rng.integers(0, TINY.vocab_size, size=n)
-    return ids, mask, labels
+def _batch(seed=0):
+    b = uneven_mlm_batch(TINY, seed=seed)
+    return b["input_ids"], b["attention_mask"], b["labels"]
 
 
 def _split(ids, mask, labels, bounds):
-    return [{"input_ids": ids[a:b], "attention_mask": mask[a:b], "labels": labels[a:b]}
-            for a, b in zip(bounds[:-1], bounds[1:])]
+    return split_batch({"input_ids": ids, "attention_mask": mask, "labels": labels}, bounds)
 
 
 def _assert_grads_equal(ga, gb):

@@ -20,7 +20,7 @@ from reference.config import PRESETS, mini_bert, seed001  # noqa: E402
 from spec.gradcheck import random_batch, random_params  # noqa: E402
 from tests import torch_oracle as to  # noqa: E402
 
-pytestmark = pytest.mark.oracle
+pytestmark = pytest.mark.oracle("model")  # the whole model vs torch: the "model" row too
 
 MODEL_EQUATIONS = (
     "embedding.forward", "embedding.backward", "position.learned.forward",
