@@ -173,14 +173,12 @@ def test_softmax_is_stable_far_from_zero(impl, case, shift):
 
 
 @pytest.mark.equation("layernorm.forward")
-@given(case=S.layernorm_cases(), scale=S.floats(0.25, 4.0), shift=S.floats(-3.0, 3.0))
+@given(case=S.layernorm_cases(gamma_margin=0.1), scale=S.floats(0.25, 4.0),
+       shift=S.floats(-3.0, 3.0))
 def test_layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
     """With eps = 0: x_hat = (y - beta) / gamma has mean 0 and (biased) variance 1 per row, and
     LN(c x + s) == LN(x) for c > 0."""
     x, gamma, beta = case.inputs["x"], case.inputs["gamma"], case.inputs["beta"]
-    # Dividing by gamma needs |gamma| bounded away from 0; push it there instead of assume(),
-    # which rejects most draws once H is large and fails Hypothesis's filter health check.
-    gamma = np.copysign(np.abs(gamma) + 0.1, gamma)
     y, _ = impl.layernorm_forward(x, gamma, beta, 0.0)
     x_hat = (y - beta) / gamma
     np.testing.assert_allclose(x_hat.mean(axis=-1), 0.0, rtol=0, atol=F64_IDENTITY_RTOL)
