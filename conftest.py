@@ -7,7 +7,7 @@ environment variable ``MINIBERT_PROFILE``.
 The implementation under test is the bundled ``reference`` unless ``--impl package.module:object``
 (or ``MINIBERT_IMPL``) names another; tests only ever reach it through the ``impl`` fixture.  The
 fixture wraps it in a proxy: a test that reads a name the implementation lacks is SKIPPED with
-"not applicable: <impl> lacks <name>" (the adapter protocol is in spec/conformance.py).
+"not applicable: <impl> lacks <name>" (the adapter protocol is in spec/protocol.py).
 
 ``MINIBERT_REPORT=path`` appends one JSON line per test (nodeid, outcome, equation IDs, first line
 of the failure) to ``path``: ``minibert check`` and ``minibert mutate`` read it.
@@ -47,7 +47,7 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session")
 def impl(request):
     """The implementation under test; names it lacks skip the test as not applicable."""
-    from spec.conformance import ImplProxy, load_impl
+    from spec.protocol import ImplProxy, load_impl
 
     spec = request.config.getoption("--impl")
     return ImplProxy(load_impl(spec), spec, on_missing=pytest.skip)

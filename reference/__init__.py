@@ -1,9 +1,12 @@
 """minibert-spec reference implementation: a pure-NumPy BERT encoder with a hand-written backward.
 
 Every op is a pair ``X_forward(...) -> (out, cache)`` / ``X_backward(dout, cache) -> grads``.
-The maths here depends on NumPy alone; float32 and float64 go through the same code.
+The maths here (ops, model, optim, accumulation, config, validate, registry) imports NumPy and
+the standard library only; training tooling lives in the ``reference.train`` sub-package.
+float32 and float64 go through the same code.
 """
 
+from reference.accumulation import accumulate_gradients
 from reference.config import BertConfig, mini_bert, seed001
 from reference.model import (
     backward,
@@ -16,7 +19,6 @@ from reference.model import (
     param_shapes,
 )
 from reference.optim import (
-    accumulate_gradients,
     adam_init,
     adam_step,
     clip_by_global_norm,

@@ -265,6 +265,6 @@ def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
     dh_sel, dW, db = ops.linear_backward(dlogits, c_head)
     dh = np.zeros_like(h)
     dh[predicted] = dh_sel  # positions without a label get no gradient
-    grads, _ = backward(dh, cache)
+    grads, d_embeddings = backward(dh, cache)
     grads["mlm.W"], grads["mlm.b"] = dW, db
-    return value, {name: grads[name] for name in param_shapes(config)}
+    return value, {name: grads[name] for name in param_shapes(config)}, d_embeddings

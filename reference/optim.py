@@ -1,5 +1,6 @@
-"""Optimizer maths: Adam / AdamW, the warmup + linear-decay schedule, global-norm clipping and
-gradient accumulation.  NumPy only, pure functions (new dicts out, inputs untouched).
+"""Optimizer maths: Adam / AdamW, the warmup + linear-decay schedule and global-norm clipping
+(gradient accumulation lives beside the model, in ``reference.accumulation``).  NumPy only,
+pure functions (new dicts out, inputs untouched).
 
 Parameters, gradients and moments are flat ``dict[str, ndarray]`` with the model's dotted names.
 
@@ -19,9 +20,6 @@ Conventions (the Mini-BERT derivation §5, §7.3, §8 leaves these open or gets 
 * Clipping (§7.3): ``g *= max_norm / ||g||`` when ``||g|| > max_norm`` (``||g||`` over every
   tensor together).  torch's clip_grad_norm_ divides by ``||g|| + 1e-6`` instead; pass
   ``eps=1e-6`` to reproduce it.
-* Accumulation (§8.2 averages the micro-batch means, which is wrong when micro-batches hold
-  different numbers of masked tokens): sum the per-token losses and gradients of every
-  micro-batch, then divide once by the logical batch's total number of masked tokens.
 """
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ __all__ = [
     "warmup_linear_lr",
     "global_grad_norm",
     "clip_by_global_norm",
-    "accumulate_gradients",
 ]
 
 # Elements per chunk of the fused Adam update: the temporaries of one chunk (a few x 4-8 bytes
@@ -238,72 +235,3 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float, *, eps
     if scale >= 1.0:
         return {k: g.copy() for k, g in grads.items()}, norm
     return {k: g * g.dtype.type(scale) for k, g in grads.items()}, norm
-
-
-# --------------------------------------------------------------------------- accumulation
-def _n_predicted(config, batch, ignore_index) -> int:
-    """What the loss averages over: masked tokens (head "mlm") or target elements ("none")."""
-    if config.head == "mlm":
-        labels = batch.get("labels")
-        if not isinstance(labels, np.ndarray):
-            raise ValueError(f"micro_batches: each needs an ndarray 'labels', got "
-                             f"{type(labels).__name__}")
-        return int(np.count_nonzero(labels != ignore_index))
-    targets = batch.get("targets")
-    if not isinstance(targets, np.ndarray):
-        raise ValueError(f"micro_batches: each needs an ndarray 'targets', got "
-                         f"{type(targets).__name__}")
-    return int(targets.size)
-
-
-@implements("accum.grad_mean")
-def accumulate_gradients(impl_or_loss_fn, params, config, micro_batches, *,
-                         ignore_index: int = -100):
-    """Loss and gradient of the logical batch formed by ``micro_batches`` (dicts with
-    ``input_ids`` and ``labels`` or ``targets``, optional ``attention_mask``).
-
-    The result is the full-batch mean over every masked token (MLM) or target element (MSE):
-    each micro-batch contributes its *sum* (``reduction="sum"``; MSE: mean times element count)
-    and the total is divided once by the logical batch's count, so micro-batches with different
-    numbers of masked tokens -- or none -- are weighted correctly.  A micro-batch with nothing
-    to predict contributes exactly zero and is skipped.
-
-    ``impl_or_loss_fn``: an implementation (anything with ``loss_and_grads``) or such a
-    function itself.  Returns ``(loss, grads)``.
-    """
-    loss_and_grads = getattr(impl_or_loss_fn, "loss_and_grads", impl_or_loss_fn)
-    if not callable(loss_and_grads):
-        raise ValueError(f"impl_or_loss_fn: expected an implementation or a loss_and_grads "
-                         f"function, got {impl_or_loss_fn!r:.60}")
-    micro_batches = list(micro_batches)
-    if not micro_batches:
-        raise ValueError("micro_batches: expected at least one micro-batch, got none")
-    counts = [_n_predicted(config, mb, ignore_index) for mb in micro_batches]
-    total = sum(counts)
-    if total == 0:
-        raise ValueError(f"micro_batches: the logical batch needs at least one position != "
-                         f"ignore_index ({ignore_index}), got none")
-    loss_sum = 0.0
-    grads = None
-    for mb, n in zip(micro_batches, counts):
-        if n == 0:
-            continue
-        kw = {"attention_mask": mb.get("attention_mask")}
-        if config.head == "mlm":
-            kw.update(labels=mb["labels"], reduction="sum", ignore_index=ignore_index)
-            weight = 1.0
-        else:  # the MSE op only averages: undo it to get the sum
-            kw.update(targets=mb["targets"])
-            weight = float(n)
-        value, g, _ = loss_and_grads(params, config, mb["input_ids"], **kw)
-        loss_sum += float(value) * weight
-        if grads is None:
-            grads = {k: a * a.dtype.type(weight) if weight != 1.0 else a.copy()
-                     for k, a in g.items()}
-        else:
-            for k, a in g.items():
-                if weight != 1.0:
-                    a = a * a.dtype.type(weight)
-                grads[k] += a
-    inv = 1.0 / total
-    return loss_sum * inv, {k: a * a.dtype.type(inv) for k, a in grads.items()}

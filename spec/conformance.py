@@ -1,243 +1,32 @@
-"""Conformance mode: the adapter protocol, and a programmatic per-op checker (NumPy only).
+"""Conformance mode: a programmatic per-op checker of any implementation (NumPy only).
 
-Any NumPy implementation can be put under test: ``pytest --impl package.module:object`` (or the
-environment variable ``MINIBERT_IMPL``, as array-api-tests selects its module with
-``ARRAY_API_TESTS_MODULE``) and ``minibert check package.module:object``.  The object is a module,
-a class instance or any namespace; the suite only ever reads attributes from it.
-
-Adapter protocol
-================
-An implementation provides any subset of the names below.  A test or check that touches a name
-the implementation lacks is reported as *not applicable* ("not applicable: <impl> lacks
-<name>"), never as passed.
-
-Conventions for every op pair
------------------------------
-* ``X_forward(...) -> (out, cache)`` and ``X_backward(dout, cache) -> tuple of gradients``: one
-  gradient per differentiable input of the forward, in the forward's argument order, ``None``
-  for an optional bias that was ``None``.  ``cache`` is opaque to the suite (a tuple, a dict, an
-  object: anything), but two forwards must not share it: the suite runs forward several times
-  before calling backward, so a cache kept on ``self`` must belong to a fresh object per call
-  (see tests/examples/ for that adaptation).
-* Inputs are ``numpy.ndarray``; float32 and float64 are both accepted and every output has the
-  dtype of the inputs (finite differences run in float64 only).  Integer ids/labels are any
-  integer dtype; masks are bool or 0/1 integers.
-* Bad input raises ``ValueError`` naming the argument (expected vs actual).
-* Shapes: B batch, T sequence, H hidden, A heads, d_k = H / A, I intermediate, V vocabulary.
-
-Op pairs (forward arguments -> output; what backward returns)
-* ``embedding_forward(ids [B,T] int, W [V,H])`` -> ``W[ids]`` [B,T,H]; backward ``(dW,)``
-* ``position_embedding_forward(x [B,T,H], W_pos [T_max,H])`` -> ``x + W_pos[:T]``;
-  backward ``(dx, dW_pos)``
-* ``sinusoidal_encoding(T, d, dtype)`` -> PE [T,d] (sin on even features, cos on odd);
-  ``sinusoidal_position_forward(x [B,T,H])`` -> ``x + PE``; backward ``(dx,)``
-* ``linear_forward(x [...,n], W [n,m], b [m] or None)`` -> ``x W + b`` [...,m];
-  backward ``(dx, dW, db)``
-* ``layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12)`` -> ``gamma * x_hat + beta``
-  with the biased variance; backward ``(dx, dgamma, dbeta)``
-* ``softmax_forward(x [...,n], mask=None)`` -> softmax over the last axis, ``mask`` (bool, x's
-  shape) keeps True entries; backward ``(dx,)``
-* ``relu_forward(x)``, ``tanh_forward(x)`` -> elementwise; backward ``(dx,)``
-* ``split_heads(x [B,T,H], n_heads)`` -> [B,A,T,d_k]; ``merge_heads`` is its inverse
-* ``attention_forward(x [B,T,H], W_q, W_k, W_v, W_o [H,H], b_q, b_k, b_v, b_o [H] or None, *,
-  n_heads, mask=None)`` -> multi-head self-attention [B,T,H], ``mask`` [B,T] marks the keys that
-  may be attended; backward ``(dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o)``
-* ``ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H])`` -> ``ReLU(x W_1 + b_1) W_2 + b_2``;
-  backward ``(dx, dW_1, db_1, dW_2, db_2)``
-* ``block_forward(x [B,T,H], p, *, n_heads, mask=None, eps=1e-12)`` -> post-LN block
-  ``LN2(h + FFN(h))`` with ``h = LN1(x + MHA(x))``; ``p`` is a dict with keys ``attn.W_q`` ..
-  ``attn.b_o``, ``ln1.gamma``, ``ln1.beta``, ``ffn.W_1`` .. ``ffn.b_2``, ``ln2.gamma``,
-  ``ln2.beta``; backward ``(dx, grads)`` with grads keyed like ``p``
-* ``pooler_forward(h [B,T,H], W [H,H], b [H])`` -> ``tanh(h[:, 0] W + b)`` [B,H];
-  backward ``(dh, dW, db)``
-* ``cross_entropy_forward(logits [...,V], labels [...], *, ignore_index=-100,
-  reduction="mean"|"sum")`` -> scalar ("mean" divides by the number of positions whose label is
-  not ``ignore_index``); backward ``(dlogits,)``
-* ``mse_forward(y_hat, y)`` -> scalar ``sum((y_hat - y)^2) / y.size``; backward ``(dy_hat, dy)``
-
-Loss backwards take the upstream gradient as a scalar: ``cross_entropy_backward(dloss, cache)``.
-
-Model entry points (config is ``reference.config.BertConfig``; params a flat dict of dotted names)
---------------------------------------------------------------------------------------------------
-* ``param_shapes(config) -> dict[name, shape]``; ``init_params(config, seed, dtype) -> params``
-* ``embed(params, config, input_ids) -> [B,T,H]`` (token + position embeddings)
-* ``forward(params, config, input_ids, attention_mask, *, inputs_embeds=None) -> (out, cache)``
-* ``backward(dout, cache) -> (grads, d_embeddings)``; grads has exactly the keys, shapes and
-  dtypes of params
-* ``loss(params, config, input_ids=None, *, labels=None, targets=None, attention_mask=None,
-  inputs_embeds=None, reduction="mean")`` and ``loss_and_grads(...) -> (loss, grads,
-  d_embeddings)`` with the same arguments
-
-Optimizer (``reference.optim``)
--------------------------------
-* ``adam_init(params) -> state``;  ``adam_step(params, grads, state, *, lr, beta1, beta2, eps,
-  weight_decay, no_decay) -> (params, state)`` (decoupled weight decay, bias-corrected moments)
-* ``warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps) -> float``
-* ``global_grad_norm(grads) -> float``;  ``clip_by_global_norm(grads, max_norm) -> (grads, norm)``
-* ``accumulate_gradients(impl, params, config, micro_batches) -> (loss, grads)``: micro-batches
-  are dicts of ``input_ids``, ``labels`` (MLM) or ``targets`` (MSE), optional
-  ``attention_mask``; the result is the full batch's mean loss and gradient (needs the model
-  entry points ``init_params`` and ``loss_and_grads``)
-
-These names may live on the object itself or on its ``optim`` attribute / submodule.
-
-The checker below is NumPy + ``spec.gradcheck``: backward vs central finite differences in
-float64 and invariants that hold for any correct implementation.  It never imports torch: the
-"forward vs oracle" column comes from the PyTorch oracle tests of the suite (tests/), which
-``minibert check`` runs in a subprocess when torch is installed, and merges in with
-:func:`merge_oracle`.
+The adapter protocol and the op table are in :mod:`spec.protocol`.  The checker is NumPy +
+``spec.gradcheck``: backward vs central finite differences in float64 and invariants that hold
+for any correct implementation.  It never imports torch: the "forward vs oracle" column comes from
+the PyTorch oracle tests of the suite (tests/), which ``minibert check`` runs in a subprocess when
+torch is installed, and merges in with :func:`merge_oracle`.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from spec.gradcheck import check_gradients, model_gradcheck
+from spec.protocol import (
+    OPS,
+    ImplProxy,
+    NotApplicable,
+    _has,  # noqa: F401  (private helper shared with the loader)
+    label_of,
+    not_applicable_message,
+    op_of_equation,
+    unwrap,
+)
 from spec.tolerances import CLIP_NORM_RTOL, KINK_MARGIN, ORACLE_ATOL_F64, ORACLE_RTOL_F64
-
-# op -> the protocol names it needs (all of them, or the op is not applicable)
-OPS: dict[str, tuple[str, ...]] = {
-    "embedding": ("embedding_forward", "embedding_backward"),
-    "position_embedding": ("position_embedding_forward", "position_embedding_backward"),
-    "sinusoidal_position": ("sinusoidal_encoding", "sinusoidal_position_forward",
-                            "sinusoidal_position_backward"),
-    "linear": ("linear_forward", "linear_backward"),
-    "layernorm": ("layernorm_forward", "layernorm_backward"),
-    "softmax": ("softmax_forward", "softmax_backward"),
-    "relu": ("relu_forward", "relu_backward"),
-    "tanh": ("tanh_forward", "tanh_backward"),
-    "heads": ("split_heads", "merge_heads"),
-    "attention": ("attention_forward", "attention_backward"),
-    "ffn": ("ffn_forward", "ffn_backward"),
-    "block": ("block_forward", "block_backward"),
-    "pooler": ("pooler_forward", "pooler_backward"),
-    "cross_entropy": ("cross_entropy_forward", "cross_entropy_backward"),
-    "mse": ("mse_forward", "mse_backward"),
-    "model": ("param_shapes", "init_params", "embed", "forward", "backward", "loss",
-              "loss_and_grads"),
-    "adam": ("adam_init", "adam_step"),
-    "schedule": ("warmup_linear_lr",),
-    "clip": ("global_grad_norm", "clip_by_global_norm"),
-    "accumulation": ("accumulate_gradients", "init_params", "loss_and_grads"),
-}
-
-# First component(s) of an equation ID -> op row (for attributing test results to ops).
-EQUATION_OPS: dict[str, str] = {
-    "embedding": "embedding", "position.learned": "position_embedding",
-    "position.sinusoidal": "sinusoidal_position", "linear": "linear",
-    "layernorm": "layernorm", "softmax": "softmax", "relu": "relu", "tanh": "tanh",
-    "attention.split_heads": "heads", "attention.merge_heads": "heads",
-    "attention": "attention", "ffn": "ffn", "block": "block", "residual": "block",
-    "pooler": "pooler", "loss.ce": "cross_entropy", "loss.mse": "mse", "model": "model",
-    "optim": "adam", "schedule": "schedule", "clip": "clip", "accum": "accumulation",
-}
-
-
-# --------------------------------------------------------------------------- subset handling
-class NotApplicable(Exception):
-    """The implementation lacks a protocol name the check needs."""
-
-
-def not_applicable_message(label: str, name: str) -> str:
-    return f"not applicable: {label} lacks {name}"
-
-
-class ImplProxy:
-    """Wraps an implementation; reading a name it lacks calls ``on_missing(message)`` (the
-    conftest passes ``pytest.skip``, the checker raises :class:`NotApplicable`), so a missing
-    name can never make a check pass silently."""
-
-    def __init__(self, obj, label: str, on_missing: Callable[[str], object] | None = None):
-        object.__setattr__(self, "_impl_obj", obj)
-        object.__setattr__(self, "_impl_label", label)
-        object.__setattr__(self, "_impl_on_missing", on_missing or _raise_not_applicable)
-
-    def __getattr__(self, name: str):
-        obj = object.__getattribute__(self, "_impl_obj")
-        try:
-            return resolve(obj, name)
-        except AttributeError:
-            # Probes by Python, pytest or Hypothesis (e.g. hypothesis_internal_is_this_a_mock_check)
-            # are not protocol names: answer them like any object would.
-            if name.startswith(("_", "hypothesis_")) or name in _HOST_PROBES:
-                raise
-        label = object.__getattribute__(self, "_impl_label")
-        object.__getattribute__(self, "_impl_on_missing")(not_applicable_message(label, name))
-        raise NotApplicable(not_applicable_message(label, name))  # on_missing returned
-
-    def __repr__(self) -> str:
-        return f"<impl {object.__getattribute__(self, '_impl_label')}>"
-
-
-SUBNAMESPACES = ("optim",)
-# Hypothesis looks these up on a test's first argument (its executor hooks).
-_HOST_PROBES = frozenset({"execute_example", "setup_example", "teardown_example"})
-
-
-def resolve(obj, name: str):
-    """``obj.<name>``, else ``obj.optim.<name>`` (a package may keep its optimizer in a
-    submodule): raises AttributeError when neither exists."""
-    try:
-        return getattr(obj, name)
-    except AttributeError:
-        pass
-    if not name.startswith("_"):
-        for sub in SUBNAMESPACES:
-            ns = getattr(obj, sub, None)
-            if ns is None and inspect.ismodule(obj) and getattr(obj, "__path__", None):
-                try:  # a package's submodule that nothing imported yet
-                    ns = importlib.import_module(f"{obj.__name__}.{sub}")
-                except ImportError:
-                    ns = None
-            if ns is not None and hasattr(ns, name):
-                return getattr(ns, name)
-    raise AttributeError(f"{label_of(obj)} has no attribute {name!r}")
-
-
-def _has(obj, name: str) -> bool:
-    try:
-        resolve(obj, name)
-        return True
-    except AttributeError:
-        return False
-
-
-def _raise_not_applicable(message: str):
-    raise NotApplicable(message)
-
-
-def load_impl(spec: str):
-    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it (dotted paths allowed)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name:
-        raise ValueError(f"impl: expected package.module[:object], got {spec!r}")
-    obj = importlib.import_module(module_name)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
-    return obj
-
-
-def unwrap(impl):
-    """The object behind an :class:`ImplProxy` (or ``impl`` itself)."""
-    return impl._impl_obj if isinstance(impl, ImplProxy) else impl
-
-
-def provides(impl, *names: str) -> bool:
-    """True when the implementation has every one of ``names`` (never skips)."""
-    obj = unwrap(impl)
-    return all(_has(obj, n) for n in names)
-
-
-def label_of(impl) -> str:
-    if isinstance(impl, ImplProxy):
-        return impl._impl_label
-    return getattr(impl, "__name__", type(impl).__name__)
 
 
 # --------------------------------------------------------------------------- report model
@@ -420,6 +209,16 @@ def _check_softmax(impl, F, rng):
     big, _ = impl.softmax_forward(x + 800.0)
     F.close("stable for large logits (shift by 800)", big, out)
     _dtype_kept(F, impl.softmax_forward, {"x": x})
+
+
+def _check_softmax_jacobian(impl, F, rng):
+    p = rng.random((2, 5)) + 0.05
+    p /= p.sum(-1, keepdims=True)
+    J = np.asarray(impl.softmax_jacobian(p))
+    F.inv("shape [..., N, N]", J.shape == (2, 5, 5), f"got {J.shape}")
+    F.zero("every column sums to 0 (probabilities keep summing to 1)", J.sum(-2), J)
+    F.close("symmetric", J, np.swapaxes(J, -1, -2))
+    F.close("diagonal is p (1 - p)", np.diagonal(J, axis1=-2, axis2=-1), p * (1 - p))
 
 
 def _check_relu(impl, F, rng):
@@ -705,7 +504,8 @@ def _check_accumulation(impl, F, rng):
 CHECKS: dict[str, Callable] = {
     "embedding": _check_embedding, "position_embedding": _check_position_embedding,
     "sinusoidal_position": _check_sinusoidal, "linear": _check_linear,
-    "layernorm": _check_layernorm, "softmax": _check_softmax, "relu": _check_relu,
+    "layernorm": _check_layernorm, "softmax": _check_softmax,
+    "softmax_jacobian": _check_softmax_jacobian, "relu": _check_relu,
     "tanh": _check_tanh, "heads": _check_heads, "attention": _check_attention,
     "ffn": _check_ffn, "block": _check_block, "pooler": _check_pooler,
     "cross_entropy": _check_cross_entropy, "mse": _check_mse, "model": _check_model,
@@ -741,7 +541,7 @@ def check_op(impl, op: str, seed: int = 0) -> OpReport:
     """Run the backward-vs-FD and invariant checks of one op."""
     report = OpReport(op)
     obj = unwrap(impl)
-    missing = [n for n in OPS[op] if not _has(obj, n)]
+    missing = [n for n in OPS[op].names if not _has(obj, n)]
     if missing:
         msg = not_applicable_message(label_of(impl), ", ".join(missing))
         report.backward = report.invariants = Cell("n/a", msg)
@@ -765,16 +565,6 @@ def check_op(impl, op: str, seed: int = 0) -> OpReport:
 def check_all(impl, ops=None, seed: int = 0) -> list[OpReport]:
     """The programmatic conformance checks of every op (or of ``ops``)."""
     return [check_op(impl, op, seed) for op in (ops or OPS)]
-
-
-def op_of_equation(equation: str) -> str | None:
-    """'layernorm.backward.dx' -> 'layernorm' (longest matching prefix of EQUATION_OPS)."""
-    parts = equation.split(".")
-    for n in range(len(parts), 0, -1):
-        op = EQUATION_OPS.get(".".join(parts[:n]))
-        if op:
-            return op
-    return None
 
 
 def merge_oracle(reports: list[OpReport], records: list[dict]) -> None:

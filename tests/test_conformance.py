@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from reference.cli import main as minibert
 from reference.registry import IMPLEMENTATIONS
-from spec.conformance import (
-    OPS,
-    ImplProxy,
-    NotApplicable,
-    check_all,
-    check_op,
-    merge_oracle,
-    op_of_equation,
-    provides,
-)
+from spec.cli import main as minibert
+from spec.conformance import check_all, check_op, merge_oracle
 from spec.mutants import OPTIMIZER_EQUATIONS
+from spec.protocol import OPS, ImplProxy, NotApplicable, op_of_equation, provides
 from tests.examples import broken_impl, classy_adapter, tiny_optim
 
 
@@ -148,7 +140,7 @@ def test_oracle_column_from_a_pytest_run(tmp_path):
     import shutil
     from pathlib import Path
 
-    from reference.commands.check import oracle_records
+    from spec.cli.check import oracle_records
 
     root = Path(__file__).resolve().parents[1]
     shutil.copy(root / "conftest.py", tmp_path / "conftest.py")

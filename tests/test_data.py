@@ -7,8 +7,8 @@ Data helpers are tooling, imported directly (the model itself is only reached th
 import numpy as np
 import pytest
 
-from reference import corpus
-from reference import data as D
+from reference.train import corpus
+from reference.train import data as D
 
 V = 50
 

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from reference import data as D
 from reference.config import mini_bert
-from reference.train import (
+from reference.train import data as D
+from reference.train.loop import (
     TrainConfig,
     heldout_set,
     load_state,
@@ -143,7 +143,7 @@ def test_seed001_experiment_small():
 
 def test_attention_maps_rows_sum_to_one_and_plots(impl, tmp_path):
     pytest.importorskip("matplotlib")
-    from reference import plots
+    from reference.train import plots
 
     params = impl.init_params(TINY, seed=0, dtype=np.float64)
     ids, mask = D.build_sequences([[5, 6, 7, 8, 9]], TINY.max_len)
@@ -161,7 +161,7 @@ def test_attention_maps_rows_sum_to_one_and_plots(impl, tmp_path):
 
 def test_fill_mask_top_k(impl):
     pytest.importorskip("tokenizers")
-    from reference.commands.fill_mask import fill_mask
+    from spec.cli.fill_mask import fill_mask
 
     text = "the quick brown fox jumps over the lazy dog . " * 10
     tok = D.train_tokenizer([text], vocab_size=60, min_frequency=1)
@@ -181,7 +181,7 @@ def test_cli_train_then_fill_mask(tmp_path, capsys):
     `minibert fill-mask` on its checkpoint."""
     pytest.importorskip("tokenizers")
     pytest.importorskip("matplotlib")
-    from reference.cli import main
+    from spec.cli import main
 
     text = tmp_path / "t.txt"
     sentences = [f"the function number {i} returns a list of values to the caller ."

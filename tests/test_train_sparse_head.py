@@ -17,10 +17,11 @@ def test_sparse_head_equals_full_head(impl, reduction):
     params = random_params(impl, CFG, seed=4)
     b = random_batch(CFG, B=3, T=8, seed=4)
     kw = dict(labels=b["labels"], attention_mask=b["attention_mask"], reduction=reduction)
-    full, g_full, _ = impl.loss_and_grads(params, CFG, b["input_ids"], **kw)
-    sparse, g_sparse = impl.masked_lm_loss_and_grads(params, CFG, b["input_ids"], **kw)
+    full, g_full, d_full = impl.loss_and_grads(params, CFG, b["input_ids"], **kw)
+    sparse, g_sparse, d_sparse = impl.masked_lm_loss_and_grads(params, CFG, b["input_ids"], **kw)
     assert float(sparse) == pytest.approx(float(full), rel=ORACLE_RTOL_F64)
     assert list(g_sparse) == list(g_full)
+    np.testing.assert_allclose(d_sparse, d_full, rtol=ORACLE_RTOL_F64, atol=ORACLE_ATOL_F64)
     for k in g_full:
         assert g_sparse[k].dtype == g_full[k].dtype
         np.testing.assert_allclose(g_sparse[k], g_full[k], rtol=ORACLE_RTOL_F64,
@@ -30,7 +31,7 @@ def test_sparse_head_equals_full_head(impl, reduction):
 def test_sparse_head_matches_finite_differences(impl):
     params = random_params(impl, CFG, seed=5)
     b = random_batch(CFG, B=2, T=8, seed=5)
-    _, grads = impl.masked_lm_loss_and_grads(params, CFG, b["input_ids"], labels=b["labels"],
+    _, grads, _ = impl.masked_lm_loss_and_grads(params, CFG, b["input_ids"], labels=b["labels"],
                                              attention_mask=b["attention_mask"])
 
     def loss(**p):

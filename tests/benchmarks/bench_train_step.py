@@ -114,7 +114,7 @@ def main() -> int:
                 loss, grads, _ = reference.loss_and_grads(params, config, ids, labels=labels,
                                                           attention_mask=mask)
             else:
-                loss, grads = reference.masked_lm_loss_and_grads(params, config, ids,
+                loss, grads, _ = reference.masked_lm_loss_and_grads(params, config, ids,
                                                                  labels=labels,
                                                                  attention_mask=mask)
             params, state = adam_step(params, grads, state, lr=1e-4)

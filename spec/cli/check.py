@@ -1,5 +1,5 @@
 """``minibert check package.module:object``: conformance of any implementation to the adapter
-protocol (spec/conformance.py), as a per-op table: forward vs the PyTorch oracle, backward vs
+protocol (spec/protocol.py), as a per-op table: forward vs the PyTorch oracle, backward vs
 finite differences, invariants, verdict.  Exit 1 on any failure.
 
 The backward and invariant columns are computed here with NumPy and spec.gradcheck.  The oracle
@@ -65,7 +65,8 @@ def run(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from spec.conformance import OPS, Cell, check_all, load_impl, merge_oracle
+    from spec.conformance import Cell, check_all, merge_oracle
+    from spec.protocol import OPS, load_impl
 
     # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
     console = Console(width=None if sys.stdout.isatty() else 160)

@@ -17,7 +17,7 @@ def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
     """[(position, [(token, probability), ...]), ...] for each [MASK] in ``text``."""
     import numpy as np
 
-    from reference import data as D
+    from reference.train import data as D
 
     ids = [D.CLS_ID, *D.encode_text(tok, text)[:config.max_len - 2], D.SEP_ID]
     positions = [i for i, t in enumerate(ids) if t == D.MASK_ID]
@@ -38,8 +38,8 @@ def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
 
 def run(args) -> int:
     import reference
-    from reference import data as D
-    from reference.train import load_state
+    from reference.train import data as D
+    from reference.train.loop import load_state
 
     state, config, _, tok_json = load_state(args.checkpoint)
     if tok_json is None:

@@ -5,7 +5,8 @@ experiment (``seed001_experiment``).
 The maths comes from the implementation passed as ``impl`` (default: the ``reference`` package):
 ``loss_and_grads``/``loss`` for the model and ``accumulate_gradients``, ``clip_by_global_norm``,
 ``warmup_linear_lr``, ``adam_step`` for the optimizer.  This module only orchestrates; data come
-in as arrays (see ``reference.data``), so tests can train on synthetic ids without a tokenizer.
+in as arrays (see ``reference.train.data``), so tests can train on synthetic ids without a
+tokenizer.
 
 One step (0-based ``s``): draw ``accum_steps`` micro-batches of ``batch_size`` rows (uniformly with
 replacement, then MLM-masked) from one ``numpy.random.Generator``; loss and gradient of the logical
@@ -24,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from reference import data as D
 from reference.model import param_shapes
+from reference.train import data as D
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class TrainState:
 # --------------------------------------------------------------------------- batches
 def sample_batch(ids, attention_mask, rng, *, batch_size: int, vocab_size: int,
                  mask_prob: float = 0.15) -> dict:
-    """``batch_size`` rows drawn uniformly with replacement, MLM-masked (reference.data)."""
+    """``batch_size`` rows drawn uniformly with replacement, MLM-masked (reference.train.data)."""
     rows = rng.integers(0, ids.shape[0], size=batch_size)
     x, am = ids[rows], attention_mask[rows]
     corrupted, labels = D.mask_tokens(x, am, rng, vocab_size=vocab_size, mask_prob=mask_prob)
@@ -92,14 +93,7 @@ def _loss_fn(impl, config, sparse_head: bool):
     if not (sparse_head and config.head == "mlm" and hasattr(impl, "masked_lm_loss_and_grads")):
         return impl
 
-    def loss_and_grads(params, config, input_ids, *, labels, attention_mask=None,
-                       reduction="mean", ignore_index=D.IGNORE_INDEX):
-        value, grads = impl.masked_lm_loss_and_grads(
-            params, config, input_ids, labels=labels, attention_mask=attention_mask,
-            reduction=reduction, ignore_index=ignore_index)
-        return value, grads, None
-
-    return loss_and_grads
+    return impl.masked_lm_loss_and_grads
 
 
 def train_step(impl, state: TrainState, config, tcfg: TrainConfig, train_ids, train_mask):
@@ -156,7 +150,7 @@ def init_state(impl, config, tcfg: TrainConfig) -> TrainState:
 
 def save_state(path: str, state: TrainState, config, tcfg: TrainConfig, *,
                tokenizer_json: str | None = None) -> None:
-    from reference.checkpoint import save_checkpoint
+    from reference.train.checkpoint import save_checkpoint
 
     save_checkpoint(path, state.params, state.opt_state, rng_state=D.rng_state_to_json(state.rng),
                     model_config=config.to_dict(), train_config=asdict(tcfg),
@@ -165,8 +159,8 @@ def save_state(path: str, state: TrainState, config, tcfg: TrainConfig, *,
 
 def load_state(path: str):
     """(TrainState, BertConfig, TrainConfig, tokenizer_json) from a checkpoint."""
-    from reference.checkpoint import load_checkpoint
     from reference.config import BertConfig
+    from reference.train.checkpoint import load_checkpoint
 
     ck = load_checkpoint(path)
     config = BertConfig(**ck["model_config"])
@@ -250,7 +244,7 @@ def prepare_corpus_data(run_dir: str, *, files=None, seq_len: int, vocab_size: i
     """Paragraphs (cached in run_dir/corpus.txt), tokenizer (run_dir/tokenizer.json), and
     the packed train / held-out arrays.  Returns (tok, (train_ids, train_mask),
     (held_ids, held_mask))."""
-    from reference import corpus
+    from reference.train import corpus
 
     os.makedirs(run_dir, exist_ok=True)
     cpath = os.path.join(run_dir, "corpus.txt")

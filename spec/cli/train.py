@@ -18,7 +18,7 @@ DEFAULT_SENTENCE = "the function returns a new list of the values in the given o
 
 
 def register(sub) -> None:
-    from reference.train import TrainConfig
+    from reference.train.loop import TrainConfig
 
     d = TrainConfig()
     t = sub.add_parser("train", help="train Mini-BERT (MLM) or seed001 (MSE reconstruction)",
@@ -55,7 +55,7 @@ def _set_threads(n: int | None) -> None:
     if n is None or all(os.environ.get(v) == str(n) for v in THREAD_VARS):
         return
     env = {**os.environ, **{v: str(n) for v in THREAD_VARS}}
-    os.execve(sys.executable, [sys.executable, "-m", "reference.cli", *sys.argv[1:]], env)
+    os.execve(sys.executable, [sys.executable, "-m", "spec.cli", *sys.argv[1:]], env)
 
 
 def run(args) -> int:
@@ -68,7 +68,7 @@ def run(args) -> int:
 def run_seed001(args) -> int:
     import json
 
-    from reference.train import seed001_experiment
+    from reference.train.loop import seed001_experiment
 
     t0 = time.perf_counter()
     res = seed001_experiment(epochs=args.epochs, seed=args.seed, embed_std=args.embed_std,
@@ -88,10 +88,10 @@ def run_mlm(args) -> int:
     import numpy as np
 
     import reference
-    from reference import data as D
-    from reference import plots
     from reference.config import mini_bert
-    from reference.train import (
+    from reference.train import data as D
+    from reference.train import plots
+    from reference.train.loop import (
         TrainConfig,
         heldout_set,
         load_state,
@@ -130,7 +130,7 @@ def run_mlm(args) -> int:
     if state is not None:
         state.history["baseline"] = baseline
     else:
-        from reference.train import init_state
+        from reference.train.loop import init_state
 
         state = init_state(reference, config, tcfg)
         state.history["baseline"] = baseline

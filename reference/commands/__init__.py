@@ -1,1 +1,0 @@
-"""One module per ``minibert`` subcommand, each with ``register(subparsers)``."""

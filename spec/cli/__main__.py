@@ -1,0 +1,7 @@
+"""``python -m spec.cli`` = ``minibert``."""
+
+import sys
+
+from spec.cli import main
+
+sys.exit(main())

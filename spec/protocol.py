@@ -1,0 +1,303 @@
+"""The adapter protocol: the one op table, and how an implementation under test is loaded.
+
+Any NumPy implementation can be put under test: ``pytest --impl package.module:object`` (or the
+environment variable ``MINIBERT_IMPL``, as array-api-tests selects its module with
+``ARRAY_API_TESTS_MODULE``) and ``minibert check package.module:object``.  The object is a module,
+a class instance or any namespace; the suite only ever reads attributes from it.
+
+Adapter protocol
+================
+An implementation provides any subset of the names below.  A test or check that touches a name
+the implementation lacks is reported as *not applicable* ("not applicable: <impl> lacks
+<name>"), never as passed.
+
+Conventions for every op pair
+-----------------------------
+* ``X_forward(...) -> (out, cache)`` and ``X_backward(dout, cache) -> tuple of gradients``: one
+  gradient per differentiable input of the forward, in the forward's argument order, ``None``
+  for an optional bias that was ``None``.  ``cache`` is opaque to the suite (a tuple, a dict, an
+  object: anything), but two forwards must not share it: the suite runs forward several times
+  before calling backward, so a cache kept on ``self`` must belong to a fresh object per call
+  (see tests/examples/ for that adaptation).
+* Inputs are ``numpy.ndarray``; float32 and float64 are both accepted and every output has the
+  dtype of the inputs (finite differences run in float64 only).  Integer ids/labels are any
+  integer dtype; masks are bool or 0/1 integers.
+* Bad input raises ``ValueError`` naming the argument (expected vs actual).
+* Shapes: B batch, T sequence, H hidden, A heads, d_k = H / A, I intermediate, V vocabulary.
+
+Op pairs (forward arguments -> output; what backward returns)
+* ``embedding_forward(ids [B,T] int, W [V,H])`` -> ``W[ids]`` [B,T,H]; backward ``(dW,)``
+* ``position_embedding_forward(x [B,T,H], W_pos [T_max,H])`` -> ``x + W_pos[:T]``;
+  backward ``(dx, dW_pos)``
+* ``sinusoidal_encoding(T, d, dtype)`` -> PE [T,d] (sin on even features, cos on odd);
+  ``sinusoidal_position_forward(x [B,T,H])`` -> ``x + PE``; backward ``(dx,)``
+* ``linear_forward(x [...,n], W [n,m], b [m] or None)`` -> ``x W + b`` [...,m];
+  backward ``(dx, dW, db)``
+* ``layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12)`` -> ``gamma * x_hat + beta``
+  with the biased variance; backward ``(dx, dgamma, dbeta)``
+* ``softmax_forward(x [...,n], mask=None)`` -> softmax over the last axis, ``mask`` (bool, x's
+  shape) keeps True entries; backward ``(dx,)``
+* ``relu_forward(x)``, ``tanh_forward(x)`` -> elementwise; backward ``(dx,)``
+* ``split_heads(x [B,T,H], n_heads)`` -> [B,A,T,d_k]; ``merge_heads`` is its inverse
+* ``attention_forward(x [B,T,H], W_q, W_k, W_v, W_o [H,H], b_q, b_k, b_v, b_o [H] or None, *,
+  n_heads, mask=None)`` -> multi-head self-attention [B,T,H], ``mask`` [B,T] marks the keys that
+  may be attended; backward ``(dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o)``
+* ``ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H])`` -> ``ReLU(x W_1 + b_1) W_2 + b_2``;
+  backward ``(dx, dW_1, db_1, dW_2, db_2)``
+* ``block_forward(x [B,T,H], p, *, n_heads, mask=None, eps=1e-12)`` -> post-LN block
+  ``LN2(h + FFN(h))`` with ``h = LN1(x + MHA(x))``; ``p`` is a dict with keys ``attn.W_q`` ..
+  ``attn.b_o``, ``ln1.gamma``, ``ln1.beta``, ``ffn.W_1`` .. ``ffn.b_2``, ``ln2.gamma``,
+  ``ln2.beta``; backward ``(dx, grads)`` with grads keyed like ``p``
+* ``pooler_forward(h [B,T,H], W [H,H], b [H])`` -> ``tanh(h[:, 0] W + b)`` [B,H];
+  backward ``(dh, dW, db)``
+* ``cross_entropy_forward(logits [...,V], labels [...], *, ignore_index=-100,
+  reduction="mean"|"sum")`` -> scalar ("mean" divides by the number of positions whose label is
+  not ``ignore_index``); backward ``(dlogits,)``
+* ``mse_forward(y_hat, y)`` -> scalar ``sum((y_hat - y)^2) / y.size``; backward ``(dy_hat, dy)``
+
+Loss backwards take the upstream gradient as a scalar: ``cross_entropy_backward(dloss, cache)``.
+
+Model entry points (config is ``reference.config.BertConfig``; params a flat dict of dotted names)
+--------------------------------------------------------------------------------------------------
+* ``param_shapes(config) -> dict[name, shape]``; ``init_params(config, seed, dtype) -> params``
+* ``embed(params, config, input_ids) -> [B,T,H]`` (token + position embeddings)
+* ``forward(params, config, input_ids, attention_mask, *, inputs_embeds=None) -> (out, cache)``
+* ``backward(dout, cache) -> (grads, d_embeddings)``; grads has exactly the keys, shapes and
+  dtypes of params
+* ``loss(params, config, input_ids=None, *, labels=None, targets=None, attention_mask=None,
+  inputs_embeds=None, reduction="mean")`` and ``loss_and_grads(...) -> (loss, grads,
+  d_embeddings)`` with the same arguments
+
+Optimizer (``reference.optim``)
+-------------------------------
+* ``adam_init(params) -> state``;  ``adam_step(params, grads, state, *, lr, beta1, beta2, eps,
+  weight_decay, no_decay) -> (params, state)`` (decoupled weight decay, bias-corrected moments)
+* ``warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps) -> float``
+* ``global_grad_norm(grads) -> float``;  ``clip_by_global_norm(grads, max_norm) -> (grads, norm)``
+* ``accumulate_gradients(impl, params, config, micro_batches) -> (loss, grads)``: micro-batches
+  are dicts of ``input_ids``, ``labels`` (MLM) or ``targets`` (MSE), optional
+  ``attention_mask``; the result is the full batch's mean loss and gradient (needs the model
+  entry points ``init_params`` and ``loss_and_grads``)
+
+These names may live on the object itself or on its ``optim`` attribute / submodule.
+
+The op table
+============
+:data:`OPS` is the one definition of "op" in the project: for each conformance row its protocol
+names, its differentiable inputs (the order of the backward's gradients), the equation IDs it
+realises, its parameter names and the ``reference`` module that defines it.  The conformance
+checker, the finite-difference, invariant and oracle tests, the mutation catalog and the audit
+all derive from it: adding an op is one entry here plus its maths (``reference``), its SymPy
+file (``spec/equations/<prefix>.py``) and its strategies (``tests/strategies.py``).
+"""
+
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, IGNORE_INDEX, block_param_names
+
+__all__ = ["IGNORE_INDEX", "OPS", "Op", "EQUATION_OPS", "op_of_equation", "reference_modules",
+           "NotApplicable", "ImplProxy", "load_impl", "resolve", "provides", "unwrap",
+           "label_of", "not_applicable_message"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One row of the protocol.
+
+    names:     the protocol names an implementation needs for this op (all, or it is n/a)
+    inputs:    the differentiable inputs of the forward, in argument order: the backward returns
+               one gradient per entry, in this order (``None`` for an absent optional input)
+    equations: the derivation IDs of spec/equations this op realises
+    params:    parameter names the op takes (attention weights, a block's local dict keys)
+    module:    the module of ``reference`` that defines the names
+    """
+
+    name: str
+    names: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+    equations: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    module: str = "ops"
+
+
+def _pair(stem: str) -> tuple[str, str]:
+    return (f"{stem}_forward", f"{stem}_backward")
+
+
+_ATTENTION_EQUATIONS = (
+    "attention.qkv", "attention.scores", "attention.context", "attention.output",
+    "attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
+    "attention.backward.dS", "attention.backward.dQ", "attention.backward.dK",
+    "attention.backward.dx")
+
+_TABLE = (
+    Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward")),
+    Op("position_embedding", _pair("position_embedding"), ("x", "W_pos"),
+       ("position.learned.forward", "position.learned.backward")),
+    Op("sinusoidal_position", ("sinusoidal_encoding", *_pair("sinusoidal_position")), ("x",),
+       ("position.sinusoidal",)),
+    Op("linear", _pair("linear"), ("x", "W", "b"),
+       ("linear.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db")),
+    Op("layernorm", _pair("layernorm"), ("x", "gamma", "beta"),
+       ("layernorm.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
+        "layernorm.backward.dbeta")),
+    Op("softmax", _pair("softmax"), ("x",), ("softmax.forward", "softmax.backward")),
+    Op("softmax_jacobian", ("softmax_jacobian",), (), ("softmax.jacobian",)),
+    Op("relu", _pair("relu"), ("x",), ("relu.forward", "relu.backward")),
+    Op("tanh", _pair("tanh"), ("x",), ("tanh.forward", "tanh.backward")),
+    Op("heads", ("split_heads", "merge_heads"), ("x",),
+       ("attention.split_heads", "attention.merge_heads")),
+    Op("attention", _pair("attention"), ("x", *ATTENTION_PARAMS), _ATTENTION_EQUATIONS,
+       ATTENTION_PARAMS),
+    Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward"), FFN_PARAMS),
+    Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
+                                            "residual.backward"),
+       block_param_names(attn_bias=True)),
+    Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",)),
+    Op("cross_entropy", _pair("cross_entropy"), ("logits",),
+       ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum")),
+    Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward")),
+    Op("model", ("param_shapes", "init_params", "embed", "forward", "backward", "loss",
+                 "loss_and_grads"), module="model"),
+    Op("adam", ("adam_init", "adam_step"), (), ("optim.adam", "optim.adamw"), module="optim"),
+    Op("schedule", ("warmup_linear_lr",), (), ("schedule.warmup_linear",), module="optim"),
+    Op("clip", ("global_grad_norm", "clip_by_global_norm"), (), ("clip.global_norm",),
+       module="optim"),
+    Op("accumulation", ("accumulate_gradients", "init_params", "loss_and_grads"), (),
+       ("accum.grad_mean",), module="accumulation"),
+)
+
+OPS: dict[str, Op] = {op.name: op for op in _TABLE}
+
+# equation ID -> op row (derived: an ID belongs to exactly one op)
+EQUATION_OPS: dict[str, str] = {}
+for _op in _TABLE:
+    for _eq in _op.equations:
+        if _eq in EQUATION_OPS:
+            raise ValueError(f"equations: {_eq!r} is claimed by ops {EQUATION_OPS[_eq]!r} "
+                             f"and {_op.name!r}")
+        EQUATION_OPS[_eq] = _op.name
+
+
+def op_of_equation(equation: str) -> str | None:
+    """'layernorm.backward.dx' -> 'layernorm'; None for IDs of no op (spec machinery)."""
+    return EQUATION_OPS.get(equation)
+
+
+def op_of_name(name: str) -> Op | None:
+    """The op a protocol name belongs to (the first, for names several ops share)."""
+    return next((op for op in _TABLE if name in op.names), None)
+
+
+def reference_modules() -> dict[str, str]:
+    """Alias -> module of ``reference`` that defines protocol names (for the mutation catalog)."""
+    return {op.module: f"reference.{op.module}" for op in _TABLE}
+
+
+# --------------------------------------------------------------------------- subset handling
+class NotApplicable(Exception):
+    """The implementation lacks a protocol name the check needs."""
+
+
+def not_applicable_message(label: str, name: str) -> str:
+    return f"not applicable: {label} lacks {name}"
+
+
+class ImplProxy:
+    """Wraps an implementation; reading a name it lacks calls ``on_missing(message)`` (the
+    conftest passes ``pytest.skip``, the checker raises :class:`NotApplicable`), so a missing
+    name can never make a check pass silently."""
+
+    def __init__(self, obj, label: str, on_missing: Callable[[str], object] | None = None):
+        object.__setattr__(self, "_impl_obj", obj)
+        object.__setattr__(self, "_impl_label", label)
+        object.__setattr__(self, "_impl_on_missing", on_missing or _raise_not_applicable)
+
+    def __getattr__(self, name: str):
+        obj = object.__getattribute__(self, "_impl_obj")
+        try:
+            return resolve(obj, name)
+        except AttributeError:
+            # Probes by Python, pytest or Hypothesis (e.g. hypothesis_internal_is_this_a_mock_check)
+            # are not protocol names: answer them like any object would.
+            if name.startswith(("_", "hypothesis_")) or name in _HOST_PROBES:
+                raise
+        label = object.__getattribute__(self, "_impl_label")
+        object.__getattribute__(self, "_impl_on_missing")(not_applicable_message(label, name))
+        raise NotApplicable(not_applicable_message(label, name))  # on_missing returned
+
+    def __repr__(self) -> str:
+        return f"<impl {object.__getattribute__(self, '_impl_label')}>"
+
+
+SUBNAMESPACES = ("optim",)
+# Hypothesis looks these up on a test's first argument (its executor hooks).
+_HOST_PROBES = frozenset({"execute_example", "setup_example", "teardown_example"})
+
+
+def resolve(obj, name: str):
+    """``obj.<name>``, else ``obj.optim.<name>`` (a package may keep its optimizer in a
+    submodule): raises AttributeError when neither exists."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        pass
+    if not name.startswith("_"):
+        for sub in SUBNAMESPACES:
+            ns = getattr(obj, sub, None)
+            if ns is None and inspect.ismodule(obj) and getattr(obj, "__path__", None):
+                try:  # a package's submodule that nothing imported yet
+                    ns = importlib.import_module(f"{obj.__name__}.{sub}")
+                except ImportError:
+                    ns = None
+            if ns is not None and hasattr(ns, name):
+                return getattr(ns, name)
+    raise AttributeError(f"{label_of(obj)} has no attribute {name!r}")
+
+
+def _has(obj, name: str) -> bool:
+    try:
+        resolve(obj, name)
+        return True
+    except AttributeError:
+        return False
+
+
+def _raise_not_applicable(message: str):
+    raise NotApplicable(message)
+
+
+def load_impl(spec: str):
+    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it (dotted paths allowed)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise ValueError(f"impl: expected package.module[:object], got {spec!r}")
+    obj = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def unwrap(impl):
+    """The object behind an :class:`ImplProxy` (or ``impl`` itself)."""
+    return impl._impl_obj if isinstance(impl, ImplProxy) else impl
+
+
+def provides(impl, *names: str) -> bool:
+    """True when the implementation has every one of ``names`` (never skips)."""
+    obj = unwrap(impl)
+    return all(_has(obj, n) for n in names)
+
+
+def label_of(impl) -> str:
+    if isinstance(impl, ImplProxy):
+        return impl._impl_label
+    return getattr(impl, "__name__", type(impl).__name__)
+
+
