@@ -7,6 +7,8 @@ embeddings (the sum of token and position embeddings fed to the first block).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from reference import ops
@@ -83,22 +85,100 @@ def _block_params(params, i: int) -> dict[str, np.ndarray]:
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
 
 
-def _embed(params, config: BertConfig, input_ids):
-    x, c_tok = ops.embedding_forward(input_ids, params["embeddings.token.W"])  # [B, T, H]
-    if config.position == "learned":
-        x, c_pos = ops.position_embedding_forward(x, params["embeddings.position.W"])
-    else:
-        x, c_pos = ops.sinusoidal_position_forward(x)
-    return x, (c_tok, c_pos)
+class EmbeddingsCache(NamedTuple):
+    token: ops.EmbeddingCache
+    position: ops.PositionEmbeddingCache | ops.SinusoidalPositionCache
 
 
-def embed(params, config: BertConfig, input_ids) -> np.ndarray:
-    """The input embeddings [B, T, H] (token + position) that the first block receives."""
-    check_params(params, config)
+class ModelCache(NamedTuple):
+    config: BertConfig
+    dtype: np.dtype  # of every parameter
+    embeddings: EmbeddingsCache | None  # None when inputs_embeds replaced the tables
+    blocks: list  # one ops.BlockCache per layer, in forward order
+    final_ln: ops.LayerNormCache | None  # None without config.final_layernorm
+    head: ops.LinearCache | None  # None for head "none"
+    out_shape: tuple
+
+
+def _check_ids(input_ids, config: BertConfig) -> None:
     as_index_array("input_ids", input_ids, ndim=2, low=0, high=config.vocab_size)
     if input_ids.shape[1] > config.max_len:
         raise ValueError(f"input_ids: sequence length {input_ids.shape[1]} exceeds "
                          f"config.max_len={config.max_len}")
+
+
+# --------------------------------------------------------------------------- kernels
+# Unchecked, like the ops' kernels (see reference.ops): forward() and backward() check their
+# arguments once, then run these.
+def _embed(params, config: BertConfig, input_ids):
+    """Token + position embeddings [B, T, H]."""
+    x, c_tok = ops._embedding_forward(input_ids, params["embeddings.token.W"])  # [B, T, H]
+    if config.position == "learned":
+        x, c_pos = ops._position_embedding_forward(x, params["embeddings.position.W"])
+    else:
+        x, c_pos = ops._sinusoidal_position_forward(x)
+    return x, EmbeddingsCache(token=c_tok, position=c_pos)
+
+
+def _forward(params, config: BertConfig, dtype, input_ids, attention_mask, inputs_embeds):
+    """embeddings -> L post-LN blocks -> final LayerNorm -> MLM head."""
+    c_emb = None
+    if input_ids is not None:
+        x, c_emb = _embed(params, config, input_ids)  # [B, T, H]
+    else:
+        x = inputs_embeds
+    h = x
+    c_blocks = []
+    for i in range(config.n_layers):
+        h, c = ops._block_forward(h, _block_params(params, i), n_heads=config.n_heads,
+                                  mask=attention_mask, eps=config.ln_eps)  # [B, T, H]
+        c_blocks.append(c)
+    c_final = None
+    if config.final_layernorm:
+        h, c_final = ops._layernorm_forward(h, params["final_ln.gamma"],
+                                            params["final_ln.beta"], config.ln_eps)
+    c_head = None
+    out = h
+    if config.head == "mlm":
+        out, c_head = ops._linear_forward(h, params["mlm.W"], params["mlm.b"])  # [B, T, V]
+    return out, ModelCache(config=config, dtype=dtype, embeddings=c_emb, blocks=c_blocks,
+                           final_ln=c_final, head=c_head, out_shape=out.shape)
+
+
+def _backward(dout, cache):
+    """The forward's kernels in reverse order.  Returns (grads, d_embeddings [B, T, H])."""
+    config = cache.config
+    grads: dict[str, np.ndarray] = {}
+    dh = dout
+    if cache.head is not None:
+        dh, grads["mlm.W"], grads["mlm.b"] = ops._linear_backward(dout, cache.head)
+    if cache.final_ln is not None:
+        dh, grads["final_ln.gamma"], grads["final_ln.beta"] = ops._layernorm_backward(
+            dh, cache.final_ln)
+    for i in reversed(range(config.n_layers)):
+        dh, g = ops._block_backward(dh, cache.blocks[i])  # [B, T, H]
+        grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
+    d_embeddings = dh
+    shapes = param_shapes(config)
+    if cache.embeddings is not None:
+        c_tok, c_pos = cache.embeddings
+        if config.position == "learned":
+            dx, grads["embeddings.position.W"] = ops._position_embedding_backward(dh, c_pos)
+        else:
+            (dx,) = ops._sinusoidal_position_backward(dh, c_pos)
+        (grads["embeddings.token.W"],) = ops._embedding_backward(dx, c_tok)
+    else:  # inputs_embeds bypassed the tables: they did not influence the output
+        for name in ("embeddings.token.W", "embeddings.position.W"):
+            if name in shapes:
+                grads[name] = np.zeros(shapes[name], dtype=cache.dtype)
+    return {name: grads[name] for name in shapes}, d_embeddings
+
+
+# --------------------------------------------------------------------------- entry points
+def embed(params, config: BertConfig, input_ids) -> np.ndarray:
+    """The input embeddings [B, T, H] (token + position) that the first block receives."""
+    check_params(params, config)
+    _check_ids(input_ids, config)
     return _embed(params, config, input_ids)[0]
 
 
@@ -109,6 +189,7 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
     ``inputs_embeds`` [B, T, H] replaces the embedding layers (token + position), as in
     HuggingFace; the embedding tables then get zero gradients.
     ``attention_mask`` [B, T]: 1 for tokens that may be attended, 0 for padding.
+    Every argument is checked here, once; the layers below run unchecked kernels.
     """
     dtype = check_params(params, config)
     if (input_ids is None) == (inputs_embeds is None):
@@ -134,73 +215,41 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
         if empty.size:
             raise ValueError(f"attention_mask: expected at least one attended (1) position per "
                              f"sequence, rows {empty.tolist()} have none")
-
-    emb_cache = None
-    if input_ids is not None:
-        x, emb_cache = _embed(params, config, input_ids)
-    else:
-        x = inputs_embeds
-    h = x
-    block_caches = []
-    for i in range(config.n_layers):
-        h, c = ops.block_forward(h, _block_params(params, i), n_heads=config.n_heads,
-                                 mask=attention_mask, eps=config.ln_eps)
-        block_caches.append(c)
-    c_final = None
-    if config.final_layernorm:
-        h, c_final = ops.layernorm_forward(h, params["final_ln.gamma"], params["final_ln.beta"],
-                                           config.ln_eps)
-    c_head = None
-    out = h
-    if config.head == "mlm":
-        out, c_head = ops.linear_forward(h, params["mlm.W"], params["mlm.b"])  # [B, T, V]
-    cache = (config, dtype, emb_cache, block_caches, c_final, c_head, out.shape)
-    return out, cache
+    ops._check_eps(config.ln_eps)
+    return _forward(params, config, dtype, input_ids, attention_mask, inputs_embeds)
 
 
 def backward(dout, cache):
     """dout: gradient w.r.t. forward's output.  Returns (grads, d_embeddings [B, T, H])."""
-    config, dtype, emb_cache, block_caches, c_final, c_head, out_shape = cache
-    as_float_array("dout", dout, shape=out_shape, dtype=dtype)
-    grads: dict[str, np.ndarray] = {}
-    dh = dout
-    if c_head is not None:
-        dh, grads["mlm.W"], grads["mlm.b"] = ops.linear_backward(dout, c_head)
-    if c_final is not None:
-        dh, grads["final_ln.gamma"], grads["final_ln.beta"] = ops.layernorm_backward(dh, c_final)
-    for i in reversed(range(config.n_layers)):
-        dh, g = ops.block_backward(dh, block_caches[i])
-        grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
-    d_embeddings = dh
-    shapes = param_shapes(config)
-    if emb_cache is not None:
-        c_tok, c_pos = emb_cache
-        if config.position == "learned":
-            dx, grads["embeddings.position.W"] = ops.position_embedding_backward(dh, c_pos)
-        else:
-            (dx,) = ops.sinusoidal_position_backward(dh, c_pos)
-        (grads["embeddings.token.W"],) = ops.embedding_backward(dx, c_tok)
-    else:  # inputs_embeds bypassed the tables: they did not influence the output
-        for name in ("embeddings.token.W", "embeddings.position.W"):
-            if name in shapes:
-                grads[name] = np.zeros(shapes[name], dtype=dtype)
-    return {name: grads[name] for name in shapes}, d_embeddings
+    as_float_array("dout", dout, shape=cache.out_shape, dtype=cache.dtype)
+    return _backward(dout, cache)
 
 
 def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_index):
     """head "mlm": masked cross-entropy of logits vs ``labels`` [B, T];
-    head "none": MSE of hidden states vs constant ``targets`` [B, T, H]."""
+    head "none": MSE of hidden states vs constant ``targets`` [B, T, H].
+    Checks labels / targets; ``out`` comes from the checked forward."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
     if config.head == "mlm":
         if labels is None:
             raise ValueError("labels: required for head 'mlm', got None")
-        return ops.cross_entropy_forward(out, labels, ignore_index=ignore_index,
-                                         reduction=reduction)
+        ops._check_ce_labels(labels, out.shape[:-1], out.shape[-1], ignore_index, reduction)
+        return ops._cross_entropy_forward(out, labels, ignore_index=ignore_index,
+                                          reduction=reduction)
     if targets is None:
         raise ValueError("targets: required for head 'none', got None")
     as_float_array("targets", targets, shape=out.shape, dtype=out.dtype)
-    return ops.mse_forward(out, targets)
+    return ops._mse_forward(out, targets)
+
+
+def _loss_backward(config: BertConfig, dtype, c_loss):
+    """d loss / d out for an upstream gradient of 1."""
+    if config.head == "mlm":
+        (dout,) = ops._cross_entropy_backward(dtype.type(1.0), c_loss)
+    else:
+        dout, _ = ops._mse_backward(dtype.type(1.0), c_loss)
+    return dout
 
 
 def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
@@ -217,11 +266,7 @@ def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, t
     """One forward + backward of ``loss``.  Returns (loss, grads, d_embeddings)."""
     out, cache = forward(params, config, input_ids, attention_mask, inputs_embeds=inputs_embeds)
     value, c_loss = _loss_forward(out, config, labels, targets, reduction, ignore_index)
-    if config.head == "mlm":
-        (dout,) = ops.cross_entropy_backward(1.0, c_loss)
-    else:
-        dout, _ = ops.mse_backward(1.0, c_loss)
-    grads, d_embeddings = backward(dout, cache)
+    grads, d_embeddings = _backward(_loss_backward(config, cache.dtype, c_loss), cache)
     return value, grads, d_embeddings
 
 
@@ -265,6 +310,6 @@ def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
     dh_sel, dW, db = ops.linear_backward(dlogits, c_head)
     dh = np.zeros_like(h)
     dh[predicted] = dh_sel  # positions without a label get no gradient
-    grads, d_embeddings = backward(dh, cache)
+    grads, d_embeddings = _backward(dh, cache)  # dh is built here from checked arrays
     grads["mlm.W"], grads["mlm.b"] = dW, db
     return value, {name: grads[name] for name in param_shapes(config)}, d_embeddings

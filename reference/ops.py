@@ -2,16 +2,36 @@
 
 Conventions
 -----------
-* Pure functions, no hidden state: everything backward needs travels in ``cache``.
+* Pure functions, no hidden state: everything backward needs travels in ``cache``, a
+  ``typing.NamedTuple`` whose field names are the derivation's (``LayerNormCache(x_hat, rstd,
+  gamma)``).  Backwards read the fields by name.  The cache is opaque to the adapter protocol:
+  only this module reads it (and, for the reference only, the claims ledger).
 * A backward returns a tuple with one gradient per differentiable input of the forward, in the
   forward's argument order (``None`` where an optional input such as a bias was ``None``).
 * float32 and float64 go through the same code; the dtype of the inputs is the dtype of every
   output (no silent casts, mixing dtypes is a ValueError).
 * Shapes in comments: B batch, T sequence, H hidden, A heads, d_k = H / A, I intermediate, V vocab.
-* Equation IDs (``@implements``) name the derivation in ``spec/`` each function realises.
+* Equation IDs (``@implements``) name the derivation in ``spec/`` each function realises; they sit
+  on the kernels, which hold the maths.
+
+Validation at the edge: kernels and public ops
+----------------------------------------------
+Every op comes in two layers, side by side:
+
+* ``_X_forward(...)`` / ``_X_backward(dout, cache)`` -- the *kernel*: the maths only, no argument
+  checks.  Kernels call kernels.  Private to the ``reference`` package (``reference.model``
+  composes them), never part of ``__all__``.
+* ``X_forward`` / ``X_backward`` -- the *public op* of the protocol: checks every argument once
+  (a ValueError naming the argument, see ``reference.validate``) and calls its kernel.  Argument
+  checks shared with composite ops live in ``_check_X`` helpers.
+
+A composite op (attention, ffn, block, pooler) checks its own arguments once and then runs kernels
+only; ``reference.model.forward`` checks params, ids and mask once and then runs kernels only.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,31 +86,66 @@ def _sum_to_last(a: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- embeddings
+class EmbeddingCache(NamedTuple):
+    ids: np.ndarray  # [B, T]
+    W_shape: tuple  # (V, H)
+    dtype: np.dtype
+
+
 @implements("embedding.forward")
-def embedding_forward(ids, W):
-    """Token lookup ``E[b, t] = W[ids[b, t]]``.  ids [B, T] int, W [V, H] -> [B, T, H]."""
-    as_float_array("W", W, ndim=2)
-    as_index_array("ids", ids, low=0, high=W.shape[0])
-    out = W[ids]  # [B, T, H]
-    return out, (ids, W.shape, W.dtype)
+def _embedding_forward(ids, W):
+    """Token lookup ``E[b, t] = W[ids[b, t]]``."""
+    return W[ids], EmbeddingCache(ids, W.shape, W.dtype)  # [B, T, H]
 
 
 @implements("embedding.backward")
-def embedding_backward(dout, cache):
+def _embedding_backward(dout, cache):
     """dW[v] = sum of dout over every position holding id v.
 
     ``np.add.at`` is unbuffered: a plain ``dW[ids] += dout`` keeps only one of repeated ids.
     """
-    ids, W_shape, dtype = cache
-    as_float_array("dout", dout, shape=ids.shape + (W_shape[1],), dtype=dtype)
-    dW = np.zeros(W_shape, dtype=dtype)
-    np.add.at(dW, ids.reshape(-1), dout.reshape(-1, W_shape[1]))
+    H = cache.W_shape[1]
+    dW = np.zeros(cache.W_shape, dtype=cache.dtype)  # [V, H]
+    np.add.at(dW, cache.ids.reshape(-1), dout.reshape(-1, H))
     return (dW,)
 
 
+def embedding_forward(ids, W):
+    """ids [B, T] int, W [V, H] -> W[ids] [B, T, H]."""
+    as_float_array("W", W, ndim=2)
+    as_index_array("ids", ids, low=0, high=W.shape[0])
+    return _embedding_forward(ids, W)
+
+
+def embedding_backward(dout, cache):
+    as_float_array("dout", dout, shape=cache.ids.shape + (cache.W_shape[1],), dtype=cache.dtype)
+    return _embedding_backward(dout, cache)
+
+
+class PositionEmbeddingCache(NamedTuple):
+    x_shape: tuple  # (B, T, H)
+    W_shape: tuple  # (T_max, H)
+    dtype: np.dtype
+
+
 @implements("position.learned.forward")
+def _position_embedding_forward(x, W_pos):
+    """Add learned positions: ``x[b, t] + W_pos[t]``."""
+    T = x.shape[1]
+    return x + W_pos[:T], PositionEmbeddingCache(x.shape, W_pos.shape, x.dtype)
+
+
+@implements("position.learned.backward")
+def _position_embedding_backward(dout, cache):
+    """dx = dout; dW_pos[t] = sum_b dout[b, t] for t < T, 0 for unused positions."""
+    T = cache.x_shape[1]
+    dW_pos = np.zeros(cache.W_shape, dtype=dout.dtype)  # [T_max, H]
+    dW_pos[:T] = dout.sum(axis=0)
+    return dout, dW_pos
+
+
 def position_embedding_forward(x, W_pos):
-    """Add learned positions: ``x[b, t] + W_pos[t]``.  x [B, T, H], W_pos [T_max, H]."""
+    """x [B, T, H], W_pos [T_max, H] -> x + W_pos[:T]."""
     as_float_array("x", x, ndim=3)
     as_float_array("W_pos", W_pos, ndim=2, dtype=x.dtype)
     B, T, H = x.shape
@@ -99,28 +154,20 @@ def position_embedding_forward(x, W_pos):
     if T > W_pos.shape[0]:
         raise ValueError(
             f"x: sequence length {T} exceeds the {W_pos.shape[0]} positions of W_pos")
-    return x + W_pos[:T], (x.shape, W_pos.shape, x.dtype)
+    return _position_embedding_forward(x, W_pos)
 
 
-@implements("position.learned.backward")
 def position_embedding_backward(dout, cache):
-    """dx = dout; dW_pos[t] = sum_b dout[b, t] for t < T, 0 for unused positions."""
-    x_shape, W_shape, dtype = cache
-    as_float_array("dout", dout, shape=x_shape, dtype=dtype)
-    T = x_shape[1]
-    dW_pos = np.zeros(W_shape, dtype=dout.dtype)
-    dW_pos[:T] = dout.sum(axis=0)
-    return dout, dW_pos
+    as_float_array("dout", dout, shape=cache.x_shape, dtype=cache.dtype)
+    return _position_embedding_backward(dout, cache)
 
 
 @implements("position.sinusoidal")
-def sinusoidal_encoding(T: int, d: int, dtype=np.float64) -> np.ndarray:
+def _sinusoidal_encoding(T: int, d: int, dtype=np.float64) -> np.ndarray:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).  [T, d]
 
     Computed in float64 then cast once, so float32 and float64 tables agree to rounding.
     """
-    if int(T) < 1 or int(d) < 1:
-        raise ValueError(f"T, d: expected positive sizes, got T={T}, d={d}")
     pos = np.arange(T, dtype=np.float64)[:, None]  # [T, 1]
     two_i = np.arange(0, d, 2, dtype=np.float64)[None, :]  # [1, ceil(d/2)]
     angle = pos / np.power(10000.0, two_i / d)  # [T, ceil(d/2)]
@@ -130,106 +177,184 @@ def sinusoidal_encoding(T: int, d: int, dtype=np.float64) -> np.ndarray:
     return pe.astype(dtype)
 
 
-def sinusoidal_position_forward(x):
-    """x + PE (no parameters).  x [B, T, H]."""
-    as_float_array("x", x, ndim=3)
-    return x + sinusoidal_encoding(x.shape[1], x.shape[2], x.dtype), (x.shape, x.dtype)
+def sinusoidal_encoding(T: int, d: int, dtype=np.float64) -> np.ndarray:
+    if int(T) < 1 or int(d) < 1:
+        raise ValueError(f"T, d: expected positive sizes, got T={T}, d={d}")
+    return _sinusoidal_encoding(T, d, dtype)
 
 
-def sinusoidal_position_backward(dout, cache):
-    shape, dtype = cache
-    as_float_array("dout", dout, shape=shape, dtype=dtype)
+class SinusoidalPositionCache(NamedTuple):
+    x_shape: tuple  # (B, T, H)
+    dtype: np.dtype
+
+
+def _sinusoidal_position_forward(x):
+    """x + PE (no parameters)."""
+    B, T, H = x.shape
+    return x + _sinusoidal_encoding(T, H, x.dtype), SinusoidalPositionCache(x.shape, x.dtype)
+
+
+def _sinusoidal_position_backward(dout, cache):
     return (dout,)
 
 
+def sinusoidal_position_forward(x):
+    """x [B, T, H] -> x + PE."""
+    as_float_array("x", x, ndim=3)
+    return _sinusoidal_position_forward(x)
+
+
+def sinusoidal_position_backward(dout, cache):
+    as_float_array("dout", dout, shape=cache.x_shape, dtype=cache.dtype)
+    return _sinusoidal_position_backward(dout, cache)
+
+
 # --------------------------------------------------------------------------- linear
+class LinearCache(NamedTuple):
+    x: np.ndarray  # [..., n_in]
+    W: np.ndarray  # [n_in, n_out]
+    has_b: bool
+
+
 @implements("linear.forward")
-def linear_forward(x, W, b=None):
-    """y = x @ W + b.  x [..., n_in], W [n_in, n_out], b [n_out] or None -> [..., n_out]."""
+def _linear_forward(x, W, b=None):
+    """y = x @ W + b."""
+    y = x @ W  # [..., n_out]
+    if b is not None:
+        y += b
+    return y, LinearCache(x, W, b is not None)
+
+
+@implements("linear.backward.dx", "linear.backward.dW", "linear.backward.db")
+def _linear_backward(dy, cache):
+    """dx = dy @ W^T;  dW = x^T @ dy (summed over every leading axis);  db = sum(dy)."""
+    x, W = cache.x, cache.W
+    dx = dy @ W.T  # [..., n_in]
+    dW = x.reshape(-1, W.shape[0]).T @ dy.reshape(-1, W.shape[1])  # [n_in, n_out]
+    db = _sum_to_last(dy) if cache.has_b else None  # [n_out]
+    return dx, dW, db
+
+
+def _check_linear(x, W, b) -> None:
     as_float_array("x", x, min_ndim=1)
     as_float_array("W", W, ndim=2, dtype=x.dtype)
     if x.shape[-1] != W.shape[0]:
         raise ValueError(
             f"W: expected shape ({x.shape[-1]}, *) to match x's last axis, got {W.shape}")
-    y = x @ W
     if b is not None:
         as_float_array("b", b, shape=(W.shape[1],), dtype=x.dtype)
-        y += b
-    return y, (x, W, b is not None)
 
 
-@implements("linear.backward.dx", "linear.backward.dW", "linear.backward.db")
+def linear_forward(x, W, b=None):
+    """x [..., n_in], W [n_in, n_out], b [n_out] or None -> x @ W + b [..., n_out]."""
+    _check_linear(x, W, b)
+    return _linear_forward(x, W, b)
+
+
 def linear_backward(dy, cache):
-    """dx = dy @ W^T;  dW = x^T @ dy (summed over every leading axis);  db = sum(dy)."""
-    x, W, has_b = cache
+    x, W = cache.x, cache.W
     as_float_array("dy", dy, shape=x.shape[:-1] + (W.shape[1],), dtype=x.dtype)
-    dx = dy @ W.T  # [..., n_in]
-    dW = x.reshape(-1, W.shape[0]).T @ dy.reshape(-1, W.shape[1])  # [n_in, n_out]
-    db = _sum_to_last(dy) if has_b else None
-    return dx, dW, db
+    return _linear_backward(dy, cache)
 
 
 # --------------------------------------------------------------------------- layernorm
+class LayerNormCache(NamedTuple):
+    x_hat: np.ndarray  # [..., N]
+    rstd: np.ndarray  # 1 / sqrt(var + eps)  [..., 1]
+    gamma: np.ndarray  # [N]
+
+
 @implements("layernorm.forward")
-def layernorm_forward(x, gamma, beta, eps: float = 1e-12):
+def _layernorm_forward(x, gamma, beta, eps: float = 1e-12):
     """y = gamma * x_hat + beta, x_hat = (x - mu) / sqrt(var + eps), statistics over the last axis.
 
     var is the biased (1/N) variance, as in the Mini-BERT derivation and torch.nn.LayerNorm.
     """
-    as_float_array("x", x, min_ndim=1)
-    N = x.shape[-1]
-    as_float_array("gamma", gamma, shape=(N,), dtype=x.dtype)
-    as_float_array("beta", beta, shape=(N,), dtype=x.dtype)
-    if not (np.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps: expected a finite value >= 0, got {eps}")
     mu = x.mean(axis=-1, keepdims=True)  # [..., 1]
     x_mu = x - mu
     var = (x_mu * x_mu).mean(axis=-1, keepdims=True)  # [..., 1]
     rstd = 1.0 / np.sqrt(var + x.dtype.type(eps))  # [..., 1]
     x_hat = x_mu * rstd
-    return gamma * x_hat + beta, (x_hat, rstd, gamma)
+    return gamma * x_hat + beta, LayerNormCache(x_hat, rstd, gamma)
 
 
 @implements("layernorm.backward.dx", "layernorm.backward.dgamma", "layernorm.backward.dbeta")
-def layernorm_backward(dy, cache):
+def _layernorm_backward(dy, cache):
     """dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dy * gamma.
 
     gamma multiplies dy *before* the feature means: pulling it outside (as the Mini-BERT
     derivation §3.3 writes it) is only right when gamma is constant across features.
     """
-    x_hat, rstd, gamma = cache
-    as_float_array("dy", dy, shape=x_hat.shape, dtype=x_hat.dtype)
-    g = dy * gamma  # dL/dx_hat  [..., N]
+    x_hat, rstd = cache.x_hat, cache.rstd
+    g = dy * cache.gamma  # dL/dx_hat  [..., N]
     dx = rstd * (g - g.mean(axis=-1, keepdims=True)
                  - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
-    dgamma = _sum_to_last(dy * x_hat)
-    dbeta = _sum_to_last(dy)
+    dgamma = _sum_to_last(dy * x_hat)  # [N]
+    dbeta = _sum_to_last(dy)  # [N]
     return dx, dgamma, dbeta
 
 
+def _check_eps(eps) -> None:
+    if not (np.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps: expected a finite value >= 0, got {eps}")
+
+
+def _check_layernorm_params(N: int, dtype, gamma, beta, eps) -> None:
+    """gamma, beta [N] of the input's dtype; eps finite and >= 0."""
+    as_float_array("gamma", gamma, shape=(N,), dtype=dtype)
+    as_float_array("beta", beta, shape=(N,), dtype=dtype)
+    _check_eps(eps)
+
+
+def layernorm_forward(x, gamma, beta, eps: float = 1e-12):
+    """x [..., N], gamma [N], beta [N] -> gamma * x_hat + beta [..., N]."""
+    as_float_array("x", x, min_ndim=1)
+    _check_layernorm_params(x.shape[-1], x.dtype, gamma, beta, eps)
+    return _layernorm_forward(x, gamma, beta, eps)
+
+
+def layernorm_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.x_hat.shape, dtype=cache.x_hat.dtype)
+    return _layernorm_backward(dy, cache)
+
+
 # --------------------------------------------------------------------------- softmax
+class SoftmaxCache(NamedTuple):
+    p: np.ndarray  # the probabilities [..., n]
+
+
 @implements("softmax.forward")
+def _softmax_forward(x, mask=None):
+    """Stable softmax over the last axis: exp(x - max) / sum.  ``mask`` (bool, broadcastable to
+    x) keeps True entries; False entries get probability exactly 0."""
+    if mask is not None:
+        x = np.where(mask, x, -np.inf)
+    z = x - x.max(axis=-1, keepdims=True)  # max is finite: each row has a kept entry
+    e = np.exp(z)
+    p = e / e.sum(axis=-1, keepdims=True)
+    return p, SoftmaxCache(p)
+
+
+@implements("softmax.backward")
+def _softmax_backward(dp, cache):
+    """Jacobian-vector product: dx = p * (dp - sum(p * dp)).  Masked entries (p = 0) get 0."""
+    p = cache.p
+    return (p * (dp - (p * dp).sum(axis=-1, keepdims=True)),)
+
+
 def softmax_forward(x, mask=None):
-    """Stable softmax over the last axis: exp(x - max) / sum.  ``mask`` (bool, x's shape) keeps
-    True entries; False entries get probability exactly 0 and every row needs one True entry."""
+    """x [..., n], ``mask`` (bool or 0/1, x's shape; every row needs one True entry) or None."""
     as_float_array("x", x, min_ndim=1)
     if mask is not None:
         mask = as_mask("mask", mask, shape=x.shape)
         if not np.all(mask.any(axis=-1)):
             raise ValueError("mask: every row needs at least one True entry, got an all-False row")
-        x = np.where(mask, x, -np.inf)
-    z = x - x.max(axis=-1, keepdims=True)  # max is finite: each row has a kept entry
-    e = np.exp(z)
-    p = e / e.sum(axis=-1, keepdims=True)
-    return p, p
+    return _softmax_forward(x, mask)
 
 
-@implements("softmax.backward")
 def softmax_backward(dp, cache):
-    """Jacobian-vector product: dx = p * (dp - sum(p * dp)).  Masked entries (p = 0) get 0."""
-    p = cache
-    as_float_array("dp", dp, shape=p.shape, dtype=p.dtype)
-    return (p * (dp - (p * dp).sum(axis=-1, keepdims=True)),)
+    as_float_array("dp", dp, shape=cache.p.shape, dtype=cache.p.dtype)
+    return _softmax_backward(dp, cache)
 
 
 @implements("softmax.jacobian")
@@ -242,52 +367,84 @@ def softmax_jacobian(p):
 
 
 # --------------------------------------------------------------------------- relu / tanh
+class ReluCache(NamedTuple):
+    positive: np.ndarray  # x > 0 (bool: a quarter of float32's memory)
+    dtype: np.dtype
+
+
 @implements("relu.forward")
-def relu_forward(x):
+def _relu_forward(x):
     """max(0, x)."""
-    as_float_array("x", x)
-    return np.maximum(x, 0), (x > 0, x.dtype)
+    return np.maximum(x, 0), ReluCache(x > 0, x.dtype)
 
 
 @implements("relu.backward")
-def relu_backward(dy, cache):
+def _relu_backward(dy, cache):
     """dx = dy * [x > 0] (the subgradient at 0 is taken as 0, as torch does)."""
-    positive, dtype = cache
-    as_float_array("dy", dy, shape=positive.shape, dtype=dtype)
-    return (dy * positive,)
+    return (dy * cache.positive,)
+
+
+def relu_forward(x):
+    as_float_array("x", x)
+    return _relu_forward(x)
+
+
+def relu_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.positive.shape, dtype=cache.dtype)
+    return _relu_backward(dy, cache)
+
+
+class TanhCache(NamedTuple):
+    y: np.ndarray  # tanh(x)
 
 
 @implements("tanh.forward")
-def tanh_forward(x):
-    as_float_array("x", x)
+def _tanh_forward(x):
     y = np.tanh(x)
-    return y, y
+    return y, TanhCache(y)
 
 
 @implements("tanh.backward")
-def tanh_backward(dy, cache):
+def _tanh_backward(dy, cache):
     """dx = dy * (1 - tanh(x)^2)."""
-    y = cache
-    as_float_array("dy", dy, shape=y.shape, dtype=y.dtype)
+    y = cache.y
     return (dy * (1 - y * y),)
+
+
+def tanh_forward(x):
+    as_float_array("x", x)
+    return _tanh_forward(x)
+
+
+def tanh_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.y.shape, dtype=cache.y.dtype)
+    return _tanh_backward(dy, cache)
 
 
 # --------------------------------------------------------------------------- attention
 @implements("attention.split_heads")
-def split_heads(x, n_heads: int):
+def _split_heads(x, n_heads: int):
     """[B, T, H] -> [B, A, T, d_k]: head a owns features a*d_k:(a+1)*d_k."""
-    as_float_array("x", x, ndim=3, finite=False)
     B, T, H = x.shape
-    _check_heads(n_heads, H)
     return x.reshape(B, T, n_heads, H // n_heads).transpose(0, 2, 1, 3)
 
 
 @implements("attention.merge_heads")
-def merge_heads(x):
+def _merge_heads(x):
     """[B, A, T, d_k] -> [B, T, H] (the inverse of split_heads, and its adjoint)."""
-    as_float_array("x", x, ndim=4, finite=False)
     B, A, T, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, T, A * d_k)
+
+
+def split_heads(x, n_heads: int):
+    as_float_array("x", x, ndim=3, finite=False)
+    _check_heads(n_heads, x.shape[2])
+    return _split_heads(x, n_heads)
+
+
+def merge_heads(x):
+    as_float_array("x", x, ndim=4, finite=False)
+    return _merge_heads(x)
 
 
 def _check_heads(n_heads, H: int) -> None:
@@ -299,16 +456,72 @@ def _check_heads(n_heads, H: int) -> None:
 ATTENTION_PARAMS = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
 
 
+class AttentionCache(NamedTuple):
+    n_heads: int
+    scale: np.floating  # 1 / sqrt(d_k), in x's dtype
+    q_h: np.ndarray  # Q split into heads [B, A, T, d_k]
+    k_h: np.ndarray  # [B, A, T, d_k]
+    v_h: np.ndarray  # [B, A, T, d_k]
+    p: np.ndarray  # attention probabilities P = softmax(S) [B, A, T, T]
+    q: LinearCache  # the four projections
+    k: LinearCache
+    v: LinearCache
+    o: LinearCache
+
+
 @implements("attention.qkv", "attention.scores", "attention.context", "attention.output")
-def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
-                      n_heads: int, mask=None):
+def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
+                       n_heads: int, mask=None):
     """Multi-head self-attention.
 
     Q = x W_q + b_q (likewise K, V)                       [B, T, H]
     S = Q_h K_h^T / sqrt(d_k), P = softmax(S) over keys     [B, A, T, T]
     C = P V_h, y = merge(C) W_o + b_o                     [B, T, H]
-    ``mask`` [B, T] (bool or 0/1) marks the keys that may be attended (key padding mask).
+    ``mask`` [B, T] bool marks the keys that may be attended (key padding mask).
     """
+    B, T, H = x.shape
+    d_k = H // n_heads
+    q, c_q = _linear_forward(x, W_q, b_q)  # [B, T, H]
+    k, c_k = _linear_forward(x, W_k, b_k)
+    v, c_v = _linear_forward(x, W_v, b_v)
+    q_h, k_h, v_h = (_split_heads(t, n_heads) for t in (q, k, v))  # [B, A, T, d_k]
+    scale = x.dtype.type(1.0 / np.sqrt(d_k))
+    scores = (q_h @ k_h.transpose(0, 1, 3, 2)) * scale  # S [B, A, T, T]
+    key_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, T]: keys only
+    p, _ = _softmax_forward(scores, key_mask)  # P [B, A, T, T]
+    ctx = _merge_heads(p @ v_h)  # C [B, T, H]
+    y, c_o = _linear_forward(ctx, W_o, b_o)  # [B, T, H]
+    return y, AttentionCache(n_heads=n_heads, scale=scale, q_h=q_h, k_h=k_h, v_h=v_h, p=p,
+                             q=c_q, k=c_k, v=c_v, o=c_o)
+
+
+@implements("attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
+            "attention.backward.dS", "attention.backward.dQ", "attention.backward.dK",
+            "attention.backward.dx")
+def _attention_backward(dy, cache):
+    """Returns (dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o); None for absent biases.
+
+    dC = dy W_o^T;  dV_h = P^T dC_h;  dP = dC_h V_h^T;  dS = softmax JVP(dP);
+    dQ_h = dS K_h / sqrt(d_k);  dK_h = dS^T Q_h / sqrt(d_k);  dx sums the three projections.
+    """
+    dctx, dW_o, db_o = _linear_backward(dy, cache.o)  # dC [B, T, H]
+    dctx_h = _split_heads(dctx, cache.n_heads)  # [B, A, T, d_k]
+    dv_h = cache.p.transpose(0, 1, 3, 2) @ dctx_h  # dV_h = P^T dC_h  [B, A, T, d_k]
+    dp = dctx_h @ cache.v_h.transpose(0, 1, 3, 2)  # dP = dC_h V_h^T  [B, A, T, T]
+    (dscores,) = _softmax_backward(dp, SoftmaxCache(cache.p))  # dS [B, A, T, T]
+    dscores *= cache.scale  # S = Q_h K_h^T * scale: both dQ_h and dK_h carry the scale
+    dq_h = dscores @ cache.k_h  # [B, A, T, d_k]
+    dk_h = dscores.transpose(0, 1, 3, 2) @ cache.q_h  # [B, A, T, d_k]
+    dq, dk, dv = (_merge_heads(t) for t in (dq_h, dk_h, dv_h))  # [B, T, H]
+    dx_q, dW_q, db_q = _linear_backward(dq, cache.q)
+    dx_k, dW_k, db_k = _linear_backward(dk, cache.k)
+    dx_v, dW_v, db_v = _linear_backward(dv, cache.v)
+    dx = dx_q + dx_k + dx_v  # x feeds all three projections
+    return dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o
+
+
+def _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask):
+    """Checks attention_forward's arguments; returns the mask as bool [B, T] (or None)."""
     as_float_array("x", x, ndim=3)
     B, T, H = x.shape
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v), ("W_o", W_o)):
@@ -317,80 +530,75 @@ def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=N
     for name, b in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v), ("b_o", b_o)):
         if b is not None:
             as_float_array(name, b, shape=(H,), dtype=x.dtype)
-    d_k = H // n_heads
     if mask is not None:
         mask = as_mask("mask", mask, shape=(B, T))
         if not np.all(mask.any(axis=-1)):
             raise ValueError("mask: every sequence needs at least one unmasked key, "
                              f"rows {np.flatnonzero(~mask.any(axis=-1)).tolist()} have none")
-    q, q_cache = linear_forward(x, W_q, b_q)  # [B, T, H]
-    k, k_cache = linear_forward(x, W_k, b_k)
-    v, v_cache = linear_forward(x, W_v, b_v)
-    q_h, k_h, v_h = (split_heads(t, n_heads) for t in (q, k, v))  # [B, A, T, d_k]
-    scale = x.dtype.type(1.0 / np.sqrt(d_k))
-    scores = (q_h @ k_h.transpose(0, 1, 3, 2)) * scale  # [B, A, T, T]
-    key_mask = None if mask is None else np.broadcast_to(mask[:, None, None, :], scores.shape)
-    p, p_cache = softmax_forward(scores, key_mask)  # [B, A, T, T]
-    ctx = merge_heads(p @ v_h)  # [B, T, H]
-    y, o_cache = linear_forward(ctx, W_o, b_o)
-    cache = (n_heads, scale, q_h, k_h, v_h, p_cache, q_cache, k_cache, v_cache, o_cache)
-    return y, cache
+    return mask
 
 
-@implements("attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
-            "attention.backward.dS", "attention.backward.dQ", "attention.backward.dK",
-            "attention.backward.dx")
+def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
+                      n_heads: int, mask=None):
+    """x [B, T, H], W_* [H, H], b_* [H] or None; ``mask`` [B, T] (bool or 0/1) marks the keys
+    that may be attended -> [B, T, H]."""
+    mask = _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask)
+    return _attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads=n_heads,
+                              mask=mask)
+
+
 def attention_backward(dy, cache):
-    """Returns (dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o); None for absent biases.
-
-    dC = dy W_o^T;  dV_h = P^T dC_h;  dP = dC_h V_h^T;  dS = softmax JVP(dP);
-    dQ_h = dS K_h / sqrt(d_k);  dK_h = dS^T Q_h / sqrt(d_k);  dx sums the three projections.
-    """
-    n_heads, scale, q_h, k_h, v_h, p_cache, q_cache, k_cache, v_cache, o_cache = cache
-    dctx, dW_o, db_o = linear_backward(dy, o_cache)  # [B, T, H]
-    dctx_h = split_heads(dctx, n_heads)  # [B, A, T, d_k]
-    p = p_cache
-    dv_h = p.transpose(0, 1, 3, 2) @ dctx_h  # [B, A, T, d_k]
-    dp = dctx_h @ v_h.transpose(0, 1, 3, 2)  # [B, A, T, T]
-    (dscores,) = softmax_backward(dp, p_cache)
-    dscores *= scale
-    dq_h = dscores @ k_h  # [B, A, T, d_k]
-    dk_h = dscores.transpose(0, 1, 3, 2) @ q_h
-    dx_q, dW_q, db_q = linear_backward(merge_heads(dq_h), q_cache)
-    dx_k, dW_k, db_k = linear_backward(merge_heads(dk_h), k_cache)
-    dx_v, dW_v, db_v = linear_backward(merge_heads(dv_h), v_cache)
-    return dx_q + dx_k + dx_v, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o
+    as_float_array("dy", dy, shape=cache.o.x.shape, dtype=cache.o.x.dtype)
+    return _attention_backward(dy, cache)
 
 
 # --------------------------------------------------------------------------- feed-forward
 FFN_PARAMS = ("W_1", "b_1", "W_2", "b_2")
 
 
+class FFNCache(NamedTuple):
+    lin_1: LinearCache  # h = x W_1 + b_1
+    relu: ReluCache  # a = ReLU(h)
+    lin_2: LinearCache  # y = a W_2 + b_2
+
+
 @implements("ffn.forward")
-def ffn_forward(x, W_1, b_1, W_2, b_2):
-    """FFN(x) = ReLU(x W_1 + b_1) W_2 + b_2.  [..., H] -> [..., I] -> [..., H]."""
-    as_float_array("x", x, min_ndim=1)
-    H = x.shape[-1]
-    as_float_array("W_1", W_1, ndim=2, dtype=x.dtype)
-    I = W_1.shape[1]
-    as_float_array("W_1", W_1, shape=(H, I))
-    as_float_array("b_1", b_1, shape=(I,), dtype=x.dtype)
-    as_float_array("W_2", W_2, shape=(I, H), dtype=x.dtype)
-    as_float_array("b_2", b_2, shape=(H,), dtype=x.dtype)
-    h, c1 = linear_forward(x, W_1, b_1)
-    a, c_relu = relu_forward(h)
-    y, c2 = linear_forward(a, W_2, b_2)
-    return y, (c1, c_relu, c2)
+def _ffn_forward(x, W_1, b_1, W_2, b_2):
+    """FFN(x) = ReLU(x W_1 + b_1) W_2 + b_2."""
+    h, c_1 = _linear_forward(x, W_1, b_1)  # [..., I]
+    a, c_relu = _relu_forward(h)  # [..., I]
+    y, c_2 = _linear_forward(a, W_2, b_2)  # [..., H]
+    return y, FFNCache(lin_1=c_1, relu=c_relu, lin_2=c_2)
 
 
 @implements("ffn.backward")
-def ffn_backward(dy, cache):
+def _ffn_backward(dy, cache):
     """Returns (dx, dW_1, db_1, dW_2, db_2)."""
-    c1, c_relu, c2 = cache
-    da, dW_2, db_2 = linear_backward(dy, c2)
-    (dh,) = relu_backward(da, c_relu)
-    dx, dW_1, db_1 = linear_backward(dh, c1)
+    da, dW_2, db_2 = _linear_backward(dy, cache.lin_2)  # [..., I]
+    (dh,) = _relu_backward(da, cache.relu)
+    dx, dW_1, db_1 = _linear_backward(dh, cache.lin_1)  # [..., H]
     return dx, dW_1, db_1, dW_2, db_2
+
+
+def _check_ffn_params(H: int, dtype, W_1, b_1, W_2, b_2) -> None:
+    as_float_array("W_1", W_1, shape=(H, None), dtype=dtype)
+    I = W_1.shape[1]
+    as_float_array("b_1", b_1, shape=(I,), dtype=dtype)
+    as_float_array("W_2", W_2, shape=(I, H), dtype=dtype)
+    as_float_array("b_2", b_2, shape=(H,), dtype=dtype)
+
+
+def ffn_forward(x, W_1, b_1, W_2, b_2):
+    """x [..., H], W_1 [H, I], b_1 [I], W_2 [I, H], b_2 [H] -> [..., H]."""
+    as_float_array("x", x, min_ndim=1)
+    _check_ffn_params(x.shape[-1], x.dtype, W_1, b_1, W_2, b_2)
+    return _ffn_forward(x, W_1, b_1, W_2, b_2)
+
+
+def ffn_backward(dy, cache):
+    x = cache.lin_1.x
+    as_float_array("dy", dy, shape=x.shape, dtype=x.dtype)
+    return _ffn_backward(dy, cache)
 
 
 # --------------------------------------------------------------------------- post-LN block
@@ -401,88 +609,132 @@ def block_param_names(attn_bias: bool) -> tuple[str, ...]:
             + tuple(f"ffn.{n}" for n in FFN_PARAMS) + ("ln2.gamma", "ln2.beta"))
 
 
+class BlockCache(NamedTuple):
+    attn: AttentionCache
+    ln1: LayerNormCache
+    ffn: FFNCache
+    ln2: LayerNormCache
+    names: tuple  # the keys of p, sorted
+
+
 @implements("block.postln", "residual.forward")
-def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12):
+def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12):
     """Post-LN encoder block (Mini-BERT derivation §2.5, BERT):
 
-    x' = LN1(x + MHA(x));  out = LN2(x' + FFN(x')).
+    h = LN1(x + MHA(x));  out = LN2(h + FFN(h)).
     ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays.
     """
+    attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]  # None for absent biases
+    a, c_attn = _attention_forward(x, *attn_args, n_heads=n_heads, mask=mask)  # [B, T, H]
+    h, c_ln1 = _layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)
+    f, c_ffn = _ffn_forward(h, *(p[f"ffn.{n}"] for n in FFN_PARAMS))
+    out, c_ln2 = _layernorm_forward(h + f, p["ln2.gamma"], p["ln2.beta"], eps)
+    return out, BlockCache(attn=c_attn, ln1=c_ln1, ffn=c_ffn, ln2=c_ln2, names=tuple(sorted(p)))
+
+
+@implements("residual.backward")
+def _block_backward(dout, cache):
+    """Returns (dx, grads) with grads keyed like the forward's ``p``.
+
+    A residual sum passes its gradient unchanged to both branches: dx gets dr from the skip
+    connection plus the attention branch's input gradient.
+    """
+    dr2, dg2, db2 = _layernorm_backward(dout, cache.ln2)  # d(h + FFN(h))
+    dh_ffn, *dffn = _ffn_backward(dr2, cache.ffn)
+    dh = dr2 + dh_ffn  # skip + FFN branch
+    dr1, dg1, db1 = _layernorm_backward(dh, cache.ln1)  # d(x + MHA(x))
+    dx_attn, *dattn = _attention_backward(dr1, cache.attn)
+    dx = dr1 + dx_attn  # skip + attention branch
+    grads = {f"attn.{n}": g for n, g in zip(ATTENTION_PARAMS, dattn)}
+    grads.update({f"ffn.{n}": g for n, g in zip(FFN_PARAMS, dffn)})
+    grads.update({"ln1.gamma": dg1, "ln1.beta": db1, "ln2.gamma": dg2, "ln2.beta": db2})
+    return dx, {n: grads[n] for n in cache.names}
+
+
+def _check_block(x, p, n_heads, mask, eps):
+    """Checks block_forward's arguments; returns the mask as bool [B, T] (or None)."""
     if not isinstance(p, dict):
         raise ValueError(f"p: expected a dict of block parameters, got {type(p).__name__}")
     expected = set(block_param_names(attn_bias="attn.b_q" in p))
     if set(p) != expected:
         raise ValueError(f"p: expected the keys of block_param_names(); missing "
                          f"{sorted(expected - set(p))}, unexpected {sorted(set(p) - expected)}")
-    attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]
-    a, c_attn = attention_forward(x, *attn_args, n_heads=n_heads, mask=mask)
-    h1, c_ln1 = layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)
-    f, c_ffn = ffn_forward(h1, *(p[f"ffn.{n}"] for n in FFN_PARAMS))
-    out, c_ln2 = layernorm_forward(h1 + f, p["ln2.gamma"], p["ln2.beta"], eps)
-    return out, (c_attn, c_ln1, c_ffn, c_ln2, tuple(sorted(p)))
+    mask = _check_attention(x, *(p.get(f"attn.{n}") for n in ATTENTION_PARAMS), n_heads, mask)
+    H = x.shape[-1]
+    _check_layernorm_params(H, x.dtype, p["ln1.gamma"], p["ln1.beta"], eps)
+    _check_ffn_params(H, x.dtype, *(p[f"ffn.{n}"] for n in FFN_PARAMS))
+    _check_layernorm_params(H, x.dtype, p["ln2.gamma"], p["ln2.beta"], eps)
+    return mask
 
 
-@implements("residual.backward")
+def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12):
+    """x [B, T, H], ``p`` a dict with the keys of ``block_param_names`` -> [B, T, H]."""
+    mask = _check_block(x, p, n_heads, mask, eps)
+    return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps)
+
+
 def block_backward(dout, cache):
-    """Returns (dx, grads) with grads keyed like the forward's ``p``.
-
-    A residual sum passes its gradient unchanged to both branches: dx gets dr from the skip
-    connection plus the attention branch's input gradient.
-    """
-    c_attn, c_ln1, c_ffn, c_ln2, names = cache
-    dr2, dg2, db2 = layernorm_backward(dout, c_ln2)
-    dh1_ffn, *dffn = ffn_backward(dr2, c_ffn)
-    dh1 = dr2 + dh1_ffn  # skip + FFN branch
-    dr1, dg1, db1 = layernorm_backward(dh1, c_ln1)
-    dx_attn, *dattn = attention_backward(dr1, c_attn)
-    dx = dr1 + dx_attn  # skip + attention branch
-    grads = {f"attn.{n}": g for n, g in zip(ATTENTION_PARAMS, dattn)}
-    grads.update({f"ffn.{n}": g for n, g in zip(FFN_PARAMS, dffn)})
-    grads.update({"ln1.gamma": dg1, "ln1.beta": db1, "ln2.gamma": dg2, "ln2.beta": db2})
-    return dx, {n: grads[n] for n in names}
+    x_hat = cache.ln2.x_hat
+    as_float_array("dout", dout, shape=x_hat.shape, dtype=x_hat.dtype)
+    return _block_backward(dout, cache)
 
 
 # ----------------------------------------------------------------- pooler (BERT-base blog)
+class PoolerCache(NamedTuple):
+    h_shape: tuple  # (B, T, H)
+    lin: LinearCache
+    tanh: TanhCache
+
+
 @implements("pooler.forward")
-def pooler_forward(h, W, b=None):
-    """Classification pooler: tanh(h[:, 0] W + b) on the first ([CLS]) token.
-
-    [B, T, H] -> [B, H] (BERT-base forward-pass blog)."""
-    as_float_array("h", h, ndim=3)
-    z, c_lin = linear_forward(h[:, 0], W, b)
-    y, c_tanh = tanh_forward(z)
-    return y, (h.shape, c_lin, c_tanh)
+def _pooler_forward(h, W, b=None):
+    """Classification pooler: tanh(h[:, 0] W + b) on the first ([CLS]) token (BERT-base
+    forward-pass blog)."""
+    z, c_lin = _linear_forward(h[:, 0], W, b)  # [B, H]
+    y, c_tanh = _tanh_forward(z)
+    return y, PoolerCache(h.shape, c_lin, c_tanh)
 
 
-def pooler_backward(dy, cache):
+def _pooler_backward(dy, cache):
     """Returns (dh, dW, db); dh is zero except at position 0."""
-    h_shape, c_lin, c_tanh = cache
-    (dz,) = tanh_backward(dy, c_tanh)
-    dh0, dW, db = linear_backward(dz, c_lin)
-    dh = np.zeros(h_shape, dtype=dh0.dtype)
+    (dz,) = _tanh_backward(dy, cache.tanh)
+    dh0, dW, db = _linear_backward(dz, cache.lin)  # dh0 [B, H]
+    dh = np.zeros(cache.h_shape, dtype=dh0.dtype)  # [B, T, H]
     dh[:, 0] = dh0
     return dh, dW, db
 
 
+def pooler_forward(h, W, b=None):
+    """h [B, T, H], W [H, H], b [H] or None -> [B, H]."""
+    as_float_array("h", h, ndim=3)
+    _check_linear(h[:, 0], W, b)
+    return _pooler_forward(h, W, b)
+
+
+def pooler_backward(dy, cache):
+    y = cache.tanh.y
+    as_float_array("dy", dy, shape=y.shape, dtype=y.dtype)
+    return _pooler_backward(dy, cache)
+
+
 # --------------------------------------------------------------------------- losses
+class CrossEntropyCache(NamedTuple):
+    logp: np.ndarray  # log-softmax [..., V]
+    safe: np.ndarray  # labels with ignore_index replaced by 0 [...]
+    valid: np.ndarray  # labels != ignore_index [...]
+    denom: int  # N_masked ("mean") or 1 ("sum")
+
+
 @implements("loss.ce.mean", "loss.ce.sum")
-def cross_entropy_forward(logits, labels, *, ignore_index: int = IGNORE_INDEX,
-                          reduction: str = "mean"):
-    """Masked cross-entropy.  logits [..., V], labels [...] (``ignore_index`` = not predicted).
+def _cross_entropy_forward(logits, labels, *, ignore_index: int = IGNORE_INDEX,
+                           reduction: str = "mean"):
+    """Masked cross-entropy.  ``ignore_index`` marks positions not predicted.
 
     "mean": -sum_{masked} log p[label] / N_masked  (Mini-BERT derivation §4.1)
     "sum":  -sum_{masked} log p[label]             (BERT masked-LM slides)
     """
-    as_float_array("logits", logits, min_ndim=1)
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
-    V = logits.shape[-1]
-    as_index_array("labels", labels, shape=logits.shape[:-1], low=0, high=V, allow=(ignore_index,))
     valid = labels != ignore_index  # [...]
     n = int(valid.sum())
-    if n == 0 and reduction == "mean":
-        raise ValueError(f"labels: the mean needs at least one position != ignore_index "
-                         f"({ignore_index}), got none among {labels.size}")
     z = logits - logits.max(axis=-1, keepdims=True)
     log_sum = np.log(np.exp(z).sum(axis=-1, keepdims=True))
     logp = z - log_sum  # log-softmax [..., V]
@@ -491,37 +743,69 @@ def cross_entropy_forward(logits, labels, *, ignore_index: int = IGNORE_INDEX,
     total = -(picked * valid).sum(dtype=logits.dtype)
     denom = n if reduction == "mean" else 1
     loss = logits.dtype.type(total / denom)
-    return loss, (logp, safe, valid, denom)
+    return loss, CrossEntropyCache(logp, safe, valid, denom)
 
 
 @implements("loss.ce.backward.mean", "loss.ce.backward.sum")
-def cross_entropy_backward(dloss, cache):
-    """dlogits = dloss * (softmax(logits) - onehot(label)) * valid / N (N = 1 for "sum")."""
-    logp, safe, valid, denom = cache
-    dloss = _scalar("dloss", dloss, logp.dtype)
-    dlogits = np.exp(logp)  # p
-    np.put_along_axis(dlogits, safe[..., None],
-                      np.take_along_axis(dlogits, safe[..., None], axis=-1) - 1, axis=-1)
-    dlogits *= (valid * (dloss / denom)).astype(logp.dtype)[..., None]
+def _cross_entropy_backward(dloss, cache):
+    """dlogits = dloss * (softmax(logits) - onehot(label)) * valid / N (N = 1 for "sum").
+    ``dloss`` is a scalar of the logits' dtype."""
+    safe = cache.safe[..., None]
+    dlogits = np.exp(cache.logp)  # p  [..., V]
+    np.put_along_axis(dlogits, safe, np.take_along_axis(dlogits, safe, axis=-1) - 1, axis=-1)
+    dlogits *= (cache.valid * (dloss / cache.denom)).astype(cache.logp.dtype)[..., None]
     return (dlogits,)
 
 
+def _check_ce_labels(labels, shape, V: int, ignore_index, reduction) -> None:
+    """labels [...] (logits' leading shape) in [0, V) or ``ignore_index``; a mean needs one."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
+    as_index_array("labels", labels, shape=shape, low=0, high=V, allow=(ignore_index,))
+    if reduction == "mean" and not np.any(labels != ignore_index):
+        raise ValueError(f"labels: the mean needs at least one position != ignore_index "
+                         f"({ignore_index}), got none among {labels.size}")
+
+
+def cross_entropy_forward(logits, labels, *, ignore_index: int = IGNORE_INDEX,
+                          reduction: str = "mean"):
+    """logits [..., V], labels [...] int -> scalar."""
+    as_float_array("logits", logits, min_ndim=1)
+    _check_ce_labels(labels, logits.shape[:-1], logits.shape[-1], ignore_index, reduction)
+    return _cross_entropy_forward(logits, labels, ignore_index=ignore_index, reduction=reduction)
+
+
+def cross_entropy_backward(dloss, cache):
+    return _cross_entropy_backward(_scalar("dloss", dloss, cache.logp.dtype), cache)
+
+
+class MSECache(NamedTuple):
+    diff: np.ndarray  # y_hat - y
+
+
 @implements("loss.mse")
-def mse_forward(y_hat, y):
+def _mse_forward(y_hat, y):
     """L = ||y_hat - y||^2 / N with N = y.size (NumPy-Transformer document, B*T*d_model)."""
-    as_float_array("y_hat", y_hat)
-    as_float_array("y", y, shape=y_hat.shape, dtype=y_hat.dtype)
     diff = y_hat - y
-    return y_hat.dtype.type((diff * diff).sum() / diff.size), diff
+    return y_hat.dtype.type((diff * diff).sum() / diff.size), MSECache(diff)
 
 
 @implements("loss.mse.backward")
-def mse_backward(dloss, cache):
+def _mse_backward(dloss, cache):
     """d y_hat = 2 (y_hat - y) / N * dloss;  d y = -d y_hat."""
-    diff = cache
-    dloss = _scalar("dloss", dloss, diff.dtype)
+    diff = cache.diff
     dy_hat = diff * (2 * dloss / diff.size)
     return dy_hat, -dy_hat
+
+
+def mse_forward(y_hat, y):
+    as_float_array("y_hat", y_hat)
+    as_float_array("y", y, shape=y_hat.shape, dtype=y_hat.dtype)
+    return _mse_forward(y_hat, y)
+
+
+def mse_backward(dloss, cache):
+    return _mse_backward(_scalar("dloss", dloss, cache.diff.dtype), cache)
 
 
 def _scalar(name, value, dtype):

@@ -180,10 +180,11 @@ def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, bet
     inv_sqrt_bc2 = 1.0 / np.sqrt(bc2)
     new_p, new_m, new_v = {}, {}, {}
     for k, p in params.items():
-        decay = 0.0 if (weight_decay == 0.0 or exempt(k)) else lr * weight_decay
+        wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
+        # decoupled (AdamW): the decay shrinks p directly and never enters the moments
         new_p[k], new_m[k], new_v[k] = _adam_tensor(
             p, grads[k], state["m"][k], state["v"][k], b1=beta1, b2=beta2, step_size=step_size,
-            inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=decay)
+            inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd)
     return new_p, {"step": t, "m": new_m, "v": new_v}
 
 

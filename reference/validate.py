@@ -91,13 +91,3 @@ def as_mask(name: str, mask, *, shape) -> np.ndarray:
         mask = mask.astype(bool)
     return mask
 
-
-def same_dtype(**arrays) -> np.dtype:
-    """All named float arrays share one dtype (float32 and float64 are never mixed silently)."""
-    items = [(k, v) for k, v in arrays.items() if v is not None]
-    name0, a0 = items[0]
-    for name, a in items[1:]:
-        if a.dtype != a0.dtype:
-            raise ValueError(
-                f"{name}: expected dtype {a0.dtype} (the dtype of {name0}), got {a.dtype}")
-    return a0.dtype

@@ -4,15 +4,20 @@
 * implementations: functions of the implementation under test that carry ``__equations__``
   (set by ``reference.registry.implements``), found by walking the package -- no registry
   object is needed, so another implementation only has to tag its functions;
-* tests: a static AST scan of ``tests/`` for ``pytest.mark.equation(...)`` and
-  ``pytest.mark.oracle`` (function, class, module ``pytestmark``, ``pytest.param(marks=...)``,
-  and marks built by a helper in another ``tests/`` module).  A tagged test is oracle evidence
-  if it carries ``oracle``; finite-difference evidence if it reaches the FD machinery
-  (``spec.gradcheck``'s checks) through its own body or the helpers it calls.
+* tests: ``pytest --collect-only`` of ``tests/`` in a subprocess with this module as a plugin
+  (``pytest_collection_finish``): every collected case's nodeid and the IDs of its
+  ``equation`` markers, wherever they come from (decorator, class, ``pytestmark``,
+  ``pytest.param(marks=...)``, the op table in ``spec/protocol.py``).  A collection error fails
+  the audit loudly.  A tagged case is oracle evidence if it carries ``oracle``;
+  finite-difference evidence if not, and its function reaches the FD machinery
+  (``spec.gradcheck``'s checks) through its own body or the helpers it calls (an AST walk of
+  the test's module and the ``tests/`` modules it imports from).
 
 A *gap* is missing evidence; a *regression* is evidence that contradicts the record (a proof
 whose outcome differs from the recorded verdict, a claim whose verdict changed).  Both fail the
-audit.  NumPy/stdlib only; SymPy is imported by the proofs.
+audit.  Every row carries the file:line of the equation's definition, of each implementing
+function, and the nodeid of each test case.  NumPy/stdlib only; SymPy is imported by the proofs
+and pytest by the collection subprocess.
 """
 
 from __future__ import annotations
@@ -31,140 +36,157 @@ FD_NAMES = frozenset({"directional_check", "elementwise_check", "check_gradients
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# --------------------------------------------------------------------------- tests (AST)
+# --------------------------------------------------------------------------- tests (pytest)
+COLLECT_ENV = "MINIBERT_AUDIT_COLLECT"  # where the collection plugin writes its JSON
+
+
 @dataclass(frozen=True)
 class TaggedTest:
-    file: str  # relative to the scanned root's parent
-    name: str  # Class.test_name or test_name
+    """One collected test case and the equation IDs its markers declare."""
+
+    nodeid: str  # tests/test_ops_fd.py::test_backward_matches_finite_differences[layernorm]
+    file: str  # relative to the tests directory's parent
+    function: str  # Class.test_name or test_name (the definition the case comes from)
     line: int
     ids: tuple[str, ...]
     oracle: bool
     fd: bool
 
     @property
-    def nodeid(self) -> str:
-        return f"{self.file}::{self.name.replace('.', '::')}"
+    def function_id(self) -> str:
+        """The nodeid without the parametrization: file::Class::test_name."""
+        return f"{self.file}::{self.function.replace('.', '::')}"
 
 
-def _mark_name(node: ast.AST) -> str | None:
-    """'equation' for pytest.mark.equation / mark.equation (called or not), else None."""
-    target = node.func if isinstance(node, ast.Call) else node
-    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute) \
-            and target.value.attr == "mark":
-        return target.attr
-    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-            and target.value.id == "mark":
-        return target.attr
-    return None
+def pytest_collection_finish(session) -> None:
+    """Collection plugin (``-p spec.audit``): every collected item's nodeid, file, function,
+    line, equation IDs and oracle flag, as JSON to $MINIBERT_AUDIT_COLLECT."""
+    import json
+    import os
+
+    import pytest
+
+    out = os.environ.get(COLLECT_ENV)
+    if not out:
+        return
+    root = Path(session.config.rootpath)
+    records = []
+    for item in session.items:
+        classes = [n.name for n in item.listchain() if isinstance(n, pytest.Class)]
+        name = getattr(item, "originalname", None) or item.name.split("[")[0]
+        try:
+            file = Path(item.path).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            file = str(item.path)
+        records.append({
+            "nodeid": item.nodeid, "file": file, "function": ".".join([*classes, name]),
+            "line": (item.location[1] or 0) + 1,
+            "ids": sorted({str(a) for m in item.iter_markers("equation") for a in m.args}),
+            "oracle": any(True for _ in item.iter_markers("oracle"))})
+    Path(out).write_text(json.dumps(records), encoding="utf-8")
+
+
+class CollectionError(RuntimeError):
+    """pytest could not collect the tests: the audit cannot say what they cover."""
+
+
+def collect_items(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | None = None,
+                  timeout: float = 600) -> list[dict]:
+    """``pytest --collect-only`` on ``tests_dir`` in a fresh interpreter, with this module as a
+    plugin: one record per collected item.  Any collection error (or an unusable tests
+    directory) raises :class:`CollectionError` with pytest's output -- never an empty list."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    tests_dir = Path(tests_dir).resolve()
+    if not tests_dir.is_dir():
+        raise CollectionError(f"tests directory {tests_dir} does not exist")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "MINIBERT_REPORT", "PYTEST_PLUGINS")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
+    if impl_spec:
+        env["MINIBERT_IMPL"] = impl_spec  # what --impl defaults to (conftest.py)
+    with tempfile.TemporaryDirectory(prefix="minibert-audit-") as tmp:
+        env[COLLECT_ENV] = out = str(Path(tmp) / "items.json")
+        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               "-p", __name__, f"--rootdir={tests_dir.parent}", str(tests_dir)]
+        proc = subprocess.run(cmd, cwd=tests_dir.parent, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        # 0: collected; 5: nothing to collect (a directory without tests)
+        if proc.returncode not in (0, 5) or not Path(out).is_file():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-40:]
+            raise CollectionError(f"pytest --collect-only {tests_dir} exited {proc.returncode}:"
+                                  "\n" + "\n".join(tail))
+        return json.loads(Path(out).read_text(encoding="utf-8"))
 
 
 class _Module:
-    """One parsed test-side module: constants, imports, top-level functions."""
+    """One parsed test-side module: its top-level functions, classes and imports."""
 
-    def __init__(self, path: Path, tests_dir: Path):
+    def __init__(self, path: Path):
         self.path = path
-        self.tests_dir = tests_dir
         self.tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        self.constants: dict[str, tuple[str, ...]] = {}
-        self.functions: dict[str, ast.FunctionDef] = {}
+        self.functions: dict[str, ast.AST] = {}
+        self.classes: dict[str, ast.ClassDef] = {}
         self.imports: dict[str, tuple[str, str]] = {}  # local name -> (module, name)
         for node in self.tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Name):
-                strings = _literal_strings(node.value)
-                if strings is not None:
-                    self.constants[node.targets[0].id] = strings
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[node.name] = node
+            elif isinstance(node, ast.ClassDef):
+                self.classes[node.name] = node
             elif isinstance(node, ast.ImportFrom) and node.module:
                 for alias in node.names:
                     self.imports[alias.asname or alias.name] = (node.module, alias.name)
 
-    def string_literals(self) -> set[str]:
-        return {n.value for n in ast.walk(self.tree)
-                if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    def definition(self, qualname: str) -> ast.AST | None:
+        """test_x or Class.test_x (nested classes too) -> its FunctionDef."""
+        *classes, name = qualname.split(".")
+        body = self.tree.body
+        for cls in classes:
+            node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+            if node is None:
+                return None
+            body = node.body
+        return next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == name), None)
 
 
-def _literal_strings(node) -> tuple[str, ...] | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return (node.value,)
-    if isinstance(node, (ast.Tuple, ast.List)) and all(
-            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
-        return tuple(e.value for e in node.elts)
-    return None
+class _Reach:
+    """Does a test function reach the FD machinery (FD_NAMES) through its body or the helpers
+    it calls (same module, or a module beside the tests imported by name)?"""
 
-
-class _Scanner:
-    def __init__(self, tests_dir: Path, known_ids: Iterable[str]):
+    def __init__(self, tests_dir: Path):
         self.tests_dir = tests_dir
-        self.known = set(known_ids)
-        self.modules: dict[Path, _Module] = {}
+        self.modules: dict[Path, _Module | None] = {}
+        self.memo: dict[tuple[Path, str], bool] = {}
 
     def module(self, path: Path) -> _Module | None:
         if path not in self.modules:
             try:
-                self.modules[path] = _Module(path, self.tests_dir)
+                self.modules[path] = _Module(path)
             except (OSError, SyntaxError):
-                return None
+                self.modules[path] = None
         return self.modules[path]
 
-    def helper_path(self, mod: _Module, dotted: str) -> Path | None:
+    def helper_path(self, dotted: str) -> Path | None:
         """A ``tests.x`` / ``x`` module beside the tests -> its file."""
         parts = dotted.split(".")
         if parts[0] == self.tests_dir.name:
             parts = parts[1:]
-        candidate = self.tests_dir.joinpath(*parts).with_suffix(".py")
-        return candidate if parts and candidate.is_file() else None
+        candidate = self.tests_dir.joinpath(*parts).with_suffix(".py") if parts else None
+        return candidate if candidate is not None and candidate.is_file() else None
 
-    # ----------------------------------------------------------------- marks
-    def marks(self, mod: _Module, exprs: Iterable[ast.AST], seen=None) -> tuple[set, bool]:
-        """Equation IDs and the oracle flag in decorator/pytestmark expressions."""
-        ids: set[str] = set()
-        oracle = False
-        seen = set() if seen is None else seen
-        for expr in exprs:
-            for node in ast.walk(expr):
-                name = _mark_name(node) if isinstance(node, (ast.Call, ast.Attribute)) else None
-                if name == "oracle":
-                    oracle = True
-                elif name == "equation" and isinstance(node, ast.Call):
-                    ids |= self.equation_args(mod, node)
-                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                    # marks built by a helper, e.g. parametrize("op", op_params())
-                    more, orc = self.helper_marks(mod, node.func.id, seen)
-                    ids |= more
-                    oracle |= orc
-        return ids, oracle
+    def test(self, path: Path, qualname: str) -> bool:
+        key = (path, qualname)
+        if key not in self.memo:
+            mod = self.module(path)
+            fn = mod.definition(qualname) if mod is not None else None
+            self.memo[key] = fn is not None and self.reaches_fd(mod, fn)
+        return self.memo[key]
 
-    def equation_args(self, mod: _Module, call: ast.Call) -> set[str]:
-        ids: set[str] = set()
-        for arg in call.args:
-            strings = _literal_strings(arg)
-            if strings is not None:
-                ids |= set(strings)
-            elif isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name) \
-                    and arg.value.id in mod.constants:
-                ids |= set(mod.constants[arg.value.id])
-            else:  # dynamic (e.g. *op.equations): every known ID spelled out in this module
-                ids |= mod.string_literals() & self.known
-        return ids
-
-    def helper_marks(self, mod: _Module, name: str, seen: set) -> tuple[set, bool]:
-        key = (mod.path, name)
-        if key in seen:
-            return set(), False
-        seen.add(key)
-        if name in mod.functions:
-            return self.marks(mod, [mod.functions[name]], seen)
-        if name in mod.imports:
-            module, real = mod.imports[name]
-            path = self.helper_path(mod, module)
-            other = self.module(path) if path else None
-            if other is not None and real in other.functions:
-                return self.marks(other, [other.functions[real]], seen)
-        return set(), False
-
-    # ----------------------------------------------------------------- FD reachability
     def reaches_fd(self, mod: _Module, fn: ast.AST, seen=None) -> bool:
         seen = set() if seen is None else seen
         names = set()
@@ -185,50 +207,34 @@ class _Scanner:
                     return True
             elif name in mod.imports:
                 module, real = mod.imports[name]
-                path = self.helper_path(mod, module)
+                path = self.helper_path(module)
                 other = self.module(path) if path else None
                 if other is not None and real in other.functions \
                         and self.reaches_fd(other, other.functions[real], seen):
                     return True
         return False
 
-    # ----------------------------------------------------------------- tests
-    def scan_file(self, path: Path) -> list[TaggedTest]:
-        mod = self.module(path)
-        if mod is None:
-            return []
-        module_marks = [n.value for n in mod.tree.body if isinstance(n, ast.Assign)
-                        and any(isinstance(t, ast.Name) and t.id == "pytestmark"
-                                for t in n.targets)]
-        rel = path.relative_to(self.tests_dir.parent).as_posix()
-        out = []
 
-        def add(fn, qual, class_decorators=()):
-            ids, oracle = self.marks(mod, list(fn.decorator_list) + list(class_decorators)
-                                     + module_marks)
-            if ids:
-                fd = not oracle and self.reaches_fd(mod, fn)
-                out.append(TaggedTest(rel, qual, fn.lineno, tuple(sorted(ids)), oracle, fd))
-
-        for node in mod.tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                    and node.name.startswith("test"):
-                add(node, node.name)
-            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                            and item.name.startswith("test"):
-                        add(item, f"{node.name}.{item.name}", node.decorator_list)
-        return out
-
-
-def scan_tests(tests_dir: Path | str = ROOT / "tests", known_ids: Iterable[str] = ()) \
+def tagged_tests(records: Iterable[Mapping], tests_dir: Path | str = ROOT / "tests") \
         -> list[TaggedTest]:
-    """Every tagged test under ``tests_dir`` (files test_*.py / *_test.py), statically."""
-    tests_dir = Path(tests_dir)
-    scanner = _Scanner(tests_dir, known_ids)
-    files = sorted(set(tests_dir.rglob("test_*.py")) | set(tests_dir.rglob("*_test.py")))
-    return [ref for f in files for ref in scanner.scan_file(f)]
+    """The collected items that declare equation IDs, each with its FD flag (not an oracle
+    test, and its function reaches the FD machinery)."""
+    tests_dir = Path(tests_dir).resolve()
+    reach = _Reach(tests_dir)
+    out = []
+    for r in records:
+        if not r["ids"]:
+            continue
+        fd = not r["oracle"] and reach.test(tests_dir.parent / r["file"], r["function"])
+        out.append(TaggedTest(r["nodeid"], r["file"], r["function"], r["line"],
+                              tuple(r["ids"]), bool(r["oracle"]), fd))
+    return out
+
+
+def scan_tests(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | None = None) \
+        -> list[TaggedTest]:
+    """Every tagged test case under ``tests_dir``, as pytest collects it."""
+    return tagged_tests(collect_items(tests_dir, impl_spec=impl_spec), tests_dir)
 
 
 # --------------------------------------------------------------------------- implementations
@@ -311,6 +317,8 @@ class Row:
     fd_needed: bool
     numeric: str  # "yes" / "n/a: why" / "missing"
     target: str | None
+    where: str = ""  # file:line of the equation's register(...) call
+    tests: list[str] = field(default_factory=list)  # every test case tagged with it (nodeids)
     gaps: list[str] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -337,7 +345,8 @@ def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[Tag
     rows = []
     for eq in equations.values():
         row = Row(eq.id, eq.kind, eq.title, list(eq.sources), "missing", eq.expected, "", [], [],
-                  [], bool(eq.torch_op), bool(eq.gradient), "", eq.target)
+                  [], bool(eq.torch_op), bool(eq.gradient), "", eq.target,
+                  where=f"{_rel(eq.file)}:{eq.line}" if eq.file else "")
         # SymPy
         if eq.proof is None:
             row.gaps.append("no SymPy proof or refutation")
@@ -364,8 +373,10 @@ def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[Tag
             if hinted is not None:
                 refs.append(hinted)
         row.implementations = [f"{r.name} ({r.where})" for r in refs]
-        row.fd_tests = sorted(t.nodeid for t in by_id.get(evidence_id, []) if t.fd)
-        row.oracle_tests = sorted(t.nodeid for t in by_id.get(evidence_id, []) if t.oracle)
+        tagged = by_id.get(evidence_id, [])
+        row.tests = sorted(t.nodeid for t in tagged)
+        row.fd_tests = sorted(t.nodeid for t in tagged if t.fd)
+        row.oracle_tests = sorted(t.nodeid for t in tagged if t.oracle)
         if eq.kind == "derivation":
             if not refs:
                 row.gaps.append("no implementing function")
@@ -402,7 +413,8 @@ class Report:
     rows: list[Row]
     claims: list  # spec.claims.Outcome
     seconds: float
-    tests_scanned: int
+    tests_collected: int  # items pytest collected
+    tests_tagged: int  # of which declare equation IDs
 
     @property
     def gaps(self) -> list[str]:
@@ -426,6 +438,7 @@ class Report:
         return {"equations": len([r for r in self.rows if r.kind != "unknown"]),
                 "sympy": {f"{k}/{s}": n for (k, s), n in sorted(eq.items())},
                 "claims": dict(Counter(c.verdict for c in self.claims)),
+                "tests_collected": self.tests_collected, "tests_tagged": self.tests_tagged,
                 "gaps": len(self.gaps), "regressions": len(self.regressions)}
 
     def to_json(self) -> dict:
@@ -435,19 +448,34 @@ class Report:
                 "gaps": self.gaps, "regressions": self.regressions}
 
 
-def run_audit(impl=None, *, tests_dir: Path | str = ROOT / "tests", run_proofs: bool = True,
+def run_audit(impl=None, *, impl_spec: str | None = None,
+              tests_dir: Path | str = ROOT / "tests", run_proofs: bool = True,
               claims: bool = True, measure: bool = True) -> Report:
-    """The whole audit: proofs, implementation tags, test tags, claims ledger."""
+    """The whole audit: proofs, implementation tags, test tags (pytest collection, run in a
+    subprocess while the proofs run; ``impl_spec`` is passed on as the tests' ``--impl``),
+    claims ledger.  A collection error raises :class:`CollectionError`."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from spec.equations import load
     start = time.perf_counter()
     if impl is None:
         impl = importlib.import_module("reference")
-    equations = load()
-    tests = scan_tests(tests_dir, equations)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(collect_items, tests_dir, impl_spec=impl_spec)
+        equations = load()
+        if run_proofs:  # while pytest collects; failures are reported by join()
+            for eq in equations.values():
+                try:
+                    if eq.proof is not None:
+                        eq.run_proof()
+                except Exception:  # noqa: BLE001
+                    pass
+        records = pending.result()  # before the claims: their timings want a quiet machine
+    tests = tagged_tests(records, tests_dir)
     rows = join(equations, collect_implementations(impl), tests, impl=impl,
                 run_proofs=run_proofs)
     outcomes = []
     if claims:
         from spec.claims import evaluate_all
         outcomes = evaluate_all(impl, measure=measure)
-    return Report(rows, outcomes, time.perf_counter() - start, len(tests))
+    return Report(rows, outcomes, time.perf_counter() - start, len(records), len(tests))

@@ -302,7 +302,7 @@ def _config(ctx):
 @claim("minibert.d_k", "The per-head width is d_k = H/A = 48 (H divisible by A)",
        f"{MINIBERT} §1-2.2; {GUIDE} §3", "48", "confirmed")
 def _d_k(ctx):
-    q_h = ctx.forward[1][3][0][0][2]  # block 0 -> attention cache -> q_h [B, A, T, d_k]
+    q_h = ctx.forward[1].blocks[0].attn.q_h  # block 0's attention: q_h [B, A, T, d_k]
     closed = ctx.config.hidden // ctx.config.n_heads
     ok = q_h.shape[-1] == closed == 48 and ctx.config.hidden % ctx.config.n_heads == 0
     return Result(f"{q_h.shape[-1]} (q_h {q_h.shape})", "confirmed" if ok else "refuted")
@@ -566,7 +566,7 @@ def _adam_defaults(ctx):
 @claim("schedule.first_step", "With warmup the learning rate at step 0 is 0", f"{MINIBERT} §8.1",
        "lr(0) = 0", "convention")
 def _first_step(ctx):
-    from spec.equations.optim import lr_document
+    from spec.equations.schedule import lr_document
     doc = lr_document(0, warmup=100, total=1000, peak=1e-4)
     fn = getattr(ctx.impl, "warmup_linear_lr", None)
     detail = "the formula as written (0-based steps) gives 0: the first update is wasted"
@@ -577,7 +577,7 @@ def _first_step(ctx):
         except TypeError as e:
             detail += f"; warmup_linear_lr call failed ({e}): align the call in spec/claims.py"
     else:
-        detail += "; the training code (not merged yet) uses (step + 1) / warmup"
+        detail += "; reference.optim.warmup_linear_lr uses (step + 1) / warmup"
     return Result(f"{float(doc):g} (document formula)", "convention", detail)
 
 
@@ -641,7 +641,7 @@ def _attention_rows(ctx):
 def _guide_shapes(ctx):
     ids, _ = ctx.batch
     emb = ctx.impl.embed(ctx.params, ctx.config, ids)
-    attn_out = ctx.forward[1][3][0][1][0].shape  # block 0 LN1 cache: x_hat [B, T, H]
+    attn_out = ctx.forward[1].blocks[0].ln1.x_hat.shape  # LN1(x + MHA(x)) of block 0 [B, T, H]
     logits = ctx.forward[0].shape
     got = (emb.shape, attn_out, logits)
     ok = got == ((8, 64, 192), (8, 64, 192), (8, 64, 8192))
@@ -814,7 +814,7 @@ def _blog_attention(ctx):
     x = rng.standard_normal((1, 512, 768)).astype(np.float32)
     W = [(0.02 * rng.standard_normal((768, 768))).astype(np.float32) for _ in range(4)]
     y, cache = ctx.impl.attention_forward(x, *W, n_heads=12)
-    p, v_h = cache[5], cache[4]
+    p, v_h = cache.p, cache.v_h
     ok = p.shape == (1, 12, 512, 512) and v_h.shape == (1, 12, 512, 64) and y.shape == (1, 512,
                                                                                           768)
     return Result(f"P {list(p.shape)}, V_h {list(v_h.shape)}, out {list(y.shape)}",

@@ -1,9 +1,9 @@
 """The op table shared by the finite-difference and invariant tests, and the op-level FD check.
 
-Each :class:`OpSpec` names an op pair of the implementation protocol (reached through ``impl``),
-the strategy drawing its cases, the equation IDs it realises, and, for composite ops whose
-smoothness depends on the forward itself (the block), a filter run on the implementation's own
-protocol ops.  ``check_op`` compares every output of the backward with central finite
+Each :class:`OpSpec` names a row of ``spec.protocol.OPS`` (which gives its protocol names and
+equation IDs), the strategy drawing its cases, and, for composite ops whose smoothness depends on
+the forward itself (the block), a filter run on the implementation's own protocol ops.
+``check_op`` compares every output of the backward with central finite
 differences of ``sum(out * dout)`` in float64 (``spec.gradcheck``).
 """
 
@@ -16,6 +16,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from spec.gradcheck import assert_all_passed, directional_check, elementwise_check
+from spec.protocol import OPS as PROTOCOL_OPS
 from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL, KINK_MARGIN, LN_MIN_VAR
 from tests import strategies as S
 
@@ -27,11 +28,17 @@ N_DIRECTIONS = 3
 
 @dataclass(frozen=True)
 class OpSpec:
-    name: str
+    """One FD case family: a row of spec.protocol.OPS (its protocol names and equation IDs)
+    with the strategy, adapter and filters that live in the tests."""
+
+    name: str  # the test id: the op, or the op and its variant (linear_nobias)
+    op: str  # the row of spec.protocol.OPS
     cases: Callable[[], st.SearchStrategy[S.OpCase]]
-    equations: tuple[str, ...]
-    forward: str = ""  # impl attribute names; empty for adapted ops (see ``bind``)
-    backward: str = ""
+    # last components of the op's equation IDs this variant does not exercise ("db" without a
+    # bias, "sum" for the mean reduction), and further rows realised inside it (attention
+    # splits and merges heads)
+    omit: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
     adapter: Callable | None = None  # impl -> (forward, backward) for non-standard signatures
     smooth: Callable | None = None  # (impl, case) -> bool: the case is away from non-smooth points
     elementwise_max: int = ELEMENTWISE_MAX_SIZE
@@ -39,10 +46,18 @@ class OpSpec:
     # (case) -> bool: the case is well-conditioned enough to compare float32 with float64
     f32_ok: Callable | None = None
 
+    @property
+    def equations(self) -> tuple[str, ...]:
+        ids = (e for row in (self.op, *self.also) for e in PROTOCOL_OPS[row].equations)
+        return tuple(e for e in ids if e.rsplit(".", 1)[-1] not in self.omit)
+
     def bind(self, impl):
         if self.adapter is not None:
             return self.adapter(impl)
-        return getattr(impl, self.forward), getattr(impl, self.backward)
+        names = PROTOCOL_OPS[self.op].names
+        forward = next(n for n in names if n.endswith("_forward"))
+        backward = next(n for n in names if n.endswith("_backward"))
+        return getattr(impl, forward), getattr(impl, backward)
 
 
 # --------------------------------------------------------------------------- the block adapter
@@ -83,52 +98,32 @@ def block_smooth(impl, case: S.OpCase) -> bool:
 
 # --------------------------------------------------------------------------- the op table
 def _ops() -> list[OpSpec]:
-    att_ids = ("attention.qkv", "attention.scores", "attention.context", "attention.output",
-               "attention.split_heads", "attention.merge_heads", "attention.backward.dW_o",
-               "attention.backward.dV", "attention.backward.dP", "attention.backward.dS",
-               "attention.backward.dQ", "attention.backward.dK", "attention.backward.dx")
     ops = [
-        OpSpec("embedding", S.embedding_cases, ("embedding.forward", "embedding.backward"),
-               "embedding_forward", "embedding_backward"),
-        OpSpec("position_embedding", S.position_embedding_cases,
-               ("position.learned.forward", "position.learned.backward"),
-               "position_embedding_forward", "position_embedding_backward"),
-        OpSpec("sinusoidal_position", S.sinusoidal_position_cases, ("position.sinusoidal",),
-               "sinusoidal_position_forward", "sinusoidal_position_backward"),
-        OpSpec("linear_bias", lambda: S.linear_cases(bias=True),
-               ("linear.forward", "linear.backward.dx", "linear.backward.dW",
-                "linear.backward.db"), "linear_forward", "linear_backward"),
-        OpSpec("linear_nobias", lambda: S.linear_cases(bias=False),
-               ("linear.forward", "linear.backward.dx", "linear.backward.dW"),
-               "linear_forward", "linear_backward"),
-        OpSpec("layernorm", S.layernorm_cases,
-               ("layernorm.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
-                "layernorm.backward.dbeta"), "layernorm_forward", "layernorm_backward"),
-        OpSpec("softmax", lambda: S.softmax_cases(masked=False),
-               ("softmax.forward", "softmax.backward"), "softmax_forward", "softmax_backward"),
-        OpSpec("softmax_masked", lambda: S.softmax_cases(masked=True),
-               ("softmax.forward", "softmax.backward"), "softmax_forward", "softmax_backward"),
-        OpSpec("relu", S.relu_cases, ("relu.forward", "relu.backward"),
-               "relu_forward", "relu_backward"),
-        OpSpec("tanh", S.tanh_cases, ("tanh.forward", "tanh.backward"),
-               "tanh_forward", "tanh_backward"),
+        OpSpec("embedding", "embedding", S.embedding_cases),
+        OpSpec("position_embedding", "position_embedding", S.position_embedding_cases),
+        OpSpec("sinusoidal_position", "sinusoidal_position", S.sinusoidal_position_cases),
+        OpSpec("linear_bias", "linear", lambda: S.linear_cases(bias=True)),
+        OpSpec("linear_nobias", "linear", lambda: S.linear_cases(bias=False), omit=("db",)),
+        OpSpec("layernorm", "layernorm", S.layernorm_cases),
+        OpSpec("softmax", "softmax", lambda: S.softmax_cases(masked=False)),
+        OpSpec("softmax_masked", "softmax", lambda: S.softmax_cases(masked=True)),
+        OpSpec("relu", "relu", S.relu_cases),
+        OpSpec("tanh", "tanh", S.tanh_cases),
     ]
     for bias in (False, True):
         for masked in (False, True):
             tag = ("_bias" if bias else "_nobias") + ("_mask" if masked else "")
             ops.append(OpSpec(
-                "attention" + tag,
+                "attention" + tag, "attention",
                 lambda bias=bias, masked=masked: S.attention_cases(bias=bias, masked=masked),
-                att_ids, "attention_forward", "attention_backward"))
-    ops.append(OpSpec("ffn", S.ffn_cases, ("ffn.forward", "ffn.backward"),
-                      "ffn_forward", "ffn_backward"))
+                also=("heads",)))
+    ops.append(OpSpec("ffn", "ffn", S.ffn_cases))
     for bias in (False, True):
         for masked in (False, True):
             tag = ("_bias" if bias else "_nobias") + ("_mask" if masked else "")
             ops.append(OpSpec(
-                "block" + tag,
+                "block" + tag, "block",
                 lambda bias=bias, masked=masked: S.block_cases(bias=bias, masked=masked),
-                ("block.postln", "residual.forward", "residual.backward"),
                 adapter=_block_adapter, smooth=block_smooth,
                 # a LayerNorm over 2 features maps every row to gamma * (+-1, -+1) + beta:
                 # its Jacobian is 0 (up to eps), so every gradient upstream of it is a pure
@@ -136,18 +131,13 @@ def _ops() -> list[OpSpec]:
                 f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3,
                 elementwise_max=0, n_dirs=2))  # ~20 tensors through a whole block: directional only
     ops += [
-        OpSpec("pooler", S.pooler_cases, ("pooler.forward",), "pooler_forward",
-               "pooler_backward"),
-        OpSpec("pooler_nobias", lambda: S.pooler_cases(bias=False), ("pooler.forward",),
-               "pooler_forward", "pooler_backward"),
-        OpSpec("cross_entropy_mean", lambda: S.cross_entropy_cases("mean"),
-               ("loss.ce.mean", "loss.ce.backward.mean"),
-               "cross_entropy_forward", "cross_entropy_backward"),
-        OpSpec("cross_entropy_sum", lambda: S.cross_entropy_cases("sum"),
-               ("loss.ce.sum", "loss.ce.backward.sum"),
-               "cross_entropy_forward", "cross_entropy_backward"),
-        OpSpec("mse", S.mse_cases, ("loss.mse", "loss.mse.backward"), "mse_forward",
-               "mse_backward"),
+        OpSpec("pooler", "pooler", S.pooler_cases),
+        OpSpec("pooler_nobias", "pooler", lambda: S.pooler_cases(bias=False)),
+        OpSpec("cross_entropy_mean", "cross_entropy", lambda: S.cross_entropy_cases("mean"),
+               omit=("sum",)),
+        OpSpec("cross_entropy_sum", "cross_entropy", lambda: S.cross_entropy_cases("sum"),
+               omit=("mean",)),
+        OpSpec("mse", "mse", S.mse_cases),
     ]
     return ops
 

@@ -6,6 +6,12 @@ torch has the op) and a SymPy <-> code check; every ID used anywhere must be def
 suites, ``reference/optim.py``); it is strict both ways -- a gap not listed fails, and a listed
 gap that has been closed fails too, so the list can only shrink.  ``minibert audit`` reports the
 same gaps and exits 1 while any remain.
+
+The test side comes from ``pytest --collect-only`` (a subprocess, as the audit runs it): each
+collected case with the IDs its markers carry, however they are built.  Synthetic test
+directories check the collection (per-case marks, op-table marks, classes, ``pytestmark``, the FD
+rule, ``--impl`` passthrough), the join (untagged equation, unknown ID) and that a collection
+error fails loudly.
 """
 
 from __future__ import annotations
@@ -14,7 +20,17 @@ import textwrap
 
 import pytest
 
-from spec.audit import ROOT, TaggedTest, collect_implementations, join, scan_tests
+from spec.audit import (
+    ROOT,
+    CollectionError,
+    ImplRef,
+    TaggedTest,
+    collect_implementations,
+    collect_items,
+    join,
+    scan_tests,
+    tagged_tests,
+)
 from spec.equations import Equation, Proof, load
 
 EQUATIONS = load()
@@ -36,9 +52,19 @@ def kinds(gaps) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def real_rows(impl):
-    tests = scan_tests(ROOT / "tests", EQUATIONS)
-    return {r.id: r for r in join(EQUATIONS, collect_implementations(impl), tests, impl=impl,
+def real_records():
+    """pytest --collect-only of the project's tests (a subprocess, as `minibert audit` runs it)."""
+    return collect_items(ROOT / "tests")
+
+
+@pytest.fixture(scope="module")
+def real_tests(real_records):
+    return tagged_tests(real_records, ROOT / "tests")
+
+
+@pytest.fixture(scope="module")
+def real_rows(impl, real_tests):
+    return {r.id: r for r in join(EQUATIONS, collect_implementations(impl), real_tests, impl=impl,
                                   run_proofs=False)}
 
 
@@ -61,21 +87,31 @@ def test_pending_names_real_equations():
     assert set(PENDING) <= set(EQUATIONS)
 
 
-def test_static_scan_agrees_with_pytest_markers(request):
-    """The AST scan finds at least the equation IDs pytest attaches to every collected test
-    (the audit runs without collecting, so it must not miss what collection sees)."""
-    scanned = {}
-    for t in scan_tests(ROOT / "tests", EQUATIONS):
-        scanned.setdefault((t.file.split("/")[-1], t.name.split(".")[-1]), set()).update(t.ids)
-    missing = {}
+def test_rows_carry_every_site(real_rows):
+    """Each row names its definition (spec/equations/<prefix>.py:line), its implementing
+    functions (file:line) and its test cases at case granularity (nodeids)."""
+    for eq_id, row in real_rows.items():
+        prefix = eq_id.split(".")[0]
+        assert row.where.startswith(f"spec/equations/{prefix}.py:"), (eq_id, row.where)
+        assert all(i.endswith(")") and ":" in i.rsplit(" (", 1)[-1]
+                   for i in row.implementations), (eq_id, row.implementations)
+    cases = real_rows["layernorm.backward.dx"].fd_tests
+    assert "tests/test_ops_fd.py::test_backward_matches_finite_differences[layernorm]" in cases
+    assert not any(c.endswith("[softmax]") for c in cases), "another op's case credited"
+
+
+def test_collection_agrees_with_this_session(request, real_records):
+    """The audit's collection subprocess attaches the same equation IDs to every test case as
+    this pytest session does (for the cases this session collected)."""
+    by_nodeid = {r["nodeid"]: set(r["ids"]) for r in real_records}
+    wrong = {}
     for item in request.session.items:
         ids = {a for m in item.iter_markers("equation") for a in m.args}
-        if not ids:
-            continue
-        key = (item.path.name, getattr(item, "originalname", item.name))
-        if not ids <= scanned.get(key, set()):
-            missing[item.nodeid] = sorted(ids - scanned.get(key, set()))
-    assert not missing, f"tags pytest sees that the static scan misses: {missing}"
+        if item.nodeid not in by_nodeid:
+            wrong[item.nodeid] = "not collected by the audit"
+        elif by_nodeid[item.nodeid] != ids:
+            wrong[item.nodeid] = (sorted(ids), sorted(by_nodeid[item.nodeid]))
+    assert not wrong, f"session vs audit collection: {wrong}"
 
 
 # --------------------------------------------------------------------------- synthetic data
@@ -85,9 +121,9 @@ def _write(root, name, text):
     return path
 
 
-@pytest.fixture
-def synthetic_tests(tmp_path):
-    tests = tmp_path / "tests"
+@pytest.fixture(scope="module")
+def synthetic_tests(tmp_path_factory):
+    tests = tmp_path_factory.mktemp("synthetic") / "tests"
     tests.mkdir()
     _write(tests, "__init__.py", "")
     _write(tests, "fdhelp.py", """
@@ -98,18 +134,21 @@ def synthetic_tests(tmp_path):
             def __init__(self, name, equations):
                 self.name, self.equations = name, equations
 
-        OPS = [Op("a", ("eq.a", "eq.b"))]
+        OPS = {"a": Op("a", ("eq.a",)), "b": Op("b", ("eq.b",))}
 
         def op_params():
-            return [pytest.param(op, marks=pytest.mark.equation(*op.equations)) for op in OPS]
+            return [pytest.param(op, id=op.name, marks=pytest.mark.equation(*op.equations))
+                    for op in OPS.values()]
 
         def check_op(op):
             return elementwise_check(None, None, None)
         """)
     _write(tests, "test_synth.py", """
+        import os
+
         import pytest
         from spec.gradcheck import directional_check
-        from tests.fdhelp import check_op, op_params
+        from tests.fdhelp import OPS, check_op, op_params
 
         IDS = ("eq.c",)
 
@@ -128,6 +167,10 @@ def synthetic_tests(tmp_path):
         def test_dynamic(op):
             check_op(op)
 
+        @pytest.mark.equation(*OPS["a"].equations)
+        def test_op_table():
+            pass
+
         def test_untagged():
             _helper()
 
@@ -135,6 +178,14 @@ def synthetic_tests(tmp_path):
         class TestGroup:
             def test_in_class(self):
                 pass
+
+        @pytest.mark.equation("eq.typo")
+        def test_unknown_id():
+            pass
+
+        @pytest.mark.parametrize("impl", [os.environ.get("MINIBERT_IMPL", "unset")])
+        def test_impl_passed(impl):
+            pass
         """)
     _write(tests, "test_oracle_synth.py", """
         import pytest
@@ -147,16 +198,62 @@ def synthetic_tests(tmp_path):
     return tests
 
 
-def test_scanner_on_synthetic_tests(synthetic_tests):
-    known = {"eq.a", "eq.b", "eq.c", "eq.d"}
-    got = {t.name: (t.ids, t.oracle, t.fd) for t in scan_tests(synthetic_tests, known)}
+@pytest.fixture(scope="module")
+def synthetic_records(synthetic_tests):
+    return collect_items(synthetic_tests, impl_spec="pkg.mod:obj")
+
+
+def test_collection_on_synthetic_tests(synthetic_tests, synthetic_records):
+    got = {t.nodeid: (t.ids, t.oracle, t.fd)
+           for t in tagged_tests(synthetic_records, synthetic_tests)}
+    s, o = "tests/test_synth.py::", "tests/test_oracle_synth.py::"
     assert got == {
-        "test_fd_direct": (("eq.a",), False, True),
-        "test_tagged_not_fd": (("eq.c",), False, False),
-        "test_dynamic": (("eq.a", "eq.b"), False, True),  # marks built in tests/fdhelp.py
-        "TestGroup.test_in_class": (("eq.d",), False, False),
-        "test_module_marked": (("eq.b",), True, False),
+        s + "test_fd_direct": (("eq.a",), False, True),
+        s + "test_tagged_not_fd": (("eq.c",), False, False),
+        s + "test_dynamic[a]": (("eq.a",), False, True),  # marks built in tests/fdhelp.py
+        s + "test_dynamic[b]": (("eq.b",), False, True),  # per case, not per function
+        s + "test_op_table": (("eq.a",), False, False),  # mark from an op table: dynamic
+        s + "TestGroup::test_in_class": (("eq.d",), False, False),
+        s + "test_unknown_id": (("eq.typo",), False, False),
+        o + "test_module_marked": (("eq.b",), True, False),
     }
+    nodeids = {r["nodeid"] for r in synthetic_records}
+    assert s + "test_untagged" in nodeids  # collected, but no evidence for anything
+    assert s + "test_impl_passed[pkg.mod:obj]" in nodeids  # impl_spec reaches the tests
+
+
+def test_join_on_synthetic_collection(synthetic_tests, synthetic_records):
+    """The collected synthetic tests joined with a synthetic registry: an equation no test is
+    tagged with is a gap, an FD-only equation lacks its oracle test, an ID only a test uses is
+    reported."""
+    eqs = {e.id: e for e in (_eq("eq.a", gradient=True, torch_op="torch.a"),
+                             _eq("eq.b", gradient=True, torch_op="torch.b"),
+                             _eq("eq.c"), _eq("eq.d"),
+                             _eq("eq.untagged", gradient=True))}
+    impls = {i: [ImplRef(f"mod.{i}", "mod.py", 1)] for i in eqs}
+    rows = {r.id: r for r in join(eqs, impls, tagged_tests(synthetic_records, synthetic_tests))}
+    assert {i: kinds(r.gaps) for i, r in rows.items() if r.gaps} == {
+        "eq.a": {"oracle"}, "eq.untagged": {"fd"}, "eq.typo": {"unknown"}}
+    assert rows["eq.b"].fd_tests == ["tests/test_synth.py::test_dynamic[b]"]
+    assert rows["eq.b"].oracle_tests == ["tests/test_oracle_synth.py::test_module_marked"]
+    assert "tests/test_synth.py::test_unknown_id" in rows["eq.typo"].gaps[0]
+
+
+def test_collection_error_fails_loudly(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    _write(tests, "test_ok.py", """
+        import pytest
+
+        @pytest.mark.equation("eq.a")
+        def test_ok():
+            pass
+        """)
+    _write(tests, "test_broken.py", "import a_module_that_does_not_exist\n")
+    with pytest.raises(CollectionError, match="a_module_that_does_not_exist"):
+        scan_tests(tests)
+    with pytest.raises(CollectionError, match="does not exist"):
+        collect_items(tmp_path / "no_such_dir")
 
 
 def _eq(id, **kw):
@@ -165,7 +262,6 @@ def _eq(id, **kw):
 
 
 def _synthetic():
-    from spec.audit import ImplRef
     eqs = {e.id: e for e in (
         _eq("op.forward", torch_op="torch.op"),
         _eq("op.backward", gradient=True, torch_op="torch.op"),
@@ -175,8 +271,10 @@ def _synthetic():
                  expected="refuted", target="op.backward"))}
     impls = {i: [ImplRef(f"mod.{i}", "mod.py", 1)] for i in ("op.forward", "op.backward",
                                                              "op.helper")}
-    tests = [TaggedTest("tests/t.py", "test_fd", 1, ("op.backward",), False, True),
-             TaggedTest("tests/t.py", "test_oracle", 2, ("op.forward", "op.backward"), True, False)]
+    tests = [TaggedTest("tests/t.py::test_fd[x]", "tests/t.py", "test_fd", 1, ("op.backward",),
+                        False, True),
+             TaggedTest("tests/t.py::test_oracle", "tests/t.py", "test_oracle", 2,
+                        ("op.forward", "op.backward"), True, False)]
     return eqs, impls, tests
 
 
@@ -190,7 +288,7 @@ def test_join_on_synthetic_registry():
     assert _gaps(eqs, impls, tests) == {}
     rows = {r.id: r for r in join(eqs, impls, tests)}
     assert rows["op.doc"].verdict == "refuted (code: op.backward)"
-    assert rows["op.doc"].fd_tests == ["tests/t.py::test_fd"]  # the target's evidence
+    assert rows["op.doc"].fd_tests == ["tests/t.py::test_fd[x]"]  # the target's evidence
     assert rows["op.backward"].verdict == "verified"
 
 
@@ -218,14 +316,15 @@ def test_join_flags_every_deletion(delete):
         eqs["op.doc"].expected = "proven"
         want = {"op.doc": ["R:SymPy gives refuted, recorded proven"]}
     else:
-        tests = tests + [TaggedTest("tests/t.py", "test_typo", 3, ("op.fowrard",), False, True)]
+        tests = tests + [TaggedTest("tests/t.py::test_typo", "tests/t.py", "test_typo", 3,
+                                    ("op.fowrard",), False, True)]
         want = {"op.fowrard": ["unknown"]}
     assert _gaps(eqs, impls, tests) == want
 
 
-def test_join_flags_deletions_in_the_real_data(impl):
+def test_join_flags_deletions_in_the_real_data(impl, real_tests):
     """The same on the project's own equations, implementations and tests."""
-    tests = scan_tests(ROOT / "tests", EQUATIONS)
+    tests = real_tests
     impls = collect_implementations(impl)
     eq_id = "softmax.jacobian"
     base = {r.id: kinds(r.gaps) for r in join(EQUATIONS, impls, tests, run_proofs=False)}

@@ -16,7 +16,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from reference.config import PRESETS
+from spec import invariants as I
 from spec.gradcheck import random_batch, random_params
+from spec.invariants import require
+from spec.protocol import OPS
 from spec.tolerances import F64_IDENTITY_RTOL
 from tests import strategies as S
 from tests.fdcheck import assert_f32_close, max_abs, op_params, run_op
@@ -131,74 +134,52 @@ def test_float32_path_agrees_with_float64(impl, op, data):
 
 
 # --------------------------------------------------------------------------- op-specific
+# The identities are spec.invariants' (shared with ``minibert check``); here they get drawn
+# inputs.  Equation marks come from the protocol's op table.
+def _eq(op):
+    return pytest.mark.equation(*OPS[op].equations)
+
+
 @pytest.mark.equation("embedding.backward")
 @given(case=S.embedding_cases())
 def test_embedding_backward_sums_repeated_ids(impl, case):
     """dW[v] accumulates dout of every position holding id v (ids repeat by construction)."""
-    ids, W = case.fixed["ids"], case.inputs["W"]
-    _, cache = impl.embedding_forward(ids, W)
-    (dW,) = impl.embedding_backward(case.dout, cache)
-    expected = np.zeros_like(W)
-    for b in range(ids.shape[0]):
-        for t in range(ids.shape[1]):
-            expected[ids[b, t]] += case.dout[b, t]
-    np.testing.assert_allclose(dW, expected, rtol=F64_IDENTITY_RTOL, atol=0)
+    require(I.embedding_scatter_adds(impl, case.fixed["ids"], case.inputs["W"], case.dout))
 
 
 @pytest.mark.equation("softmax.forward")
 @given(case=S.softmax_cases(masked=True), shift=S.floats(-5.0, 5.0))
 def test_softmax_rows_sum_to_one_masked_exactly_zero_and_shift_invariant(impl, case, shift):
     x, mask = case.inputs["x"], case.fixed["mask"]
-    p, _ = impl.softmax_forward(x, mask)
-    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=F64_IDENTITY_RTOL, atol=0)
-    assert np.all(p[~mask] == 0), "masked entries must get probability exactly 0"
-    assert np.all(p[mask] > 0)
-    p_shift, _ = impl.softmax_forward(x + shift, mask)
-    np.testing.assert_allclose(p_shift, p, rtol=0, atol=F64_IDENTITY_RTOL)
+    require(I.softmax_identities(impl, x, mask, case.dout)
+            + I.softmax_shift_invariant(impl, x, mask, shift))
 
 
 @pytest.mark.equation("softmax.forward")
 @given(case=S.softmax_cases(masked=True),
        shift=st.one_of(S.floats(720.0, 1000.0), S.floats(-1000.0, -750.0)))
 def test_softmax_is_stable_far_from_zero(impl, case, shift):
-    """Logits near +-1000 (attention scores of a large model, logits of a saturated head):
-    exp overflows to inf above ~709 and underflows to 0 below ~-745, so an unshifted softmax
-    returns NaN.  x + shift rounds x by at most half an ulp of 1000 (5.7e-14), which moves p by
-    ~1e-13: within F64_IDENTITY_RTOL."""
-    x, mask = case.inputs["x"], case.fixed["mask"]
-    p, _ = impl.softmax_forward(x, mask)
-    p_far, _ = impl.softmax_forward(x + shift, mask)
-    assert np.all(np.isfinite(p_far)), f"softmax(x + {shift:g}) is not finite"
-    np.testing.assert_allclose(p_far, p, rtol=0, atol=F64_IDENTITY_RTOL)
+    """Logits near +-1000: exp overflows above ~709 and underflows below ~-745, so an unshifted
+    softmax returns NaN."""
+    require(I.softmax_shift_invariant(impl, case.inputs["x"], case.fixed["mask"], shift))
 
 
 @pytest.mark.equation("layernorm.forward")
 @given(case=S.layernorm_cases(gamma_margin=0.1), scale=S.floats(0.25, 4.0),
        shift=S.floats(-3.0, 3.0))
 def test_layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
-    """With eps = 0: x_hat = (y - beta) / gamma has mean 0 and (biased) variance 1 per row, and
-    LN(c x + s) == LN(x) for c > 0."""
     x, gamma, beta = case.inputs["x"], case.inputs["gamma"], case.inputs["beta"]
-    y, _ = impl.layernorm_forward(x, gamma, beta, 0.0)
-    x_hat = (y - beta) / gamma
-    np.testing.assert_allclose(x_hat.mean(axis=-1), 0.0, rtol=0, atol=F64_IDENTITY_RTOL)
-    np.testing.assert_allclose(x_hat.var(axis=-1), 1.0, rtol=F64_IDENTITY_RTOL, atol=0)
-    y2, _ = impl.layernorm_forward(scale * x + shift, gamma, beta, 0.0)
-    np.testing.assert_allclose(y2, y, rtol=0, atol=F64_IDENTITY_RTOL * np.abs(y).max())
+    require(I.layernorm_normalises(impl, x, gamma, beta, scale, shift)
+            + I.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
 
 
-@pytest.mark.equation("attention.split_heads", "attention.merge_heads")
+@_eq("heads")
 @given(data=st.data())
 def test_merge_heads_inverts_and_is_adjoint_of_split_heads(impl, data):
     (B, T), (A, d_k) = data.draw(S.batch_seq()), data.draw(S.head_dims())
     x = data.draw(S.arrays((B, T, A * d_k)))
     y = data.draw(S.arrays((B, A, T, d_k)))
-    xs = impl.split_heads(x, A)
-    assert xs.shape == (B, A, T, d_k)
-    assert np.array_equal(xs[:, 1 % A, :, :], x[:, :, (1 % A) * d_k:(1 % A + 1) * d_k])
-    assert np.array_equal(impl.merge_heads(xs), x)
-    np.testing.assert_allclose(np.vdot(xs, y), np.vdot(x, impl.merge_heads(y)),
-                               rtol=F64_IDENTITY_RTOL, atol=F64_IDENTITY_RTOL)
+    require(I.heads_identities(impl, x, y, A))
 
 
 @pytest.mark.equation("attention.qkv", "attention.scores", "attention.context",
@@ -207,44 +188,25 @@ def test_merge_heads_inverts_and_is_adjoint_of_split_heads(impl, data):
 def test_attention_is_permutation_equivariant_and_ignores_b_k(impl, case, data):
     """Without positions, permuting the sequence (and its mask) permutes the output; and b_k
     shifts every score of a row by the same q_i . b_k, which softmax ignores."""
-    x, fixed = case.inputs["x"], case.fixed
-    y, _ = impl.attention_forward(**case.inputs, **fixed)
+    x, n_heads, mask = case.inputs["x"], case.fixed["n_heads"], case.fixed["mask"]
     perm = np.array(data.draw(st.permutations(range(x.shape[1])), label="perm"))
-    inputs_p = {**case.inputs, "x": x[:, perm]}
-    y_p, _ = impl.attention_forward(**inputs_p, n_heads=fixed["n_heads"],
-                                    mask=fixed["mask"][:, perm])
-    tol = F64_IDENTITY_RTOL * max(1.0, np.abs(y).max())
-    np.testing.assert_allclose(y_p, y[:, perm], rtol=0, atol=tol)
     other_b_k = data.draw(S.arrays(case.inputs["b_k"].shape), label="b_k")
-    y_k, _ = impl.attention_forward(**{**case.inputs, "b_k": other_b_k}, **fixed)
-    np.testing.assert_allclose(y_k, y, rtol=0, atol=tol)
+    require(I.attention_permutation_equivariant(impl, case.inputs, n_heads, mask, perm)
+            + I.attention_ignores_key_bias(impl, case.inputs, n_heads, mask, other_b_k,
+                                           case.dout))
 
 
-@pytest.mark.equation("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
-                      "loss.ce.backward.sum")
+@_eq("cross_entropy")
 @given(case=S.cross_entropy_cases("mean"))
 def test_cross_entropy_sum_is_n_times_mean(impl, case):
-    logits, labels = case.inputs["logits"], case.fixed["labels"]
-    n = int(np.sum(labels != S.IGNORE_INDEX))
-    l_mean, c_mean = impl.cross_entropy_forward(logits, labels, reduction="mean")
-    l_sum, c_sum = impl.cross_entropy_forward(logits, labels, reduction="sum")
-    np.testing.assert_allclose(l_sum, n * l_mean, rtol=F64_IDENTITY_RTOL, atol=0)
-    (d_mean,) = impl.cross_entropy_backward(case.dout, c_mean)
-    (d_sum,) = impl.cross_entropy_backward(case.dout, c_sum)
-    np.testing.assert_allclose(d_sum, n * d_mean, rtol=0,
-                               atol=F64_IDENTITY_RTOL * np.abs(d_sum).max())
-    ignored = labels == S.IGNORE_INDEX
-    assert np.all(d_mean[ignored] == 0), "ignored positions must get exactly zero gradient"
-    np.testing.assert_allclose(d_mean.sum(axis=-1), 0.0, rtol=0,
-                               atol=F64_IDENTITY_RTOL * max(1.0, np.abs(d_mean).max()))
+    require(I.cross_entropy_identities(impl, case.inputs["logits"], case.fixed["labels"],
+                                       case.dout))
 
 
 @pytest.mark.equation("loss.mse.backward")
 @given(case=S.mse_cases())
 def test_mse_target_gradient_is_minus_prediction_gradient(impl, case):
-    _, cache = impl.mse_forward(**case.inputs)
-    dy_hat, dy = impl.mse_backward(case.dout, cache)
-    assert np.array_equal(dy, -dy_hat)
+    require(I.mse_identities(impl, case.inputs["y_hat"], case.inputs["y"], case.dout))
 
 
 # --------------------------------------------------------------------------- the model
@@ -275,13 +237,10 @@ def _model_inputs(impl, preset, dtype, B=2, T=6, seed=0):
 def test_model_grads_match_params_keys_shapes_dtypes(impl, preset, dtype):
     config, params, ids, kw = _model_inputs(impl, preset, dtype)
     assert set(params) == set(impl.param_shapes(config))
+    require(I.model_gradient_bookkeeping(impl, params, config, ids, kw)[:2])
     loss, grads, d_emb = impl.loss_and_grads(params, config, ids, **kw)
     assert np.asarray(loss).dtype == dtype
-    assert list(grads) == list(params), "grads must have exactly the params' keys"
-    for name, p in params.items():
-        assert grads[name].shape == p.shape, name
-        assert grads[name].dtype == p.dtype, name
-        assert np.all(np.isfinite(grads[name])), name
+    assert all(np.all(np.isfinite(g)) for g in grads.values())
     assert d_emb.shape == ids.shape + (config.hidden,) and d_emb.dtype == dtype
     # every tensor takes part in the loss: a name mismatch that silently zeroes a gradient fails
     for name, g in grads.items():

@@ -8,7 +8,6 @@ implementation (or inside a mutation run) they are not applicable."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from pathlib import Path
 
@@ -17,9 +16,17 @@ import pytest
 
 from reference.registry import IMPLEMENTATIONS
 from spec.conformance import check_op
-from spec.mutants import CATALOG, OPTIMIZER_EQUATIONS, applicability, applied
+from spec.mutants import (
+    CATALOG,
+    OPTIMIZER_EQUATIONS,
+    MutantEditError,
+    activate,
+    applicability,
+    applied,
+    mutant,
+)
 from spec.mutation import MutantResult, ordered_test_files, run_suite, score, select
-from tests.examples import tiny_optim
+from spec.protocol import reference_modules
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +44,8 @@ def test_catalog_is_documented():
     for m in CATALOG.values():
         assert m.equation in known, f"{m.name}: unknown equation ID {m.equation!r}"
         assert m.description and "\n" not in m.description, m.name
-        assert m.targets and all(t.split(".")[0] in ("ops", "model", "optim") for t in m.targets)
+        assert m.targets and all(t.split(".")[0] in reference_modules() for t in m.targets)
+        assert all(e.old and e.old != e.new for e in m.edits), m.name
     assert sum(m.equation in OPTIMIZER_EQUATIONS for m in CATALOG.values()) >= 5
     assert 3 <= len(select(fast=True)) < len(CATALOG)
 
@@ -95,20 +103,23 @@ def test_mutant_caught_and_removed(reference, name):
 
 
 def test_mutant_reaches_model_level_code(reference):
-    """Patched in reference.ops AND in the package namespace: the model composes the mutant."""
-    original = reference.ops.block_backward
+    """The kernel is patched in reference.ops: the public op and the model both run the mutant."""
+    original = reference.ops._block_backward
+    public = reference.ops.block_backward
     with applied("block_drops_ffn_residual"):
-        assert reference.block_backward is reference.ops.block_backward is not original
-        assert reference.ops.block_backward.__mutant__ == "block_drops_ffn_residual"
-        assert reference.ops.block_backward.__equations__ == original.__equations__
+        mutated = reference.ops._block_backward
+        assert mutated is not original and mutated.__mutant__ == "block_drops_ffn_residual"
+        assert mutated.__equations__ == original.__equations__
+        assert reference.block_backward is reference.ops.block_backward is public
         assert check_op(reference, "model").verdict == "FAIL"
-    assert reference.block_backward is reference.ops.block_backward is original
+    assert reference.ops._block_backward is original
 
 
 def test_applying_leaves_reference_untouched(reference):
     root = Path(reference.__file__).parent
     digest = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.py"))}
-    namespaces = [reference, reference.ops, reference.model]
+    namespaces = [reference, reference.ops, reference.model, reference.optim,
+                  reference.accumulation]
     before = [dict(vars(ns)) for ns in namespaces]
     for name, m in CATALOG.items():
         if applicability(m) is None:
@@ -122,46 +133,60 @@ def test_applying_leaves_reference_untouched(reference):
     assert digest == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in digest}
 
 
-OPTIMIZER_CAUGHT_BY = {
-    "adam_no_bias_correction": "adam", "adam_eps_inside_sqrt": "adam",
-    "adamw_coupled_l2": "adam", "adamw_decays_no_decay_params": "adam",
-    "clip_per_tensor": "clip", "clip_scales_up_small_gradients": "clip",
-    "global_norm_missing_sqrt": "clip", "warmup_zero_lr_at_step0": "schedule",
-    "warmup_never_decays": "schedule",
-}
+def test_optimizer_mutants_edit_the_reference(reference):
+    """Optimizer mutants are source edits of reference.optim / reference.accumulation."""
+    for m in CATALOG.values():
+        if m.equation in OPTIMIZER_EQUATIONS:
+            assert all(t.split(".")[0] in ("optim", "accumulation") for t in m.targets), m.name
+            assert applicability(m) is None, m.name
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZER_CAUGHT_BY))
-def test_optimizer_mutants_on_a_protocol_optimizer(name):
-    """The optimizer mutants work on any optimizer written to the interface, not only on
-    reference.optim: here on tests/examples/tiny_optim.py."""
-    op = OPTIMIZER_CAUGHT_BY[name]
-    modules = {"optim": tiny_optim}
-    assert applicability(CATALOG[name], modules) is None
-    assert check_op(tiny_optim, op).verdict == "ok"
-    with applied(name, modules):
-        assert check_op(tiny_optim, op).verdict == "FAIL"
-    assert check_op(tiny_optim, op).verdict == "ok"
+def test_accumulation_mutant_averages_micro_batch_means(reference):
+    """Two micro-batches with 1 and 3 predicted tokens: the mutant weights them equally."""
+    config = reference.mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=4,
+                                 vocab_size=11)
+    params = reference.init_params(config, seed=0, dtype=np.float64)
+    ids = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+    batches = [{"input_ids": ids[:1], "labels": np.array([[1, -100, -100, -100]])},
+               {"input_ids": ids[1:], "labels": np.array([[5, 6, 7, -100]])}]
+    means = [reference.loss_and_grads(params, config, b["input_ids"], labels=b["labels"])[0]
+             for b in batches]
+    full, _ = reference.accumulate_gradients(reference, params, config, batches)
+    assert full == pytest.approx((means[0] + 3 * means[1]) / 4)
+    with applied("accum_mean_of_micro_batch_means"):
+        wrong, _ = reference.accumulate_gradients(reference, params, config, batches)
+    assert wrong == pytest.approx((means[0] + means[1]) / 2)
 
 
-def test_accumulation_mutant_averages_micro_batch_means():
-    def grad_fn(batch):  # mean over the batch's tokens, and its token count
-        return float(batch.mean()), {"w": batch.mean(axis=0)}, len(batch)
-
-    batches = [np.full((1, 2), 1.0), np.full((3, 2), 3.0)]
-    full_loss, full = tiny_optim.accumulate_gradients(grad_fn, batches)
-    assert full_loss == pytest.approx(2.5) and full["w"] == pytest.approx([2.5, 2.5])
-    with applied("accum_mean_of_micro_batch_means", {"optim": tiny_optim}):
-        loss, grads = tiny_optim.accumulate_gradients(grad_fn, batches)
-    assert loss == pytest.approx(2.0) and grads["w"] == pytest.approx([2.0, 2.0])
+def _scratch_mutant(name, *edits, target="ops._tanh_backward"):
+    """A mutant outside the catalog (registering adds it to CATALOG: removed again here)."""
+    try:
+        return mutant(name, "tanh.backward", "scratch", target, *edits)
+    finally:
+        CATALOG.pop(name, None)
 
 
-def test_optimizer_mutants_not_applicable_without_optim():
-    reason = applicability(CATALOG["adam_no_bias_correction"])
-    if importlib.util.find_spec("reference.optim") is None:
-        assert reason == "reference.optim does not exist yet"
-    else:
-        assert reason is None or "adam_step" in reason
+def test_mutant_whose_old_text_is_absent_is_an_error(reference):
+    m = _scratch_mutant("scratch_absent", ("1 - y ** 3", "1 - y"))
+    with pytest.raises(MutantEditError, match=r"scratch_absent.*found it 0 times"):
+        applicability(m)
+    with pytest.raises(MutantEditError, match="exactly once"), applied(m):
+        pass
+    twice = _scratch_mutant("scratch_twice", ("y", "z"))
+    with pytest.raises(MutantEditError, match="found it [2-9]"):
+        activate(twice)
+    assert not hasattr(reference.ops._tanh_backward, "__mutant__")
+
+
+def test_mutant_whose_edit_is_a_no_op_is_rejected(reference):
+    m = _scratch_mutant("scratch_no_op", ("(1 - y * y)", "(1 - y*y)"))
+    with pytest.raises(MutantEditError, match="no-op"):
+        applicability(m)
+
+
+def test_mutant_of_a_missing_function_is_not_applicable(reference):
+    m = _scratch_mutant("scratch_missing", ("a", "b"), target="ops._no_such_kernel")
+    assert "has no _no_such_kernel" in applicability(m)
 
 
 # --------------------------------------------------------------- the subprocess runner

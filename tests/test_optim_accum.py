@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference.config import mini_bert, seed001
+from spec import invariants as I
 from spec.gradcheck import (
     assert_all_passed,
     check_gradients,
@@ -16,7 +17,8 @@ from spec.gradcheck import (
     split_batch,
     uneven_mlm_batch,
 )
-from spec.tolerances import ORACLE_ATOL_F64, ORACLE_RTOL_F64
+from spec.invariants import require
+from spec.tolerances import F64_IDENTITY_RTOL
 
 TINY = mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=13)
 TINY_MSE = seed001(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=13)
@@ -31,25 +33,14 @@ def _split(ids, mask, labels, bounds):
     return split_batch({"input_ids": ids, "attention_mask": mask, "labels": labels}, bounds)
 
 
-def _assert_grads_equal(ga, gb):
-    assert set(ga) == set(gb)
-    for k in ga:
-        np.testing.assert_allclose(ga[k], gb[k], rtol=ORACLE_RTOL_F64, atol=ORACLE_ATOL_F64,
-                                   err_msg=k)
-
-
 @pytest.mark.equation("accum.grad_mean")
 def test_accumulation_equals_full_batch_with_uneven_and_empty_micro_batches(impl):
     params = random_params(impl, TINY, seed=0)
     ids, mask, labels = _batch()
-    full_loss, full_grads, _ = impl.loss_and_grads(params, TINY, ids, labels=labels,
-                                                   attention_mask=mask)
     # micro-batches with 1, 6+0 (row 2 empty), 3+2 masked tokens; and row 2 alone (0 tokens)
     for bounds in ([0, 1, 3, 5], [0, 2, 3, 5], [0, 1, 2, 3, 4, 5]):
-        micro = _split(ids, mask, labels, bounds)
-        loss, grads = impl.accumulate_gradients(impl, params, TINY, micro)
-        assert loss == pytest.approx(float(full_loss), rel=ORACLE_RTOL_F64)
-        _assert_grads_equal(grads, full_grads)
+        require(I.accumulation_matches_full_batch(impl, params, TINY,
+                                                  _split(ids, mask, labels, bounds)))
 
 
 @pytest.mark.equation("accum.grad_mean")
@@ -62,7 +53,7 @@ def test_mean_of_micro_batch_means_would_be_wrong(impl):
     naive = np.mean([float(impl.loss(params, TINY, m["input_ids"], labels=m["labels"],
                                      attention_mask=m["attention_mask"])) for m in micro])
     loss, _ = impl.accumulate_gradients(impl, params, TINY, micro)
-    assert abs(naive - loss) > 1e3 * ORACLE_RTOL_F64 * abs(loss)
+    assert abs(naive - loss) > 1e3 * F64_IDENTITY_RTOL * abs(loss)
 
 
 @pytest.mark.equation("accum.grad_mean")
@@ -94,10 +85,8 @@ def test_accumulation_any_partition(impl, data):
     picked[0, 0] = True  # the logical batch predicts something
     labels = np.where(picked, rng.integers(0, TINY.vocab_size, size=(B, T)), -100)
     params = random_params(impl, TINY, seed=seed % 7)
-    _, full, _ = impl.loss_and_grads(params, TINY, ids, labels=labels, attention_mask=mask)
-    _, acc = impl.accumulate_gradients(impl, params, TINY, _split(ids, mask, labels,
-                                                                   [0, *cuts, B]))
-    _assert_grads_equal(acc, full)
+    require(I.accumulation_matches_full_batch(impl, params, TINY,
+                                              _split(ids, mask, labels, [0, *cuts, B])))
 
 
 @pytest.mark.equation("accum.grad_mean")
@@ -106,11 +95,8 @@ def test_accumulation_mse_head_weights_by_element_count(impl):
     rng = np.random.default_rng(3)
     ids = rng.integers(0, 6, size=(5, 6))
     targets = rng.standard_normal((5, 6, TINY_MSE.hidden))
-    full_loss, full, _ = impl.loss_and_grads(params, TINY_MSE, ids, targets=targets)
     micro = [{"input_ids": ids[a:b], "targets": targets[a:b]} for a, b in ((0, 1), (1, 5))]
-    loss, acc = impl.accumulate_gradients(impl, params, TINY_MSE, micro)
-    assert loss == pytest.approx(float(full_loss), rel=ORACLE_RTOL_F64)
-    _assert_grads_equal(acc, full)
+    require(I.accumulation_matches_full_batch(impl, params, TINY_MSE, micro))
 
 
 def test_accumulation_rejects_a_batch_without_masked_tokens(impl):

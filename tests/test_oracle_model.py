@@ -18,23 +18,16 @@ torch = pytest.importorskip("torch")
 
 from reference.config import PRESETS, mini_bert, seed001  # noqa: E402
 from spec.gradcheck import random_batch, random_params  # noqa: E402
+from spec.protocol import OPS  # noqa: E402
 from tests import torch_oracle as to  # noqa: E402
 
 pytestmark = pytest.mark.oracle("model")  # the whole model vs torch: the "model" row too
 
-MODEL_EQUATIONS = (
-    "embedding.forward", "embedding.backward", "position.learned.forward",
-    "position.learned.backward", "position.sinusoidal", "linear.forward", "linear.backward.dx",
-    "linear.backward.dW", "linear.backward.db", "layernorm.forward", "layernorm.backward.dx",
-    "layernorm.backward.dgamma", "layernorm.backward.dbeta", "softmax.forward",
-    "softmax.backward", "relu.forward", "relu.backward", "attention.split_heads",
-    "attention.merge_heads", "attention.qkv", "attention.scores", "attention.context",
-    "attention.output", "attention.backward.dW_o", "attention.backward.dV",
-    "attention.backward.dP", "attention.backward.dS", "attention.backward.dQ",
-    "attention.backward.dK", "attention.backward.dx", "ffn.forward", "ffn.backward",
-    "block.postln", "residual.forward", "residual.backward")
-LOSS_EQUATIONS = ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
-                  "loss.ce.backward.sum", "loss.mse", "loss.mse.backward")
+# the rows of the protocol the whole encoder exercises (derived: a new op is one OPS entry)
+MODEL_OPS = ("embedding", "position_embedding", "sinusoidal_position", "linear", "layernorm",
+             "softmax", "relu", "heads", "attention", "ffn", "block")
+MODEL_EQUATIONS = tuple(e for op in MODEL_OPS for e in OPS[op].equations)
+LOSS_EQUATIONS = OPS["cross_entropy"].equations + OPS["mse"].equations
 
 # Every ReLU pre-activation of the batch is at least this far from 0 (float64, torch).  float32
 # pre-activations differ from float64 by up to 5.4e-6 at the Mini-BERT sizes (measured, torch

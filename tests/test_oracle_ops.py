@@ -19,10 +19,16 @@ import hypothesis.extra.numpy as hnp  # noqa: E402
 from hypothesis import assume, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from spec.protocol import OPS  # noqa: E402
 from spec.tolerances import KINK_MARGIN  # noqa: E402
 from tests import torch_oracle as to  # noqa: E402
 
 pytestmark = pytest.mark.oracle
+
+def on_ops(*ops):
+    """The equation marks of a test: every ID of the protocol rows it exercises."""
+    return pytest.mark.equation(*(e for op in ops for e in OPS[op].equations))
+
 
 DTYPES = [np.float64, np.float32]
 dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
@@ -69,7 +75,7 @@ def compare(prefix, ours_out, ours_grads, theirs_out, theirs_grads, names, dtype
 
 
 # --------------------------------------------------------------------------- embeddings
-@pytest.mark.equation("embedding.forward", "embedding.backward")
+@on_ops("embedding")
 @dtypes
 @given(B=side, T=side, V=st.integers(1, 6), H=side, seed=seeds, data=st.data())
 def test_embedding(impl, dtype, B, T, V, H, seed, data):
@@ -85,7 +91,7 @@ def test_embedding(impl, dtype, B, T, V, H, seed, data):
     compare("embedding", out, grads, t_out, t_grads, ("W",), dtype)
 
 
-@pytest.mark.equation("position.learned.forward", "position.learned.backward")
+@on_ops("position_embedding")
 @dtypes
 @given(B=side, T=side, extra=st.integers(0, 3), H=side, seed=seeds, data=st.data())
 def test_learned_position(impl, dtype, B, T, extra, H, seed, data):
@@ -99,7 +105,7 @@ def test_learned_position(impl, dtype, B, T, extra, H, seed, data):
     compare("position_embedding", out, grads, t_out, t_grads, ("x", "W_pos"), dtype)
 
 
-@pytest.mark.equation("position.sinusoidal")
+@on_ops("sinusoidal_position")
 @dtypes
 @given(T=st.integers(1, 64), d=st.integers(1, 16))
 def test_sinusoidal_table(impl, dtype, T, d):
@@ -108,7 +114,7 @@ def test_sinusoidal_table(impl, dtype, T, d):
     to.assert_close(f"sinusoidal_encoding[T={T}, d={d}]", ours, theirs, dtype)
 
 
-@pytest.mark.equation("position.sinusoidal")
+@on_ops("sinusoidal_position")
 @dtypes
 @given(B=side, T=st.integers(1, 8), H=st.integers(1, 7), seed=seeds, data=st.data())
 def test_sinusoidal_position(impl, dtype, B, T, H, seed, data):
@@ -121,8 +127,7 @@ def test_sinusoidal_position(impl, dtype, B, T, H, seed, data):
 
 
 # --------------------------------------------------------------------------- linear
-@pytest.mark.equation("linear.forward", "linear.backward.dx", "linear.backward.dW",
-                      "linear.backward.db")
+@on_ops("linear")
 @dtypes
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @given(lead=st.lists(side, min_size=1, max_size=3), n_in=side, n_out=side, seed=seeds,
@@ -144,8 +149,7 @@ def test_linear(impl, dtype, bias, lead, n_in, n_out, seed, data):
 
 
 # --------------------------------------------------------------------------- layernorm
-@pytest.mark.equation("layernorm.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
-                      "layernorm.backward.dbeta")
+@on_ops("layernorm")
 @dtypes
 @given(B=side, T=side, N=st.integers(2, 8), eps=st.sampled_from([1e-12, 1e-5]), seed=seeds,
        data=st.data())
@@ -168,7 +172,7 @@ def test_layernorm(impl, dtype, B, T, N, eps, seed, data):
 
 
 # --------------------------------------------------------------------------- softmax
-@pytest.mark.equation("softmax.forward", "softmax.backward")
+@on_ops("softmax")
 @dtypes
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @given(B=side, T=side, n=st.integers(1, 6), seed=seeds, data=st.data())
@@ -187,7 +191,7 @@ def test_softmax(impl, dtype, masked, B, T, n, seed, data):
 
 
 # --------------------------------------------------------------------------- relu / tanh
-@pytest.mark.equation("relu.forward", "relu.backward")
+@on_ops("relu")
 @dtypes
 @given(shape=st.lists(side, min_size=1, max_size=3), seed=seeds, data=st.data())
 def test_relu(impl, dtype, shape, seed, data):
@@ -199,7 +203,7 @@ def test_relu(impl, dtype, shape, seed, data):
     compare("relu", out, grads, t_out, t_grads, ("x",), dtype)
 
 
-@pytest.mark.equation("tanh.forward", "tanh.backward")
+@on_ops("tanh")
 @dtypes
 @given(shape=st.lists(side, min_size=1, max_size=3), seed=seeds, data=st.data())
 def test_tanh(impl, dtype, shape, seed, data):
@@ -223,12 +227,7 @@ def padding_mask(data, B, T):
     return mask
 
 
-@pytest.mark.equation("attention.qkv", "attention.scores", "attention.context",
-                      "attention.output", "attention.split_heads", "attention.merge_heads",
-                      "attention.backward.dW_o", "attention.backward.dV",
-                      "attention.backward.dP", "attention.backward.dS",
-                      "attention.backward.dQ", "attention.backward.dK",
-                      "attention.backward.dx")
+@on_ops("attention", "heads")
 @dtypes
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
@@ -261,7 +260,7 @@ def ffn_params(rng, H, I, dtype):
             "b_2": gaussian(rng, (H,), dtype, 0.5)}
 
 
-@pytest.mark.equation("ffn.forward", "ffn.backward", "relu.forward", "relu.backward")
+@on_ops("ffn", "relu")
 @dtypes
 @given(B=side, T=side, H=st.integers(1, 6), I=st.integers(1, 8), seed=seeds, data=st.data())
 def test_ffn(impl, dtype, B, T, H, I, seed, data):
@@ -291,7 +290,7 @@ def block_params(rng, H, I, dtype, attn_bias):
     return p
 
 
-@pytest.mark.equation("block.postln", "residual.forward", "residual.backward")
+@on_ops("block")
 @dtypes
 @pytest.mark.parametrize("attn_bias", [True, False], ids=["bias", "nobias"])
 @given(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 2), d_k=st.integers(1, 3),
@@ -328,7 +327,7 @@ def test_block(impl, dtype, attn_bias, B, T, A, d_k, I, masked, eps, seed, data)
 
 
 # --------------------------------------------------------------------------- pooler
-@pytest.mark.equation("pooler.forward", "tanh.forward", "tanh.backward")
+@on_ops("pooler", "tanh")
 @dtypes
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @given(B=side, T=side, H=side, seed=seeds, data=st.data())
@@ -349,8 +348,7 @@ def test_pooler(impl, dtype, bias, B, T, H, seed, data):
 
 
 # --------------------------------------------------------------------------- losses
-@pytest.mark.equation("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
-                      "loss.ce.backward.sum")
+@on_ops("cross_entropy")
 @dtypes
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @given(lead=st.lists(side, min_size=1, max_size=2), V=st.integers(1, 8), seed=seeds,
@@ -373,7 +371,7 @@ def test_cross_entropy(impl, dtype, reduction, lead, V, seed, data):
     compare(f"cross_entropy[{reduction}]", out, grads, t_out, t_grads, ("logits",), dtype)
 
 
-@pytest.mark.equation("loss.mse", "loss.mse.backward")
+@on_ops("mse")
 @dtypes
 @given(shape=st.lists(side, min_size=1, max_size=3), seed=seeds, data=st.data())
 def test_mse(impl, dtype, shape, seed, data):

@@ -108,3 +108,32 @@ def test_refutation_detects_a_wrong_closed_form():
     ok, _ = compare(r["dx"], ln.closed_dx(r), r["aux"])
     wrong_ok, detail = compare(r["dx"], -ln.closed_dx(r), r["aux"])
     assert ok and not wrong_ok and "sympy.diff gives" in detail
+
+
+def test_each_id_prefix_is_its_module():
+    """One hop from an ID to its file: ``softmax.jacobian`` is registered by
+    spec/equations/softmax.py, at the file:line the audit prints."""
+    import linecache
+    from pathlib import Path
+
+    wrong = {}
+    for e in EQUATIONS.values():
+        prefix = e.id.split(".")[0]
+        line = linecache.getline(e.file, e.line)
+        if e.module != f"spec.equations.{prefix}" or Path(e.file).name != f"{prefix}.py" \
+                or "register(" not in line:
+            wrong[e.id] = (e.module, e.where, line.strip())
+    assert not wrong, f"equations registered outside spec/equations/<prefix>.py: {wrong}"
+
+
+def test_modules_are_discovered():
+    """load() imports every public module of spec/equations (no list to keep in sync); each of
+    them registers equations, the private helpers (_sym, _nn) none."""
+    from pathlib import Path
+
+    import spec.equations as pkg
+
+    files = {p.stem for p in Path(pkg.__file__).parent.glob("*.py") if p.stem != "__init__"}
+    assert set(pkg.modules()) == {f for f in files if not f.startswith("_")}
+    registering = {e.module.rsplit(".", 1)[-1] for e in EQUATIONS.values()}
+    assert registering == set(pkg.modules())

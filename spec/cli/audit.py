@@ -1,10 +1,12 @@
 """``minibert audit``: the equation x evidence matrix and the claims ledger.
 
-For every equation of the source documents: its SymPy verdict (proven / refuted / convention),
-the implementing function (file:line), the finite-difference and oracle tests that declare it,
-and the verdict of the join; then every numeric claim with stated vs obtained values.  Exit 1 on
-any gap (missing proof, implementation, FD or oracle test, SymPy <-> code check, pending claim)
-or regression (an outcome that contradicts the recorded verdict)."""
+For every equation of the source documents: where it is defined (spec/equations/<prefix>.py:line),
+its SymPy verdict (proven / refuted / convention), the implementing functions (file:line), the
+test cases that declare it (pytest nodeids, parametrized case included: finite-difference, oracle,
+other), and the verdict of the join; then every numeric claim with stated vs obtained values.
+Exit 1 on any gap (missing proof, implementation, FD or oracle test, SymPy <-> code check,
+pending claim), regression (an outcome that contradicts the recorded verdict) or test collection
+error."""
 
 from __future__ import annotations
 
@@ -21,7 +23,11 @@ def register(sub) -> None:
                    help="report path (default: audit.md / audit.json)")
     a.add_argument("--impl", default=None, help="implementation as package.module[:object] "
                                                 "(default: reference)")
-    a.add_argument("--tests", type=Path, default=None, help="tests directory to scan")
+    a.add_argument("--tests", type=Path, default=None,
+                   help="tests directory to collect (pytest --collect-only)")
+    a.add_argument("--details", action="store_true",
+                   help="after the matrix, every equation's definition, implementations and "
+                        "all its test cases")
     a.add_argument("--no-measure", action="store_true", help="skip the timing measurements")
     a.add_argument("--repeats", type=int, default=5, help="timing repeats (medians)")
     a.set_defaults(func=run)
@@ -39,10 +45,22 @@ def _load_impl(spec: str | None):
 
 
 def _short(items: list[str], empty: str = "—") -> str:
+    """The first item (a nodeid without its file) and how many more."""
     if not items:
         return empty
-    first = items[0].split("::")[-1] if "::" in items[0] else items[0]
+    first = items[0].split("::", 1)[-1] if "::" in items[0] else items[0]
     return first + (f" (+{len(items) - 1})" if len(items) > 1 else "")
+
+
+def _site(impl: str) -> str:
+    """'module.fn (file:line)' -> 'file:line'."""
+    return impl.rsplit(" (", 1)[-1].rstrip(")")
+
+
+def _other_tests(r) -> list[str]:
+    """Tagged test cases that are neither FD nor oracle evidence."""
+    evidence = set(r.fd_tests) | set(r.oracle_tests)
+    return [t for t in r.tests if t not in evidence]
 
 
 def markdown(report) -> str:
@@ -51,15 +69,16 @@ def markdown(report) -> str:
              f"{'OK' if report.ok else 'FAIL'}: {c['equations']} equations, "
              f"{len(report.claims)} claims, {c['gaps']} gaps, {c['regressions']} regressions, "
              f"{report.seconds:.1f} s", "", "## Equations", "",
-             "| ID | source | SymPy | implementation | FD test | oracle test | verdict |",
-             "|---|---|---|---|---|---|---|"]
+             "| ID | defined | source | SymPy | implementation | FD tests | oracle tests | "
+             "other tests | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in report.rows:
         lines.append(
-            f"| `{r.id}` | {'; '.join(r.sources)} | {r.sympy} | "
+            f"| `{r.id}` | {r.where or '—'} | {'; '.join(r.sources)} | {r.sympy} | "
             f"{'<br>'.join(r.implementations) or '—'} | "
             f"{'<br>'.join(r.fd_tests) or ('—' if r.fd_needed else 'n/a')} | "
             f"{'<br>'.join(r.oracle_tests) or ('—' if r.oracle_needed else 'n/a')} | "
-            f"{r.verdict} |")
+            f"{'<br>'.join(_other_tests(r)) or '—'} | {r.verdict} |")
     details = [r for r in report.rows if r.detail and r.sympy in ("refuted", "convention")]
     if details:
         lines += ["", "### Refutations and conventions", ""]
@@ -77,48 +96,75 @@ def markdown(report) -> str:
 
 
 def print_tables(report, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     style = {"proven": "green", "refuted": "yellow", "convention": "cyan", "verified": "green",
              "confirmed": "green", "not reproducible": "magenta", "gap": "red",
              "REGRESSION": "bold red"}
-    t = Table(title="Equations x evidence", show_lines=False)
-    for col in ("ID", "source", "SymPy", "implementation", "FD test", "oracle test", "verdict"):
-        t.add_column(col, overflow="fold")
+    t = Table(title="Equations x evidence (where: spec definition, then implementation; tests: "
+                    "first case and how many more -- all of them with --details or --format)",
+              show_lines=False)
+    for col in ("ID", "source", "SymPy", "where", "FD test", "oracle test", "verdict"):
+        t.add_column(col, overflow="fold", no_wrap=col == "where")
     for r in report.rows:
         verdict = r.verdict
         colour = style.get(verdict.split(" ")[0], "white")
-        t.add_row(r.id, _short(r.sources), f"[{style.get(r.sympy, 'red')}]{r.sympy}[/]",
-                  _short([i.split(" (")[-1].rstrip(")") for i in r.implementations]),
-                  _short(r.fd_tests, "—" if r.fd_needed else "n/a"),
-                  _short(r.oracle_tests, "—" if r.oracle_needed else "n/a"),
-                  f"[{colour}]{verdict}[/]")
+        where = "\n".join([r.where or "—", _short([_site(i) for i in r.implementations])])
+        t.add_row(escape(r.id), escape(_short(r.sources)),
+                  f"[{style.get(r.sympy, 'red')}]{r.sympy}[/]", escape(where),
+                  escape(_short(r.fd_tests, "—" if r.fd_needed else "n/a")),
+                  escape(_short(r.oracle_tests, "—" if r.oracle_needed else "n/a")),
+                  f"[{colour}]{escape(verdict)}[/]", end_section=True)
     console.print(t)
     lt = Table(title="Claims ledger")
     for col in ("ID", "source", "stated", "obtained", "verdict"):
         lt.add_column(col, overflow="fold")
     for o in report.claims:
         v = o.verdict + (" (pending)" if o.pending else "") + (" !" if o.regression else "")
-        lt.add_row(o.id, o.source, o.stated, o.obtained,
-                   f"[{style.get(o.verdict, 'white')}]{v}[/]")
+        lt.add_row(escape(o.id), escape(o.source), escape(str(o.stated)),
+                   escape(str(o.obtained)), f"[{style.get(o.verdict, 'white')}]{escape(v)}[/]")
     console.print(lt)
+
+
+def print_details(report, console) -> None:
+    """Per equation: definition, implementations, every test case (FD / oracle / other)."""
+    for r in report.rows:
+        console.print(f"[bold]{r.id}[/]  {r.verdict}", highlight=False)
+        lines = [f"defined      {r.where or '—'}"]
+        lines += [f"implemented  {i}" for i in r.implementations] or ["implemented  —"]
+        for label, items in (("fd", r.fd_tests), ("oracle", r.oracle_tests),
+                             ("other", _other_tests(r))):
+            lines += [f"{label + ' test':<12} {t}" for t in items]
+        for line in lines:
+            console.print(f"  {line}", markup=False, highlight=False)
 
 
 def run(args) -> int:
     from rich.console import Console
 
-    from spec.audit import ROOT, run_audit
+    from spec.audit import ROOT, CollectionError, run_audit
 
     console = Console()
     if not console.is_terminal:  # CI logs: wide enough for the matrix
         console = Console(width=180)
     impl = _load_impl(args.impl)
-    report = run_audit(impl, tests_dir=args.tests or ROOT / "tests",
-                       measure=not args.no_measure)
+    try:
+        report = run_audit(impl, impl_spec=args.impl, tests_dir=args.tests or ROOT / "tests",
+                           measure=not args.no_measure)
+    except CollectionError as e:
+        console.print("[bold red]audit failed: the tests could not be collected, so no test "
+                      "evidence can be joined[/]")
+        console.print(str(e), markup=False, highlight=False)
+        return 1
     print_tables(report, console)
+    if args.details:
+        print_details(report, console)
     c = report.counts()
     console.print(f"SymPy: {c['sympy']}")
     console.print(f"claims: {c['claims']}")
+    console.print(f"tests: {report.tests_collected} collected, {report.tests_tagged} tagged with "
+                  "equation IDs")
     for title, items, colour in (("gaps", report.gaps, "red"),
                                  ("regressions", report.regressions, "bold red")):
         if items:

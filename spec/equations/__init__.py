@@ -16,12 +16,18 @@ Two kinds of entries:
   a mislabel, another orientation).  Its evidence is the proof/refutation; ``target`` names the
   derivation the reference implements instead, whose evidence it inherits.
 
-Modules register their entries on import; :func:`load` imports them all.
+One module per ID prefix: the entries whose IDs start with ``softmax.`` are registered by
+``spec/equations/softmax.py`` (checked by tests/test_spec_equations.py), so an ID leads to its
+file in one hop; private modules (``_sym``, ``_nn``) hold the shared SymPy helpers.  Modules
+register their entries on import, and :func:`register` records the call site (file:line) for the
+audit; :func:`load` discovers and imports every public module of the package.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,8 +35,12 @@ from dataclasses import dataclass, field
 SYMPY_STATUSES = ("proven", "refuted", "convention")
 KINDS = ("derivation", "document")
 
-MODULES = ("embeddings", "linear", "softmax", "layernorm", "attention", "block", "losses",
-           "optim", "gradcheck")
+
+
+def modules() -> list[str]:
+    """The equation modules: every module of this package whose name does not start with _."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__)
+                  if not info.name.startswith("_"))
 
 
 @dataclass
@@ -82,6 +92,10 @@ class Equation:
     numeric_na: str = ""  # why no SymPy <-> code check applies (derivations only)
     impl_hint: str = ""  # where the implementation lives when it is not a tagged reference fn
     note: str = ""  # conventions, readings, what the verdict means
+    # set by register(): the module and the file:line of the register(...) call
+    module: str = field(default="", compare=False)
+    file: str = field(default="", compare=False)
+    line: int = field(default=0, compare=False)
     _proof_cache: Proof | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -92,6 +106,11 @@ class Equation:
         if self.kind == "document" and not self.target:
             raise ValueError(f"{self.id}: a document entry needs target= (the derivation the "
                              "reference implements)")
+
+    @property
+    def where(self) -> str:
+        """file:line of the definition (the register call), or "" for an unregistered entry."""
+        return f"{self.file}:{self.line}" if self.file else ""
 
     def run_proof(self) -> Proof:
         """Run (once per process) and time the SymPy check."""
@@ -109,14 +128,18 @@ EQUATIONS: dict[str, Equation] = {}
 
 
 def register(eq: Equation) -> Equation:
+    """Add ``eq`` to the registry, recording where: the caller's module and file:line."""
     if eq.id in EQUATIONS:
         raise ValueError(f"id: equation {eq.id!r} registered twice")
+    caller = sys._getframe(1)
+    eq.module = caller.f_globals.get("__name__", "")
+    eq.file, eq.line = caller.f_code.co_filename, caller.f_lineno
     EQUATIONS[eq.id] = eq
     return eq
 
 
 def load() -> dict[str, Equation]:
     """Import every equation module; return the registry (ID -> Equation)."""
-    for name in MODULES:
+    for name in modules():
         importlib.import_module(f"{__name__}.{name}")
     return EQUATIONS

@@ -1,4 +1,5 @@
-"""The linear layer y = x W + b on 3-D inputs, its three gradients, and the head's orientation."""
+"""The linear layer y = x W + b on 3-D inputs and its three gradients (the MLM head's
+orientation is spec/equations/head.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from spec.equations._sym import arr, compare, fmt_array, lambdify_map, vjp
 
 MINIBERT = "Mini-BERT derivation"
 SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
 BLOG = "BERT-base blog"
 GUIDE = "visual guide"
 
@@ -72,19 +72,6 @@ def _prove_literal_3d() -> Proof:
                  f"flattened reading (the section's shape analysis): proven as linear.backward.dW;"
                  f" literal 3-D reading refuted: x={x.tolist()}, dy={dy.tolist()}: {what}; the "
                  f"gradient is {fmt_array(right, 0)}")
-
-
-def _prove_head_orientation() -> Proof:
-    """The slides' W in R^{V x d} applied as W h_i equals h_i W^T: the reference stores the
-    transpose ([H, V], logits = h @ W + b).  Proven for symbolic W, h."""
-    for V, d in ((3, 2), (2, 3)):
-        W, h, b = arr("W", V, d), arr("h", d), arr("b", V)
-        ok, detail = compare(W @ h + b, h @ W.T + b)
-        if not ok:
-            return Proof("refuted", (V, d), detail)
-    return Proof("convention", ((3, 2), (2, 3)),
-                 "slides: W [V, d] times the column h_i; Mini-BERT derivation §2.6 and the "
-                 "reference: h @ W_mlm with W_mlm [H, V]; equal with W_mlm = W^T (proven)")
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
@@ -148,9 +135,3 @@ register(Equation(
     (f"{MINIBERT} §3.1",),
     r"\frac{\partial L}{\partial W} = x^\top @ \frac{\partial L}{\partial y}",
     _prove_literal_3d, kind="document", expected="convention", target="linear.backward.dW"))
-
-register(Equation(
-    "head.mlm.orientation", "Vocabulary projection W h_i + b vs h W_mlm + b",
-    (f"{SLIDES} (step 4)", f"{MINIBERT} §2.6"),
-    r"\hat y_i = \mathrm{softmax}(W H_i + b),\ W \in \mathbb{R}^{V \times d}",
-    _prove_head_orientation, kind="document", expected="convention", target="linear.forward"))

@@ -1,10 +1,7 @@
-"""Adam (and AdamW), the warmup + linear-decay schedule, global-norm clipping, gradient
-accumulation, and the slides' plain gradient step.
+"""Adam (and AdamW, decoupled weight decay) and the slides' plain gradient step.
 
-The implementations live in ``reference/optim.py`` (``adam_init``, ``adam_step``,
-``warmup_linear_lr``, ``global_grad_norm``, ``clip_by_global_norm``, ``accumulate_gradients``);
-until it is present these entries show as gaps in the audit.  The SymPy <-> code adapters below
-assume the call signatures written next to them -- adjust them in one place if they differ.
+The implementations live in ``reference/optim.py`` (``adam_init``, ``adam_step``); the SymPy <->
+code adapters below assume the call signatures written next to them.
 """
 
 from __future__ import annotations
@@ -74,91 +71,6 @@ def _prove_adamw() -> Proof:
                                  f"{fmt_values(vals)}: {a:.9f} vs {b:.9f}")
 
 
-STEP, W_, TOTAL, PEAK = sp.symbols("step warmup total peak", positive=True)
-
-
-def lr_document(step, warmup=W_, total=TOTAL, peak=PEAK):
-    """Mini-BERT derivation §8.1, 0-based steps."""
-    return sp.Piecewise((peak * step / warmup, step < warmup),
-                        (peak * (1 - (step - warmup) / (total - warmup)), True))
-
-
-def _prove_schedule() -> Proof:
-    """The two branches meet at step = warmup (both give peak), the rate reaches 0 at
-    step = total, and it rises/decays linearly (constant slopes peak/warmup and
-    -peak/(total - warmup))."""
-    up = PEAK * STEP / W_
-    down = PEAK * (1 - (STEP - W_) / (TOTAL - W_))
-    checks = (sp.simplify(up.subs(STEP, W_) - PEAK), sp.simplify(down.subs(STEP, W_) - PEAK),
-              sp.simplify(down.subs(STEP, TOTAL)), sp.simplify(sp.diff(up, STEP) - PEAK / W_),
-              sp.simplify(sp.diff(down, STEP) + PEAK / (TOTAL - W_)))
-    if any(c != 0 for c in checks):
-        return Proof("refuted", ("symbolic",), f"continuity / endpoint checks: {checks}")
-    return Proof("proven", ("symbolic",),
-                 "continuous at warmup (= peak), 0 at total, linear on both sides")
-
-
-def _prove_step0() -> Proof:
-    """With steps counted from 0, lr(0) = peak * 0 / warmup = 0: the first update does nothing.
-    Counting from 1 (step + 1 in the formula) gives peak / warmup > 0 on the first update and
-    peak at update number warmup."""
-    first = lr_document(sp.Integer(0))  # 0 < warmup: the warmup branch
-    shifted = (PEAK * (STEP + 1) / W_).subs(STEP, 0)  # the warmup branch, 1-based
-    if first != 0 or sp.simplify(shifted - PEAK / W_) != 0:
-        return Proof("refuted", (0,), f"lr(0) = {first}")
-    return Proof("convention", (0,), "0-based as written: lr(0) = 0 (first step wasted); "
-                                     "(step + 1)/warmup: lr = peak/warmup > 0 on the first step")
-
-
-def _prove_clip() -> Proof:
-    """scale = max_norm / ||g|| when ||g|| > max_norm: the clipped gradients have global norm
-    exactly max_norm and the same direction; otherwise unchanged (min(1, c/||g||))."""
-    for n in (2, 3):
-        gs = sp.symbols(f"g0:{n}", real=True)
-        c = sp.Symbol("c", positive=True)
-        norm = sp.sqrt(sp.Add(*[x ** 2 for x in gs]))
-        clipped = [x * c / norm for x in gs]
-        if sp.simplify(sp.sqrt(sp.Add(*[x ** 2 for x in clipped])) - c) != 0:
-            return Proof("refuted", (n,), "clipped norm != max_norm")
-    return Proof("proven", (2, 3), "||scale * g|| = max_norm, direction kept")
-
-
-def _accumulation_case():
-    """Two micro-batches with 1 and 3 masked tokens; per-token gradients a; b, c, d."""
-    a, b, c, d = sp.symbols("a b c d", real=True)
-    micro = [[a], [b, c, d]]
-    full = sp.Add(a, b, c, d) / 4  # the mean over the 4 masked tokens of the whole batch
-    return micro, full, (a, b, c, d)
-
-
-def _prove_accum() -> Proof:
-    """For a loss that is a mean over masked tokens, the full-batch gradient is
-    sum_k n_k g_k / sum_k n_k (g_k each micro-batch's mean gradient, n_k its masked count) --
-    equivalently, accumulate the micro-batch *sums* and divide once by the total count."""
-    micro, full, _ = _accumulation_case()
-    means = [sp.Add(*m) / len(m) for m in micro]
-    weighted = sp.Add(*[len(m) * gk for m, gk in zip(micro, means)]) / sum(len(m) for m in micro)
-    if sp.simplify(weighted - full) != 0:
-        return Proof("refuted", ("symbolic",), "weighted mean != full-batch gradient")
-    return Proof("proven", (1, 3), "masked counts 1 and 3: weighted by n_k it equals the "
-                                   "full-batch gradient identically")
-
-
-def _prove_divide_by_steps() -> Proof:
-    """Mini-BERT derivation §8.2: sum the micro-batch gradients, divide by accumulation_steps."""
-    micro, full, (a, b, c, d) = _accumulation_case()
-    means = [sp.Add(*m) / len(m) for m in micro]
-    stated = sp.Add(*means) / len(micro)
-    vals = {a: 1, b: 0, c: 0, d: 0}
-    if sp.simplify(stated - full) == 0:
-        return Proof("proven", ())
-    return Proof("refuted", (1, 3),
-                 f"micro-batches with 1 and 3 masked tokens, per-token gradients (a | b, c, d) = "
-                 f"(1 | 0, 0, 0): divided by the 2 steps gives {stated.subs(vals)}, the full batch "
-                 f"{full.subs(vals)}; equal only when every micro-batch holds the same number of "
-                 f"masked tokens (or the loss is a sum)")
-
-
 def _prove_sgd() -> Proof:
     """The slides' update E <- E - eta grad decreases a smooth loss to first order:
     L(E - eta g) = L(E) - eta ||g||^2 + O(eta^2) (series in eta of an arbitrary L)."""
@@ -212,54 +124,13 @@ ADAM_NUMERIC = Numeric(((3,), (5,)), lambda s: dict(theta=("float", s, 2.0),
                                                    g1=("float", s, 1.0), g2=("float", s, 1.0),
                                                    g3=("float", s, 1.0)),
                        _adam_sympy, _adam_code, needs=("adam_init", "adam_step"))
+
+
 ADAMW_NUMERIC = Numeric(
     ((3,), (5,)), ADAM_NUMERIC.inputs, lambda size: _adam_sympy(size, wd=ADAMW_DECAY),
     lambda impl, size, **a: _adam_code(impl, size, **a, weight_decay=float(ADAMW_DECAY),
                                        no_decay=()),
     needs=("adam_init", "adam_step"))
-
-
-def lr_project(step, warmup=W_, total=TOTAL, peak=PEAK):
-    """The reference's convention (schedule.warmup_linear.step0): the warmup branch counts
-    updates from 1, peak (step + 1) / warmup, so the first update is not wasted; the decay
-    branch is the document's, peak (total - step) / (total - warmup), floored at 0."""
-    return sp.Piecewise((peak * (step + 1) / warmup, step < warmup),
-                        (sp.Max(0, peak * (1 - (step - warmup) / (total - warmup))), True))
-
-
-def _schedule_sympy(size):
-    warmup, total = size
-    f = sp.lambdify([STEP, PEAK], lr_project(STEP, sp.Integer(warmup), sp.Integer(total)),
-                    "numpy")
-    return lambda peak: (np.array([f(k, float(peak[0])) for k in range(total + 3)]),)
-
-
-def _schedule_code(impl, size, peak):
-    warmup, total = size
-    return (np.array([impl.warmup_linear_lr(k, peak_lr=float(peak[0]), warmup_steps=warmup,
-                                            total_steps=total) for k in range(total + 3)]),)
-
-
-def _clip_code(impl, size, g, max_norm):
-    clipped = impl.clip_by_global_norm({"a": g[:2], "b": g[2:]}, float(max_norm[0]))
-    clipped = clipped[0] if isinstance(clipped, tuple) else clipped
-    return (np.concatenate([clipped["a"], clipped["b"]]),)
-
-
-def _clip_sympy(size):
-    n = size[0]
-    gs = [sp.Symbol(f"g{i}", real=True) for i in range(n)]
-    c = sp.Symbol("c", positive=True)
-    norm = sp.sqrt(sp.Add(*[x ** 2 for x in gs]))
-    out = [sp.Piecewise((x * c / norm, norm > c), (x, True)) for x in gs]
-    f = sp.lambdify([gs, c], out, "numpy")
-
-    def clip(g, max_norm):
-        # NumPy's Piecewise evaluates both branches: c / norm of an all-zero g is 0/0 in the
-        # branch that is not taken
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (np.asarray(f(g, float(max_norm[0])), dtype=float),)
-    return clip
 
 
 register(Equation(
@@ -274,40 +145,6 @@ register(Equation(
     r"\theta_t = \theta_{t-1} - \alpha \Bigl(\frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon} + "
     r"\lambda \theta_{t-1}\Bigr)",
     _prove_adamw, torch_op="torch.optim.AdamW", numeric=ADAMW_NUMERIC))
-register(Equation(
-    "schedule.warmup_linear", "Linear warmup then linear decay", (f"{MINIBERT} §8.1",),
-    r"\mathrm{lr} = \mathrm{peak} \frac{step}{warmup}\ (step < warmup),\ \mathrm{peak}\Bigl(1 - "
-    r"\frac{step - warmup}{total - warmup}\Bigr)",
-    _prove_schedule,
-    numeric=Numeric(((4, 10), (1, 3), (5, 6)), lambda s: dict(peak=("float", (1,), 1.0)),
-                    _schedule_sympy, _schedule_code, accept=lambda s, peak: bool(peak[0] > 0),
-                    needs=("warmup_linear_lr",)),
-    note="the reference counts warmup updates from 1 (schedule.warmup_linear.step0); the "
-         "SymPy <-> code check uses that convention, lr_project"))
-register(Equation(
-    "schedule.warmup_linear.step0", "Learning rate at the first step", (f"{MINIBERT} §8.1",),
-    r"\mathrm{lr}(0) = \mathrm{peak} \cdot 0 / warmup = 0", _prove_step0, kind="document",
-    expected="convention", target="schedule.warmup_linear"))
-register(Equation(
-    "clip.global_norm", "Global-norm gradient clipping", (f"{MINIBERT} §7.3",),
-    r"n = \sqrt{\sum_p \lVert g_p \rVert^2},\ g_p \leftarrow g_p \cdot \frac{c}{n}\ (n > c)",
-    _prove_clip, torch_op="torch.nn.utils.clip_grad_norm_",
-    numeric=Numeric(((4,), (5,)), lambda s: dict(g=("float", s, 2.0),
-                                                 max_norm=("float", (1,), 3.0)),
-                    _clip_sympy, _clip_code,
-                    accept=lambda s, g, max_norm: bool(max_norm[0] > 0.1),
-                    needs=("clip_by_global_norm",))))
-register(Equation(
-    "accum.grad_mean", "Gradient accumulation equals the full-batch gradient",
-    (f"{MINIBERT} §8.2",),
-    r"g = \frac{\sum_k n_k \bar g_k}{\sum_k n_k}\ (n_k \text{ masked tokens in micro-batch } k)",
-    _prove_accum,
-    numeric_na="a loop over micro-batches, not a map on arrays: tests/test_optim_accum.py checks "
-               "it end to end (accumulated vs full-batch model gradient, uneven micro-batches)"))
-register(Equation(
-    "accum.divide_by_steps", "Accumulated gradients divided by accumulation_steps",
-    (f"{MINIBERT} §8.2",), r"g = \frac{1}{K} \sum_{k=1}^{K} \bar g_k", _prove_divide_by_steps,
-    kind="document", expected="refuted", target="accum.grad_mean"))
 register(Equation(
     "optim.sgd", "Plain gradient step on the embeddings", (f"{SLIDES} (embedding space)",),
     r"E_k \leftarrow E_k - \eta \nabla_{E_k} \mathcal{L}", _prove_sgd, kind="document",

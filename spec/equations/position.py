@@ -1,9 +1,5 @@
-"""Token and position embeddings (learned and sinusoidal).
-
-A lookup W[ids] is the linear map onehot(ids) @ W, so its backward is onehot^T @ dout: the
-scatter-add over repeated ids.  The SymPy map takes the one-hot matrix O as symbols and the
-SymPy <-> code check feeds O = onehot(ids) for the ids it drew.
-"""
+"""Position embeddings: learned (added to the tokens, gradient summed over the batch) and
+sinusoidal (no parameters; each frequency's (sin, cos) pair rotates with the position)."""
 
 from __future__ import annotations
 
@@ -13,39 +9,13 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
+from spec.equations._sym import arr, compare, lambdify_map, vjp
 
 MINIBERT = "Mini-BERT derivation"
 SEED001 = "NumPy-Transformer document"
 SLIDES = "BERT masked-LM slides"
 BLOG = "BERT-base blog"
 GUIDE = "visual guide"
-
-# (V, H, ids) tried by the proofs: repeated ids, an unused id
-LOOKUP_CASES = ((3, 2, (0, 2, 0, 2)), (4, 3, (1, 1, 1)), (2, 2, (1, 0)))
-# (V, H, B, T) of the SymPy <-> code check
-NUMERIC_SIZES = ((3, 2, 2, 2), (4, 3, 1, 3), (2, 2, 3, 1))
-
-
-def onehot(ids, V: int) -> np.ndarray:
-    return np.eye(V, dtype=np.int64)[np.asarray(ids)]
-
-
-def _prove_lookup_backward() -> Proof:
-    for V, H, ids in LOOKUP_CASES:
-        W, dout = arr("W", V, H), arr("dout", len(ids), H)
-        out = onehot(ids, V).astype(object) @ W  # [n, H] -- the lookup as a matmul
-        if not all(is_zero(a - b) for a, b in zip(out.ravel(), W[list(ids)].ravel())):
-            return Proof("refuted", (V, H), f"onehot @ W != W[ids] for ids={ids}")
-        derived = vjp(out, dout, W)
-        closed = np.zeros((V, H), dtype=object)
-        for n, v in enumerate(ids):  # scatter-add: every position holding id v adds its dout
-            closed[v] = closed[v] + dout[n]
-        ok, detail = compare(derived, closed)
-        if not ok:
-            return Proof("refuted", (V, H), f"ids={ids}: {detail}")
-    return Proof("proven", tuple((V, H) for V, H, _ in LOOKUP_CASES),
-             "lookup = onehot(ids) @ W; dW = onehot^T @ dout (repeated ids add up)")
 
 
 def _prove_position() -> Proof:
@@ -93,34 +63,6 @@ def _prove_sinusoidal() -> Proof:
 
 # --------------------------------------------------------------------------- SymPy <-> code
 @cache
-def _lookup_fns(size):
-    V, H, B, T = size
-    O, W, dout = arr("O", B, T, V), arr("W", V, H), arr("dout", B, T, H)
-    out = O @ W
-    inputs = dict(O=O, W=W, dout=dout)
-    return lambdify_map(inputs, [out]), lambdify_map(inputs, [vjp(out, dout, W)])
-
-
-def _lookup_inputs(size):
-    V, H, B, T = size
-    return dict(ids=("int", (B, T), V), W=("float", (V, H), 2.0), dout=("float", (B, T, H), 1.0))
-
-
-def _lookup_sympy(which):
-    def build(size):
-        fns = _lookup_fns(size)
-        return lambda ids, W, dout: fns[which](O=onehot(ids, size[0]), W=W, dout=dout)
-    return build
-
-
-def _lookup_code(which):
-    def code(impl, size, ids, W, dout):
-        out, cache_ = impl.embedding_forward(ids, W)
-        return (out,) if which == 0 else impl.embedding_backward(dout, cache_)
-    return code
-
-
-@cache
 def _pos_fns(size):
     B, T, T_max, H = size
     x, P, dout = arr("x", B, T, H), arr("P", T_max, H), arr("dout", B, T, H)
@@ -155,25 +97,6 @@ def _pe_fn(size):
 
 
 POS_SIZES = ((2, 2, 3, 2), (1, 3, 3, 2), (3, 1, 2, 1))
-
-register(Equation(
-    "embedding.forward", "Token embedding lookup",
-    (f"{MINIBERT} §2.1", f"{SLIDES} (token IDs and embedding vectors)", f"{BLOG} (initialize)"),
-    r"E_{token}[b,t] = W_{tok}[\mathrm{ids}[b,t]] = (\mathrm{onehot}(\mathrm{ids}) W_{tok})[b,t]",
-    _prove_lookup_backward, torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(0), _lookup_code(0),
-                    needs=("embedding_forward",))))
-
-register(Equation(
-    "embedding.backward", "Token embedding gradient (scatter-add)",
-    (f"{SLIDES} (embedding update)",),
-    r"\frac{\partial L}{\partial W_{tok}} = \mathrm{onehot}(\mathrm{ids})^\top "
-    r"\frac{\partial L}{\partial E},\ \text{i.e. } dW[v] = "
-    r"\sum_{(b,t): \mathrm{ids}[b,t]=v} dE[b,t]",
-    _prove_lookup_backward, gradient=True, torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(1), _lookup_code(1),
-                    needs=("embedding_forward", "embedding_backward")),
-    note="the slides state the update E_k <- E_k - eta grad; the gradient itself is derived here"))
 
 register(Equation(
     "position.learned.forward", "Learned position embeddings added to the tokens",

@@ -1,0 +1,58 @@
+"""Helpers shared by the layer modules (relu, tanh, ffn, residual, block): the ReLU and a
+LayerNorm row as SymPy expressions, the kink margin, and the SymPy <-> code check of an
+elementwise activation.  Private: it registers no equation."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import sympy as sp
+
+from spec.equations import Numeric
+from spec.equations._sym import arr, lambdify_map, vjp
+
+KINK = 1e-3  # SymPy <-> code samples keep ReLU inputs this far from 0 (spec.tolerances.KINK_MARGIN)
+LN_EPS = sp.Rational(1, 10 ** 5)  # the block check's LayerNorm eps (passed to the code too)
+
+
+def relu_expr(e):
+    """max(0, e) as SymPy."""
+    return sp.Max(0, e)
+
+
+def ln_row(v, gamma=None, beta=None, eps=LN_EPS):
+    """LayerNorm of one row v (a sequence of SymPy expressions); gamma, beta optional."""
+    N = len(v)
+    mu = sp.Add(*v) / N
+    var = sp.Add(*[(e - mu) ** 2 for e in v]) / N
+    out = np.array([(e - mu) / sp.sqrt(var + eps) for e in v], dtype=object)
+    if gamma is not None:
+        out = out * gamma + beta
+    return out
+
+
+def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None):
+    """The forward and backward SymPy <-> code checks of y = fn(x) elementwise against
+    impl.<attr_f>(x) -> (y, cache) and impl.<attr_b>(dy, cache)."""
+    shapes = ((2, 3), (1, 4))
+
+    @cache
+    def fns(shape):
+        x, dy = arr("x", *shape), arr("dy", *shape)
+        y = np.vectorize(fn, otypes=[object])(x)
+        return (lambdify_map(dict(x=x, dy=dy), [y]),
+                lambdify_map(dict(x=x, dy=dy), [vjp(y, dy, x)]))
+
+    def code(which):
+        def run(impl, shape, x, dy):
+            y, c = getattr(impl, attr_f)(x)
+            return (y,) if which == 0 else getattr(impl, attr_b)(dy, c)
+        return run
+
+    def inputs(shape):
+        # "float_away": |x| in [KINK, 2] with either sign -- the kink stays out by construction
+        return dict(x=("float_away", shape, 2.0, KINK), dy=("float", shape, 1.0))
+
+    return [Numeric(shapes, inputs, lambda s, w=w: fns(s)[w], code(w), accept,
+                    needs=(attr_f, attr_b)) for w in (0, 1)]

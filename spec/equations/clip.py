@@ -1,0 +1,58 @@
+"""Global-norm gradient clipping (Mini-BERT derivation §7.3).  The implementation:
+``clip_by_global_norm``."""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from spec.equations import Equation, Numeric, Proof, register
+
+MINIBERT = "Mini-BERT derivation"
+
+
+def _prove_clip() -> Proof:
+    """scale = max_norm / ||g|| when ||g|| > max_norm: the clipped gradients have global norm
+    exactly max_norm and the same direction; otherwise unchanged (min(1, c/||g||))."""
+    for n in (2, 3):
+        gs = sp.symbols(f"g0:{n}", real=True)
+        c = sp.Symbol("c", positive=True)
+        norm = sp.sqrt(sp.Add(*[x ** 2 for x in gs]))
+        clipped = [x * c / norm for x in gs]
+        if sp.simplify(sp.sqrt(sp.Add(*[x ** 2 for x in clipped])) - c) != 0:
+            return Proof("refuted", (n,), "clipped norm != max_norm")
+    return Proof("proven", (2, 3), "||scale * g|| = max_norm, direction kept")
+
+
+# --------------------------------------------------------------------------- SymPy <-> code
+def _clip_code(impl, size, g, max_norm):
+    clipped = impl.clip_by_global_norm({"a": g[:2], "b": g[2:]}, float(max_norm[0]))
+    clipped = clipped[0] if isinstance(clipped, tuple) else clipped
+    return (np.concatenate([clipped["a"], clipped["b"]]),)
+
+
+def _clip_sympy(size):
+    n = size[0]
+    gs = [sp.Symbol(f"g{i}", real=True) for i in range(n)]
+    c = sp.Symbol("c", positive=True)
+    norm = sp.sqrt(sp.Add(*[x ** 2 for x in gs]))
+    out = [sp.Piecewise((x * c / norm, norm > c), (x, True)) for x in gs]
+    f = sp.lambdify([gs, c], out, "numpy")
+
+    def clip(g, max_norm):
+        # NumPy's Piecewise evaluates both branches: c / norm of an all-zero g is 0/0 in the
+        # branch that is not taken
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.asarray(f(g, float(max_norm[0])), dtype=float),)
+    return clip
+
+
+register(Equation(
+    "clip.global_norm", "Global-norm gradient clipping", (f"{MINIBERT} §7.3",),
+    r"n = \sqrt{\sum_p \lVert g_p \rVert^2},\ g_p \leftarrow g_p \cdot \frac{c}{n}\ (n > c)",
+    _prove_clip, torch_op="torch.nn.utils.clip_grad_norm_",
+    numeric=Numeric(((4,), (5,)), lambda s: dict(g=("float", s, 2.0),
+                                                 max_norm=("float", (1,), 3.0)),
+                    _clip_sympy, _clip_code,
+                    accept=lambda s, g, max_norm: bool(max_norm[0] > 0.1),
+                    needs=("clip_by_global_norm",))))

@@ -1,0 +1,438 @@
+"""Identities every correct implementation satisfies, each written once (NumPy only).
+
+One function per identity family, ``f(impl, <inputs>) -> list[Finding]``, in the manner of
+JAX's ``check_grads``: a library function that callers feed inputs.  The Hypothesis tests
+(tests/test_invariants.py and friends) call them on drawn inputs and assert with
+:func:`require`; ``minibert check`` (spec/conformance.py) calls them on fixed-seed inputs and
+reports the findings.  Every comparison uses the one tolerance of its identity from
+:mod:`spec.tolerances`; exact identities (a masked entry, an ignored position, an unused row)
+are compared with ``==``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+
+from spec.protocol import IGNORE_INDEX
+from spec.tolerances import CLIP_NORM_RTOL, F64_IDENTITY_RTOL
+
+
+@dataclass(frozen=True)
+class Finding:
+    op: str
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def require(findings: list[Finding]) -> None:
+    """Raise AssertionError listing every identity that does not hold (for the tests)."""
+    failed = [f for f in findings if not f.ok]
+    if failed:
+        raise AssertionError("; ".join(f"{f.op}: {f.name}" + (f" ({f.detail})" if f.detail
+                                                                   else "") for f in failed))
+
+
+# --------------------------------------------------------------------------- comparisons
+def _mag(*arrays) -> float:
+    return max((float(np.max(np.abs(np.asarray(a, dtype=np.float64)), initial=0.0))
+                for a in arrays), default=0.0)
+
+
+def close(op: str, name: str, got, want, scale: float = 0.0,
+          rtol: float = F64_IDENTITY_RTOL) -> Finding:
+    """|got - want| <= rtol * max(max|want|, max|got|, scale), entry by entry.
+
+    Relative to the magnitude of the whole tensor (``scale``: of the terms that cancelled into
+    it), not entry by entry: an entry's rounding error is ~u times the magnitudes summed into
+    it, not times its own value (tests/torch_oracle.allowed_error gives the same rule)."""
+    a = np.asarray(got, dtype=np.float64)
+    b = np.asarray(want, dtype=np.float64)
+    if a.shape != b.shape:
+        return Finding(op, name, False, f"shapes {a.shape} vs {b.shape}")
+    err = _mag(a - b)
+    bound = rtol * max(_mag(a), _mag(b), scale)
+    ok = err <= bound  # NaN fails
+    return Finding(op, name, bool(ok), "" if ok else f"max |difference| {err:.2e} > {bound:.1e}")
+
+
+def holds(op: str, name: str, condition, detail: str = "") -> Finding:
+    ok = bool(np.all(condition))
+    return Finding(op, name, ok, "" if ok else detail)
+
+
+def dtype_kept(impl, op: str, forward, inputs: dict, **kwargs) -> list[Finding]:
+    """float32 inputs give a float32 output (no silent upcast)."""
+    f32 = {k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64
+               else v) for k, v in inputs.items()}
+    got = np.asarray(forward(*f32.values(), **kwargs)[0]).dtype
+    return [holds(op, "float32 in -> float32 out", got == np.float32, f"got {got}")]
+
+
+# --------------------------------------------------------------------------- embeddings
+def embedding_scatter_adds(impl, ids, W, dout) -> list[Finding]:
+    """Rows are W[ids]; dW[v] accumulates dout of every position holding id v (repeated ids
+    included); rows of ids that never occur get exactly 0."""
+    out, cache = impl.embedding_forward(ids, W)
+    (dW,) = impl.embedding_backward(dout, cache)
+    expected = np.zeros(W.shape)
+    np.add.at(expected, np.asarray(ids), dout)
+    unused = np.setdiff1d(np.arange(W.shape[0]), ids)
+    return [close("embedding", "rows are W[ids]", out, W[ids]),
+            close("embedding", "dW sums dout over repeated ids", dW, expected, _mag(dout)),
+            holds("embedding", "rows of unused ids are exactly 0", dW[unused] == 0)]
+
+
+def position_embedding_identities(impl, x, W_pos, dout) -> list[Finding]:
+    """dx = dout; dW_pos[t] = sum_b dout[b, t]; positions >= T never enter: exactly 0."""
+    T = x.shape[1]
+    _, cache = impl.position_embedding_forward(x, W_pos)
+    dx, dW = impl.position_embedding_backward(dout, cache)
+    return [close("position_embedding", "dx equals dout", dx, dout),
+            close("position_embedding", "dW_pos[:T] sums dout over the batch", dW[:T],
+                  dout.sum(0)),
+            holds("position_embedding", "positions beyond T get exactly 0", dW[T:] == 0)]
+
+
+def sinusoidal_identities(impl, x) -> list[Finding]:
+    """The table at position 0 is sin(0)=0 / cos(0)=1, feature 0 is sin(position), values in
+    [-1, 1], and the forward adds it."""
+    op, (_, T, d) = "sinusoidal_position", x.shape
+    pe = np.asarray(impl.sinusoidal_encoding(T, d, np.float64))
+    if pe.shape != (T, d):
+        return [holds(op, "shape [T, d]", False, f"got {pe.shape}")]
+    out, _ = impl.sinusoidal_position_forward(x)
+    return [close(op, "position 0: 0 on even features, 1 on odd", pe[0], np.arange(d) % 2, 1.0),
+            close(op, "feature 0 is sin(position)", pe[:, 0], np.sin(np.arange(T)), 1.0),
+            holds(op, "values in [-1, 1]", np.abs(pe) <= 1.0),
+            close(op, "forward adds the table", out - x, np.broadcast_to(pe, x.shape),
+                  _mag(x))]
+
+
+# --------------------------------------------------------------------------- linear / LN
+def linear_identities(impl, x, W, b, dout) -> list[Finding]:
+    """x W + b, and db is None without a bias."""
+    out, _ = impl.linear_forward(x, W, b)
+    grads = impl.linear_backward(dout, impl.linear_forward(x, W, None)[1])
+    return [close("linear", "forward is x @ W + b", out, x @ W + b, _mag(x @ W)),
+            holds("linear", "db is None without a bias", len(grads) == 3 and grads[2] is None)]
+
+
+def layernorm_normalises(impl, x, gamma, beta, scale: float, shift: float) -> list[Finding]:
+    """With eps = 0: x_hat = (y - beta) / gamma has mean 0 and (biased) variance 1 per row, and
+    LN(c x + s) = LN(x) for c > 0 (rows of x must not be constant)."""
+    y, _ = impl.layernorm_forward(x, gamma, beta, 0.0)
+    x_hat = (y - beta) / gamma
+    y2, _ = impl.layernorm_forward(scale * x + shift, gamma, beta, 0.0)
+    return [close("layernorm", "x_hat has mean 0 per row", x_hat.mean(-1),
+                  np.zeros(x.shape[:-1]), _mag(x_hat)),
+            close("layernorm", "x_hat has (biased) variance 1 per row", x_hat.var(-1),
+                  np.ones(x.shape[:-1])),
+            close("layernorm", "invariant to c x + s per row", y2, y)]
+
+
+def layernorm_backward_invariances(impl, x, gamma, beta, dy) -> list[Finding]:
+    """With eps = 0, LN is invariant to x + s and c x per row, so dx sums to 0 and is orthogonal
+    to x - mean(x) per row."""
+    _, cache = impl.layernorm_forward(x, gamma, beta, 0.0)
+    dx, _, _ = impl.layernorm_backward(dy, cache)
+    centred = x - x.mean(-1, keepdims=True)
+    std = np.sqrt(x.var(-1, keepdims=True))
+    # the terms summed into dx are ~ gamma dy / std (dx itself may be 0 by cancellation: N = 2)
+    terms = _mag(gamma * dy / std) * x.shape[-1]
+    return [close("layernorm", "dx sums to 0 per row (shift invariance)", dx.sum(-1),
+                  np.zeros(x.shape[:-1]), terms * x.shape[-1]),
+            close("layernorm", "dx is orthogonal to x - mean (scale invariance)",
+                  (dx * centred).sum(-1), np.zeros(x.shape[:-1]),
+                  terms * _mag(centred) * x.shape[-1])]
+
+
+# --------------------------------------------------------------------------- softmax
+def softmax_identities(impl, x, mask, dout) -> list[Finding]:
+    """Rows sum to 1; masked entries get probability and gradient exactly 0, the others > 0;
+    dx sums to 0 per row (softmax is shift-invariant)."""
+    p, cache = impl.softmax_forward(x, mask)
+    (dx,) = impl.softmax_backward(dout, cache)
+    keep = np.ones(x.shape, bool) if mask is None else np.asarray(mask, bool)
+    return [close("softmax", "rows sum to 1", p.sum(-1), np.ones(x.shape[:-1])),
+            holds("softmax", "masked entries get probability exactly 0", p[~keep] == 0),
+            holds("softmax", "kept entries get probability > 0", p[keep] > 0),
+            close("softmax", "dx sums to 0 per row", dx.sum(-1), np.zeros(x.shape[:-1]),
+                  _mag(p) * _mag(dout) * x.shape[-1]),
+            holds("softmax", "masked entries get gradient exactly 0", dx[~keep] == 0)]
+
+
+def softmax_shift_invariant(impl, x, mask, shift: float) -> list[Finding]:
+    """softmax(x + s) = softmax(x), also for |s| ~ 1000 where exp over/underflows unless the
+    row maximum is subtracted; x + s rounds x by half an ulp of |s| (~1e-13 at 1000)."""
+    p, _ = impl.softmax_forward(x, mask)
+    p_s, _ = impl.softmax_forward(x + shift, mask)
+    return [holds("softmax", f"softmax(x + {shift:g}) is finite", np.isfinite(p_s)),
+            close("softmax", f"softmax(x + {shift:g}) = softmax(x)", p_s, p, 1.0)]
+
+
+def softmax_jacobian_identities(impl, p) -> list[Finding]:
+    """diag(p) - p p^T: symmetric, columns sum to 0, diagonal p (1 - p)."""
+    op, J = "softmax_jacobian", np.asarray(impl.softmax_jacobian(p))
+    n = p.shape[-1]
+    if J.shape != p.shape + (n,):
+        return [holds(op, "shape [..., N, N]", False, f"got {J.shape}")]
+    return [close(op, "every column sums to 0", J.sum(-2), np.zeros(p.shape), _mag(J) * n),
+            close(op, "symmetric", J, np.swapaxes(J, -1, -2)),
+            close(op, "diagonal is p (1 - p)", np.diagonal(J, axis1=-2, axis2=-1), p * (1 - p))]
+
+
+# --------------------------------------------------------------------------- elementwise
+def relu_identities(impl, x, dout) -> list[Finding]:
+    out, cache = impl.relu_forward(x)
+    (dx,) = impl.relu_backward(dout, cache)
+    return [holds("relu", "output >= 0", out >= 0),
+            holds("relu", "dx is exactly 0 where x < 0", dx[x < 0] == 0)]
+
+
+def tanh_identities(impl, x) -> list[Finding]:
+    out, _ = impl.tanh_forward(x)
+    return [holds("tanh", "|output| <= 1", np.abs(out) <= 1),
+            close("tanh", "odd function", impl.tanh_forward(-x)[0], -out)]
+
+
+# --------------------------------------------------------------------------- attention
+def heads_identities(impl, x, y, n_heads: int) -> list[Finding]:
+    """split_heads is a reshape/transpose: head a holds features a d_k:(a+1) d_k,
+    merge_heads inverts it and is its adjoint (<split x, y> = <x, merge y>)."""
+    op, (B, T, H) = "heads", x.shape
+    d_k = H // n_heads
+    s = np.asarray(impl.split_heads(x, n_heads))
+    if s.shape != (B, n_heads, T, d_k):
+        return [holds(op, "split_heads shape [B, A, T, d_k]", False, f"got {s.shape}")]
+    a = n_heads - 1
+    lhs, rhs = np.vdot(s, y), np.vdot(x, impl.merge_heads(y))
+    return [holds(op, "head a holds features a*d_k:(a+1)*d_k",
+                  s[:, a] == x[:, :, a * d_k:(a + 1) * d_k]),
+            holds(op, "merge_heads inverts split_heads", impl.merge_heads(s) == x),
+            close(op, "merge_heads is the adjoint of split_heads", lhs, rhs,
+                  _mag(x) * _mag(y) * x.size)]
+
+
+def _attn(impl, inputs: dict, **kw):
+    return impl.attention_forward(*inputs.values(), **kw)[0]
+
+
+def attention_permutation_equivariant(impl, inputs: dict, n_heads: int, mask, perm
+                                      ) -> list[Finding]:
+    """Without positions, permuting the tokens (and the key mask) permutes the output."""
+    y = _attn(impl, inputs, n_heads=n_heads, mask=mask)
+    y_p = _attn(impl, {**inputs, "x": inputs["x"][:, perm]}, n_heads=n_heads,
+                mask=None if mask is None else np.asarray(mask)[:, perm])
+    return [close("attention", "permuting tokens permutes the output", y_p, y[:, perm])]
+
+
+def attention_ignores_key_bias(impl, inputs: dict, n_heads: int, mask, other_b_k, dout
+                               ) -> list[Finding]:
+    """b_k adds q_i . b_k to every score of row i, which softmax ignores: the output does not
+    depend on b_k, and d b_k is 0 (relative to the other gradients of the same call)."""
+    y, cache = impl.attention_forward(*inputs.values(), n_heads=n_heads, mask=mask)
+    grads = impl.attention_backward(dout, cache)
+    db_k = grads[list(inputs).index("b_k")]
+    y_k = _attn(impl, {**inputs, "b_k": other_b_k}, n_heads=n_heads, mask=mask)
+    return [close("attention", "the output does not depend on b_k", y_k, y),
+            close("attention", "db_k is 0 (softmax is shift-invariant per row)", db_k,
+                  np.zeros_like(db_k), _mag(*(g for g in grads if g is not None)))]
+
+
+def attention_padding_ignored(impl, inputs: dict, n_heads: int, mask, noise) -> list[Finding]:
+    """Changing the tokens at masked key positions leaves every output row that is not itself
+    masked unchanged (a padded token is never attended to)."""
+    keep = np.asarray(mask, bool)
+    x2 = np.where(keep[..., None], inputs["x"], inputs["x"] + noise)
+    y = _attn(impl, inputs, n_heads=n_heads, mask=mask)
+    y2 = _attn(impl, {**inputs, "x": x2}, n_heads=n_heads, mask=mask)
+    return [close("attention", "padded keys do not affect unpadded positions", y2[keep], y[keep],
+                  _mag(y))]
+
+
+def attention_scaled_by_sqrt_d_k(impl, inputs: dict) -> list[Finding]:
+    """The scores are scaled by 1/sqrt(d_k), not 1/sqrt(H): keep only head 0's features in Q,
+    K, V (head 1 then attends uniformly to zero values); that is single-head attention (d_k =
+    H) whose W_q, b_q carry the factor sqrt(H / d_k) = sqrt(2).  Needs H even, two heads."""
+    H = inputs["x"].shape[-1]
+    head0 = np.r_[np.ones(H // 2), np.zeros(H - H // 2)]
+    qkv = {n: inputs[n] * head0 for n in ("W_q", "W_k", "W_v", "b_q", "b_k", "b_v")}
+
+    def args(c):
+        return {**inputs, **qkv, "W_q": qkv["W_q"] * c, "b_q": qkv["b_q"] * c}
+
+    return [close("attention", "scores are scaled by 1/sqrt(d_k)",
+                  _attn(impl, args(1.0), n_heads=2), _attn(impl, args(np.sqrt(2.0)), n_heads=1))]
+
+
+def block_identities(impl, x, p: dict, n_heads: int, mask, dout, noise) -> list[Finding]:
+    """grads are keyed like p; padded tokens do not affect the unpadded positions."""
+    out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask)
+    _, grads = impl.block_backward(dout, cache)
+    keep = np.asarray(mask, bool)
+    x2 = np.where(keep[..., None], x, x + noise)
+    out2, _ = impl.block_forward(x2, p, n_heads=n_heads, mask=mask)
+    return [holds("block", "grads has the keys of p", set(grads) == set(p),
+                  f"missing {sorted(set(p) - set(grads))}, extra {sorted(set(grads) - set(p))}"),
+            close("block", "padded keys do not affect unpadded positions", out2[keep], out[keep],
+                  _mag(out))]
+
+
+def pooler_gradient_only_at_cls(impl, h, W, b, dout) -> list[Finding]:
+    """Only h[:, 0] enters the pooler: dh is exactly 0 at every other position."""
+    _, cache = impl.pooler_forward(h, W, b)
+    dh = impl.pooler_backward(dout, cache)[0]
+    return [holds("pooler", "only the first ([CLS]) token gets a gradient", dh[:, 1:] == 0)]
+
+
+# --------------------------------------------------------------------------- losses
+def cross_entropy_identities(impl, logits, labels, dloss: float) -> list[Finding]:
+    """loss >= 0; sum = n * mean and d sum = n * d mean (n predicted positions); ignored
+    positions get gradient exactly 0; dlogits sums to 0 per position."""
+    op, n = "cross_entropy", int(np.sum(labels != IGNORE_INDEX))
+    ignored = labels == IGNORE_INDEX
+    out = {}
+    for r in ("mean", "sum"):
+        loss, cache = impl.cross_entropy_forward(logits, labels, reduction=r)
+        out[r] = (float(loss), impl.cross_entropy_backward(dloss, cache)[0])
+    (l_mean, d_mean), (l_sum, d_sum) = out["mean"], out["sum"]
+    found = [holds(op, "loss >= 0", l_mean >= 0 and l_sum >= 0, f"{l_mean}, {l_sum}"),
+             close(op, "sum = n * mean", l_sum, n * l_mean),
+             close(op, "d sum = n * d mean", d_sum, n * d_mean)]
+    for r, (_, d) in out.items():
+        found += [holds(op, f"{r}: ignored positions get gradient exactly 0", d[ignored] == 0),
+                  close(op, f"{r}: dlogits sums to 0 per position", d.sum(-1),
+                        np.zeros(labels.shape), abs(dloss) * logits.shape[-1])]
+    return found
+
+
+def cross_entropy_shift_invariant(impl, logits, labels, shift: float) -> list[Finding]:
+    """log-softmax is shift-invariant: stable for logits of size 800 (exp overflows at 709)."""
+    loss = impl.cross_entropy_forward(logits, labels)[0]
+    return [close("cross_entropy", f"loss(logits + {shift:g}) = loss(logits)",
+                  impl.cross_entropy_forward(logits + shift, labels)[0], loss, 1.0)]
+
+
+def mse_identities(impl, y_hat, y, dloss: float) -> list[Finding]:
+    """loss >= 0, 0 at y_hat = y, symmetric; dy = -dy_hat exactly (the loss depends on y_hat -
+    y only)."""
+    loss, cache = impl.mse_forward(y_hat, y)
+    dy_hat, dy = impl.mse_backward(dloss, cache)
+    return [holds("mse", "loss >= 0", float(loss) >= 0),
+            holds("mse", "loss is 0 at y_hat = y", float(impl.mse_forward(y, y.copy())[0]) == 0),
+            close("mse", "symmetric in its arguments", impl.mse_forward(y, y_hat)[0], loss),
+            holds("mse", "dy = -dy_hat exactly", np.asarray(dy) == -np.asarray(dy_hat))]
+
+
+# --------------------------------------------------------------------------- the model
+def model_gradient_bookkeeping(impl, params: dict, config, ids, kw: dict) -> list[Finding]:
+    """grads has exactly the parameter keys (in order), shapes and dtypes; loss_and_grads agrees
+    with loss; inputs_embeds = embed(ids) gives the same loss."""
+    op = "model"
+    value, grads, _ = impl.loss_and_grads(params, config, ids, **kw)
+    bad = [k for k in params if k in grads and (np.shape(grads[k]) != params[k].shape
+                                                or grads[k].dtype != params[k].dtype)]
+    emb = impl.embed(params, config, ids)
+    return [holds(op, "gradient keys are the parameter keys", list(grads) == list(params),
+                  f"missing {sorted(set(params) - set(grads))}, extra "
+                  f"{sorted(set(grads) - set(params))}"),
+            holds(op, "gradient shapes and dtypes match the parameters", not bad,
+                  f"mismatch for {bad[:3]}"),
+            close(op, "loss_and_grads agrees with loss", value,
+                  impl.loss(params, config, ids, **kw)),
+            close(op, "inputs_embeds = embed(ids) gives the same loss",
+                  impl.loss(params, config, inputs_embeds=emb, **kw), value)]
+
+
+# --------------------------------------------------------------------------- optimizer
+def adam_first_step(impl, params: dict, grads: dict, *, lr: float, beta2: float = 0.999,
+                    eps: float = 1e-8) -> list[Finding]:
+    """Bias correction: at t = 1, m_hat = g and v_hat = g^2, so every entry moves against its
+    gradient's sign by lr |g| / (|g| + eps'), with eps' = eps, or eps / sqrt(1 - beta2) in the
+    paper's "efficient" form; with eps = 0 that is exactly lr, whatever the gradient's scale."""
+    new, _ = impl.adam_step(copy.deepcopy(params), grads, impl.adam_init(copy.deepcopy(params)),
+                            lr=lr, beta1=0.9, beta2=beta2, eps=eps, weight_decay=0.0,
+                            no_decay=())
+    slack = 1 + F64_IDENTITY_RTOL
+    found = []
+    for k in params:
+        step = -(new[k] - params[k]) * np.sign(grads[k])  # signed along -g
+        low = lr * np.abs(grads[k]) / (np.abs(grads[k]) + eps / np.sqrt(1 - beta2))
+        found.append(holds("adam", f"first step moves {k} by lr |g| / (|g| + eps) along -g",
+                           (step >= low / slack) & (step <= lr * slack),
+                           f"step / lr in [{np.min(step) / lr:.6g}, {np.max(step) / lr:.6g}]"))
+    return found
+
+
+def adam_decoupled_decay(impl, params: dict, decayed, *, lr: float, weight_decay: float,
+                         **no_decay) -> list[Finding]:
+    """Zero gradients make the Adam part exactly 0: decayed tensors shrink by lr wd w, the
+    others (``no_decay=...`` when given, else the implementation's default) do not move."""
+    zero = {k: np.zeros_like(v) for k, v in params.items()}
+    new, _ = impl.adam_step(copy.deepcopy(params), zero, impl.adam_init(copy.deepcopy(params)),
+                            lr=lr, weight_decay=weight_decay, **no_decay)
+    return [close("adam", f"zero gradient: {k} " + ("shrinks by lr * wd * w" if k in decayed
+                                                    else "does not move"),
+                  new[k], params[k] * (1 - lr * weight_decay) if k in decayed else params[k])
+            for k in params]
+
+
+def schedule_shape(impl, *, peak: float, warmup: int, total: int) -> list[Finding]:
+    """Linear warmup from > 0 to the peak, then linear decay to ~0."""
+    lrs = np.array([float(impl.warmup_linear_lr(s, peak_lr=peak, warmup_steps=warmup,
+                                                total_steps=total)) for s in range(total + 1)])
+    op = "schedule"
+    return [holds(op, "lr > 0 on the first step (step 0)", lrs[0] > 0, f"lr(0) = {lrs[0]}"),
+            holds(op, "lr rises strictly during warmup", np.diff(lrs[:warmup]) > 0),
+            close(op, "peak lr is reached", lrs.max(), peak),
+            holds(op, "peak lr is never exceeded", lrs <= peak * (1 + F64_IDENTITY_RTOL)),
+            holds(op, "lr decays after warmup", np.diff(lrs[warmup + 1:]) < 0),
+            holds(op, "lr ends near 0", 0 <= lrs[-1] <= peak / (total - warmup),
+                  f"lr({total}) = {lrs[-1]}")]
+
+
+def clip_global_norm(impl, grads: dict, max_norm: float) -> list[Finding]:
+    """The norm is the 2-norm of all gradients; above max_norm every tensor is scaled by the same
+    factor to norm max_norm (CLIP_NORM_RTOL: the divisor guard), below it nothing changes."""
+    op = "clip"
+    norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+    found = [close(op, "global_grad_norm is the 2-norm of all gradients",
+                   impl.global_grad_norm(grads), norm)]
+    clipped, reported = impl.clip_by_global_norm(copy.deepcopy(grads), max_norm)
+    found.append(close(op, "reported norm is the norm before clipping", reported, norm))
+    if norm > max_norm:
+        ratios = np.concatenate([(clipped[k] / grads[k]).ravel() for k in grads])
+        new_norm = np.sqrt(sum(float((g * g).sum()) for g in clipped.values()))
+        found += [close(op, "every tensor is scaled by the same factor (global)", ratios,
+                        np.full_like(ratios, ratios[0])),
+                  holds(op, "the clipped global norm is max_norm",
+                        abs(new_norm - max_norm) <= CLIP_NORM_RTOL * max_norm,
+                        f"got {new_norm / max_norm} x max_norm")]
+    else:
+        found += [close(op, f"below max_norm, {k} is unchanged", clipped[k], grads[k])
+                  for k in grads]
+    return found
+
+
+def accumulation_matches_full_batch(impl, params: dict, config, micro_batches: list[dict],
+                                    label: str = "") -> list[Finding]:
+    """The accumulated loss and gradient of a logical batch equal the full batch's (its mean
+    over all predicted tokens / elements), whatever the micro-batches' sizes."""
+    full = {k: np.concatenate([m[k] for m in micro_batches]) for k in micro_batches[0]}
+    kw = {k: v for k, v in full.items() if k != "input_ids"}
+    full_loss, full_grads, _ = impl.loss_and_grads(params, config, full["input_ids"], **kw)
+    loss, acc = impl.accumulate_gradients(impl, params, config, micro_batches)
+    op, tag = "accumulation", f"{label}: " if label else ""
+    # the key bias's exact gradient is 0 (softmax is shift-invariant): both sides are rounding
+    # noise of the size of the other gradients, so it is judged against the whole call's scale
+    call = _mag(*full_grads.values())
+    return [close(op, f"{tag}loss = full-batch loss", loss, full_loss),
+            holds(op, f"{tag}gradient keys are the parameter keys", set(acc) == set(full_grads),
+                  f"{sorted(set(acc) ^ set(full_grads))}"),
+            *(close(op, f"{tag}d{k} = full-batch gradient", acc[k], full_grads[k],
+                    call if k.endswith("attn.b_k") else 0.0)
+              for k in sorted(set(acc) & set(full_grads)))]
