@@ -89,6 +89,10 @@ realises, its parameter names and the ``reference`` module that defines it.  The
 checker, the finite-difference, invariant and oracle tests, the mutation catalog and the audit
 all derive from it: adding an op is one entry here plus its maths (``reference``), its SymPy
 file (``spec/equations/<prefix>.py``) and its strategies (``tests/strategies.py``).
+
+An entry's ``example`` builds small fixed-seed inputs (NumPy only) from which ``minibert check``
+runs the op's backward against finite differences without any op-specific code; op-specific
+identities attach to the op by name (``@invariant("op")`` in :mod:`spec.invariants`).
 """
 
 
@@ -97,13 +101,26 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, IGNORE_INDEX, block_param_names
+from spec.tolerances import KINK_MARGIN
 
-__all__ = ["IGNORE_INDEX", "OPS", "Op", "EQUATION_OPS", "op_of_equation", "reference_modules",
-           "NotApplicable", "ImplProxy", "load_impl", "resolve", "provides", "unwrap",
-           "label_of", "not_applicable_message"]
+__all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation",
+           "reference_modules", "NotApplicable", "ImplProxy", "load_impl", "resolve", "provides",
+           "unwrap", "label_of", "not_applicable_message"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """Fixed-seed inputs of an op pair: the differentiable inputs by forward argument name (in
+    the order of the backward's gradients; None for an absent optional input) and the other
+    keyword arguments of the forward (ids, masks, labels, n_heads, reduction, ...)."""
+
+    inputs: dict
+    fixed: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -116,6 +133,10 @@ class Op:
     equations: the derivation IDs of spec/equations this op realises
     params:    parameter names the op takes (attention weights, a block's local dict keys)
     module:    the module of ``reference`` that defines the names
+    example:   ``rng -> inputs`` for the generic backward-vs-FD check of ``minibert check``:
+               small float64 inputs built from ``rng`` (NumPy only), as a dict of the
+               differentiable inputs, an ``(inputs, fixed kwargs)`` pair, or a list of pairs
+               (one per variant: masked, reduction, ...); None for ops checked otherwise
     """
 
     name: str
@@ -124,10 +145,84 @@ class Op:
     equations: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     module: str = "ops"
+    example: Callable[[np.random.Generator], object] | None = field(default=None, compare=False)
+
+    @property
+    def pair(self) -> tuple[str, str] | None:
+        """(forward name, backward name) of an op pair, else None."""
+        fwd = next((n for n in self.names if n.endswith("_forward")), None)
+        bwd = next((n for n in self.names if n.endswith("_backward")), None)
+        return (fwd, bwd) if fwd and bwd else None
+
+    def examples(self, rng: np.random.Generator) -> list[Example]:
+        """The op's fixed-seed inputs, normalised to a list of :class:`Example` ([] if none)."""
+        if self.example is None:
+            return []
+        built = self.example(rng)
+        if isinstance(built, dict):
+            built = [(built, {})]
+        elif isinstance(built, tuple):
+            built = [built]
+        return [Example(dict(inputs), dict(fixed)) for inputs, fixed in built]
 
 
 def _pair(stem: str) -> tuple[str, str]:
     return (f"{stem}_forward", f"{stem}_backward")
+
+
+# --------------------------------------------------------------------------- fixed-seed inputs
+# Small float64 inputs for the generic FD check of ``minibert check`` (spec/conformance.py);
+# the op's identities get the same inputs (spec/invariants.py).
+def _away_from_zero(rng, shape, low=0.1, high=2.0):
+    return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(low, high, size=shape)
+
+
+def _embedding_example(rng):
+    W = rng.standard_normal((6, 4))  # id 5 never occurs
+    ids = np.array([[0, 3, 3, 1, 0], [3, 3, 2, 0, 4]])  # repeated ids within and across rows
+    return {"W": W}, {"ids": ids}
+
+
+def _layernorm_example(rng):
+    x = rng.standard_normal((2, 3, 6)) * 2 + 1
+    gamma, beta = 1 + 0.5 * rng.standard_normal(6), 0.3 * rng.standard_normal(6)  # never 1 / 0
+    return {"x": x, "gamma": gamma, "beta": beta}
+
+
+def _softmax_example(rng):
+    x = rng.standard_normal((2, 3, 5)) * 2
+    mask = rng.random((2, 3, 5)) < 0.6
+    mask[..., 0] = True
+    return [({"x": x}, {}), ({"x": x}, {"mask": mask})]
+
+
+def attention_example(rng, H=6):
+    """x [2, 4, H] and every attention weight and bias, in the forward's order."""
+    ws = {n: rng.standard_normal((H, H)) * 0.6 for n in ("W_q", "W_k", "W_v", "W_o")}
+    bs = {n: 0.3 * rng.standard_normal(H) for n in ("b_q", "b_k", "b_v", "b_o")}
+    return {"x": rng.standard_normal((2, 4, H)), **ws, **bs}
+
+
+def _attention_example(rng):
+    inputs = attention_example(rng)
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]])
+    return [(inputs, {"n_heads": 2, "mask": m}) for m in (None, mask)]
+
+
+def _ffn_example(rng, margin=100 * KINK_MARGIN):
+    for _ in range(100):  # keep every ReLU pre-activation away from the kink
+        x, W_1, b_1 = (rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 8)),
+                       0.3 * rng.standard_normal(8))
+        if np.min(np.abs(x @ W_1 + b_1)) > margin:
+            break
+    return {"x": x, "W_1": W_1, "b_1": b_1, "W_2": rng.standard_normal((8, 4)),
+            "b_2": 0.3 * rng.standard_normal(4)}
+
+
+def _cross_entropy_example(rng):
+    logits = rng.standard_normal((2, 4, 5)) * 2
+    labels = np.array([[1, IGNORE_INDEX, 4, 4], [IGNORE_INDEX, IGNORE_INDEX, 0, 2]])
+    return [({"logits": logits}, {"labels": labels, "reduction": r}) for r in ("mean", "sum")]
 
 
 _ATTENTION_EQUATIONS = (
@@ -137,32 +232,46 @@ _ATTENTION_EQUATIONS = (
     "attention.backward.dx")
 
 _TABLE = (
-    Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward")),
+    Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward"),
+       example=_embedding_example),
     Op("position_embedding", _pair("position_embedding"), ("x", "W_pos"),
-       ("position.learned.forward", "position.learned.backward")),
+       ("position.learned.forward", "position.learned.backward"),
+       example=lambda rng: {"x": rng.standard_normal((3, 4, 5)),
+                            "W_pos": rng.standard_normal((6, 5))}),
     Op("sinusoidal_position", ("sinusoidal_encoding", *_pair("sinusoidal_position")), ("x",),
-       ("position.sinusoidal",)),
+       ("position.sinusoidal",), example=lambda rng: {"x": rng.standard_normal((2, 7, 6))}),
     Op("linear", _pair("linear"), ("x", "W", "b"),
-       ("linear.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db")),
+       ("linear.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db"),
+       example=lambda rng: {"x": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 5)),
+                            "b": rng.standard_normal(5)}),
     Op("layernorm", _pair("layernorm"), ("x", "gamma", "beta"),
        ("layernorm.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
-        "layernorm.backward.dbeta")),
-    Op("softmax", _pair("softmax"), ("x",), ("softmax.forward", "softmax.backward")),
+        "layernorm.backward.dbeta"), example=_layernorm_example),
+    Op("softmax", _pair("softmax"), ("x",), ("softmax.forward", "softmax.backward"),
+       example=_softmax_example),
     Op("softmax_jacobian", ("softmax_jacobian",), (), ("softmax.jacobian",)),
-    Op("relu", _pair("relu"), ("x",), ("relu.forward", "relu.backward")),
-    Op("tanh", _pair("tanh"), ("x",), ("tanh.forward", "tanh.backward")),
+    Op("relu", _pair("relu"), ("x",), ("relu.forward", "relu.backward"),
+       example=lambda rng: {"x": _away_from_zero(rng, (2, 3, 4))}),
+    Op("tanh", _pair("tanh"), ("x",), ("tanh.forward", "tanh.backward"),
+       example=lambda rng: {"x": rng.standard_normal((2, 3, 4))}),
     Op("heads", ("split_heads", "merge_heads"), ("x",),
        ("attention.split_heads", "attention.merge_heads")),
     Op("attention", _pair("attention"), ("x", *ATTENTION_PARAMS), _ATTENTION_EQUATIONS,
-       ATTENTION_PARAMS),
-    Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward"), FFN_PARAMS),
+       ATTENTION_PARAMS, example=_attention_example),
+    Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward"), FFN_PARAMS,
+       example=_ffn_example),
     Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
                                             "residual.backward"),
        block_param_names(attn_bias=True)),
-    Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",)),
+    Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",),
+       example=lambda rng: {"h": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 4)),
+                            "b": 0.3 * rng.standard_normal(4)}),
     Op("cross_entropy", _pair("cross_entropy"), ("logits",),
-       ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum")),
-    Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward")),
+       ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum"),
+       example=_cross_entropy_example),
+    Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward"),
+       example=lambda rng: {"y_hat": rng.standard_normal((2, 3, 4)),
+                            "y": rng.standard_normal((2, 3, 4))}),
     Op("model", ("param_shapes", "init_params", "embed", "forward", "backward", "loss",
                  "loss_and_grads"), module="model"),
     Op("adam", ("adam_init", "adam_step"), (), ("optim.adam", "optim.adamw"), module="optim"),

@@ -1,8 +1,10 @@
 """The op table shared by the finite-difference and invariant tests, and the op-level FD check.
 
-Each :class:`OpSpec` names a row of ``spec.protocol.OPS`` (which gives its protocol names and
-equation IDs), the strategy drawing its cases, and, for composite ops whose smoothness depends on
-the forward itself (the block), a filter run on the implementation's own protocol ops.
+Each :class:`OpSpec` is a case family registered with ``@cases`` in tests/strategies.py: a row
+of ``spec.protocol.OPS`` (which gives its protocol names and equation IDs), the strategy drawing
+its cases, and, for composite ops whose smoothness depends on the forward itself (the block), a
+filter run on the implementation's own protocol ops.  The table is derived: adding an op's
+strategy with ``@cases`` adds its tests.
 ``check_op`` compares every output of the backward with central finite
 differences of ``sum(out * dout)`` in float64 (``spec.gradcheck``).
 """
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 
 from spec.gradcheck import assert_all_passed, directional_check, elementwise_check
 from spec.protocol import OPS as PROTOCOL_OPS
-from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL, KINK_MARGIN, LN_MIN_VAR
+from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
 from tests import strategies as S
 
 # Tensors up to this many elements are checked element by element (localises a failure to an
@@ -29,7 +31,8 @@ N_DIRECTIONS = 3
 @dataclass(frozen=True)
 class OpSpec:
     """One FD case family: a row of spec.protocol.OPS (its protocol names and equation IDs)
-    with the strategy, adapter and filters that live in the tests."""
+    with the strategy, adapter and filters registered next to the strategy
+    (``@cases`` in tests/strategies.py)."""
 
     name: str  # the test id: the op, or the op and its variant (linear_nobias)
     op: str  # the row of spec.protocol.OPS
@@ -46,6 +49,13 @@ class OpSpec:
     # (case) -> bool: the case is well-conditioned enough to compare float32 with float64
     f32_ok: Callable | None = None
 
+    @classmethod
+    def of(cls, family: S.CaseFamily) -> OpSpec:
+        defaults = {k: v for k, v in (("elementwise_max", family.elementwise_max),
+                                      ("n_dirs", family.n_dirs)) if v is not None}
+        return cls(family.name, family.op, family.cases, family.omit, family.also,
+                   family.adapter, family.smooth, f32_ok=family.f32_ok, **defaults)
+
     @property
     def equations(self) -> tuple[str, ...]:
         ids = (e for row in (self.op, *self.also) for e in PROTOCOL_OPS[row].equations)
@@ -54,95 +64,30 @@ class OpSpec:
     def bind(self, impl):
         if self.adapter is not None:
             return self.adapter(impl)
-        names = PROTOCOL_OPS[self.op].names
-        forward = next(n for n in names if n.endswith("_forward"))
-        backward = next(n for n in names if n.endswith("_backward"))
+        forward, backward = PROTOCOL_OPS[self.op].pair
         return getattr(impl, forward), getattr(impl, backward)
 
 
-# --------------------------------------------------------------------------- the block adapter
-def _block_adapter(impl):
-    """block_forward(x, p, ...) with p a dict -> forward(x, **p) and a tuple backward."""
-
-    def forward(x, *, n_heads, mask=None, eps=1e-12, **p):
-        out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps)
-        return out, (cache, tuple(p))
-
-    def backward(dout, cache):
-        cache, names = cache
-        dx, grads = impl.block_backward(dout, cache)
-        if set(grads) != set(names):
-            raise AssertionError(f"block_backward: grads keys {sorted(grads)} != params "
-                                 f"{sorted(names)}")
-        return (dx, *(grads[n] for n in names))
-
-    return forward, backward
-
-
-def block_smooth(impl, case: S.OpCase) -> bool:
-    """Both LayerNorm inputs have row variance >= LN_MIN_VAR and the FFN's ReLU pre-activation
-    is >= KINK_MARGIN from 0 (computed with the implementation's own protocol ops)."""
-    p, x = case.inputs, case.inputs["x"]
-    attn = [p.get(f"attn.{n}") for n in S.ATTENTION_WEIGHTS + S.ATTENTION_BIASES]
-    a, _ = impl.attention_forward(x, *attn, n_heads=case.fixed["n_heads"],
-                                  mask=case.fixed["mask"])
-    if np.min((x + a).var(axis=-1)) < LN_MIN_VAR:
-        return False
-    h1, _ = impl.layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"])
-    pre, _ = impl.linear_forward(h1, p["ffn.W_1"], p["ffn.b_1"])
-    if np.min(np.abs(pre)) <= KINK_MARGIN:
-        return False
-    f, _ = impl.ffn_forward(h1, p["ffn.W_1"], p["ffn.b_1"], p["ffn.W_2"], p["ffn.b_2"])
-    return bool(np.min((h1 + f).var(axis=-1)) >= LN_MIN_VAR)
+block_smooth = S.block_smooth  # registered with the block's case families
 
 
 # --------------------------------------------------------------------------- the op table
 def _ops() -> list[OpSpec]:
-    ops = [
-        OpSpec("embedding", "embedding", S.embedding_cases),
-        OpSpec("position_embedding", "position_embedding", S.position_embedding_cases),
-        OpSpec("sinusoidal_position", "sinusoidal_position", S.sinusoidal_position_cases),
-        OpSpec("linear_bias", "linear", lambda: S.linear_cases(bias=True)),
-        OpSpec("linear_nobias", "linear", lambda: S.linear_cases(bias=False), omit=("db",)),
-        OpSpec("layernorm", "layernorm", S.layernorm_cases),
-        OpSpec("softmax", "softmax", lambda: S.softmax_cases(masked=False)),
-        OpSpec("softmax_masked", "softmax", lambda: S.softmax_cases(masked=True)),
-        OpSpec("relu", "relu", S.relu_cases),
-        OpSpec("tanh", "tanh", S.tanh_cases),
-    ]
-    for bias in (False, True):
-        for masked in (False, True):
-            tag = ("_bias" if bias else "_nobias") + ("_mask" if masked else "")
-            ops.append(OpSpec(
-                "attention" + tag, "attention",
-                lambda bias=bias, masked=masked: S.attention_cases(bias=bias, masked=masked),
-                also=("heads",)))
-    ops.append(OpSpec("ffn", "ffn", S.ffn_cases))
-    for bias in (False, True):
-        for masked in (False, True):
-            tag = ("_bias" if bias else "_nobias") + ("_mask" if masked else "")
-            ops.append(OpSpec(
-                "block" + tag, "block",
-                lambda bias=bias, masked=masked: S.block_cases(bias=bias, masked=masked),
-                adapter=_block_adapter, smooth=block_smooth,
-                # a LayerNorm over 2 features maps every row to gamma * (+-1, -+1) + beta:
-                # its Jacobian is 0 (up to eps), so every gradient upstream of it is a pure
-                # cancellation, ~0 in float64 and rounding noise of O(u * terms) in float32
-                f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3,
-                elementwise_max=0, n_dirs=2))  # ~20 tensors through a whole block: directional only
-    ops += [
-        OpSpec("pooler", "pooler", S.pooler_cases),
-        OpSpec("pooler_nobias", "pooler", lambda: S.pooler_cases(bias=False)),
-        OpSpec("cross_entropy_mean", "cross_entropy", lambda: S.cross_entropy_cases("mean"),
-               omit=("sum",)),
-        OpSpec("cross_entropy_sum", "cross_entropy", lambda: S.cross_entropy_cases("sum"),
-               omit=("mean",)),
-        OpSpec("mse", "mse", S.mse_cases),
-    ]
-    return ops
+    """Every case family registered in tests/strategies.py, in the order of the protocol's op
+    table (spec.protocol.OPS), then of registration."""
+    unknown = sorted({f.op for f in S.FAMILIES} - set(PROTOCOL_OPS))
+    if unknown:
+        raise ValueError(f"tests/strategies.py: case families of unknown ops {unknown}")
+    return [OpSpec.of(f) for op in PROTOCOL_OPS for f in S.FAMILIES if f.op == op]
 
 
 OPS: list[OpSpec] = _ops()
+
+
+def ops_without_cases() -> list[str]:
+    """Op pairs of spec.protocol.OPS with no registered case family (forgotten strategies)."""
+    covered = {f.op for f in S.FAMILIES}
+    return [name for name, row in PROTOCOL_OPS.items() if row.pair and name not in covered]
 
 
 def op_params(ops=None):

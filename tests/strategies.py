@@ -12,10 +12,15 @@ same data whatever implementation is under test.  Conventions:
   ``KINK_MARGIN`` from 0, LayerNorm rows with variance at least ``LN_MIN_VAR``.
 * An op case is an :class:`OpCase`: the differentiable inputs by forward argument name, the
   non-differentiable ones (ids, masks, labels, n_heads), and an upstream gradient.
+* ``@cases("op", "variant", **strategy_kwargs)`` on an op's case strategy registers a case
+  family of a row of ``spec.protocol.OPS``: the FD and invariant tests (tests/fdcheck.py) run
+  every registered family, with the test id ``op_variant`` (or ``op``).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -183,6 +188,51 @@ class OpCase:
     seed: int = 0
 
 
+# --------------------------------------------------------------------------- case families
+@dataclass(frozen=True)
+class CaseFamily:
+    """One family of op cases: the strategy with its arguments, and what tests/fdcheck.py needs
+    beyond the op's row of spec.protocol.OPS (None: fdcheck's default)."""
+
+    op: str  # the row of spec.protocol.OPS
+    name: str  # the test id: the op, or the op and its variant (linear_nobias)
+    cases: Callable[[], st.SearchStrategy[OpCase]]
+    function: Callable = None  # the decorated strategy function
+    # last components of the op's equation IDs this family does not exercise ("db" without a
+    # bias, "sum" for the mean reduction), and further rows realised inside it (attention
+    # splits and merges heads)
+    omit: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
+    adapter: Callable | None = None  # impl -> (forward, backward) for non-standard signatures
+    smooth: Callable | None = None  # (impl, case) -> bool: the case is away from non-smooth points
+    f32_ok: Callable | None = None  # (case) -> bool: well-conditioned enough to compare f32/f64
+    elementwise_max: int | None = None  # largest tensor checked element by element
+    n_dirs: int | None = None  # random directions per larger tensor
+
+
+FAMILIES: list[CaseFamily] = []
+
+
+def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None, smooth=None,
+          f32_ok=None, elementwise_max=None, n_dirs=None, **strategy_kwargs):
+    """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
+    of ``op`` (test id ``op_variant``, or ``op`` without a variant).  Stacked decorators register
+    in the order they are written."""
+
+    def register(fn):
+        family = CaseFamily(op, op if variant is None else f"{op}_{variant}",
+                            functools.partial(fn, **strategy_kwargs), fn, tuple(omit),
+                            tuple(also), adapter, smooth, f32_ok, elementwise_max, n_dirs)
+        if any(f.name == family.name for f in FAMILIES):
+            raise ValueError(f"cases: case family {family.name!r} is registered twice")
+        # decorators apply bottom-up: go before the families the ones below registered
+        at = next((i for i, f in enumerate(FAMILIES) if f.function is fn), len(FAMILIES))
+        FAMILIES.insert(at, family)
+        return fn
+
+    return register
+
+
 def _seed():
     return st.integers(0, 2**31 - 1)
 
@@ -193,6 +243,7 @@ def _lead_shapes(max_rank: int = 3):
         lambda r: st.tuples(*[sizes(1, 3)] * r))
 
 
+@cases("embedding")
 @st.composite
 def embedding_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -202,6 +253,7 @@ def embedding_cases(draw) -> OpCase:
     return OpCase({"W": W}, {"ids": ids}, draw(upstream((B, T, H))), draw(_seed()))
 
 
+@cases("position_embedding")
 @st.composite
 def position_embedding_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -211,6 +263,7 @@ def position_embedding_cases(draw) -> OpCase:
                   draw(upstream((B, T, H))), draw(_seed()))
 
 
+@cases("sinusoidal_position")
 @st.composite
 def sinusoidal_position_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -218,6 +271,8 @@ def sinusoidal_position_cases(draw) -> OpCase:
     return OpCase({"x": draw(arrays((B, T, H)))}, {}, draw(upstream((B, T, H))), draw(_seed()))
 
 
+@cases("linear", "bias", bias=True)
+@cases("linear", "nobias", bias=False, omit=("db",))
 @st.composite
 def linear_cases(draw, bias: bool) -> OpCase:
     lead = draw(_lead_shapes())
@@ -227,6 +282,7 @@ def linear_cases(draw, bias: bool) -> OpCase:
     return OpCase(inputs, {}, draw(upstream(lead + (n_out,))), draw(_seed()))
 
 
+@cases("layernorm")
 @st.composite
 def layernorm_cases(draw, gamma_margin: float = 0.0) -> OpCase:
     lead = draw(_lead_shapes())
@@ -236,6 +292,8 @@ def layernorm_cases(draw, gamma_margin: float = 0.0) -> OpCase:
     return OpCase(inputs, {}, draw(upstream(lead + (N,))), draw(_seed()))
 
 
+@cases("softmax", masked=False)
+@cases("softmax", "masked", masked=True)
 @st.composite
 def softmax_cases(draw, masked: bool) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 5)),)
@@ -244,12 +302,14 @@ def softmax_cases(draw, masked: bool) -> OpCase:
                   draw(_seed()))
 
 
+@cases("relu")
 @st.composite
 def relu_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
     return OpCase({"x": draw(relu_inputs(shape))}, {}, draw(upstream(shape)), draw(_seed()))
 
 
+@cases("tanh")
 @st.composite
 def tanh_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
@@ -269,6 +329,10 @@ def attention_params(draw, H: int, bias: bool) -> dict:
     return p
 
 
+@cases("attention", "nobias", bias=False, masked=False, also=("heads",))
+@cases("attention", "nobias_mask", bias=False, masked=True, also=("heads",))
+@cases("attention", "bias", bias=True, masked=False, also=("heads",))
+@cases("attention", "bias_mask", bias=True, masked=True, also=("heads",))
 @st.composite
 def attention_cases(draw, bias: bool, masked: bool) -> OpCase:
     B, T = draw(batch_seq())
@@ -291,6 +355,7 @@ def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray) -> bo
     return bool(np.min(np.abs(x @ W_1 + b_1)) > KINK_MARGIN)
 
 
+@cases("ffn")
 @st.composite
 def ffn_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -307,12 +372,60 @@ def block_param_names(attn_bias: bool) -> tuple[str, ...]:
             + tuple(f"ffn.{n}" for n in ("W_1", "b_1", "W_2", "b_2")) + ("ln2.gamma", "ln2.beta"))
 
 
+def block_adapter(impl):
+    """block_forward(x, p, ...) with p a dict -> forward(x, **p) and a tuple backward."""
+
+    def forward(x, *, n_heads, mask=None, eps=1e-12, **p):
+        out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps)
+        return out, (cache, tuple(p))
+
+    def backward(dout, cache):
+        cache, names = cache
+        dx, grads = impl.block_backward(dout, cache)
+        if set(grads) != set(names):
+            raise AssertionError(f"block_backward: grads keys {sorted(grads)} != params "
+                                 f"{sorted(names)}")
+        return (dx, *(grads[n] for n in names))
+
+    return forward, backward
+
+
+def block_smooth(impl, case: OpCase) -> bool:
+    """Both LayerNorm inputs have row variance >= LN_MIN_VAR and the FFN's ReLU pre-activation
+    is >= KINK_MARGIN from 0 (computed with the implementation's own protocol ops)."""
+    p, x = case.inputs, case.inputs["x"]
+    attn = [p.get(f"attn.{n}") for n in ATTENTION_WEIGHTS + ATTENTION_BIASES]
+    a, _ = impl.attention_forward(x, *attn, n_heads=case.fixed["n_heads"],
+                                  mask=case.fixed["mask"])
+    if np.min((x + a).var(axis=-1)) < LN_MIN_VAR:
+        return False
+    h1, _ = impl.layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"])
+    pre, _ = impl.linear_forward(h1, p["ffn.W_1"], p["ffn.b_1"])
+    if np.min(np.abs(pre)) <= KINK_MARGIN:
+        return False
+    f, _ = impl.ffn_forward(h1, p["ffn.W_1"], p["ffn.b_1"], p["ffn.W_2"], p["ffn.b_2"])
+    return bool(np.min((h1 + f).var(axis=-1)) >= LN_MIN_VAR)
+
+
+_BLOCK = dict(
+    adapter=block_adapter, smooth=block_smooth,
+    # a LayerNorm over 2 features maps every row to gamma * (+-1, -+1) + beta: its Jacobian is 0
+    # (up to eps), so every gradient upstream of it is a pure cancellation, ~0 in float64 and
+    # rounding noise of O(u * terms) in float32
+    f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3,
+    elementwise_max=0, n_dirs=2)  # ~20 tensors through a whole block: directional only
+
+
+@cases("block", "nobias", bias=False, masked=False, **_BLOCK)
+@cases("block", "nobias_mask", bias=False, masked=True, **_BLOCK)
+@cases("block", "bias", bias=True, masked=False, **_BLOCK)
+@cases("block", "bias_mask", bias=True, masked=True, **_BLOCK)
 @st.composite
 def block_cases(draw, bias: bool, masked: bool) -> OpCase:
     """x plus every block parameter as a differentiable input named by its local name.
 
     The ReLU and LayerNorm conditions depend on the attention output, so the test filters
-    them with the implementation's forward (see ``block_smooth`` in tests/fdcheck.py)."""
+    them with the implementation's forward (``block_smooth`` above)."""
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
     H = A * d_k
@@ -327,6 +440,8 @@ def block_cases(draw, bias: bool, masked: bool) -> OpCase:
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
+@cases("pooler")
+@cases("pooler", "nobias", bias=False)
 @st.composite
 def pooler_cases(draw, bias: bool = True) -> OpCase:
     B, T = draw(batch_seq())
@@ -336,6 +451,8 @@ def pooler_cases(draw, bias: bool = True) -> OpCase:
     return OpCase(inputs, {}, draw(upstream((B, H))), draw(_seed()))
 
 
+@cases("cross_entropy", "mean", reduction="mean", omit=("sum",))
+@cases("cross_entropy", "sum", reduction="sum", omit=("mean",))
 @st.composite
 def cross_entropy_cases(draw, reduction: str) -> OpCase:
     lead = draw(_lead_shapes(3).filter(len))  # labels need at least one axis
@@ -345,6 +462,7 @@ def cross_entropy_cases(draw, reduction: str) -> OpCase:
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
 
 
+@cases("mse")
 @st.composite
 def mse_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)

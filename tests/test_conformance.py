@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from reference.registry import IMPLEMENTATIONS
+from spec import invariants as I
 from spec.cli import main as minibert
-from spec.conformance import check_all, check_op, merge_oracle
+from spec.conformance import check_all, check_op, coverage_gaps, merge_oracle
 from spec.mutants import OPTIMIZER_EQUATIONS
 from spec.protocol import OPS, ImplProxy, NotApplicable, op_of_equation, provides
 from tests.examples import broken_impl, classy_adapter, tiny_optim
@@ -23,6 +24,21 @@ def test_op_conforms(impl, op):
     if report.verdict == "n/a":
         pytest.skip(report.backward.detail or report.invariants.detail)
     assert report.verdict == "ok", "\n".join(report.failures)
+
+
+def test_every_op_is_checked_from_the_table():
+    """Every row of spec.protocol.OPS gets checked: an op pair by the generic FD check of its
+    table entry's example (or a bespoke check), any other op by a registered invariant."""
+    assert coverage_gaps() == {}
+
+
+def test_op_without_registered_invariants_shows_not_applicable(monkeypatch):
+    import reference
+
+    monkeypatch.delitem(I.INVARIANTS, "tanh")
+    report = check_op(reference, "tanh")
+    assert report.backward.status == "ok"  # the generic FD check needs nothing op-specific
+    assert report.invariants.status == "n/a" and report.verdict == "ok"
 
 
 # ----------------------------------------------------------------- subset: never a silent pass

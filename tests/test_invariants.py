@@ -1,8 +1,9 @@
 """Mathematical invariants of the op pairs and the model (no finite differences).
 
-Generic, for every op of the table in tests/fdcheck.py: a zero upstream gives exactly zero
-gradients; a backward is linear in its upstream gradient; two identical calls are bit-identical
-and leave their inputs untouched; the float32 path agrees with the float64 path.  Then
+Generic, for every case family of tests/fdcheck.py (registered with ``@cases`` in
+tests/strategies.py): a zero upstream gives exactly zero gradients; a backward is linear in its
+upstream gradient; two identical calls are bit-identical and leave their inputs untouched; the
+float32 path agrees with the float64 path.  Then
 op-specific identities that hold in exact arithmetic, and the model's gradient bookkeeping.
 """
 

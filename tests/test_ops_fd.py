@@ -18,7 +18,7 @@ from spec.gradcheck import elementwise_check
 from spec.invariants import require
 from spec.tolerances import FD_FLOOR, FD_RTOL
 from tests import strategies as S
-from tests.fdcheck import OPS, check_op, objective, op_params
+from tests.fdcheck import OPS, check_op, objective, op_params, ops_without_cases
 
 
 @pytest.mark.parametrize("op", op_params())
@@ -28,6 +28,12 @@ def test_backward_matches_finite_differences(impl, op, data):
     if op.smooth is not None:
         assume(op.smooth(impl, case))
     check_op(impl, op, case)
+
+
+def test_every_op_pair_has_case_families():
+    """An op pair of spec.protocol.OPS without a ``@cases`` strategy in tests/strategies.py
+    would have no FD or invariant test at all: forgetting the strategies fails here."""
+    assert ops_without_cases() == [], "register case families with @cases in tests/strategies.py"
 
 
 def _attention_op(name):
