@@ -270,12 +270,36 @@ def _layernorm_forward(x, gamma, beta, eps: float = 1e-12):
 
     var is the biased (1/N) variance, as in the Mini-BERT derivation and torch.nn.LayerNorm.
     """
+    scale = _layernorm_row_scale(x)  # None unless some |x| is huge
+    eps = x.dtype.type(eps)
+    if scale is not None:  # statistics of x * scale; scaling by 2^-k is exact
+        x, eps = x * scale, eps * (scale * scale)
     mu = x.mean(axis=-1, keepdims=True)  # [..., 1]
     x_mu = x - mu
     var = (x_mu * x_mu).mean(axis=-1, keepdims=True)  # [..., 1]
-    rstd = 1.0 / np.sqrt(var + x.dtype.type(eps))  # [..., 1]
+    rstd = 1.0 / np.sqrt(var + eps)  # [..., 1]
     x_hat = x_mu * rstd
+    if scale is not None:
+        rstd = rstd * scale  # 1 / std of the unscaled x, as the backward needs
     return gamma * x_hat + beta, LayerNormCache(x_hat, rstd, gamma)
+
+
+# Above this |x| the squared deviations of a float32 row may overflow (2^32 squared is 2^64,
+# times N stays far below float32's 2^128); below it the plain formula is used unchanged.
+_LN_SAFE_ABS = 2.0 ** 32
+
+
+def _layernorm_row_scale(x):
+    """Per-row powers of two 2^-k with max|x * 2^-k| < 1 (k >= 0), or None when no row needs it.
+
+    Without it a float32 row with |x| ~ 1e19 squares to inf, rstd becomes 0 and the output is
+    silently ``beta``.  Multiplying by a power of two is exact, so the scaled statistics give
+    the same x_hat bit for bit wherever the plain formula does not overflow."""
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    if not amax.max() >= _LN_SAFE_ABS:
+        return None
+    _, exponent = np.frexp(amax)
+    return np.ldexp(np.ones_like(amax), -np.maximum(exponent, 0))
 
 
 @implements("layernorm.backward.dx", "layernorm.backward.dgamma", "layernorm.backward.dbeta")
@@ -740,7 +764,9 @@ def _cross_entropy_forward(logits, labels, *, ignore_index: int = IGNORE_INDEX,
     logp = z - log_sum  # log-softmax [..., V]
     safe = np.where(valid, labels, 0)
     picked = np.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]  # [...]
-    total = -(picked * valid).sum(dtype=logits.dtype)
+    # where, not picked * valid: an ignored row's log-probability may be -inf (extreme logits),
+    # and -inf * 0 is NaN
+    total = -np.where(valid, picked, 0).sum(dtype=logits.dtype)
     denom = n if reduction == "mean" else 1
     loss = logits.dtype.type(total / denom)
     return loss, CrossEntropyCache(logp, safe, valid, denom)

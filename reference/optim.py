@@ -78,6 +78,22 @@ def _check_grads(params: Mapping, grads: Mapping, what: str = "grads") -> None:
                    else type(g).__name__)
             raise ValueError(f"{what}[{k!r}]: expected shape {p.shape}, dtype {p.dtype}, "
                              f"got {got}")
+        _check_float_tensor(f"{what}[{k!r}]", g)
+
+
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _check_float_tensor(name: str, a, *, finite: bool = True) -> None:
+    """float32/float64 and finite: a NaN or inf gradient must stop the caller, not spread into
+    every parameter through the moments (or, clipped, into every gradient)."""
+    if not isinstance(a, np.ndarray) or a.dtype not in _FLOAT_DTYPES:
+        got = f"dtype {a.dtype}" if isinstance(a, np.ndarray) else type(a).__name__
+        raise ValueError(f"{name}: expected a float32 or float64 ndarray, got {got}")
+    if finite and not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise ValueError(f"{name}: expected finite values, got {a[tuple(bad)]} at index "
+                         f"{tuple(bad)}")
 
 
 def _check_hparam(name: str, value, *, low=None, high=None, low_open=False) -> float:
@@ -158,6 +174,8 @@ def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, bet
     ``no_decay``: names (or a predicate on names) exempt from weight decay.
     """
     _check_grads(params, grads)
+    for k, p in params.items():
+        _check_float_tensor(f"params[{k!r}]", p)
     if not isinstance(state, Mapping) or set(state) != {"step", "m", "v"}:
         raise ValueError("state: expected the dict adam_init returns (keys 'step', 'm', 'v'), "
                          f"got {sorted(state) if isinstance(state, Mapping) else state!r}")
@@ -169,7 +187,7 @@ def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, bet
     lr = _check_hparam("lr", lr, low=0.0)
     beta1 = _check_hparam("beta1", beta1, low=0.0, high=1.0)
     beta2 = _check_hparam("beta2", beta2, low=0.0, high=1.0)
-    eps = _check_hparam("eps", eps, low=0.0)
+    eps = _check_hparam("eps", eps, low=0.0, low_open=True)  # eps = 0: 0/0 where g = 0
     weight_decay = _check_hparam("weight_decay", weight_decay, low=0.0)
     exempt = _no_decay_predicate(no_decay)
 
@@ -217,8 +235,8 @@ def global_grad_norm(grads: Mapping[str, np.ndarray]) -> float:
         raise ValueError(f"grads: expected a non-empty dict of arrays, got {grads!r:.60}")
     total = 0.0
     for k, g in grads.items():
-        if not isinstance(g, np.ndarray) or not np.issubdtype(g.dtype, np.floating):
-            raise ValueError(f"grads[{k!r}]: expected a float ndarray, got {type(g).__name__}")
+        # dtype only: the norm of a non-finite gradient is inf/NaN, which is the caller's signal
+        _check_float_tensor(f"grads[{k!r}]", g, finite=False)
         flat = g.reshape(-1).astype(np.float64, copy=False)
         total += float(flat @ flat)
     return float(np.sqrt(total))
@@ -231,6 +249,9 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float, *, eps
     when that is < 1 and returned unchanged (new arrays) otherwise."""
     max_norm = _check_hparam("max_norm", max_norm, low=0.0, low_open=True)
     eps = _check_hparam("eps", eps, low=0.0)
+    if isinstance(grads, Mapping):  # one inf would turn every clipped gradient into NaN
+        for k, g in grads.items():
+            _check_float_tensor(f"grads[{k!r}]", g)
     norm = global_grad_norm(grads)
     scale = max_norm / (norm + eps) if norm > 0 else 1.0
     if scale >= 1.0:

@@ -132,7 +132,7 @@ def test_adam_step_is_pure(impl):
 def test_adam_first_step_moves_each_entry_by_lr(impl):
     """Bias correction: at t = 1, m_hat / sqrt(v_hat) = g / |g|, so every entry moves by lr
     (up to eps) against its gradient's sign, whatever the gradient's scale."""
-    require(I.adam_first_step(impl, _params(4), _grads(1, scale=1e-3), lr=0.01, eps=0.0))
+    require(I.adam_first_step(impl, _params(4), _grads(1, scale=1e-3), lr=0.01, eps=1e-30))
 
 
 def test_adam_rejects_mismatched_grads(impl):

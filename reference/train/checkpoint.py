@@ -3,8 +3,15 @@
 Tensors: ``param/<name>``, ``adam_m/<name>``, ``adam_v/<name>`` (exact copies: float64 stays
 float64, so a resumed run continues bit-exactly).  Metadata (JSON strings): ``step`` (Adam's
 update count), ``rng`` (the data generator's bit-generator state), ``model_config``,
-``train_config``, ``tokenizer`` (the tokenizer.json text), ``history``.
-``safetensors`` is imported lazily.
+``train_config``, ``tokenizer`` (the tokenizer.json text), ``history``, ``sha256`` (tensor name
+-> SHA-256 of its bytes: a bit flip is caught on load), ``blas_threads`` (the BLAS thread count
+of the writer: a different count changes the reduction order, so a resume would not be
+bit-exact), ``extra`` (free JSON, e.g. the corpus and tokenizer hashes of the run).
+
+Loading checks, in this order and before any tensor is read: the file is a safetensors file of
+this format; every tensor name belongs to a known group; the model config is valid and its
+parameter shapes are exactly the tensors present (so a config declaring 300000 layers fails at
+once instead of allocating); then each tensor's hash.  ``safetensors`` is imported lazily.
 """
 
 from __future__ import annotations
@@ -14,14 +21,53 @@ import os
 
 import numpy as np
 
+from reference.train.fileio import atomic_path, loads_json, sha256_bytes
+
 FORMAT = "minibert-checkpoint/1"
 _GROUPS = ("param", "adam_m", "adam_v")
+_REQUIRED_META = ("format", "step", "rng", "model_config", "train_config", "history")
+
+
+def blas_threads() -> int | None:
+    """Threads the loaded BLAS uses (threadpoolctl), else the thread variables, else None."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        threadpool_info = None
+    if threadpool_info is not None:
+        counts = [int(i["num_threads"]) for i in threadpool_info()
+                  if i.get("user_api") == "blas"]
+        if counts:
+            return max(counts)
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return None
+
+
+def recorded_blas_threads(path: str) -> int | None:
+    """The BLAS thread count a checkpoint was written with (metadata only, no tensor read);
+    None when the file or the record is absent or unreadable -- load_checkpoint reports those."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(path, framework="numpy") as f:
+            value = json.loads((f.metadata() or {}).get("blas_threads", "null"))
+    except Exception:  # noqa: BLE001 -- a bad file is load_checkpoint's to name
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def tensor_sha256(a: np.ndarray) -> str:
+    return sha256_bytes(np.ascontiguousarray(a).tobytes())
 
 
 def save_checkpoint(path: str, params: dict, opt_state: dict, *, rng_state: str,
                     model_config: dict, train_config: dict | None = None,
-                    tokenizer_json: str | None = None, history: dict | None = None) -> None:
-    """Write atomically (temporary file, then rename): a crash never leaves half a checkpoint."""
+                    tokenizer_json: str | None = None, history: dict | None = None,
+                    extra: dict | None = None) -> None:
+    """Write atomically (temporary file, fsync, rename): a crash never leaves half a
+    checkpoint, and the previous checkpoint stays until the new one is complete."""
     from safetensors.numpy import save_file
 
     tensors = {}
@@ -31,36 +77,115 @@ def save_checkpoint(path: str, params: dict, opt_state: dict, *, rng_state: str,
     metadata = {"format": FORMAT, "step": str(int(opt_state["step"])), "rng": rng_state,
                 "model_config": json.dumps(model_config),
                 "train_config": json.dumps(train_config or {}),
-                "history": json.dumps(history or {})}
+                "history": json.dumps(history or {}),
+                "sha256": json.dumps({k: tensor_sha256(a) for k, a in tensors.items()}),
+                "blas_threads": json.dumps(blas_threads()),
+                "extra": json.dumps(extra or {})}
     if tokenizer_json is not None:
         metadata["tokenizer"] = tokenizer_json
-    tmp = f"{path}.tmp"
-    save_file(tensors, tmp, metadata=metadata)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, tmp, metadata=metadata)
 
 
-def load_checkpoint(path: str) -> dict:
+def _bad(path: str, what: str) -> ValueError:
+    return ValueError(f"checkpoint: expected a {FORMAT} file written by minibert train, "
+                      f"got {what} in {path!r}")
+
+
+def _split_key(path: str, key: str) -> tuple[str, str]:
+    group, sep, name = key.partition("/")
+    if not sep or group not in _GROUPS or not name:
+        raise _bad(path, f"an unknown tensor {key!r}")
+    return group, name
+
+
+def check_model_config(path: str, model_config, shapes: dict) -> None:
+    """The config's parameter shapes must be exactly the ``param/`` tensors present (the shapes
+    from the file header: nothing allocated yet).  The layer count is bounded by the layer
+    tensors present *before* the expected shapes are enumerated."""
+    from reference.config import BertConfig
+    from reference.model import param_shapes
+
+    if not isinstance(model_config, dict):
+        raise _bad(path, f"model_config {type(model_config).__name__}")
+    present = {name: tuple(s) for (group, name), s in shapes.items() if group == "param"}
+    n_present = len({n.split(".")[1] for n in present if n.startswith("layers.")})
+    n_layers = model_config.get("n_layers")
+    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not (
+            1 <= n_layers <= n_present):
+        raise _bad(path, f"model_config n_layers={n_layers!r} but {n_present} layers of "
+                         f"tensors")
+    try:
+        config = BertConfig(**model_config)
+    except (TypeError, ValueError) as e:
+        raise _bad(path, f"an invalid model_config ({e})") from None
+    expected = param_shapes(config)
+    if expected != present:
+        diff = sorted(set(expected.items()) ^ set(present.items()))[:3]
+        raise _bad(path, f"tensors that do not match model_config (first differences: {diff})")
+    for group in ("adam_m", "adam_v"):
+        got = {name: tuple(s) for (g, name), s in shapes.items() if g == group}
+        if got != expected:
+            raise _bad(path, f"{group} tensors that do not match the parameters")
+
+
+def load_checkpoint(path: str, *, verify: bool = True) -> dict:
     """Returns dict(params, opt_state, rng_state, model_config, train_config, tokenizer_json,
-    history) with the arrays exactly as saved."""
+    history, blas_threads, extra, warnings) with the arrays exactly as saved.  Every problem
+    with the file is a ValueError that names it."""
     from safetensors import safe_open
 
-    if not os.path.exists(path):
-        raise ValueError(f"path: expected an existing checkpoint file, got {path!r}")
-    with safe_open(path, framework="numpy") as f:
-        meta = f.metadata() or {}
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"path: expected a {FORMAT} safetensors file, got format "
-                             f"{meta.get('format')!r} in {path!r}")
-        groups: dict[str, dict[str, np.ndarray]] = {g: {} for g in _GROUPS}
-        for key in f.keys():
-            group, name = key.split("/", 1)
-            groups[group][name] = f.get_tensor(key)
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
+        raise ValueError(f"checkpoint: expected an existing checkpoint file, got {path!r}")
+    path = os.fspath(path)
+    try:
+        with safe_open(path, framework="numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT:
+                raise _bad(path, f"format {meta.get('format')!r}")
+            missing = [k for k in _REQUIRED_META if k not in meta]
+            if missing:
+                raise _bad(path, f"no metadata {missing}")
+            keys = list(f.keys())
+            shapes = {_split_key(path, k): f.get_slice(k).get_shape() for k in keys}
+            model_config = loads_json(f"checkpoint {path!r} model_config", meta["model_config"])
+            check_model_config(path, model_config, shapes)
+            hashes = loads_json(f"checkpoint {path!r} sha256", meta.get("sha256", "{}"))
+            if verify and set(hashes) != set(keys):
+                raise _bad(path, "no content hash for some tensors (written before hashes "
+                                 "were recorded? load with verify=False)")
+            groups: dict[str, dict[str, np.ndarray]] = {g: {} for g in _GROUPS}
+            for key in keys:
+                a = f.get_tensor(key)
+                if verify and tensor_sha256(a) != hashes[key]:
+                    raise _bad(path, f"tensor {key!r} whose content hash does not match "
+                                     f"(the file is corrupt)")
+                group, name = _split_key(path, key)
+                groups[group][name] = a
+    except ValueError:
+        raise
+    except Exception as e:  # SafetensorError and friends: truncated or not safetensors at all
+        raise _bad(path, f"an unreadable file ({type(e).__name__}: {e})") from None
+    step = meta["step"]
+    if not step.isdigit():
+        raise _bad(path, f"step {step!r}")
+    threads = loads_json(f"checkpoint {path!r} blas_threads", meta.get("blas_threads", "null"),
+                         expect=None)
+    warnings = []
+    now = blas_threads()
+    if threads is not None and now is not None and threads != now:
+        warnings.append(f"checkpoint was written with {threads} BLAS threads, this process "
+                        f"uses {now}: results will not be bit-identical to an uninterrupted "
+                        f"run (pass --threads {threads})")
     return {
         "params": groups["param"],
-        "opt_state": {"step": int(meta["step"]), "m": groups["adam_m"], "v": groups["adam_v"]},
+        "opt_state": {"step": int(step), "m": groups["adam_m"], "v": groups["adam_v"]},
         "rng_state": meta["rng"],
-        "model_config": json.loads(meta["model_config"]),
-        "train_config": json.loads(meta["train_config"]),
+        "model_config": model_config,
+        "train_config": loads_json(f"checkpoint {path!r} train_config", meta["train_config"]),
         "tokenizer_json": meta.get("tokenizer"),
-        "history": json.loads(meta["history"]),
+        "history": loads_json(f"checkpoint {path!r} history", meta["history"]),
+        "blas_threads": threads,
+        "extra": loads_json(f"checkpoint {path!r} extra", meta.get("extra", "{}")),
+        "warnings": warnings,
     }

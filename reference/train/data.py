@@ -18,9 +18,9 @@ Conventions
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
+
+from reference.train.fileio import atomic_write, loads_json, read_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
@@ -32,19 +32,26 @@ IGNORE_INDEX = -100
 def train_tokenizer(paragraphs, vocab_size: int = 8192, *, min_frequency: int = 2):
     """A BERT-style WordPiece tokenizer (lower-cased, accents stripped) trained on ``paragraphs``.
 
-    Returns a ``tokenizers.Tokenizer`` whose ids 0..4 are the special tokens above."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    Deterministic: the vocabulary comes from ``reference.train.wordpiece`` (the HF trainer's
+    algorithm with ties broken by text; the HF trainer itself gives a different vocabulary from
+    run to run).  Returns a ``tokenizers.Tokenizer`` whose ids 0..4 are the special tokens
+    above."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    if vocab_size <= N_SPECIAL:
-        raise ValueError(f"vocab_size: expected > {N_SPECIAL} (the special tokens), "
-                         f"got {vocab_size}")
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    from reference.train.wordpiece import learn_vocab, word_counts
+
+    _check_vocab_size(vocab_size)
+    normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    counts = word_counts(list(paragraphs), normalizer, pre_tokenizer)
+    if not counts:
+        raise ValueError("paragraphs: expected text with at least one word, got none")
+    vocab = learn_vocab(counts, vocab_size, SPECIAL_TOKENS, min_frequency=min_frequency)
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-    tok.train_from_iterator(list(paragraphs), trainer=trainer)
+    tok.add_special_tokens(list(SPECIAL_TOKENS))  # "[MASK]" in a text stays one token
     check_tokenizer(tok)
     return tok
 
@@ -56,10 +63,17 @@ def check_tokenizer(tok) -> None:
                              f"got {tok.token_to_id(name)}")
 
 
-def tokenizer_from_json(text: str):
+def tokenizer_from_json(text: str, *, name: str = "tokenizer"):
+    """A tokenizer from its JSON text; anything else is a ValueError naming ``name``."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_str(text)
+    if not isinstance(text, str):
+        raise ValueError(f"{name}: expected tokenizer JSON text, got {type(text).__name__}")
+    try:
+        tok = Tokenizer.from_str(text)
+    except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
+        raise ValueError(f"{name}: expected a tokenizers JSON document, got one it cannot "
+                         f"read ({str(e)[:120]})") from None
     check_tokenizer(tok)
     return tok
 
@@ -73,11 +87,9 @@ def load_or_train_tokenizer(path: str, paragraphs, vocab_size: int = 8192):
     import os
 
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            return tokenizer_from_json(fh.read())
+        return tokenizer_from_json(read_text(path, path), name=path)
     tok = train_tokenizer(paragraphs, vocab_size)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(tokenizer_to_json(tok))
+    atomic_write(path, tokenizer_to_json(tok))
     return tok
 
 
@@ -94,12 +106,14 @@ def build_sequences(token_lists, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     rows are nearly full and padding is only at their ends.
 
     Returns (input_ids [N, T] int64, attention_mask [N, T] int8)."""
-    if seq_len < 3:
-        raise ValueError(f"seq_len: expected >= 3 ([CLS], one token, [SEP]), got {seq_len}")
+    if not isinstance(seq_len, (int, np.integer)) or isinstance(seq_len, bool) or seq_len < 3:
+        raise ValueError(f"seq_len: expected an integer >= 3 ([CLS], one token, [SEP]), "
+                         f"got {seq_len!r}")
     width = seq_len - 2
     rows: list[list[int]] = []
     row: list[int] = []
-    for ids in token_lists:
+    for i, ids in enumerate(token_lists):
+        ids = _check_id_list(f"token_lists[{i}]", ids)
         for lo in range(0, len(ids), width):
             chunk = list(ids[lo:lo + width])
             if row and len(row) + len(chunk) + 1 > seq_len:
@@ -118,6 +132,20 @@ def build_sequences(token_lists, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
         input_ids[i, :len(r)] = r
         attention_mask[i, :len(r)] = 1
     return input_ids, attention_mask
+
+
+def _check_id_list(name: str, ids) -> list[int]:
+    """Non-negative integer ids (a float or bool id is a bug upstream, never truncated)."""
+    if not isinstance(ids, np.ndarray) and any(isinstance(t, (bool, np.bool_)) for t in ids):
+        raise ValueError(f"{name}: expected integer token ids, got a bool")
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or (arr.size and (not np.issubdtype(arr.dtype, np.integer)
+                                       or arr.dtype == np.bool_)):
+        raise ValueError(f"{name}: expected a flat list of integer token ids, got "
+                         f"{arr.dtype} with shape {arr.shape}")
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"{name}: expected ids >= 0, got {int(arr.min())}")
+    return [int(t) for t in arr]
 
 
 def tokenize_paragraphs(tok, paragraphs, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -147,13 +175,25 @@ def mask_tokens(input_ids, attention_mask, rng: np.random.Generator, *, vocab_si
     if attention_mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask: expected shape {input_ids.shape}, "
                          f"got {attention_mask.shape}")
-    if not (0 < mask_prob <= 1 and 0 <= mask_frac and 0 <= random_frac
+    if not all(isinstance(v, (int, float, np.floating)) and np.isfinite(v)
+               for v in (mask_prob, mask_frac, random_frac)) or not (
+            0 < mask_prob <= 1 and 0 <= mask_frac and 0 <= random_frac
             and mask_frac + random_frac <= 1):
         raise ValueError(f"mask_prob, mask_frac, random_frac: expected 0 < mask_prob <= 1 and "
                          f"mask_frac + random_frac <= 1, got {mask_prob}, {mask_frac}, "
                          f"{random_frac}")
-    if vocab_size <= N_SPECIAL:
-        raise ValueError(f"vocab_size: expected > {N_SPECIAL}, got {vocab_size}")
+    _check_vocab_size(vocab_size)
+    if input_ids.size and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
+        bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)][0]
+        raise ValueError(f"input_ids: expected ids in [0, {vocab_size}), got {int(bad)}")
+    if not np.all((attention_mask == 0) | (attention_mask == 1)):
+        raise ValueError(f"attention_mask: expected only 0/1 values, got "
+                         f"{np.unique(attention_mask)[:5]}")
+    if not isinstance(ignore_index, (int, np.integer)) or 0 <= ignore_index < vocab_size:
+        raise ValueError(f"ignore_index: expected an integer outside [0, {vocab_size}) (it must "
+                         f"not be a real token), got {ignore_index!r}")
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
     B, T = input_ids.shape
     candidates = (attention_mask != 0) & ~special_mask(input_ids)  # [B, T]
     n_cand = candidates.sum(axis=1)
@@ -176,7 +216,16 @@ def mask_tokens(input_ids, attention_mask, rng: np.random.Generator, *, vocab_si
 def unigram_log_probs(input_ids, attention_mask, vocab_size: int) -> np.ndarray:
     """log p(v) of the training set's non-special token frequencies, add-one smoothed over the
     non-special ids (a held-out token never seen in training keeps a finite loss)."""
+    _check_vocab_size(vocab_size)
+    input_ids, attention_mask = np.asarray(input_ids), np.asarray(attention_mask)
+    if not np.issubdtype(input_ids.dtype, np.integer) or attention_mask.shape != input_ids.shape:
+        raise ValueError(f"input_ids, attention_mask: expected integer ids and a mask of the "
+                         f"same shape, got {input_ids.dtype} {input_ids.shape} and "
+                         f"{attention_mask.shape}")
     tokens = input_ids[(attention_mask != 0) & ~special_mask(input_ids)]
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"input_ids: expected ids in [0, {vocab_size}), got values in "
+                         f"[{int(tokens.min())}, {int(tokens.max())}]")
     counts = np.bincount(tokens, minlength=vocab_size).astype(np.float64)
     counts[:N_SPECIAL] = 0.0
     counts[N_SPECIAL:] += 1.0
@@ -187,18 +236,49 @@ def unigram_log_probs(input_ids, attention_mask, vocab_size: int) -> np.ndarray:
 def unigram_baseline(log_probs: np.ndarray, labels: np.ndarray,
                      ignore_index: int = IGNORE_INDEX) -> float:
     """Cross-entropy (nats) of predicting each masked label from token frequencies alone."""
+    labels = np.asarray(labels)
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels: expected integer labels, got dtype {labels.dtype}")
     picked = labels[labels != ignore_index]
     if picked.size == 0:
         raise ValueError("labels: expected at least one masked position, got none")
+    if picked.min() < 0 or picked.max() >= log_probs.shape[-1]:
+        raise ValueError(f"labels: expected ids in [0, {log_probs.shape[-1]}) or "
+                         f"{ignore_index}, got values in [{int(picked.min())}, "
+                         f"{int(picked.max())}]")
     return float(-log_probs[picked].mean())
 
 
+def _check_vocab_size(vocab_size) -> None:
+    if (not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool)
+            or vocab_size <= N_SPECIAL):
+        raise ValueError(f"vocab_size: expected an integer > {N_SPECIAL}, got {vocab_size!r}")
+
+
+# The bit generators a checkpoint may name: the file chooses among these, never an arbitrary
+# attribute of numpy.random.
+BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM,
+                  "Philox": np.random.Philox, "SFC64": np.random.SFC64,
+                  "MT19937": np.random.MT19937}
+
+
 def rng_state_to_json(rng: np.random.Generator) -> str:
+    import json
+
     return json.dumps(rng.bit_generator.state)
 
 
 def rng_from_json(text: str) -> np.random.Generator:
-    state = json.loads(text)
-    bitgen = getattr(np.random, state["bit_generator"])()
-    bitgen.state = state
+    """The generator whose state ``rng_state_to_json`` wrote; ValueError for anything else."""
+    state = loads_json("rng", text)
+    name = state.get("bit_generator")
+    if name not in BIT_GENERATORS:
+        raise ValueError(f"rng: expected bit_generator in {sorted(BIT_GENERATORS)}, "
+                         f"got {name!r}")
+    bitgen = BIT_GENERATORS[name]()
+    try:
+        bitgen.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as e:
+        raise ValueError(f"rng: expected a valid {name} state, got one numpy rejects "
+                         f"({type(e).__name__}: {e})") from None
     return np.random.Generator(bitgen)

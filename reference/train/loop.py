@@ -18,8 +18,10 @@ depends on, and all three are checkpointed exactly.
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -27,6 +29,15 @@ import numpy as np
 
 from reference.model import param_shapes
 from reference.train import data as D
+from reference.train.fileio import atomic_write, atomic_write_json, read_text, sha256_text
+
+
+class NonFiniteStep(FloatingPointError):
+    """A step produced a NaN/inf loss, gradient or parameter; the state is the last good one."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; the state was checkpointed at the last step boundary."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,27 @@ class TrainConfig:
                              f"got {self.warmup_steps}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype: expected 'float32' or 'float64', got {self.dtype!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed: expected an integer >= 0, got {self.seed!r}")
+        if not isinstance(self.sparse_head, bool):
+            raise ValueError(f"sparse_head: expected a bool, got {self.sparse_head!r}")
+        # (name, low, high, low inclusive): every float finite, so NaN never disables a check
+        for name, low, high, closed in (("peak_lr", 0.0, None, False),
+                                        ("weight_decay", 0.0, None, True),
+                                        ("max_grad_norm", 0.0, None, True),
+                                        ("beta1", 0.0, 1.0, True), ("beta2", 0.0, 1.0, True),
+                                        ("adam_eps", 0.0, None, False),
+                                        ("mask_prob", 0.0, 1.0 + 1e-12, False)):
+            _check_real(name, getattr(self, name), low, high, closed)
+
+
+def _check_real(name: str, value, low: float, high: float | None, closed: bool) -> None:
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and (value >= low if closed else value > low)
+          and (high is None or value < high))
+    if not ok:
+        rng = f"{'[' if closed else '('}{low}, {'inf' if high is None else high})"
+        raise ValueError(f"{name}: expected a finite number in {rng}, got {value!r}")
 
 
 @dataclass
@@ -97,23 +129,51 @@ def _loss_fn(impl, config, sparse_head: bool):
 
 
 def train_step(impl, state: TrainState, config, tcfg: TrainConfig, train_ids, train_mask):
-    """One optimizer step in place on ``state``; returns (loss, lr, grad_norm, real tokens)."""
-    micro = [sample_batch(train_ids, train_mask, state.rng, batch_size=tcfg.batch_size,
+    """One optimizer step on ``state``; returns (loss, lr, grad_norm, real tokens).
+
+    Transactional: everything is computed on a copy of the generator and new arrays, and
+    ``state`` changes only in the last statement, so an exception anywhere in the step (a
+    KeyboardInterrupt included) leaves it exactly at the step boundary.  A non-finite loss,
+    gradient norm or parameter raises NonFiniteStep and leaves ``state`` untouched."""
+    rng = _copy_rng(state.rng)
+    micro = [sample_batch(train_ids, train_mask, rng, batch_size=tcfg.batch_size,
                           vocab_size=config.vocab_size, mask_prob=tcfg.mask_prob)
              for _ in range(tcfg.accum_steps)]
-    loss, grads = impl.accumulate_gradients(_loss_fn(impl, config, tcfg.sparse_head),
-                                            state.params, config, micro)
+    s = state.step
+    try:
+        loss, grads = impl.accumulate_gradients(_loss_fn(impl, config, tcfg.sparse_head),
+                                                state.params, config, micro)
+    except ValueError as e:
+        # the parameters are finite (checked after every update), so an op refusing a
+        # non-finite input here means the forward overflowed: a diverged run, not a bug
+        if "finite" not in str(e):
+            raise
+        raise NonFiniteStep(f"step {s}: the forward pass overflowed ({e}); lower --lr") from e
+    # the norm before clipping: one inf gradient would become NaN everywhere once clipped
+    norm = impl.global_grad_norm(grads)
+    if not (math.isfinite(float(loss)) and math.isfinite(norm)):
+        raise NonFiniteStep(f"step {s}: loss {float(loss)}, gradient norm {norm}; stopped "
+                            f"before the update (lower --lr, or check the data)")
     if tcfg.max_grad_norm > 0:
         grads, norm = impl.clip_by_global_norm(grads, tcfg.max_grad_norm)
-    else:
-        norm = impl.global_grad_norm(grads)
-    lr = impl.warmup_linear_lr(state.step, peak_lr=tcfg.peak_lr,
+    lr = impl.warmup_linear_lr(s, peak_lr=tcfg.peak_lr,
                                warmup_steps=tcfg.warmup_steps, total_steps=tcfg.steps)
-    state.params, state.opt_state = impl.adam_step(
+    params, opt_state = impl.adam_step(
         state.params, grads, state.opt_state, lr=lr, beta1=tcfg.beta1, beta2=tcfg.beta2,
         eps=tcfg.adam_eps, weight_decay=tcfg.weight_decay)
+    bad = [k for k, p in params.items() if not np.isfinite(p).all()]
+    if bad:
+        raise NonFiniteStep(f"step {s}: the update made {bad[0]} non-finite (diverged; lower "
+                            f"--lr)")
     n_tokens = sum(int(np.count_nonzero(mb["attention_mask"])) for mb in micro)
+    state.params, state.opt_state, state.rng = params, opt_state, rng  # the commit
     return float(loss), float(lr), float(norm), n_tokens
+
+
+def _copy_rng(rng: np.random.Generator) -> np.random.Generator:
+    bitgen = type(rng.bit_generator)()
+    bitgen.state = rng.bit_generator.state
+    return np.random.Generator(bitgen)
 
 
 def evaluate(impl, params, config, ids, attention_mask, labels, *, batch_size: int = 32) -> float:
@@ -149,39 +209,89 @@ def init_state(impl, config, tcfg: TrainConfig) -> TrainState:
 
 
 def save_state(path: str, state: TrainState, config, tcfg: TrainConfig, *,
-               tokenizer_json: str | None = None) -> None:
+               tokenizer_json: str | None = None, extra: dict | None = None) -> None:
     from reference.train.checkpoint import save_checkpoint
 
+    extra = dict(extra or {})
+    if tokenizer_json is not None:
+        extra["tokenizer_sha256"] = sha256_text(tokenizer_json)
     save_checkpoint(path, state.params, state.opt_state, rng_state=D.rng_state_to_json(state.rng),
                     model_config=config.to_dict(), train_config=asdict(tcfg),
-                    tokenizer_json=tokenizer_json, history=state.history)
+                    tokenizer_json=tokenizer_json, history=state.history, extra=extra)
 
 
-def load_state(path: str):
-    """(TrainState, BertConfig, TrainConfig, tokenizer_json) from a checkpoint."""
+def load_state(path: str, *, with_meta: bool = False):
+    """(TrainState, BertConfig, TrainConfig, tokenizer_json) from a checkpoint; with
+    ``with_meta`` also the checkpoint's ``extra`` dict plus its ``warnings``."""
     from reference.config import BertConfig
     from reference.train.checkpoint import load_checkpoint
 
     ck = load_checkpoint(path)
-    config = BertConfig(**ck["model_config"])
-    tcfg = TrainConfig(**ck["train_config"])
+    config = BertConfig(**ck["model_config"])  # validated against the tensors by the loader
+    try:
+        tcfg = TrainConfig(**ck["train_config"])
+    except TypeError as e:
+        raise ValueError(f"checkpoint: expected a valid train_config in {path!r}, got {e}") \
+            from None
     order = list(param_shapes(config))  # the model's stable order
     params = {k: ck["params"][k] for k in order}
     opt = {"step": ck["opt_state"]["step"], "m": {k: ck["opt_state"]["m"][k] for k in order},
            "v": {k: ck["opt_state"]["v"][k] for k in order}}
+    tok_json = ck["tokenizer_json"]
+    recorded = ck["extra"].get("tokenizer_sha256")
+    if tok_json is not None and recorded is not None and sha256_text(tok_json) != recorded:
+        raise ValueError(f"checkpoint: expected the stored tokenizer to match its recorded "
+                         f"hash, got a different one in {path!r} (the file is corrupt)")
     state = TrainState(params, opt, D.rng_from_json(ck["rng_state"]), ck["history"])
-    return state, config, tcfg, ck["tokenizer_json"]
+    if with_meta:
+        return state, config, tcfg, tok_json, {**ck["extra"], "warnings": ck["warnings"]}
+    return state, config, tcfg, tok_json
+
+
+class _DeferSignals:
+    """While active, SIGINT and SIGTERM only set a flag that the loop reads at each step
+    boundary: the checkpoint is always the state between two steps, so a resume is bit-exact
+    whenever the signal came.  A second signal of either kind interrupts at once (the step in
+    flight is lost, the state stays at the previous boundary: train_step is transactional).
+    Outside the main thread (where handlers cannot be installed) it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.received: int | None = None
+        self._old: dict = {}
+
+    def _handler(self, signum, _frame):
+        if self.received is not None:
+            raise Interrupted(f"second signal {signum}")
+        self.received = signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
 
 
 # --------------------------------------------------------------------------- the loop
 def train(impl, config, tcfg: TrainConfig, train_data: tuple, heldout: dict | None = None, *,
           state: TrainState | None = None, stop_after: int | None = None,
           checkpoint_path: str | None = None, tokenizer_json: str | None = None,
-          progress: bool = False, log=print, max_seconds: float | None = None) -> TrainState:
+          progress: bool = False, log=print, max_seconds: float | None = None,
+          extra: dict | None = None) -> TrainState:
     """Train from ``state`` (fresh from ``tcfg.seed`` if None) up to ``tcfg.steps`` steps, or
     ``stop_after`` steps in total, or ``max_seconds``; checkpoints every ``ckpt_every`` steps and
     at the end when ``checkpoint_path`` is given.  ``train_data`` = (ids [N, T], mask [N, T]);
-    ``heldout`` = heldout_set(...) for periodic evaluation."""
+    ``heldout`` = heldout_set(...) for periodic evaluation; ``extra`` goes into every checkpoint.
+
+    SIGINT/SIGTERM: the step in flight finishes, the state is checkpointed and ``Interrupted``
+    (a KeyboardInterrupt) is raised.  A non-finite step raises ``NonFiniteStep`` and writes
+    nothing: the last periodic checkpoint stays."""
     train_ids, train_mask = train_data
     state = state if state is not None else init_state(impl, config, tcfg)
     end = tcfg.steps if stop_after is None else min(stop_after, tcfg.steps)
@@ -198,82 +308,141 @@ def train(impl, config, tcfg: TrainConfig, train_data: tuple, heldout: dict | No
         (bar.write if bar else log)(f"step 0: held-out MLM loss {ev:.4f}")
     start = time.perf_counter()
     tokens, t_window = 0, start  # tokens/s averaged over this session
+    say = bar.write if bar else log
+    save_ok = True  # False once a step diverged: the last checkpoint on disk stays as it is
+
+    def checkpoint():
+        if checkpoint_path:
+            save_state(checkpoint_path, state, config, tcfg, tokenizer_json=tokenizer_json,
+                       extra=extra)
+
     try:
-        while state.step < end:
-            s = state.step
-            loss, lr, norm, n_tok = train_step(impl, state, config, tcfg, train_ids, train_mask)
-            h = state.history
-            h["step"].append(s)
-            h["loss"].append(loss)
-            h["lr"].append(lr)
-            h["grad_norm"].append(norm)
-            tokens += n_tok
-            done = state.step
-            if heldout is not None and (done % tcfg.eval_every == 0 or done == tcfg.steps):
-                ev = evaluate(impl, state.params, config, heldout["input_ids"],
-                              heldout["attention_mask"], heldout["labels"])
-                h["eval_step"].append(done)
-                h["eval_loss"].append(ev)
-                msg = f"step {done}: train loss {loss:.4f}, held-out MLM loss {ev:.4f}"
-                if "baseline" in h:
-                    msg += f" (unigram baseline {h['baseline']:.4f})"
-                (bar.write if bar else log)(msg)
-            if bar is not None:
-                now = time.perf_counter()
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}",
-                                tok_s=f"{tokens / max(now - t_window, 1e-9):.0f}")
-                bar.update(1)
-            if checkpoint_path and done % tcfg.ckpt_every == 0:
-                save_state(checkpoint_path, state, config, tcfg, tokenizer_json=tokenizer_json)
-            if max_seconds is not None and time.perf_counter() - start > max_seconds:
-                (bar.write if bar else log)(f"time limit reached after step {done}")
-                break
-    except KeyboardInterrupt:
-        (bar.write if bar else log)(f"interrupted after step {state.step}; checkpointing")
+        with _DeferSignals() as signals:
+            while state.step < end:
+                if signals.received is not None:
+                    raise Interrupted(f"signal {signals.received}")
+                s = state.step
+                loss, lr, norm, n_tok = train_step(impl, state, config, tcfg, train_ids,
+                                                   train_mask)
+                h = state.history
+                h["step"].append(s)
+                h["loss"].append(loss)
+                h["lr"].append(lr)
+                h["grad_norm"].append(norm)
+                tokens += n_tok
+                done = state.step
+                if heldout is not None and (done % tcfg.eval_every == 0 or done == tcfg.steps):
+                    ev = evaluate(impl, state.params, config, heldout["input_ids"],
+                                  heldout["attention_mask"], heldout["labels"])
+                    h["eval_step"].append(done)
+                    h["eval_loss"].append(ev)
+                    msg = f"step {done}: train loss {loss:.4f}, held-out MLM loss {ev:.4f}"
+                    if "baseline" in h:
+                        msg += f" (unigram baseline {h['baseline']:.4f})"
+                    say(msg)
+                if bar is not None:
+                    now = time.perf_counter()
+                    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}",
+                                    tok_s=f"{tokens / max(now - t_window, 1e-9):.0f}")
+                    bar.update(1)
+                if done % tcfg.ckpt_every == 0:
+                    checkpoint()
+                if max_seconds is not None and time.perf_counter() - start > max_seconds:
+                    say(f"time limit reached after step {done}")
+                    break
+            if signals.received is not None and state.step >= end:
+                say(f"signal {signals.received} after the last step")
+    except NonFiniteStep as e:
+        save_ok = False
+        say(f"stopped: {e}; the checkpoint on disk (if any) is the last good one")
+        raise
+    except KeyboardInterrupt:  # Interrupted included
+        say(f"interrupted after step {state.step}; checkpointing the state at that step")
+        raise Interrupted(f"interrupted after step {state.step}") from None
     finally:
         if bar is not None:
             bar.close()
-        if checkpoint_path:
-            save_state(checkpoint_path, state, config, tcfg, tokenizer_json=tokenizer_json)
+        if save_ok:
+            checkpoint()
     return state
-
-
 # --------------------------------------------------------------------------- corpus -> arrays
-def prepare_corpus_data(run_dir: str, *, files=None, seq_len: int, vocab_size: int,
-                        heldout_fraction: float = 0.05, log=print):
-    """Paragraphs (cached in run_dir/corpus.txt), tokenizer (run_dir/tokenizer.json), and
-    the packed train / held-out arrays.  Returns (tok, (train_ids, train_mask),
-    (held_ids, held_mask))."""
+def load_or_build_corpus(run_dir: str, files=None, *, expected_sha256: str | None = None,
+                         log=print) -> tuple[list[str], str]:
+    """(paragraphs, SHA-256 of corpus.txt).  corpus.txt is the run's copy of its text: built
+    from ``files`` (or the default corpus) and written atomically when absent; when present it
+    must hash to ``expected_sha256`` (a resume) and, when ``files`` are given, hold exactly
+    their paragraphs (so --files is never silently ignored)."""
     from reference.train import corpus
 
-    os.makedirs(run_dir, exist_ok=True)
     cpath = os.path.join(run_dir, "corpus.txt")
     if os.path.exists(cpath):
-        with open(cpath, encoding="utf-8") as fh:
-            paras = [line.rstrip("\n") for line in fh if line.strip()]
+        text = read_text(cpath, cpath)
+        digest = sha256_text(text)
+        if expected_sha256 is not None and digest != expected_sha256:
+            raise ValueError(f"corpus.txt: expected the corpus the checkpoint was trained on "
+                             f"(sha256 {expected_sha256[:12]}...), got {digest[:12]}... in "
+                             f"{cpath!r}; restore it or start over with --force")
+        paras = [line for line in text.split("\n") if line.strip()]
+        if files and paras != corpus.read_corpus(files):
+            raise ValueError(f"files: {list(files)} differ from the corpus already in "
+                             f"{run_dir!r}; pass --force to start a new run on them")
+        if not paras:
+            raise ValueError(f"corpus.txt: expected prose paragraphs, got an empty {cpath!r}")
+        return paras, digest
+    if expected_sha256 is not None:
+        raise ValueError(f"corpus.txt: expected the run's corpus in {run_dir!r}, got none; "
+                         f"restore it or start over with --force")
+    t0 = time.perf_counter()
+    paras = corpus.read_corpus(files) if files else corpus.default_corpus()
+    text = "\n".join(paras) + "\n"
+    atomic_write(cpath, text)
+    log(f"corpus: {len(paras)} paragraphs, {sum(map(len, paras))} characters "
+        f"({'files' if files else 'pydoc topics + stdlib docstrings'}; "
+        f"{time.perf_counter() - t0:.1f} s)")
+    return paras, sha256_text(text)
+
+
+def prepare_corpus_data(run_dir: str, *, files=None, seq_len: int, vocab_size: int,
+                        heldout_fraction: float = 0.05, log=print,
+                        tokenizer_json: str | None = None, corpus_sha256: str | None = None):
+    """Paragraphs (run_dir/corpus.txt), tokenizer, and the packed train / held-out arrays.
+    Returns (tok, (train_ids, train_mask), (held_ids, held_mask), corpus_sha256).
+
+    ``tokenizer_json`` (a resume: the checkpoint's copy) is used as is and rewritten to
+    tokenizer.json when that file is missing or differs; otherwise tokenizer.json is loaded,
+    or trained and written.  ``corpus_sha256`` (a resume) must match corpus.txt."""
+    os.makedirs(run_dir, exist_ok=True)
+    paras, digest = load_or_build_corpus(run_dir, files, expected_sha256=corpus_sha256, log=log)
+    train_p, held_p = _split(paras, heldout_fraction)
+    tpath = os.path.join(run_dir, "tokenizer.json")
+    if tokenizer_json is not None:
+        tok = D.tokenizer_from_json(tokenizer_json, name="checkpoint tokenizer")
+        on_disk = read_text(tpath, tpath) if os.path.exists(tpath) else None
+        if on_disk != tokenizer_json:
+            what = "differs from" if on_disk is not None else "is missing; restored from"
+            log(f"tokenizer: {tpath} {what} the checkpoint's copy, which this run uses")
+            atomic_write(tpath, tokenizer_json)
     else:
-        t0 = time.perf_counter()
-        paras = corpus.read_corpus(files) if files else corpus.default_corpus()
-        with open(cpath, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(paras) + "\n")
-        log(f"corpus: {len(paras)} paragraphs, {sum(map(len, paras))} characters "
-            f"({'files' if files else 'pydoc topics + stdlib docstrings'}; "
-            f"{time.perf_counter() - t0:.1f} s)")
-    train_p, held_p = corpus.split(paras, heldout_fraction)
-    tok = D.load_or_train_tokenizer(os.path.join(run_dir, "tokenizer.json"), train_p,
-                                    vocab_size)
+        tok = D.load_or_train_tokenizer(tpath, train_p, vocab_size)
     if tok.get_vocab_size() > vocab_size:
-        raise ValueError(f"tokenizer: vocabulary of {tok.get_vocab_size()} exceeds the model's "
-                         f"vocab_size={vocab_size}")
+        raise ValueError(f"tokenizer: expected a vocabulary of at most vocab_size={vocab_size}, "
+                         f"got {tok.get_vocab_size()}")
     tr = D.tokenize_paragraphs(tok, train_p, seq_len)
     he = D.tokenize_paragraphs(tok, held_p, seq_len)
-    return tok, tr, he
+    return tok, tr, he, digest
+
+
+def _split(paras, fraction):
+    from reference.train import corpus
+
+    return corpus.split(paras, fraction)
 
 
 # --------------------------------------------------------------------------- seed 001
 def seed001_experiment(impl=None, *, epochs: int = 500, n_seqs: int = 64, seq_len: int = 16,
                        batch_size: int = 16, lr: float = 1e-3, embed_std: float = 1.0,
-                       seed: int = 0, dtype=np.float64, log=None) -> dict:
+                       seed: int = 0, dtype=np.float64, log=None,
+                       progress: bool = False) -> dict:
     """The NumPy-Transformer document's reconstruction experiment, as far as it is defined.
 
     Defined by the document: 2 post-LN layers, d=64, 4 heads, d_ff=256, sinusoidal positions,
@@ -304,7 +473,12 @@ def seed001_experiment(impl=None, *, epochs: int = 500, n_seqs: int = 64, seq_le
         return float(impl.loss(p, config, ids, targets=targets))
 
     curve = [full_mse(params)]
-    for _epoch in range(epochs):
+    epochs_iter = range(epochs)
+    if progress:  # a total and an ETA: the default 500 epochs take minutes
+        from tqdm import tqdm
+
+        epochs_iter = tqdm(epochs_iter, total=epochs, unit="epoch", dynamic_ncols=True)
+    for _epoch in epochs_iter:
         order = rng.permutation(n_seqs)
         for lo in range(0, n_seqs, batch_size):
             rows = order[lo:lo + batch_size]
@@ -330,5 +504,4 @@ def seed001_experiment(impl=None, *, epochs: int = 500, n_seqs: int = 64, seq_le
 
 
 def save_history(path: str, history: dict) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(history, fh)
+    atomic_write_json(path, history)

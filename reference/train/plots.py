@@ -8,6 +8,8 @@ row sums to 1 before anything is drawn.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 
@@ -65,7 +67,7 @@ def plot_attention(path: str, maps: np.ndarray, tokens: list[str], *, title: str
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6,
                  label="attention probability (each row sums to 1)")
     fig.suptitle(title or "attention: query (row) -> key (column)", fontsize=10)
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -90,5 +92,14 @@ def plot_loss_curve(path: str, history: dict, *, baseline: float | None = None,
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
+
+
+def _save(fig, path: str) -> None:
+    """Atomic: a kill mid-write leaves the previous image, never a truncated one."""
+    from reference.train.fileio import atomic_path
+
+    fmt = os.path.splitext(path)[1].lstrip(".") or "png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format=fmt)

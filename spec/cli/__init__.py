@@ -3,6 +3,9 @@
 One module per subcommand in this package, each with ``register(subparsers)``; subcommands
 import what they need lazily, so ``minibert --help`` stays fast.  The CLI lives in ``spec``
 because it drives the checks: ``spec`` imports ``reference``, never the reverse.
+
+A user's mistake (a missing file, a bad flag value, a corrupt checkpoint) is one line on
+stderr saying what is wrong and what to do, exit status 2; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minibert", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if not info.name.startswith("_"):
@@ -21,6 +27,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(exc: BaseException) -> str:
+    """What the user reads instead of a traceback: the message, the kind of error only where
+    the message alone would be cryptic (a bare OSError or a bug)."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, ValueError):
+        return msg
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        return f"{exc.strerror or msg}{where}"
+    return f"internal error {type(exc).__name__}: {msg} (please report it with --debug output)"
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("minibert: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 -- every failure becomes one line unless --debug
+        if args.debug:
+            raise
+        print(f"minibert {args.command}: error: {error_line(exc)} (--debug shows the traceback)",
+              file=sys.stderr)
+        return 2

@@ -9,7 +9,8 @@ def register(sub) -> None:
                        description=__doc__)
     f.add_argument("checkpoint", help="checkpoint.safetensors written by minibert train")
     f.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] returns a list"')
-    f.add_argument("--top-k", "-k", type=int, default=5)
+    f.add_argument("--top-k", "-k", type=int, default=5,
+                   help="predictions per [MASK], 1 to the vocabulary size (default: %(default)s)")
     f.set_defaults(func=run)
 
 
@@ -19,10 +20,17 @@ def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
 
     from reference.train import data as D
 
+    n_vocab = min(tok.get_vocab_size(), config.vocab_size) - D.N_SPECIAL
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= n_vocab:
+        raise ValueError(f"top_k: expected an integer in [1, {n_vocab}] (the proposable "
+                         f"tokens), got {top_k!r}")
     ids = [D.CLS_ID, *D.encode_text(tok, text)[:config.max_len - 2], D.SEP_ID]
     positions = [i for i, t in enumerate(ids) if t == D.MASK_ID]
     if not positions:
-        raise ValueError(f"text: expected at least one [MASK], got {text!r}")
+        hint = (" ([MASK] is case-sensitive: write it in capitals)"
+                if "[mask]" in text.lower() else "")
+        raise ValueError(f"text: expected at least one [MASK] within the first "
+                         f"{config.max_len - 2} tokens, got {text!r}{hint}")
     logits, _ = impl.forward(params, config, np.array([ids]))  # [1, T, V]
     out = []
     for pos in positions:
@@ -43,9 +51,9 @@ def run(args) -> int:
 
     state, config, _, tok_json = load_state(args.checkpoint)
     if tok_json is None:
-        print("checkpoint has no tokenizer (trained on synthetic ids?)")
-        return 1
-    tok = D.tokenizer_from_json(tok_json)
+        raise ValueError(f"checkpoint: expected a stored tokenizer in {args.checkpoint!r}, got "
+                         f"none (trained on synthetic ids?); use a run of minibert train")
+    tok = D.tokenizer_from_json(tok_json, name="checkpoint tokenizer")
     for pos, preds in fill_mask(reference, state.params, config, tok, args.text, args.top_k):
         print(f"[MASK] at position {pos} (step {state.step}):")
         for token, p in preds:
