@@ -12,7 +12,12 @@ whole model) register a bespoke check here (``@bespoke("op")``).  It never impor
 
 from __future__ import annotations
 
+import copy
+import re
+import signal
+import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +30,7 @@ from spec.protocol import (
     NotApplicable,
     _has,  # noqa: F401  (private helper shared with the loader)
     attention_example,
+    capabilities,
     label_of,
     not_applicable_message,
     op_of_equation,
@@ -39,27 +45,69 @@ class Cell:
     detail: str = ""
 
 
+# the report's columns: (attribute, heading); forward and backward findings apart
+COLUMNS = (("forward", "forward vs oracle"), ("oracle_backward", "backward vs oracle"),
+           ("backward", "backward vs FD"), ("invariants", "invariants"))
+
+
 @dataclass
 class OpReport:
     op: str
     forward: Cell = field(default_factory=lambda: Cell("n/a", "no oracle run"))
+    oracle_backward: Cell = field(default_factory=lambda: Cell("n/a", "no oracle run"))
     backward: Cell = field(default_factory=lambda: Cell("n/a"))
     invariants: Cell = field(default_factory=lambda: Cell("n/a"))
+    conventions: list = field(default_factory=list)  # "name: what it changes"
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [getattr(self, attr) for attr, _ in COLUMNS]
 
     @property
     def verdict(self) -> str:
-        cells = (self.forward, self.backward, self.invariants)
-        if any(c.status == "FAIL" for c in cells):
+        if any(c.status == "FAIL" for c in self.cells):
             return "FAIL"
-        if all(c.status == "n/a" for c in cells):
+        if all(c.status == "n/a" for c in self.cells):
             return "n/a"
         return "ok"
 
     @property
+    def checked(self) -> bool:
+        """Something of the implementation was checked for this op (not only the oracle's
+        records: FD or invariants ran)."""
+        return self.backward.status != "n/a" or self.invariants.status != "n/a"
+
+    @property
     def failures(self) -> list[str]:
-        return [f"{self.op} {col}: {c.detail}" for col, c in
-                (("forward", self.forward), ("backward", self.backward),
-                 ("invariants", self.invariants)) if c.status == "FAIL"]
+        return [f"{self.op} {attr.replace('_', ' ')}: {c.detail}" for attr, _ in COLUMNS
+                if (c := getattr(self, attr)).status == "FAIL"]
+
+
+class OpTimeout(BaseException):
+    """An op's check ran past its time limit (a BaseException: ``except Exception`` in the
+    implementation cannot swallow it)."""
+
+
+@contextmanager
+def time_limit(seconds: float | None, what: str):
+    """Raise :class:`OpTimeout` in the main thread after ``seconds`` (SIGALRM; no limit where
+    that is unavailable: off the main thread, or on Windows).  Measured cost: ~10 us a call."""
+    usable = (seconds and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise OpTimeout(f"{what} did not finish within {seconds:g} s (--timeout)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class _Findings:
@@ -81,6 +129,12 @@ def _fd_pair(F: _Findings, fwd, bwd, inputs: dict, rng, *, kwargs=None, n_dirs=2
     Returns (out, grads tuple)."""
     kwargs = kwargs or {}
     names = list(inputs)
+    # every op pair, first (on copies, before anything could have changed the inputs): inputs
+    # never modified in place, float32 in -> float32 out
+    out, _ = fwd(**copy.deepcopy(inputs), **copy.deepcopy(kwargs))
+    probe = rng.standard_normal(np.shape(out))
+    F.add(I.pair_contract(None, F.op, fwd, bwd, inputs, kwargs,
+                          float(probe) if np.ndim(out) == 0 else probe))
     out, cache = fwd(**inputs, **kwargs)
     # another forward before the backward, as FD and training loops do: an implementation whose
     # cache is shared state (one object's attributes) now back-propagates the wrong activations
@@ -143,9 +197,19 @@ def _block_params(rng, H=6, I=12):
 def _check_block(impl, F, rng):
     x, p = _block_params(rng)
     mask = np.array([[1, 1, 1, 1], [1, 1, 1, 0]])
-    out, cache = impl.block_forward(x, p, n_heads=2, mask=mask)
+    caps = capabilities(impl)
+    if not caps["attention_bias"]:
+        p = {k: v for k, v in p.items() if not k.startswith("attn.b_")}
+    out, cache = impl.block_forward(x, p, n_heads=2, mask=mask if caps["key_mask"] else None)
     dout = rng.standard_normal(out.shape)
-    F.add(I.block_identities(impl, x, p, 2, mask, dout, rng.standard_normal(x.shape)))
+    noise = rng.standard_normal(x.shape)
+    if caps["key_mask"]:
+        F.add(I.block_identities(impl, x, p, 2, mask, dout, noise))
+    else:
+        mask = None
+    F.add(I.pair_contract(impl, "block", lambda x, p, **kw: impl.block_forward(x, p, **kw),
+                          impl.block_backward, {"x": x, "p": p},
+                          {"n_heads": 2, "mask": mask}, dout))
     dx, grads = impl.block_backward(dout.copy(), cache)
     if set(grads) != set(p):
         return  # reported by block_identities; FD needs one gradient per parameter
@@ -241,13 +305,42 @@ def _summarise_inv(invariants) -> Cell:
     failed = [(f.name, f.detail) for f in invariants if not f.ok]
     if failed:
         return Cell("FAIL", "; ".join(f"{n}" + (f" ({d})" if d else "") for n, d in failed))
-    return Cell("ok", f"{len(invariants)} hold")
+    conventions = sum(f.convention for f in invariants)
+    return Cell("ok", f"{len(invariants)} hold"
+                      + (f" ({conventions} by convention)" if conventions else ""))
 
 
-def check_op(impl, op: str, seed: int = 0) -> OpReport:
+def _examples(op: str, caps: dict, rng) -> list:
+    """The op's table examples, adapted to what the implementation claims (CAPABILITIES):
+    no biases, no masks where they are not claimed."""
+    examples = OPS[op].examples(rng)
+    if op in ("attention", "softmax") and not caps["key_mask"]:
+        examples = [ex for ex in examples if ex.fixed.get("mask") is None]
+    if op == "attention" and not caps["attention_bias"]:
+        for ex in examples:
+            ex.inputs.update({k: None for k in ("b_q", "b_k", "b_v", "b_o")})
+    return examples
+
+
+def _impl_error(e: BaseException) -> bool:
+    """A BaseException the checker reports as the op's failure (not a real Ctrl-C)."""
+    from spec import protocol
+
+    return not (isinstance(e, KeyboardInterrupt) and protocol._SIGINT_SEEN)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+
+
+def check_op(impl, op: str, seed: int = 0, timeout: float | None = None) -> OpReport:
     """Run the backward-vs-FD and invariant checks of one op: the generic FD check of its table
-    entry's examples (spec.protocol), its bespoke check if it has one, and the invariants
-    registered for it (spec.invariants)."""
+    entry's examples (spec.protocol), its bespoke check if it has one, the contract of every
+    op pair (inputs untouched, float32 kept) and the invariants registered for it
+    (spec.invariants).  Anything the implementation raises -- ``SystemExit`` and
+    ``KeyboardInterrupt`` included -- fails the op with its message, and so does running past
+    ``timeout`` seconds (the whole op's checks)."""
     report = OpReport(op)
     obj = unwrap(impl)
     row = OPS[op]
@@ -260,62 +353,108 @@ def check_op(impl, op: str, seed: int = 0) -> OpReport:
     rng = np.random.default_rng(seed)
     proxy = ImplProxy(obj, label_of(impl))
     crashed = {}
+    column = "backward"
     try:
-        examples = row.examples(rng)
-        try:
-            if row.pair is not None:
-                fwd, bwd = (getattr(proxy, n) for n in row.pair)
-                for ex in examples:
-                    _fd_pair(F, fwd, bwd, ex.inputs, rng, kwargs=ex.fixed)
-            for check in BESPOKE.get(op, ()):
-                check(proxy, F, rng)
-        except NotApplicable:
-            raise
-        except Exception as e:  # a crash is a failure of the op, reported with its message
-            crashed["backward"] = e
-        try:
-            for bind in I.INVARIANTS.get(op, ()):
-                for ex in examples or [None]:
-                    F.add(bind(proxy, ex, rng))
-        except NotApplicable:
-            raise
-        except Exception as e:
-            crashed["invariants"] = e
+        with time_limit(timeout, f"{op}: the checks"):
+            examples = _examples(op, proxy._impl_caps, rng)
+            try:
+                if row.pair is not None:
+                    fwd, bwd = (getattr(proxy, n) for n in row.pair)
+                    for ex in examples:
+                        _fd_pair(F, fwd, bwd, ex.inputs, rng, kwargs=ex.fixed)
+                for check in BESPOKE.get(op, ()):
+                    check(proxy, F, rng)
+            except (NotApplicable, OpTimeout):
+                raise
+            except BaseException as e:  # a crash is a failure of the op, with its message
+                if not _impl_error(e):
+                    raise
+                crashed["backward"] = e
+            column = "invariants"
+            try:
+                for bind in I.INVARIANTS.get(op, ()):
+                    for ex in examples or [None]:
+                        F.add(bind(proxy, ex, rng))
+            except (NotApplicable, OpTimeout):
+                raise
+            except BaseException as e:
+                if not _impl_error(e):
+                    raise
+                crashed["invariants"] = e
     except NotApplicable as e:
         report.backward = report.invariants = Cell("n/a", str(e))
         return report
+    except OpTimeout as e:
+        crashed[column] = e
     report.backward = _summarise_fd(F.fd)
     report.invariants = _summarise_inv(F.invariants)
+    report.conventions = [f"{f.name}: {f.detail}" for f in F.invariants if f.convention]
     for col, e in crashed.items():
-        setattr(report, col, Cell("FAIL", f"raised {type(e).__name__}: {e}"))
+        msg = str(e) if isinstance(e, OpTimeout) else f"raised {_one_line(e)}"
+        setattr(report, col, Cell("FAIL", msg))
     return report
 
 
-def check_all(impl, ops=None, seed: int = 0) -> list[OpReport]:
-    """The programmatic conformance checks of every op (or of ``ops``)."""
-    return [check_op(impl, op, seed) for op in (ops or OPS)]
+def check_all(impl, ops=None, seed: int = 0, timeout: float | None = None) -> list[OpReport]:
+    """The programmatic conformance checks of every op (or of ``ops``), each op within
+    ``timeout`` seconds."""
+    return [check_op(impl, op, seed, timeout) for op in (ops or OPS)]
+
+
+BACKWARD_NAMES = frozenset(n for row in OPS.values() for n in row.names
+                           if n.endswith("_backward")) | {"backward", "loss_and_grads",
+                                                          "accumulate_gradients"}
+
+
+def credited_ops(record: dict) -> set[str]:
+    """The ops a test record counts for: those its equation IDs and oracle marker name, and of
+    those only the ops whose protocol names the test actually called through the proxy (the
+    record's ``called``): a test that never touched the implementation credits nothing, an FFN
+    test credits ``relu`` only if it called ``relu_forward``.  Records without ``called`` (an
+    older conftest) credit what they declare."""
+    declared = ({op_of_equation(e) for e in record.get("equations", ())}
+                | set(record.get("ops", ()))) & set(OPS)
+    if "called" not in record:
+        return declared
+    called = set(record["called"])
+    return {op for op in declared if called & set(OPS[op].names)}
+
+
+def _sides(op: str, rec: dict) -> tuple[str, ...]:
+    """The oracle cells a record counts for: a passed (or skipped) test for "forward vs oracle",
+    and for "backward vs oracle" too when it called the op's backward; a failed test for the
+    backward only when it called the backward and its message does not name the forward (the
+    oracle tests compare the forward output first, then each gradient)."""
+    bwd = bool(set(rec.get("called", ())) & BACKWARD_NAMES & set(OPS[op].names))
+    if rec["outcome"] != "failed":
+        return ("forward", "oracle_backward") if bwd else ("forward",)
+    forward_named = re.search(r"\bforward\b", rec.get("message", "") or "")
+    return ("oracle_backward",) if bwd and not forward_named else ("forward",)
 
 
 def merge_oracle(reports: list[OpReport], records: list[dict]) -> None:
-    """Fill the "forward vs oracle" cells from test records (``{"nodeid", "outcome",
-    "equations", "ops"}``, as the conftest's MINIBERT_REPORT hook writes them): a test counts
-    for the op of each of its equations and for the rows its oracle marker names."""
-    by_op: dict[str, list[dict]] = {}
+    """Fill the oracle cells from test records (``{"nodeid", "outcome", "equations", "ops",
+    "called", "message"}``, as the conftest's MINIBERT_REPORT hook writes them): a test counts
+    for the ops :func:`credited_ops` gives, in the cells :func:`_sides` gives."""
+    by_op: dict[str, dict[str, list[dict]]] = {}
     for rec in records:
-        ops = {op_of_equation(e) for e in rec.get("equations", ())} | set(rec.get("ops", ()))
-        for op in ops & set(OPS):
-            by_op.setdefault(op, []).append(rec)
+        for op in credited_ops(rec):
+            for side in _sides(op, rec):
+                by_op.setdefault(op, {}).setdefault(side, []).append(rec)
     for report in reports:
-        recs = by_op.get(report.op, [])
-        ran = [r for r in recs if r["outcome"] in ("passed", "failed")]
-        failed = [r for r in ran if r["outcome"] == "failed"]
-        if failed:
-            report.forward = Cell("FAIL", f"{len(failed)}/{len(ran)} oracle tests failed, first "
-                                          f"{failed[0]['nodeid']}")
-        elif ran:
-            report.forward = Cell("ok", f"{len(ran)} oracle tests")
-        elif recs:
-            report.forward = Cell("n/a", "oracle tests skipped")
-        else:
-            report.forward = Cell("n/a", "no oracle test for this op")
-
+        for side in ("forward", "oracle_backward"):
+            recs = by_op.get(report.op, {}).get(side, [])
+            ran = [r for r in recs if r["outcome"] in ("passed", "failed")]
+            failed = [r for r in ran if r["outcome"] == "failed"]
+            if failed:
+                first = failed[0]
+                cell = Cell("FAIL", f"{len(failed)}/{len(ran)} oracle tests failed, first "
+                                    f"{first['nodeid']}"
+                                    + (f": {first['message']}" if first.get("message") else ""))
+            elif ran:
+                cell = Cell("ok", f"{len(ran)} oracle tests")
+            elif recs:
+                cell = Cell("n/a", "oracle tests skipped")
+            else:
+                cell = Cell("n/a", "no oracle test exercised this op")
+            setattr(report, side, cell)

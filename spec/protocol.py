@@ -81,6 +81,58 @@ Optimizer (``reference.optim``)
 
 These names may live on the object itself or on its ``optim`` attribute / submodule.
 
+The optimizer contract (what the checks and the oracle tests rely on):
+
+* ``adam_init(params)`` returns the state ``{"step": 0, "m": {name: zeros}, "v": {name:
+  zeros}}`` (the oracle compares ``m`` and ``v`` with torch.optim's ``exp_avg`` and
+  ``exp_avg_sq`` and ``step`` with the number of steps taken; extra keys are allowed, e.g. your
+  optimizer object); ``adam_step`` is *pure*: it returns new ``params`` and a new ``state`` and
+  mutates none of ``params``, ``grads``, ``state`` (copy first if your optimizer updates in
+  place); the first call after ``adam_init`` is step t = 1 (bias correction ``1 - beta^t``);
+  float32 parameters stay float32 (the moments too).
+* Keywords the tests pass: ``lr``, ``beta1``, ``beta2``, ``eps``, ``weight_decay``,
+  ``no_decay``; defaults ``beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0`` (``lr`` is
+  always given).  ``no_decay`` is a collection of parameter names (or a predicate ``name ->
+  bool``) excluded from weight decay; decay is decoupled: ``p - lr * (update + wd * p)``.
+  Without ``no_decay`` the default rule applies (BERT's; the oracle compares it with
+  torch.optim.AdamW parameter groups): no decay for the embedding tables (``embeddings.*``),
+  LayerNorm ``gamma``/``beta`` and biases (last name component ``b`` or ``b_*``).
+* ``warmup_linear_lr`` of the 0-based step: rising linearly to ``peak_lr`` over
+  ``warmup_steps``, then linearly to 0 at ``total_steps``; the reference's lr(0) is
+  ``peak / warmup``.  ``lr(0) = 0`` (the derivation's ``peak * s / warmup``) is a *convention*
+  when declared (``CAPABILITIES["conventions"]``), reported with the first step's lr it changes.
+* ``global_grad_norm`` is the 2-norm over all tensors; ``clip_by_global_norm(grads, max_norm,
+  *, eps=0.0)`` scales every tensor by one factor ``max_norm / (norm + eps)`` when ``norm >
+  max_norm`` and returns ``(grads, norm before clipping)``, without mutating its input.  The
+  oracle passes ``eps=1e-6`` (torch's ``clip_grad_norm_`` guard); the checks call it without
+  ``eps``, and a guard of your own there is reported as a convention with the relative change
+  it makes.
+
+Capabilities (partial support)
+------------------------------
+An implementation may declare what it does *not* support with a ``CAPABILITIES`` dict (on the
+object, or its module); absent keys take the defaults below, so an adapter without it claims
+everything::
+
+    CAPABILITIES = {
+        "attention_bias": False,       # attention / block without b_q, b_k, b_v, b_o
+        "key_mask": False,             # attention / block / softmax without a mask
+        "weight_decay": False,         # adam_step without weight_decay / no_decay keywords
+        "ranks": {"linear": (3,)},     # ranks of the first input an op accepts
+        "conventions": ("lr(0)=0",),   # documented conventions this implementation follows
+    }
+
+The checks adapt instead of failing on what was never claimed: a call with a bias, mask or
+weight decay the implementation does not claim is *not applicable* (skipped / ``n/a``), the
+conformance examples use ``None`` biases and no mask, and inputs of a rank an op does not accept
+are reshaped to one it does (leading axes of 1 added, or merged) for the ops that act on the
+last axis alone (linear, layernorm, softmax, relu, tanh, ffn, cross_entropy, mse), with the
+output and gradients reshaped back.  Conventions the documents allow are reported as
+conventions, with the number they change, never as failures: a scalar loss promoted to float64
+and a divisor guard in clipping (within ``CLIP_NORM_RTOL``) always; ``lr(0) = 0`` when declared
+in ``"conventions"`` (undeclared, it is indistinguishable from the off-by-one it is in the
+reference, and fails naming the declaration).
+
 The op table
 ============
 :data:`OPS` is the one definition of "op" in the project: for each conformance row its protocol
@@ -98,6 +150,7 @@ identities attach to the op by name (``@invariant("op")`` in :mod:`spec.invarian
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -109,8 +162,9 @@ from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, IGNORE_INDEX, block_para
 from spec.tolerances import KINK_MARGIN
 
 __all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation",
-           "reference_modules", "NotApplicable", "ImplProxy", "load_impl", "resolve", "provides",
-           "unwrap", "label_of", "not_applicable_message"]
+           "reference_modules", "NotApplicable", "ImplProxy", "ImplementationExit", "load_impl",
+           "resolve", "provides", "unwrap", "label_of", "not_applicable_message", "capabilities",
+           "install_interrupt_flag", "ImplLoadError"]
 
 
 @dataclass(frozen=True)
@@ -318,31 +372,288 @@ def not_applicable_message(label: str, name: str) -> str:
     return f"not applicable: {label} lacks {name}"
 
 
+class ImplementationExit(Exception):
+    """Implementation code raised a BaseException that is not an Exception (``SystemExit``,
+    ``KeyboardInterrupt`` not caused by a real Ctrl-C, ``GeneratorExit``): converted to an
+    ordinary failure of the check that called it, so that no harness mistakes it for the end of
+    the run (``sys.exit(0)`` inside an op must never read as success)."""
+
+
+# SIGINT seen by this process (install_interrupt_flag): a KeyboardInterrupt from a real Ctrl-C
+# still stops the run; one raised by implementation code is a failure like any other.
+_SIGINT_SEEN = False
+
+
+def install_interrupt_flag() -> None:
+    """Record real Ctrl-Cs (main thread only; a no-op elsewhere)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if getattr(previous, "_minibert_flag", False):
+        return
+
+    def handler(signum, frame):
+        global _SIGINT_SEEN
+        _SIGINT_SEEN = True
+        if callable(previous):
+            return previous(signum, frame)
+        raise KeyboardInterrupt
+
+    handler._minibert_flag = True
+    signal.signal(signal.SIGINT, handler)
+
+
+def _converted(name: str, e: BaseException) -> BaseException | None:
+    """The ImplementationExit for a BaseException raised by implementation code, else None
+    (Exceptions, the harness's own outcomes -- pytest.skip, time-outs -- and real Ctrl-Cs)."""
+    if isinstance(e, Exception):
+        return None
+    if isinstance(e, KeyboardInterrupt) and _SIGINT_SEEN:
+        return None
+    if isinstance(e, (SystemExit, KeyboardInterrupt, GeneratorExit)) or (
+            type(e).__name__ == "Exit" and type(e).__module__.startswith("_pytest")):
+        return ImplementationExit(f"{name} raised {type(e).__name__}"
+                                  + (f"({e})" if str(e) else "") + " inside the implementation")
+    return None
+
+
+DEFAULT_CAPABILITIES = {"attention_bias": True, "key_mask": True, "weight_decay": True,
+                        "ranks": {}, "conventions": ()}
+# conventions an implementation may declare (CAPABILITIES["conventions"])
+CONVENTIONS = frozenset({"lr(0)=0"})
+# ops that act on the last axis alone: any rank can be reshaped to one the implementation
+# accepts; the names of their forward arguments (in protocol order) that carry the leading axes
+RANK_ADAPTABLE = {"linear": ("x",), "layernorm": ("x",), "softmax": ("x", "mask"),
+                  "relu": ("x",), "tanh": ("x",), "ffn": ("x",),
+                  "cross_entropy": ("logits", "labels"), "mse": ("y_hat", "y")}
+_FORWARD_ARGS = {"linear": ("x", "W", "b"), "layernorm": ("x", "gamma", "beta", "eps"),
+                 "softmax": ("x", "mask"), "relu": ("x",), "tanh": ("x",),
+                 "ffn": ("x", "W_1", "b_1", "W_2", "b_2"), "cross_entropy": ("logits", "labels"),
+                 "mse": ("y_hat", "y")}
+
+
+def capabilities(impl) -> dict:
+    """The implementation's CAPABILITIES (object, else its module) over the defaults."""
+    obj = unwrap(impl)
+    declared = getattr(obj, "CAPABILITIES", None)
+    if declared is None and not inspect.ismodule(obj):
+        declared = getattr(inspect.getmodule(type(obj)), "CAPABILITIES", None)
+    caps = {**DEFAULT_CAPABILITIES, **(declared or {})}
+    unknown = sorted(set(caps) - set(DEFAULT_CAPABILITIES))
+    if unknown:
+        raise ValueError(f"CAPABILITIES: unknown keys {unknown}; expected some of "
+                         f"{sorted(DEFAULT_CAPABILITIES)}")
+    unknown = sorted(set(caps["conventions"]) - CONVENTIONS)
+    if unknown:
+        raise ValueError(f"CAPABILITIES: unknown conventions {unknown}; expected some of "
+                         f"{sorted(CONVENTIONS)}")
+    return caps
+
+
+def not_claimed_message(label: str, what: str) -> str:
+    return f"not applicable: {label} does not claim {what} (CAPABILITIES)"
+
+
+class _RankCache:
+    """The cache of a rank-adapted forward: the implementation's cache and the shapes to undo."""
+
+    def __init__(self, inner, lead, target):
+        self.inner, self.lead, self.target = inner, lead, target
+
+
+def _target_lead(lead: tuple, ranks) -> tuple | None:
+    """Leading shape of rank r-1 for an accepted rank r: pad with 1s or merge leading axes."""
+    ranks = sorted(int(r) for r in ranks)
+    if len(lead) + 1 in ranks:
+        return None
+    bigger = [r for r in ranks if r > len(lead) + 1]
+    if bigger:
+        return (1,) * (bigger[0] - 1 - len(lead)) + lead
+    r = ranks[-1]
+    if r < 1:
+        raise ValueError(f"CAPABILITIES ranks: expected ranks >= 1, got {ranks}")
+    keep = lead[len(lead) - (r - 2):] if r >= 2 else ()
+    merged = int(np.prod(lead[:len(lead) - len(keep)], dtype=np.int64))
+    return ((merged,) + tuple(keep)) if r >= 2 else ()
+
+
 class ImplProxy:
     """Wraps an implementation; reading a name it lacks calls ``on_missing(message)`` (the
     conftest passes ``pytest.skip``, the checker raises :class:`NotApplicable`), so a missing
-    name can never make a check pass silently."""
+    name can never make a check pass silently.
+
+    Every protocol function read through the proxy is wrapped: its name is recorded when it is
+    called (:meth:`calls`, so a verdict credits only the ops a test actually ran), a
+    ``SystemExit``/``KeyboardInterrupt`` it raises becomes :class:`ImplementationExit`, and
+    the implementation's CAPABILITIES are applied (unclaimed biases, masks, weight decay are
+    not applicable; ranks are adapted)."""
 
     def __init__(self, obj, label: str, on_missing: Callable[[str], object] | None = None):
         object.__setattr__(self, "_impl_obj", obj)
         object.__setattr__(self, "_impl_label", label)
         object.__setattr__(self, "_impl_on_missing", on_missing or _raise_not_applicable)
+        object.__setattr__(self, "_impl_called", {})  # ordered set of names called
+        object.__setattr__(self, "_impl_wrapped", {})
+        object.__setattr__(self, "_impl_caps", capabilities(obj))
 
     def __getattr__(self, name: str):
         obj = object.__getattribute__(self, "_impl_obj")
         try:
-            return resolve(obj, name)
+            value = resolve(obj, name)
         except AttributeError:
             # Probes by Python, pytest or Hypothesis (e.g. hypothesis_internal_is_this_a_mock_check)
             # are not protocol names: answer them like any object would.
             if name.startswith(("_", "hypothesis_")) or name in _HOST_PROBES:
                 raise
+        else:
+            if name.startswith("_") or not callable(value) or inspect.isclass(value):
+                return value
+            cache = object.__getattribute__(self, "_impl_wrapped")
+            hit = cache.get(name)
+            if hit is None or hit[0] is not value:
+                hit = cache[name] = (value, self._wrap(name, value))
+            return hit[1]
         label = object.__getattribute__(self, "_impl_label")
         object.__getattribute__(self, "_impl_on_missing")(not_applicable_message(label, name))
         raise NotApplicable(not_applicable_message(label, name))  # on_missing returned
 
     def __repr__(self) -> str:
         return f"<impl {object.__getattribute__(self, '_impl_label')}>"
+
+    # ---------------------------------------------------------------- bookkeeping
+    def calls(self) -> list[str]:
+        """Protocol names called through the proxy since the last :meth:`reset_calls`."""
+        return list(object.__getattribute__(self, "_impl_called"))
+
+    def reset_calls(self) -> None:
+        object.__getattribute__(self, "_impl_called").clear()
+
+    def _not_claimed(self, what: str):
+        label = object.__getattribute__(self, "_impl_label")
+        object.__getattribute__(self, "_impl_on_missing")(not_claimed_message(label, what))
+        raise NotApplicable(not_claimed_message(label, what))
+
+    def _wrap(self, name: str, fn):
+        called = object.__getattribute__(self, "_impl_called")
+        caps = object.__getattribute__(self, "_impl_caps")
+        op = op_of_name(name)
+        adapt = None
+        if op is not None and name.endswith(("_forward", "_backward")):
+            adapt = self._adapter(op.name, name, caps)
+        elif name == "adam_step" and not caps["weight_decay"]:
+            def adapt(args, kwargs):
+                if kwargs.get("weight_decay"):
+                    self._not_claimed("weight_decay (AdamW)")
+                kwargs = {k: v for k, v in kwargs.items()
+                          if k not in ("weight_decay", "no_decay")}
+                return args, kwargs, None
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            called[name] = None
+            if adapt is not None:
+                args, kwargs, post = adapt(args, kwargs)
+            else:
+                post = None
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as e:
+                converted = _converted(name, e)
+                if converted is not None:
+                    raise converted from e
+                raise
+            return post(out) if post is not None else out
+
+        return call
+
+    def _adapter(self, op: str, name: str, caps: dict):
+        """(args, kwargs) -> (args, kwargs, post) applying CAPABILITIES to one op function."""
+        checks = []
+        if op in ("attention", "block") and name.endswith("_forward"):
+            if not caps["attention_bias"]:
+                def no_bias(args, kwargs):
+                    biases = (list(args[5:9]) + [kwargs.get(b) for b in ("b_q", "b_k", "b_v",
+                                                                        "b_o")]
+                              if op == "attention" else
+                              [v for k, v in dict(args[1] if len(args) > 1 else
+                                                  kwargs.get("p", {})).items()
+                               if k.startswith("attn.b_")])
+                    if any(b is not None for b in biases):
+                        self._not_claimed("attention_bias (an attention with biases)")
+                checks.append(no_bias)
+            if not caps["key_mask"]:
+                def no_mask(args, kwargs):
+                    if kwargs.get("mask") is not None:
+                        self._not_claimed("key_mask (a masked attention)")
+                checks.append(no_mask)
+        if op == "softmax" and name.endswith("_forward") and not caps["key_mask"]:
+            def no_softmax_mask(args, kwargs):
+                if (args[1] if len(args) > 1 else kwargs.get("mask")) is not None:
+                    self._not_claimed("key_mask (a masked softmax)")
+            checks.append(no_softmax_mask)
+        ranks = caps["ranks"].get(op)
+        rank_fwd = ranks and op in RANK_ADAPTABLE and name.endswith("_forward")
+        rank_bwd = ranks and op in RANK_ADAPTABLE and name.endswith("_backward")
+        if not (checks or rank_fwd or rank_bwd):
+            return None
+
+        def adapt(args, kwargs):
+            for check in checks:
+                check(args, kwargs)
+            if rank_fwd:
+                return self._rank_forward(op, ranks, args, kwargs)
+            if rank_bwd and len(args) >= 2 and isinstance(args[1], _RankCache):
+                return self._rank_backward(op, args, kwargs)
+            return args, kwargs, None
+
+        return adapt
+
+    @staticmethod
+    def _rank_forward(op, ranks, args, kwargs):
+        names = _FORWARD_ARGS[op]
+        bound = dict(zip(names, args))
+        primary = bound.get(names[0], kwargs.get(names[0]))
+        lead = tuple(np.shape(primary)[:-1])
+        target = _target_lead(lead, ranks)
+        if target is None:
+            return args, kwargs, None
+
+        def reshape(a):
+            if isinstance(a, np.ndarray) and a.shape[:len(lead)] == lead:
+                return a.reshape(target + a.shape[len(lead):])
+            return a
+
+        ranked = RANK_ADAPTABLE[op]
+        args = tuple(reshape(a) if n in ranked else a for n, a in zip(names, args)) + args[
+            len(names):]
+        kwargs = {k: reshape(v) if k in ranked else v for k, v in kwargs.items()}
+
+        def post(result):
+            out, cache = result
+            if np.ndim(out) > 0:
+                out = np.asarray(out)
+                out = out.reshape(lead + out.shape[len(target):])
+            return out, _RankCache(cache, lead, target)
+
+        return args, kwargs, post
+
+    @staticmethod
+    def _rank_backward(op, args, kwargs):
+        dout, rc = args[0], args[1]
+        if isinstance(dout, np.ndarray) and dout.ndim > 0:
+            dout = dout.reshape(rc.target + dout.shape[len(rc.lead):])
+        ranked = RANK_ADAPTABLE[op]
+        inputs = OPS[op].inputs
+
+        def post(grads):
+            return tuple(g.reshape(rc.lead + g.shape[len(rc.target):])
+                         if isinstance(g, np.ndarray) and i < len(inputs)
+                         and inputs[i] in ranked else g for i, g in enumerate(grads))
+
+        return (dout, rc.inner, *args[2:]), kwargs, post
 
 
 SUBNAMESPACES = ("optim",)
@@ -382,14 +693,41 @@ def _raise_not_applicable(message: str):
     raise NotApplicable(message)
 
 
+class ImplLoadError(Exception):
+    """The implementation could not be loaded; the message is one line."""
+
+
 def load_impl(spec: str):
-    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it (dotted paths allowed)."""
+    """'pkg.mod' -> the module; 'pkg.mod:obj' -> attribute obj of it (dotted paths allowed).
+
+    Any failure -- a missing module, a module raising (even ``SystemExit``) on import, a
+    missing attribute -- raises :class:`ImplLoadError` with a one-line reason."""
     module_name, _, attr = spec.partition(":")
-    if not module_name:
-        raise ValueError(f"impl: expected package.module[:object], got {spec!r}")
-    obj = importlib.import_module(module_name)
+    if not module_name or not all(p.isidentifier() for p in module_name.split(".")):
+        raise ImplLoadError(f"impl: expected package.module[:object], got {spec!r}")
+    try:
+        obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise ImplLoadError(f"impl: cannot import {module_name!r}: {e}") from None
+    except BaseException as e:  # noqa: BLE001 -- a module raising on import is a load failure
+        if isinstance(e, KeyboardInterrupt) and _SIGINT_SEEN:
+            raise
+        where = ""
+        tb = e.__traceback__
+        while tb is not None:
+            where = f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+            tb = tb.tb_next
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ImplLoadError(f"impl: importing {module_name!r} raised {type(e).__name__}"
+                            + (f": {msg}" if msg else "") + where) from None
     for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, KeyboardInterrupt) and _SIGINT_SEEN:
+                raise
+            raise ImplLoadError(f"impl: {spec!r}: cannot read {part!r}: "
+                                f"{type(e).__name__}: {e}") from None
     return obj
 
 

@@ -87,4 +87,6 @@ def cross_entropy_backward(dloss, cache):
     layer, scale = cache
     if layer is None:  # nothing predicted: the loss does not depend on the logits
         return (scale,)
-    return (np.asarray(dloss) * scale * layer.backward(),)
+    # dloss arrives as a Python float: np.asarray(dloss) would be a float64 array and promote
+    # a float32 gradient to float64 (found by the dtype invariant every op pair now gets)
+    return (layer.backward() * (float(dloss) * scale),)

@@ -11,12 +11,12 @@ import numpy as np
 
 def adam_init(params):
     return {"m": {k: np.zeros_like(v) for k, v in params.items()},
-            "v": {k: np.zeros_like(v) for k, v in params.items()}, "t": 0}
+            "v": {k: np.zeros_like(v) for k, v in params.items()}, "step": 0}
 
 
 def adam_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
               no_decay=()):
-    t = state["t"] + 1
+    t = state["step"] + 1
     m = {k: beta1 * state["m"][k] + (1 - beta1) * g for k, g in grads.items()}
     v = {k: beta2 * state["v"][k] + (1 - beta2) * g * g for k, g in grads.items()}
     new = {}
@@ -24,7 +24,7 @@ def adam_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, wei
         update = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
         decay = 0.0 if any(nd in k for nd in no_decay) else weight_decay
         new[k] = p - lr * update - lr * decay * p
-    return new, {"m": m, "v": v, "t": t}
+    return new, {"m": m, "v": v, "step": t}
 
 
 def warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps):
