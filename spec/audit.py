@@ -322,6 +322,10 @@ class Row:
     gaps: list[str] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # mutation-verified evidence: per catalog mutant of this equation, whether the tests tagged
+    # with it kill it (spec/results/mutation_matrix.json, `minibert mutate --matrix`)
+    mutants: list[dict] = field(default_factory=list)
+    mutation: str = ""  # one-line summary: "2/2 mutants killed by 5 of 44 tagged tests", ...
 
     @property
     def verdict(self) -> str:
@@ -335,9 +339,56 @@ class Row:
         return "verified"
 
 
+def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | None,
+                      root: Path = ROOT) -> None:
+    """Does the row's evidence see a bug?  Fills ``row.mutants`` / ``row.mutation`` and adds
+    gaps: a derivation with a gradient and FD/oracle evidence but no catalog mutant; a mutant
+    without a current matrix record (missing, or its fingerprint -- edits, tagged node ids,
+    their files -- changed); tagged tests that kill none of the equation's mutants."""
+    from spec.mutants import CATALOG
+    from spec.mutation import fingerprint
+
+    names = sorted(n for n, m in CATALOG.items() if m.equation == row.id)
+    if not names:
+        row.mutation = "no mutant"
+        if equation.gradient:
+            row.gaps.append("gradient evidence but no catalog mutant breaks it "
+                            "(add one to spec/mutants.py)")
+        return
+    if matrix is None:
+        row.mutation = "no matrix"
+        row.gaps.append(f"no mutation matrix records its mutants {names} "
+                        "(run `minibert mutate --matrix`)")
+        return
+    current = set(tagged)
+    stale, killed_by = [], set()
+    for name in names:
+        rec = matrix["rows"].get(name)
+        fresh = bool(rec) and rec.get("fingerprint") == fingerprint(name, tagged, root)
+        killers = sorted(set(rec.get("killers", ())) & current) if rec else []
+        row.mutants.append({"mutant": name, "status": rec["status"] if rec else "missing",
+                            "fresh": fresh, "killers": killers})
+        if not fresh:
+            stale.append(name)
+        killed_by.update(killers)
+    killed = [m["mutant"] for m in row.mutants if m["killers"]]
+    row.mutation = (f"{len(killed)}/{len(names)} mutants killed by {len(killed_by)} of "
+                    f"{len(tagged)} tagged tests" + (f"; stale: {', '.join(stale)}" if stale
+                                                     else ""))
+    if stale:
+        row.gaps.append(f"mutation matrix stale or missing for {stale} (the catalog or the "
+                        "tagged tests changed): run `minibert mutate --matrix`")
+    if not killed:
+        row.gaps.append(f"its tagged tests kill none of its mutants {names}: the tags claim "
+                        "evidence no test shows")
+
+
 def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[TaggedTest], *,
-         impl=None, run_proofs: bool = True) -> list[Row]:
-    """One row per equation (plus a row per unknown ID found in tags)."""
+         impl=None, run_proofs: bool = True, matrix: Mapping | None = None,
+         mutation: bool = False, root: Path = ROOT) -> list[Row]:
+    """One row per equation (plus a row per unknown ID found in tags).  With ``mutation``, each
+    derivation with FD or oracle evidence must also be seen to kill a mutant of its equation
+    (``matrix``: the recorded mutation matrix, None when absent)."""
     by_id: dict[str, list[TaggedTest]] = {}
     for t in tests:
         for i in t.ids:
@@ -395,6 +446,8 @@ def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[Tag
             else:
                 row.numeric = "missing"
                 row.gaps.append("no SymPy <-> code check")
+            if mutation and (row.fd_tests or row.oracle_tests):
+                mutation_evidence(row, eq, row.tests, matrix, root)
         else:
             row.numeric = "(target's)"
         rows.append(row)
@@ -472,8 +525,15 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
                     pass
         records = pending.result()  # before the claims: their timings want a quiet machine
     tests = tagged_tests(records, tests_dir)
+    # mutation evidence: the catalog mutates the bundled reference, checked by these tests
+    mutation = getattr(impl, "__name__", None) == "reference" and \
+        Path(tests_dir).resolve() == (ROOT / "tests").resolve()
+    matrix = None
+    if mutation:
+        from spec.mutation import read_matrix
+        matrix = read_matrix()
     rows = join(equations, collect_implementations(impl), tests, impl=impl,
-                run_proofs=run_proofs)
+                run_proofs=run_proofs, matrix=matrix, mutation=mutation)
     outcomes = []
     if claims:
         from spec.claims import evaluate_all

@@ -82,10 +82,19 @@ def mutant(name: str, equation: str, description: str, target: str,
 
 
 # --------------------------------------------------------------------------- application
+# modules of the reference's tooling that hold maths a mutant may break, beside the op table's
+TOOLING_MODULES = {"loop": "reference.train.loop"}
+
+
+def module_aliases() -> dict[str, str]:
+    """Alias -> module name: the op table's ``reference`` modules plus :data:`TOOLING_MODULES`."""
+    return {**reference_modules(), **TOOLING_MODULES}
+
+
 def _modules(overrides=None) -> dict:
     """Alias -> module; an alias whose module cannot be imported maps to None."""
     out = {}
-    for alias, modname in reference_modules().items():
+    for alias, modname in module_aliases().items():
         if overrides and alias in overrides:
             out[alias] = overrides[alias]
             continue
@@ -105,7 +114,7 @@ def _original(target: str, mods: dict):
                          f"({sorted(mods)})")
     module = mods[alias]
     if module is None:
-        raise NotApplicable(f"{reference_modules()[alias]} does not exist")
+        raise NotApplicable(f"{module_aliases()[alias]} does not exist")
     if not hasattr(module, fn):
         raise NotApplicable(f"{module.__name__} has no {fn}")
     return module, getattr(module, fn)
@@ -390,3 +399,48 @@ mutant("accum_mean_of_micro_batch_means", "accum.grad_mean",
        ('labels=mb["labels"], reduction="sum"', 'labels=mb["labels"], reduction="mean"'),
        ("weight = float(n)", "weight = 1.0"),
        ("inv = 1.0 / total", "inv = 1.0 / sum(c > 0 for c in counts)"))
+
+# ===================================================================== added with mutation evidence
+# (issue 15): each equation with gradient evidence has a mutant, and each hole the outside bugs
+# found has the mutant its new test kills
+mutant("attention_split_heads_bare_reshape", "attention.split_heads",
+       "split_heads reshapes [B, T, H] straight to [B, A, T, d_k] (no transpose: heads mix tokens)",
+       "ops._split_heads", ("x.reshape(B, T, n_heads, H // n_heads).transpose(0, 2, 1, 3)",
+                            "x.reshape(B, n_heads, T, H // n_heads)"))
+mutant("attention_dW_o_transposed", "attention.backward.dW_o",
+       "the output projection's gradient returned transposed (right shape for square W_o)",
+       "ops._attention_backward", ("return dx, dW_q, dW_k, dW_v, dW_o,",
+                                   "return dx, dW_q, dW_k, dW_v, dW_o.T,"))
+mutant("attention_dP_skips_output_projection", "attention.backward.dP",
+       "dP = dY_h V_h^T: the probabilities' gradient skips the output projection's W_o^T",
+       "ops._attention_backward", ("dp = dctx_h @", "dp = _split_heads(dy, cache.n_heads) @"))
+mutant("layernorm_dbeta_batch_axis_only", "layernorm.backward.dbeta",
+       "dbeta = dy.sum(axis=0): sums the batch axis only (a [T, N] gradient for [B, T, N] input)",
+       "ops._layernorm_backward", ("dbeta = _sum_to_last(dy)", "dbeta = dy.sum(axis=0)"))
+mutant("ce_sum_backward_divides_by_count", "loss.ce.backward.sum",
+       "cross-entropy backward divides by the number of predicted tokens whatever the reduction",
+       "ops._cross_entropy_backward", ("dloss / cache.denom", "dloss / cache.valid.sum()"))
+mutant("softmax_jacobian_transposed_term", "softmax.jacobian",
+       "softmax Jacobian p_i (delta_ij - p_i) instead of p_i (delta_ij - p_j)",
+       "ops.softmax_jacobian", ("- p[..., None, :])", "- p[..., :, None])"))
+mutant("ce_log_softmax_no_max_shift", "loss.ce.sum",
+       "cross-entropy's log-softmax exponentiates raw logits (no max shift): inf/NaN at 1e4",
+       "ops._cross_entropy_forward",
+       ("z = logits - logits.max(axis=-1, keepdims=True)", "z = logits"))
+mutant("ce_ignores_ignore_index_argument", "loss.ce.mean",
+       "cross-entropy masks with the default -100 whatever ignore_index it is given",
+       "ops._cross_entropy_forward",
+       ("valid = labels != ignore_index", "valid = labels != IGNORE_INDEX"))
+mutant("layernorm_eps_outside_sqrt", "layernorm.forward",
+       "LayerNorm divides by sqrt(var) + eps instead of sqrt(var + eps)",
+       "ops._layernorm_forward",
+       ("rstd = 1.0 / np.sqrt(var + eps)", "rstd = 1.0 / (np.sqrt(var) + eps)"))
+mutant("layernorm_one_pass_variance", "layernorm.forward",
+       "LayerNorm variance as E[x^2] - E[x]^2 (one pass): cancels catastrophically in float32",
+       "ops._layernorm_forward",
+       ("var = (x_mu * x_mu).mean(axis=-1, keepdims=True)",
+        "var = (x * x).mean(axis=-1, keepdims=True) - mu * mu"))
+mutant("evaluate_mean_of_batch_means", "loss.ce.mean",
+       "held-out loss averages per-batch means instead of the loss over every held-out token",
+       "loop.evaluate", ('reduction="sum"))', 'reduction="mean"))'),
+       ("count += n", "count += 1"))

@@ -1,9 +1,12 @@
 """Mutation runner: the test suite against each mutant of the catalog, through conformance mode.
 
-``MINIBERT_MUTANT=name pytest --impl spec.mutation:mutant_impl`` runs the suite against the
-reference with mutant ``name`` applied in memory (see :mod:`spec.mutants`): reading
-``mutant_impl`` applies it, process-wide, and returns the ``reference`` package.  An empty
-``MINIBERT_MUTANT`` gives the unmutated reference through the same path (the baseline).
+``MINIBERT_MUTANT=name pytest -p spec.mutation`` runs the suite against the reference with
+mutant ``name`` applied in memory (see :mod:`spec.mutants`), process-wide, by this module's
+``pytest_configure`` -- the run stays ``--impl reference``, so the project-internal tests that
+reach the reference (training, the spec's own checks) run too.  ``--impl
+spec.mutation:mutant_impl`` applies it the same way (reading ``mutant_impl``), but the conftest
+then treats the run as a foreign implementation.  An empty ``MINIBERT_MUTANT`` is the unmutated
+baseline.
 
 :func:`run_mutants` starts one ``pytest -x -q -p no:cacheprovider`` subprocess per mutant, ``jobs``
 at a time (one BLAS thread each), and reads the first failing test from the ``MINIBERT_REPORT``
@@ -22,9 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spec.mutants import CATALOG, activate, applicability
@@ -78,7 +81,7 @@ def _env(mutant: str, profile: str | None, report: Path) -> dict:
     # not the variables of an enclosing pytest(-xdist) run: this is a fresh session
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
-    env.update(MINIBERT_MUTANT=mutant, MINIBERT_IMPL=IMPL_SPEC, MINIBERT_REPORT=str(report),
+    env.update(MINIBERT_MUTANT=mutant, MINIBERT_IMPL="reference", MINIBERT_REPORT=str(report),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if profile:
         env["MINIBERT_PROFILE"] = profile
@@ -107,8 +110,8 @@ def run_suite(mutant: str, tests: Sequence[str] = ("tests",), *, profile: str | 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="minibert-mutant-") as tmp:
         report = Path(tmp) / "report.jsonl"
-        cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, "--impl", IMPL_SPEC, *extra_args,
-               *ordered_test_files(tests)]
+        cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, "-p", __name__,
+               "--impl", "reference", *extra_args, *ordered_test_files(tests)]
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=_env(mutant, profile, report),
                                   capture_output=True, text=True, timeout=timeout)
@@ -171,3 +174,329 @@ def score(results: Sequence[MutantResult]) -> tuple[int, int]:
     undetected: the suite could not show the bug)."""
     applicable = [r for r in results if r.status != "n/a"]
     return sum(r.detected for r in applicable), len(applicable)
+
+
+# =========================================================================== the mutation matrix
+# Per mutant, only the tests *tagged* with the equation it breaks run (no -x: every failing test
+# is recorded).  The audit reads the result: a tag is evidence only if its tests kill at least
+# one mutant of its equation.  The record is keyed by a fingerprint of what decides the outcome
+# -- the mutant's edits, the tagged node ids, the contents of the test files holding them and
+# of the test-side helper modules they import -- so an edited catalog or test makes the record
+# stale (an audit gap) until `minibert mutate --matrix` runs again (it reruns only stale rows).
+MATRIX_PATH = ROOT / "spec" / "results" / "mutation_matrix.json"
+MATRIX_EQUATION_ENV = "MINIBERT_MATRIX_EQUATION"
+MATRIX_VERSION = 1
+
+
+def pytest_configure(config) -> None:
+    """Plugin (``-p spec.mutation``, before the conftest loads the implementation): applies the
+    mutant named by $MINIBERT_MUTANT to the bundled reference in memory, so the run stays
+    ``--impl reference`` and every test that reaches the reference runs -- the conftest skips
+    project-internal tests under any other --impl.  In a matrix run, Hypothesis keeps its
+    profile's examples (a failure is found exactly where the ordinary run finds it) but does
+    not shrink it: only *whether* a test fails is recorded, and shrinking dominated the cost."""
+    if os.environ.get("MINIBERT_MUTANT"):
+        _mutant_impl()
+    if not os.environ.get(MATRIX_EQUATION_ENV):
+        return
+    from hypothesis import Phase, settings
+
+    settings.register_profile("minibert-matrix", settings(
+        phases=(Phase.explicit, Phase.reuse, Phase.generate)))
+    settings.load_profile("minibert-matrix")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Plugin (``-p spec.mutation``): with $MINIBERT_MATRIX_EQUATION set (IDs, comma-separated),
+    keep only the items whose ``equation`` markers name one (the markers the audit collects)."""
+    wanted = set(filter(None, os.environ.get(MATRIX_EQUATION_ENV, "").split(",")))
+    if not wanted:
+        return
+    keep, drop = [], []
+    for item in items:
+        ids = {str(a) for m in item.iter_markers("equation") for a in m.args}
+        (keep if ids & wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
+    """The test-side modules (``tests/x.py``, not ``test_*``) ``test_file`` imports by name."""
+    import ast
+
+    try:
+        tree = ast.parse(test_file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return []
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    out = []
+    for dotted in sorted(names):
+        parts = dotted.split(".")
+        if parts[0] == tests_dir.name:
+            parts = parts[1:]
+        if not parts:
+            continue
+        p = tests_dir.joinpath(*parts).with_suffix(".py")
+        if p.is_file() and not p.name.startswith("test_") and p != test_file:
+            out.append(p)
+    return out
+
+
+def fingerprint(mutant_name: str, nodeids: Sequence[str], root: Path = ROOT) -> str:
+    """sha256 of the mutant's definition, the tagged node ids and the files they live in (plus
+    the helper modules those files import)."""
+    import hashlib
+
+    m = CATALOG[mutant_name]
+    h = hashlib.sha256()
+    h.update(json.dumps([m.name, m.equation, [(e.target, e.old, e.new) for e in m.edits]])
+             .encode())
+    h.update(json.dumps(sorted(nodeids)).encode())
+    tests_dir = root / "tests"
+    files = sorted({root / n.split("::")[0] for n in nodeids})
+    helpers = sorted({h_ for f in files for h_ in _helper_files(f, tests_dir)} - set(files))
+    for f in [*files, *helpers]:
+        h.update(f.relative_to(root).as_posix().encode())
+        try:
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+        except OSError:
+            h.update(b"<missing>")
+    return h.hexdigest()
+
+
+def tagged_by_equation(root: Path = ROOT) -> dict[str, list[str]]:
+    """Equation ID -> node ids of the collected tests tagged with it (the audit's collection)."""
+    from spec.audit import collect_items
+
+    out: dict[str, list[str]] = {}
+    for r in collect_items(root / "tests"):
+        for eq in r["ids"]:
+            out.setdefault(eq, []).append(r["nodeid"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@dataclass
+class MatrixRow:
+    mutant: str
+    equation: str
+    status: str  # killed | survived | untested (no tagged test) | timeout | n/a | error
+    tests: list  # node ids run (those tagged with the equation)
+    killers: list  # node ids that failed
+    seconds: float
+    fingerprint: str
+    message: str = ""
+
+    def by_file(self) -> dict[str, tuple[int, int]]:
+        """test file -> (killing tests, tagged tests run)."""
+        out: dict[str, list[int]] = {}
+        for n in self.tests:
+            out.setdefault(n.split("::")[0], [0, 0])[1] += 1
+        for n in self.killers:
+            out.setdefault(n.split("::")[0], [0, 0])[0] += 1
+        return {f: (k, t) for f, (k, t) in sorted(out.items())}
+
+
+def run_tagged(mutant: str, equation: str, nodeids: Sequence[str], *, profile: str | None = "ci",
+               timeout: float = 600, extra_args: Sequence[str] = ()) -> tuple[str, list, str,
+                                                                                 float]:
+    """The tests tagged with ``equation`` against ``mutant`` ("" = unmutated), without -x:
+    (status, failing node ids, message, seconds)."""
+    start = time.perf_counter()
+    files = sorted({n.split("::")[0] for n in nodeids})
+    with tempfile.TemporaryDirectory(prefix="minibert-matrix-") as tmp:
+        report = Path(tmp) / "report.jsonl"
+        env = _env(mutant, profile, report)
+        env[MATRIX_EQUATION_ENV] = equation
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", __name__,
+               "--impl", "reference", *extra_args, *files]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "timeout", [], f"no result after {timeout:.0f} s", time.perf_counter() - start
+        records = _read_records(report)
+    seconds = time.perf_counter() - start
+    failed = sorted({r["nodeid"] for r in records if r["outcome"] == "failed"})
+    if failed:
+        first = next(r for r in records if r["outcome"] == "failed")
+        return "killed", failed, first["message"], seconds
+    if proc.returncode == 0:
+        return "survived", [], f"{len(records)} tests passed or skipped", seconds
+    if proc.returncode == 5:  # pytest: nothing selected
+        return "untested", [], f"no test in {files} is tagged {equation}", seconds
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+    return "error", [], f"pytest exit {proc.returncode}: " + " | ".join(tail), seconds
+
+
+def read_matrix(path: Path = MATRIX_PATH) -> dict | None:
+    """The recorded matrix ({"version", "rows": {mutant: row dict}}), or None if absent or
+    unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != MATRIX_VERSION \
+            or not isinstance(data.get("rows"), dict):
+        return None
+    return data
+
+
+def write_matrix(rows: dict[str, dict], path: Path = MATRIX_PATH, **meta) -> None:
+    """Atomically: a temporary file beside ``path``, fsynced, then renamed over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"version": MATRIX_VERSION, **meta,
+            "rows": {k: rows[k] for k in sorted(rows)}}
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | None = None,
+               previous: Mapping[str, dict] | None = None, jobs: int = 2,
+               profile: str | None = "ci", timeout: float = 600,
+               on_result: Callable[[MatrixRow, bool], None] | None = None) -> list[MatrixRow]:
+    """Each mutant of ``names`` against the tests tagged with its equation.  A mutant whose
+    ``previous`` record has the current fingerprint is reused, not rerun (``on_result`` gets
+    ``reused=True``)."""
+    tagged = tagged_by_equation() if tagged is None else tagged
+    previous = previous or {}
+    rows: dict[str, MatrixRow] = {}
+    todo = []
+    for name in names:
+        m = CATALOG[name]
+        nodeids = list(tagged.get(m.equation, ()))
+        fp = fingerprint(name, nodeids)
+        old = previous.get(name)
+        if old and old.get("fingerprint") == fp and old.get("status") != "error":
+            rows[name] = MatrixRow(**{k: old[k] for k in MatrixRow.__dataclass_fields__
+                                      if k in old})
+            if on_result:
+                on_result(rows[name], True)
+            continue
+        reason = applicability(m)
+        if reason or not nodeids:
+            rows[name] = MatrixRow(name, m.equation, "n/a" if reason else "untested", nodeids,
+                                   [], 0.0, fp, reason or "no test is tagged with "
+                                   + m.equation)
+            if on_result:
+                on_result(rows[name], False)
+            continue
+        todo.append((name, m.equation, nodeids, fp))
+
+    def one(job):
+        name, equation, nodeids, fp = job
+        status, killers, message, seconds = run_tagged(name, equation, nodeids,
+                                                       profile=profile, timeout=timeout)
+        row = MatrixRow(name, equation, status, nodeids, killers, round(seconds, 2), fp,
+                        message)
+        if on_result:
+            on_result(row, False)
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for row in pool.map(one, todo):
+            rows[row.mutant] = row
+    return [rows[n] for n in names]
+
+
+def matrix_markdown(rows: Sequence[MatrixRow]) -> str:
+    """Mutant x test file: ``k/n`` = k of the n tagged tests of that file killed the mutant."""
+    files = sorted({f for r in rows for f in r.by_file()})
+    short = [f.removeprefix("tests/").removesuffix(".py") for f in files]
+    lines = ["| mutant | equation | killed by | " + " | ".join(short) + " |",
+             "|---|---|---|" + "---|" * len(files)]
+    for r in sorted(rows, key=lambda r: (r.equation, r.mutant)):
+        cells = r.by_file()
+        lines.append(f"| {r.mutant} | {r.equation} | {len(r.killers)}/{len(r.tests)} "
+                     f"({r.status}) | " + " | ".join(
+                         (f"{cells[f][0]}/{cells[f][1]}" if f in cells else "")
+                         for f in files) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def matrix_command(args, console) -> int:
+    """``minibert mutate --matrix [NAMES] [--rerun] [-o report.md]``: record the matrix into
+    spec/results/mutation_matrix.json (only stale or missing rows rerun) and print it."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    names = select(args.mutants)
+    start = time.perf_counter()
+    console.print("collecting the tagged tests ...")
+    tagged = tagged_by_equation()
+    recorded = read_matrix() or {"rows": {}}
+    previous = {} if args.rerun else recorded["rows"]
+    stale = [n for n in names if (previous.get(n) or {}).get("fingerprint")
+             != fingerprint(n, tagged.get(CATALOG[n].equation, ()))]
+    console.print(f"{len(names)} mutants, {len(stale)} to run (the others' records are "
+                  f"current), {args.jobs} at a time; each against the tests tagged with its "
+                  "equation, without -x")
+    if stale and not args.no_baseline:
+        # the unmutated tagged tests must pass, or a "kill" means nothing: one run, every
+        # equation's tagged tests, spread over the cores
+        import importlib.util
+
+        eqs = sorted({CATALOG[n].equation for n in stale} & set(tagged))
+        xdist = importlib.util.find_spec("xdist") is not None and args.jobs > 1
+        status, failed, message, s = run_tagged(
+            "", ",".join(eqs), sorted({n for eq in eqs for n in tagged[eq]}),
+            profile=args.profile, timeout=args.timeout,
+            extra_args=["-n", str(args.jobs)] if xdist else [])
+        if status != "survived":
+            console.print(f"[red]baseline: tagged tests fail unmutated ({status}): "
+                          f"{escape(', '.join(failed) or message)}[/]")
+            return 1
+        console.print(f"baseline ok: the tests tagged with {len(eqs)} equations pass "
+                      f"unmutated ({s:.0f} s)")
+
+    def progress(r, reused):
+        if not reused:
+            console.print(escape(f"  {r.mutant}: {r.status}, {len(r.killers)}/{len(r.tests)} "
+                                 f"tagged tests fail ({r.seconds:.1f} s)"))
+
+    rows = run_matrix(names, tagged=tagged, previous=previous, jobs=args.jobs,
+                      profile=args.profile, timeout=args.timeout, on_result=progress)
+    merged = {k: v for k, v in recorded["rows"].items() if k in CATALOG}
+    merged.update({r.mutant: asdict(r) for r in rows})
+    elapsed = time.perf_counter() - start
+    write_matrix(merged, profile=args.profile,
+                 note="minibert mutate --matrix: per mutant, the tests tagged with its "
+                      "equation (no -x); killers = failing node ids")
+    table = Table(title=f"mutation matrix: {len(rows)} mutants, profile {args.profile} "
+                        f"({elapsed:.0f} s, {len(stale)} run)")
+    for col in ("mutant", "equation", "killed / tagged", "killing tests by file", "s"):
+        table.add_column(col, justify="right" if col in ("s", "killed / tagged") else "left")
+    for r in sorted(rows, key=lambda r: (len(r.killers), r.mutant)):
+        files = ", ".join(f"{f.removeprefix('tests/')} {k}/{t}"
+                          for f, (k, t) in r.by_file().items() if k)
+        colour = "green" if r.killers else "red"
+        table.add_row(r.mutant, r.equation, f"[{colour}]{len(r.killers)}/{len(r.tests)}[/]",
+                      escape(files or r.message), f"{r.seconds:.1f}")
+    console.print(table)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(matrix_markdown(rows), encoding="utf-8")
+        console.print(f"mutant x test file report written to {args.output}")
+    console.print(f"matrix written to {MATRIX_PATH.relative_to(ROOT)} in {elapsed:.0f} s")
+    unseen = [r.mutant for r in rows if not r.killers and r.status != "n/a"]
+    if unseen:
+        console.print(f"[red]not killed by the tests tagged with their equation: "
+                      f"{', '.join(unseen)}[/]")
+        return 1
+    return 0

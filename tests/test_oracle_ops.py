@@ -22,6 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 from spec.protocol import OPS  # noqa: E402
 from spec.tolerances import KINK_MARGIN  # noqa: E402
 from tests import torch_oracle as to  # noqa: E402
+from tests.strategies import layernorm_eps  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -151,7 +152,7 @@ def test_linear(impl, dtype, bias, lead, n_in, n_out, seed, data):
 # --------------------------------------------------------------------------- layernorm
 @on_ops("layernorm")
 @dtypes
-@given(B=side, T=side, N=st.integers(2, 8), eps=st.sampled_from([1e-12, 1e-5]), seed=seeds,
+@given(B=side, T=side, N=st.integers(2, 8), eps=layernorm_eps(), seed=seeds,
        data=st.data())
 def test_layernorm(impl, dtype, B, T, N, eps, seed, data):
     x = data.draw(values((B, T, N), -3.0, 3.0))
@@ -294,7 +295,7 @@ def block_params(rng, H, I, dtype, attn_bias):
 @dtypes
 @pytest.mark.parametrize("attn_bias", [True, False], ids=["bias", "nobias"])
 @given(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 2), d_k=st.integers(1, 3),
-       I=st.integers(1, 8), masked=st.booleans(), eps=st.sampled_from([1e-12, 1e-5]),
+       I=st.integers(1, 8), masked=st.booleans(), eps=layernorm_eps(),
        seed=seeds, data=st.data())
 def test_block(impl, dtype, attn_bias, B, T, A, d_k, I, masked, eps, seed, data):
     H = A * d_k
@@ -357,16 +358,20 @@ def test_cross_entropy(impl, dtype, reduction, lead, V, seed, data):
     shape = tuple(lead)
     logits = data.draw(values(shape + (V,), -6.0, 6.0)).astype(dtype)
     labels = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, V - 1)))
-    labels[labels < 0] = to.IGNORE_INDEX  # ignored positions: about 1 in V + 1
+    # ignored positions: about 1 in V + 1, marked -100 (the default) or -1 (an ignore_index
+    # a loss that masks with the default would score)
+    ignore_index = data.draw(st.sampled_from([to.IGNORE_INDEX, -1]), label="ignore_index")
+    labels[labels < 0] = ignore_index
     if reduction == "mean":  # the mean over zero predicted positions is undefined
         labels.flat[data.draw(st.integers(0, labels.size - 1))] = data.draw(
             st.integers(0, V - 1))
     dloss = upstream(np.random.default_rng(seed), (), dtype)
-    out, cache = impl.cross_entropy_forward(logits, labels, ignore_index=to.IGNORE_INDEX,
+    out, cache = impl.cross_entropy_forward(logits, labels, ignore_index=ignore_index,
                                             reduction=reduction)
     grads = impl.cross_entropy_backward(dloss, cache)
     t_out, t_grads = to.vjp(to.cross_entropy,
-                            dict(logits=logits, labels=labels, reduction=reduction), dloss,
+                            dict(logits=logits, labels=labels, reduction=reduction,
+                                 ignore_index=ignore_index), dloss,
                             ("logits",))
     compare(f"cross_entropy[{reduction}]", out, grads, t_out, t_grads, ("logits",), dtype)
 

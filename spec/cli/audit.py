@@ -29,18 +29,23 @@ def register(sub) -> None:
                    help="after the matrix, every equation's definition, implementations and "
                         "all its test cases")
     a.add_argument("--no-measure", action="store_true", help="skip the timing measurements")
-    a.add_argument("--repeats", type=int, default=5, help="timing repeats (medians)")
     a.set_defaults(func=run)
 
 
 def _load_impl(spec: str | None):
+    """The implementation named by --impl; a bad name is a ValueError saying what to pass."""
     import importlib
     if spec is None:
         return importlib.import_module("reference")
     module_name, _, attr = spec.partition(":")
-    obj = importlib.import_module(module_name)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
+    try:
+        obj = importlib.import_module(module_name)
+        for part in filter(None, attr.split(".")):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, TypeError, ValueError) as e:
+        raise ValueError(f"--impl: expected an importable package.module[:object] (e.g. "
+                         f"reference or tests.examples.classy_adapter:impl), got {spec!r} "
+                         f"({type(e).__name__}: {e})") from None
     return obj
 
 
@@ -63,22 +68,32 @@ def _other_tests(r) -> list[str]:
     return [t for t in r.tests if t not in evidence]
 
 
-def markdown(report) -> str:
+def _mutants(r, sep: str) -> str:
+    """Each catalog mutant of the equation and how many of its tagged tests kill it."""
+    if not r.mutants:
+        return r.mutation or "—"
+    return sep.join(f"{m['mutant']}: {len(m['killers'])} killing tests"
+                    + ("" if m["fresh"] else " (stale)") for m in r.mutants)
+
+
+def markdown(report, prov: dict | None = None) -> str:
+    from spec.cli._provenance import markdown_header
+
     c = report.counts()
-    lines = ["# minibert audit", "",
+    lines = ["# minibert audit", "", markdown_header(prov),
              f"{'OK' if report.ok else 'FAIL'}: {c['equations']} equations, "
              f"{len(report.claims)} claims, {c['gaps']} gaps, {c['regressions']} regressions, "
              f"{report.seconds:.1f} s", "", "## Equations", "",
              "| ID | defined | source | SymPy | implementation | FD tests | oracle tests | "
-             "other tests | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "other tests | mutants (killed by the tagged tests) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report.rows:
         lines.append(
             f"| `{r.id}` | {r.where or '—'} | {'; '.join(r.sources)} | {r.sympy} | "
             f"{'<br>'.join(r.implementations) or '—'} | "
             f"{'<br>'.join(r.fd_tests) or ('—' if r.fd_needed else 'n/a')} | "
             f"{'<br>'.join(r.oracle_tests) or ('—' if r.oracle_needed else 'n/a')} | "
-            f"{'<br>'.join(_other_tests(r)) or '—'} | {r.verdict} |")
+            f"{'<br>'.join(_other_tests(r)) or '—'} | {_mutants(r, '<br>')} | {r.verdict} |")
     details = [r for r in report.rows if r.detail and r.sympy in ("refuted", "convention")]
     if details:
         lines += ["", "### Refutations and conventions", ""]
@@ -105,7 +120,8 @@ def print_tables(report, console) -> None:
     t = Table(title="Equations x evidence (where: spec definition, then implementation; tests: "
                     "first case and how many more -- all of them with --details or --format)",
               show_lines=False)
-    for col in ("ID", "source", "SymPy", "where", "FD test", "oracle test", "verdict"):
+    for col in ("ID", "source", "SymPy", "where", "FD test", "oracle test", "mutants killed",
+                "verdict"):
         t.add_column(col, overflow="fold", no_wrap=col == "where")
     for r in report.rows:
         verdict = r.verdict
@@ -115,6 +131,7 @@ def print_tables(report, console) -> None:
                   f"[{style.get(r.sympy, 'red')}]{r.sympy}[/]", escape(where),
                   escape(_short(r.fd_tests, "—" if r.fd_needed else "n/a")),
                   escape(_short(r.oracle_tests, "—" if r.oracle_needed else "n/a")),
+                  escape(r.mutation.split(" tagged")[0] if r.mutation else "—"),
                   f"[{colour}]{escape(verdict)}[/]", end_section=True)
     console.print(t)
     lt = Table(title="Claims ledger")
@@ -136,6 +153,10 @@ def print_details(report, console) -> None:
         for label, items in (("fd", r.fd_tests), ("oracle", r.oracle_tests),
                              ("other", _other_tests(r))):
             lines += [f"{label + ' test':<12} {t}" for t in items]
+        for m in r.mutants:
+            lines.append(f"{'mutant':<12} {m['mutant']} ({m['status']}"
+                         f"{'' if m['fresh'] else ', stale'}): killed by "
+                         + (", ".join(m["killers"]) or "no tagged test"))
         for line in lines:
             console.print(f"  {line}", markup=False, highlight=False)
 
@@ -144,11 +165,14 @@ def run(args) -> int:
     from rich.console import Console
 
     from spec.audit import ROOT, CollectionError, run_audit
+    from spec.cli._provenance import provenance, provenance_line
 
     console = Console()
     if not console.is_terminal:  # CI logs: wide enough for the matrix
         console = Console(width=180)
     impl = _load_impl(args.impl)
+    prov = provenance()
+    console.print(provenance_line(prov), markup=False, highlight=False)
     try:
         report = run_audit(impl, impl_spec=args.impl, tests_dir=args.tests or ROOT / "tests",
                            measure=not args.no_measure)
@@ -174,8 +198,8 @@ def run(args) -> int:
     if args.format:
         out = args.output or Path(f"audit.{'md' if args.format == 'markdown' else 'json'}")
         out.parent.mkdir(parents=True, exist_ok=True)
-        text = markdown(report) if args.format == "markdown" else json.dumps(
-            report.to_json(), indent=2, default=str)
+        text = markdown(report, prov) if args.format == "markdown" else json.dumps(
+            {"provenance": prov, **report.to_json()}, indent=2, default=str)
         out.write_text(text, encoding="utf-8")
         console.print(f"report written to {out}")
     console.print(("[green]audit passed[/]" if report.ok else "[red]audit failed[/]")

@@ -14,15 +14,25 @@ def register(sub) -> None:
     g.add_argument("mutants", nargs="*", help="catalog names (default: the whole catalog)")
     g.add_argument("--fast", action="store_true", help="the small subset CI runs")
     g.add_argument("--list", action="store_true", help="print the catalog and exit")
-    g.add_argument("--jobs", "-j", type=int, default=2, help="mutants run in parallel")
-    g.add_argument("--profile", default="ci", help="Hypothesis profile (MINIBERT_PROFILE)")
+    g.add_argument("--jobs", "-j", type=int, default=2,
+                   help="mutants run in parallel (default: 2)")
+    g.add_argument("--profile", default="ci",
+                   help="Hypothesis profile (MINIBERT_PROFILE; default: ci)")
     g.add_argument("--tests", nargs="+", default=["tests/test_conformance.py", "tests"],
                    help="pytest paths, relative to the repository root, in the order to run "
                         "(default: the per-op conformance checks first, as they kill most "
                         "mutants in seconds, then the rest of tests/)")
-    g.add_argument("--timeout", type=float, default=600, help="seconds per mutant")
+    g.add_argument("--timeout", type=float, default=600,
+                   help="seconds per mutant (default: 600)")
     g.add_argument("--no-baseline", action="store_true",
                    help="skip the unmutated run that must pass first")
+    g.add_argument("--matrix", action="store_true",
+                   help="per mutant, only the tests tagged with its equation, no -x: record "
+                        "every killing test in spec/results/mutation_matrix.json (the audit "
+                        "reads it; only stale rows rerun)")
+    g.add_argument("--rerun", action="store_true", help="with --matrix: rerun every row")
+    g.add_argument("-o", "--output", help="with --matrix: also write the mutant x test file "
+                                          "table as markdown here")
     g.set_defaults(func=run)
 
 
@@ -36,6 +46,9 @@ def run(args) -> int:
 
     # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
     console = Console(width=None if sys.stdout.isatty() else 160)
+    from spec.cli._provenance import provenance_line
+
+    console.print(provenance_line(), markup=False, highlight=False)
     if args.list:
         table = Table(title=f"mutant catalog ({len(CATALOG)})")
         for col in ("mutant", "equation", "fast", "applies", "bug"):
@@ -47,11 +60,21 @@ def run(args) -> int:
                           escape(m.description))
         console.print(table)
         return 0
+    if args.matrix:
+        from spec.mutation import matrix_command
+
+        try:
+            return matrix_command(args, console)
+        except ValueError as e:
+            console.print(f"[red]{escape(str(e))}[/]")
+            return 2
     try:
         names = select(args.mutants, fast=args.fast)
     except ValueError as e:
         console.print(f"[red]{escape(str(e))}[/]")
         return 2
+    console.print(f"{len(names)} mutants to run, {args.jobs} at a time; each line below is one "
+                  f"finished (the baseline comes first and takes the longest)")
     start = time.perf_counter()
     if not args.no_baseline:
         console.print(f"baseline: the unmutated suite ({' '.join(args.tests)}) must pass ...")
@@ -68,8 +91,16 @@ def run(args) -> int:
             return 1
         console.print(f"baseline ok in {base.seconds:.1f} s")
 
-    def progress(r):
-        console.print(escape(f"  {r.name}: {r.status} {r.killer} ({r.seconds:.1f} s)"))
+    done = []
+
+    def progress(r):  # a count against the total and an ETA from the mean so far
+        done.append(r.seconds)
+        left = len(names) - len(done)
+        eta = left * (time.perf_counter() - t_mut) / len(done)
+        console.print(escape(f"  [{len(done)}/{len(names)}] {r.name}: {r.status} {r.killer} "
+                             f"({r.seconds:.1f} s; about {eta:.0f} s left)"))
+
+    t_mut = time.perf_counter()
 
     results = run_mutants(names, args.tests, jobs=args.jobs, profile=args.profile,
                           timeout=args.timeout, on_result=progress)
