@@ -150,33 +150,82 @@ class Context:
 
     @cached_property
     def timings(self) -> dict:
-        """Medians (ms) of forward, backward and forward+loss+backward, float32, B=8, T=64."""
+        """Medians (ms) of forward, backward and forward+loss+backward, float32, B=8, T=64, under
+        the entry points' thread policy (reference.train.threads: the probe's fastest count),
+        with PyTorch eager's medians for the same model and batch measured alternately in the
+        same run when torch is installed (keys ``torch_<name>``; ``threads``)."""
+        from reference.train.threads import blas_threads, choose
+
         ids, labels = self.batch
         impl, params, config = self.impl, self.params, self.config
         if self.smoke:
             config = config.replace(vocab_size=64, hidden=16, intermediate=32, max_len=8)
             params = impl.init_params(config, seed=0, dtype=np.float32)
             ids, labels = ids[:2, :8] % 64, np.where(labels[:2, :8] >= 0, ids[:2, :8] % 64, -100)
-        out, cache = impl.forward(params, config, ids)  # warm-up
-        _, c_loss = impl.cross_entropy_forward(out, labels)
-        (dout,) = impl.cross_entropy_backward(1.0, c_loss)
-        fwd, bwd, step = [], [], []
-        deadline = time.perf_counter() + TIMING_BUDGET_S
-        for k in range(self.repeats):
-            if k and time.perf_counter() > deadline:  # a loaded machine: fewer repeats
-                break
-            t0 = time.perf_counter()
-            impl.forward(params, config, ids)
-            fwd.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+        threads = choose("auto")
+        with blas_threads(threads):
+            fns, before = self._timing_fns(impl, params, config, ids, labels, threads)
+            times = {k: [] for k in fns}
+            deadline = time.perf_counter() + TIMING_BUDGET_S
+            for k in range(self.repeats + 1):  # round 0 warms up
+                if k > 1 and time.perf_counter() > deadline:  # a loaded machine: fewer repeats
+                    break
+                for name, fn in fns.items():
+                    if name in before:
+                        before[name]()
+                    t0 = time.perf_counter()
+                    fn()
+                    if k:
+                        times[name].append(time.perf_counter() - t0)
+        self.repeats_done = len(times["forward"])
+        out = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+        out["threads"] = threads
+        return out
+
+    def _timing_fns(self, impl, params, config, ids, labels, threads):
+        """name -> callable for the reference (forward, backward, step) and, when torch and
+        tests/benchmarks/torch_side.py are available and this is not a smoke run, torch's."""
+        state = {}
+
+        def forward():
+            state["ref"] = impl.forward(params, config, ids)
+
+        def backward():
+            out, cache = state["ref"]
+            _, c_loss = impl.cross_entropy_forward(out, labels)
+            (dout,) = impl.cross_entropy_backward(1.0, c_loss)
             impl.backward(dout, cache)
-            bwd.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            impl.loss_and_grads(params, config, ids, labels=labels)
-            step.append(time.perf_counter() - t0)
-        self.repeats_done = len(fwd)
-        return {k: 1e3 * statistics.median(v) for k, v in
-                (("forward", fwd), ("backward", bwd), ("step", step))}
+
+        fns = {"forward": forward, "backward": backward,
+               "step": lambda: impl.loss_and_grads(params, config, ids, labels=labels)}
+        before = {"backward": forward}
+        if self.smoke or config.head != "mlm":
+            return fns, before
+        from spec.bench import load_torch_side
+
+        module, _ = load_torch_side()
+        if module is None:
+            return fns, before
+        import torch
+
+        torch.set_num_threads(threads)  # torch's own pool, like the BLAS's
+        tp, tforward, _ = module.build(params, config)
+        t_ids, t_labels = torch.from_numpy(ids), torch.from_numpy(labels)
+        t_mask = torch.ones_like(t_ids)
+
+        def t_forward():
+            for p in tp.values():
+                p.grad = None
+            state["torch"] = module.loss(tforward(t_ids, t_mask), t_labels)
+
+        def t_step():
+            t_forward()
+            state["torch"].backward()
+
+        fns.update(torch_forward=t_forward, torch_backward=lambda: state["torch"].backward(),
+                   torch_step=t_step)
+        before["torch_backward"] = t_forward
+        return fns, before
 
 
 def _root(a: np.ndarray) -> np.ndarray:
@@ -676,10 +725,14 @@ def _timing(key, stated_ms):
         ratio = ms / stated_ms
         ok = 1 / TIMING_FACTOR <= ratio <= TIMING_FACTOR
         what = " (smoke: tiny model)" if ctx.smoke else ""
-        return Result(f"{ms:.2f} ms (median of {ctx.repeats_done}){what}",
+        t = ctx.timings
+        theirs = (f"; torch eager {t['torch_' + key]:.2f} ms in the same run, ratio "
+                  f"{ms / t['torch_' + key]:.2f}" if "torch_" + key in t else "")
+        return Result(f"{ms:.2f} ms (median of {ctx.repeats_done}){what}{theirs}",
                       "confirmed" if ok else "refuted",
-                      f"float32, B=8, T=64, this machine; x{ratio:.2f} the stated value "
-                      f"(confirmed within x{TIMING_FACTOR})")
+                      f"float32, B=8, T=64, {t['threads']} BLAS thread(s) (auto), this "
+                      f"machine; x{ratio:.2f} the stated value (confirmed within "
+                      f"x{TIMING_FACTOR})")
     return obtain
 
 

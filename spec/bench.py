@@ -1,0 +1,191 @@
+"""Benchmark machinery for ``minibert bench``: the reference and PyTorch eager on the same model
+and batch, in one process, alternating call by call (the machine is noisy: both sides see the same
+load), with medians, p10/p90 and ratios; FLOP counts from the claims ledger's closed forms; the
+FLOP floor measured by an sgemm of the same work in the same run; peak RSS; the BLAS library and
+the thread count actually used (threadpoolctl).
+
+NumPy + threadpoolctl here; the torch side is ``tests/benchmarks/torch_side.py`` (``spec`` never
+imports torch itself), loaded by path when torch is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_SIDE = ROOT / "tests" / "benchmarks" / "torch_side.py"
+
+
+@dataclass
+class Stats:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    n: int
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> Stats:
+        ms = np.asarray(seconds) * 1e3
+        return cls(float(np.median(ms)), float(np.percentile(ms, 10)),
+                   float(np.percentile(ms, 90)), len(ms))
+
+
+@dataclass
+class Row:
+    """One measurement at one thread count: the reference, torch (if available), their ratio."""
+
+    name: str
+    threads: int
+    gflop: float
+    ours: Stats
+    torch: Stats | None = None
+    floor_ms: float | None = None  # the same FLOPs at this run's measured sgemm rate
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.torch is None else self.ours.median_ms / self.torch.median_ms
+
+    @property
+    def vs_floor(self) -> float | None:
+        return None if not self.floor_ms else self.ours.median_ms / self.floor_ms
+
+
+@dataclass
+class Report:
+    preset: str
+    batch: int
+    seq: int
+    dtype: str
+    blas: list[dict]
+    sgemm_gflops: dict[int, float]
+    rows: list[Row] = field(default_factory=list)
+    peak_rss_mib: float | None = None  # a reference training step alone, in a fresh process
+    torch_note: str = ""
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for r, row in zip(out["rows"], self.rows):
+            r["ratio"], r["vs_floor"] = row.ratio, row.vs_floor
+        return out
+
+
+def alternate(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 2,
+              before: dict[str, Callable[[], object]] | None = None) -> dict[str, Stats]:
+    """Time each of ``fns`` ``repeats`` times, round-robin; ``before[name]`` (untimed) runs right
+    before each timed call (e.g. the forward whose graph a timed backward consumes)."""
+    before = before or {}
+    for _ in range(warmup):
+        for name, fn in fns.items():
+            if name in before:
+                before[name]()
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            if name in before:
+                before[name]()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: Stats.of(t) for name, t in times.items()}
+
+
+def step_gflop(config, B: int, T: int, predicted: float | None = None) -> dict[str, float]:
+    """Matmul GFLOP of a forward, a backward (2x the forward's matmuls) and a train step, from
+    the claims ledger's closed forms (spec.claims.closed_forms); ``predicted``: the fraction of
+    positions the MLM head runs on (the masked head), None for all."""
+    from spec.claims import closed_forms
+
+    f, s = closed_forms()
+    subs = {s["L"]: config.n_layers, s["H"]: config.hidden, s["A"]: config.n_heads,
+            s["I"]: config.intermediate, s["T"]: T, s["V"]: config.vocab_size}
+    body = float((s["L"] * f["layer_macs"]).subs(subs))
+    head = float(f["head_macs"].subs(subs)) if config.head == "mlm" else 0.0
+    if predicted is not None:
+        head *= predicted
+    fwd = 2 * B * (body + head) / 1e9
+    return {"forward": fwd, "backward": 2 * fwd, "step": 3 * fwd}
+
+
+def sgemm_gflops(threads: int, *, n: int = 512, k: int = 768, repeats: int = 20) -> float:
+    """This machine's float32 matmul rate now (GFLOP/s) at ``threads`` BLAS threads: the best
+    of ``repeats`` [n, k] @ [k, k] products, about the shapes of a Mini-BERT step."""
+    from reference.train.threads import blas_threads
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, k), dtype=np.float32)
+    b = rng.standard_normal((k, k), dtype=np.float32)
+    out = np.empty((n, k), dtype=np.float32)
+    with blas_threads(threads):
+        np.matmul(a, b, out=out)
+        best = min(_timed(lambda: np.matmul(a, b, out=out)) for _ in range(repeats))
+    return 2 * n * k * k / best / 1e9
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def blas_info() -> list[dict]:
+    from threadpoolctl import threadpool_info
+
+    return [{k: d.get(k) for k in ("user_api", "internal_api", "version", "num_threads",
+                                   "threading_layer", "architecture")}
+            for d in threadpool_info()]
+
+
+def load_torch_side():
+    """The torch module and tests/benchmarks/torch_side.py, or (None, reason)."""
+    if importlib.util.find_spec("torch") is None:
+        return None, "torch is not installed: reference figures only"
+    if not TORCH_SIDE.is_file():
+        return None, f"{TORCH_SIDE} not found: reference figures only"
+    spec = importlib.util.spec_from_file_location("_minibert_torch_side", TORCH_SIDE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, ""
+
+
+PEAK_RSS_SCRIPT = """
+import resource, sys
+import numpy as np
+from reference.train.threads import blas_threads
+import reference
+from reference.config import PRESETS
+config = PRESETS[sys.argv[1]]()
+B, T, steps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(0)
+params = reference.init_params(config, seed=0, dtype=np.float32)
+state = reference.adam_init(params)
+ids = rng.integers(5, config.vocab_size, size=(B, T))
+labels = np.where(rng.random((B, T)) < 0.15, ids, -100)
+labels[:, 0] = ids[:, 0]
+with blas_threads(1):
+    for _ in range(steps):
+        _, grads, _ = reference.masked_lm_loss_and_grads(params, config, ids, labels=labels)
+        params, state = reference.adam_step(params, grads, state, lr=1e-4)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def peak_rss_mib(preset: str, B: int, T: int, steps: int = 3) -> float:
+    """Peak resident memory (MiB) of a fresh process that runs reference training steps (the
+    trainer's masked head, Adam) and nothing else: no torch in the address space."""
+    out = subprocess.run([sys.executable, "-c", PEAK_RSS_SCRIPT, preset, str(B), str(T),
+                          str(steps)], cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def self_peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,0 +1,49 @@
+"""The Mini-BERT architecture in PyTorch eager, for ``minibert bench`` (the torch side of the
+timings).  Written the way a PyTorch user writes it (tensor ops, ``F.layer_norm``,
+``torch.optim.Adam`` with ``foreach``), from the same flat parameter dict as the reference.
+Lives in tests/ because neither ``reference`` nor ``spec`` may import torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def build(params: dict[str, np.ndarray], config):
+    """(tensors, forward, optimizer): forward(ids, mask, predicted=None) -> logits [B, T, V], or
+    [N, V] at the ``predicted`` positions (the trainer's masked head)."""
+    tp = {k: torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in params.items()}
+    A, H = config.n_heads, config.hidden
+    d_k = H // A
+
+    def forward(ids, mask, predicted=None):
+        B, T = ids.shape
+        x = tp["embeddings.token.W"][ids] + tp["embeddings.position.W"][:T]
+        key_mask = mask[:, None, None, :] == 0
+
+        def heads(t):  # [B, T, H] -> [B, A, T, d_k]
+            return t.view(B, T, A, d_k).transpose(1, 2)
+
+        for i in range(config.n_layers):
+            p = {k.split(".", 2)[2]: v for k, v in tp.items() if k.startswith(f"layers.{i}.")}
+            q, k, v = heads(x @ p["attn.W_q"]), heads(x @ p["attn.W_k"]), heads(x @ p["attn.W_v"])
+            s = (q @ k.transpose(-1, -2)) / d_k ** 0.5
+            s = s.masked_fill(key_mask, float("-inf"))
+            ctx = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H)
+            x = F.layer_norm(x + ctx @ p["attn.W_o"], (H,), p["ln1.gamma"], p["ln1.beta"],
+                             config.ln_eps)
+            f = torch.relu(x @ p["ffn.W_1"] + p["ffn.b_1"]) @ p["ffn.W_2"] + p["ffn.b_2"]
+            x = F.layer_norm(x + f, (H,), p["ln2.gamma"], p["ln2.beta"], config.ln_eps)
+        x = F.layer_norm(x, (H,), tp["final_ln.gamma"], tp["final_ln.beta"], config.ln_eps)
+        if predicted is not None:
+            x = x[predicted]  # [N, H]
+        return x @ tp["mlm.W"] + tp["mlm.b"]
+
+    optimizer = torch.optim.Adam(list(tp.values()), lr=1e-4, foreach=True)
+    return tp, forward, optimizer
+
+
+def loss(logits, labels):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                           ignore_index=-100)
