@@ -85,6 +85,13 @@ CAUGHT_BY = {
                      "global_norm_missing_sqrt"], "clip"),
     **dict.fromkeys(["warmup_zero_lr_at_step0", "warmup_never_decays"], "schedule"),
     "accum_mean_of_micro_batch_means": "accumulation",
+    **dict.fromkeys(["gelu_derivative_missing_x_pdf", "gelu_tanh_derivative_missing_cubic"],
+                    "gelu"),
+    "token_type_grad_fancy_index": "token_type",
+    "embedding_ln_backward_skips_layernorm": "embedding_ln",
+    "mlm_decoder_grad_uses_x_hat": "mlm_head",
+    "tied_decoder_gradient_counted_once": "model",
+    "classifier_grad_skips_tanh": "classifier",
 }
 
 
