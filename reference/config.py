@@ -22,6 +22,8 @@ class BertConfig:
                      activation -> LayerNorm -> decoder tied to the word embeddings + bias)
     pooler:          head "none": also compute the tanh pooler's output (BertModel)
     num_labels:      classes of head "classifier"
+    pad_token_id:    the padding token, whose embedding row gets no gradient from the lookup
+                     (Hugging Face's nn.Embedding(padding_idx=pad_token_id)); None: every row
     blog_literal:    the BERT-base blog's forward as written: no attention output projection W^O,
                      ReLU, and every layer's residual taken from the embeddings X (not the
                      layer's own input); inference only (no backward)
@@ -46,6 +48,7 @@ class BertConfig:
     pooler: bool = False
     num_labels: int = 2
     blog_literal: bool = False
+    pad_token_id: int | None = None
 
     def __post_init__(self):
         for name in ("n_layers", "hidden", "n_heads", "intermediate", "max_len", "vocab_size"):
@@ -68,6 +71,9 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id: expected None or an id in [0, {self.vocab_size}), "
+                             f"got {self.pad_token_id!r}")
         if self.num_labels < 1:
             raise ValueError(f"num_labels: expected >= 1, got {self.num_labels}")
         if self.embedding_layernorm and (self.type_vocab_size < 1 or self.position != "learned"):
@@ -116,15 +122,16 @@ def bert_base(**overrides) -> BertConfig:
     base = dict(n_layers=12, hidden=768, n_heads=12, intermediate=3072, max_len=512,
                 vocab_size=30522, position="learned", attn_bias=True, final_layernorm=False,
                 head="none", ln_eps=1e-12, activation="gelu", type_vocab_size=2,
-                embedding_layernorm=True, mlm_style="bert", pooler=True)
+                embedding_layernorm=True, mlm_style="bert", pooler=True, pad_token_id=0)
     return BertConfig(**{**base, **overrides})
 
 
 def bert_tiny(**overrides) -> BertConfig:
     """A tiny BERT for tests: bert_base's architecture at L=2, H=16, A=2, I=32, T=32, V=50, with
-    the BERT MLM head (decoder tied to the word embeddings)."""
+    the BERT MLM head (decoder tied to the word embeddings) and no padding row (pad_token_id
+    None: every gradient is the loss's true gradient, for finite differences)."""
     base = dict(n_layers=2, hidden=16, n_heads=2, intermediate=32, max_len=32, vocab_size=50,
-                head="mlm", pooler=False)
+                head="mlm", pooler=False, pad_token_id=None)
     return bert_base(**{**base, **overrides})
 
 

@@ -271,6 +271,9 @@ def _backward(dout, cache, d_pooled=None):
         for name in shapes:
             if name.startswith("embeddings."):
                 grads[name] = np.zeros(shapes[name], dtype=cache.dtype)
+    if config.pad_token_id is not None and cache.embeddings is not None:
+        # nn.Embedding(padding_idx): the padding token's row gets no gradient from the lookup
+        grads["embeddings.token.W"][config.pad_token_id] = 0
     if dW_decoder is not None:  # the tied table: lookup share + decoder share
         grads["embeddings.token.W"] = grads["embeddings.token.W"] + dW_decoder
     return {name: grads[name] for name in shapes}, d_embeddings

@@ -17,10 +17,6 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from reference.config import PRESETS
-
-# bert_base (110M parameters) is built and run by tests/test_bert.py; finite differences and
-# float64 identities over it are out of reach here
-SMALL_PRESETS = sorted(p for p in PRESETS if p != "bert_base")
 from spec import invariants as I
 from spec.gradcheck import random_batch, random_params
 from spec.invariants import require
@@ -28,6 +24,10 @@ from spec.protocol import OPS
 from spec.tolerances import F64_IDENTITY_RTOL
 from tests import strategies as S
 from tests.fdcheck import assert_f32_close, max_abs, op_params, run_op
+
+# bert_base (110M parameters) is built and run by tests/test_bert.py; finite differences and
+# float64 identities over it are out of reach here
+SMALL_PRESETS = sorted(p for p in PRESETS if p != "bert_base")
 
 
 def _draw_case(impl, op, data):

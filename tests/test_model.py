@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from reference.config import PRESETS
+from spec.gradcheck import assert_all_passed, model_gradcheck, random_batch, random_params
+from spec.tolerances import F64_IDENTITY_RTOL
 
 # bert_base (110M parameters) is built and run by tests/test_bert.py; finite differences and
 # float64 identities over it are out of reach here
 SMALL_PRESETS = sorted(p for p in PRESETS if p != "bert_base")
-from spec.gradcheck import assert_all_passed, model_gradcheck, random_batch, random_params
-from spec.tolerances import F64_IDENTITY_RTOL
 
 LOSS_IDS = {"mini_bert": ("loss.ce.mean", "loss.ce.backward.mean"),
             "seed001": ("loss.mse", "loss.mse.backward"),

@@ -3,11 +3,11 @@
 import pytest
 
 from reference.config import PRESETS
+from spec.gradcheck import assert_all_passed, model_gradcheck
 
 # bert_base (110M parameters) is built and run by tests/test_bert.py; finite differences and
 # float64 identities over it are out of reach here
 SMALL_PRESETS = sorted(p for p in PRESETS if p != "bert_base")
-from spec.gradcheck import assert_all_passed, model_gradcheck
 
 
 @pytest.mark.parametrize("preset", SMALL_PRESETS)
