@@ -74,9 +74,14 @@ Model entry points (config is ``reference.config.BertConfig``; params a flat dic
 --------------------------------------------------------------------------------------------------
 * ``param_shapes(config) -> dict[name, shape]``; ``init_params(config, seed, dtype) -> params``
 * ``embed(params, config, input_ids) -> [B,T,H]`` (token + position embeddings)
-* ``forward(params, config, input_ids, attention_mask, *, inputs_embeds=None) -> (out, cache)``
-* ``backward(dout, cache) -> (grads, d_embeddings)``; grads has exactly the keys, shapes and
-  dtypes of params
+* ``forward(params, config, input_ids, attention_mask, *, token_type_ids=None,
+  inputs_embeds=None) -> (out, cache)``; out is the logits, the last hidden states [B,T,H]
+  (head "none"; ``cache.pooled`` holds the pooler's output when ``config.pooler``) or the class
+  logits [B,C] (head "classifier")
+* ``backward(dout, cache, d_pooled=None) -> (grads, d_embeddings)``; grads has exactly the keys,
+  shapes and dtypes of params
+* ``load_pretrained(path, dtype)`` / ``save_pretrained(params, config, path)``: Hugging Face
+  BERT directories (``reference.hf``)
 * ``loss(params, config, input_ids=None, *, labels=None, targets=None, attention_mask=None,
   inputs_embeds=None, reduction="mean")`` and ``loss_and_grads(...) -> (loss, grads,
   d_embeddings)`` with the same arguments
