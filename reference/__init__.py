@@ -7,7 +7,7 @@ float32 and float64 go through the same code.
 """
 
 from reference.accumulation import accumulate_gradients
-from reference.config import BertConfig, mini_bert, seed001
+from reference.config import BertConfig, bert_base, bert_tiny, mini_bert, seed001
 from reference.model import (
     backward,
     embed,
@@ -28,6 +28,10 @@ from reference.optim import (
 
 __all__ = [
     "BertConfig",
+    "bert_base",
+    "bert_tiny",
+    "load_pretrained",
+    "save_pretrained",
     "accumulate_gradients",
     "adam_init",
     "adam_step",
@@ -45,6 +49,25 @@ __all__ = [
     "param_shapes",
     "seed001",
 ]
+
+
+
+def load_pretrained(path, dtype=None):
+    """``(config, params)`` from a Hugging Face BERT directory (config.json + model.safetensors);
+    see :func:`reference.hf.checkpoint.load_pretrained` (needs the ``safetensors`` package).
+    The maths modules stay NumPy-only: the tooling is imported on first use."""
+    from reference.hf.checkpoint import load_pretrained as _load
+
+    return _load(path) if dtype is None else _load(path, dtype=dtype)
+
+
+def save_pretrained(params, config, path):
+    """Write a Hugging Face BERT directory that ``transformers`` loads; see
+    :func:`reference.hf.checkpoint.save_pretrained`."""
+    from reference.hf.checkpoint import save_pretrained as _save
+
+    return _save(params, config, path)
+
 
 # The op pairs are part of the implementation protocol: tests reach them as ``impl.<name>``.
 from reference.ops import *  # noqa: E402,F403

@@ -12,7 +12,21 @@ class BertConfig:
     position:        "learned" (BERT, Mini-BERT) or "sinusoidal" (NumPy-Transformer document)
     attn_bias:       biased Q/K/V/O projections (NumPy-Transformer document) or not (Mini-BERT)
     final_layernorm: the extra LayerNorm before the head (Mini-BERT derivation §2.6)
-    head:            "mlm" (logits over V) or "none" (hidden states, e.g. for MSE reconstruction)
+    head:            "mlm" (logits over V), "none" (hidden states, e.g. for MSE reconstruction)
+                     or "classifier" (logits over num_labels from the tanh pooler, BERT-base blog)
+    activation:      the FFN's (and BERT MLM transform's) nonlinearity: "relu" (the documents),
+                     "gelu" (BERT, exact erf) or "gelu_tanh" (Hugging Face "gelu_new")
+    type_vocab_size: token-type (segment) embeddings; 0 = none (the documents), 2 = BERT
+    embedding_layernorm: LayerNorm of token + position + type embeddings (BERT)
+    mlm_style:       head "mlm": "linear" (one untied linear layer, Mini-BERT) or "bert" (dense ->
+                     activation -> LayerNorm -> decoder tied to the word embeddings + bias)
+    pooler:          head "none": also compute the tanh pooler's output (BertModel)
+    num_labels:      classes of head "classifier"
+    pad_token_id:    the padding token, whose embedding row gets no gradient from the lookup
+                     (Hugging Face's nn.Embedding(padding_idx=pad_token_id)); None: every row
+    blog_literal:    the BERT-base blog's forward as written: no attention output projection W^O,
+                     ReLU, and every layer's residual taken from the embeddings X (not the
+                     layer's own input); inference only (no backward)
     """
 
     n_layers: int = 3  # L
@@ -27,6 +41,14 @@ class BertConfig:
     head: str = "mlm"
     ln_eps: float = 1e-12
     init_std: float = 0.02
+    activation: str = "relu"
+    type_vocab_size: int = 0
+    embedding_layernorm: bool = False
+    mlm_style: str = "linear"
+    pooler: bool = False
+    num_labels: int = 2
+    blog_literal: bool = False
+    pad_token_id: int | None = None
 
     def __post_init__(self):
         for name in ("n_layers", "hidden", "n_heads", "intermediate", "max_len", "vocab_size"):
@@ -38,8 +60,26 @@ class BertConfig:
                              f"got {self.n_heads} (remainder {self.hidden % self.n_heads})")
         if self.position not in ("learned", "sinusoidal"):
             raise ValueError(f"position: expected 'learned' or 'sinusoidal', got {self.position!r}")
-        if self.head not in ("mlm", "none"):
-            raise ValueError(f"head: expected 'mlm' or 'none', got {self.head!r}")
+        if self.head not in ("mlm", "none", "classifier"):
+            raise ValueError(f"head: expected 'mlm', 'none' or 'classifier', got {self.head!r}")
+        if self.activation not in ("relu", "gelu", "gelu_tanh"):
+            raise ValueError(f"activation: expected 'relu', 'gelu' or 'gelu_tanh', "
+                             f"got {self.activation!r}")
+        if self.mlm_style not in ("linear", "bert"):
+            raise ValueError(f"mlm_style: expected 'linear' or 'bert', got {self.mlm_style!r}")
+        for name in ("type_vocab_size", "num_labels"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id: expected None or an id in [0, {self.vocab_size}), "
+                             f"got {self.pad_token_id!r}")
+        if self.num_labels < 1:
+            raise ValueError(f"num_labels: expected >= 1, got {self.num_labels}")
+        if self.embedding_layernorm and (self.type_vocab_size < 1 or self.position != "learned"):
+            raise ValueError("embedding_layernorm: needs type_vocab_size >= 1 and learned "
+                             f"positions, got type_vocab_size={self.type_vocab_size}, "
+                             f"position={self.position!r}")
         if not (self.ln_eps >= 0):
             raise ValueError(f"ln_eps: expected >= 0, got {self.ln_eps!r}")
         if not (self.init_std > 0):
@@ -74,4 +114,26 @@ def seed001(**overrides) -> BertConfig:
     return BertConfig(**{**base, **overrides})
 
 
-PRESETS = {"mini_bert": mini_bert, "seed001": seed001}
+def bert_base(**overrides) -> BertConfig:
+    """BERT-base (the BERT-base blog's sizes: 12 layers, H=768, 12 heads, I=3072, 512 positions)
+    as Hugging Face's BertModel builds it: V=30522, 2 token types, embedding LayerNorm, biased
+    Q/K/V/O, exact GELU, post-LN blocks without a final LayerNorm, tanh pooler; head "none"
+    returns the last hidden states."""
+    base = dict(n_layers=12, hidden=768, n_heads=12, intermediate=3072, max_len=512,
+                vocab_size=30522, position="learned", attn_bias=True, final_layernorm=False,
+                head="none", ln_eps=1e-12, activation="gelu", type_vocab_size=2,
+                embedding_layernorm=True, mlm_style="bert", pooler=True, pad_token_id=0)
+    return BertConfig(**{**base, **overrides})
+
+
+def bert_tiny(**overrides) -> BertConfig:
+    """A tiny BERT for tests: bert_base's architecture at L=2, H=16, A=2, I=32, T=32, V=50, with
+    the BERT MLM head (decoder tied to the word embeddings) and no padding row (pad_token_id
+    None: every gradient is the loss's true gradient, for finite differences)."""
+    base = dict(n_layers=2, hidden=16, n_heads=2, intermediate=32, max_len=32, vocab_size=50,
+                head="mlm", pooler=False, pad_token_id=None)
+    return bert_base(**{**base, **overrides})
+
+
+PRESETS = {"mini_bert": mini_bert, "seed001": seed001, "bert_base": bert_base,
+           "bert_tiny": bert_tiny}

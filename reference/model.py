@@ -13,6 +13,7 @@ import numpy as np
 
 from reference import ops
 from reference.config import BertConfig
+from reference.registry import implements
 from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_mask
 
 
@@ -22,6 +23,11 @@ def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"embeddings.token.W": (V, H)}
     if config.position == "learned":
         shapes["embeddings.position.W"] = (config.max_len, H)
+    if config.type_vocab_size:
+        shapes["embeddings.type.W"] = (config.type_vocab_size, H)
+    if config.embedding_layernorm:
+        shapes["embeddings.ln.gamma"] = (H,)
+        shapes["embeddings.ln.beta"] = (H,)
     for i in range(config.n_layers):
         for name in ops.block_param_names(config.attn_bias):
             if name.startswith("attn.W"):
@@ -38,9 +44,18 @@ def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     if config.final_layernorm:
         shapes["final_ln.gamma"] = (H,)
         shapes["final_ln.beta"] = (H,)
-    if config.head == "mlm":
+    if config.head == "mlm" and config.mlm_style == "linear":
         shapes["mlm.W"] = (H, V)
         shapes["mlm.b"] = (V,)
+    elif config.head == "mlm":  # BERT: transform + LayerNorm; the decoder is embeddings.token.W
+        shapes.update({"mlm.transform.W": (H, H), "mlm.transform.b": (H,),
+                       "mlm.ln.gamma": (H,), "mlm.ln.beta": (H,), "mlm.b": (V,)})
+    if config.head == "classifier" or (config.head == "none" and config.pooler):
+        shapes["pooler.W"] = (H, H)
+        shapes["pooler.b"] = (H,)
+    if config.head == "classifier":
+        shapes["classifier.W"] = (H, config.num_labels)
+        shapes["classifier.b"] = (config.num_labels,)
     return shapes
 
 
@@ -86,8 +101,9 @@ def _block_params(params, i: int) -> dict[str, np.ndarray]:
 
 
 class EmbeddingsCache(NamedTuple):
-    token: ops.EmbeddingCache
-    position: ops.PositionEmbeddingCache | ops.SinusoidalPositionCache
+    token: ops.EmbeddingCache | ops.EmbeddingLNCache  # the whole BERT embedding layer with LN
+    position: ops.PositionEmbeddingCache | ops.SinusoidalPositionCache | None
+    token_type: ops.TokenTypeCache | None
 
 
 class ModelCache(NamedTuple):
@@ -96,7 +112,9 @@ class ModelCache(NamedTuple):
     embeddings: EmbeddingsCache | None  # None when inputs_embeds replaced the tables
     blocks: list  # one ops.BlockCache per layer, in forward order
     final_ln: ops.LayerNormCache | None  # None without config.final_layernorm
-    head: ops.LinearCache | None  # None for head "none"
+    head: object  # LinearCache / MLMHeadCache / ClassifierCache; None for head "none"
+    pooler: ops.PoolerCache | None  # head "none" with config.pooler
+    pooled: np.ndarray | None  # the pooler's output [B, H] (head "none" with config.pooler)
     out_shape: tuple
 
 
@@ -107,51 +125,125 @@ def _check_ids(input_ids, config: BertConfig) -> None:
                          f"config.max_len={config.max_len}")
 
 
+def _check_token_types(token_type_ids, config: BertConfig, shape):
+    """token_type_ids [B, T] in [0, type_vocab_size), default all 0; None without types."""
+    if not config.type_vocab_size:
+        if token_type_ids is not None:
+            raise ValueError("token_type_ids: the config has no token types "
+                             "(type_vocab_size=0), got an array")
+        return None
+    if token_type_ids is None:
+        return np.zeros(shape, dtype=np.int64)
+    return as_index_array("token_type_ids", token_type_ids, shape=shape, low=0,
+                          high=config.type_vocab_size)
+
+
 # --------------------------------------------------------------------------- kernels
 # Unchecked, like the ops' kernels (see reference.ops): forward() and backward() check their
 # arguments once, then run these.
-def _embed(params, config: BertConfig, input_ids):
-    """Token + position embeddings [B, T, H]."""
+def _embed(params, config: BertConfig, input_ids, token_type_ids=None):
+    """The input embeddings [B, T, H]: token + position (+ token type), LayerNorm'ed for BERT."""
+    if config.embedding_layernorm:
+        x, c = ops._embedding_ln_forward(
+            input_ids, token_type_ids, params["embeddings.token.W"],
+            params["embeddings.position.W"], params["embeddings.type.W"],
+            params["embeddings.ln.gamma"], params["embeddings.ln.beta"], config.ln_eps)
+        return x, EmbeddingsCache(token=c, position=None, token_type=None)
     x, c_tok = ops._embedding_forward(input_ids, params["embeddings.token.W"])  # [B, T, H]
     if config.position == "learned":
         x, c_pos = ops._position_embedding_forward(x, params["embeddings.position.W"])
     else:
         x, c_pos = ops._sinusoidal_position_forward(x)
-    return x, EmbeddingsCache(token=c_tok, position=c_pos)
+    c_type = None
+    if config.type_vocab_size:
+        x, c_type = ops._token_type_embedding_forward(x, token_type_ids,
+                                                      params["embeddings.type.W"])
+    return x, EmbeddingsCache(token=c_tok, position=c_pos, token_type=c_type)
 
 
-def _forward(params, config: BertConfig, dtype, input_ids, attention_mask, inputs_embeds):
-    """embeddings -> L post-LN blocks -> final LayerNorm -> MLM head."""
+def _blog_block_forward(z, x, p, config: BertConfig, mask):
+    """One layer of the BERT-base blog's forward as written: concatenated heads with no output
+    projection, LN(X + Z~), ReLU FFN, LN(X + Z_out) -- the residual is the embeddings X in every
+    layer.  Uses the same weights as the real block (W^O, b_o unused).  Inference only."""
+    attn = [p.get(f"attn.{n}") for n in ("W_q", "W_k", "W_v")]
+    bias = [p.get(f"attn.{n}") for n in ("b_q", "b_k", "b_v")]
+    H = z.shape[-1]
+    eye = np.eye(H, dtype=z.dtype)  # no W^O: the identity in its place, no b_o
+    a, _ = ops._attention_forward(z, *attn, eye, *bias, None, n_heads=config.n_heads, mask=mask)
+    zb, _ = ops._layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], config.ln_eps)
+    f, _ = ops._ffn_forward(zb, *(p[f"ffn.{n}"] for n in ops.FFN_PARAMS), "relu")
+    out, _ = ops._layernorm_forward(x + f, p["ln2.gamma"], p["ln2.beta"], config.ln_eps)
+    return out
+
+
+def _forward(params, config: BertConfig, dtype, input_ids, attention_mask, inputs_embeds,
+             token_type_ids=None):
+    """embeddings -> L post-LN blocks -> final LayerNorm -> head."""
     c_emb = None
     if input_ids is not None:
-        x, c_emb = _embed(params, config, input_ids)  # [B, T, H]
+        x, c_emb = _embed(params, config, input_ids, token_type_ids)  # [B, T, H]
     else:
         x = inputs_embeds
     h = x
     c_blocks = []
     for i in range(config.n_layers):
+        if config.blog_literal:
+            h = _blog_block_forward(h, x, _block_params(params, i), config, attention_mask)
+            continue
         h, c = ops._block_forward(h, _block_params(params, i), n_heads=config.n_heads,
-                                  mask=attention_mask, eps=config.ln_eps)  # [B, T, H]
+                                  mask=attention_mask, eps=config.ln_eps,
+                                  activation=config.activation)  # [B, T, H]
         c_blocks.append(c)
     c_final = None
     if config.final_layernorm:
         h, c_final = ops._layernorm_forward(h, params["final_ln.gamma"],
                                             params["final_ln.beta"], config.ln_eps)
-    c_head = None
+    c_head = c_pool = pooled = None
     out = h
-    if config.head == "mlm":
+    if config.head == "mlm" and config.mlm_style == "linear":
         out, c_head = ops._linear_forward(h, params["mlm.W"], params["mlm.b"])  # [B, T, V]
+    elif config.head == "mlm":
+        out, c_head = ops._mlm_head_forward(
+            h, params["mlm.transform.W"], params["mlm.transform.b"], params["mlm.ln.gamma"],
+            params["mlm.ln.beta"], params["embeddings.token.W"], params["mlm.b"],
+            eps=config.ln_eps, activation=config.activation)  # [B, T, V], tied decoder
+    elif config.head == "classifier":
+        out, c_head = ops._classifier_forward(h, params["pooler.W"], params["pooler.b"],
+                                              params["classifier.W"], params["classifier.b"])
+    elif config.pooler:
+        pooled, c_pool = ops._pooler_forward(h, params["pooler.W"], params["pooler.b"])
     return out, ModelCache(config=config, dtype=dtype, embeddings=c_emb, blocks=c_blocks,
-                           final_ln=c_final, head=c_head, out_shape=out.shape)
+                           final_ln=c_final, head=c_head, pooler=c_pool, pooled=pooled,
+                           out_shape=out.shape)
 
 
-def _backward(dout, cache):
-    """The forward's kernels in reverse order.  Returns (grads, d_embeddings [B, T, H])."""
+@implements("mlm_head.tied")
+def _backward(dout, cache, d_pooled=None):
+    """The forward's kernels in reverse order.  Returns (grads, d_embeddings [B, T, H]).
+
+    With the BERT MLM head the word-embedding table is used twice, by the lookup and by the
+    decoder: its gradient is the sum of both shares."""
     config = cache.config
+    if config.blog_literal:
+        raise ValueError("config.blog_literal: the blog's literal forward is inference only")
     grads: dict[str, np.ndarray] = {}
     dh = dout
-    if cache.head is not None:
+    dW_decoder = None
+    if config.head == "mlm" and config.mlm_style == "linear":
         dh, grads["mlm.W"], grads["mlm.b"] = ops._linear_backward(dout, cache.head)
+    elif config.head == "mlm":
+        (dh, grads["mlm.transform.W"], grads["mlm.transform.b"], grads["mlm.ln.gamma"],
+         grads["mlm.ln.beta"], dW_decoder, grads["mlm.b"]) = ops._mlm_head_backward(
+            dout, cache.head)
+    elif config.head == "classifier":
+        (dh, grads["pooler.W"], grads["pooler.b"], grads["classifier.W"],
+         grads["classifier.b"]) = ops._classifier_backward(dout, cache.head)
+    elif cache.pooler is not None:
+        if d_pooled is None:
+            d_pooled = np.zeros(cache.pooled.shape, dtype=cache.dtype)
+        dh_pool, grads["pooler.W"], grads["pooler.b"] = ops._pooler_backward(d_pooled,
+                                                                             cache.pooler)
+        dh = dout + dh_pool
     if cache.final_ln is not None:
         dh, grads["final_ln.gamma"], grads["final_ln.beta"] = ops._layernorm_backward(
             dh, cache.final_ln)
@@ -161,33 +253,51 @@ def _backward(dout, cache):
     d_embeddings = dh
     shapes = param_shapes(config)
     if cache.embeddings is not None:
-        c_tok, c_pos = cache.embeddings
-        if config.position == "learned":
-            dx, grads["embeddings.position.W"] = ops._position_embedding_backward(dh, c_pos)
+        c_tok, c_pos, c_type = cache.embeddings
+        if config.embedding_layernorm:
+            (grads["embeddings.token.W"], grads["embeddings.position.W"],
+             grads["embeddings.type.W"], grads["embeddings.ln.gamma"],
+             grads["embeddings.ln.beta"]) = ops._embedding_ln_backward(dh, c_tok)
         else:
-            (dx,) = ops._sinusoidal_position_backward(dh, c_pos)
-        (grads["embeddings.token.W"],) = ops._embedding_backward(dx, c_tok)
+            dx = dh
+            if c_type is not None:
+                dx, grads["embeddings.type.W"] = ops._token_type_embedding_backward(dx, c_type)
+            if config.position == "learned":
+                dx, grads["embeddings.position.W"] = ops._position_embedding_backward(dx, c_pos)
+            else:
+                (dx,) = ops._sinusoidal_position_backward(dx, c_pos)
+            (grads["embeddings.token.W"],) = ops._embedding_backward(dx, c_tok)
     else:  # inputs_embeds bypassed the tables: they did not influence the output
-        for name in ("embeddings.token.W", "embeddings.position.W"):
-            if name in shapes:
+        for name in shapes:
+            if name.startswith("embeddings."):
                 grads[name] = np.zeros(shapes[name], dtype=cache.dtype)
+    if config.pad_token_id is not None and cache.embeddings is not None:
+        # nn.Embedding(padding_idx): the padding token's row gets no gradient from the lookup
+        grads["embeddings.token.W"][config.pad_token_id] = 0
+    if dW_decoder is not None:  # the tied table: lookup share + decoder share
+        grads["embeddings.token.W"] = grads["embeddings.token.W"] + dW_decoder
     return {name: grads[name] for name in shapes}, d_embeddings
 
 
 # --------------------------------------------------------------------------- entry points
-def embed(params, config: BertConfig, input_ids) -> np.ndarray:
-    """The input embeddings [B, T, H] (token + position) that the first block receives."""
+def embed(params, config: BertConfig, input_ids, *, token_type_ids=None) -> np.ndarray:
+    """The input embeddings [B, T, H] that the first block receives: token + position
+    (+ token type, LayerNorm'ed for BERT)."""
     check_params(params, config)
     _check_ids(input_ids, config)
-    return _embed(params, config, input_ids)[0]
+    token_type_ids = _check_token_types(token_type_ids, config, input_ids.shape)
+    return _embed(params, config, input_ids, token_type_ids)[0]
 
 
 def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
-            inputs_embeds=None):
-    """ids [B, T] -> logits [B, T, V] (head "mlm") or hidden states [B, T, H] (head "none").
+            token_type_ids=None, inputs_embeds=None):
+    """ids [B, T] -> logits [B, T, V] (head "mlm"), the last hidden states [B, T, H] (head
+    "none"; with ``config.pooler`` the cache's ``pooled`` [B, H] holds the pooler's output) or
+    class logits [B, num_labels] (head "classifier").
 
-    ``inputs_embeds`` [B, T, H] replaces the embedding layers (token + position), as in
-    HuggingFace; the embedding tables then get zero gradients.
+    ``token_type_ids`` [B, T] (segment ids, default 0) for configs with token types.
+    ``inputs_embeds`` [B, T, H] replaces the whole embedding layer (what the first block
+    receives); the embedding tables then get zero gradients.
     ``attention_mask`` [B, T]: 1 for tokens that may be attended, 0 for padding.
     Every argument is checked here, once; the layers below run unchecked kernels.
     """
@@ -216,24 +326,35 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
             raise ValueError(f"attention_mask: expected at least one attended (1) position per "
                              f"sequence, rows {empty.tolist()} have none")
     ops._check_eps(config.ln_eps)
-    return _forward(params, config, dtype, input_ids, attention_mask, inputs_embeds)
+    if input_ids is not None:
+        token_type_ids = _check_token_types(token_type_ids, config, (B, T))
+    elif token_type_ids is not None:
+        raise ValueError("token_type_ids: inputs_embeds already holds the token types")
+    return _forward(params, config, dtype, input_ids, attention_mask, inputs_embeds,
+                    token_type_ids)
 
 
-def backward(dout, cache):
-    """dout: gradient w.r.t. forward's output.  Returns (grads, d_embeddings [B, T, H])."""
+def backward(dout, cache, d_pooled=None):
+    """dout: gradient w.r.t. forward's output; ``d_pooled`` [B, H]: w.r.t. the pooler's output
+    (head "none" with config.pooler; default 0).  Returns (grads, d_embeddings [B, T, H])."""
     as_float_array("dout", dout, shape=cache.out_shape, dtype=cache.dtype)
-    return _backward(dout, cache)
+    if d_pooled is not None:
+        if cache.pooled is None:
+            raise ValueError("d_pooled: the forward computed no pooled output")
+        as_float_array("d_pooled", d_pooled, shape=cache.pooled.shape, dtype=cache.dtype)
+    return _backward(dout, cache, d_pooled)
 
 
 def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_index):
     """head "mlm": masked cross-entropy of logits vs ``labels`` [B, T];
+    head "classifier": cross-entropy of the class logits vs ``labels`` [B];
     head "none": MSE of hidden states vs constant ``targets`` [B, T, H].
     Checks labels / targets; ``out`` comes from the checked forward."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
-    if config.head == "mlm":
+    if config.head in ("mlm", "classifier"):
         if labels is None:
-            raise ValueError("labels: required for head 'mlm', got None")
+            raise ValueError(f"labels: required for head {config.head!r}, got None")
         ops._check_ce_labels(labels, out.shape[:-1], out.shape[-1], ignore_index, reduction)
         return ops._cross_entropy_forward(out, labels, ignore_index=ignore_index,
                                           reduction=reduction)
@@ -245,7 +366,7 @@ def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_in
 
 def _loss_backward(config: BertConfig, dtype, c_loss):
     """d loss / d out for an upstream gradient of 1."""
-    if config.head == "mlm":
+    if config.head in ("mlm", "classifier"):
         (dout,) = ops._cross_entropy_backward(dtype.type(1.0), c_loss)
     else:
         dout, _ = ops._mse_backward(dtype.type(1.0), c_loss)
@@ -253,18 +374,20 @@ def _loss_backward(config: BertConfig, dtype, c_loss):
 
 
 def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
-         attention_mask=None, inputs_embeds=None, reduction: str = "mean",
+         attention_mask=None, token_type_ids=None, inputs_embeds=None, reduction: str = "mean",
          ignore_index: int = ops.IGNORE_INDEX):
     """The scalar training loss, forward only (what finite differences evaluate)."""
-    out, _ = forward(params, config, input_ids, attention_mask, inputs_embeds=inputs_embeds)
+    out, _ = forward(params, config, input_ids, attention_mask, token_type_ids=token_type_ids,
+                     inputs_embeds=inputs_embeds)
     return _loss_forward(out, config, labels, targets, reduction, ignore_index)[0]
 
 
 def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
-                   attention_mask=None, inputs_embeds=None, reduction: str = "mean",
-                   ignore_index: int = ops.IGNORE_INDEX):
+                   attention_mask=None, token_type_ids=None, inputs_embeds=None,
+                   reduction: str = "mean", ignore_index: int = ops.IGNORE_INDEX):
     """One forward + backward of ``loss``.  Returns (loss, grads, d_embeddings)."""
-    out, cache = forward(params, config, input_ids, attention_mask, inputs_embeds=inputs_embeds)
+    out, cache = forward(params, config, input_ids, attention_mask, token_type_ids=token_type_ids,
+                         inputs_embeds=inputs_embeds)
     value, c_loss = _loss_forward(out, config, labels, targets, reduction, ignore_index)
     grads, d_embeddings = _backward(_loss_backward(config, cache.dtype, c_loss), cache)
     return value, grads, d_embeddings
@@ -280,8 +403,10 @@ def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
     the [B, T, V] tensor in MLM training -- need not exist (original BERT gathers the masked
     positions the same way).  Returns (loss, grads).
     """
-    if config.head != "mlm":
-        raise ValueError(f"config.head: expected 'mlm', got {config.head!r}")
+    if config.head != "mlm" or config.mlm_style != "linear" or config.type_vocab_size:
+        raise ValueError(f"config: expected head 'mlm' with mlm_style 'linear' and no token "
+                         f"types, got head={config.head!r}, mlm_style={config.mlm_style!r}, "
+                         f"type_vocab_size={config.type_vocab_size}")
     # names only: forward() checks the encoder's arrays, linear_forward the head's -- checking
     # every value twice would cost a pass over all 4.5M parameters per step
     if not isinstance(params, dict) or set(params) != set(param_shapes(config)):

@@ -31,6 +31,7 @@ only; ``reference.model.forward`` checks params, ids and mask once and then runs
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -57,6 +58,17 @@ __all__ = [
     "relu_backward",
     "tanh_forward",
     "tanh_backward",
+    "gelu_forward",
+    "gelu_backward",
+    "token_type_embedding_forward",
+    "token_type_embedding_backward",
+    "embedding_ln_forward",
+    "embedding_ln_backward",
+    "mlm_head_forward",
+    "mlm_head_backward",
+    "classifier_forward",
+    "classifier_backward",
+    "ACTIVATIONS",
     "split_heads",
     "merge_heads",
     "attention_forward",
@@ -207,6 +219,95 @@ def sinusoidal_position_forward(x):
 def sinusoidal_position_backward(dout, cache):
     as_float_array("dout", dout, shape=cache.x_shape, dtype=cache.dtype)
     return _sinusoidal_position_backward(dout, cache)
+
+
+# ----------------------------------------------------------- BERT embeddings (token types, LN)
+class TokenTypeCache(NamedTuple):
+    type_ids: np.ndarray  # [B, T]
+    W_shape: tuple  # (n_types, H)
+    dtype: np.dtype
+
+
+@implements("token_type.forward")
+def _token_type_embedding_forward(x, type_ids, W_type):
+    """Add segment embeddings: ``x[b, t] + W_type[type_ids[b, t]]``."""
+    return x + W_type[type_ids], TokenTypeCache(type_ids, W_type.shape, x.dtype)
+
+
+@implements("token_type.backward")
+def _token_type_embedding_backward(dout, cache):
+    """dx = dout; dW_type[s] = sum of dout over every position of segment s (a scatter-add:
+    every row of a sentence shares its segment id)."""
+    dW_type = np.zeros(cache.W_shape, dtype=cache.dtype)  # [n_types, H]
+    np.add.at(dW_type, cache.type_ids.reshape(-1), dout.reshape(-1, cache.W_shape[1]))
+    return dout, dW_type
+
+
+def token_type_embedding_forward(x, type_ids, W_type):
+    """x [B, T, H], type_ids [B, T] int in [0, n_types), W_type [n_types, H] -> [B, T, H]."""
+    as_float_array("x", x, ndim=3)
+    as_float_array("W_type", W_type, shape=(None, x.shape[2]), dtype=x.dtype)
+    as_index_array("type_ids", type_ids, shape=x.shape[:2], low=0, high=W_type.shape[0])
+    return _token_type_embedding_forward(x, type_ids, W_type)
+
+
+def token_type_embedding_backward(dout, cache):
+    as_float_array("dout", dout, shape=cache.type_ids.shape + (cache.W_shape[1],),
+                   dtype=cache.dtype)
+    return _token_type_embedding_backward(dout, cache)
+
+
+class EmbeddingLNCache(NamedTuple):
+    token: EmbeddingCache
+    position: PositionEmbeddingCache
+    token_type: TokenTypeCache
+    ln: LayerNormCache
+
+
+@implements("embedding_ln.forward")
+def _embedding_ln_forward(ids, type_ids, W_word, W_pos, W_type, gamma, beta, eps=1e-12):
+    """BERT's embedding layer: LN(W_word[ids] + W_pos[:T] + W_type[type_ids])."""
+    e, c_tok = _embedding_forward(ids, W_word)  # [B, T, H]
+    e, c_pos = _position_embedding_forward(e, W_pos)
+    e, c_type = _token_type_embedding_forward(e, type_ids, W_type)
+    y, c_ln = _layernorm_forward(e, gamma, beta, eps)
+    return y, EmbeddingLNCache(c_tok, c_pos, c_type, c_ln)
+
+
+@implements("embedding_ln.backward")
+def _embedding_ln_backward(dy, cache):
+    """Returns (dW_word, dW_pos, dW_type, dgamma, dbeta): the LayerNorm's input gradient
+    reaches all three tables, each by its own scatter."""
+    de, dgamma, dbeta = _layernorm_backward(dy, cache.ln)  # d(sum of the three) [B, T, H]
+    de, dW_type = _token_type_embedding_backward(de, cache.token_type)
+    de, dW_pos = _position_embedding_backward(de, cache.position)
+    (dW_word,) = _embedding_backward(de, cache.token)
+    return dW_word, dW_pos, dW_type, dgamma, dbeta
+
+
+def _check_embedding_ln(ids, type_ids, W_word, W_pos, W_type, gamma, beta, eps):
+    as_float_array("W_word", W_word, ndim=2)
+    H, dtype = W_word.shape[1], W_word.dtype
+    as_index_array("ids", ids, ndim=2, low=0, high=W_word.shape[0])
+    as_float_array("W_pos", W_pos, shape=(None, H), dtype=dtype)
+    if ids.shape[1] > W_pos.shape[0]:
+        raise ValueError(f"ids: sequence length {ids.shape[1]} exceeds the {W_pos.shape[0]} "
+                         "positions of W_pos")
+    as_float_array("W_type", W_type, shape=(None, H), dtype=dtype)
+    as_index_array("type_ids", type_ids, shape=ids.shape, low=0, high=W_type.shape[0])
+    _check_layernorm_params(H, dtype, gamma, beta, eps)
+
+
+def embedding_ln_forward(ids, type_ids, W_word, W_pos, W_type, gamma, beta, eps=1e-12):
+    """ids, type_ids [B, T] int; W_word [V, H], W_pos [T_max, H], W_type [n_types, H],
+    gamma, beta [H] -> LN(token + position + token type) [B, T, H]."""
+    _check_embedding_ln(ids, type_ids, W_word, W_pos, W_type, gamma, beta, eps)
+    return _embedding_ln_forward(ids, type_ids, W_word, W_pos, W_type, gamma, beta, eps)
+
+
+def embedding_ln_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.ln.x_hat.shape, dtype=cache.ln.x_hat.dtype)
+    return _embedding_ln_backward(dy, cache)
 
 
 # --------------------------------------------------------------------------- linear
@@ -445,6 +546,126 @@ def tanh_backward(dy, cache):
     return _tanh_backward(dy, cache)
 
 
+# --------------------------------------------------------------------------- GELU
+# "gelu": the exact form x Phi(x) with the normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 (BERT,
+# Hugging Face hidden_act="gelu"); "gelu_tanh": the tanh approximation (hidden_act="gelu_new",
+# torch's approximate="tanh").
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TANH_C = math.sqrt(2.0 / math.pi)
+_TANH_K = 0.044715
+
+# NumPy has no erf.  erf is tabulated with the standard library's math.erf on a grid of step
+# 1/64 over [0, 6] together with its derivatives, erf^(n)(x) = (-1)^(n-1) (2 / sqrt(pi))
+# H_(n-1)(x) exp(-x^2) (H the physicists' Hermite polynomials), and evaluated as the degree-8
+# Taylor polynomial about the nearest grid point (|d| <= 1/128: the truncation term is < 1e-20).
+# Beyond 6, erf(x) = 1 in float64 (erfc(6) = 2e-17 < half an ulp of 1).  Measured against
+# math.erf over [-7, 7]: at most 2 ulps (tests/test_gelu_erf.py), 7x faster than math.erf
+# element by element.
+_ERF_STEPS, _ERF_XMAX, _ERF_ORDER = 64, 6.0, 8
+_ERF_N = int(_ERF_XMAX * _ERF_STEPS)
+
+
+def _erf_taylor_table() -> np.ndarray:
+    """[order + 1, grid points]: row n holds erf^(n)(x0) / n! at x0 = j / 64."""
+    table = np.empty((_ERF_ORDER + 1, _ERF_N + 1))
+    for j in range(_ERF_N + 1):
+        x = j / _ERF_STEPS
+        table[0, j] = math.erf(x)
+        g = 2.0 / math.sqrt(math.pi) * math.exp(-x * x)
+        h_prev, h, fact = 0.0, 1.0, 1.0  # H_(n-2), H_(n-1), n!
+        for n in range(1, _ERF_ORDER + 1):
+            fact *= n
+            table[n, j] = (-1) ** (n - 1) * g * h / fact
+            h_prev, h = h, 2 * x * h - 2 * (n - 1) * h_prev
+    return table
+
+
+_ERF_TABLE = _erf_taylor_table()
+
+
+def erf(x) -> np.ndarray:
+    """The error function element by element, float64 (within 2 ulps of math.erf)."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.minimum(np.abs(x), _ERF_XMAX)  # no overflow for huge |x|: erf = +-1 there
+    idx = np.rint(a * _ERF_STEPS).astype(np.intp)
+    d = a - idx * (1.0 / _ERF_STEPS)
+    y = _ERF_TABLE[_ERF_ORDER][idx]
+    for n in range(_ERF_ORDER - 1, -1, -1):  # Horner in d
+        y = y * d + _ERF_TABLE[n][idx]
+    return np.copysign(np.where(a >= _ERF_XMAX, 1.0, y), x)
+
+
+class GeluCache(NamedTuple):
+    x: np.ndarray  # the input [...]
+    cdf: np.ndarray  # Phi(x) ("gelu") or tanh(u) ("gelu_tanh"), x's dtype
+    approximate: str  # "none" (erf) or "tanh"
+
+
+@implements("gelu.forward.erf", "gelu.forward.tanh")
+def _gelu_forward(x, approximate: str = "none"):
+    """"none": x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2;
+    "tanh": x (1 + tanh(u)) / 2 with u = sqrt(2 / pi) (x + 0.044715 x^3)."""
+    if approximate == "none":
+        x64 = x.astype(np.float64, copy=False)
+        cdf = (0.5 * (1.0 + erf(x64 * _SQRT_HALF))).astype(x.dtype)  # Phi(x)
+        return x * cdf, GeluCache(x, cdf, approximate)
+    c, k = x.dtype.type(_TANH_C), x.dtype.type(_TANH_K)
+    t = np.tanh(c * (x + k * x * x * x))  # tanh(u)
+    return x.dtype.type(0.5) * x * (1 + t), GeluCache(x, t, approximate)
+
+
+@implements("gelu.backward.erf", "gelu.backward.tanh")
+def _gelu_backward(dy, cache):
+    """"none": dx = dy (Phi(x) + x phi(x)), phi the standard normal density;
+    "tanh": dx = dy ((1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) / 2)."""
+    x = cache.x
+    if cache.approximate == "none":
+        pdf = (_INV_SQRT_2PI * np.exp(-0.5 * x.astype(np.float64) ** 2)).astype(x.dtype)
+        return (dy * (cache.cdf + x * pdf),)
+    t = cache.cdf
+    c, k = x.dtype.type(_TANH_C), x.dtype.type(_TANH_K)
+    half = x.dtype.type(0.5)
+    du = c * (1 + 3 * k * x * x)
+    return (dy * (half * (1 + t) + half * x * (1 - t * t) * du),)
+
+
+def _check_approximate(approximate) -> None:
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+
+
+def gelu_forward(x, approximate: str = "none"):
+    """x [...] -> GELU(x); ``approximate`` "none" (erf, exact) or "tanh"."""
+    as_float_array("x", x)
+    _check_approximate(approximate)
+    return _gelu_forward(x, approximate)
+
+
+def gelu_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.x.shape, dtype=cache.x.dtype)
+    return _gelu_backward(dy, cache)
+
+
+def _activation_forward(x, activation: str):
+    """The FFN / MLM-transform nonlinearity by config name: relu, gelu (erf), gelu_tanh."""
+    if activation == "relu":
+        return _relu_forward(x)
+    return _gelu_forward(x, "tanh" if activation == "gelu_tanh" else "none")
+
+
+def _activation_backward(dy, cache):
+    if isinstance(cache, ReluCache):
+        return _relu_backward(dy, cache)
+    return _gelu_backward(dy, cache)
+
+
+def _check_activation(activation) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
+
+
 # --------------------------------------------------------------------------- attention
 @implements("attention.split_heads")
 def _split_heads(x, n_heads: int):
@@ -582,15 +803,15 @@ FFN_PARAMS = ("W_1", "b_1", "W_2", "b_2")
 
 class FFNCache(NamedTuple):
     lin_1: LinearCache  # h = x W_1 + b_1
-    relu: ReluCache  # a = ReLU(h)
+    relu: ReluCache | GeluCache  # a = act(h): ReLU (the documents) or GELU (BERT)
     lin_2: LinearCache  # y = a W_2 + b_2
 
 
 @implements("ffn.forward")
-def _ffn_forward(x, W_1, b_1, W_2, b_2):
-    """FFN(x) = ReLU(x W_1 + b_1) W_2 + b_2."""
+def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU."""
     h, c_1 = _linear_forward(x, W_1, b_1)  # [..., I]
-    a, c_relu = _relu_forward(h)  # [..., I]
+    a, c_relu = _activation_forward(h, activation)  # [..., I]
     y, c_2 = _linear_forward(a, W_2, b_2)  # [..., H]
     return y, FFNCache(lin_1=c_1, relu=c_relu, lin_2=c_2)
 
@@ -599,7 +820,7 @@ def _ffn_forward(x, W_1, b_1, W_2, b_2):
 def _ffn_backward(dy, cache):
     """Returns (dx, dW_1, db_1, dW_2, db_2)."""
     da, dW_2, db_2 = _linear_backward(dy, cache.lin_2)  # [..., I]
-    (dh,) = _relu_backward(da, cache.relu)
+    (dh,) = _activation_backward(da, cache.relu)
     dx, dW_1, db_1 = _linear_backward(dh, cache.lin_1)  # [..., H]
     return dx, dW_1, db_1, dW_2, db_2
 
@@ -612,11 +833,13 @@ def _check_ffn_params(H: int, dtype, W_1, b_1, W_2, b_2) -> None:
     as_float_array("b_2", b_2, shape=(H,), dtype=dtype)
 
 
-def ffn_forward(x, W_1, b_1, W_2, b_2):
-    """x [..., H], W_1 [H, I], b_1 [I], W_2 [I, H], b_2 [H] -> [..., H]."""
+def ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
+    """x [..., H], W_1 [H, I], b_1 [I], W_2 [I, H], b_2 [H] -> [..., H]; ``activation`` relu,
+    gelu or gelu_tanh."""
     as_float_array("x", x, min_ndim=1)
     _check_ffn_params(x.shape[-1], x.dtype, W_1, b_1, W_2, b_2)
-    return _ffn_forward(x, W_1, b_1, W_2, b_2)
+    _check_activation(activation)
+    return _ffn_forward(x, W_1, b_1, W_2, b_2, activation)
 
 
 def ffn_backward(dy, cache):
@@ -642,7 +865,8 @@ class BlockCache(NamedTuple):
 
 
 @implements("block.postln", "residual.forward")
-def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12):
+def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
+                   activation: str = "relu"):
     """Post-LN encoder block (Mini-BERT derivation §2.5, BERT):
 
     h = LN1(x + MHA(x));  out = LN2(h + FFN(h)).
@@ -651,7 +875,7 @@ def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12):
     attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]  # None for absent biases
     a, c_attn = _attention_forward(x, *attn_args, n_heads=n_heads, mask=mask)  # [B, T, H]
     h, c_ln1 = _layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)
-    f, c_ffn = _ffn_forward(h, *(p[f"ffn.{n}"] for n in FFN_PARAMS))
+    f, c_ffn = _ffn_forward(h, *(p[f"ffn.{n}"] for n in FFN_PARAMS), activation)
     out, c_ln2 = _layernorm_forward(h + f, p["ln2.gamma"], p["ln2.beta"], eps)
     return out, BlockCache(attn=c_attn, ln1=c_ln1, ffn=c_ffn, ln2=c_ln2, names=tuple(sorted(p)))
 
@@ -691,10 +915,13 @@ def _check_block(x, p, n_heads, mask, eps):
     return mask
 
 
-def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12):
-    """x [B, T, H], ``p`` a dict with the keys of ``block_param_names`` -> [B, T, H]."""
+def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
+                  activation: str = "relu"):
+    """x [B, T, H], ``p`` a dict with the keys of ``block_param_names`` -> [B, T, H]; the
+    FFN's ``activation`` relu (default), gelu or gelu_tanh."""
     mask = _check_block(x, p, n_heads, mask, eps)
-    return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps)
+    _check_activation(activation)
+    return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, activation=activation)
 
 
 def block_backward(dout, cache):
@@ -739,6 +966,101 @@ def pooler_backward(dy, cache):
     y = cache.tanh.y
     as_float_array("dy", dy, shape=y.shape, dtype=y.dtype)
     return _pooler_backward(dy, cache)
+
+
+# ------------------------------------------------------------- BERT MLM head, classifier
+class MLMHeadCache(NamedTuple):
+    transform: LinearCache  # z = h W_t + b_t
+    act: ReluCache | GeluCache  # a = act(z)
+    ln: LayerNormCache  # n = LN(a)
+    n: np.ndarray  # [..., H]
+    W_word: np.ndarray  # the tied decoder weight [V, H]
+
+
+@implements("mlm_head.forward")
+def _mlm_head_forward(h, W_t, b_t, gamma, beta, W_word, b_dec, *, eps=1e-12,
+                      activation="gelu"):
+    """BERT's MLM head: logits = LN(act(h W_t + b_t)) W_word^T + b_dec, the decoder tied to the
+    word embeddings W_word [V, H]."""
+    z, c_t = _linear_forward(h, W_t, b_t)  # [..., H]
+    a, c_act = _activation_forward(z, activation)
+    n, c_ln = _layernorm_forward(a, gamma, beta, eps)
+    logits = n @ W_word.T + b_dec  # [..., V]
+    return logits, MLMHeadCache(c_t, c_act, c_ln, n, W_word)
+
+
+@implements("mlm_head.backward", "mlm_head.decoder")
+def _mlm_head_backward(dlogits, cache):
+    """Returns (dh, dW_t, db_t, dgamma, dbeta, dW_word, db_dec).  dW_word = dlogits^T n is the
+    decoder's share only: the model adds the embedding lookup's share (one tied tensor)."""
+    V = cache.W_word.shape[0]
+    dn = dlogits @ cache.W_word  # [..., H]
+    dW_word = dlogits.reshape(-1, V).T @ cache.n.reshape(-1, cache.n.shape[-1])  # [V, H]
+    db_dec = _sum_to_last(dlogits)  # [V]
+    da, dgamma, dbeta = _layernorm_backward(dn, cache.ln)
+    (dz,) = _activation_backward(da, cache.act)
+    dh, dW_t, db_t = _linear_backward(dz, cache.transform)
+    return dh, dW_t, db_t, dgamma, dbeta, dW_word, db_dec
+
+
+def mlm_head_forward(h, W_t, b_t, gamma, beta, W_word, b_dec, *, eps=1e-12,
+                     activation="gelu"):
+    """h [..., H], W_t [H, H], b_t [H], gamma, beta [H], W_word [V, H], b_dec [V] ->
+    logits [..., V]."""
+    as_float_array("h", h, min_ndim=1)
+    H, dtype = h.shape[-1], h.dtype
+    as_float_array("W_t", W_t, shape=(H, H), dtype=dtype)
+    as_float_array("b_t", b_t, shape=(H,), dtype=dtype)
+    _check_layernorm_params(H, dtype, gamma, beta, eps)
+    as_float_array("W_word", W_word, shape=(None, H), dtype=dtype)
+    as_float_array("b_dec", b_dec, shape=(W_word.shape[0],), dtype=dtype)
+    _check_activation(activation)
+    return _mlm_head_forward(h, W_t, b_t, gamma, beta, W_word, b_dec, eps=eps,
+                             activation=activation)
+
+
+def mlm_head_backward(dlogits, cache):
+    n = cache.n
+    as_float_array("dlogits", dlogits, shape=n.shape[:-1] + (cache.W_word.shape[0],),
+                   dtype=n.dtype)
+    return _mlm_head_backward(dlogits, cache)
+
+
+class ClassifierCache(NamedTuple):
+    pooler: PoolerCache
+    lin: LinearCache  # logits = pooled W_c + b_c
+
+
+@implements("classifier.forward")
+def _classifier_forward(h, W_p, b_p, W_c, b_c):
+    """Sequence classifier on the pooler (BERT-base blog): tanh(h[:, 0] W_p + b_p) W_c + b_c."""
+    pooled, c_pool = _pooler_forward(h, W_p, b_p)  # [B, H]
+    logits, c_lin = _linear_forward(pooled, W_c, b_c)  # [B, C]
+    return logits, ClassifierCache(c_pool, c_lin)
+
+
+@implements("classifier.backward")
+def _classifier_backward(dlogits, cache):
+    """Returns (dh, dW_p, db_p, dW_c, db_c)."""
+    dpooled, dW_c, db_c = _linear_backward(dlogits, cache.lin)
+    dh, dW_p, db_p = _pooler_backward(dpooled, cache.pooler)
+    return dh, dW_p, db_p, dW_c, db_c
+
+
+def classifier_forward(h, W_p, b_p, W_c, b_c):
+    """h [B, T, H], W_p [H, H], b_p [H], W_c [H, C], b_c [C] -> logits [B, C]."""
+    as_float_array("h", h, ndim=3)
+    _check_linear(h[:, 0], W_p, b_p)
+    as_float_array("W_c", W_c, shape=(h.shape[2], None), dtype=h.dtype)
+    as_float_array("b_c", b_c, shape=(W_c.shape[1],), dtype=h.dtype)
+    return _classifier_forward(h, W_p, b_p, W_c, b_c)
+
+
+def classifier_backward(dlogits, cache):
+    pooled = cache.lin.x
+    as_float_array("dlogits", dlogits, shape=(pooled.shape[0], cache.lin.W.shape[1]),
+                   dtype=pooled.dtype)
+    return _classifier_backward(dlogits, cache)
 
 
 # --------------------------------------------------------------------------- losses

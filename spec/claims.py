@@ -874,6 +874,66 @@ def _blog_attention(ctx):
                   "confirmed" if ok else "refuted", "attention_forward at T=512, H=768, A=12")
 
 
+# ---- real BERT (issue 12): the blog's system as Hugging Face builds it
+# transformers' own count, BertModel(BertConfig()).num_parameters() (pooler included); spec never
+# imports torch, so tests/test_oracle_bert.py asserts that transformers gives this number too
+TRANSFORMERS_BERT_BASE_PARAMS = 109_482_240
+
+
+@claim("bert_base.params", "BERT-base at the blog's sizes (12 layers, H=768, 12 heads, I=3072, "
+       "512 positions) with the slides' V=30,522 and 2 token types has as many parameters as "
+       "transformers' BertModel", f"{BLOG} (initialize); {SLIDES} (tokens)",
+       _fmt(TRANSFORMERS_BERT_BASE_PARAMS), "confirmed")
+def _bert_base_params(ctx):
+    from reference.config import bert_base
+
+    shapes = ctx.impl.param_shapes(bert_base())
+    total = sum(int(np.prod(s)) for s in shapes.values())
+    emb = sum(int(np.prod(s)) for k, s in shapes.items() if k.startswith("embeddings."))
+    layer = sum(int(np.prod(s)) for k, s in shapes.items() if k.startswith("layers.0."))
+    pool = sum(int(np.prod(s)) for k, s in shapes.items() if k.startswith("pooler."))
+    return Result(_fmt(total), "confirmed" if total == TRANSFORMERS_BERT_BASE_PARAMS
+                  else "refuted", f"embeddings {_fmt(emb)} + 12 x {_fmt(layer)} per layer + "
+                  f"pooler {_fmt(pool)} (param_shapes of the bert_base preset; transformers' "
+                  "count checked by tests/test_oracle_bert.py)")
+
+
+def _blog_literal_differences(ctx) -> dict[str, float]:
+    """max |h_variant - h_BERT| / max |h_BERT| of the last hidden states on the same random
+    BERT weights (bert_tiny's architecture, 4 layers, H=32, float64, B=2, T=12)."""
+    from reference.config import bert_tiny
+    from spec.gradcheck import random_params
+
+    config = bert_tiny(n_layers=4, hidden=32, n_heads=4, intermediate=64, head="none")
+    params = random_params(ctx.impl, config, seed=11)
+    rng = np.random.default_rng(12)
+    ids = rng.integers(0, config.vocab_size, size=(2, 12))
+    mask = np.ones((2, 12), dtype=np.int64)
+    ref, _ = ctx.impl.forward(params, config, ids, mask)
+    no_wo = dict(params)
+    for i in range(config.n_layers):
+        no_wo[f"layers.{i}.attn.W_o"] = np.eye(config.hidden)
+        no_wo[f"layers.{i}.attn.b_o"] = np.zeros(config.hidden)
+    variants = {
+        "ReLU only": ctx.impl.forward(params, config.replace(activation="relu"), ids, mask)[0],
+        "no W^O only": ctx.impl.forward(no_wo, config, ids, mask)[0],
+        "all three (the blog as written)": ctx.impl.forward(
+            params, config.replace(blog_literal=True), ids, mask)[0]}
+    scale = float(np.abs(ref).max())
+    return {k: float(np.abs(v - ref).max()) / scale for k, v in variants.items()}
+
+
+@claim("blog.forward_literal", "The blog's forward algorithm (heads concatenated without an "
+       "output projection, ReLU, both residuals adding the embeddings X in every layer) computes "
+       "BERT-base", f"{BLOG} (forward algorithm)", "BERT-base's hidden states", "refuted")
+def _blog_literal(ctx):
+    diffs = _blog_literal_differences(ctx)
+    worst = diffs["all three (the blog as written)"]
+    return Result(f"relative difference {worst:.2f}", "refuted" if worst > 1e-3 else "confirmed",
+                  "max |h_blog - h_BERT| / max |h_BERT| of the last hidden states, same weights: "
+                  + "; ".join(f"{k} {v:.3f}" for k, v in diffs.items()))
+
+
 def _root_dir() -> Path:
     return Path(__file__).resolve().parent.parent
 

@@ -222,16 +222,24 @@ def _check_block(impl, F, rng):
 
 
 def _tiny_configs():
-    from reference.config import mini_bert, seed001  # config only: no implementation code
+    from reference.config import bert_tiny, mini_bert, seed001  # config only: no code
 
     dims = dict(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=13)
-    return {"mini_bert": mini_bert(**dims), "seed001": seed001(**dims)}
+    return {"mini_bert": mini_bert(**dims), "seed001": seed001(**dims),
+            "bert_tiny": bert_tiny(**dims),
+            "bert_classifier": bert_tiny(**dims, head="classifier", num_labels=3,
+                                         activation="gelu_tanh")}
 
 
 def _batch_kwargs(config, batch):
     kw = dict(attention_mask=batch["attention_mask"])
-    key = "labels" if config.head == "mlm" else "targets"
-    kw[key] = batch[key]
+    if config.head == "classifier":
+        kw["labels"] = batch["class_labels"]
+    else:
+        key = "labels" if config.head == "mlm" else "targets"
+        kw[key] = batch[key]
+    if "token_type_ids" in batch:
+        kw["token_type_ids"] = batch["token_type_ids"]
     return kw
 
 

@@ -207,8 +207,14 @@ def random_batch(config, B: int, T: int, seed: int = 0, *, ignore_index: int = -
     predicted[np.arange(B), rng.integers(0, lengths)] = True
     labels = np.where(predicted, rng.integers(0, config.vocab_size, size=(B, T)), ignore_index)
     targets = rng.standard_normal((B, T, config.hidden))
-    return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
-                targets=targets)
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                 targets=targets)
+    if getattr(config, "type_vocab_size", 0):  # sentence pairs: segment 1 from mid-sequence
+        batch["token_type_ids"] = ((np.arange(T)[None, :] >= lengths[:, None] // 2)
+                                   .astype(np.int64) % config.type_vocab_size)
+    if getattr(config, "head", "") == "classifier":
+        batch["class_labels"] = rng.integers(0, config.num_labels, size=B)
+    return batch
 
 
 def uneven_mlm_batch(config, B: int = 5, T: int = 6, seed: int = 0, *,
@@ -245,19 +251,22 @@ def model_gradcheck(impl, config, *, B: int = 2, T: int = 8, seed: int = 0, n_di
     kw = dict(attention_mask=batch["attention_mask"], reduction=reduction)
     if config.head == "mlm":
         kw["labels"] = batch["labels"]
+    elif config.head == "classifier":
+        kw["labels"] = batch["class_labels"]
     else:
         kw["targets"] = batch["targets"]
-    _, grads, d_emb = impl.loss_and_grads(params, config, batch["input_ids"], **kw)
+    types = {"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}
+    _, grads, d_emb = impl.loss_and_grads(params, config, batch["input_ids"], **kw, **types)
     # FD needs the loss alone: a forward-only path halves the cost of every evaluation
     rng = np.random.default_rng(seed + 3)
     op = f"model[{config.n_layers}L H{config.hidden} A{config.n_heads}]"
 
     def loss(**p):
-        return impl.loss(p, config, batch["input_ids"], **kw)
+        return impl.loss(p, config, batch["input_ids"], **kw, **types)
 
     results = check_gradients(loss, params, grads, rng=rng, n_dirs=n_dirs, op=op)
     # the input embeddings: feed x directly, bypassing the tables
-    x = impl.embed(params, config, batch["input_ids"])
+    x = impl.embed(params, config, batch["input_ids"], **types)
 
     def loss_x(x):
         return impl.loss(params, config, inputs_embeds=x, **kw)

@@ -414,6 +414,62 @@ def pooler_gradient_only_at_cls(impl, h, W, b, dout) -> list[Finding]:
     return [holds("pooler", "only the first ([CLS]) token gets a gradient", dh[:, 1:] == 0)]
 
 
+# --------------------------------------------------------------------------- BERT ops
+def gelu_identities(impl, x, approximate: str, dout) -> list[Finding]:
+    """GELU(x) - GELU(-x) = x (Phi(x) + Phi(-x) = 1, and likewise tanh's odd symmetry); the
+    backward is linear in dout and its derivative at 0 is 1/2."""
+    op = "gelu"
+    y, _ = impl.gelu_forward(x, approximate)
+    y_neg, _ = impl.gelu_forward(-x, approximate)
+    _, cache = impl.gelu_forward(x, approximate)
+    (dx,) = impl.gelu_backward(dout, cache)
+    (dx1,) = impl.gelu_backward(np.ones_like(x), cache)
+    _, c0 = impl.gelu_forward(np.zeros(3), approximate)
+    (d0,) = impl.gelu_backward(np.ones(3), c0)
+    return [close(op, "GELU(x) - GELU(-x) = x", y - y_neg, x),
+            close(op, "backward is dout times the derivative", dx, dout * dx1, _mag(dout)),
+            close(op, "derivative at 0 is 1/2", d0, np.full(3, 0.5))]
+
+
+def token_type_identities(impl, x, type_ids, W_type, dout) -> list[Finding]:
+    """dx = dout; dW_type[s] sums dout over the positions of segment s; unused segments 0."""
+    op = "token_type"
+    out, cache = impl.token_type_embedding_forward(x, type_ids, W_type)
+    dx, dW = impl.token_type_embedding_backward(dout, cache)
+    expected = np.zeros(W_type.shape)
+    np.add.at(expected, np.asarray(type_ids), dout)
+    unused = np.setdiff1d(np.arange(W_type.shape[0]), type_ids)
+    return [close(op, "adds W_type[type_ids]", out - x, W_type[type_ids], _mag(x)),
+            close(op, "dx equals dout", dx, dout),
+            close(op, "dW_type sums dout per segment", dW, expected, _mag(dout)),
+            holds(op, "unused segments get exactly 0", dW[unused] == 0)]
+
+
+def embedding_ln_identities(impl, inputs: dict, ids, type_ids, dy) -> list[Finding]:
+    """Every position feeds one row of each table, so the three table gradients have the same
+    column sums (the total of dE); each table's rows of unused ids get exactly 0."""
+    op = "embedding_ln"
+    names = ("W_word", "W_pos", "W_type", "gamma", "beta")
+    _, cache = impl.embedding_ln_forward(ids, type_ids, *(inputs[n] for n in names))
+    dW, dP, dWt, _, _ = impl.embedding_ln_backward(dy, cache)
+    T = ids.shape[1]
+    scale = _mag(dW, dP, dWt)
+    return [close(op, "dW_pos and dW_word have the same column sums", dP.sum(0), dW.sum(0),
+                  scale),
+            close(op, "dW_type and dW_word have the same column sums", dWt.sum(0), dW.sum(0),
+                  scale),
+            holds(op, "positions beyond T get exactly 0", dP[T:] == 0),
+            holds(op, "unused word ids get exactly 0",
+                  dW[np.setdiff1d(np.arange(dW.shape[0]), ids)] == 0)]
+
+
+def classifier_gradient_only_at_cls(impl, inputs: dict, dout) -> list[Finding]:
+    """Only h[:, 0] enters the pooler under the classifier: dh is exactly 0 elsewhere."""
+    _, cache = impl.classifier_forward(*inputs.values())
+    dh = impl.classifier_backward(dout, cache)[0]
+    return [holds("classifier", "only the first ([CLS]) token gets a gradient", dh[:, 1:] == 0)]
+
+
 # --------------------------------------------------------------------------- losses
 def cross_entropy_identities(impl, logits, labels, dloss: float) -> list[Finding]:
     """loss >= 0; sum = n * mean and d sum = n * d mean (n predicted positions); ignored
@@ -461,7 +517,9 @@ def model_gradient_bookkeeping(impl, params: dict, config, ids, kw: dict) -> lis
     value, grads, _ = impl.loss_and_grads(params, config, ids, **kw)
     bad = [k for k in params if k in grads and (np.shape(grads[k]) != params[k].shape
                                                 or grads[k].dtype != params[k].dtype)]
-    emb = impl.embed(params, config, ids)
+    types = {k: v for k, v in kw.items() if k == "token_type_ids"}
+    kw_emb = {k: v for k, v in kw.items() if k != "token_type_ids"}  # in the embeddings
+    emb = impl.embed(params, config, ids, **types)
     return [holds(op, "gradient keys are the parameter keys", list(grads) == list(params),
                   f"missing {sorted(set(params) - set(grads))}, extra "
                   f"{sorted(set(grads) - set(params))}"),
@@ -470,7 +528,7 @@ def model_gradient_bookkeeping(impl, params: dict, config, ids, kw: dict) -> lis
             close(op, "loss_and_grads agrees with loss", value,
                   impl.loss(params, config, ids, **kw)),
             close(op, "inputs_embeds = embed(ids) gives the same loss",
-                  impl.loss(params, config, inputs_embeds=emb, **kw), value)]
+                  impl.loss(params, config, inputs_embeds=emb, **kw_emb), value)]
 
 
 # --------------------------------------------------------------------------- optimizer
@@ -689,6 +747,33 @@ def _pooler(impl, ex: Example, rng) -> list[Finding]:
     h, W, b = ex.inputs["h"], ex.inputs["W"], ex.inputs["b"]
     return pooler_gradient_only_at_cls(impl, h, W, b, rng.standard_normal((h.shape[0],)
                                                                          + W.shape[1:]))
+
+
+@invariant("gelu")
+def _gelu(impl, ex: Example, rng) -> list[Finding]:
+    x = ex.inputs["x"]
+    return (gelu_identities(impl, x, ex.fixed["approximate"], rng.standard_normal(x.shape))
+            + _dtype_kept(impl, "gelu", ex))
+
+
+@invariant("token_type")
+def _token_type(impl, ex: Example, rng) -> list[Finding]:
+    x = ex.inputs["x"]
+    return token_type_identities(impl, x, ex.fixed["type_ids"], ex.inputs["W_type"],
+                                 rng.standard_normal(x.shape))
+
+
+@invariant("embedding_ln")
+def _embedding_ln(impl, ex: Example, rng) -> list[Finding]:
+    ids = ex.fixed["ids"]
+    dy = rng.standard_normal(ids.shape + ex.inputs["W_word"].shape[1:])
+    return embedding_ln_identities(impl, ex.inputs, ids, ex.fixed["type_ids"], dy)
+
+
+@invariant("classifier")
+def _classifier(impl, ex: Example, rng) -> list[Finding]:
+    B, C = ex.inputs["h"].shape[0], ex.inputs["W_c"].shape[1]
+    return classifier_gradient_only_at_cls(impl, ex.inputs, rng.standard_normal((B, C)))
 
 
 @invariant("cross_entropy")

@@ -334,6 +334,37 @@ mutant("sinusoidal_concatenated", "position.sinusoidal",
        ("pe[:, 0::2] = np.sin(angle)", "pe[:, :angle.shape[1]] = np.sin(angle)"),
        ("pe[:, 1::2] = np.cos", "pe[:, angle.shape[1]:] = np.cos"))
 
+
+# ===================================================================== BERT ops
+mutant("gelu_derivative_missing_x_pdf", "gelu.backward.erf",
+       "GELU derivative taken as Phi(x) alone: the x phi(x) term of the product rule is lost",
+       "ops._gelu_backward", ("(cache.cdf + x * pdf)", "cache.cdf"))
+mutant("gelu_tanh_derivative_missing_cubic", "gelu.backward.tanh",
+       "gelu_tanh derivative drops the factor 3 of d(x^3)/dx inside tanh",
+       "ops._gelu_backward", ("du = c * (1 + 3 * k * x * x)", "du = c * (1 + k * x * x)"))
+mutant("token_type_grad_fancy_index", "token_type.backward",
+       "dW_type[type_ids] += dout: buffered fancy indexing keeps one position per segment",
+       "ops._token_type_embedding_backward",
+       ("np.add.at(dW_type, cache.type_ids.reshape(-1), dout.reshape(-1, cache.W_shape[1]))",
+        "dW_type[cache.type_ids.reshape(-1)] += dout.reshape(-1, cache.W_shape[1])"))
+mutant("embedding_ln_backward_skips_layernorm", "embedding_ln.backward",
+       "embedding LayerNorm backward passes dy to the tables as if the LayerNorm were absent",
+       "ops._embedding_ln_backward",
+       ("de, dgamma, dbeta = _layernorm_backward(dy, cache.ln)",
+        "_, dgamma, dbeta = _layernorm_backward(dy, cache.ln)\n    de = dy"))
+mutant("mlm_decoder_grad_uses_x_hat", "mlm_head.decoder",
+       "decoder weight gradient uses the LayerNorm's x_hat, not its output gamma x_hat + beta",
+       "ops._mlm_head_backward",
+       ("cache.n.reshape(-1, cache.n.shape[-1])", "cache.ln.x_hat.reshape(-1, cache.n.shape[-1])"))
+mutant("tied_decoder_gradient_counted_once", "mlm_head.tied",
+       "tied word embeddings: the decoder's share overwrites the lookup's instead of adding",
+       "model._backward",
+       ('grads["embeddings.token.W"] = grads["embeddings.token.W"] + dW_decoder',
+        'grads["embeddings.token.W"] = dW_decoder'), fast=True)
+mutant("classifier_grad_skips_tanh", "classifier.backward",
+       "classifier backward skips the pooler's tanh derivative",
+       "ops._pooler_backward", ("(dz,) = _tanh_backward(dy, cache.tanh)", "dz = dy"))
+
 # ===================================================================== pooler / losses
 mutant("pooler_grad_to_last_token", "pooler.forward",
        "pooler backward sends the gradient to the last token instead of [CLS]",

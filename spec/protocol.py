@@ -38,6 +38,19 @@ Op pairs (forward arguments -> output; what backward returns)
 * ``softmax_forward(x [...,n], mask=None)`` -> softmax over the last axis, ``mask`` (bool, x's
   shape) keeps True entries; backward ``(dx,)``
 * ``relu_forward(x)``, ``tanh_forward(x)`` -> elementwise; backward ``(dx,)``
+* ``gelu_forward(x, approximate="none"|"tanh")`` -> ``x Phi(x)`` (erf) or its tanh
+  approximation (Hugging Face ``gelu_new``); backward ``(dx,)``
+* ``token_type_embedding_forward(x [B,T,H], type_ids [B,T] int, W_type [n_types,H])`` ->
+  ``x + W_type[type_ids]``; backward ``(dx, dW_type)``
+* ``embedding_ln_forward(ids, type_ids, W_word [V,H], W_pos [T_max,H], W_type [n_types,H],
+  gamma, beta, eps=1e-12)`` -> ``LN(W_word[ids] + W_pos[:T] + W_type[type_ids])``;
+  backward ``(dW_word, dW_pos, dW_type, dgamma, dbeta)``
+* ``mlm_head_forward(h [...,H], W_t [H,H], b_t, gamma, beta, W_word [V,H], b_dec [V], *,
+  eps=1e-12, activation="gelu")`` -> ``LN(act(h W_t + b_t)) W_word^T + b_dec`` (BERT's head,
+  the decoder tied to the word embeddings); backward ``(dh, dW_t, db_t, dgamma, dbeta,
+  dW_word, db_dec)`` with dW_word the decoder's share only
+* ``classifier_forward(h [B,T,H], W_p [H,H], b_p, W_c [H,C], b_c [C])`` ->
+  ``tanh(h[:, 0] W_p + b_p) W_c + b_c`` [B,C]; backward ``(dh, dW_p, db_p, dW_c, db_c)``
 * ``split_heads(x [B,T,H], n_heads)`` -> [B,A,T,d_k]; ``merge_heads`` is its inverse
 * ``attention_forward(x [B,T,H], W_q, W_k, W_v, W_o [H,H], b_q, b_k, b_v, b_o [H] or None, *,
   n_heads, mask=None)`` -> multi-head self-attention [B,T,H], ``mask`` [B,T] marks the keys that
@@ -61,9 +74,14 @@ Model entry points (config is ``reference.config.BertConfig``; params a flat dic
 --------------------------------------------------------------------------------------------------
 * ``param_shapes(config) -> dict[name, shape]``; ``init_params(config, seed, dtype) -> params``
 * ``embed(params, config, input_ids) -> [B,T,H]`` (token + position embeddings)
-* ``forward(params, config, input_ids, attention_mask, *, inputs_embeds=None) -> (out, cache)``
-* ``backward(dout, cache) -> (grads, d_embeddings)``; grads has exactly the keys, shapes and
-  dtypes of params
+* ``forward(params, config, input_ids, attention_mask, *, token_type_ids=None,
+  inputs_embeds=None) -> (out, cache)``; out is the logits, the last hidden states [B,T,H]
+  (head "none"; ``cache.pooled`` holds the pooler's output when ``config.pooler``) or the class
+  logits [B,C] (head "classifier")
+* ``backward(dout, cache, d_pooled=None) -> (grads, d_embeddings)``; grads has exactly the keys,
+  shapes and dtypes of params
+* ``load_pretrained(path, dtype)`` / ``save_pretrained(params, config, path)``: Hugging Face
+  BERT directories (``reference.hf``)
 * ``loss(params, config, input_ids=None, *, labels=None, targets=None, attention_mask=None,
   inputs_embeds=None, reduction="mean")`` and ``loss_and_grads(...) -> (loss, grads,
   d_embeddings)`` with the same arguments
@@ -279,6 +297,43 @@ def _cross_entropy_example(rng):
     return [({"logits": logits}, {"labels": labels, "reduction": r}) for r in ("mean", "sum")]
 
 
+def _gelu_example(rng):
+    x = rng.standard_normal((2, 3, 4)) * 2
+    return [({"x": x}, {"approximate": a}) for a in ("none", "tanh")]
+
+
+def _token_type_example(rng):
+    type_ids = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]])  # repeated segment ids
+    return ({"x": rng.standard_normal((2, 5, 4)), "W_type": rng.standard_normal((3, 4))},
+            {"type_ids": type_ids})  # segment 2 never occurs
+
+
+def _embedding_ln_example(rng):
+    H = 5
+    ids = np.array([[0, 3, 3, 1], [3, 2, 0, 4]])
+    type_ids = np.array([[0, 0, 1, 1], [0, 1, 1, 1]])
+    inputs = {"W_word": rng.standard_normal((6, H)), "W_pos": rng.standard_normal((5, H)),
+              "W_type": rng.standard_normal((2, H)), "gamma": 1 + 0.5 * rng.standard_normal(H),
+              "beta": 0.3 * rng.standard_normal(H)}
+    return inputs, {"ids": ids, "type_ids": type_ids}
+
+
+def _mlm_head_example(rng):
+    H, V = 4, 7
+    inputs = {"h": rng.standard_normal((2, 3, H)), "W_t": rng.standard_normal((H, H)),
+              "b_t": 0.3 * rng.standard_normal(H), "gamma": 1 + 0.5 * rng.standard_normal(H),
+              "beta": 0.3 * rng.standard_normal(H), "W_word": rng.standard_normal((V, H)),
+              "b_dec": 0.3 * rng.standard_normal(V)}
+    return [(inputs, {"activation": a}) for a in ("gelu", "gelu_tanh")]
+
+
+def _classifier_example(rng):
+    H, C = 4, 3
+    return {"h": rng.standard_normal((2, 3, H)), "W_p": rng.standard_normal((H, H)),
+            "b_p": 0.3 * rng.standard_normal(H), "W_c": rng.standard_normal((H, C)),
+            "b_c": 0.3 * rng.standard_normal(C)}
+
+
 _ATTENTION_EQUATIONS = (
     "attention.qkv", "attention.scores", "attention.context", "attention.output",
     "attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
@@ -320,6 +375,18 @@ _TABLE = (
     Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",),
        example=lambda rng: {"h": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 4)),
                             "b": 0.3 * rng.standard_normal(4)}),
+    Op("gelu", _pair("gelu"), ("x",), ("gelu.forward.erf", "gelu.backward.erf",
+                                       "gelu.forward.tanh", "gelu.backward.tanh"),
+       example=_gelu_example),
+    Op("token_type", _pair("token_type_embedding"), ("x", "W_type"),
+       ("token_type.forward", "token_type.backward"), example=_token_type_example),
+    Op("embedding_ln", _pair("embedding_ln"), ("W_word", "W_pos", "W_type", "gamma", "beta"),
+       ("embedding_ln.forward", "embedding_ln.backward"), example=_embedding_ln_example),
+    Op("mlm_head", _pair("mlm_head"), ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec"),
+       ("mlm_head.forward", "mlm_head.backward", "mlm_head.decoder"),
+       example=_mlm_head_example),
+    Op("classifier", _pair("classifier"), ("h", "W_p", "b_p", "W_c", "b_c"),
+       ("classifier.forward", "classifier.backward"), example=_classifier_example),
     Op("cross_entropy", _pair("cross_entropy"), ("logits",),
        ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum"),
        example=_cross_entropy_example),
@@ -327,7 +394,7 @@ _TABLE = (
        example=lambda rng: {"y_hat": rng.standard_normal((2, 3, 4)),
                             "y": rng.standard_normal((2, 3, 4))}),
     Op("model", ("param_shapes", "init_params", "embed", "forward", "backward", "loss",
-                 "loss_and_grads"), module="model"),
+                 "loss_and_grads"), (), ("mlm_head.tied",), module="model"),
     Op("adam", ("adam_init", "adam_step"), (), ("optim.adam", "optim.adamw"), module="optim"),
     Op("schedule", ("warmup_linear_lr",), (), ("schedule.warmup_linear",), module="optim"),
     Op("clip", ("global_grad_norm", "clip_by_global_norm"), (), ("clip.global_norm",),

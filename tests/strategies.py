@@ -476,3 +476,80 @@ def mse_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
     inputs = {"y_hat": draw(arrays(shape)), "y": draw(arrays(shape))}
     return OpCase(inputs, {}, draw(scalar_upstream()), draw(_seed()))
+
+
+# --------------------------------------------------------------------------- BERT ops
+@cases("gelu", "erf", approximate="none", omit=("tanh",))
+@cases("gelu", "tanh", approximate="tanh", omit=("erf",))
+@st.composite
+def gelu_cases(draw, approximate: str) -> OpCase:
+    shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
+    return OpCase({"x": draw(arrays(shape, -4.0, 4.0))}, {"approximate": approximate},
+                  draw(upstream(shape)), draw(_seed()))
+
+
+@cases("token_type")
+@st.composite
+def token_type_cases(draw) -> OpCase:
+    B, T = draw(batch_seq())
+    H, n_types = draw(sizes(1, 4)), draw(sizes(1, 3))
+    type_ids = draw(token_ids((B, T), n_types))  # repeated segment ids
+    return OpCase({"x": draw(arrays((B, T, H))), "W_type": draw(arrays((n_types, H)))},
+                  {"type_ids": type_ids}, draw(upstream((B, T, H))), draw(_seed()))
+
+
+def embedding_ln_smooth(impl, case: OpCase) -> bool:
+    """The LayerNorm's input rows (the sum of the three embeddings) have variance >=
+    LN_MIN_VAR."""
+    p, f = case.inputs, case.fixed
+    e = (p["W_word"][f["ids"]] + p["W_pos"][: f["ids"].shape[1]] + p["W_type"][f["type_ids"]])
+    return bool(np.min(e.var(axis=-1)) >= LN_MIN_VAR)
+
+
+# a LayerNorm over 2 features has a zero Jacobian (see _BLOCK): gradients through it are
+# rounding noise in float32, so the float32-vs-float64 comparison needs H >= 3
+@cases("embedding_ln", smooth=embedding_ln_smooth,
+       f32_ok=lambda case: case.inputs["W_word"].shape[1] >= 3)
+@st.composite
+def embedding_ln_cases(draw) -> OpCase:
+    B, T = draw(batch_seq())
+    H, V, n_types = draw(sizes(2, 5)), draw(sizes(1, 5)), draw(sizes(1, 3))
+    inputs = {"W_word": draw(arrays((V, H))), "W_pos": draw(arrays((T + draw(sizes(0, 2)), H))),
+              "W_type": draw(arrays((n_types, H))), "gamma": draw(gammas(H)),
+              "beta": draw(betas(H))}
+    fixed = {"ids": draw(token_ids((B, T), V)), "type_ids": draw(token_ids((B, T), n_types))}
+    return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
+
+
+def mlm_head_smooth(impl, case: OpCase) -> bool:
+    """The head's LayerNorm input act(h W_t + b_t) has row variance >= LN_MIN_VAR (computed with
+    the implementation's own ops)."""
+    p = case.inputs
+    z, _ = impl.linear_forward(p["h"], p["W_t"], p["b_t"])
+    a, _ = impl.gelu_forward(z, "tanh" if case.fixed["activation"] == "gelu_tanh" else "none")
+    return bool(np.min(a.var(axis=-1)) >= LN_MIN_VAR)
+
+
+@cases("mlm_head", "gelu", activation="gelu", smooth=mlm_head_smooth,
+       f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
+@cases("mlm_head", "gelu_tanh", activation="gelu_tanh", smooth=mlm_head_smooth,
+       f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
+@st.composite
+def mlm_head_cases(draw, activation: str) -> OpCase:
+    lead = draw(_lead_shapes(3).filter(len))
+    H, V = draw(sizes(2, 4)), draw(sizes(1, 6))
+    inputs = {"h": draw(arrays(lead + (H,))), "W_t": draw(arrays((H, H))),
+              "b_t": draw(arrays((H,))), "gamma": draw(gammas(H)), "beta": draw(betas(H)),
+              "W_word": draw(arrays((V, H))), "b_dec": draw(arrays((V,)))}
+    return OpCase(inputs, {"activation": activation}, draw(upstream(lead + (V,))),
+                  draw(_seed()))
+
+
+@cases("classifier")
+@st.composite
+def classifier_cases(draw) -> OpCase:
+    B, T = draw(batch_seq())
+    H, C = draw(sizes(1, 4)), draw(sizes(1, 4))
+    inputs = {"h": draw(arrays((B, T, H))), "W_p": draw(arrays((H, H))),
+              "b_p": draw(arrays((H,))), "W_c": draw(arrays((H, C))), "b_c": draw(arrays((C,)))}
+    return OpCase(inputs, {}, draw(upstream((B, C))), draw(_seed()))

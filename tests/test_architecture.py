@@ -21,7 +21,8 @@ MATHS_MODULES = ("reference", "reference.ops", "reference.model", "reference.opt
                  "reference.accumulation", "reference.config", "reference.validate",
                  "reference.registry")
 FORBIDDEN = ("spec", "sympy", "torch", "rich", "tokenizers", "safetensors", "matplotlib",
-             "tqdm", "hypothesis", "pytest", "scipy", "transformers", "reference.train")
+             "tqdm", "hypothesis", "pytest", "scipy", "transformers", "reference.train",
+             "reference.hf")
 
 
 def loaded_modules(*modules: str) -> set[str]:

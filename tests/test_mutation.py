@@ -89,6 +89,13 @@ CAUGHT_BY = {
                      "attention_dP_skips_output_projection"], "attention"),
     "layernorm_dbeta_batch_axis_only": "layernorm",
     "ce_sum_backward_divides_by_count": "cross_entropy",
+    **dict.fromkeys(["gelu_derivative_missing_x_pdf", "gelu_tanh_derivative_missing_cubic"],
+                    "gelu"),
+    "token_type_grad_fancy_index": "token_type",
+    "embedding_ln_backward_skips_layernorm": "embedding_ln",
+    "mlm_decoder_grad_uses_x_hat": "mlm_head",
+    "tied_decoder_gradient_counted_once": "model",
+    "classifier_grad_skips_tanh": "classifier",
 }
 
 

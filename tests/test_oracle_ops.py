@@ -387,3 +387,104 @@ def test_mse(impl, dtype, shape, seed, data):
     grads = impl.mse_backward(dloss, cache)
     t_out, t_grads = to.vjp(to.mse, dict(y_hat=y_hat, y=y), dloss, ("y_hat", "y"))
     compare("mse", out, grads, t_out, t_grads, ("y_hat", "y"), dtype)
+
+
+# --------------------------------------------------------------------------- BERT ops
+@on_ops("gelu")
+@dtypes
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@given(shape=st.lists(side, min_size=1, max_size=3), seed=seeds, data=st.data())
+def test_gelu(impl, dtype, approximate, shape, seed, data):
+    x = data.draw(values(tuple(shape), -6.0, 6.0)).astype(dtype)
+    dy = upstream(np.random.default_rng(seed), tuple(shape), dtype)
+    out, cache = impl.gelu_forward(x, approximate)
+    grads = impl.gelu_backward(dy, cache)
+    # The oracle is torch in float64 on the same (float32-rounded) inputs, cast back: torch's
+    # own float32 GELU forms 1 + erf(x / sqrt 2) in float32, which cancels for x << 0 (relative
+    # error ~ u / Phi(x), 3e-4 at x = -4), where the reference evaluates Phi in float64 -- on a
+    # tensor whose entries are all that small, torch float32 is the inaccurate side.
+    t_out, t_grads = to.vjp(to.gelu, dict(x=x.astype(np.float64), approximate=approximate),
+                            dy.astype(np.float64), ("x",))
+    t_out, t_grads = t_out.astype(dtype), {k: v.astype(dtype) for k, v in t_grads.items()}
+    compare(f"gelu[{approximate}]", out, grads, t_out, t_grads, ("x",), dtype)
+
+
+@on_ops("token_type")
+@dtypes
+@given(B=side, T=side, n_types=st.integers(1, 3), H=side, seed=seeds, data=st.data())
+def test_token_type(impl, dtype, B, T, n_types, H, seed, data):
+    type_ids = data.draw(hnp.arrays(np.int64, (B, T), elements=st.integers(0, n_types - 1)))
+    x = data.draw(values((B, T, H))).astype(dtype)
+    rng = np.random.default_rng(seed)
+    W_type = gaussian(rng, (n_types, H), dtype)
+    dout = upstream(rng, (B, T, H), dtype)
+    out, cache = impl.token_type_embedding_forward(x, type_ids, W_type)
+    grads = impl.token_type_embedding_backward(dout, cache)
+    t_out, t_grads = to.vjp(to.token_type, dict(x=x, type_ids=type_ids, W_type=W_type), dout,
+                            ("x", "W_type"))
+    compare("token_type", out, grads, t_out, t_grads, ("x", "W_type"), dtype)
+
+
+@on_ops("embedding_ln")
+@dtypes
+@given(B=side, T=side, V=st.integers(1, 6), n_types=st.integers(1, 3), H=st.integers(3, 6),
+       eps=st.sampled_from([1e-12, 1e-5]), seed=seeds, data=st.data())
+def test_embedding_ln(impl, dtype, B, T, V, n_types, H, eps, seed, data):
+    ids = data.draw(hnp.arrays(np.int64, (B, T), elements=st.integers(0, V - 1)))
+    type_ids = data.draw(hnp.arrays(np.int64, (B, T), elements=st.integers(0, n_types - 1)))
+    rng = np.random.default_rng(seed)
+    p = {"W_word": gaussian(rng, (V, H), dtype), "W_pos": gaussian(rng, (T + 1, H), dtype),
+         "W_type": gaussian(rng, (n_types, H), dtype),
+         "gamma": (1.0 + 0.5 * rng.standard_normal(H)).astype(dtype),
+         "beta": gaussian(rng, (H,), dtype, 0.5)}
+    e = p["W_word"][ids] + p["W_pos"][:T] + p["W_type"][type_ids]
+    assume(np.all(e.astype(np.float64).std(axis=-1) > LN_MIN_STD))
+    dy = upstream(rng, (B, T, H), dtype)
+    names = ("W_word", "W_pos", "W_type", "gamma", "beta")
+    out, cache = impl.embedding_ln_forward(ids, type_ids, *(p[n] for n in names), eps)
+    grads = impl.embedding_ln_backward(dy, cache)
+    t_out, t_grads = to.vjp(to.embedding_ln, dict(ids=ids, type_ids=type_ids, **p, eps=eps), dy,
+                            names)
+    compare("embedding_ln", out, grads, t_out, t_grads, names, dtype)
+
+
+@on_ops("mlm_head", "gelu")
+@dtypes
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+@given(lead=st.lists(side, min_size=1, max_size=2), H=st.integers(3, 6), V=st.integers(1, 8),
+       seed=seeds, data=st.data())
+def test_mlm_head(impl, dtype, activation, lead, H, V, seed, data):
+    h = data.draw(values(tuple(lead) + (H,))).astype(dtype)
+    rng = np.random.default_rng(seed)
+    p = {"W_t": gaussian(rng, (H, H), dtype, 1.0 / np.sqrt(H)),
+         "b_t": gaussian(rng, (H,), dtype, 0.5),
+         "gamma": (1.0 + 0.5 * rng.standard_normal(H)).astype(dtype),
+         "beta": gaussian(rng, (H,), dtype, 0.5), "W_word": gaussian(rng, (V, H), dtype),
+         "b_dec": gaussian(rng, (V,), dtype, 0.5)}
+    # the head's LayerNorm rows must not be ~constant (computed in torch, float64)
+    a = to.gelu(to.linear(to.tensor(h.astype(np.float64)), to.tensor(p["W_t"].astype(np.float64)),
+                          to.tensor(p["b_t"].astype(np.float64))))
+    assume(float(a.std(dim=-1, unbiased=False).min()) > LN_MIN_STD)
+    dl = upstream(rng, tuple(lead) + (V,), dtype)
+    names = ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec")
+    out, cache = impl.mlm_head_forward(h, *(p[n] for n in names[1:]), activation=activation)
+    grads = impl.mlm_head_backward(dl, cache)
+    t_out, t_grads = to.vjp(lambda **kw: to.mlm_head(**kw, activation=activation),
+                            dict(h=h, **p), dl, names)
+    compare(f"mlm_head[{activation}]", out, grads, t_out, t_grads, names, dtype)
+
+
+@on_ops("classifier", "pooler")
+@dtypes
+@given(B=side, T=side, H=side, C=st.integers(1, 4), seed=seeds, data=st.data())
+def test_classifier(impl, dtype, B, T, H, C, seed, data):
+    h = data.draw(values((B, T, H))).astype(dtype)
+    rng = np.random.default_rng(seed)
+    p = {"W_p": gaussian(rng, (H, H), dtype), "b_p": gaussian(rng, (H,), dtype),
+         "W_c": gaussian(rng, (H, C), dtype), "b_c": gaussian(rng, (C,), dtype)}
+    dl = upstream(rng, (B, C), dtype)
+    names = ("h", "W_p", "b_p", "W_c", "b_c")
+    out, cache = impl.classifier_forward(h, *(p[n] for n in names[1:]))
+    grads = impl.classifier_backward(dl, cache)
+    t_out, t_grads = to.vjp(to.classifier, dict(h=h, **p), dl, names)
+    compare("classifier", out, grads, t_out, t_grads, names, dtype)

@@ -293,6 +293,33 @@ def pooler(h, W, b=None):
     return torch.tanh(F.linear(h[:, 0], weight(W), b))
 
 
+def gelu(x, approximate="none"):
+    return F.gelu(x, approximate=approximate)
+
+
+def token_type(x, type_ids, W_type):
+    return x + F.embedding(type_ids, W_type)
+
+
+def embedding_ln(ids, type_ids, W_word, W_pos, W_type, gamma, beta, eps=1e-12):
+    T = ids.shape[1]
+    e = F.embedding(ids, W_word) + W_pos[:T] + F.embedding(type_ids, W_type)
+    return F.layer_norm(e, (W_word.shape[1],), gamma, beta, eps)
+
+
+def mlm_head(h, W_t, b_t, gamma, beta, W_word, b_dec, *, eps=1e-12, activation="gelu"):
+    """The tied decoder is F.linear with the [V, H] table itself as torch's [out, in] weight."""
+    z = F.linear(h, weight(W_t), b_t)
+    a = F.relu(z) if activation == "relu" else F.gelu(
+        z, approximate="tanh" if activation == "gelu_tanh" else "none")
+    n = F.layer_norm(a, (h.shape[-1],), gamma, beta, eps)
+    return F.linear(n, W_word, b_dec)
+
+
+def classifier(h, W_p, b_p, W_c, b_c):
+    return F.linear(pooler(h, W_p, b_p), weight(W_c), b_c)
+
+
 def cross_entropy(logits, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"):
     V = logits.shape[-1]
     return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=ignore_index,

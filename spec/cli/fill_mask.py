@@ -7,7 +7,8 @@ from __future__ import annotations
 def register(sub) -> None:
     f = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a sentence",
                        description=__doc__)
-    f.add_argument("checkpoint", help="checkpoint.safetensors written by minibert train")
+    f.add_argument("checkpoint", help="checkpoint.safetensors written by minibert train, or a "
+                                      "Hugging Face BertForMaskedLM directory")
     f.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] returns a list"')
     f.add_argument("--top-k", "-k", type=int, default=5,
                    help="predictions per [MASK], 1 to the vocabulary size (default: %(default)s)")
@@ -44,10 +45,54 @@ def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
     return out
 
 
+def fill_mask_hf(directory, text: str, top_k: int = 5):
+    """fill_mask for a Hugging Face BertForMaskedLM directory (its vocab.txt tokenizer)."""
+    import numpy as np
+
+    import reference
+    from reference.hf.tokenizer import encode, load_tokenizer
+
+    config, params = reference.load_pretrained(directory)
+    if config.head != "mlm":
+        raise ValueError(f"{directory}: not a masked-LM checkpoint (no cls.predictions.*)")
+    tok = load_tokenizer(directory, max_len=config.max_len)
+    batch = encode(tok, [text])
+    mask_id = tok.token_to_id("[MASK]")
+    positions = np.flatnonzero(batch["input_ids"][0] == mask_id).tolist()
+    if not positions:
+        raise ValueError(f"text: expected at least one [MASK], got {text!r}")
+    logits, _ = reference.forward(params, config, batch["input_ids"], batch["attention_mask"],
+                                  token_type_ids=batch["token_type_ids"])
+    special = [tok.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")]
+    out = []
+    for pos in positions:
+        z = logits[0, pos].astype(np.float64)
+        z[special] = -np.inf
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        best = np.argsort(-p, kind="stable")[:top_k]
+        out.append((pos, [(tok.id_to_token(int(i)), float(p[i])) for i in best]))
+    return out
+
+
 def run(args) -> int:
+    from pathlib import Path
+
     import reference
     from reference.train import data as D
     from reference.train.loop import load_state
+
+    if Path(args.checkpoint).is_dir():  # a Hugging Face directory
+        try:
+            results = fill_mask_hf(args.checkpoint, args.text, args.top_k)
+        except ValueError as e:
+            print(f"error: {e}")
+            return 1
+        for pos, preds in results:
+            print(f"[MASK] at position {pos}:")
+            for token, p in preds:
+                print(f"  {token:<16} {p:.4f}")
+        return 0
 
     state, config, _, tok_json = load_state(args.checkpoint)
     if tok_json is None:

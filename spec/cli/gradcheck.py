@@ -10,7 +10,10 @@ def register(sub) -> None:
     g = sub.add_parser("gradcheck", help="finite-difference check of every parameter tensor and "
                                          "the input embeddings of the model presets")
     g.add_argument("--preset", nargs="+", default=["mini_bert", "seed001"],
-                   choices=["mini_bert", "seed001"], help="presets to check (default: both)")
+                   type=lambda s: s.replace("-", "_"),
+                   choices=["mini_bert", "seed001", "bert_tiny"],
+                   help="presets (bert-tiny = bert_tiny: the BERT architecture, tied MLM head; "
+                        "default: mini_bert seed001)")
     g.add_argument("--batch", "-B", type=int, default=2, help="batch size (default: 2)")
     g.add_argument("--seq", "-T", type=int, default=8, help="sequence length (default: 8)")
     g.add_argument("--seed", type=int, default=0, help="seed of inputs and directions "

@@ -32,9 +32,10 @@ def ln_row(v, gamma=None, beta=None, eps=LN_EPS):
     return out
 
 
-def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None):
+def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
     """The forward and backward SymPy <-> code checks of y = fn(x) elementwise against
-    impl.<attr_f>(x) -> (y, cache) and impl.<attr_b>(dy, cache)."""
+    impl.<attr_f>(x, **kwargs) -> (y, cache) and impl.<attr_b>(dy, cache)."""
+    kwargs = dict(kwargs or {})
     shapes = ((2, 3), (1, 4))
 
     @cache
@@ -46,7 +47,7 @@ def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None):
 
     def code(which):
         def run(impl, shape, x, dy):
-            y, c = getattr(impl, attr_f)(x)
+            y, c = getattr(impl, attr_f)(x, **kwargs)
             return (y,) if which == 0 else getattr(impl, attr_b)(dy, c)
         return run
 

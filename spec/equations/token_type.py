@@ -1,0 +1,80 @@
+"""Token-type (segment) embeddings: x + W_type[type_ids] and its scatter-add gradient.
+
+The BERT-base blog adds no segment embeddings; BERT does (type_vocab_size = 2: sentence A and
+B).  As for token embeddings, the lookup is onehot(type_ids) @ W_type, so dW_type is the
+scatter-add of the upstream gradient over the positions of each segment.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations.embedding import onehot
+
+BERT = "BERT (segment embeddings)"
+CASES = ((2, 2, ((0, 0, 1), (1, 1, 0))), (3, 2, ((2, 2), (0, 2))))  # (n_types, H, type_ids)
+NUMERIC_SIZES = ((2, 2, 2, 3), (3, 1, 2, 2))  # (n_types, H, B, T)
+
+
+def _prove() -> Proof:
+    for n, H, ids in CASES:
+        ids = np.array(ids)
+        B, T = ids.shape
+        x, W, dout = arr("x", B, T, H), arr("W", n, H), arr("dout", B, T, H)
+        out = x + onehot(ids, n).astype(object) @ W
+        closed_W = np.zeros((n, H), dtype=object)
+        for (b, t), s in np.ndenumerate(ids):
+            closed_W[s] = closed_W[s] + dout[b, t]
+        for derived, closed in ((vjp(out, dout, W), closed_W), (vjp(out, dout, x), dout)):
+            ok, detail = compare(derived, closed)
+            if not ok:
+                return Proof("refuted", (n, H), f"type_ids={ids.tolist()}: {detail}")
+    return Proof("proven", tuple((n, H) for n, H, _ in CASES),
+                 "dx = dout; dW_type[s] = sum of dout over the positions of segment s")
+
+
+@cache
+def _fns(size):
+    n, H, B, T = size
+    O, x, W, dout = arr("O", B, T, n), arr("x", B, T, H), arr("W", n, H), arr("dout", B, T, H)
+    out = x + O @ W
+    inputs = dict(O=O, x=x, W=W, dout=dout)
+    return (lambdify_map(inputs, [out]),
+            lambdify_map(inputs, [vjp(out, dout, x), vjp(out, dout, W)]))
+
+
+def _inputs(size):
+    n, H, B, T = size
+    return dict(type_ids=("int", (B, T), n), x=("float", (B, T, H), 2.0),
+                W=("float", (n, H), 2.0), dout=("float", (B, T, H), 1.0))
+
+
+def _sympy(which):
+    def build(size):
+        f = _fns(size)[which]
+        return lambda type_ids, x, W, dout: f(O=onehot(type_ids, size[0]), x=x, W=W, dout=dout)
+    return build
+
+
+def _code(which):
+    def code(impl, size, type_ids, x, W, dout):
+        out, c = impl.token_type_embedding_forward(x, type_ids, W)
+        return (out,) if which == 0 else impl.token_type_embedding_backward(dout, c)
+    return code
+
+
+_NEEDS = ("token_type_embedding_forward", "token_type_embedding_backward")
+register(Equation(
+    "token_type.forward", "Token-type (segment) embedding", (BERT,),
+    r"E[b,t] \mathrel{+}= W_{type}[\mathrm{type\_ids}[b,t]]", _prove,
+    torch_op="torch.nn.functional.embedding",
+    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(0), _code(0), needs=_NEEDS)))
+register(Equation(
+    "token_type.backward", "Token-type embedding gradient (scatter-add)", (BERT,),
+    r"dW_{type}[s] = \sum_{(b,t): \mathrm{type\_ids}[b,t]=s} dE[b,t]", _prove, gradient=True,
+    torch_op="torch.nn.functional.embedding",
+    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(1), _code(1), needs=_NEEDS)))
