@@ -752,8 +752,8 @@ def _pooler(impl, ex: Example, rng) -> list[Finding]:
 @invariant("gelu")
 def _gelu(impl, ex: Example, rng) -> list[Finding]:
     x = ex.inputs["x"]
-    return (gelu_identities(impl, x, ex.fixed["approximate"], rng.standard_normal(x.shape))
-            + _dtype_kept(impl, "gelu", ex))
+    # float32 in -> float32 out is checked for every op by conformance's generic invariants
+    return gelu_identities(impl, x, ex.fixed["approximate"], rng.standard_normal(x.shape))
 
 
 @invariant("token_type")

@@ -85,4 +85,4 @@ def test_fill_mask_cli_on_hf_directory(checkpoint, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "[MASK] at position 2:" and len(lines) == 4
     assert all(line.split()[0] in WORDS for line in lines[1:])
-    assert main(["fill-mask", str(path), "no mask here"]) == 1
+    assert main(["fill-mask", str(path), "no mask here"]) == 2  # a user mistake: one line, exit 2

@@ -5,12 +5,15 @@ groups for the no-decay set), torch's LinearLR warmup+decay pair and LambdaLR, a
 torch.nn.utils.clip_grad_norm_.  The code under test is reached only through ``impl``.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
 from spec import invariants as I
 from spec.invariants import require
-from spec.tolerances import ORACLE_RTOL_F64
+from spec.protocol import capabilities
+from spec.tolerances import CLIP_NORM_RTOL, ORACLE_RTOL_F64
 
 # Model-like names: which of them AdamW must leave undecayed is written out here, not derived
 # from the implementation's predicate.
@@ -135,6 +138,7 @@ def test_adam_first_step_moves_each_entry_by_lr(impl):
     require(I.adam_first_step(impl, _params(4), _grads(1, scale=1e-3), lr=0.01, eps=1e-30))
 
 
+@pytest.mark.bad_input
 def test_adam_rejects_mismatched_grads(impl):
     params = _params()
     g = _grads(0)
@@ -160,6 +164,18 @@ def test_schedule_matches_torch_linear_warmup_then_decay(impl, warmup, total):
     from torch.optim.lr_scheduler import LinearLR, SequentialLR
 
     peak = 2e-3
+    if "lr(0)=0" in capabilities(impl)["conventions"]:
+        # the declared convention (the derivation's §8.1): Hugging Face's own schedule
+        transformers = pytest.importorskip("transformers")
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))], lr=peak)
+        sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
+        for s in range(total):
+            ours = impl.warmup_linear_lr(s, peak_lr=peak, warmup_steps=warmup, total_steps=total)
+            np.testing.assert_allclose(ours, opt.param_groups[0]["lr"], rtol=ORACLE_RTOL_F64,
+                                       atol=0, err_msg=f"step {s} (convention lr(0)=0)")
+            opt.step()
+            sched.step()
+        return
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))], lr=peak)
     warm = LinearLR(opt, start_factor=1 / warmup, end_factor=1.0, total_iters=max(warmup - 1, 1))
     decay = LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=total - warmup)
@@ -174,6 +190,9 @@ def test_schedule_matches_torch_linear_warmup_then_decay(impl, warmup, total):
 
 @pytest.mark.equation("schedule.warmup_linear")
 def test_schedule_first_step_nonzero_peak_and_end(impl):
+    if "lr(0)=0" in capabilities(impl)["conventions"]:
+        pytest.skip("convention lr(0)=0 declared: its schedule is compared with Hugging Face's "
+                    "get_linear_schedule_with_warmup in test_schedule_matches_torch_...")
     kw = dict(peak_lr=1e-3, warmup_steps=10, total_steps=50)
     assert impl.warmup_linear_lr(0, **kw) == pytest.approx(1e-4)  # never 0 at the first step
     assert impl.warmup_linear_lr(9, **kw) == pytest.approx(1e-3)
@@ -214,13 +233,23 @@ def test_clip_exact_norm_and_passthrough(impl):
     assert norm == pytest.approx(expected, rel=ORACLE_RTOL_F64)
     clipped, n = impl.clip_by_global_norm(g, norm / 4)
     assert n == pytest.approx(norm, rel=ORACLE_RTOL_F64)
-    assert impl.global_grad_norm(clipped) == pytest.approx(norm / 4, rel=ORACLE_RTOL_F64)
+    shrink = impl.global_grad_norm(clipped) / (norm / 4) - 1
+    if abs(shrink) > ORACLE_RTOL_F64:
+        # a divisor guard (torch divides by norm + 1e-6) is a convention, reported with the
+        # number it changes; anything beyond CLIP_NORM_RTOL is a wrong clip
+        assert abs(shrink) <= CLIP_NORM_RTOL, f"clipped norm / max_norm - 1 = {shrink:.2e}"
+        warnings.warn(f"convention: clipping with a divisor guard changes the clipped norm by "
+                      f"{shrink:.1e} relative", stacklevel=1)
     for k in g:  # one common scale: directions unchanged
-        np.testing.assert_allclose(clipped[k], g[k] / 4, rtol=ORACLE_RTOL_F64)
+        np.testing.assert_allclose(clipped[k], g[k] * (1 + shrink) / 4, rtol=ORACLE_RTOL_F64)
     same, _ = impl.clip_by_global_norm(g, norm * 2)
     assert all(np.array_equal(same[k], g[k]) and same[k] is not g[k] for k in g)
+
+
+@pytest.mark.bad_input
+def test_clip_rejects_a_zero_max_norm(impl):
     with pytest.raises(ValueError, match="max_norm"):
-        impl.clip_by_global_norm(g, 0.0)
+        impl.clip_by_global_norm(_grads(0), 0.0)
 
 
 # --------------------------------------------------------------------------- the full pipeline
@@ -244,7 +273,8 @@ def test_clip_schedule_adamw_pipeline_matches_torch(impl):
         g = _grads(step, scale=3.0)
         clipped, _ = impl.clip_by_global_norm(g, 1.0, eps=1e-6)
         lr = impl.warmup_linear_lr(step, peak_lr=peak, warmup_steps=warmup, total_steps=total)
-        assert lr > 0
+        # lr(0) = 0 only under the declared convention (the derivation's §8.1)
+        assert lr > 0 or (step == 0 and "lr(0)=0" in capabilities(impl)["conventions"])
         params, state = impl.adam_step(params, clipped, state, lr=lr, weight_decay=0.01)
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])

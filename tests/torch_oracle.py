@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -122,7 +123,14 @@ def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0) -> Non
     if ours.shape != theirs.shape:
         raise AssertionError(f"{name}: shape {ours.shape}, torch {theirs.shape}")
     if ours.dtype != dtype:
-        raise AssertionError(f"{name}: dtype {ours.dtype}, expected {dtype}")
+        if not (ours.shape == () and dtype == np.float32 and ours.dtype == np.float64):
+            raise AssertionError(f"{name}: dtype {ours.dtype}, expected {dtype}")
+        # a documented convention, not a failure: a scalar loss accumulated and returned in
+        # float64 from float32 inputs (issue 11); it is still judged at float32's tolerance,
+        # and the number it changes is reported
+        warnings.warn(f"convention: {name} is a float64 scalar from float32 inputs (value "
+                      f"{float(ours):.9g}; float32 rounding would change it by "
+                      f"{abs(float(ours) - float(np.float32(ours))):.1e})", stacklevel=2)
     a = ours.astype(np.float64)
     b = theirs.astype(np.float64)
     if not np.all(np.isfinite(a)):

@@ -83,11 +83,9 @@ def run(args) -> int:
     from reference.train.loop import load_state
 
     if Path(args.checkpoint).is_dir():  # a Hugging Face directory
-        try:
-            results = fill_mask_hf(args.checkpoint, args.text, args.top_k)
-        except ValueError as e:
-            print(f"error: {e}")
-            return 1
+        # a ValueError (no config.json, a pickle-only directory, ...) is a user mistake: main()
+        # prints it as one line and exits 2
+        results = fill_mask_hf(args.checkpoint, args.text, args.top_k)
         for pos, preds in results:
             print(f"[MASK] at position {pos}:")
             for token, p in preds:
