@@ -175,7 +175,13 @@ with blas_threads(1):
     for _ in range(steps):
         _, grads, _ = reference.masked_lm_loss_and_grads(params, config, ids, labels=labels)
         params, state = reference.adam_step(params, grads, state, lr=1e-4)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so it would report the
+# parent's (torch-sized) footprint; the high-water mark of this address space starts at exec
+try:
+    hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")][0]
+    print(int(hwm.split()[1]) / 1024)
+except (OSError, IndexError):
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 """
 
 
