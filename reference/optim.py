@@ -33,6 +33,8 @@ from reference.registry import implements
 __all__ = [
     "adam_init",
     "adam_step",
+    "adam_step_inplace",
+    "adam_step_textbook",
     "default_no_decay",
     "warmup_linear_lr",
     "global_grad_norm",
@@ -124,8 +126,10 @@ def adam_init(params: Mapping[str, np.ndarray]) -> dict:
             "v": {k: np.zeros_like(p) for k, p in params.items()}}
 
 
-def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay):
-    """One tensor's update, fused in cache-sized chunks; returns new (p, m, v) arrays.
+def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay, out=None):
+    """One tensor's update, fused in cache-sized chunks; returns new (p, m, v) arrays, or writes
+    them into ``out`` = (p, m, v) arrays (the in-place fast path: no fresh 3 x |p| allocation,
+    whose page faults cost as much as the arithmetic).
 
     m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
     p' = p (1 - decay) - step_size * m' / (sqrt(v') * inv_sqrt_bc2 + eps)
@@ -139,7 +143,10 @@ def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay):
     eps_hat = dt(eps / inv_sqrt_bc2)
     keep = dt(1 - decay)
     P, G, M, Vv = (a.reshape(-1) for a in (p, g, m, v))
-    P2, M2, V2 = np.empty_like(P), np.empty_like(M), np.empty_like(Vv)
+    if out is None:
+        P2, M2, V2 = np.empty_like(P), np.empty_like(M), np.empty_like(Vv)
+    else:  # every read of chunk s happens before its write: updating in place is safe
+        P2, M2, V2 = (a.reshape(-1) for a in out)
     buf = np.empty(min(_CHUNK, P.size), dtype=p.dtype)
     for lo in range(0, P.size, _CHUNK):
         s = slice(lo, lo + _CHUNK)
@@ -204,6 +211,66 @@ def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, bet
             p, grads[k], state["m"][k], state["v"][k], b1=beta1, b2=beta2, step_size=step_size,
             inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd)
     return new_p, {"step": t, "m": new_m, "v": new_v}
+
+
+def adam_step_textbook(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9,
+                       beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
+                       no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
+    """The readable Adam / AdamW of the Mini-BERT derivation §5.1, line by line, with no fusing
+    or chunking: the specification the fast paths (``adam_step``, ``adam_step_inplace``) are
+    held equal to by tests.  Same arguments and result as ``adam_step``."""
+    exempt = _no_decay_predicate(no_decay)
+    t = int(state["step"]) + 1
+    new_p, new_m, new_v = {}, {}, {}
+    for k, p in params.items():
+        dt = p.dtype.type
+        g = grads[k]
+        m = dt(beta1) * state["m"][k] + dt(1 - beta1) * g  # first moment
+        v = dt(beta2) * state["v"][k] + dt(1 - beta2) * g * g  # second moment
+        m_hat = m / dt(1 - beta1 ** t)  # bias corrections
+        v_hat = v / dt(1 - beta2 ** t)
+        wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
+        decayed = p - dt(lr * wd) * p  # decoupled: never enters the moments
+        new_p[k] = decayed - dt(lr) * m_hat / (np.sqrt(v_hat) + dt(eps))
+        new_m[k], new_v[k] = m, v
+    return new_p, {"step": t, "m": new_m, "v": new_v}
+
+
+def adam_step_inplace(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9,
+                      beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
+                      no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
+    """``adam_step`` that overwrites ``params`` and the moments of ``state`` in place (as
+    torch.optim does) and returns the new state dict; the fast path for a caller that owns its
+    parameters.  The gradient is validated (shape, dtype, finite); the parameters and moments
+    only by shape and dtype -- they are this optimizer's own state."""
+    _check_grads(params, grads)
+    if not isinstance(state, Mapping) or set(state) != {"step", "m", "v"}:
+        raise ValueError("state: expected the dict adam_init returns (keys 'step', 'm', 'v'), "
+                         f"got {sorted(state) if isinstance(state, Mapping) else state!r}")
+    for what in ("m", "v"):
+        for k, p in params.items():
+            a = state[what].get(k) if isinstance(state[what], Mapping) else None
+            if not isinstance(a, np.ndarray) or a.shape != p.shape or a.dtype != p.dtype:
+                raise ValueError(f"state[{what!r}][{k!r}]: expected shape {p.shape}, dtype "
+                                 f"{p.dtype}")
+    lr = _check_hparam("lr", lr, low=0.0)
+    beta1 = _check_hparam("beta1", beta1, low=0.0, high=1.0)
+    beta2 = _check_hparam("beta2", beta2, low=0.0, high=1.0)
+    eps = _check_hparam("eps", eps, low=0.0, low_open=True)
+    weight_decay = _check_hparam("weight_decay", weight_decay, low=0.0)
+    exempt = _no_decay_predicate(no_decay)
+    for k, p in params.items():  # reshape(-1) of a strided array is a copy: updates would be lost
+        if not p.flags.c_contiguous:
+            raise ValueError(f"params[{k!r}]: expected a C-contiguous array to update in place")
+    t = int(state["step"]) + 1
+    step_size = lr / (1.0 - beta1 ** t)
+    inv_sqrt_bc2 = 1.0 / np.sqrt(1.0 - beta2 ** t)
+    for k, p in params.items():
+        wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
+        m, v = state["m"][k], state["v"][k]
+        _adam_tensor(p, grads[k], m, v, b1=beta1, b2=beta2, step_size=step_size,
+                     inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd, out=(p, m, v))
+    return {"step": t, "m": state["m"], "v": state["v"]}
 
 
 # --------------------------------------------------------------------------- schedule

@@ -68,16 +68,19 @@ def _reference_side(config, params, ids, labels, mask):
         (dout,) = ops.cross_entropy_backward(1.0, c_loss)
         s["grads"], _ = reference.backward(dout, cache)
 
-    def optimizer():
-        s["params"], s["state"] = reference.adam_step(s["params"], s["grads"], s["state"],
-                                                      lr=1e-4)
+    def optimizer():  # in place, as torch.optim updates its parameters
+        s["state"] = reference.optim.adam_step_inplace(s["params"], s["grads"], s["state"],
+                                                       lr=1e-4)
+
+    def optimizer_pure():
+        reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4)
 
     forward()
     backward()
     return {"step_full": step(reference.loss_and_grads),
             "step_masked": step(reference.masked_lm_loss_and_grads),
             "forward": forward, "backward": backward, "optimizer": optimizer,
-            "_before_backward": forward}
+            "optimizer_pure": optimizer_pure, "_before_backward": forward}
 
 
 def _torch_side(module, torch, config, params, ids, labels, mask):
@@ -110,14 +113,16 @@ def _torch_side(module, torch, config, params, ids, labels, mask):
     forward()
     backward()
     return {"step_full": step(False), "step_masked": step(True), "forward": forward,
-            "backward": backward, "optimizer": optimizer, "_before_backward": forward}
+            "backward": backward, "optimizer": optimizer, "optimizer_pure": optimizer,
+            "_before_backward": forward}
 
 
 ROWS = (("step_full", "train step, full head", "step", None),
         ("step_masked", "train step, masked head", "step", 0.15),
         ("forward", "forward + loss", "forward", None),
         ("backward", "backward", "backward", None),
-        ("optimizer", "Adam update", None, None))
+        ("optimizer", "Adam update (in place)", None, None),
+        ("optimizer_pure", "Adam update (pure)", None, None))
 
 
 def measure(args):
