@@ -356,6 +356,12 @@ mutant("mlm_decoder_grad_uses_x_hat", "mlm_head.decoder",
        "decoder weight gradient uses the LayerNorm's x_hat, not its output gamma x_hat + beta",
        "ops._mlm_head_backward",
        ("cache.n.reshape(-1, cache.n.shape[-1])", "cache.ln.x_hat.reshape(-1, cache.n.shape[-1])"))
+mutant("mlm_head_dn_skips_layernorm", "mlm_head.backward",
+       "MLM head backward passes the decoder's gradient straight to the GELU, skipping the "
+       "transform LayerNorm's backward",
+       "ops._mlm_head_backward",
+       ("da, dgamma, dbeta = _layernorm_backward(dn, cache.ln)",
+        "_, dgamma, dbeta = _layernorm_backward(dn, cache.ln)\n    da = dn"))
 mutant("tied_decoder_gradient_counted_once", "mlm_head.tied",
        "tied word embeddings: the decoder's share overwrites the lookup's instead of adding",
        "model._backward",

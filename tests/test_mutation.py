@@ -94,6 +94,7 @@ CAUGHT_BY = {
     "token_type_grad_fancy_index": "token_type",
     "embedding_ln_backward_skips_layernorm": "embedding_ln",
     "mlm_decoder_grad_uses_x_hat": "mlm_head",
+    "mlm_head_dn_skips_layernorm": "mlm_head",
     "tied_decoder_gradient_counted_once": "model",
     "classifier_grad_skips_tanh": "classifier",
 }

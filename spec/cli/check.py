@@ -140,6 +140,9 @@ def run(args) -> int:
 
     # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
     console = Console(width=None if sys.stdout.isatty() else 160)
+    from spec.cli._provenance import provenance_line
+
+    console.print(escape(f"minibert check {args.impl}: {provenance_line()}"), style="dim")
 
     def fail(code: int, msg: str) -> int:
         word = "FAIL" if code == EXIT_FAIL else "could not run"
