@@ -140,9 +140,6 @@ def run(args) -> int:
 
     # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
     console = Console(width=None if sys.stdout.isatty() else 160)
-    from spec.cli._provenance import provenance_line
-
-    console.print(escape(f"minibert check {args.impl}: {provenance_line()}"), style="dim")
 
     def fail(code: int, msg: str) -> int:
         word = "FAIL" if code == EXIT_FAIL else "could not run"
@@ -210,6 +207,10 @@ def run(args) -> int:
         extra = [cell(bad_input[r.op])] if bad_input else []
         table.add_row(r.op, *(cell(c) for c in r.cells), *extra,
                       f"[{style[r.verdict]}]{r.verdict}[/]")
+    from spec.cli._provenance import provenance_line
+
+    # after the checks, so a could-not-run verdict stays one line
+    console.print(escape(f"minibert check {args.impl}: {provenance_line()}"), style="dim")
     console.print(table)
     for r in reports:
         if r.verdict == "n/a":
