@@ -34,6 +34,7 @@ from spec.protocol import (
     label_of,
     not_applicable_message,
     op_of_equation,
+    op_registrar,
     unwrap,
 )
 
@@ -169,18 +170,8 @@ def _other(v):
 BESPOKE: dict[str, list[Callable]] = {}
 
 
-def bespoke(*ops: str):
-    """Register ``f(impl, findings, rng)`` as a bespoke conformance check of ``ops``."""
-    unknown = [op for op in ops if op not in OPS]
-    if unknown:
-        raise ValueError(f"bespoke: {unknown} are not ops of spec.protocol.OPS")
-
-    def register(f):
-        for op in ops:
-            BESPOKE.setdefault(op, []).append(f)
-        return f
-
-    return register
+# @bespoke("op", ...) registers f(impl, findings, rng) as a bespoke conformance check
+bespoke = op_registrar(BESPOKE, "bespoke")
 
 
 def _block_params(rng, H=6, I=12):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec.protocol import IGNORE_INDEX, OPS, Example, capabilities
+from spec.protocol import IGNORE_INDEX, Example, capabilities, op_registrar
 from spec.tolerances import CLIP_NORM_RTOL, F64_IDENTITY_RTOL
 
 
@@ -39,18 +39,8 @@ class Finding:
 INVARIANTS: dict[str, list[Callable]] = {}
 
 
-def invariant(*ops: str):
-    """Register ``f(impl, example, rng) -> list[Finding]`` as a fixed-seed check of ``ops``."""
-    unknown = [op for op in ops if op not in OPS]
-    if unknown:
-        raise ValueError(f"invariant: {unknown} are not ops of spec.protocol.OPS")
-
-    def register(f):
-        for op in ops:
-            INVARIANTS.setdefault(op, []).append(f)
-        return f
-
-    return register
+# @invariant("op", ...) registers f(impl, example, rng) -> list[Finding] as a fixed-seed check
+invariant = op_registrar(INVARIANTS, "invariant")
 
 
 def require(findings: list[Finding]) -> None:

@@ -179,7 +179,7 @@ import numpy as np
 from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, IGNORE_INDEX, block_param_names
 from spec.tolerances import KINK_MARGIN
 
-__all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation",
+__all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation", "op_registrar",
            "reference_modules", "NotApplicable", "ImplProxy", "ImplementationExit", "load_impl",
            "resolve", "provides", "unwrap", "label_of", "not_applicable_message", "capabilities",
            "install_interrupt_flag", "ImplLoadError"]
@@ -418,6 +418,26 @@ for _op in _TABLE:
 def op_of_equation(equation: str) -> str | None:
     """'layernorm.backward.dx' -> 'layernorm'; None for IDs of no op (spec machinery)."""
     return EQUATION_OPS.get(equation)
+
+
+def op_registrar(registry: dict, kind: str):
+    """A decorator factory ``kind("op", ...)`` that appends the decorated function to
+    ``registry[op]`` for each op of the table, in registration order (``@invariant`` and
+    ``@bespoke`` are two of them); an op not in the table is a ValueError."""
+
+    def decorator(*ops: str):
+        unknown = [op for op in ops if op not in OPS]
+        if unknown:
+            raise ValueError(f"{kind}: {unknown} are not ops of spec.protocol.OPS")
+
+        def register(f):
+            for op in ops:
+                registry.setdefault(op, []).append(f)
+            return f
+
+        return register
+
+    return decorator
 
 
 def op_of_name(name: str) -> Op | None:
