@@ -79,9 +79,12 @@ class Report:
 
 
 def alternate(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 2,
-              before: dict[str, Callable[[], object]] | None = None) -> dict[str, Stats]:
+              before: dict[str, Callable[[], object]] | None = None,
+              budget_s: float | None = None) -> dict[str, Stats]:
     """Time each of ``fns`` ``repeats`` times, round-robin; ``before[name]`` (untimed) runs right
-    before each timed call (e.g. the forward whose graph a timed backward consumes)."""
+    before each timed call (e.g. the forward whose graph a timed backward consumes).  With
+    ``budget_s``, rounds after the first stop once that many seconds have passed (a loaded
+    machine gets fewer repeats, never none)."""
     before = before or {}
     for _ in range(warmup):
         for name, fn in fns.items():
@@ -89,7 +92,10 @@ def alternate(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int
                 before[name]()
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
+    deadline = None if budget_s is None else time.perf_counter() + budget_s
+    for r in range(repeats):
+        if r and deadline is not None and time.perf_counter() > deadline:
+            break
         for name, fn in fns.items():
             if name in before:
                 before[name]()
@@ -118,23 +124,12 @@ def step_gflop(config, B: int, T: int, predicted: float | None = None) -> dict[s
 
 def sgemm_gflops(threads: int, *, n: int = 512, k: int = 768, repeats: int = 20) -> float:
     """This machine's float32 matmul rate now (GFLOP/s) at ``threads`` BLAS threads: the best
-    of ``repeats`` [n, k] @ [k, k] products, about the shapes of a Mini-BERT step."""
-    from reference.train.threads import blas_threads
+    of ``repeats`` timings of the thread probe's [n, k] @ [k, k] products (about the shapes of
+    a Mini-BERT step)."""
+    from reference.train.threads import MATMULS_PER_ROUND, probe
 
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, k), dtype=np.float32)
-    b = rng.standard_normal((k, k), dtype=np.float32)
-    out = np.empty((n, k), dtype=np.float32)
-    with blas_threads(threads):
-        np.matmul(a, b, out=out)
-        best = min(_timed(lambda: np.matmul(a, b, out=out)) for _ in range(repeats))
-    return 2 * n * k * k / best / 1e9
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    best = probe([threads], n=n, k=k, m=k, rounds=repeats, reduce=min)[threads]
+    return MATMULS_PER_ROUND * 2 * n * k * k / best / 1e9
 
 
 def blas_info() -> list[dict]:

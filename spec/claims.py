@@ -26,8 +26,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -155,6 +153,7 @@ class Context:
         with PyTorch eager's medians for the same model and batch measured alternately in the
         same run when torch is installed (keys ``torch_<name>``; ``threads``)."""
         from reference.train.threads import blas_threads, choose
+        from spec.bench import alternate
 
         ids, labels = self.batch
         impl, params, config = self.impl, self.params, self.config
@@ -165,20 +164,11 @@ class Context:
         threads = choose("auto")
         with blas_threads(threads):
             fns, before = self._timing_fns(impl, params, config, ids, labels, threads)
-            times = {k: [] for k in fns}
-            deadline = time.perf_counter() + TIMING_BUDGET_S
-            for k in range(self.repeats + 1):  # round 0 warms up
-                if k > 1 and time.perf_counter() > deadline:  # a loaded machine: fewer repeats
-                    break
-                for name, fn in fns.items():
-                    if name in before:
-                        before[name]()
-                    t0 = time.perf_counter()
-                    fn()
-                    if k:
-                        times[name].append(time.perf_counter() - t0)
-        self.repeats_done = len(times["forward"])
-        out = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+            # round-robin with the bench's timer: both sides see the same load
+            stats = alternate(fns, repeats=self.repeats, warmup=1, before=before,
+                              budget_s=TIMING_BUDGET_S)
+        self.repeats_done = stats["forward"].n
+        out = {k: st.median_ms for k, st in stats.items()}
         out["threads"] = threads
         return out
 

@@ -40,11 +40,15 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def probe(candidates=None, *, n: int = 512, k: int = 192, m: int = 768,
-          rounds: int = 7) -> dict[int, float]:
-    """Median seconds of an [n, k] @ [k, m] float32 matmul (an FFN projection of a Mini-BERT
-    step) at each candidate thread count, the candidates alternating round by round so both see
-    the same load.  About 10-50 ms in all."""
+MATMULS_PER_ROUND = 4  # products timed together per candidate and round
+
+
+def probe(candidates=None, *, n: int = 512, k: int = 192, m: int = 768, rounds: int = 7,
+          reduce=np.median) -> dict[int, float]:
+    """Seconds (``reduce`` over the rounds: the median by default) of MATMULS_PER_ROUND
+    [n, k] @ [k, m] float32 matmuls (an FFN projection of a Mini-BERT step) at each candidate
+    thread count, the candidates alternating round by round so both see the same load.  About
+    10-50 ms in all at the default sizes."""
     from threadpoolctl import threadpool_limits
 
     candidates = sorted(set(candidates or range(1, available_cores() + 1)))
@@ -57,11 +61,11 @@ def probe(candidates=None, *, n: int = 512, k: int = 192, m: int = 768,
         for c in candidates:
             with threadpool_limits(limits=c, user_api="blas"):
                 t0 = time.perf_counter()
-                for _ in range(4):
+                for _ in range(MATMULS_PER_ROUND):
                     np.matmul(a, b, out=out)
                 if r:  # round 0 warms the thread pool up
                     times[c].append(time.perf_counter() - t0)
-    return {c: float(np.median(t)) for c, t in times.items()}
+    return {c: float(reduce(t)) for c, t in times.items()}
 
 
 def choose(requested=AUTO) -> int:
