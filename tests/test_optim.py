@@ -164,26 +164,21 @@ def test_schedule_matches_torch_linear_warmup_then_decay(impl, warmup, total):
     from torch.optim.lr_scheduler import LinearLR, SequentialLR
 
     peak = 2e-3
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))], lr=peak)
     if "lr(0)=0" in capabilities(impl)["conventions"]:
         # the declared convention (the derivation's §8.1): Hugging Face's own schedule
         transformers = pytest.importorskip("transformers")
-        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))], lr=peak)
-        sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
-        for s in range(total):
-            ours = impl.warmup_linear_lr(s, peak_lr=peak, warmup_steps=warmup, total_steps=total)
-            np.testing.assert_allclose(ours, opt.param_groups[0]["lr"], rtol=ORACLE_RTOL_F64,
-                                       atol=0, err_msg=f"step {s} (convention lr(0)=0)")
-            opt.step()
-            sched.step()
-        return
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))], lr=peak)
-    warm = LinearLR(opt, start_factor=1 / warmup, end_factor=1.0, total_iters=max(warmup - 1, 1))
-    decay = LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=total - warmup)
-    sched = SequentialLR(opt, [warm, decay], milestones=[warmup])
+        sched, what = transformers.get_linear_schedule_with_warmup(opt, warmup, total), \
+            " (convention lr(0)=0)"
+    else:
+        warm = LinearLR(opt, start_factor=1 / warmup, end_factor=1.0,
+                        total_iters=max(warmup - 1, 1))
+        decay = LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=total - warmup)
+        sched, what = SequentialLR(opt, [warm, decay], milestones=[warmup]), ""
     for s in range(total):
         ours = impl.warmup_linear_lr(s, peak_lr=peak, warmup_steps=warmup, total_steps=total)
         np.testing.assert_allclose(ours, opt.param_groups[0]["lr"], rtol=ORACLE_RTOL_F64,
-                                   atol=0, err_msg=f"step {s}")
+                                   atol=0, err_msg=f"step {s}{what}")
         opt.step()
         sched.step()
 
