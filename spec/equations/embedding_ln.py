@@ -17,7 +17,7 @@ import numpy as np
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import LN_EPS, ln_row
 from spec.equations._sym import arr, compare, lambdify_map, vjp
-from spec.equations.embedding import onehot
+from spec.equations.embedding import onehot, scatter_add_rows
 from spec.tolerances import LN_MIN_VAR
 
 BERT = "BERT (embeddings.LayerNorm)"
@@ -35,12 +35,9 @@ def _prove() -> Proof:
     B, T = ids.shape
     W, P, Wt, dE = arr("W", V, H), arr("P", T_max, H), arr("Wt", n, H), arr("dE", B, T, H)
     e = _sum(onehot(ids, V).astype(object), W, P, T, onehot(type_ids, n).astype(object), Wt)
-    closed = {"W": np.zeros((V, H), dtype=object), "P": np.zeros((T_max, H), dtype=object),
-              "Wt": np.zeros((n, H), dtype=object)}
-    for (b, t), v in np.ndenumerate(ids):
-        closed["W"][v] = closed["W"][v] + dE[b, t]
-        closed["P"][t] = closed["P"][t] + dE[b, t]
-        closed["Wt"][type_ids[b, t]] = closed["Wt"][type_ids[b, t]] + dE[b, t]
+    positions = np.broadcast_to(np.arange(T), (B, T))
+    closed = {"W": scatter_add_rows(ids, dE, V), "P": scatter_add_rows(positions, dE, T_max),
+              "Wt": scatter_add_rows(type_ids, dE, n)}
     for name, table in (("W", W), ("P", P), ("Wt", Wt)):
         ok, detail = compare(vjp(e, dE, table), closed[name])
         if not ok:

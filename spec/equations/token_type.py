@@ -13,7 +13,7 @@ import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, lambdify_map, vjp
-from spec.equations.embedding import onehot
+from spec.equations.embedding import onehot, scatter_add_rows
 
 BERT = "BERT (segment embeddings)"
 CASES = ((2, 2, ((0, 0, 1), (1, 1, 0))), (3, 2, ((2, 2), (0, 2))))  # (n_types, H, type_ids)
@@ -26,9 +26,7 @@ def _prove() -> Proof:
         B, T = ids.shape
         x, W, dout = arr("x", B, T, H), arr("W", n, H), arr("dout", B, T, H)
         out = x + onehot(ids, n).astype(object) @ W
-        closed_W = np.zeros((n, H), dtype=object)
-        for (b, t), s in np.ndenumerate(ids):
-            closed_W[s] = closed_W[s] + dout[b, t]
+        closed_W = scatter_add_rows(ids, dout, n)
         for derived, closed in ((vjp(out, dout, W), closed_W), (vjp(out, dout, x), dout)):
             ok, detail = compare(derived, closed)
             if not ok:
