@@ -64,8 +64,10 @@ def _no_decay_predicate(no_decay) -> Callable[[str], bool]:
     return names.__contains__
 
 
-def _check_grads(params: Mapping, grads: Mapping, what: str = "grads") -> None:
-    """Same keys, shapes and dtypes as params: a missing gradient must never default to zero."""
+def _check_grads(params: Mapping, grads: Mapping, what: str = "grads", *,
+                 finite: bool = True) -> None:
+    """Same keys, shapes and dtypes as params (and finite values unless ``finite=False``): a
+    missing gradient must never default to zero."""
     if not isinstance(params, Mapping) or not isinstance(grads, Mapping):
         raise ValueError(f"params, {what}: expected dicts of arrays, got "
                          f"{type(params).__name__}, {type(grads).__name__}")
@@ -80,7 +82,7 @@ def _check_grads(params: Mapping, grads: Mapping, what: str = "grads") -> None:
                    else type(g).__name__)
             raise ValueError(f"{what}[{k!r}]: expected shape {p.shape}, dtype {p.dtype}, "
                              f"got {got}")
-        _check_float_tensor(f"{what}[{k!r}]", g)
+        _check_float_tensor(f"{what}[{k!r}]", g, finite=finite)
 
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -171,23 +173,20 @@ def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay, out
 
 
 @implements("optim.adam", "optim.adamw")
-def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, beta2: float = 0.999,
-              eps: float = 1e-8, weight_decay: float = 0.0,
-              no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
-    """One Adam update (Mini-BERT derivation §5.1); AdamW when ``weight_decay > 0``.
-
-    Returns ``(new_params, new_state)``; nothing passed in is modified.  Defaults: the
-    derivation's betas and eps (its lr 1e-4 is the caller's ``lr``, usually from the schedule).
-    ``no_decay``: names (or a predicate on names) exempt from weight decay.
-    """
+def _adam(params, grads, state, *, lr, beta1, beta2, eps, weight_decay, no_decay, inplace):
+    """The fused Adam / AdamW update behind ``adam_step`` (new arrays) and ``adam_step_inplace``
+    (the caller's arrays overwritten).  In place, the parameters and moments -- the optimizer's
+    own state -- are checked by shape and dtype only, not value by value."""
     _check_grads(params, grads)
     for k, p in params.items():
-        _check_float_tensor(f"params[{k!r}]", p)
+        _check_float_tensor(f"params[{k!r}]", p, finite=not inplace)
+        if inplace and not p.flags.c_contiguous:  # reshape(-1) would copy: updates lost
+            raise ValueError(f"params[{k!r}]: expected a C-contiguous array to update in place")
     if not isinstance(state, Mapping) or set(state) != {"step", "m", "v"}:
         raise ValueError("state: expected the dict adam_init returns (keys 'step', 'm', 'v'), "
                          f"got {sorted(state) if isinstance(state, Mapping) else state!r}")
-    _check_grads(params, state["m"], "state['m']")
-    _check_grads(params, state["v"], "state['v']")
+    _check_grads(params, state["m"], "state['m']", finite=not inplace)
+    _check_grads(params, state["v"], "state['v']", finite=not inplace)
     step = state["step"]
     if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
         raise ValueError(f"state['step']: expected an integer >= 0, got {step!r}")
@@ -206,11 +205,28 @@ def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, bet
     new_p, new_m, new_v = {}, {}, {}
     for k, p in params.items():
         wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
+        m, v = state["m"][k], state["v"][k]
         # decoupled (AdamW): the decay shrinks p directly and never enters the moments
         new_p[k], new_m[k], new_v[k] = _adam_tensor(
-            p, grads[k], state["m"][k], state["v"][k], b1=beta1, b2=beta2, step_size=step_size,
-            inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd)
+            p, grads[k], m, v, b1=beta1, b2=beta2, step_size=step_size,
+            inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd,
+            out=(p, m, v) if inplace else None)
+    if inplace:  # the very arrays the caller holds
+        return params, {"step": t, "m": state["m"], "v": state["v"]}
     return new_p, {"step": t, "m": new_m, "v": new_v}
+
+
+def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, beta2: float = 0.999,
+              eps: float = 1e-8, weight_decay: float = 0.0,
+              no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
+    """One Adam update (Mini-BERT derivation §5.1); AdamW when ``weight_decay > 0``.
+
+    Returns ``(new_params, new_state)``; nothing passed in is modified.  Defaults: the
+    derivation's betas and eps (its lr 1e-4 is the caller's ``lr``, usually from the schedule).
+    ``no_decay``: names (or a predicate on names) exempt from weight decay.
+    """
+    return _adam(params, grads, state, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                 weight_decay=weight_decay, no_decay=no_decay, inplace=False)
 
 
 def adam_step_textbook(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9,
@@ -241,36 +257,11 @@ def adam_step_inplace(params, grads, state, *, lr: float = 1e-4, beta1: float = 
                       no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
     """``adam_step`` that overwrites ``params`` and the moments of ``state`` in place (as
     torch.optim does) and returns the new state dict; the fast path for a caller that owns its
-    parameters.  The gradient is validated (shape, dtype, finite); the parameters and moments
-    only by shape and dtype -- they are this optimizer's own state."""
-    _check_grads(params, grads)
-    if not isinstance(state, Mapping) or set(state) != {"step", "m", "v"}:
-        raise ValueError("state: expected the dict adam_init returns (keys 'step', 'm', 'v'), "
-                         f"got {sorted(state) if isinstance(state, Mapping) else state!r}")
-    for what in ("m", "v"):
-        for k, p in params.items():
-            a = state[what].get(k) if isinstance(state[what], Mapping) else None
-            if not isinstance(a, np.ndarray) or a.shape != p.shape or a.dtype != p.dtype:
-                raise ValueError(f"state[{what!r}][{k!r}]: expected shape {p.shape}, dtype "
-                                 f"{p.dtype}")
-    lr = _check_hparam("lr", lr, low=0.0)
-    beta1 = _check_hparam("beta1", beta1, low=0.0, high=1.0)
-    beta2 = _check_hparam("beta2", beta2, low=0.0, high=1.0)
-    eps = _check_hparam("eps", eps, low=0.0, low_open=True)
-    weight_decay = _check_hparam("weight_decay", weight_decay, low=0.0)
-    exempt = _no_decay_predicate(no_decay)
-    for k, p in params.items():  # reshape(-1) of a strided array is a copy: updates would be lost
-        if not p.flags.c_contiguous:
-            raise ValueError(f"params[{k!r}]: expected a C-contiguous array to update in place")
-    t = int(state["step"]) + 1
-    step_size = lr / (1.0 - beta1 ** t)
-    inv_sqrt_bc2 = 1.0 / np.sqrt(1.0 - beta2 ** t)
-    for k, p in params.items():
-        wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
-        m, v = state["m"][k], state["v"][k]
-        _adam_tensor(p, grads[k], m, v, b1=beta1, b2=beta2, step_size=step_size,
-                     inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd, out=(p, m, v))
-    return {"step": t, "m": state["m"], "v": state["v"]}
+    parameters (no fresh 3 x |params| allocation).  The gradient is validated (shape, dtype,
+    finite); the parameters and moments by shape, dtype and contiguity -- they are this
+    optimizer's own state."""
+    return _adam(params, grads, state, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                 weight_decay=weight_decay, no_decay=no_decay, inplace=True)[1]
 
 
 # --------------------------------------------------------------------------- schedule

@@ -393,7 +393,7 @@ mutant("mse_missing_factor_2", "loss.mse.backward",
 # ===================================================================== optimizer
 mutant("adam_no_bias_correction", "optim.adam",
        "Adam update uses m / (sqrt(v) + eps) without the 1 - beta^t bias corrections",
-       "optim.adam_step", ("bc1 = 1.0 - beta1 ** t", "bc1 = 1.0"),
+       "optim._adam", ("bc1 = 1.0 - beta1 ** t", "bc1 = 1.0"),
        ("bc2 = 1.0 - beta2 ** t", "bc2 = 1.0"))
 # _adam_tensor computes sqrt(v') + eps * sqrt(bc2) = sqrt(bc2) (sqrt(v_hat) + eps); with eps
 # inside: sqrt(v' + eps * bc2) = sqrt(bc2) sqrt(v_hat + eps), and eps * bc2 = eps / inv_sqrt_bc2^2
@@ -404,11 +404,11 @@ mutant("adam_eps_inside_sqrt", "optim.adam",
        ("t += eps_hat", "pass"))
 mutant("adamw_coupled_l2", "optim.adamw",
        "weight decay added to the gradient (Adam + L2) instead of decoupled from the moments",
-       "optim.adam_step", ("p, grads[k], state", "p, grads[k] + p.dtype.type(wd) * p, state"),
+       "optim._adam", ("p, grads[k], m, v", "p, grads[k] + p.dtype.type(wd) * p, m, v"),
        ("decay=lr * wd", "decay=0.0"))
 mutant("adamw_decays_no_decay_params", "optim.adamw",
        "weight decay also applied to the no_decay tensors (biases, LayerNorm gamma/beta)",
-       "optim.adam_step", ("(weight_decay == 0.0 or exempt(k))", "(weight_decay == 0.0)"))
+       "optim._adam", ("(weight_decay == 0.0 or exempt(k))", "(weight_decay == 0.0)"))
 mutant("clip_per_tensor", "clip.global_norm",
        "each gradient tensor clipped to max_norm on its own instead of by the global norm",
        "optim.clip_by_global_norm",
