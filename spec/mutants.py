@@ -217,12 +217,11 @@ def applied(m: Mutant | str, modules=None):
 # ===================================================================== linear
 mutant("linear_dx_no_transpose", "linear.backward.dx",
        "dx = dy @ W instead of dy @ W^T (wrong for square W, a crash otherwise)",
-       "ops._linear_backward", ("dx = dy @ W.T", "dx = dy @ W"))
+       "ops._linear_backward", ("_rows(dy) @ W.T", "_rows(dy) @ W"))
 mutant("linear_dW_torch_layout", "linear.backward.dW",
        "dW = dy^T x (PyTorch's [out, in] layout) for a W stored as [in, out]",
        "ops._linear_backward",
-       ("dW = x.reshape(-1, W.shape[0]).T @ dy.reshape(-1, W.shape[1])",
-        "dW = dy.reshape(-1, W.shape[1]).T @ x.reshape(-1, W.shape[0])"))
+       ("dW = _rows(x).T @ _rows(dy)", "dW = _rows(dy).T @ _rows(x)"))
 mutant("linear_db_mean", "linear.backward.db",
        "db averages dy over the rows instead of summing (an extra 1/N)",
        "ops._linear_backward", ("_sum_to_last(dy)", "dy.reshape(-1, dy.shape[-1]).mean(axis=0)"))
@@ -355,7 +354,7 @@ mutant("embedding_ln_backward_skips_layernorm", "embedding_ln.backward",
 mutant("mlm_decoder_grad_uses_x_hat", "mlm_head.decoder",
        "decoder weight gradient uses the LayerNorm's x_hat, not its output gamma x_hat + beta",
        "ops._mlm_head_backward",
-       ("cache.n.reshape(-1, cache.n.shape[-1])", "cache.ln.x_hat.reshape(-1, cache.n.shape[-1])"))
+       ("_rows(cache.n)", "_rows(cache.ln.x_hat)"))
 mutant("mlm_head_dn_skips_layernorm", "mlm_head.backward",
        "MLM head backward passes the decoder's gradient straight to the GELU, skipping the "
        "transform LayerNorm's backward",
@@ -463,7 +462,7 @@ mutant("softmax_jacobian_transposed_term", "softmax.jacobian",
 mutant("ce_log_softmax_no_max_shift", "loss.ce.sum",
        "cross-entropy's log-softmax exponentiates raw logits (no max shift): inf/NaN at 1e4",
        "ops._cross_entropy_forward",
-       ("z = logits - logits.max(axis=-1, keepdims=True)", "z = logits"))
+       ("z_max = logits.max(axis=-1, keepdims=True)", "z_max = np.zeros_like(logits[..., :1])"))
 mutant("ce_ignores_ignore_index_argument", "loss.ce.mean",
        "cross-entropy masks with the default -100 whatever ignore_index it is given",
        "ops._cross_entropy_forward",
