@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reference import ops
+from reference import ops, parallel
 from reference.config import BertConfig
 from reference.registry import implements
 from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_mask
@@ -116,6 +116,22 @@ class ModelCache(NamedTuple):
     pooler: ops.PoolerCache | None  # head "none" with config.pooler
     pooled: np.ndarray | None  # the pooler's output [B, H] (head "none" with config.pooler)
     out_shape: tuple
+
+
+class ShardedCache(NamedTuple):
+    """``forward``'s cache when it ran as batch shards (``reference.parallel`` workers > 1): one
+    ModelCache per shard; ``backward`` runs the shards' backwards the same way."""
+
+    shards: tuple  # slices of the batch axis
+    caches: tuple  # ModelCache of each shard
+    dtype: np.dtype
+    out_shape: tuple
+    pooled: np.ndarray | None  # [B, H], the shards' pooled outputs concatenated
+
+
+def _cut(rows: slice, *arrays):
+    """The rows of each array (None stays None)."""
+    return tuple(None if a is None else a[rows] for a in arrays)
 
 
 def _check_ids(input_ids, config: BertConfig) -> None:
@@ -289,18 +305,10 @@ def embed(params, config: BertConfig, input_ids, *, token_type_ids=None) -> np.n
     return _embed(params, config, input_ids, token_type_ids)[0]
 
 
-def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
-            token_type_ids=None, inputs_embeds=None):
-    """ids [B, T] -> logits [B, T, V] (head "mlm"), the last hidden states [B, T, H] (head
-    "none"; with ``config.pooler`` the cache's ``pooled`` [B, H] holds the pooler's output) or
-    class logits [B, num_labels] (head "classifier").
-
-    ``token_type_ids`` [B, T] (segment ids, default 0) for configs with token types.
-    ``inputs_embeds`` [B, T, H] replaces the whole embedding layer (what the first block
-    receives); the embedding tables then get zero gradients.
-    ``attention_mask`` [B, T]: 1 for tokens that may be attended, 0 for padding.
-    Every argument is checked here, once; the layers below run unchecked kernels.
-    """
+def _check_inputs(params, config: BertConfig, input_ids, attention_mask, token_type_ids,
+                  inputs_embeds):
+    """Every argument of ``forward`` checked once; returns (dtype, attention_mask as bool or None,
+    token_type_ids with their default)."""
     dtype = check_params(params, config)
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("input_ids, inputs_embeds: expected exactly one of them, got "
@@ -325,13 +333,55 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
         if empty.size:
             raise ValueError(f"attention_mask: expected at least one attended (1) position per "
                              f"sequence, rows {empty.tolist()} have none")
+        if attention_mask.all():  # every key attended: the same as no mask, without its passes
+            attention_mask = None
     ops._check_eps(config.ln_eps)
     if input_ids is not None:
         token_type_ids = _check_token_types(token_type_ids, config, (B, T))
     elif token_type_ids is not None:
         raise ValueError("token_type_ids: inputs_embeds already holds the token types")
-    return _forward(params, config, dtype, input_ids, attention_mask, inputs_embeds,
-                    token_type_ids)
+    return dtype, attention_mask, token_type_ids
+
+
+def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
+            token_type_ids=None, inputs_embeds=None):
+    """ids [B, T] -> logits [B, T, V] (head "mlm"), the last hidden states [B, T, H] (head
+    "none"; with ``config.pooler`` the cache's ``pooled`` [B, H] holds the pooler's output) or
+    class logits [B, num_labels] (head "classifier").
+
+    ``token_type_ids`` [B, T] (segment ids, default 0) for configs with token types.
+    ``inputs_embeds`` [B, T, H] replaces the whole embedding layer (what the first block
+    receives); the embedding tables then get zero gradients.
+    ``attention_mask`` [B, T]: 1 for tokens that may be attended, 0 for padding.
+    Every argument is checked here, once; the layers below run unchecked kernels.
+    """
+    dtype, attention_mask, token_type_ids = _check_inputs(
+        params, config, input_ids, attention_mask, token_type_ids, inputs_embeds)
+    args = (input_ids, attention_mask, inputs_embeds, token_type_ids)
+    B = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+    shards = parallel.row_shards(B)
+    if len(shards) == 1:
+        return _forward(params, config, dtype, *args)
+    pieces = parallel.pmap(lambda rows: _forward(params, config, dtype, *_cut(rows, *args)),
+                           shards)
+    out = np.concatenate([o for o, _ in pieces])
+    caches = tuple(c for _, c in pieces)
+    pooled = None if caches[0].pooled is None else np.concatenate([c.pooled for c in caches])
+    return out, ShardedCache(tuple(shards), caches, dtype, out.shape, pooled)
+
+
+def _backward_any(dout, cache, d_pooled=None):
+    """``_backward`` of a ModelCache, or of each shard of a ShardedCache (the shards' gradients
+    summed in shard order, their d_embeddings concatenated)."""
+    if not isinstance(cache, ShardedCache):
+        return _backward(dout, cache, d_pooled)
+
+    def shard(i):
+        rows = cache.shards[i]
+        return _backward(dout[rows], cache.caches[i], None if d_pooled is None else d_pooled[rows])
+
+    pieces = parallel.pmap(shard, range(len(cache.shards)))
+    return _sum_grads([g for g, _ in pieces]), np.concatenate([d for _, d in pieces])
 
 
 def backward(dout, cache, d_pooled=None):
@@ -342,7 +392,23 @@ def backward(dout, cache, d_pooled=None):
         if cache.pooled is None:
             raise ValueError("d_pooled: the forward computed no pooled output")
         as_float_array("d_pooled", d_pooled, shape=cache.pooled.shape, dtype=cache.dtype)
-    return _backward(dout, cache, d_pooled)
+    return _backward_any(dout, cache, d_pooled)
+
+
+def _check_loss_args(config: BertConfig, out_shape, dtype, labels, targets, reduction,
+                     ignore_index) -> None:
+    """labels (heads "mlm", "classifier") or targets (head "none") for an output of
+    ``out_shape``, and the reduction."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
+    if config.head in ("mlm", "classifier"):
+        if labels is None:
+            raise ValueError(f"labels: required for head {config.head!r}, got None")
+        ops._check_ce_labels(labels, out_shape[:-1], out_shape[-1], ignore_index, reduction)
+        return
+    if targets is None:
+        raise ValueError("targets: required for head 'none', got None")
+    as_float_array("targets", targets, shape=out_shape, dtype=dtype)
 
 
 def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_index):
@@ -350,17 +416,10 @@ def _loss_forward(out, config: BertConfig, labels, targets, reduction, ignore_in
     head "classifier": cross-entropy of the class logits vs ``labels`` [B];
     head "none": MSE of hidden states vs constant ``targets`` [B, T, H].
     Checks labels / targets; ``out`` comes from the checked forward."""
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
+    _check_loss_args(config, out.shape, out.dtype, labels, targets, reduction, ignore_index)
     if config.head in ("mlm", "classifier"):
-        if labels is None:
-            raise ValueError(f"labels: required for head {config.head!r}, got None")
-        ops._check_ce_labels(labels, out.shape[:-1], out.shape[-1], ignore_index, reduction)
         return ops._cross_entropy_forward(out, labels, ignore_index=ignore_index,
                                           reduction=reduction)
-    if targets is None:
-        raise ValueError("targets: required for head 'none', got None")
-    as_float_array("targets", targets, shape=out.shape, dtype=out.dtype)
     return ops._mse_forward(out, targets)
 
 
@@ -373,68 +432,185 @@ def _loss_backward(config: BertConfig, dtype, c_loss):
     return dout
 
 
+def _out_shape(config: BertConfig, B: int, T: int) -> tuple:
+    if config.head == "mlm":
+        return (B, T, config.vocab_size)
+    if config.head == "classifier":
+        return (B, config.num_labels)
+    return (B, T, config.hidden)
+
+
 def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
          attention_mask=None, token_type_ids=None, inputs_embeds=None, reduction: str = "mean",
          ignore_index: int = ops.IGNORE_INDEX):
-    """The scalar training loss, forward only (what finite differences evaluate)."""
-    out, _ = forward(params, config, input_ids, attention_mask, token_type_ids=token_type_ids,
-                     inputs_embeds=inputs_embeds)
-    return _loss_forward(out, config, labels, targets, reduction, ignore_index)[0]
+    """The scalar training loss, forward only (what finite differences evaluate).  With several
+    workers, each batch shard's summed loss is computed on its own and the sum divided once."""
+    dtype, attention_mask, token_type_ids = _check_inputs(
+        params, config, input_ids, attention_mask, token_type_ids, inputs_embeds)
+    B, T = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    _check_loss_args(config, _out_shape(config, B, T), dtype, labels, targets, reduction,
+                     ignore_index)
+    args = (input_ids, attention_mask, inputs_embeds, token_type_ids)
+    shards = parallel.row_shards(B)
+    if len(shards) == 1:
+        out, _ = _forward(params, config, dtype, *args)
+        return _loss_forward(out, config, labels, targets, reduction, ignore_index)[0]
+
+    def shard_total(rows):  # the shard's summed loss
+        out, _ = _forward(params, config, dtype, *_cut(rows, *args))
+        lab, tgt = _cut(rows, labels, targets)
+        if config.head in ("mlm", "classifier"):
+            return float(ops._cross_entropy_forward(out, lab, ignore_index=ignore_index,
+                                                    reduction="sum")[0])
+        return float(ops._mse_forward(out, tgt)[0]) * tgt.size  # the op's mean, undone
+
+    total = sum(parallel.pmap(shard_total, shards))
+    if config.head == "none":  # MSE: always the mean over every element
+        denom = targets.size
+    else:
+        denom = int(np.count_nonzero(labels != ignore_index)) if reduction == "mean" else 1
+    return dtype.type(total / denom)
 
 
 def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
                    attention_mask=None, token_type_ids=None, inputs_embeds=None,
                    reduction: str = "mean", ignore_index: int = ops.IGNORE_INDEX):
     """One forward + backward of ``loss``.  Returns (loss, grads, d_embeddings)."""
+    if _fused_mlm_head(config):
+        return _mlm_loss_and_grads(params, config, input_ids, labels, attention_mask,
+                                   token_type_ids, inputs_embeds, reduction, ignore_index,
+                                   predicted_only=False)
     out, cache = forward(params, config, input_ids, attention_mask, token_type_ids=token_type_ids,
                          inputs_embeds=inputs_embeds)
     value, c_loss = _loss_forward(out, config, labels, targets, reduction, ignore_index)
-    grads, d_embeddings = _backward(_loss_backward(config, cache.dtype, c_loss), cache)
+    grads, d_embeddings = _backward_any(_loss_backward(config, cache.dtype, c_loss), cache)
     return value, grads, d_embeddings
 
 
 def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
-                             attention_mask=None, reduction: str = "mean",
+                             attention_mask=None, token_type_ids=None, reduction: str = "mean",
                              ignore_index: int = ops.IGNORE_INDEX):
     """``loss_and_grads`` for the MLM head, computing the head only where a label is predicted.
 
     Same loss and gradients as ``loss_and_grads(..., labels=labels)`` (up to summation order):
     positions with ``ignore_index`` contribute nothing to the loss, so their logits -- 85% of
     the [B, T, V] tensor in MLM training -- need not exist (original BERT gathers the masked
-    positions the same way).  Returns (loss, grads).
+    positions the same way).  Returns (loss, grads, d_embeddings).
     """
-    if config.head != "mlm" or config.mlm_style != "linear" or config.type_vocab_size:
-        raise ValueError(f"config: expected head 'mlm' with mlm_style 'linear' and no token "
-                         f"types, got head={config.head!r}, mlm_style={config.mlm_style!r}, "
-                         f"type_vocab_size={config.type_vocab_size}")
-    # names only: forward() checks the encoder's arrays, linear_forward the head's -- checking
-    # every value twice would cost a pass over all 4.5M parameters per step
-    if not isinstance(params, dict) or set(params) != set(param_shapes(config)):
-        raise ValueError("params: expected a dict with the keys of param_shapes(config), got "
-                         + (f"keys {sorted(params)}" if isinstance(params, dict)
-                            else type(params).__name__))
-    for name in ("mlm.W", "mlm.b"):
-        as_float_array(f"params[{name!r}]", params[name], shape=param_shapes(config)[name],
-                       finite=False)
-    as_index_array("input_ids", input_ids, ndim=2, low=0, high=config.vocab_size)
-    as_index_array("labels", labels, shape=input_ids.shape, low=0, high=config.vocab_size,
-                   allow=(ignore_index,))
-    # the encoder alone: the same forward/backward with the head switched off
+    if not _fused_mlm_head(config):
+        raise ValueError(f"config: expected head 'mlm' with mlm_style 'linear', got "
+                         f"head={config.head!r}, mlm_style={config.mlm_style!r}")
+    if input_ids is None:
+        raise ValueError("input_ids: expected an integer array [B, T], got None")
+    return _mlm_loss_and_grads(params, config, input_ids, labels, attention_mask, token_type_ids,
+                               None, reduction, ignore_index, predicted_only=True)
+
+
+# ------------------------------------------------------------- the MLM head with its loss
+def _fused_mlm_head(config: BertConfig) -> bool:
+    """The Mini-BERT head (one linear layer to the vocabulary): its loss_and_grads goes through
+    ``_linear_cross_entropy``."""
+    return config.head == "mlm" and config.mlm_style == "linear" and not config.blog_literal
+
+
+# Logits rows per cross-entropy block: ~1 MiB (32 rows of V = 8192 float32), which stays in a
+# core's L2 through the block's passes (measured: the unblocked CE over [512, 8192] reads and
+# writes 16 MiB per pass from L3/DRAM).
+_CE_BLOCK_BYTES = 1 << 20
+
+
+def _linear_cross_entropy(h, W, b, labels, *, ignore_index: int, dloss):
+    """The summed cross-entropy of the logits ``h @ W + b`` [N, V] against ``labels`` [N] and
+    its gradients for an upstream gradient ``dloss`` (1/N_masked for a mean over a larger
+    batch): ``(total, dh, dW, db)``, ``total`` a Python float.
+
+    The linear and cross-entropy op pairs composed (their kernels, called here), scheduled for
+    speed: the cross-entropy runs block by block of rows, so a block of logits stays in cache
+    through its forward and backward passes, and each block's gradient overwrites its logits
+    (no second [N, V] array).  Equal to linear_forward -> cross_entropy_forward/backward ->
+    linear_backward up to float rounding (tests/test_fast_paths.py).
+    """
+    N, V = h.shape[0], W.shape[1]
+    logits, c_lin = ops._linear_forward(h, W, b)  # [N, V]
+    dloss = logits.dtype.type(dloss)
+    rows = max(1, _CE_BLOCK_BYTES // (V * logits.itemsize))
+    total = 0.0
+    for lo in range(0, N, rows):
+        blk = slice(lo, lo + rows)
+        value, c_ce = ops._cross_entropy_forward(logits[blk], labels[blk],
+                                                 ignore_index=ignore_index, reduction="sum")
+        total += float(value)
+        (logits[blk],) = ops._cross_entropy_backward(dloss, c_ce)  # the block's dlogits
+    dh, dW, db = ops._linear_backward(logits, c_lin)  # logits holds dlogits now
+    return total, dh, dW, db
+
+
+def _mlm_loss_and_grads(params, config, input_ids, labels, attention_mask, token_type_ids,
+                        inputs_embeds, reduction, ignore_index, *, predicted_only: bool):
+    """Checks every argument once, then runs ``_mlm_shard`` on each batch shard (one per
+    worker, ``reference.parallel``) and sums the shards' losses and gradients in shard order.
+    Each shard's gradient already carries the whole batch's 1/N_masked."""
+    dtype, attention_mask, token_type_ids = _check_inputs(
+        params, config, input_ids, attention_mask, token_type_ids, inputs_embeds)
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
+    B, T = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    if labels is None:
+        raise ValueError("labels: required for head 'mlm', got None")
+    ops._check_ce_labels(labels, (B, T), config.vocab_size, ignore_index, reduction)
+    denom = int(np.count_nonzero(labels != ignore_index)) if reduction == "mean" else 1
     body_config = config.replace(head="none")
     body = {k: v for k, v in params.items() if not k.startswith("mlm.")}
-    h, cache = forward(body, body_config, input_ids, attention_mask)  # [B, T, H]
-    predicted = labels != ignore_index  # [B, T]
-    if not predicted.any():
-        raise ValueError(f"labels: expected at least one position != ignore_index "
-                         f"({ignore_index}), got none among {labels.size}")
-    h_sel = h[predicted]  # [N, H]
-    logits, c_head = ops.linear_forward(h_sel, params["mlm.W"], params["mlm.b"])  # [N, V]
-    value, c_loss = ops.cross_entropy_forward(logits, labels[predicted],
-                                              ignore_index=ignore_index, reduction=reduction)
-    (dlogits,) = ops.cross_entropy_backward(1.0, c_loss)
-    dh_sel, dW, db = ops.linear_backward(dlogits, c_head)
-    dh = np.zeros_like(h)
-    dh[predicted] = dh_sel  # positions without a label get no gradient
-    grads, d_embeddings = _backward(dh, cache)  # dh is built here from checked arrays
+
+    def shard(rows: slice):
+        return _mlm_shard(body, body_config, dtype, params["mlm.W"], params["mlm.b"],
+                          *_cut(rows, input_ids, labels, attention_mask, token_type_ids,
+                                inputs_embeds), ignore_index, 1.0 / denom, predicted_only)
+
+    pieces = parallel.pmap(shard, parallel.row_shards(B))
+    total, grads, d_embeddings = pieces[0]
+    if len(pieces) > 1:
+        total = sum(p[0] for p in pieces)
+        _sum_grads([p[1] for p in pieces])
+        d_embeddings = np.concatenate([p[2] for p in pieces])  # [B, T, H], shard by shard
+    return dtype.type(total / denom), {name: grads[name] for name in param_shapes(config)}, \
+        d_embeddings
+
+
+def _mlm_shard(body, body_config, dtype, W, b, input_ids, labels, attention_mask,
+               token_type_ids, inputs_embeds, ignore_index, dloss, predicted_only):
+    """One shard: the encoder (head switched off) -> ``_linear_cross_entropy`` on every position,
+    or on the predicted ones only (``predicted_only``) -> the encoder's backward.  Returns
+    (summed loss, grads, d_embeddings)."""
+    h, cache = _forward(body, body_config, dtype, input_ids, attention_mask, inputs_embeds,
+                        token_type_ids)  # [B, T, H]
+    h_rows, flat_labels = ops._rows(h), labels.reshape(-1)  # [B*T, H], [B*T]
+    if predicted_only:  # the other rows contribute nothing to the loss, nor get a gradient
+        sel = np.flatnonzero(flat_labels != ignore_index)
+        dh = np.zeros_like(h_rows)
+        if sel.size:
+            total, dh[sel], dW, db = _linear_cross_entropy(
+                h_rows[sel], W, b, flat_labels[sel], ignore_index=ignore_index, dloss=dloss)
+        else:  # a shard (or a "sum" batch) with nothing to predict
+            total, dW, db = 0.0, np.zeros_like(W), np.zeros_like(b)
+    else:
+        total, dh, dW, db = _linear_cross_entropy(h_rows, W, b, flat_labels,
+                                                  ignore_index=ignore_index, dloss=dloss)
+    grads, d_embeddings = _backward(dh.reshape(h.shape), cache)
     grads["mlm.W"], grads["mlm.b"] = dW, db
-    return value, {name: grads[name] for name in param_shapes(config)}, d_embeddings
+    return total, grads, d_embeddings
+
+
+def _sum_grads(pieces: list[dict]) -> dict:
+    """Adds every gradient dict of ``pieces`` into the first, tensor by tensor in piece order
+    (the tensors split among the workers); returns the first."""
+    acc = pieces[0]
+    keys = list(acc)
+
+    def add(group):
+        for i in group:
+            for other in pieces[1:]:
+                np.add(acc[keys[i]], other[keys[i]], out=acc[keys[i]])
+
+    parallel.pmap(add, parallel.balanced_groups([acc[k].size for k in keys]))
+    return acc

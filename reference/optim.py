@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from reference import parallel
 from reference.registry import implements
 
 __all__ = [
@@ -42,8 +43,13 @@ __all__ = [
 ]
 
 # Elements per chunk of the fused Adam update: the temporaries of one chunk (a few x 4-8 bytes
-# x 32K) stay in L2, so each array is read/written from main memory once per step.
-_CHUNK = 1 << 15
+# x 64K) stay in L2, so each array is read/written from main memory once per step.  With
+# several workers a chunk is larger: every NumPy call takes the GIL for its set-up, and fewer,
+# longer calls contend less.  Measured on Mini-BERT's 4.5M float32 parameters, in place,
+# alternating (ms): 1 worker 32K 13.3, 64K 13.5, 128K 14.4, 256K 15.7; 2 workers 32K 13.4,
+# 64K 11.1, 128K 10.5, 256K 9.8.  Elementwise: the chunking never changes a result.
+_CHUNK = 1 << 16
+_CHUNK_PARALLEL = 1 << 18
 
 
 def default_no_decay(name: str) -> bool:
@@ -149,9 +155,10 @@ def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay, out
         P2, M2, V2 = np.empty_like(P), np.empty_like(M), np.empty_like(Vv)
     else:  # every read of chunk s happens before its write: updating in place is safe
         P2, M2, V2 = (a.reshape(-1) for a in out)
-    buf = np.empty(min(_CHUNK, P.size), dtype=p.dtype)
-    for lo in range(0, P.size, _CHUNK):
-        s = slice(lo, lo + _CHUNK)
+    chunk = _CHUNK if parallel.get_workers() == 1 else _CHUNK_PARALLEL
+    buf = np.empty(min(chunk, P.size), dtype=p.dtype)
+    for lo in range(0, P.size, chunk):
+        s = slice(lo, lo + chunk)
         gs, t = G[s], buf[: G[s].size]
         mo = np.multiply(M[s], b1, out=M2[s])
         mo += np.multiply(gs, c1, out=t)
@@ -202,15 +209,20 @@ def _adam(params, grads, state, *, lr, beta1, beta2, eps, weight_decay, no_decay
     bc2 = 1.0 - beta2 ** t
     step_size = lr / bc1
     inv_sqrt_bc2 = 1.0 / np.sqrt(bc2)
-    new_p, new_m, new_v = {}, {}, {}
-    for k, p in params.items():
-        wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
-        m, v = state["m"][k], state["v"][k]
-        # decoupled (AdamW): the decay shrinks p directly and never enters the moments
-        new_p[k], new_m[k], new_v[k] = _adam_tensor(
-            p, grads[k], m, v, b1=beta1, b2=beta2, step_size=step_size,
-            inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd,
-            out=(p, m, v) if inplace else None)
+    keys = list(params)
+    new_p, new_m, new_v = (dict.fromkeys(keys) for _ in range(3))  # params' order, filled below
+
+    def update(group):  # the tensors of one worker (reference.parallel): each one independent
+        for k in (keys[i] for i in group):
+            p, m, v = params[k], state["m"][k], state["v"][k]
+            wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
+            # decoupled (AdamW): the decay shrinks p directly and never enters the moments
+            new_p[k], new_m[k], new_v[k] = _adam_tensor(
+                p, grads[k], m, v, b1=beta1, b2=beta2, step_size=step_size,
+                inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd,
+                out=(p, m, v) if inplace else None)
+
+    parallel.pmap(update, parallel.balanced_groups([params[k].size for k in keys]))
     if inplace:  # the very arrays the caller holds
         return params, {"step": t, "m": state["m"], "v": state["v"]}
     return new_p, {"step": t, "m": new_m, "v": new_v}

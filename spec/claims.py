@@ -149,10 +149,10 @@ class Context:
     @cached_property
     def timings(self) -> dict:
         """Medians (ms) of forward, backward and forward+loss+backward, float32, B=8, T=64, under
-        the entry points' thread policy (reference.train.threads: the probe's fastest count),
+        the entry points' thread policy (reference.train.threads: one worker per core),
         with PyTorch eager's medians for the same model and batch measured alternately in the
         same run when torch is installed (keys ``torch_<name>``; ``threads``)."""
-        from reference.train.threads import blas_threads, choose
+        from reference.train.threads import choose, keep_freed_memory, use_threads
         from spec.bench import alternate
 
         ids, labels = self.batch
@@ -162,7 +162,8 @@ class Context:
             params = impl.init_params(config, seed=0, dtype=np.float32)
             ids, labels = ids[:2, :8] % 64, np.where(labels[:2, :8] >= 0, ids[:2, :8] % 64, -100)
         threads = choose("auto")
-        with blas_threads(threads):
+        keep_freed_memory()
+        with use_threads(threads):
             fns, before = self._timing_fns(impl, params, config, ids, labels, threads)
             # round-robin with the bench's timer: both sides see the same load
             stats = alternate(fns, repeats=self.repeats, warmup=1, before=before,
@@ -720,7 +721,7 @@ def _timing(key, stated_ms):
                   f"{ms / t['torch_' + key]:.2f}" if "torch_" + key in t else "")
         return Result(f"{ms:.2f} ms (median of {ctx.repeats_done}){what}{theirs}",
                       "confirmed" if ok else "refuted",
-                      f"float32, B=8, T=64, {t['threads']} BLAS thread(s) (auto), this "
+                      f"float32, B=8, T=64, {t['threads']} worker(s) (auto), this "
                       f"machine; x{ratio:.2f} the stated value (confirmed within "
                       f"x{TIMING_FACTOR})")
     return obtain

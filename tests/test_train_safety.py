@@ -362,16 +362,20 @@ def test_bit_flip_in_a_tensor_is_detected(tmp_path):
         load_checkpoint(path)
 
 
-def test_checkpoint_records_blas_threads_and_warns_on_a_change(tmp_path, monkeypatch):
+def test_checkpoint_records_thread_counts_and_warns_on_a_change(tmp_path, monkeypatch):
+    from reference import parallel
     from reference.train import checkpoint as C
 
     path = _small_checkpoint(tmp_path)
     ck = load_checkpoint(path)
-    assert ck["blas_threads"] == C.blas_threads() and ck["warnings"] == []
-    if ck["blas_threads"] is None:
-        pytest.skip("no BLAS thread count available on this machine")
-    monkeypatch.setattr(C, "blas_threads", lambda: ck["blas_threads"] + 1)
-    assert "BLAS threads" in load_checkpoint(path)["warnings"][0]
+    assert ck["threads"] == C.thread_counts() and ck["warnings"] == []
+    assert ck["threads"]["workers"] == parallel.get_workers()
+    with parallel.workers(ck["threads"]["workers"] + 1):  # another worker count: not bit-exact
+        warning = load_checkpoint(path)["warnings"][0]
+    assert "worker(s)" in warning and f"--threads {ck['threads']['workers']}" in warning
+    if ck["threads"]["blas"] is not None:  # another BLAS count: also a warning
+        monkeypatch.setattr(C, "blas_threads", lambda: ck["threads"]["blas"] + 1)
+        assert "BLAS thread(s)" in load_checkpoint(path)["warnings"][0]
 
 
 def _corrupt_corpus(tmp_path):

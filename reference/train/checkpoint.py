@@ -4,9 +4,10 @@ Tensors: ``param/<name>``, ``adam_m/<name>``, ``adam_v/<name>`` (exact copies: f
 float64, so a resumed run continues bit-exactly).  Metadata (JSON strings): ``step`` (Adam's
 update count), ``rng`` (the data generator's bit-generator state), ``model_config``,
 ``train_config``, ``tokenizer`` (the tokenizer.json text), ``history``, ``sha256`` (tensor name
--> SHA-256 of its bytes: a bit flip is caught on load), ``blas_threads`` (the BLAS thread count
-of the writer: a different count changes the reduction order, so a resume would not be
-bit-exact), ``extra`` (free JSON, e.g. the corpus and tokenizer hashes of the run).
+-> SHA-256 of its bytes: a bit flip is caught on load), ``threads`` (the writer's worker count
+and BLAS thread count, ``{"workers": w, "blas": b}``: either one changes the reduction order --
+batch shards, BLAS blocking -- so a resume with other counts would not be bit-exact),
+``extra`` (free JSON, e.g. the corpus and tokenizer hashes of the run).
 
 Loading checks, in this order and before any tensor is read: the file is a safetensors file of
 this format; every tensor name belongs to a known group; the model config is valid and its
@@ -45,17 +46,31 @@ def blas_threads() -> int | None:
     return None
 
 
-def recorded_blas_threads(path: str) -> int | None:
-    """The BLAS thread count a checkpoint was written with (metadata only, no tensor read);
-    None when the file or the record is absent or unreadable -- load_checkpoint reports those."""
+def thread_counts() -> dict:
+    """This process's ``{"workers": reference.parallel's count, "blas": BLAS threads or None}``."""
+    from reference import parallel
+
+    return {"workers": parallel.get_workers(), "blas": blas_threads()}
+
+
+def _counts(value) -> dict | None:
+    ok = (isinstance(value, dict) and set(value) == {"workers", "blas"}
+          and all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0)
+                  for v in value.values()))
+    return value if ok else None
+
+
+def recorded_threads(path: str) -> dict | None:
+    """The thread counts a checkpoint was written with (metadata only, no tensor read); None
+    when the file or the record is absent or unreadable -- load_checkpoint reports those."""
     try:
         from safetensors import safe_open
 
         with safe_open(path, framework="numpy") as f:
-            value = json.loads((f.metadata() or {}).get("blas_threads", "null"))
+            value = json.loads((f.metadata() or {}).get("threads", "null"))
     except Exception:  # noqa: BLE001 -- a bad file is load_checkpoint's to name
         return None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return _counts(value)
 
 
 def tensor_sha256(a: np.ndarray) -> str:
@@ -79,7 +94,7 @@ def save_checkpoint(path: str, params: dict, opt_state: dict, *, rng_state: str,
                 "train_config": json.dumps(train_config or {}),
                 "history": json.dumps(history or {}),
                 "sha256": json.dumps({k: tensor_sha256(a) for k, a in tensors.items()}),
-                "blas_threads": json.dumps(blas_threads()),
+                "threads": json.dumps(thread_counts()),
                 "extra": json.dumps(extra or {})}
     if tokenizer_json is not None:
         metadata["tokenizer"] = tokenizer_json
@@ -131,7 +146,7 @@ def check_model_config(path: str, model_config, shapes: dict) -> None:
 
 def load_checkpoint(path: str, *, verify: bool = True) -> dict:
     """Returns dict(params, opt_state, rng_state, model_config, train_config, tokenizer_json,
-    history, blas_threads, extra, warnings) with the arrays exactly as saved.  Every problem
+    history, threads, extra, warnings) with the arrays exactly as saved.  Every problem
     with the file is a ValueError that names it."""
     from safetensors import safe_open
 
@@ -169,14 +184,15 @@ def load_checkpoint(path: str, *, verify: bool = True) -> dict:
     step = meta["step"]
     if not step.isdigit():
         raise _bad(path, f"step {step!r}")
-    threads = loads_json(f"checkpoint {path!r} blas_threads", meta.get("blas_threads", "null"),
-                         expect=None)
+    threads = _counts(loads_json(f"checkpoint {path!r} threads", meta.get("threads", "null"),
+                                 expect=None))
     warnings = []
-    now = blas_threads()
-    if threads is not None and now is not None and threads != now:
-        warnings.append(f"checkpoint was written with {threads} BLAS threads, this process "
-                        f"uses {now}: results will not be bit-identical to an uninterrupted "
-                        f"run (pass --threads {threads})")
+    now = thread_counts()
+    if threads is not None and threads != now:
+        warnings.append(f"checkpoint was written with {threads['workers']} worker(s) and "
+                        f"{threads['blas']} BLAS thread(s), this process uses {now['workers']} "
+                        f"and {now['blas']}: results will not be bit-identical to an "
+                        f"uninterrupted run (pass --threads {threads['workers']})")
     return {
         "params": groups["param"],
         "opt_state": {"step": int(step), "m": groups["adam_m"], "v": groups["adam_v"]},
@@ -185,7 +201,7 @@ def load_checkpoint(path: str, *, verify: bool = True) -> dict:
         "train_config": loads_json(f"checkpoint {path!r} train_config", meta["train_config"]),
         "tokenizer_json": meta.get("tokenizer"),
         "history": loads_json(f"checkpoint {path!r} history", meta["history"]),
-        "blas_threads": threads,
+        "threads": threads,
         "extra": loads_json(f"checkpoint {path!r} extra", meta.get("extra", "{}")),
         "warnings": warnings,
     }

@@ -1,16 +1,26 @@
-"""BLAS thread policy for every entry point (train, bench, audit timings, check).
+"""The thread and memory policy of every entry point (train, bench, audit timings, check).
 
-OpenBLAS threads spin-wait for each other: on a 2-core machine that is busy elsewhere, 2 BLAS
-threads run a Mini-BERT step 5-7x *slower* than 1 (a descheduled partner stalls every matmul),
-while on an idle machine 2 threads are ~1.3-1.5x faster.  No fixed count is right for both, so
-``auto`` probes: it times a matmul of the step's size at each candidate count, alternating, and
-keeps the fastest.  The count is then set with threadpoolctl (at run time, never by environment
-variables after NumPy is loaded) and recorded in checkpoints, so a resumed run can use the same
-count and stay bit-exact.
+Threads.  ``--threads N`` means N workers of ``reference.parallel`` (batch shards, tensor
+groups), each running single-threaded BLAS.  OpenBLAS's own threads are never used: they
+spin-wait between calls, so on a 2-core machine that is busy elsewhere 2 BLAS threads ran a
+Mini-BERT step 5-7x *slower* than 1 (a descheduled partner stalls every matmul), and even on an
+idle machine a spinning OpenBLAS thread holds the core another thread of the process needs.
+Workers block while idle: under load they degrade to time-sharing, never to stalls.  The count
+is set at run time (threadpoolctl for the BLAS, never environment variables after NumPy is
+loaded) and recorded in checkpoints: shards are cut from the count, so a resumed run with the
+same count is bit-exact.  ``auto`` = the cores this process may run on.
+
+Memory.  A training step allocates and frees the same large arrays every time (16 MiB of
+logits, 6 MiB gradients); glibc gives freed memory above its trim threshold back to the kernel,
+and the next step pays a page fault per 4 KiB page again: 6,000 faults and ~17 ms per Mini-BERT
+step on this 2-core VM, 0 once freed memory is kept (peak RSS unchanged, 175 MiB).
+``keep_freed_memory()`` keeps it (mallopt; a no-op where glibc is absent).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import time
 from contextlib import contextmanager
@@ -40,15 +50,62 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def choose(requested=AUTO) -> int:
+    """The worker count to use: ``requested`` if it is a number, else the available cores
+    (workers block when idle, so there is no count that a loaded machine punishes)."""
+    requested = parse_threads(requested)
+    return available_cores() if requested == AUTO else requested
+
+
+@contextmanager
+def use_threads(n: int):
+    """Run the body with ``n`` workers (``reference.parallel``) and single-threaded BLAS,
+    restoring both afterwards."""
+    from threadpoolctl import threadpool_limits
+
+    from reference import parallel
+
+    with threadpool_limits(limits=1, user_api="blas"), parallel.workers(int(n)):
+        yield int(n)
+
+
+def workers_in_use() -> int:
+    """The current worker count (what a checkpoint records)."""
+    from reference import parallel
+
+    return parallel.get_workers()
+
+
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+
+
+def keep_freed_memory() -> bool:
+    """Tell glibc to keep freed memory for reuse instead of returning it to the kernel (and to
+    serve allocations up to 32 MiB, its maximum, from that pool rather than fresh mappings).
+    Process-wide, for every library in the process (torch's allocations too).  Returns False
+    where it does not apply (no glibc)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    ok = mallopt(_M_MMAP_THRESHOLD, 32 << 20) == 1
+    ok &= mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
+    ok &= mallopt(_M_TOP_PAD, 64 << 20) == 1
+    return bool(ok)
+
+
 MATMULS_PER_ROUND = 4  # products timed together per candidate and round
 
 
 def probe(candidates=None, *, n: int = 512, k: int = 192, m: int = 768, rounds: int = 7,
           reduce=np.median) -> dict[int, float]:
     """Seconds (``reduce`` over the rounds: the median by default) of MATMULS_PER_ROUND
-    [n, k] @ [k, m] float32 matmuls (an FFN projection of a Mini-BERT step) at each candidate
-    thread count, the candidates alternating round by round so both see the same load.  About
-    10-50 ms in all at the default sizes."""
+    [n, k] @ [k, m] float32 matmuls at each candidate *BLAS* thread count, the candidates
+    alternating round by round so both see the same load: the machine's sgemm rate (the bench's
+    FLOP floor), not the policy's workers.  About 10-50 ms in all at the default sizes."""
     from threadpoolctl import threadpool_limits
 
     candidates = sorted(set(candidates or range(1, available_cores() + 1)))
@@ -66,23 +123,3 @@ def probe(candidates=None, *, n: int = 512, k: int = 192, m: int = 768, rounds: 
                 if r:  # round 0 warms the thread pool up
                     times[c].append(time.perf_counter() - t0)
     return {c: float(reduce(t)) for c, t in times.items()}
-
-
-def choose(requested=AUTO) -> int:
-    """The thread count to use: ``requested`` if it is a number, else the probe's fastest (ties
-    and near-ties -- within 10% -- go to fewer threads: less to lose when the load changes)."""
-    requested = parse_threads(requested)
-    if requested != AUTO:
-        return requested
-    timings = probe()
-    best = min(timings.values())
-    return min(c for c, t in timings.items() if t <= 1.1 * best)
-
-
-@contextmanager
-def blas_threads(n: int):
-    """Run the body with ``n`` BLAS threads (threadpoolctl), restoring the previous count."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=int(n), user_api="blas"):
-        yield int(n)

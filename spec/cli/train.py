@@ -65,12 +65,12 @@ def register(sub) -> None:
     t.add_argument("--max-minutes", type=float, help="stop (and checkpoint) after this long "
                                                      "(default: no limit)")
     t.add_argument("--threads", default=None,
-                   help="BLAS threads: a number, or 'auto' = the faster of 1..cores in a short "
-                        "matmul probe.  1 is the default because it is reproducible (another "
-                        "count changes BLAS summation order, so two runs with one seed are "
-                        "bit-identical only at one count) and robust (on a busy 2-core machine "
-                        "2 threads run several times slower; idle, they gain ~6%% on a step "
-                        "here); --resume keeps the count the checkpoint recorded (default: 1)")
+                   help="workers: a number, or 'auto' = the cores this process may use.  Each "
+                        "worker runs a shard of the batch (and a share of the optimizer's "
+                        "tensors) with single-threaded BLAS; idle workers block instead of "
+                        "spinning, so a busy machine slows them down but never stalls them.  "
+                        "Runs with one seed are bit-identical at one count; --resume keeps the "
+                        "count the checkpoint recorded (default: auto)")
     t.add_argument("--sentence", default=DEFAULT_SENTENCE,
                    help="sentence for attention.png (default: %(default)r)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -140,29 +140,30 @@ def clear_run_dir(run_dir: str) -> None:
 
 
 def _threads_for(args) -> int:
-    """--threads if given (a number, or 'auto' = the probe's choice); else, resuming, the count
-    the checkpoint recorded (bit-exact resume); else 1."""
-    from reference.train.checkpoint import recorded_blas_threads
+    """--threads if given (a number, or 'auto' = the available cores); else, resuming, the count
+    the checkpoint recorded (bit-exact resume); else auto."""
+    from reference.train.checkpoint import recorded_threads
     from reference.train.threads import choose
 
     if args.threads is not None:
         return choose(args.threads)
     if getattr(args, "resume", False) and args.preset != "seed001":
-        recorded = recorded_blas_threads(os.path.join(args.run_dir, "checkpoint.safetensors"))
+        recorded = recorded_threads(os.path.join(args.run_dir, "checkpoint.safetensors"))
         if recorded is not None:
-            return recorded
-    return 1
+            return recorded["workers"]
+    return choose("auto")
 
 
 def run(args) -> int:
     if args.run_dir is None:
         args.run_dir = os.path.join("runs", "seed001" if args.preset == "seed001" else "minibert")
-    from reference.train.threads import blas_threads
+    from reference.train.threads import keep_freed_memory, use_threads
 
     n = _threads_for(args)
-    print(f"BLAS threads: {n}" + (" (auto: fastest in a matmul probe)"
-                                  if str(args.threads) == "auto" else ""))
-    with blas_threads(n):
+    keep_freed_memory()
+    print(f"threads: {n} worker(s), single-threaded BLAS each"
+          + (" (auto: the available cores)" if args.threads in (None, "auto") else ""))
+    with use_threads(n):
         if args.preset == "seed001":
             return run_seed001(args)
         return run_mlm(args)
