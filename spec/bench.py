@@ -11,6 +11,7 @@ imports torch itself), loaded by path when torch is installed.
 from __future__ import annotations
 
 import importlib.util
+import json
 import resource
 import subprocess
 import sys
@@ -43,6 +44,7 @@ class Stats:
 class Row:
     """One measurement at one thread count: the reference, torch (if available), their ratio."""
 
+    key: str  # "step_full", "step_masked", "forward", "backward", "optimizer", ...
     name: str
     threads: int
     gflop: float
@@ -60,6 +62,25 @@ class Row:
 
 
 @dataclass
+class Target:
+    """One of the performance targets (issue "Faster than PyTorch eager"): a measured value
+    against its bound; ``value`` None when this run did not measure it."""
+
+    name: str
+    value: float | None
+    bound: float
+    sense: str  # "<=" or ">="
+    unit: str = ""
+    detail: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value <= self.bound if self.sense == "<=" else self.value >= self.bound
+
+
+@dataclass
 class Report:
     preset: str
     batch: int
@@ -68,13 +89,23 @@ class Report:
     blas: list[dict]
     sgemm_gflops: dict[int, float]
     rows: list[Row] = field(default_factory=list)
-    peak_rss_mib: float | None = None  # a reference training step alone, in a fresh process
+    peak_rss_mib: dict = field(default_factory=dict)  # head -> MiB, a fresh process each
+    train_rate: TrainRate | None = None
+    targets: list[Target] = field(default_factory=list)
+    policy: str = ""
     torch_note: str = ""
+
+    def row(self, key: str, threads: int) -> Row | None:
+        return next((r for r in self.rows if r.key == key and r.threads == threads), None)
 
     def to_json(self) -> dict:
         out = asdict(self)
         for r, row in zip(out["rows"], self.rows):
             r["ratio"], r["vs_floor"] = row.ratio, row.vs_floor
+        for t, target in zip(out["targets"], self.targets):
+            t["met"] = target.met
+        if self.train_rate is not None:
+            out["train_rate"]["loaded_ratio"] = self.train_rate.loaded_ratio
         return out
 
 
@@ -155,21 +186,24 @@ def load_torch_side():
 PEAK_RSS_SCRIPT = """
 import resource, sys
 import numpy as np
-from reference.train.threads import blas_threads
+from reference.train.threads import keep_freed_memory, use_threads
 import reference
 from reference.config import PRESETS
 config = PRESETS[sys.argv[1]]()
 B, T, steps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+loss_and_grads = (reference.loss_and_grads if sys.argv[6] == "full"
+                  else reference.masked_lm_loss_and_grads)
 rng = np.random.default_rng(0)
 params = reference.init_params(config, seed=0, dtype=np.float32)
 state = reference.adam_init(params)
 ids = rng.integers(5, config.vocab_size, size=(B, T))
 labels = np.where(rng.random((B, T)) < 0.15, ids, -100)
 labels[:, 0] = ids[:, 0]
-with blas_threads(1):
+keep_freed_memory()
+with use_threads(int(sys.argv[5])):
     for _ in range(steps):
-        _, grads, _ = reference.masked_lm_loss_and_grads(params, config, ids, labels=labels)
-        params, state = reference.adam_step(params, grads, state, lr=1e-4)
+        _, grads, _ = loss_and_grads(params, config, ids, labels=labels)
+        state = reference.optim.adam_step_inplace(params, grads, state, lr=1e-4)
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so it would report the
 # parent's (torch-sized) footprint; the high-water mark of this address space starts at exec
 try:
@@ -180,13 +214,106 @@ except (OSError, IndexError):
 """
 
 
-def peak_rss_mib(preset: str, B: int, T: int, steps: int = 3) -> float:
+def _run_script(script: str, *args) -> str:
+    """The last line a fresh interpreter running ``script`` with ``args`` prints; a child that
+    fails raises a ValueError carrying its last error line (never a silent figure)."""
+    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"benchmark child process failed (exit {out.returncode}): {last}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def peak_rss_mib(preset: str, B: int, T: int, *, threads: int = 1, head: str = "masked",
+                 steps: int = 3) -> float:
     """Peak resident memory (MiB) of a fresh process that runs reference training steps (the
-    trainer's masked head, Adam) and nothing else: no torch in the address space."""
-    out = subprocess.run([sys.executable, "-c", PEAK_RSS_SCRIPT, preset, str(B), str(T),
-                          str(steps)], cwd=ROOT, capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    full MLM head or the trainer's masked head, in-place Adam) with ``threads`` workers and
+    nothing else: no torch in the address space."""
+    return float(_run_script(PEAK_RSS_SCRIPT, preset, B, T, steps, threads, head))
 
 
 def self_peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------- training under load
+# ``minibert train``'s step (reference.train.loop.train_step: sample, mask, sparse-head MLM loss,
+# clipping, AdamW) on synthetic ids, in a fresh process under the CLI's thread and memory
+# policy; prints {"threads": n, "steps_per_s": r}.
+TRAIN_RATE_SCRIPT = """
+import json, sys, time
+import numpy as np
+from reference.train.threads import choose, keep_freed_memory, use_threads
+import reference
+from reference.config import PRESETS
+from reference.train.loop import TrainConfig, init_state, train_step
+config = PRESETS[sys.argv[1]]()
+n, steps = choose(sys.argv[2]), int(sys.argv[3])
+ids = np.random.default_rng(0).integers(5, config.vocab_size, size=(512, config.max_len))
+mask = np.ones_like(ids)
+tcfg = TrainConfig(steps=steps + 100, warmup_steps=10)
+keep_freed_memory()
+with use_threads(n):
+    state = init_state(reference, config, tcfg)
+    for _ in range(3):
+        train_step(reference, state, config, tcfg, ids, mask)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        train_step(reference, state, config, tcfg, ids, mask)
+    rate = steps / (time.perf_counter() - t0)
+print(json.dumps({"threads": n, "steps_per_s": rate}))
+"""
+
+# Another 2-thread job: an OpenBLAS sgemm loop with 2 threads (they spin-wait between calls,
+# the worst neighbour for a 2-core machine), until it is killed.
+LOAD_SCRIPT = """
+import numpy as np
+from threadpoolctl import threadpool_limits
+a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
+with threadpool_limits(limits=2, user_api="blas"):
+    while True:
+        a = a @ a
+        a /= np.abs(a).max()
+"""
+
+
+@dataclass
+class TrainRate:
+    """``minibert train`` steps/s at the default thread count and at 1 thread, idle and while
+    another 2-thread job runs; each the median of ``rounds`` fresh processes, alternating."""
+
+    default_threads: int
+    idle: dict  # "default" / "one" -> steps/s
+    loaded: dict
+
+    @property
+    def loaded_ratio(self) -> float:
+        return self.loaded["default"] / self.loaded["one"]
+
+
+def train_rate(preset: str, *, steps: int = 20, rounds: int = 2) -> TrainRate:
+    """Measure TrainRate: children alternate default / 1 thread, first idle, then with the
+    LOAD_SCRIPT job running beside them (killed at the end, whatever happens)."""
+    def measure() -> tuple[int, dict]:
+        got: dict[str, list[float]] = {"default": [], "one": []}
+        n = 0
+        for _ in range(rounds):
+            for key, threads in (("default", "auto"), ("one", "1")):
+                res = json.loads(_run_script(TRAIN_RATE_SCRIPT, preset, threads, steps))
+                got[key].append(res["steps_per_s"])
+                n = res["threads"] if key == "default" else n
+        return n, {k: float(np.median(v)) for k, v in got.items()}
+
+    n, idle = measure()
+    load = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)  # the job is running before the first timed step
+        if load.poll() is not None:
+            raise ValueError(f"the 2-thread load job exited at once (status {load.returncode})")
+        _, loaded = measure()
+    finally:
+        load.kill()
+        load.wait()
+    return TrainRate(n, idle, loaded)

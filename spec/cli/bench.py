@@ -2,9 +2,12 @@
 process, alternating call by call, at each thread count: train step (full MLM head and the
 trainer's masked head), forward, backward and the optimizer separately; medians, p10/p90, the
 reference/torch ratio, GFLOP and the fraction of this run's sgemm FLOP floor; the peak RSS of a
-reference training step; the BLAS library and threads actually used (threadpoolctl).
+reference training step; ``minibert train``'s steps/s idle and beside another 2-thread job; the
+BLAS library and threads actually used (threadpoolctl); and every performance target with its
+measured value.
 
-A benchmark, never a test: nothing here asserts a time.
+A benchmark, never a test: nothing here asserts a time, and the exit status says only whether
+the measurement ran (0), not whether a target was met.
 """
 
 from __future__ import annotations
@@ -23,10 +26,14 @@ def register(sub) -> None:
     b.add_argument("--batch", "-B", type=int, default=8)
     b.add_argument("--seq", "-T", type=int, default=64)
     b.add_argument("--threads", type=int, nargs="+", default=[1, 2],
-                   help="BLAS/torch thread counts to measure, each set with threadpoolctl")
+                   help="thread counts to measure: the reference's workers (single-threaded "
+                        "BLAS each, reference.train.threads) and torch.set_num_threads")
     b.add_argument("--repeats", type=int, default=20, help="timed calls per side and row")
     b.add_argument("--warmup", type=int, default=3)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--no-train-rate", action="store_true",
+                   help="skip minibert train's steps/s idle and under a 2-thread load (~40 s)")
+    b.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
     b.add_argument("--format", choices=["table", "json"], default="table")
     b.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
     b.set_defaults(func=run)
@@ -43,9 +50,11 @@ def _problem(config, B, T, seed):
 
 
 def _reference_side(config, params, ids, labels, mask):
-    """Callables over one mutable state dict: the reference's step, forward, backward, Adam."""
+    """Callables over one mutable state dict: the reference's train steps (loss and gradients,
+    then Adam in place, as torch.optim updates its parameters), forward + loss, backward, Adam.
+    Under the caller's thread policy: the batch shards and Adam's tensors go to the workers."""
     import reference
-    from reference import ops
+    from reference import ops, optim
 
     s = {"params": params, "state": reference.adam_init(params)}
 
@@ -53,32 +62,33 @@ def _reference_side(config, params, ids, labels, mask):
         def fn():
             _, grads, _ = loss_and_grads(s["params"], config, ids, labels=labels,
                                          attention_mask=mask)
-            s["params"], s["state"] = reference.adam_step(s["params"], grads, s["state"], lr=1e-4)
+            s["state"] = optim.adam_step_inplace(s["params"], grads, s["state"], lr=1e-4)
         return fn
 
-    def forward():
+    def forward():  # the scalar loss, forward only
+        reference.loss(s["params"], config, ids, labels=labels, attention_mask=mask)
+
+    def before_backward():  # untimed: the forward whose cache the timed backward consumes
         out, cache = reference.forward(s["params"], config, ids, mask)
-        value, c_loss = ops.cross_entropy_forward(out, labels)
-        s["fwd"] = (cache, c_loss)
+        _, c_loss = ops.cross_entropy_forward(out, labels)
+        (dout,) = ops.cross_entropy_backward(1.0, c_loss)
+        s["fwd"] = (dout, cache)
 
     def backward():
-        cache, c_loss = s["fwd"]
-        (dout,) = ops.cross_entropy_backward(1.0, c_loss)
-        s["grads"], _ = reference.backward(dout, cache)
+        s["grads"], _ = reference.backward(*s["fwd"])
 
     def optimizer():  # in place, as torch.optim updates its parameters
-        s["state"] = reference.optim.adam_step_inplace(s["params"], s["grads"], s["state"],
-                                                       lr=1e-4)
+        s["state"] = optim.adam_step_inplace(s["params"], s["grads"], s["state"], lr=1e-4)
 
     def optimizer_pure():
         reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4)
 
-    forward()
+    before_backward()
     backward()
     return {"step_full": step(reference.loss_and_grads),
             "step_masked": step(reference.masked_lm_loss_and_grads),
             "forward": forward, "backward": backward, "optimizer": optimizer,
-            "optimizer_pure": optimizer_pure, "_before_backward": forward}
+            "optimizer_pure": optimizer_pure, "_before_backward": before_backward}
 
 
 def _torch_side(module, torch, config, params, ids, labels, mask):
@@ -122,6 +132,23 @@ ROWS = (("step_full", "train step, full head", "step", None),
         ("backward", "backward", "backward", None),
         ("optimizer", "Adam update (in place)", None, None),
         ("optimizer_pure", "Adam update (pure)", None, None))
+POLICY = ("reference: N workers (batch shards, Adam's tensors; reference.parallel), "
+          "single-threaded BLAS in each; torch: torch.set_num_threads(N); freed memory kept "
+          "by malloc for the whole process (both sides)")
+RSS_TARGET_MIB = 300
+
+
+def _check_args(args) -> None:
+    if args.preset not in BENCH_PRESETS:
+        # the torch side (tests/benchmarks/torch_side.py) builds the Mini-BERT architecture only
+        raise ValueError(f"--preset: expected one of {list(BENCH_PRESETS)} (the architectures "
+                         f"the torch side implements), got {args.preset!r}")
+    for flag, values in (("--threads", args.threads), ("--repeats", [args.repeats]),
+                         ("--batch", [args.batch]), ("--seq", [args.seq])):
+        if any(v < 1 for v in values):
+            raise ValueError(f"{flag}: expected integers >= 1, got {values}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup: expected an integer >= 0, got {args.warmup}")
 
 
 def measure(args):
@@ -129,7 +156,7 @@ def measure(args):
 
     from reference import init_params
     from reference.config import PRESETS
-    from reference.train.threads import blas_threads
+    from reference.train.threads import keep_freed_memory, use_threads
     from spec.bench import (
         Report,
         Row,
@@ -139,28 +166,29 @@ def measure(args):
         peak_rss_mib,
         sgemm_gflops,
         step_gflop,
+        train_rate,
     )
 
-    if args.preset not in BENCH_PRESETS:
-        # the torch side (tests/benchmarks/torch_side.py) builds the Mini-BERT architecture only
-        raise ValueError(f"--preset: expected one of {list(BENCH_PRESETS)} (the architectures "
-                         f"the torch side implements), got {args.preset!r}")
-    for flag, values in (("--threads", args.threads), ("--repeats", [args.repeats]),
-                         ("--batch", [args.batch]), ("--seq", [args.seq])):
-        if any(v < 1 for v in values):
-            raise ValueError(f"{flag}: expected integers >= 1, got {values}")
+    _check_args(args)
     config = PRESETS[args.preset]()
     B, T = args.batch, args.seq
+    if T > config.max_len:
+        raise ValueError(f"--seq: expected at most the preset's max_len={config.max_len}, "
+                         f"got {T}")
+    keep_freed_memory()
     ids, labels, mask = _problem(config, B, T, args.seed)
     module, note = load_torch_side()
     torch = None
     if module is not None:
         import torch
-    report = Report(args.preset, B, T, "float32", blas_info(), {}, torch_note=note)
+    report = Report(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
+                    torch_note=note)
     predicted = float(np.mean(labels != -100))
-    for n in args.threads:
+    threads = sorted(set(args.threads))
+    for n in threads:  # the machine's sgemm rate at n BLAS threads: the FLOP floor
         report.sgemm_gflops[n] = sgemm_gflops(n)
-        with blas_threads(n):
+    for n in threads:
+        with use_threads(n):
             if torch is not None:
                 torch.set_num_threads(n)
             params = init_params(config, seed=args.seed, dtype=np.float32)
@@ -180,20 +208,64 @@ def measure(args):
                 if flops:
                     gflop = step_gflop(config, B, T, predicted if frac else None)[flops]
                 report.rows.append(Row(
-                    title, n, gflop, stats["ours"], stats.get("torch"),
+                    key, title, n, gflop, stats["ours"], stats.get("torch"),
                     gflop / report.sgemm_gflops[n] * 1e3 if gflop else None))
-    report.peak_rss_mib = peak_rss_mib(args.preset, B, T)
+    if not args.no_rss:
+        for head in ("full", "masked"):
+            report.peak_rss_mib[head] = peak_rss_mib(args.preset, B, T, threads=max(threads),
+                                                     head=head)
+    if not args.no_train_rate:
+        report.train_rate = train_rate(args.preset)
+    report.targets = targets(report)
     return report
+
+
+def targets(report) -> list:
+    """The issue's targets, each from this report's measurements (None where not measured)."""
+    from spec.bench import Target
+
+    def ratio(key, n):
+        r = report.row(key, n)
+        return None if r is None else r.ratio
+
+    full2, masked2 = report.row("step_full", 2), report.row("step_masked", 2)
+    out = [
+        Target("train step, full head, 2 threads: reference / torch eager", ratio("step_full", 2),
+               0.9, "<="),
+        Target("train step, full head, 1 thread: reference / torch eager", ratio("step_full", 1),
+               0.9, "<="),
+        Target("train step, masked head (the trainer's), 2 threads / torch full head",
+               None if full2 is None or full2.torch is None or masked2 is None
+               else masked2.ours.median_ms / full2.torch.median_ms, 0.6, "<="),
+        Target("train step, full head, 2 threads / FLOP floor",
+               None if full2 is None else full2.vs_floor, 1.8, "<="),
+    ]
+    for n in sorted({r.threads for r in report.rows}):
+        out.append(Target(f"Adam in place ({n} thread(s)) / torch.optim.Adam(foreach)",
+                          ratio("optimizer", n), 1.0, "<="))
+    rss = max(report.peak_rss_mib.values()) if report.peak_rss_mib else None
+    out.append(Target("peak RSS of a training step (fresh process, worst head)", rss,
+                      RSS_TARGET_MIB, "<=", "MiB"))
+    tr = report.train_rate
+    out.append(Target(
+        "minibert train steps/s, default threads, beside a 2-thread job / --threads 1 beside it",
+        None if tr is None else tr.loaded_ratio, 0.8, ">=", "",
+        "" if tr is None else (f"default = {tr.default_threads} thread(s): "
+                               f"{tr.loaded['default']:.2f} vs {tr.loaded['one']:.2f} steps/s "
+                               f"loaded, {tr.idle['default']:.2f} vs {tr.idle['one']:.2f} "
+                               f"idle")))
+    return out
 
 
 def render_table(report) -> str:
     lines = [f"minibert bench: {report.preset}, B={report.batch}, T={report.seq}, "
-             f"{report.dtype}; medians of alternating calls (p10-p90)"]
+             f"{report.dtype}; medians of alternating calls (p10-p90)",
+             f"threads: {report.policy}"]
     for b in report.blas:
         lines.append(f"BLAS: {b['internal_api']} {b['version']} ({b['user_api']}), "
                      f"{b['num_threads']} thread(s) in use at the end, {b['architecture']}")
     for n, rate in report.sgemm_gflops.items():
-        lines.append(f"sgemm floor, {n} thread(s): {rate:.0f} GFLOP/s")
+        lines.append(f"sgemm floor, {n} BLAS thread(s): {rate:.0f} GFLOP/s")
     if report.torch_note:
         lines.append(report.torch_note)
     head = f"{'measurement':26} {'thr':>3} {'GFLOP':>6} {'ours ms':>18} {'torch ms':>18} " \
@@ -207,9 +279,21 @@ def render_table(report) -> str:
         gflop = f"{r.gflop:.2f}" if r.gflop else "-"
         lines.append(f"{r.name:26} {r.threads:>3} {gflop:>6} {cell(r.ours):>18} "
                      f"{cell(r.torch):>18} {ratio:>6} {floor:>6}")
-    if report.peak_rss_mib is not None:
-        lines.append(f"peak RSS of a reference training step (fresh process, masked head): "
-                     f"{report.peak_rss_mib:.0f} MiB")
+    for head, mib in report.peak_rss_mib.items():
+        lines.append(f"peak RSS of a reference training step ({head} head, fresh process): "
+                     f"{mib:.0f} MiB")
+    tr = report.train_rate
+    if tr is not None:
+        lines.append(f"minibert train steps/s (default = {tr.default_threads} thread(s) / 1 "
+                     f"thread): idle {tr.idle['default']:.2f} / {tr.idle['one']:.2f}, beside "
+                     f"a 2-thread job {tr.loaded['default']:.2f} / {tr.loaded['one']:.2f}")
+    if report.targets:
+        lines += ["", "targets:"]
+        for t in report.targets:
+            verdict = {True: "met", False: "NOT met", None: "not measured"}[t.met]
+            value = "-" if t.value is None else f"{t.value:.2f}{t.unit and ' ' + t.unit}"
+            lines.append(f"  {t.name}: {value} (target {t.sense} {t.bound:g}{t.unit and ' '}"
+                         f"{t.unit}) {verdict}" + (f"; {t.detail}" if t.detail else ""))
     return "\n".join(lines)
 
 
@@ -218,13 +302,12 @@ def run(args) -> int:
     text = (json.dumps(report.to_json(), indent=2) if args.format == "json"
             else render_table(report))
     if args.output:
-        from pathlib import Path
+        import os
 
-        path = Path(args.output)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text + "\n", encoding="utf-8")
-        tmp.replace(path)
+        from reference.train.fileio import atomic_write
+
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        atomic_write(args.output, text + "\n")
     else:
         sys.stdout.write(text + "\n")
     return 0
