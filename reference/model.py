@@ -14,7 +14,13 @@ import numpy as np
 from reference import ops, parallel
 from reference.config import BertConfig
 from reference.registry import implements
-from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_mask
+from reference.validate import (
+    FLOAT_DTYPES,
+    as_float_array,
+    as_index_array,
+    as_mask,
+    check_all_finite,
+)
 
 
 def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
@@ -90,8 +96,9 @@ def check_params(params, config: BertConfig) -> np.dtype:
                          f"missing {missing}, unexpected {extra}")
     dtype = None
     for name, shape in expected.items():
-        as_float_array(f"params[{name!r}]", params[name], shape=shape, dtype=dtype)
+        as_float_array(f"params[{name!r}]", params[name], shape=shape, dtype=dtype, finite=False)
         dtype = params[name].dtype
+    check_all_finite({f"params[{name!r}]": params[name] for name in expected})
     return dtype
 
 

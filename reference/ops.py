@@ -387,8 +387,10 @@ def _layernorm_forward(x, gamma, beta, eps: float = 1e-12):
     if not np.isfinite(var).all() and np.isfinite(x).all():  # finite x, squares overflowed
         return _layernorm_forward_scaled(x, gamma, beta, eps)
     rstd = 1.0 / np.sqrt(var + eps)  # [..., 1]
-    x_hat = x_mu * rstd
-    return gamma * x_hat + beta, LayerNormCache(x_hat, rstd, gamma)
+    x_hat = np.multiply(x_mu, rstd, out=x_mu)  # in place: x_mu is this function's own array
+    y = x_hat * gamma
+    y += beta
+    return y, LayerNormCache(x_hat, rstd, gamma)
 
 
 def _layernorm_forward_scaled(x, gamma, beta, eps):
@@ -413,8 +415,9 @@ def _layernorm_backward(dy, cache):
     """
     x_hat, rstd = cache.x_hat, cache.rstd
     g = dy * cache.gamma  # dL/dx_hat  [..., N]
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True)
-                 - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+    dx = g - g.mean(axis=-1, keepdims=True)
+    dx -= x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+    dx *= rstd
     dgamma = _sum_to_last(dy * x_hat)  # [N]
     dbeta = _sum_to_last(dy)  # [N]
     return dx, dgamma, dbeta
@@ -456,8 +459,8 @@ def _softmax_forward(x, mask=None):
     if mask is not None:
         x = np.where(mask, x, -np.inf)
     z = x - x.max(axis=-1, keepdims=True)  # max is finite: each row has a kept entry
-    e = np.exp(z)
-    p = e / e.sum(axis=-1, keepdims=True)
+    p = np.exp(z, out=z)  # e, in place (z is this function's own array)
+    p /= p.sum(axis=-1, keepdims=True)
     return p, SoftmaxCache(p)
 
 
@@ -705,14 +708,24 @@ ATTENTION_PARAMS = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
 class AttentionCache(NamedTuple):
     n_heads: int
     scale: np.floating  # 1 / sqrt(d_k), in x's dtype
-    q_h: np.ndarray  # Q split into heads [B, A, T, d_k]
+    q_h: np.ndarray  # Q split into heads [B, A, T, d_k] (a view of the fused projection)
     k_h: np.ndarray  # [B, A, T, d_k]
     v_h: np.ndarray  # [B, A, T, d_k]
     p: np.ndarray  # attention probabilities P = softmax(S) [B, A, T, T]
-    q: LinearCache  # the four projections
-    k: LinearCache
-    v: LinearCache
+    qkv: LinearCache  # the fused projection x [W_q | W_k | W_v] + [b_q | b_k | b_v]
+    has_b: tuple  # (b_q, b_k, b_v) given or not
     o: LinearCache
+
+
+def _fused_qkv(W_q, W_k, W_v, b_q, b_k, b_v):
+    """[W_q | W_k | W_v] [H, 3H] and the concatenated biases (zeros for an absent one, None when
+    all three are absent): Q, K and V in one GEMM instead of three."""
+    W = np.concatenate((W_q, W_k, W_v), axis=1)
+    biases = (b_q, b_k, b_v)
+    if all(b is None for b in biases):
+        return W, None
+    return W, np.concatenate([np.zeros(W_q.shape[1], W_q.dtype) if b is None else b
+                              for b in biases])
 
 
 @implements("attention.qkv", "attention.scores", "attention.context", "attention.output")
@@ -724,21 +737,23 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
     S = Q_h K_h^T / sqrt(d_k), P = softmax(S) over keys     [B, A, T, T]
     C = P V_h, y = merge(C) W_o + b_o                     [B, T, H]
     ``mask`` [B, T] bool marks the keys that may be attended (key padding mask).
+    Q, K and V come from one product x [W_q | W_k | W_v] (one GEMM of width 3H).
     """
     B, T, H = x.shape
     d_k = H // n_heads
-    q, c_q = _linear_forward(x, W_q, b_q)  # [B, T, H]
-    k, c_k = _linear_forward(x, W_k, b_k)
-    v, c_v = _linear_forward(x, W_v, b_v)
+    qkv, c_qkv = _linear_forward(x, *_fused_qkv(W_q, W_k, W_v, b_q, b_k, b_v))  # [B, T, 3H]
+    q, k, v = qkv[..., :H], qkv[..., H:2 * H], qkv[..., 2 * H:]  # [B, T, H] views
     q_h, k_h, v_h = (_split_heads(t, n_heads) for t in (q, k, v))  # [B, A, T, d_k]
     scale = x.dtype.type(1.0 / np.sqrt(d_k))
-    scores = (q_h @ k_h.transpose(0, 1, 3, 2)) * scale  # S [B, A, T, T]
+    scores = q_h @ k_h.transpose(0, 1, 3, 2)  # [B, A, T, T]
+    scores *= scale  # S
     key_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, T]: keys only
     p, _ = _softmax_forward(scores, key_mask)  # P [B, A, T, T]
     ctx = _merge_heads(p @ v_h)  # C [B, T, H]
     y, c_o = _linear_forward(ctx, W_o, b_o)  # [B, T, H]
     return y, AttentionCache(n_heads=n_heads, scale=scale, q_h=q_h, k_h=k_h, v_h=v_h, p=p,
-                             q=c_q, k=c_k, v=c_v, o=c_o)
+                             qkv=c_qkv, has_b=tuple(b is not None for b in (b_q, b_k, b_v)),
+                             o=c_o)
 
 
 @implements("attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
@@ -748,7 +763,8 @@ def _attention_backward(dy, cache):
     """Returns (dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o); None for absent biases.
 
     dC = dy W_o^T;  dV_h = P^T dC_h;  dP = dC_h V_h^T;  dS = softmax JVP(dP);
-    dQ_h = dS K_h / sqrt(d_k);  dK_h = dS^T Q_h / sqrt(d_k);  dx sums the three projections.
+    dQ_h = dS K_h / sqrt(d_k);  dK_h = dS^T Q_h / sqrt(d_k);  dx sums the three projections:
+    dx = [dQ | dK | dV] [W_q | W_k | W_v]^T, one GEMM.
     """
     dctx, dW_o, db_o = _linear_backward(dy, cache.o)  # dC [B, T, H]
     dctx_h = _split_heads(dctx, cache.n_heads)  # [B, A, T, d_k]
@@ -758,11 +774,12 @@ def _attention_backward(dy, cache):
     dscores *= cache.scale  # S = Q_h K_h^T * scale: both dQ_h and dK_h carry the scale
     dq_h = dscores @ cache.k_h  # [B, A, T, d_k]
     dk_h = dscores.transpose(0, 1, 3, 2) @ cache.q_h  # [B, A, T, d_k]
-    dq, dk, dv = (_merge_heads(t) for t in (dq_h, dk_h, dv_h))  # [B, T, H]
-    dx_q, dW_q, db_q = _linear_backward(dq, cache.q)
-    dx_k, dW_k, db_k = _linear_backward(dk, cache.k)
-    dx_v, dW_v, db_v = _linear_backward(dv, cache.v)
-    dx = dx_q + dx_k + dx_v  # x feeds all three projections
+    dqkv = np.concatenate([_merge_heads(t) for t in (dq_h, dk_h, dv_h)], axis=-1)  # [B, T, 3H]
+    dx, dW_qkv, db_qkv = _linear_backward(dqkv, cache.qkv)  # x feeds all three projections
+    dW_q, dW_k, dW_v = (np.ascontiguousarray(w) for w in np.split(dW_qkv, 3, axis=1))
+    db_q, db_k, db_v = (np.split(db_qkv, 3) if db_qkv is not None else (None,) * 3)
+    db_q, db_k, db_v = (db if given else None
+                        for db, given in zip((db_q, db_k, db_v), cache.has_b))
     return dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from reference import parallel
 from reference.registry import implements
+from reference.validate import check_all_finite
 
 __all__ = [
     "adam_init",
@@ -88,7 +89,9 @@ def _check_grads(params: Mapping, grads: Mapping, what: str = "grads", *,
                    else type(g).__name__)
             raise ValueError(f"{what}[{k!r}]: expected shape {p.shape}, dtype {p.dtype}, "
                              f"got {got}")
-        _check_float_tensor(f"{what}[{k!r}]", g, finite=finite)
+        _check_float_tensor(f"{what}[{k!r}]", g, finite=False)
+    if finite:
+        check_all_finite({f"{what}[{k!r}]": grads[k] for k in params})
 
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -100,10 +103,8 @@ def _check_float_tensor(name: str, a, *, finite: bool = True) -> None:
     if not isinstance(a, np.ndarray) or a.dtype not in _FLOAT_DTYPES:
         got = f"dtype {a.dtype}" if isinstance(a, np.ndarray) else type(a).__name__
         raise ValueError(f"{name}: expected a float32 or float64 ndarray, got {got}")
-    if finite and not np.isfinite(a).all():
-        bad = np.argwhere(~np.isfinite(a))[0]
-        raise ValueError(f"{name}: expected finite values, got {a[tuple(bad)]} at index "
-                         f"{tuple(bad)}")
+    if finite:
+        check_all_finite({name: a})
 
 
 def _check_hparam(name: str, value, *, low=None, high=None, low_open=False) -> float:

@@ -232,15 +232,16 @@ mutant("linear_db_wrong_axis", "linear.backward.db",
 # ===================================================================== layernorm
 mutant("layernorm_missing_mean_term", "layernorm.backward.dx",
        "LayerNorm dx drops the -mean(dy*gamma) term",
-       "ops._layernorm_backward", ("(g - g.mean(axis=-1, keepdims=True)", "(g"))
+       "ops._layernorm_backward", ("dx = g - g.mean(axis=-1, keepdims=True)", "dx = g.copy()"))
 mutant("layernorm_missing_xhat_term", "layernorm.backward.dx",
        "LayerNorm dx drops the -x_hat * mean(dy*gamma*x_hat) term (the variance path)",
-       "ops._layernorm_backward", ("- x_hat * (g * x_hat).mean(axis=-1, keepdims=True)", ""))
+       "ops._layernorm_backward",
+       ("dx -= x_hat * (g * x_hat).mean(axis=-1, keepdims=True)", "pass"))
 mutant("layernorm_gamma_outside_means", "layernorm.backward.dx",
        "gamma multiplies outside the feature means (right only when gamma is constant)",
        "ops._layernorm_backward",
        ("g = dy * cache.gamma", "g = dy"),
-       ("rstd * (g - g.mean", "rstd * cache.gamma * (g - g.mean"),
+       ("dx *= rstd", "dx *= rstd * cache.gamma"),
        fast=True)
 mutant("layernorm_dgamma_uses_centred_x", "layernorm.backward.dgamma",
        "dgamma = sum(dy * (x - mu)) instead of sum(dy * x_hat)",
@@ -293,10 +294,12 @@ mutant("attention_dV_missing_transpose", "attention.backward.dV",
 mutant("attention_merge_without_transpose", "attention.merge_heads",
        "backward merges head gradients with a bare reshape (heads and tokens interleaved)",
        "ops._attention_backward",
-       ("(_merge_heads(t) for t in", "(t.reshape(t.shape[0], t.shape[2], -1) for t in"))
+       ("[_merge_heads(t) for t in", "[t.reshape(t.shape[0], t.shape[2], -1) for t in"))
 mutant("attention_dx_drops_value_branch", "attention.backward.dx",
-       "dx sums the Q and K projection gradients but forgets the V branch",
-       "ops._attention_backward", ("dx = dx_q + dx_k + dx_v", "dx = dx_q + dx_k"))
+       "the projections' backward gets the Q and K gradients but forgets the V branch (dx "
+       "misses dV W_v^T, dW_v is 0)",
+       "ops._attention_backward",
+       ("(dq_h, dk_h, dv_h)], axis=-1)", "(dq_h, dk_h, np.zeros_like(dv_h))], axis=-1)"))
 mutant("attention_mask_ignored_in_backward", "attention.backward.dS",
        "backward uses the unmasked softmax probabilities: padded keys get gradient",
        "ops._attention_forward", ("p=p,", "p=_softmax_forward(scores)[0],"))
