@@ -181,20 +181,51 @@ def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay, out
 
 
 @implements("optim.adam", "optim.adamw")
-def _adam(params, grads, state, *, lr, beta1, beta2, eps, weight_decay, no_decay, inplace):
-    """The fused Adam / AdamW update behind ``adam_step`` (new arrays) and ``adam_step_inplace``
-    (the caller's arrays overwritten).  In place, the parameters and moments -- the optimizer's
-    own state -- are checked by shape and dtype only, not value by value."""
+def _check_out(params, out) -> tuple[dict, dict, dict]:
+    """``out`` = (params_out, state_out): arrays to overwrite with the result -- shape, dtype
+    and contiguity as the parameters', each either the very input array (in place) or sharing
+    no memory with any input.  Returns (p, m, v) dicts of them."""
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Mapping)
+            and isinstance(out[1], Mapping) and {"m", "v"} <= set(out[1])):
+        raise ValueError("out: expected (params, state) arrays from an earlier step, got "
+                         f"{type(out).__name__}")
+    p_out, m_out, v_out = out[0], out[1]["m"], out[1]["v"]
+    for what, d in (("out params", p_out), ("out state['m']", m_out),
+                    ("out state['v']", v_out)):
+        _check_grads(params, d, what, finite=False)
+        for k, a in d.items():
+            if not a.flags.c_contiguous:  # reshape(-1) would copy: the update would be lost
+                raise ValueError(f"{what}[{k!r}]: expected a C-contiguous array to write the "
+                                 f"update into")
+    return p_out, m_out, v_out
+
+
+@implements("optim.adam", "optim.adamw")
+def _adam(params, grads, state, *, lr, beta1, beta2, eps, weight_decay, no_decay, out=None):
+    """The fused Adam / AdamW update behind ``adam_step`` (new arrays, or the arrays of ``out``)
+    and ``adam_step_inplace`` (out = the inputs).  Written into given arrays, the parameters and
+    moments -- the optimizer's own state -- are checked by shape and dtype only, not value by
+    value; new arrays are made only from finite inputs."""
     _check_grads(params, grads)
+    trusted = out is not None
     for k, p in params.items():
-        _check_float_tensor(f"params[{k!r}]", p, finite=not inplace)
-        if inplace and not p.flags.c_contiguous:  # reshape(-1) would copy: updates lost
-            raise ValueError(f"params[{k!r}]: expected a C-contiguous array to update in place")
+        _check_float_tensor(f"params[{k!r}]", p, finite=not trusted)
     if not isinstance(state, Mapping) or set(state) != {"step", "m", "v"}:
         raise ValueError("state: expected the dict adam_init returns (keys 'step', 'm', 'v'), "
                          f"got {sorted(state) if isinstance(state, Mapping) else state!r}")
-    _check_grads(params, state["m"], "state['m']", finite=not inplace)
-    _check_grads(params, state["v"], "state['v']", finite=not inplace)
+    _check_grads(params, state["m"], "state['m']", finite=not trusted)
+    _check_grads(params, state["v"], "state['v']", finite=not trusted)
+    if trusted:
+        p_out, m_out, v_out = _check_out(params, out)
+        for k in params:  # an element read after another element's write: partial overlap
+            for a, b in ((params[k], p_out[k]), (state["m"][k], m_out[k]),
+                         (state["v"][k], v_out[k])):
+                others = [x for x in (params[k], grads[k], state["m"][k], state["v"][k])
+                          if x is not a]
+                if any(np.may_share_memory(b, x) for x in others) or (
+                        a is not b and np.may_share_memory(a, b)):
+                    raise ValueError(f"out[{k!r}]: expected the input array itself or memory "
+                                     f"shared with no input, got an overlapping array")
     step = state["step"]
     if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
         raise ValueError(f"state['step']: expected an integer >= 0, got {step!r}")
@@ -221,25 +252,30 @@ def _adam(params, grads, state, *, lr, beta1, beta2, eps, weight_decay, no_decay
             new_p[k], new_m[k], new_v[k] = _adam_tensor(
                 p, grads[k], m, v, b1=beta1, b2=beta2, step_size=step_size,
                 inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd,
-                out=(p, m, v) if inplace else None)
+                out=(p_out[k], m_out[k], v_out[k]) if trusted else None)
 
     parallel.pmap(update, parallel.balanced_groups([params[k].size for k in keys]))
-    if inplace:  # the very arrays the caller holds
-        return params, {"step": t, "m": state["m"], "v": state["v"]}
+    if trusted:  # the very arrays the caller handed in
+        return p_out, {"step": t, "m": m_out, "v": v_out}
     return new_p, {"step": t, "m": new_m, "v": new_v}
 
 
 def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, beta2: float = 0.999,
               eps: float = 1e-8, weight_decay: float = 0.0,
-              no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay):
+              no_decay: Callable[[str], bool] | Iterable[str] = default_no_decay, out=None):
     """One Adam update (Mini-BERT derivation §5.1); AdamW when ``weight_decay > 0``.
 
     Returns ``(new_params, new_state)``; nothing passed in is modified.  Defaults: the
     derivation's betas and eps (its lr 1e-4 is the caller's ``lr``, usually from the schedule).
     ``no_decay``: names (or a predicate on names) exempt from weight decay.
+
+    ``out``: ``(params, state)`` of an earlier step that the caller no longer needs; the result
+    is written into their arrays and returned (double buffering: no fresh 3 x |params|
+    allocation, and ``params``/``state`` stay intact until the caller swaps them, unlike
+    ``adam_step_inplace``).
     """
     return _adam(params, grads, state, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-                 weight_decay=weight_decay, no_decay=no_decay, inplace=False)
+                 weight_decay=weight_decay, no_decay=no_decay, out=out)
 
 
 def adam_step_textbook(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9,
@@ -274,7 +310,7 @@ def adam_step_inplace(params, grads, state, *, lr: float = 1e-4, beta1: float = 
     finite); the parameters and moments by shape, dtype and contiguity -- they are this
     optimizer's own state."""
     return _adam(params, grads, state, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-                 weight_decay=weight_decay, no_decay=no_decay, inplace=True)[1]
+                 weight_decay=weight_decay, no_decay=no_decay, out=(params, state))[1]
 
 
 # --------------------------------------------------------------------------- schedule
@@ -299,17 +335,45 @@ def warmup_linear_lr(step: int, *, peak_lr: float, warmup_steps: int, total_step
 
 
 # --------------------------------------------------------------------------- clipping
+def _sum_squares(g: np.ndarray) -> float:
+    """sum(g^2) accumulated in float64, a cache-sized chunk at a time (no float64 copy of the
+    whole tensor: 36 MB for Mini-BERT's gradients)."""
+    flat = g.reshape(-1)
+    buf = np.empty(min(_CHUNK, flat.size), dtype=np.float64)
+    total = 0.0
+    for lo in range(0, flat.size, _CHUNK):
+        chunk = buf[: min(_CHUNK, flat.size - lo)]
+        chunk[...] = flat[lo:lo + _CHUNK]  # exact: float32 -> float64
+        total += float(chunk @ chunk)
+    return total
+
+
+def _map_tensors(fn, grads: Mapping) -> dict:
+    """{k: fn(g)} with the tensors split among the workers (reference.parallel), in
+    ``grads``' order whatever the grouping."""
+    keys = list(grads)
+    out = dict.fromkeys(keys)
+
+    def run(group):
+        for i in group:
+            out[keys[i]] = fn(grads[keys[i]])
+
+    parallel.pmap(run, parallel.balanced_groups([grads[k].size for k in keys]))
+    return out
+
+
 @implements("clip.global_norm")
 def global_grad_norm(grads: Mapping[str, np.ndarray]) -> float:
-    """sqrt(sum over every tensor of sum(g^2)), accumulated in float64."""
+    """sqrt(sum over every tensor of sum(g^2)), accumulated in float64 (each tensor's sum, then
+    the sums in the dict's order: the same number whatever the worker count)."""
     if not isinstance(grads, Mapping) or not grads:
         raise ValueError(f"grads: expected a non-empty dict of arrays, got {grads!r:.60}")
-    total = 0.0
     for k, g in grads.items():
         # dtype only: the norm of a non-finite gradient is inf/NaN, which is the caller's signal
         _check_float_tensor(f"grads[{k!r}]", g, finite=False)
-        flat = g.reshape(-1).astype(np.float64, copy=False)
-        total += float(flat @ flat)
+    total = 0.0
+    for sum_sq in _map_tensors(_sum_squares, grads).values():
+        total += sum_sq
     return float(np.sqrt(total))
 
 
@@ -322,9 +386,10 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float, *, eps
     eps = _check_hparam("eps", eps, low=0.0)
     if isinstance(grads, Mapping):  # one inf would turn every clipped gradient into NaN
         for k, g in grads.items():
-            _check_float_tensor(f"grads[{k!r}]", g)
+            _check_float_tensor(f"grads[{k!r}]", g, finite=False)
+        check_all_finite({f"grads[{k!r}]": g for k, g in grads.items()})
     norm = global_grad_norm(grads)
     scale = max_norm / (norm + eps) if norm > 0 else 1.0
     if scale >= 1.0:
-        return {k: g.copy() for k, g in grads.items()}, norm
-    return {k: g * g.dtype.type(scale) for k, g in grads.items()}, norm
+        return _map_tensors(np.copy, grads), norm
+    return _map_tensors(lambda g: g * g.dtype.type(scale), grads), norm

@@ -107,7 +107,10 @@ The optimizer contract (what the checks and the oracle tests rely on):
   optimizer object); ``adam_step`` is *pure*: it returns new ``params`` and a new ``state`` and
   mutates none of ``params``, ``grads``, ``state`` (copy first if your optimizer updates in
   place); the first call after ``adam_init`` is step t = 1 (bias correction ``1 - beta^t``);
-  float32 parameters stay float32 (the moments too).
+  float32 parameters stay float32 (the moments too).  Optional: an ``out=(params, state)``
+  keyword writing the result into those arrays (an earlier step's, which the caller no longer
+  needs) instead of new ones; the trainer passes it when the signature has it (the reference's
+  double buffering), and calls ``adam_step`` without it otherwise.
 * Keywords the tests pass: ``lr``, ``beta1``, ``beta2``, ``eps``, ``weight_decay``,
   ``no_decay``; defaults ``beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0`` (``lr`` is
   always given).  ``no_decay`` is a collection of parameter names (or a predicate ``name ->

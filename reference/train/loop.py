@@ -18,6 +18,7 @@ depends on, and all three are checkpointed exactly.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import signal
@@ -30,6 +31,7 @@ import numpy as np
 from reference.model import param_shapes
 from reference.train import data as D
 from reference.train.fileio import atomic_write, atomic_write_json, read_text, sha256_text
+from reference.validate import non_finite
 
 
 class NonFiniteStep(FloatingPointError):
@@ -103,6 +105,9 @@ class TrainState:
     rng: np.random.Generator
     history: dict = field(default_factory=lambda: {
         "step": [], "loss": [], "lr": [], "grad_norm": [], "eval_step": [], "eval_loss": []})
+    # the (params, opt_state) of the step before: scratch arrays the next update is written
+    # into (double buffering), never part of the state -- not checkpointed, not compared
+    spare: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def step(self) -> int:
@@ -131,10 +136,12 @@ def _loss_fn(impl, config, sparse_head: bool):
 def train_step(impl, state: TrainState, config, tcfg: TrainConfig, train_ids, train_mask):
     """One optimizer step on ``state``; returns (loss, lr, grad_norm, real tokens).
 
-    Transactional: everything is computed on a copy of the generator and new arrays, and
-    ``state`` changes only in the last statement, so an exception anywhere in the step (a
-    KeyboardInterrupt included) leaves it exactly at the step boundary.  A non-finite loss,
-    gradient norm or parameter raises NonFiniteStep and leaves ``state`` untouched."""
+    Transactional: everything is computed on a copy of the generator and on arrays that are not
+    the state's -- new ones, or, when the implementation's ``adam_step`` takes ``out``, the
+    arrays of the step before (``state.spare``: double buffering, no fresh 54 MB per Mini-BERT
+    step) -- and ``state`` changes only in the last statement, so an exception anywhere in the
+    step (a KeyboardInterrupt included) leaves it exactly at the step boundary.  A non-finite
+    loss, gradient norm or parameter raises NonFiniteStep and leaves ``state`` untouched."""
     rng = _copy_rng(state.rng)
     micro = [sample_batch(train_ids, train_mask, rng, batch_size=tcfg.batch_size,
                           vocab_size=config.vocab_size, mask_prob=tcfg.mask_prob)
@@ -158,16 +165,28 @@ def train_step(impl, state: TrainState, config, tcfg: TrainConfig, train_ids, tr
         grads, norm = impl.clip_by_global_norm(grads, tcfg.max_grad_norm)
     lr = impl.warmup_linear_lr(s, peak_lr=tcfg.peak_lr,
                                warmup_steps=tcfg.warmup_steps, total_steps=tcfg.steps)
+    into = _writes_into(impl)
+    kw = {"out": state.spare} if into and state.spare is not None else {}
     params, opt_state = impl.adam_step(
         state.params, grads, state.opt_state, lr=lr, beta1=tcfg.beta1, beta2=tcfg.beta2,
-        eps=tcfg.adam_eps, weight_decay=tcfg.weight_decay)
-    bad = [k for k, p in params.items() if not np.isfinite(p).all()]
+        eps=tcfg.adam_eps, weight_decay=tcfg.weight_decay, **kw)
+    bad = non_finite(params)
     if bad:
         raise NonFiniteStep(f"step {s}: the update made {bad[0]} non-finite (diverged; lower "
                             f"--lr)")
     n_tokens = sum(int(np.count_nonzero(mb["attention_mask"])) for mb in micro)
-    state.params, state.opt_state, state.rng = params, opt_state, rng  # the commit
+    spare = (state.params, state.opt_state) if into else None
+    # the commit
+    state.params, state.opt_state, state.rng, state.spare = params, opt_state, rng, spare
     return float(loss), float(lr), float(norm), n_tokens
+
+
+def _writes_into(impl) -> bool:
+    """The implementation's adam_step can write its result into given arrays (``out=``)."""
+    try:
+        return "out" in inspect.signature(impl.adam_step).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        return False
 
 
 def _copy_rng(rng: np.random.Generator) -> np.random.Generator:
