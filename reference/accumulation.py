@@ -58,6 +58,15 @@ def accumulate_gradients(impl_or_loss_fn, params, config, micro_batches, *,
     if total == 0:
         raise ValueError(f"micro_batches: the logical batch needs at least one position != "
                          f"ignore_index ({ignore_index}), got none")
+    contributing = [mb for mb, n in zip(micro_batches, counts) if n]
+    if len(contributing) == 1:  # the logical batch's mean is this micro-batch's own mean
+        kw = {"attention_mask": contributing[0].get("attention_mask")}
+        if config.head == "mlm":
+            kw.update(labels=contributing[0]["labels"], ignore_index=ignore_index)
+        else:
+            kw.update(targets=contributing[0]["targets"])
+        value, g, _ = loss_and_grads(params, config, contributing[0]["input_ids"], **kw)
+        return float(value), g
     loss_sum = 0.0
     grads = None
     for mb, n in zip(micro_batches, counts):
@@ -81,4 +90,6 @@ def accumulate_gradients(impl_or_loss_fn, params, config, micro_batches, *,
                     a = a * a.dtype.type(weight)
                 grads[k] += a
     inv = 1.0 / total
-    return loss_sum * inv, {k: a * a.dtype.type(inv) for k, a in grads.items()}
+    for a in grads.values():  # arrays made here (copies or products): scaled in place
+        a *= a.dtype.type(inv)
+    return loss_sum * inv, grads

@@ -50,15 +50,15 @@ def all_finite(x: np.ndarray) -> bool:
 
 
 def _raise_non_finite(name: str, x: np.ndarray):
-    bad = np.argwhere(~np.isfinite(x))[0]
-    raise ValueError(f"{name}: expected finite values, got {x[tuple(bad)]} at index {tuple(bad)}")
+    bad = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+    raise ValueError(f"{name}: expected finite values, got {x[bad]} at index {bad}")
 
 
-def check_all_finite(named: dict) -> None:
-    """The ValueError of ``as_float_array`` for the first array of ``named`` (name -> float
-    array, in order) that holds a NaN or infinity.  The arrays are scanned by the workers of
-    ``reference.parallel`` (a group of arrays each): the check that every forward and optimizer
-    step makes over all 4.5M parameters or gradients of Mini-BERT."""
+def non_finite(named: dict) -> list:
+    """The names, in ``named``'s order, of its float arrays that hold a NaN or infinity.  The
+    arrays are scanned by the workers of ``reference.parallel`` (a group of arrays each): the
+    check every forward and optimizer step makes over all 4.5M parameters or gradients of
+    Mini-BERT."""
     from reference import parallel
 
     names = list(named)
@@ -67,9 +67,15 @@ def check_all_finite(named: dict) -> None:
         return [i for i in group if not all_finite(named[names[i]])]
 
     groups = parallel.balanced_groups([named[n].size for n in names])
-    bad = sorted(i for found in parallel.pmap(scan, groups) for i in found)
+    return [names[i] for i in sorted(i for found in parallel.pmap(scan, groups) for i in found)]
+
+
+def check_all_finite(named: dict) -> None:
+    """The ValueError of ``as_float_array`` for the first array of ``named`` (name -> float
+    array, in order) that holds a NaN or infinity."""
+    bad = non_finite(named)
     if bad:
-        _raise_non_finite(names[bad[0]], named[names[bad[0]]])
+        _raise_non_finite(bad[0], named[bad[0]])
 
 
 def _check_nonempty(name, x) -> None:

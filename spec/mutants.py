@@ -414,8 +414,8 @@ mutant("adamw_decays_no_decay_params", "optim.adamw",
 mutant("clip_per_tensor", "clip.global_norm",
        "each gradient tensor clipped to max_norm on its own instead of by the global norm",
        "optim.clip_by_global_norm",
-       ("g * g.dtype.type(scale) for",
-        "g * g.dtype.type(min(1.0, max_norm / (global_grad_norm({k: g}) + eps))) for"))
+       ("lambda g: g * g.dtype.type(scale)",
+        "lambda g: g * g.dtype.type(min(1.0, max_norm / (global_grad_norm({'g': g}) + eps)))"))
 mutant("clip_scales_up_small_gradients", "clip.global_norm",
        "gradients always rescaled to max_norm, also when their norm is already below it",
        "optim.clip_by_global_norm", ("if scale >= 1.0:", "if norm == 0:"))
