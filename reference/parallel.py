@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 __all__ = ["get_workers", "set_workers", "workers", "pmap", "row_shards", "balanced_groups"]
@@ -35,6 +35,7 @@ _lock = threading.Lock()
 _count = 1
 _pool: ThreadPoolExecutor | None = None  # count - 1 threads: the caller is a worker too
 _worker_threads: set[int] = set()  # idents of the pool's threads (no nested parallelism)
+_inside = threading.local()  # .active: this (calling) thread is running one of pmap's items
 
 
 def get_workers() -> int:
@@ -85,17 +86,32 @@ def pmap(fn: Callable, items: Sequence) -> list:
     the items' order, is raised once every item has finished, so no task outlives the call.
     Sequential with one worker, one item, or when called from inside a worker."""
     items = list(items)
-    if len(items) <= 1 or _count == 1 or threading.get_ident() in _worker_threads:
+    if (len(items) <= 1 or _count == 1 or threading.get_ident() in _worker_threads
+            or getattr(_inside, "active", False)):
         return [fn(item) for item in items]
     pool = _get_pool()
     futures = [pool.submit(fn, item) for item in items[1:]]
+    _inside.active = True  # the caller is a worker now: its nested calls run inline
     try:
         first = fn(items[0])
-    except BaseException:
-        for f in futures:  # let the others finish before the error unwinds the caller
-            f.exception()
-        raise
+    finally:  # no task outlives the call, whatever ended the caller's own item
+        _inside.active = False
+        _wait_all(futures)
     return [first] + [f.result() for f in futures]
+
+
+def _wait_all(futures) -> None:
+    """Wait for every future; a signal's exception (KeyboardInterrupt) raised while waiting is
+    re-raised only once all of them are done."""
+    interrupted = None
+    while True:
+        try:
+            wait(futures)
+            break
+        except BaseException as e:  # noqa: BLE001 -- kept and re-raised below
+            interrupted = e
+    if interrupted is not None:
+        raise interrupted
 
 
 def row_shards(n_rows: int, n_shards: int | None = None) -> list[slice]:

@@ -6,6 +6,8 @@ fresh; train to the end, checkpointing every CKPT_EVERY steps.  DELAY seconds of
 every step, *after* the step's batches were drawn (the moment where a Ctrl-C used to leave an
 RNG that had already drawn the step's data), so a random signal lands mid-step most of the time.
 Exit 0 when finished, 130 when interrupted (state checkpointed at a step boundary).
+Trains with WORKERS workers (reference.parallel: batch shards and the optimizer's tensor
+groups, double-buffered updates), so a signal also lands while worker threads run.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import reference
 from reference.config import mini_bert
 from reference.train import data as D
 
+WORKERS = 2
 TINY = mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=23)
 STEPS, CKPT_EVERY = 40, 7
 
@@ -57,9 +60,12 @@ def run(ckpt: str, delay: float = 0.0, log=print) -> int:
     config, tcfg, data = tiny_setup()
     held = heldout_set(*data, rows=tcfg.eval_rows, seed=tcfg.seed, vocab_size=config.vocab_size)
     state = load_state(ckpt)[0] if os.path.exists(ckpt) else None
+    from reference import parallel
+
     try:
-        train(SlowImpl(delay) if delay else reference, config, tcfg, data, held, state=state,
-              checkpoint_path=ckpt, log=log)
+        with parallel.workers(WORKERS):
+            train(SlowImpl(delay) if delay else reference, config, tcfg, data, held,
+                  state=state, checkpoint_path=ckpt, log=log)
     except Interrupted:
         return 130
     return 0

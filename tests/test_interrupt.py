@@ -140,9 +140,11 @@ def test_signal_mid_step_checkpoints_the_step_boundary(tmp_path, sig):
     config, tcfg, data = W.tiny_setup()
     held = heldout_set(*data, rows=tcfg.eval_rows, seed=tcfg.seed, vocab_size=config.vocab_size)
     import reference
+    from reference import parallel
     from reference.train import data as D
 
-    st = train(reference, config, tcfg, data, held, stop_after=k, log=lambda *a: None)
+    with parallel.workers(W.WORKERS):
+        st = train(reference, config, tcfg, data, held, stop_after=k, log=lambda *a: None)
     assert mid["rng_state"] == D.rng_state_to_json(st.rng)
     for name, p in st.params.items():
         assert np.array_equal(mid["params"][name], p), name
