@@ -459,13 +459,19 @@ def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=Non
                      ignore_index)
     args = (input_ids, attention_mask, inputs_embeds, token_type_ids)
     shards = parallel.row_shards(B)
-    if len(shards) == 1:
+    fused = _fused_mlm_head(config)
+    if len(shards) == 1 and not fused:
         out, _ = _forward(params, config, dtype, *args)
         return _loss_forward(out, config, labels, targets, reduction, ignore_index)[0]
+    body, body_config = _encoder(params, config)
 
     def shard_total(rows):  # the shard's summed loss
-        out, _ = _forward(params, config, dtype, *_cut(rows, *args))
         lab, tgt = _cut(rows, labels, targets)
+        if fused:  # the encoder, then the blocked cross-entropy, forward only
+            h, _ = _forward(body, body_config, dtype, *_cut(rows, *args))
+            return _linear_cross_entropy(ops._rows(h), params["mlm.W"], params["mlm.b"],
+                                         lab.reshape(-1), ignore_index=ignore_index)[0]
+        out, _ = _forward(params, config, dtype, *_cut(rows, *args))
         if config.head in ("mlm", "classifier"):
             return float(ops._cross_entropy_forward(out, lab, ignore_index=ignore_index,
                                                     reduction="sum")[0])
@@ -526,10 +532,18 @@ def _fused_mlm_head(config: BertConfig) -> bool:
 _CE_BLOCK_BYTES = 1 << 20
 
 
-def _linear_cross_entropy(h, W, b, labels, *, ignore_index: int, dloss):
+def _encoder(params, config: BertConfig):
+    """The MLM model's encoder alone: (its parameters, the config with the head switched
+    off)."""
+    return ({k: v for k, v in params.items() if not k.startswith("mlm.")},
+            config.replace(head="none"))
+
+
+def _linear_cross_entropy(h, W, b, labels, *, ignore_index: int, dloss=None):
     """The summed cross-entropy of the logits ``h @ W + b`` [N, V] against ``labels`` [N] and
     its gradients for an upstream gradient ``dloss`` (1/N_masked for a mean over a larger
-    batch): ``(total, dh, dW, db)``, ``total`` a Python float.
+    batch): ``(total, dh, dW, db)``, ``total`` a Python float; ``dloss`` None: the forward
+    only, ``(total, None, None, None)``.
 
     The linear and cross-entropy op pairs composed (their kernels, called here), scheduled for
     speed: the cross-entropy runs block by block of rows, so a block of logits stays in cache
@@ -539,7 +553,6 @@ def _linear_cross_entropy(h, W, b, labels, *, ignore_index: int, dloss):
     """
     N, V = h.shape[0], W.shape[1]
     logits, c_lin = ops._linear_forward(h, W, b)  # [N, V]
-    dloss = logits.dtype.type(dloss)
     rows = max(1, _CE_BLOCK_BYTES // (V * logits.itemsize))
     total = 0.0
     for lo in range(0, N, rows):
@@ -547,7 +560,10 @@ def _linear_cross_entropy(h, W, b, labels, *, ignore_index: int, dloss):
         value, c_ce = ops._cross_entropy_forward(logits[blk], labels[blk],
                                                  ignore_index=ignore_index, reduction="sum")
         total += float(value)
-        (logits[blk],) = ops._cross_entropy_backward(dloss, c_ce)  # the block's dlogits
+        if dloss is not None:  # the block's dlogits
+            (logits[blk],) = ops._cross_entropy_backward(logits.dtype.type(dloss), c_ce)
+    if dloss is None:
+        return total, None, None, None
     dh, dW, db = ops._linear_backward(logits, c_lin)  # logits holds dlogits now
     return total, dh, dW, db
 
@@ -566,8 +582,7 @@ def _mlm_loss_and_grads(params, config, input_ids, labels, attention_mask, token
         raise ValueError("labels: required for head 'mlm', got None")
     ops._check_ce_labels(labels, (B, T), config.vocab_size, ignore_index, reduction)
     denom = int(np.count_nonzero(labels != ignore_index)) if reduction == "mean" else 1
-    body_config = config.replace(head="none")
-    body = {k: v for k, v in params.items() if not k.startswith("mlm.")}
+    body, body_config = _encoder(params, config)
 
     def shard(rows: slice):
         return _mlm_shard(body, body_config, dtype, params["mlm.W"], params["mlm.b"],

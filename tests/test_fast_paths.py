@@ -150,6 +150,27 @@ def test_shards_equal_the_whole_batch(name, workers):
         np.testing.assert_array_equal(got[1][k], again[1][k])
 
 
+@pytest.mark.parametrize("name", ["mini_bert", "bert_mlm"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_loss_equals_forward_then_cross_entropy(name, reduction, workers):
+    """loss() (the blocked cross-entropy for the fused head) against the public ops: forward's
+    logits, then cross_entropy_forward."""
+    config = CONFIGS[name]
+    params = random_params(reference, config, seed=5)
+    batch = random_batch(config, B=3, T=8, seed=5)
+    kw = {**_kwargs(config, batch), "reduction": reduction}
+    with parallel.workers(1):
+        logits, _ = reference.forward(params, config, batch["input_ids"],
+                                      kw["attention_mask"], token_type_ids=kw.get(
+                                          "token_type_ids"))
+        want, _ = ops.cross_entropy_forward(logits, kw["labels"], reduction=reduction)
+    with parallel.workers(workers):
+        got = reference.loss(params, config, batch["input_ids"], **kw)
+    assert got.dtype == want.dtype
+    _close(got, want, "loss")
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_sharded_masked_head_equals_the_full_head(reduction):
     """The trainer's path with two workers, where one shard has nothing to predict."""
