@@ -42,7 +42,13 @@ def error_line(exc: BaseException) -> str:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        # every command under the thread and memory policy (reference.train.threads): one worker
+        # per core, single-threaded BLAS, freed memory kept; train and bench set their own
+        from reference.train.threads import choose, keep_freed_memory, use_threads
+
+        keep_freed_memory()
+        with use_threads(choose("auto")):
+            return args.func(args)
     except KeyboardInterrupt:
         if args.debug:
             raise

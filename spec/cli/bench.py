@@ -156,7 +156,7 @@ def measure(args):
 
     from reference import init_params
     from reference.config import PRESETS
-    from reference.train.threads import keep_freed_memory, use_threads
+    from reference.train.threads import use_threads
     from spec.bench import (
         Report,
         Row,
@@ -175,7 +175,6 @@ def measure(args):
     if T > config.max_len:
         raise ValueError(f"--seq: expected at most the preset's max_len={config.max_len}, "
                          f"got {T}")
-    keep_freed_memory()
     ids, labels, mask = _problem(config, B, T, args.seed)
     module, note = load_torch_side()
     torch = None

@@ -157,10 +157,9 @@ def _threads_for(args) -> int:
 def run(args) -> int:
     if args.run_dir is None:
         args.run_dir = os.path.join("runs", "seed001" if args.preset == "seed001" else "minibert")
-    from reference.train.threads import keep_freed_memory, use_threads
+    from reference.train.threads import use_threads
 
     n = _threads_for(args)
-    keep_freed_memory()
     print(f"threads: {n} worker(s), single-threaded BLAS each"
           + (" (auto: the available cores)" if args.threads in (None, "auto") else ""))
     with use_threads(n):
