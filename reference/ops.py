@@ -603,36 +603,40 @@ def erf(x) -> np.ndarray:
 
 class GeluCache(NamedTuple):
     x: np.ndarray  # the input [...]
-    cdf: np.ndarray  # Phi(x) ("gelu") or tanh(u) ("gelu_tanh"), x's dtype
+    cdf: np.ndarray  # Phi(x) ("gelu") or its tanh form (1 + tanh(u)) / 2 ("gelu_tanh")
     approximate: str  # "none" (erf) or "tanh"
 
 
 @implements("gelu.forward.erf", "gelu.forward.tanh")
 def _gelu_forward(x, approximate: str = "none"):
     """"none": x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2;
-    "tanh": x (1 + tanh(u)) / 2 with u = sqrt(2 / pi) (x + 0.044715 x^3)."""
+    "tanh": x (1 + tanh(u)) / 2 with u = sqrt(2 / pi) (x + 0.044715 x^3), evaluated as
+    x s with s = (1 + tanh(u)) / 2 = 1 / (1 + exp(-2u)): 1 + tanh(u) cancels for u << 0 (in
+    float32 GELU(-5) came out 30% off, GELU(-6) as 0), the logistic form does not."""
     if approximate == "none":
         x64 = x.astype(np.float64, copy=False)
         cdf = (0.5 * (1.0 + erf(x64 * _SQRT_HALF))).astype(x.dtype)  # Phi(x)
         return x * cdf, GeluCache(x, cdf, approximate)
     c, k = x.dtype.type(_TANH_C), x.dtype.type(_TANH_K)
-    t = np.tanh(c * (x + k * x * x * x))  # tanh(u)
-    return x.dtype.type(0.5) * x * (1 + t), GeluCache(x, t, approximate)
+    u = c * (x + k * x * x * x)
+    with np.errstate(over="ignore"):  # exp(-2u) = inf for u << 0: s = 0, as it should
+        s = 1 / (1 + np.exp(-2 * u))  # (1 + tanh(u)) / 2
+    return x * s, GeluCache(x, s, approximate)
 
 
 @implements("gelu.backward.erf", "gelu.backward.tanh")
 def _gelu_backward(dy, cache):
     """"none": dx = dy (Phi(x) + x phi(x)), phi the standard normal density;
-    "tanh": dx = dy ((1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) / 2)."""
+    "tanh": dx = dy ((1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) / 2) with
+    t = tanh(u), evaluated as dy (s + 2 x s (1 - s) du/dx): (1 + t) / 2 = s, 1 - t^2 = 4 s (1 - s)."""
     x = cache.x
     if cache.approximate == "none":
         pdf = (_INV_SQRT_2PI * np.exp(-0.5 * x.astype(np.float64) ** 2)).astype(x.dtype)
         return (dy * (cache.cdf + x * pdf),)
-    t = cache.cdf
+    s = cache.cdf
     c, k = x.dtype.type(_TANH_C), x.dtype.type(_TANH_K)
-    half = x.dtype.type(0.5)
     du = c * (1 + 3 * k * x * x)
-    return (dy * (half * (1 + t) + half * x * (1 - t * t) * du),)
+    return (dy * (s + 2 * x * s * (1 - s) * du),)
 
 
 def _check_approximate(approximate) -> None:

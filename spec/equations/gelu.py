@@ -37,14 +37,26 @@ def _prove_erf() -> Proof:
 
 def _prove_tanh() -> Proof:
     """d/dx [x (1 + tanh u) / 2] = (1 + t) / 2 + x (1 - t^2) u' / 2, t = tanh u,
-    u = sqrt(2/pi) (x + 0.044715 x^3), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)."""
+    u = sqrt(2/pi) (x + 0.044715 x^3), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2); and the forms
+    the reference evaluates (no cancellation of 1 + t for u << 0): (1 + t) / 2 = s =
+    1 / (1 + exp(-2u)), so GELU_tanh = x s and its derivative = s + 2 x s (1 - s) u'."""
     x = sp.Symbol("x", real=True)
-    t = sp.tanh(C * (x + K * x ** 3))
-    closed = (1 + t) / 2 + x * (1 - t ** 2) * C * (1 + 3 * K * x ** 2) / 2
+    u = C * (x + K * x ** 3)
+    t = sp.tanh(u)
+    du = C * (1 + 3 * K * x ** 2)
+    closed = (1 + t) / 2 + x * (1 - t ** 2) * du / 2
     diff = sp.simplify(sp.diff(gelu_tanh(x), x) - closed)
     if diff != 0:
         return Proof("refuted", ("symbolic",), f"d gelu_tanh - closed form = {diff}")
-    return Proof("proven", (1,), "(1 + t) / 2 + x (1 - t^2) u' / 2")
+    s = 1 / (1 + sp.exp(-2 * u))
+    for what, lhs, rhs in (("(1 + t) / 2 = s", (1 + t) / 2, s),
+                           ("derivative = s + 2 x s (1 - s) u'", closed,
+                            s + 2 * x * s * (1 - s) * du)):
+        gap = sp.simplify((lhs - rhs).rewrite(sp.exp))
+        if gap != 0:
+            return Proof("refuted", ("symbolic",), f"{what}: difference {gap}")
+    return Proof("proven", (1,), "(1 + t) / 2 + x (1 - t^2) u' / 2 = s + 2 x s (1 - s) u', "
+                                 "s = 1 / (1 + exp(-2u))")
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
