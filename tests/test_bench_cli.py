@@ -10,7 +10,7 @@ import pytest
 
 from spec.cli import main
 
-KEYS = ("step_full", "step_masked", "forward", "backward", "optimizer", "optimizer_pure")
+KEYS = ("step_full", "step_masked", "forward", "backward", "optimizer", "optimizer_out")
 
 
 def test_bench_measures_every_row_and_target(tmp_path, capsys):

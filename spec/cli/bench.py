@@ -80,15 +80,18 @@ def _reference_side(config, params, ids, labels, mask):
     def optimizer():  # in place, as torch.optim updates its parameters
         s["state"] = optim.adam_step_inplace(s["params"], s["grads"], s["state"], lr=1e-4)
 
-    def optimizer_pure():
-        reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4)
+    s["spare"] = ({k: v.copy() for k, v in params.items()}, reference.adam_init(params))
+
+    def optimizer_out():  # the trainer's: into the step-before's arrays, then swap
+        new = reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4, out=s["spare"])
+        s["spare"], (s["params"], s["state"]) = (s["params"], s["state"]), new
 
     before_backward()
     backward()
     return {"step_full": step(reference.loss_and_grads),
             "step_masked": step(reference.masked_lm_loss_and_grads),
             "forward": forward, "backward": backward, "optimizer": optimizer,
-            "optimizer_pure": optimizer_pure, "_before_backward": before_backward}
+            "optimizer_out": optimizer_out, "_before_backward": before_backward}
 
 
 def _torch_side(module, torch, config, params, ids, labels, mask):
@@ -121,7 +124,7 @@ def _torch_side(module, torch, config, params, ids, labels, mask):
     forward()
     backward()
     return {"step_full": step(False), "step_masked": step(True), "forward": forward,
-            "backward": backward, "optimizer": optimizer, "optimizer_pure": optimizer,
+            "backward": backward, "optimizer": optimizer, "optimizer_out": optimizer,
             "_before_backward": forward}
 
 
@@ -131,7 +134,7 @@ ROWS = (("step_full", "train step, full head", "step", None),
         ("forward", "forward + loss", "forward", None),
         ("backward", "backward", "backward", None),
         ("optimizer", "Adam update (in place)", None, None),
-        ("optimizer_pure", "Adam update (pure)", None, None))
+        ("optimizer_out", "Adam, out= (the trainer's)", None, None))
 POLICY = ("reference: N workers (batch shards, Adam's tensors; reference.parallel), "
           "single-threaded BLAS in each; torch: torch.set_num_threads(N); freed memory kept "
           "by malloc for the whole process (both sides)")
