@@ -152,7 +152,8 @@ class Context:
 
     @cached_property
     def timings(self) -> dict:
-        """Medians (ms) of forward, backward and forward+loss+backward, float32, B=8, T=64, under
+        """Medians (ms) of forward + loss, backward (from the loss's gradient) and
+        forward+loss+backward, float32, B=8, T=64, under
         the entry points' thread policy (reference.train.threads: one worker per core),
         with PyTorch eager's medians for the same model and batch measured alternately in the
         same run when torch is installed (keys ``torch_<name>``; ``threads``)."""
@@ -182,18 +183,20 @@ class Context:
         tests/benchmarks/torch_side.py are available and this is not a smoke run, torch's."""
         state = {}
 
-        def forward():
-            state["ref"] = impl.forward(params, config, ids)
+        def forward():  # the forward and its loss, like torch's side (module.loss included)
+            impl.loss(params, config, ids, labels=labels)
+
+        def before_backward():  # untimed: the cache and the loss's gradient
+            out, cache = impl.forward(params, config, ids)
+            _, c_loss = impl.cross_entropy_forward(out, labels)
+            state["ref"] = (impl.cross_entropy_backward(1.0, c_loss)[0], cache)
 
         def backward():
-            out, cache = state["ref"]
-            _, c_loss = impl.cross_entropy_forward(out, labels)
-            (dout,) = impl.cross_entropy_backward(1.0, c_loss)
-            impl.backward(dout, cache)
+            impl.backward(*state["ref"])
 
         fns = {"forward": forward, "backward": backward,
                "step": lambda: impl.loss_and_grads(params, config, ids, labels=labels)}
-        before = {"backward": forward}
+        before = {"backward": before_backward}
         if self.smoke or config.head != "mlm":
             return fns, before
         from spec.bench import load_torch_side
