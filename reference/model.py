@@ -315,7 +315,7 @@ def embed(params, config: BertConfig, input_ids, *, token_type_ids=None) -> np.n
 def _check_inputs(params, config: BertConfig, input_ids, attention_mask, token_type_ids,
                   inputs_embeds):
     """Every argument of ``forward`` checked once; returns (dtype, attention_mask as bool or None,
-    token_type_ids with their default)."""
+    token_type_ids with their default, (B, T))."""
     dtype = check_params(params, config)
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("input_ids, inputs_embeds: expected exactly one of them, got "
@@ -347,7 +347,7 @@ def _check_inputs(params, config: BertConfig, input_ids, attention_mask, token_t
         token_type_ids = _check_token_types(token_type_ids, config, (B, T))
     elif token_type_ids is not None:
         raise ValueError("token_type_ids: inputs_embeds already holds the token types")
-    return dtype, attention_mask, token_type_ids
+    return dtype, attention_mask, token_type_ids, (B, T)
 
 
 def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
@@ -362,10 +362,9 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
     ``attention_mask`` [B, T]: 1 for tokens that may be attended, 0 for padding.
     Every argument is checked here, once; the layers below run unchecked kernels.
     """
-    dtype, attention_mask, token_type_ids = _check_inputs(
+    dtype, attention_mask, token_type_ids, (B, _) = _check_inputs(
         params, config, input_ids, attention_mask, token_type_ids, inputs_embeds)
     args = (input_ids, attention_mask, inputs_embeds, token_type_ids)
-    B = (input_ids if input_ids is not None else inputs_embeds).shape[0]
     shards = parallel.row_shards(B)
     if len(shards) == 1:
         return _forward(params, config, dtype, *args)
@@ -452,9 +451,8 @@ def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=Non
          ignore_index: int = ops.IGNORE_INDEX):
     """The scalar training loss, forward only (what finite differences evaluate).  With several
     workers, each batch shard's summed loss is computed on its own and the sum divided once."""
-    dtype, attention_mask, token_type_ids = _check_inputs(
+    dtype, attention_mask, token_type_ids, (B, T) = _check_inputs(
         params, config, input_ids, attention_mask, token_type_ids, inputs_embeds)
-    B, T = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
     _check_loss_args(config, _out_shape(config, B, T), dtype, labels, targets, reduction,
                      ignore_index)
     args = (input_ids, attention_mask, inputs_embeds, token_type_ids)
@@ -478,11 +476,15 @@ def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=Non
         return float(ops._mse_forward(out, tgt)[0]) * tgt.size  # the op's mean, undone
 
     total = sum(parallel.pmap(shard_total, shards))
-    if config.head == "none":  # MSE: always the mean over every element
-        denom = targets.size
-    else:
-        denom = int(np.count_nonzero(labels != ignore_index)) if reduction == "mean" else 1
-    return dtype.type(total / denom)
+    return dtype.type(total / _denominator(config, labels, targets, reduction, ignore_index))
+
+
+def _denominator(config: BertConfig, labels, targets, reduction, ignore_index) -> int:
+    """What a summed loss is divided by: the predicted positions (cross-entropy "mean"), 1
+    ("sum"), every target element (MSE, always a mean)."""
+    if config.head == "none":
+        return targets.size
+    return int(np.count_nonzero(labels != ignore_index)) if reduction == "mean" else 1
 
 
 def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
@@ -573,15 +575,11 @@ def _mlm_loss_and_grads(params, config, input_ids, labels, attention_mask, token
     """Checks every argument once, then runs ``_mlm_shard`` on each batch shard (one per
     worker, ``reference.parallel``) and sums the shards' losses and gradients in shard order.
     Each shard's gradient already carries the whole batch's 1/N_masked."""
-    dtype, attention_mask, token_type_ids = _check_inputs(
+    dtype, attention_mask, token_type_ids, (B, T) = _check_inputs(
         params, config, input_ids, attention_mask, token_type_ids, inputs_embeds)
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
-    B, T = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-    if labels is None:
-        raise ValueError("labels: required for head 'mlm', got None")
-    ops._check_ce_labels(labels, (B, T), config.vocab_size, ignore_index, reduction)
-    denom = int(np.count_nonzero(labels != ignore_index)) if reduction == "mean" else 1
+    _check_loss_args(config, _out_shape(config, B, T), dtype, labels, None, reduction,
+                     ignore_index)
+    denom = _denominator(config, labels, None, reduction, ignore_index)
     body, body_config = _encoder(params, config)
 
     def shard(rows: slice):

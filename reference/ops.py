@@ -628,7 +628,8 @@ def _gelu_forward(x, approximate: str = "none"):
 def _gelu_backward(dy, cache):
     """"none": dx = dy (Phi(x) + x phi(x)), phi the standard normal density;
     "tanh": dx = dy ((1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) / 2) with
-    t = tanh(u), evaluated as dy (s + 2 x s (1 - s) du/dx): (1 + t) / 2 = s, 1 - t^2 = 4 s (1 - s)."""
+    t = tanh(u), evaluated as dy (s + 2 x s (1 - s) du/dx): (1 + t) / 2 = s and
+    1 - t^2 = 4 s (1 - s)."""
     x = cache.x
     if cache.approximate == "none":
         pdf = (_INV_SQRT_2PI * np.exp(-0.5 * x.astype(np.float64) ** 2)).astype(x.dtype)
