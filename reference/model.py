@@ -625,12 +625,10 @@ def _sum_grads(pieces: list[dict]) -> dict:
     """Adds every gradient dict of ``pieces`` into the first, tensor by tensor in piece order
     (the tensors split among the workers); returns the first."""
     acc = pieces[0]
-    keys = list(acc)
 
-    def add(group):
-        for i in group:
-            for other in pieces[1:]:
-                np.add(acc[keys[i]], other[keys[i]], out=acc[keys[i]])
+    def add(k):
+        for other in pieces[1:]:
+            np.add(acc[k], other[k], out=acc[k])
 
-    parallel.pmap(add, parallel.balanced_groups([acc[k].size for k in keys]))
+    parallel.map_keys(add, acc)
     return acc

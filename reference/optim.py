@@ -180,7 +180,6 @@ def _adam_tensor(p, g, m, v, *, b1, b2, step_size, inv_sqrt_bc2, eps, decay, out
     return P2.reshape(p.shape), M2.reshape(m.shape), V2.reshape(v.shape)
 
 
-@implements("optim.adam", "optim.adamw")
 def _check_out(params, out) -> tuple[dict, dict, dict]:
     """``out`` = (params_out, state_out): arrays to overwrite with the result -- shape, dtype
     and contiguity as the parameters', each either the very input array (in place) or sharing
@@ -241,23 +240,20 @@ def _adam(params, grads, state, *, lr, beta1, beta2, eps, weight_decay, no_decay
     bc2 = 1.0 - beta2 ** t
     step_size = lr / bc1
     inv_sqrt_bc2 = 1.0 / np.sqrt(bc2)
-    keys = list(params)
-    new_p, new_m, new_v = (dict.fromkeys(keys) for _ in range(3))  # params' order, filled below
+    def update(k):  # one tensor; the tensors are independent (split among the workers)
+        wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
+        # decoupled (AdamW): the decay shrinks p directly and never enters the moments
+        return _adam_tensor(params[k], grads[k], state["m"][k], state["v"][k], b1=beta1,
+                            b2=beta2, step_size=step_size, inv_sqrt_bc2=inv_sqrt_bc2, eps=eps,
+                            decay=lr * wd,
+                            out=(p_out[k], m_out[k], v_out[k]) if trusted else None)
 
-    def update(group):  # the tensors of one worker (reference.parallel): each one independent
-        for k in (keys[i] for i in group):
-            p, m, v = params[k], state["m"][k], state["v"][k]
-            wd = 0.0 if (weight_decay == 0.0 or exempt(k)) else weight_decay
-            # decoupled (AdamW): the decay shrinks p directly and never enters the moments
-            new_p[k], new_m[k], new_v[k] = _adam_tensor(
-                p, grads[k], m, v, b1=beta1, b2=beta2, step_size=step_size,
-                inv_sqrt_bc2=inv_sqrt_bc2, eps=eps, decay=lr * wd,
-                out=(p_out[k], m_out[k], v_out[k]) if trusted else None)
-
-    parallel.pmap(update, parallel.balanced_groups([params[k].size for k in keys]))
+    new = parallel.map_keys(update, params)  # k -> (p, m, v)
     if trusted:  # the very arrays the caller handed in
         return p_out, {"step": t, "m": m_out, "v": v_out}
-    return new_p, {"step": t, "m": new_m, "v": new_v}
+    return ({k: pmv[0] for k, pmv in new.items()},
+            {"step": t, "m": {k: pmv[1] for k, pmv in new.items()},
+             "v": {k: pmv[2] for k, pmv in new.items()}})
 
 
 def adam_step(params, grads, state, *, lr: float = 1e-4, beta1: float = 0.9, beta2: float = 0.999,
@@ -348,20 +344,6 @@ def _sum_squares(g: np.ndarray) -> float:
     return total
 
 
-def _map_tensors(fn, grads: Mapping) -> dict:
-    """{k: fn(g)} with the tensors split among the workers (reference.parallel), in
-    ``grads``' order whatever the grouping."""
-    keys = list(grads)
-    out = dict.fromkeys(keys)
-
-    def run(group):
-        for i in group:
-            out[keys[i]] = fn(grads[keys[i]])
-
-    parallel.pmap(run, parallel.balanced_groups([grads[k].size for k in keys]))
-    return out
-
-
 @implements("clip.global_norm")
 def global_grad_norm(grads: Mapping[str, np.ndarray]) -> float:
     """sqrt(sum over every tensor of sum(g^2)), accumulated in float64 (each tensor's sum, then
@@ -372,7 +354,7 @@ def global_grad_norm(grads: Mapping[str, np.ndarray]) -> float:
         # dtype only: the norm of a non-finite gradient is inf/NaN, which is the caller's signal
         _check_float_tensor(f"grads[{k!r}]", g, finite=False)
     total = 0.0
-    for sum_sq in _map_tensors(_sum_squares, grads).values():
+    for sum_sq in parallel.map_keys(lambda k: _sum_squares(grads[k]), grads).values():
         total += sum_sq
     return float(np.sqrt(total))
 
@@ -391,5 +373,5 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float, *, eps
     norm = global_grad_norm(grads)
     scale = max_norm / (norm + eps) if norm > 0 else 1.0
     if scale >= 1.0:
-        return _map_tensors(np.copy, grads), norm
-    return _map_tensors(lambda g: g * g.dtype.type(scale), grads), norm
+        return parallel.map_keys(lambda k: grads[k].copy(), grads), norm
+    return parallel.map_keys(lambda k: grads[k] * grads[k].dtype.type(scale), grads), norm

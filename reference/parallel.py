@@ -25,11 +25,12 @@ bit-identical to another run with the same count, whatever the scheduling.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
-__all__ = ["get_workers", "set_workers", "workers", "pmap", "row_shards", "balanced_groups"]
+__all__ = ["get_workers", "set_workers", "workers", "pmap", "map_keys", "row_shards",
+           "balanced_groups"]
 
 _lock = threading.Lock()
 _count = 1
@@ -139,3 +140,19 @@ def balanced_groups(sizes: Sequence[int], n_groups: int | None = None) -> list[l
         groups[g].append(i)
         loads[g] += sizes[i]
     return [sorted(g) for g in groups if g]
+
+
+def map_keys(fn: Callable, arrays: Mapping) -> dict:
+    """``{k: fn(k)}`` over the keys of ``arrays`` (name -> ndarray), the keys split among the
+    workers in groups of near-equal total size (``balanced_groups``); the result in
+    ``arrays``' order whatever the grouping.  For per-tensor work: the optimizer's update, the
+    gradient norm, sums and finiteness checks over every parameter."""
+    keys = list(arrays)
+    out = dict.fromkeys(keys)
+
+    def run(group):
+        for i in group:
+            out[keys[i]] = fn(keys[i])
+
+    pmap(run, balanced_groups([arrays[k].size for k in keys]))
+    return out

@@ -61,13 +61,8 @@ def non_finite(named: dict) -> list:
     Mini-BERT."""
     from reference import parallel
 
-    names = list(named)
-
-    def scan(group):
-        return [i for i in group if not all_finite(named[names[i]])]
-
-    groups = parallel.balanced_groups([named[n].size for n in names])
-    return [names[i] for i in sorted(i for found in parallel.pmap(scan, groups) for i in found)]
+    finite = parallel.map_keys(lambda name: all_finite(named[name]), named)
+    return [name for name, ok in finite.items() if not ok]
 
 
 def check_all_finite(named: dict) -> None:

@@ -406,7 +406,9 @@ mutant("adam_eps_inside_sqrt", "optim.adam",
        ("t += eps_hat", "pass"))
 mutant("adamw_coupled_l2", "optim.adamw",
        "weight decay added to the gradient (Adam + L2) instead of decoupled from the moments",
-       "optim._adam", ("p, grads[k], m, v", "p, grads[k] + p.dtype.type(wd) * p, m, v"),
+       "optim._adam",
+       ("_adam_tensor(params[k], grads[k],",
+        "_adam_tensor(params[k], grads[k] + params[k].dtype.type(wd) * params[k],"),
        ("decay=lr * wd", "decay=0.0"))
 mutant("adamw_decays_no_decay_params", "optim.adamw",
        "weight decay also applied to the no_decay tensors (biases, LayerNorm gamma/beta)",
@@ -414,8 +416,9 @@ mutant("adamw_decays_no_decay_params", "optim.adamw",
 mutant("clip_per_tensor", "clip.global_norm",
        "each gradient tensor clipped to max_norm on its own instead of by the global norm",
        "optim.clip_by_global_norm",
-       ("lambda g: g * g.dtype.type(scale)",
-        "lambda g: g * g.dtype.type(min(1.0, max_norm / (global_grad_norm({'g': g}) + eps)))"))
+       ("lambda k: grads[k] * grads[k].dtype.type(scale)",
+        "lambda k: grads[k] * grads[k].dtype.type("
+        "min(1.0, max_norm / (global_grad_norm({k: grads[k]}) + eps)))"))
 mutant("clip_scales_up_small_gradients", "clip.global_norm",
        "gradients always rescaled to max_norm, also when their norm is already below it",
        "optim.clip_by_global_norm", ("if scale >= 1.0:", "if norm == 0:"))
