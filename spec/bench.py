@@ -200,10 +200,13 @@ ids = rng.integers(5, config.vocab_size, size=(B, T))
 labels = np.where(rng.random((B, T)) < 0.15, ids, -100)
 labels[:, 0] = ids[:, 0]
 keep_freed_memory()
+spare = None  # the trainer's double buffering: the update goes into the step-before's arrays
 with use_threads(int(sys.argv[5])):
     for _ in range(steps):
         _, grads, _ = loss_and_grads(params, config, ids, labels=labels)
-        state = reference.optim.adam_step_inplace(params, grads, state, lr=1e-4)
+        new = reference.adam_step(params, grads, state, lr=1e-4,
+                                  **({"out": spare} if spare else {}))
+        spare, (params, state) = (params, state), new
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so it would report the
 # parent's (torch-sized) footprint; the high-water mark of this address space starts at exec
 try:
@@ -228,8 +231,8 @@ def _run_script(script: str, *args) -> str:
 def peak_rss_mib(preset: str, B: int, T: int, *, threads: int = 1, head: str = "masked",
                  steps: int = 3) -> float:
     """Peak resident memory (MiB) of a fresh process that runs reference training steps (the
-    full MLM head or the trainer's masked head, in-place Adam) with ``threads`` workers and
-    nothing else: no torch in the address space."""
+    full MLM head or the trainer's masked head, Adam double-buffered as the trainer runs it)
+    with ``threads`` workers and nothing else: no torch in the address space."""
     return float(_run_script(PEAK_RSS_SCRIPT, preset, B, T, steps, threads, head))
 
 

@@ -69,13 +69,6 @@ def use_threads(n: int):
         yield int(n)
 
 
-def workers_in_use() -> int:
-    """The current worker count (what a checkpoint records)."""
-    from reference import parallel
-
-    return parallel.get_workers()
-
-
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
