@@ -782,9 +782,8 @@ def _attention_backward(dy, cache):
     dqkv = np.concatenate([_merge_heads(t) for t in (dq_h, dk_h, dv_h)], axis=-1)  # [B, T, 3H]
     dx, dW_qkv, db_qkv = _linear_backward(dqkv, cache.qkv)  # x feeds all three projections
     dW_q, dW_k, dW_v = (np.ascontiguousarray(w) for w in np.split(dW_qkv, 3, axis=1))
-    db_q, db_k, db_v = (np.split(db_qkv, 3) if db_qkv is not None else (None,) * 3)
-    db_q, db_k, db_v = (db if given else None
-                        for db, given in zip((db_q, db_k, db_v), cache.has_b))
+    db_parts = np.split(db_qkv, 3) if db_qkv is not None else (None,) * 3
+    db_q, db_k, db_v = (db if given else None for db, given in zip(db_parts, cache.has_b))
     return dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o
 
 
