@@ -136,6 +136,15 @@ def alternate(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int
     return {name: Stats.of(t) for name, t in times.items()}
 
 
+def backward_inputs(impl, params, config, ids, labels, mask=None) -> tuple:
+    """(dout, cache) that a timed ``impl.backward`` consumes: the forward's cache and the
+    gradient of the mean cross-entropy of its logits (computed untimed, before the call)."""
+    out, cache = impl.forward(params, config, ids, mask)
+    _, c_loss = impl.cross_entropy_forward(out, labels)
+    (dout,) = impl.cross_entropy_backward(1.0, c_loss)
+    return dout, cache
+
+
 def step_gflop(config, B: int, T: int, predicted: float | None = None) -> dict[str, float]:
     """Matmul GFLOP of a forward, a backward (2x the forward's matmuls) and a train step, from
     the claims ledger's closed forms (spec.claims.closed_forms); ``predicted``: the fraction of

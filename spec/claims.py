@@ -181,15 +181,15 @@ class Context:
     def _timing_fns(self, impl, params, config, ids, labels, threads):
         """name -> callable for the reference (forward, backward, step) and, when torch and
         tests/benchmarks/torch_side.py are available and this is not a smoke run, torch's."""
+        from spec.bench import backward_inputs
+
         state = {}
 
         def forward():  # the forward and its loss, like torch's side (module.loss included)
             impl.loss(params, config, ids, labels=labels)
 
         def before_backward():  # untimed: the cache and the loss's gradient
-            out, cache = impl.forward(params, config, ids)
-            _, c_loss = impl.cross_entropy_forward(out, labels)
-            state["ref"] = (impl.cross_entropy_backward(1.0, c_loss)[0], cache)
+            state["ref"] = backward_inputs(impl, params, config, ids, labels)
 
         def backward():
             impl.backward(*state["ref"])

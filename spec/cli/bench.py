@@ -54,7 +54,8 @@ def _reference_side(config, params, ids, labels, mask):
     then Adam in place, as torch.optim updates its parameters), forward + loss, backward, Adam.
     Under the caller's thread policy: the batch shards and Adam's tensors go to the workers."""
     import reference
-    from reference import ops, optim
+    from reference import optim
+    from spec.bench import backward_inputs
 
     s = {"params": params, "state": reference.adam_init(params)}
 
@@ -69,10 +70,7 @@ def _reference_side(config, params, ids, labels, mask):
         reference.loss(s["params"], config, ids, labels=labels, attention_mask=mask)
 
     def before_backward():  # untimed: the forward whose cache the timed backward consumes
-        out, cache = reference.forward(s["params"], config, ids, mask)
-        _, c_loss = ops.cross_entropy_forward(out, labels)
-        (dout,) = ops.cross_entropy_backward(1.0, c_loss)
-        s["fwd"] = (dout, cache)
+        s["fwd"] = backward_inputs(reference, s["params"], config, ids, labels, mask)
 
     def backward():
         s["grads"], _ = reference.backward(*s["fwd"])
