@@ -78,11 +78,25 @@ def pytest_collection_finish(session) -> None:
             file = Path(item.path).resolve().relative_to(root.resolve()).as_posix()
         except ValueError:
             file = str(item.path)
-        records.append({
+        record = {
             "nodeid": item.nodeid, "file": file, "function": ".".join([*classes, name]),
             "line": (item.location[1] or 0) + 1,
             "ids": sorted({str(a) for m in item.iter_markers("equation") for a in m.args}),
-            "oracle": any(True for _ in item.iter_markers("oracle"))})
+            "oracle": any(True for _ in item.iter_markers("oracle"))}
+        check = item.get_closest_marker("minibert_check")
+        if check is not None:  # a check of the judging suite: where it is defined, its kind
+            from spec.suite.registry import get
+
+            c = get(check.args[0])
+            src, line = c.source
+            try:
+                src = Path(src).resolve().relative_to(root.resolve().parent).as_posix()
+            except ValueError:
+                pass
+            record.update(check=c.id, kind=c.kind, ids=sorted(set(record["ids"])
+                                                              | set(c.equations)),
+                          oracle=record["oracle"] or c.oracle, source=src, source_line=line)
+        records.append(record)
     Path(out).write_text(json.dumps(records), encoding="utf-8")
 
 
@@ -225,7 +239,10 @@ def tagged_tests(records: Iterable[Mapping], tests_dir: Path | str = ROOT / "tes
     for r in records:
         if not r["ids"]:
             continue
-        fd = not r["oracle"] and reach.test(tests_dir.parent / r["file"], r["function"])
+        if "kind" in r:  # a judging-suite check declares its kind
+            fd = r["kind"] == "fd"
+        else:
+            fd = not r["oracle"] and reach.test(tests_dir.parent / r["file"], r["function"])
         out.append(TaggedTest(r["nodeid"], r["file"], r["function"], r["line"],
                               tuple(r["ids"]), bool(r["oracle"]), fd))
     return out

@@ -175,7 +175,10 @@ def assert_all_passed(results: Iterable[CheckResult]) -> None:
     results = list(results)
     failed = [r for r in results if not r.passed]
     if failed:
-        raise AssertionError("gradient check failed:\n" + "\n".join(str(r) for r in failed))
+        worst = max(failed, key=lambda r: r.error)
+        raise AssertionError(
+            f"gradient check failed for {len(failed)} of {len(results)} tensors; worst {worst}"
+            + ("\n" + "\n".join(str(r) for r in failed) if len(failed) > 1 else ""))
 
 
 # --------------------------------------------------------------------------- whole-model check

@@ -43,12 +43,23 @@ INVARIANTS: dict[str, list[Callable]] = {}
 invariant = op_registrar(INVARIANTS, "invariant")
 
 
+class ConventionWarning(UserWarning):
+    """A documented convention the implementation follows (lr(0) = 0, a float64 loss, a
+    divisor guard): not a failure; the report lists it with the number it changes."""
+
+
 def require(findings: list[Finding]) -> None:
-    """Raise AssertionError listing every identity that does not hold (for the tests)."""
+    """Raise AssertionError listing every identity that does not hold; warn
+    (:class:`ConventionWarning`) for each convention the implementation follows."""
+    import warnings
+
     failed = [f for f in findings if not f.ok]
     if failed:
         raise AssertionError("; ".join(f"{f.op}: {f.name}" + (f" ({f.detail})" if f.detail
                                                                    else "") for f in failed))
+    for f in findings:
+        if f.convention:
+            warnings.warn(ConventionWarning(f"{f.op}: {f.name}: {f.detail}"), stacklevel=2)
 
 
 # --------------------------------------------------------------------------- comparisons

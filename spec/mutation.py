@@ -2,10 +2,10 @@
 
 ``MINIBERT_MUTANT=name pytest -p spec.mutation`` runs the suite against the reference with
 mutant ``name`` applied in memory (see :mod:`spec.mutants`), process-wide, by this module's
-``pytest_configure`` -- the run stays ``--impl reference``, so the project-internal tests that
-reach the reference (training, the spec's own checks) run too.  ``--impl
-spec.mutation:mutant_impl`` applies it the same way (reading ``mutant_impl``), but the conftest
-then treats the run as a foreign implementation.  An empty ``MINIBERT_MUTANT`` is the unmutated
+``pytest_configure``: the judging suite on the reference (tests/test_suite_reference.py) and the
+project-internal tests that reach the reference (training, the spec's own checks) all run
+against the mutant.  ``minibert check spec.mutation:mutant_impl`` (with MINIBERT_MUTANT set)
+judges a mutant like any other implementation.  An empty ``MINIBERT_MUTANT`` is the unmutated
 baseline.
 
 :func:`run_mutants` starts one ``pytest -x -q -p no:cacheprovider`` subprocess per mutant, ``jobs``
@@ -81,7 +81,7 @@ def _env(mutant: str, profile: str | None, report: Path) -> dict:
     # not the variables of an enclosing pytest(-xdist) run: this is a fresh session
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
-    env.update(MINIBERT_MUTANT=mutant, MINIBERT_IMPL="reference", MINIBERT_REPORT=str(report),
+    env.update(MINIBERT_MUTANT=mutant, MINIBERT_REPORT=str(report),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if profile:
         env["MINIBERT_PROFILE"] = profile
@@ -111,7 +111,7 @@ def run_suite(mutant: str, tests: Sequence[str] = ("tests",), *, profile: str | 
     with tempfile.TemporaryDirectory(prefix="minibert-mutant-") as tmp:
         report = Path(tmp) / "report.jsonl"
         cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, "-p", __name__,
-               "--impl", "reference", *extra_args, *ordered_test_files(tests)]
+               *extra_args, *ordered_test_files(tests)]
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=_env(mutant, profile, report),
                                   capture_output=True, text=True, timeout=timeout)
@@ -189,10 +189,9 @@ MATRIX_VERSION = 1
 
 
 def pytest_configure(config) -> None:
-    """Plugin (``-p spec.mutation``, before the conftest loads the implementation): applies the
-    mutant named by $MINIBERT_MUTANT to the bundled reference in memory, so the run stays
-    ``--impl reference`` and every test that reaches the reference runs -- the conftest skips
-    project-internal tests under any other --impl.  In a matrix run, Hypothesis keeps its
+    """Plugin (``-p spec.mutation``): applies the mutant named by $MINIBERT_MUTANT to the
+    bundled reference in memory, so every test that reaches the reference runs it.  In a
+    matrix run, Hypothesis keeps its
     profile's examples (a failure is found exactly where the ordinary run finds it) but does
     not shrink it: only *whether* a test fails is recorded, and shrinking dominated the cost."""
     if os.environ.get("MINIBERT_MUTANT"):
@@ -208,21 +207,41 @@ def pytest_configure(config) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Plugin (``-p spec.mutation``): with $MINIBERT_MATRIX_EQUATION set (IDs, comma-separated),
-    keep only the items whose ``equation`` markers name one (the markers the audit collects)."""
+    keep only the items whose ``equation`` (or judging-suite ``minibert_check``) markers name
+    one (the markers the audit collects)."""
     wanted = set(filter(None, os.environ.get(MATRIX_EQUATION_ENV, "").split(",")))
     if not wanted:
         return
     keep, drop = [], []
     for item in items:
         ids = {str(a) for m in item.iter_markers("equation") for a in m.args}
+        ids |= {str(a) for m in item.iter_markers("minibert_check")
+                for a in m.kwargs.get("equations", ())}
         (keep if ids & wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
+def evidence_file(nodeid: str, root: Path = ROOT) -> str:
+    """The file that holds a test's evidence: its own file, or for a check of the judging suite
+    run through ``parametrize_with_checks`` (``...::test_conformance[fd[layernorm]]``) the
+    module that defines the check."""
+    file = nodeid.split("::")[0]
+    if "[" not in nodeid:
+        return file
+    check_id = nodeid.split("[", 1)[1][:-1]
+    from spec.suite.registry import all_checks
+
+    for c in all_checks():
+        if c.id == check_id:
+            return Path(c.source[0]).resolve().relative_to(root.resolve()).as_posix()
+    return file
+
+
 def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
-    """The test-side modules (``tests/x.py``, not ``test_*``) ``test_file`` imports by name."""
+    """The helper modules (``tests/x.py`` or ``spec/suite/x.py``, not ``test_*``) a test or
+    check module imports by name."""
     import ast
 
     try:
@@ -237,13 +256,17 @@ def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
         elif isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
     out = []
+    suite_dir = ROOT / "spec" / "suite"
     for dotted in sorted(names):
         parts = dotted.split(".")
+        base = tests_dir
         if parts[0] == tests_dir.name:
             parts = parts[1:]
+        elif parts[:2] == ["spec", "suite"]:
+            base, parts = suite_dir, parts[2:]
         if not parts:
             continue
-        p = tests_dir.joinpath(*parts).with_suffix(".py")
+        p = base.joinpath(*parts).with_suffix(".py")
         if p.is_file() and not p.name.startswith("test_") and p != test_file:
             out.append(p)
     return out
@@ -260,7 +283,8 @@ def fingerprint(mutant_name: str, nodeids: Sequence[str], root: Path = ROOT) -> 
              .encode())
     h.update(json.dumps(sorted(nodeids)).encode())
     tests_dir = root / "tests"
-    files = sorted({root / n.split("::")[0] for n in nodeids})
+    files = sorted({root / n.split("::")[0] for n in nodeids}
+                   | {root / evidence_file(n, root) for n in nodeids})
     helpers = sorted({h_ for f in files for h_ in _helper_files(f, tests_dir)} - set(files))
     for f in [*files, *helpers]:
         h.update(f.relative_to(root).as_posix().encode())
@@ -297,9 +321,9 @@ class MatrixRow:
         """test file -> (killing tests, tagged tests run)."""
         out: dict[str, list[int]] = {}
         for n in self.tests:
-            out.setdefault(n.split("::")[0], [0, 0])[1] += 1
+            out.setdefault(evidence_file(n), [0, 0])[1] += 1
         for n in self.killers:
-            out.setdefault(n.split("::")[0], [0, 0])[0] += 1
+            out.setdefault(evidence_file(n), [0, 0])[0] += 1
         return {f: (k, t) for f, (k, t) in sorted(out.items())}
 
 
@@ -315,7 +339,7 @@ def run_tagged(mutant: str, equation: str, nodeids: Sequence[str], *, profile: s
         env = _env(mutant, profile, report)
         env[MATRIX_EQUATION_ENV] = equation
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", __name__,
-               "--impl", "reference", *extra_args, *files]
+               *extra_args, *files]
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                                   timeout=timeout)

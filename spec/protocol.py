@@ -174,6 +174,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import unittest
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -185,7 +186,7 @@ from spec.tolerances import KINK_MARGIN
 __all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation", "op_registrar",
            "reference_modules", "NotApplicable", "ImplProxy", "ImplementationExit", "load_impl",
            "resolve", "provides", "unwrap", "label_of", "not_applicable_message", "capabilities",
-           "install_interrupt_flag", "ImplLoadError"]
+           "install_interrupt_flag", "ImplLoadError", "ImplementationHung"]
 
 
 @dataclass(frozen=True)
@@ -454,8 +455,10 @@ def reference_modules() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- subset handling
-class NotApplicable(Exception):
-    """The implementation lacks a protocol name the check needs."""
+class NotApplicable(unittest.SkipTest):
+    """The implementation lacks a protocol name the check needs, or does not claim a capability
+    it uses.  A ``unittest.SkipTest``: Hypothesis re-raises it at once (no shrinking of a
+    missing name) and pytest reports it as a skip with its reason."""
 
 
 def not_applicable_message(label: str, name: str) -> str:
@@ -467,6 +470,10 @@ class ImplementationExit(Exception):
     ``KeyboardInterrupt`` not caused by a real Ctrl-C, ``GeneratorExit``): converted to an
     ordinary failure of the check that called it, so that no harness mistakes it for the end of
     the run (``sys.exit(0)`` inside an op must never read as success)."""
+
+
+class ImplementationHung(Exception):
+    """A protocol name that ran past a check's time limit is called again: failed at once."""
 
 
 # SIGINT seen by this process (install_interrupt_flag): a KeyboardInterrupt from a real Ctrl-C
@@ -586,6 +593,10 @@ class ImplProxy:
         object.__setattr__(self, "_impl_label", label)
         object.__setattr__(self, "_impl_on_missing", on_missing or _raise_not_applicable)
         object.__setattr__(self, "_impl_called", {})  # ordered set of names called
+        object.__setattr__(self, "_impl_active", [])  # the protocol names executing now
+        object.__setattr__(self, "_impl_hung", {})  # name -> the check it did not return in
+        # the names executing when a harness interrupt (a time limit) went through them
+        object.__setattr__(self, "_impl_interrupted", [])
         object.__setattr__(self, "_impl_wrapped", {})
         object.__setattr__(self, "_impl_caps", capabilities(obj))
 
@@ -621,6 +632,23 @@ class ImplProxy:
     def reset_calls(self) -> None:
         object.__getattribute__(self, "_impl_called").clear()
 
+    def active(self) -> list[str]:
+        """The protocol names executing right now, outermost first (a time-out names them)."""
+        return list(object.__getattribute__(self, "_impl_active"))
+
+    def mark_hung(self, where: str) -> list[str]:
+        """The names executing now did not return within ``where``'s time limit: later calls
+        of them fail at once (ImplementationHung) instead of hanging again.  Returns them."""
+        active = object.__getattribute__(self, "_impl_active")
+        hung = object.__getattribute__(self, "_impl_hung")
+        interrupted = object.__getattribute__(self, "_impl_interrupted")
+        names = list(interrupted or active)
+        interrupted.clear()
+        for name in names:
+            hung.setdefault(name, where)
+        active.clear()
+        return names
+
     def _not_claimed(self, what: str):
         label = object.__getattribute__(self, "_impl_label")
         object.__getattribute__(self, "_impl_on_missing")(not_claimed_message(label, what))
@@ -641,20 +669,33 @@ class ImplProxy:
                           if k not in ("weight_decay", "no_decay")}
                 return args, kwargs, None
 
+        active = object.__getattribute__(self, "_impl_active")
+        hung = object.__getattribute__(self, "_impl_hung")
+        interrupted = object.__getattribute__(self, "_impl_interrupted")
+
         @functools.wraps(fn)
         def call(*args, **kwargs):
             called[name] = None
+            if name in hung:
+                raise ImplementationHung(f"{name} did not return within the time limit in "
+                                         f"{hung[name]}: not called again")
             if adapt is not None:
                 args, kwargs, post = adapt(args, kwargs)
             else:
                 post = None
+            active.append(name)
             try:
                 out = fn(*args, **kwargs)
             except BaseException as e:
                 converted = _converted(name, e)
                 if converted is not None:
                     raise converted from e
+                if not isinstance(e, Exception) and not interrupted:
+                    interrupted.extend(active)  # a time limit: where it found the code
                 raise
+            finally:
+                if active and active[-1] == name:
+                    active.pop()
             return post(out) if post is not None else out
 
         return call

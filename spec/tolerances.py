@@ -30,6 +30,18 @@ SYMPY_CODE_FLOOR = 1.0
 # the magnitude of the whole tensor (tests/torch_oracle.allowed_error says why), so no absolute
 # floor.
 ORACLE_RTOL_F64 = 1e-10
+# PyTorch oracle, either dtype: the absolute floor under the relative rule, in units of roundoff
+# (np.finfo(dtype).eps) of the magnitude of the op's inputs (spec/suite/torch_oracle.
+# rounding_floor).  A result that is small only because terms of the inputs' size cancelled
+# (GELU's tail: -1.9e-7 at x = -5.1, where ours and torch's float64 differ by 5.4e-17; a float32
+# pooler output of 2e-4 from terms of size 2, off by 1e-7) carries rounding of the size of those
+# terms, so "1e-10 of the scale" alone demands more than the dtype resolves -- a random red on a
+# correct implementation.  Each side rounds ~10-30 times per element on the suite's sizes
+# (reductions of <= 8 terms, a few elementwise ops); 64 ulps of the input magnitude covers that
+# with margin, and is still ~1e-14 absolute in float64 and ~1e-5 in float32 on inputs of size 2:
+# every catalog mutant changes results by >= 1e-3 relative.  The floor never drops below the
+# smallest normal number (denormal results: 0.0 vs 2.8e-45 is no disagreement).
+ORACLE_FLOOR_ULPS = 64
 # PyTorch oracle, float32: unit roundoff 6e-8, times the depth of the longest reduction chain
 # (8192-way logsumexp, 768-wide matmuls, 3 layers) gives a few 1e-5 relative; gradients pass
 # through ~30 ops, so 1e-4 relative to the tensor's magnitude.

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from reference.registry import IMPLEMENTATIONS
-from spec.conformance import check_op
 from spec.mutants import (
     CATALOG,
     OPTIMIZER_EQUATIONS,
@@ -27,15 +26,23 @@ from spec.mutants import (
     mutant,
 )
 from spec.mutation import MutantResult, ordered_test_files, run_suite, score, select
+from spec.suite import check_implementation
+from spec.suite.registry import get
 
 
 @pytest.fixture(scope="module")
-def reference(request):
-    if request.config.getoption("--impl") != "reference" or os.environ.get("MINIBERT_MUTANT"):
+def reference():
+    if os.environ.get("MINIBERT_MUTANT"):
         pytest.skip("not applicable: the mutation machinery mutates the bundled reference")
     import reference
 
     return reference
+
+
+def op_verdict(impl, op: str) -> str:
+    """The verdict of the op's fixed-seed example checks (spec/suite/checks/examples.py)."""
+    report = check_implementation(impl, ops=[op], match=r"\.example\b")
+    return report.verdict(report.grid()[op])
 
 
 def test_catalog_is_documented():
@@ -107,23 +114,21 @@ def _jacobian_is_p_i_delta_minus_p_j(reference):
 
 
 def _killers():
-    """Mutants the op-level conformance checks do not see (issue 15's holes): the new test
+    """Mutants the op-level example checks do not see (issue 15's holes): the check (or test)
     that kills each, called in-process with the bundled reference."""
-    from tests import test_layernorm_edges as LN
-    from tests import test_loss_edges as CE
+    from tests import test_evaluate
+
+    def by_id(check_id):
+        return lambda r: get(check_id).call(r)
 
     return {
         "softmax_jacobian_transposed_term": _jacobian_is_p_i_delta_minus_p_j,
-        "ce_log_softmax_no_max_shift":
-            lambda r: CE.test_cross_entropy_is_stable_at_large_logits(r, np.float64, "sum"),
-        "ce_ignores_ignore_index_argument":
-            lambda r: CE.test_cross_entropy_honours_ignore_index(r, -1, "mean"),
+        "ce_log_softmax_no_max_shift": by_id("invariant[cross_entropy.large_logits-f64-sum]"),
+        "ce_ignores_ignore_index_argument": by_id("invariant[cross_entropy.ignore_index--1-mean]"),
         "evaluate_mean_of_batch_means":
-            lambda r: CE.test_evaluate_is_the_loss_over_every_held_out_token(r, 4),
-        "layernorm_eps_outside_sqrt":
-            lambda r: LN.test_layernorm_eps_inside_the_square_root(r, 1e-3),
-        "layernorm_one_pass_variance":
-            lambda r: LN.test_float32_rows_with_large_mean_relative_to_spread(r, 1e3),
+            lambda r: test_evaluate.test_evaluate_is_the_loss_over_every_held_out_token(r, 4),
+        "layernorm_eps_outside_sqrt": by_id("invariant[layernorm.eps_inside_sqrt-0.001]"),
+        "layernorm_one_pass_variance": by_id("invariant[layernorm.large_mean_float32-1000.0]"),
     }
 
 
@@ -148,11 +153,10 @@ def test_mutant_killed_by_its_new_test(reference, name):
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY))
 def test_mutant_caught_and_removed(reference, name):
     op = CAUGHT_BY[name]
-    assert check_op(reference, op).verdict == "ok"
+    assert op_verdict(reference, op) == "ok"
     with applied(name):
-        report = check_op(reference, op)
-        assert report.verdict == "FAIL", f"{name} survived the {op} checks"
-    assert check_op(reference, op).verdict == "ok"
+        assert op_verdict(reference, op) == "FAIL", f"{name} survived the {op} checks"
+    assert op_verdict(reference, op) == "ok"
 
 
 def test_mutant_reaches_model_level_code(reference):
@@ -164,7 +168,7 @@ def test_mutant_reaches_model_level_code(reference):
         assert mutated is not original and mutated.__mutant__ == "block_drops_ffn_residual"
         assert mutated.__equations__ == original.__equations__
         assert reference.block_backward is reference.ops.block_backward is public
-        assert check_op(reference, "model").verdict == "FAIL"
+        assert op_verdict(reference, "model") == "FAIL"
     assert reference.ops._block_backward is original
 
 
@@ -268,7 +272,7 @@ def test_test_order_keeps_files_given_before_their_directory():
     files = ordered_test_files(["tests/test_conformance.py", "tests"])
     assert files[0] == "tests/test_conformance.py"
     assert files.count("tests/test_conformance.py") == 1
-    assert "tests/test_bad_input.py" in files and all(f.endswith(".py") for f in files)
+    assert "tests/test_suite_reference.py" in files and all(f.endswith(".py") for f in files)
     assert ordered_test_files(SELECTION) == SELECTION
     with pytest.raises(ValueError, match="tests: .*does not exist"):
         ordered_test_files(["tests/no_such_file.py"])

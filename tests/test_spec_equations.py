@@ -1,28 +1,18 @@
-"""Every equation's SymPy check (proven / refuted with a printed counterexample / convention)
-and, for the derivations the reference implements, lambdified SymPy == the implementation on
-Hypothesis float64 inputs."""
+"""Every equation's SymPy check (proven / refuted with a printed counterexample / convention) and
+the spec's own bookkeeping.  Lambdified SymPy == the implementation on Hypothesis inputs is a
+check of the judging suite (spec/suite/checks/sympy_code.py, kind ``sympy``)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from hypothesis import assume, given
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 from spec.equations import load
-from spec.tolerances import SYMPY_CODE_FLOOR, SYMPY_CODE_RTOL
+from spec.suite.checks.sympy_code import implementation_equations, sympy_matches_code
 
 EQUATIONS = load()
 
 
-def _params(with_numeric: bool):
-    # no equation markers: these tests iterate the spec itself, they are not evidence *for* it
-    return [pytest.param(e.id, id=e.id)
-            for e in EQUATIONS.values() if not with_numeric or e.numeric is not None]
-
-
-@pytest.mark.parametrize("eq_id", _params(False))
+@pytest.mark.parametrize("eq_id", [pytest.param(e.id, id=e.id) for e in EQUATIONS.values()])
 def test_sympy_verdict(eq_id):
     """Proven at every size tried, or refuted by a concrete counterexample (printed), or a
     convention (both readings checked): exactly the verdict the spec records."""
@@ -36,53 +26,18 @@ def test_sympy_verdict(eq_id):
     assert proof.sizes, f"{eq_id}: no size recorded"
 
 
-def _arrays(spec: dict):
-    """Hypothesis strategies for a Numeric.inputs spec (bounded elements, small shapes)."""
-    out = {}
-    for name, s in spec.items():
-        if s[0] == "float":
-            out[name] = hnp.arrays(np.float64, s[1], elements=st.floats(
-                -s[2], s[2], allow_nan=False, allow_infinity=False, allow_subnormal=False))
-        elif s[0] == "float_away":  # magnitude in [margin, bound], either sign
-            mag = hnp.arrays(np.float64, s[1], elements=st.floats(s[3], s[2]))
-            sign = hnp.arrays(np.float64, s[1], elements=st.sampled_from([-1.0, 1.0]))
-            out[name] = st.tuples(mag, sign).map(lambda ms: ms[0] * ms[1])
-        elif s[0] == "int":
-            out[name] = hnp.arrays(np.int64, s[1], elements=st.integers(0, s[2] - 1))
-        else:
-            out[name] = hnp.arrays(np.bool_, s[1], elements=st.booleans())
-    return st.fixed_dictionaries(out)
+@pytest.mark.parametrize("eq_id", [e.id for e in EQUATIONS.values() if e.numeric is not None
+                                    and e.id not in implementation_equations()])
+def test_sympy_matches_the_suites_own_code(eq_id):
+    """Derivations of the suite's own machinery (the FD relative error): lambdified SymPy ==
+    the spec's function, on Hypothesis inputs (the same check the suite runs on an
+    implementation's ops)."""
+    from hypothesis import given
+    from hypothesis import strategies as st
 
+    import reference
 
-def _error(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    scale = max(np.max(np.abs(a), initial=0.0), np.max(np.abs(b), initial=0.0), SYMPY_CODE_FLOOR)
-    return float(np.max(np.abs(a - b), initial=0.0) / scale)
-
-
-@pytest.mark.parametrize("eq_id", _params(True))
-@given(data=st.data())
-def test_sympy_matches_code(impl, eq_id, data):
-    """The lambdified SymPy map (forward, or the backward derived with sympy.diff) equals the
-    implementation's function within SYMPY_CODE_RTOL."""
-    num = EQUATIONS[eq_id].numeric
-    missing = [n for n in num.needs if not hasattr(impl, n)]
-    if missing:
-        pytest.skip(f"implementation lacks {missing} (pending; the audit lists it as a gap)")
-    size = data.draw(st.sampled_from(num.sizes), label="size")
-    arrays = data.draw(_arrays(num.inputs(size)), label="inputs")
-    if num.accept is not None:
-        assume(num.accept(size, **arrays))
-    expected = num.sympy(size)(**arrays)
-    got = num.code(impl, size, **arrays)
-    assert len(got) == len(expected)
-    for k, (a, b) in enumerate(zip(got, expected)):
-        assert np.shape(a) == np.shape(b), f"{eq_id} output {k}: shape {np.shape(a)} vs SymPy " \
-                                           f"{np.shape(b)}"
-        err = _error(a, b)
-        assert err <= SYMPY_CODE_RTOL, (
-            f"{eq_id} output {k} at size {size}: error {err:.2e} > {SYMPY_CODE_RTOL:g}\n"
-            f"code  {np.asarray(a)}\nsympy {np.asarray(b)}")
+    given(data=st.data())(lambda data: sympy_matches_code(reference, eq_id, data))()
 
 
 def test_every_derivation_is_checked_against_code():

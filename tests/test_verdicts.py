@@ -1,10 +1,9 @@
-"""Verdicts you can trust (issue 11): never falsely green, the right op blamed, usable on real
-code.  Each finding of the issue has its regression test here (hostile adapters and
-class-based implementations in tests/examples/)."""
+"""Verdicts you can trust (issue 11, and issue 19's worker processes): never falsely green,
+the right op blamed, usable on real code.  Each finding has its regression test here (hostile
+adapters and class-based implementations in tests/examples/)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -16,9 +15,10 @@ import numpy as np
 import pytest
 
 from spec.cli import main as minibert
-from spec.conformance import OpTimeout, check_all, check_op, credited_ops, merge_oracle, time_limit
 from spec.gradcheck import directional_check, elementwise_check
-from spec.protocol import OPS, ImplementationExit, ImplProxy, NotApplicable
+from spec.protocol import ImplementationExit, ImplProxy, NotApplicable
+from spec.suite import check_implementation
+from spec.suite.run import CheckTimeout, time_limit
 from tests.examples import (
     classy_adapter,
     realstyle_minigpt,
@@ -28,17 +28,25 @@ from tests.examples import (
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "tests.examples."
+FAST = ["-k", r"\.example\b", "--oracle", "off"]  # the fixed-seed checks: seconds
+
+
+def verdicts(impl, ops=None, **kw) -> dict[str, str]:
+    report = check_implementation(impl, ops=ops, **kw)
+    return {op: report.verdict(cells) for op, cells in report.grid().items()}
 
 
 def _cli(capsys, *args):
     code = minibert(["check", *args])
-    return code, capsys.readouterr().out
+    captured = capsys.readouterr()
+    # the table wraps long lines: compare the words
+    return code, " ".join(captured.out.split()), captured.err
 
 
 # ----------------------------------------------------------------- never falsely green
 def test_sys_exit_inside_an_op_fails_that_op(capsys):
     """An op calling sys.exit(0) used to end `minibert check` with status 0 and no output."""
-    code, out = _cli(capsys, EX + "hostile_exit", "--no-oracle")
+    code, out, _ = _cli(capsys, EX + "hostile_exit", *FAST)
     assert code == 1
     assert "relu_forward raised SystemExit(0)" in out and "1 op(s) fail: relu" in out
 
@@ -53,23 +61,65 @@ def test_keyboard_interrupt_from_the_implementation_is_a_failure():
 
     with pytest.raises(ImplementationExit, match="KeyboardInterrupt"):
         ImplProxy(Impl(), "kbd").relu_forward(np.ones(2))
-    report = check_op(Impl(), "relu")
-    assert report.verdict == "FAIL" and "KeyboardInterrupt" in report.backward.detail
+    report = check_implementation(Impl(), ops=["relu"], kinds=["fd"])
+    cell = report.grid()["relu"]["fd"]
+    assert cell.status == "FAIL" and "KeyboardInterrupt" in cell.detail
 
 
 def test_an_implementation_providing_nothing_could_not_run(capsys):
     """It used to read "0 op(s) conform", exit 0."""
-    code, out = _cli(capsys, EX + "hostile_nothing", "--no-oracle")
+    code, out, _ = _cli(capsys, EX + "hostile_nothing", *FAST)
     assert code == 2 and "provides no protocol name" in out
     assert "op(s) conform" not in out
 
 
 def test_a_sleeping_op_fails_within_its_timeout(capsys):
+    """The hanging op is red at its first check's time limit; every later check that calls it
+    fails at once (no second wait), so the run ends in about one time limit."""
     start = time.perf_counter()
-    code, out = _cli(capsys, EX + "hostile_sleep", "--no-oracle", "--timeout", "1",
-                     "--ops", "relu", "linear")
-    assert code == 1 and time.perf_counter() - start < 10
-    assert "relu: the checks did not finish within 1 s" in out and "1 op(s) fail: relu" in out
+    code, out, _ = _cli(capsys, EX + "hostile_sleep", "--oracle", "off", "--timeout", "2",
+                        "--ops", "relu", "linear")
+    assert code == 1 and time.perf_counter() - start < 30
+    assert "did not finish within 2 s (inside relu_forward)" in out
+    assert "relu_forward did not return within the time limit" in out
+    assert "1 op(s) fail: relu" in out
+
+
+def test_a_hang_inside_compiled_code_is_killed(tmp_path, capsys, monkeypatch):
+    """A hang the SIGALRM cannot interrupt (a C call that ignores signals): the worker is
+    killed after the time limit plus the grace period, the check fails, the others run."""
+    from spec.suite import pool
+
+    (tmp_path / "c_hang.py").write_text(
+        "import ctypes, signal\n"
+        "from tests.examples.classy_adapter import *  # noqa\n"
+        "from tests.examples.classy_adapter import relu_backward  # noqa\n"
+        "def relu_forward(x):\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\n"
+        "    ctypes.CDLL(None).sleep(3600)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pool, "GRACE_SECONDS", 2.0)
+    start = time.perf_counter()
+    code, out, _ = _cli(capsys, "c_hang", "--oracle", "off", "--timeout", "1",
+                        "-k", r"^fd\[(relu|linear)\.example\]$")
+    assert code == 1 and time.perf_counter() - start < 30
+    assert "did not respond to its time limit" in out and "its process was killed" in out
+    assert "1 op(s) fail: relu" in out
+
+
+def test_an_implementation_killing_its_process_fails_the_check(tmp_path, capsys, monkeypatch):
+    (tmp_path / "exits.py").write_text(
+        "import os\n"
+        "from tests.examples.classy_adapter import *  # noqa\n"
+        "from tests.examples.classy_adapter import relu_backward  # noqa\n"
+        "def relu_forward(x):\n"
+        "    os._exit(7)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _cli(capsys, "exits", *FAST, "--ops", "relu", "linear")
+    assert code == 1 and "ended the process running this check (exited with status 7)" in out
+    assert "1 op(s) fail: relu" in out
 
 
 def test_time_limit_is_a_base_exception_the_implementation_cannot_swallow():
@@ -79,28 +129,48 @@ def test_time_limit_is_a_base_exception_the_implementation_cannot_swallow():
         except Exception:  # noqa: BLE001 -- what careless implementation code does
             return "swallowed"
 
-    with pytest.raises(OpTimeout), time_limit(0.2, "stubborn"):
+    with pytest.raises(CheckTimeout), time_limit(0.2, "stubborn"):
         stubborn()
 
 
 def test_an_adapter_raising_on_import_is_one_line(capsys):
-    code, out = _cli(capsys, EX + "hostile_import", "--no-oracle")
-    assert code == 2
-    assert out.strip().startswith("could not run: impl: importing 'tests.examples.hostile_import'"
-                                  " raised RuntimeError: this adapter is broken at import time")
-    assert "Traceback" not in out
+    code, out, err = _cli(capsys, EX + "hostile_import", *FAST)
+    assert code == 2 and out == ""
+    assert err.strip().startswith("minibert check: could not run: impl: importing "
+                                  "'tests.examples.hostile_import' raised RuntimeError: this "
+                                  "adapter is broken at import time")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_an_unloadable_module_is_one_line(capsys):
+    code, out, err = _cli(capsys, "no_such_module_xyz:thing", *FAST)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "cannot import 'no_such_module_xyz'" in err
 
 
 def test_input_mutation_is_an_invariant_of_every_op(capsys):
-    code, out = _cli(capsys, EX + "hostile_mutate", "--no-oracle", "--ops", "relu", "linear")
+    code, out, _ = _cli(capsys, EX + "hostile_mutate", *FAST, "--ops", "relu", "linear")
     assert code == 1 and "forward leaves its inputs untouched" in out
     assert "backward leaves dout" in out and "1 op(s) fail: relu" in out
 
 
 def test_float32_promoted_to_float64_is_a_failure(capsys):
-    code, out = _cli(capsys, EX + "hostile_upcast", "--no-oracle", "--ops", "linear", "relu")
+    code, out, _ = _cli(capsys, EX + "hostile_upcast", *FAST, "--ops", "linear", "relu")
     assert code == 1 and "float32 in -> float32 out (got float64)" in out
     assert "1 op(s) fail: linear" in out
+
+
+def test_missing_oracle_is_exit_2_unless_turned_off(capsys, monkeypatch):
+    """Without torch, `minibert check` used to exit 0 having checked half."""
+    from spec.suite import registry
+
+    monkeypatch.setattr(registry.Check, "missing_requirements",
+                        lambda self: list(self.requires))  # torch "not installed"
+    code, out, err = _cli(capsys, EX + "classy_adapter", "--ops", "relu")
+    assert code == 2 and out == ""
+    assert "pip install 'minibert-spec[oracle]'" in err and "--oracle off" in err
+    code, out, _ = _cli(capsys, EX + "classy_adapter", "--ops", "relu", "--oracle", "off")
+    assert code == 0 and "oracle: off (the PyTorch columns were not run)" in out
 
 
 class _Leaky:
@@ -154,29 +224,20 @@ class _Leaky:
 
 
 def test_split_heads_adam_and_clip_get_the_mutation_and_dtype_invariants():
-    reports = {r.op: r for r in check_all(_Leaky(), ["heads", "adam", "clip"])}
-    assert "float32 in -> float32 out" in reports["heads"].invariants.detail
-    assert "adam_step leaves params, grads and state untouched" in reports["adam"].invariants.detail
-    assert "float32 in -> float32 out" in reports["adam"].invariants.detail
-    assert "clip_by_global_norm leaves its input untouched" in reports["clip"].invariants.detail
-    assert "float32 in -> float32 out" in reports["clip"].invariants.detail
+    report = check_implementation(_Leaky(), ops=["heads", "adam", "clip"], kinds=["invariant"],
+                                  match=r"\.example\b")
+    detail = {op: cells["invariants"].detail for op, cells in report.grid().items()}
+    failed = {r.id: r.message for r in report.failures()}
+    text = " ".join(failed.values())
+    assert set(detail) == {"heads", "adam", "clip"}
+    assert "float32 in -> float32 out" in failed["invariant[heads.example]"]
+    assert "adam_step leaves params, grads and state untouched" in text
+    assert "float32 in -> float32 out" in failed["invariant[adam.example]"]
+    assert "clip_by_global_norm leaves its input untouched" in text
+    assert "float32 in -> float32 out" in failed["invariant[clip.example]"]
 
 
-def test_pytest_impl_unloadable_is_a_usage_error_at_once():
-    """A typo in --impl used to run the whole suite into 401 errors."""
-    for spec, why in (("nope.mod", "cannot import 'nope.mod'"),
-                      (EX + "hostile_import", "raised RuntimeError"),
-                      (EX + "hostile_nothing", "provides no protocol name")):  # was 447 skips
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "--impl", spec, "tests/test_smoke.py"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120, env=_env())
-        assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
-        err = [x for x in proc.stderr.splitlines() if x.strip()]
-        assert len(err) == 1 and err[0].startswith(f"ERROR: --impl {spec}:") and why in err[0]
-        assert time.perf_counter() - start < 30
-
-
+# ----------------------------------------------------------------- the pytest side
 def _env(**extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
@@ -184,121 +245,42 @@ def _env(**extra):
     return env
 
 
-def test_pytest_impl_fails_on_sys_exit_and_skips_project_internal_tests(tmp_path):
+def _pytest_impl(tmp_path, spec, *args, timeout=300):
     report = tmp_path / "r.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--impl",
-         EX + "hostile_exit", "tests/test_conformance.py::test_op_conforms",
-         "tests/test_conformance.py::test_every_op_is_checked_from_the_table",
-         "tests/test_claims.py"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env=_env(MINIBERT_REPORT=str(report)))
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         f"--minibert-impl={spec}", "--minibert-oracle=off", *args], cwd=tmp_path,
+        capture_output=True, text=True, timeout=timeout, env=_env(MINIBERT_REPORT=str(report)))
+    records = ([json.loads(x) for x in report.read_text().splitlines()]
+               if report.exists() else [])
+    return proc, records
+
+
+def test_pytest_minibert_impl_unloadable_is_a_usage_error_at_once(tmp_path):
+    """A typo in the implementation's name used to run the whole suite into 401 errors."""
+    for spec, why in (("nope.mod", "cannot import 'nope.mod'"),
+                      (EX + "hostile_import", "raised RuntimeError")):
+        start = time.perf_counter()
+        proc, _ = _pytest_impl(tmp_path, spec)
+        assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
+        err = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert any(x.startswith(f"ERROR: --minibert-impl {spec}:") and why in x for x in err)
+        assert time.perf_counter() - start < 60
+
+
+def test_pytest_minibert_impl_providing_nothing_is_red(tmp_path):
+    proc, records = _pytest_impl(tmp_path, EX + "hostile_nothing", "-k", r"example or provides")
     assert proc.returncode == 1, proc.stdout[-2000:]
-    records = [json.loads(x) for x in report.read_text().splitlines()]
     failed = [r["nodeid"] for r in records if r["outcome"] == "failed"]
-    assert failed == ["tests/test_conformance.py::test_op_conforms[relu]"]
-    internal = [r for r in records if "test_claims.py" in r["nodeid"]
-                or "test_every_op_is_checked" in r["nodeid"]]
-    assert internal and all(r["outcome"] == "skipped" and "project-internal" in r["message"]
-                            for r in internal)
+    assert failed == ["spec/suite/test_implementation.py::test_check[protocol[provides]]"] or \
+        [f.split("::")[-1] for f in failed] == ["test_check[protocol[provides]]"]
 
 
-# ----------------------------------------------------------------- the oracle subprocess
-FAKE_ORACLE = (
-    "import concurrent.futures  # noqa: F401 -- shadowed by a scratch file in the caller's dir\n"
-    "import numpy as np\nimport pytest\n\npytestmark = pytest.mark.oracle\n"
-    "torch = pytest.importorskip('torch')\n\n"
-    "@pytest.mark.equation('relu.forward')\n"
-    "def test_relu(impl):\n"
-    "    out, _ = impl.relu_forward(np.array([[-1.0, 2.0]]))\n"
-    "    assert out.tolist() == [[0.0, 2.0]]\n\n"
-    "@pytest.mark.equation('relu.forward')\n"
-    "@pytest.mark.parametrize('n', [1, 2])\n"
-    "def test_relu_hypothesis(impl, n):\n"
-    "    from hypothesis import given, strategies as st\n"
-    "    @given(st.floats(0.1, 2))\n"
-    "    def inner(v):\n"
-    "        assert impl.relu_forward(np.array([v]))[0][0] == v\n"
-    "    inner()\n")
-
-
-@pytest.fixture
-def fake_root(tmp_path):
-    import shutil
-
-    root = tmp_path / "root"
-    (root / "tests").mkdir(parents=True)
-    shutil.copy(ROOT / "conftest.py", root / "conftest.py")
-    (root / "tests" / "test_oracle_fake.py").write_text(FAKE_ORACLE)
-    return root
-
-
-def _skip_without_torch():
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("not applicable: torch is not installed")
-
-
-def test_a_crashed_oracle_run_could_not_run(fake_root, monkeypatch, capsys):
-    """A crashed oracle run used to read "no oracle tests" (exit 0)."""
-    from spec.cli import check
-
-    _skip_without_torch()
-    monkeypatch.setattr(check, "ROOT", fake_root)  # the fake oracle tests: seconds, not minutes
-    code, out = _cli(capsys, EX + "hostile_oracle_crash", "--ops", "relu", "linear")
-    assert code == 2 and "could not run: the oracle run exited with status 3" in out
-    assert "op(s) conform" not in out
-
-
-def test_oracle_run_is_isolated_from_the_callers_directory(fake_root, tmp_path, monkeypatch):
-    """A scratch `concurrent.py` in the working directory (and next to the implementation)
-    used to shadow the standard library in the oracle subprocess: a crash read as a pass.
-    Nothing may be written into the caller's directory or the checkout (.hypothesis)."""
-    from spec.cli.check import oracle_records
-
-    _skip_without_torch()
-    user = tmp_path / "user"
-    user.mkdir()
-    (user / "concurrent.py").write_text("raise RuntimeError('shadowed the standard library')\n")
-    (user / "my_relu_impl.py").write_text(
-        "from tests.examples.classy_adapter import relu_forward, relu_backward  # noqa\n")
-    monkeypatch.chdir(user)
-    records, note = oracle_records("my_relu_impl", root=fake_root, impl_path=str(user))
-    assert [r["outcome"] for r in records] == ["passed"] * 3, records
-    assert all(r["called"] == ["relu_forward"] for r in records)
-    assert sorted(p.name for p in user.iterdir()) == ["concurrent.py", "my_relu_impl.py"]
-    assert not (fake_root / ".hypothesis").exists() and not (user / ".hypothesis").exists()
-
-
-# ----------------------------------------------------------------- the right op blamed
-def test_a_test_credits_only_the_ops_it_called():
-    rec = {"nodeid": "t::ffn", "outcome": "failed", "equations": ["ffn.forward",
-                                                                  "relu.forward"],
-           "called": ["ffn_forward"]}
-    assert credited_ops(rec) == {"ffn"}  # not relu: no relu name was called
-    assert credited_ops({**rec, "called": []}) == set()  # never touched the implementation
-    assert credited_ops({"nodeid": "t::m", "outcome": "passed", "ops": ["model"],
-                         "called": []}) == set()
-
-
-def test_forward_and_backward_oracle_findings_apart():
-    reports = check_all(classy_adapter, ["linear", "layernorm", "relu"])
-    merge_oracle(reports, [
-        {"nodeid": "t::lin_fwd", "outcome": "passed", "equations": ["linear.forward"],
-         "called": ["linear_forward"]},
-        {"nodeid": "t::lin_bwd", "outcome": "failed", "equations": ["linear.backward.dx"],
-         "called": ["linear_forward", "linear_backward"], "message": "linear dW: mismatch"},
-        {"nodeid": "t::ln", "outcome": "failed", "equations": ["layernorm.forward"],
-         "called": ["layernorm_forward", "layernorm_backward"],
-         "message": "layernorm forward: mismatch"},  # the forward compared first, failed
-        {"nodeid": "t::ln2", "outcome": "passed", "equations": ["layernorm.forward"],
-         "called": ["layernorm_forward", "layernorm_backward"]},
-    ])
-    by = {r.op: r for r in reports}
-    assert by["linear"].forward.status == "ok"
-    assert by["linear"].oracle_backward.status == "FAIL" and "linear dW: mismatch" in (
-        by["linear"].oracle_backward.detail)
-    assert by["layernorm"].forward.status == "FAIL" and "t::ln:" in by["layernorm"].forward.detail
-    assert by["layernorm"].oracle_backward.detail == "1 oracle tests"  # t::ln2
-    assert by["relu"].forward.status == by["relu"].oracle_backward.status == "n/a"
+def test_pytest_minibert_impl_fails_on_sys_exit(tmp_path):
+    proc, records = _pytest_impl(tmp_path, EX + "hostile_exit", "-k", "example")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    failed = sorted(r["nodeid"].split("::")[-1] for r in records if r["outcome"] == "failed")
+    assert failed == ["test_check[fd[relu.example]]", "test_check[invariant[relu.example]]"]
 
 
 # ----------------------------------------------------------------- usable on real code
@@ -314,35 +296,38 @@ BUGGY = [(m, op) for m, ops in REALSTYLE.items() for op in sorted(ops)
 @pytest.mark.parametrize("module", list(REALSTYLE), ids=lambda m: m.__name__.split(".")[-1])
 def test_realstyle_implementation_is_green_in_every_row_it_provides(module, monkeypatch):
     monkeypatch.setattr(module, "BUGS", set())
-    reports = {r.op: r for r in check_all(module)}
-    assert {op for op, r in reports.items() if r.verdict == "ok"} == REALSTYLE[module], {
-        op: r.failures for op, r in reports.items() if r.verdict == "FAIL"}
-    assert {op for op, r in reports.items() if r.verdict == "n/a"} == set(OPS) - REALSTYLE[
-        module]
+    report = check_implementation(module)
+    got = {op: report.verdict(cells) for op, cells in report.grid().items()}
+    assert {op for op, v in got.items() if v == "ok"} == REALSTYLE[module], {
+        r.id: r.message for r in report.failures()}
+    assert {op for op, v in got.items() if v == "n/a"} == set(got) - REALSTYLE[module]
 
 
 @pytest.mark.parametrize("module,bug", BUGGY,
                          ids=[f"{m.__name__.split('.')[-1]}-{op}" for m, op in BUGGY])
 def test_a_bug_in_one_op_makes_only_that_row_red(module, bug, monkeypatch):
     monkeypatch.setattr(module, "BUGS", {bug})
-    reports = check_all(module)
-    assert [r.op for r in reports if r.verdict == "FAIL"] == [bug]
+    report = check_implementation(module, ops=REALSTYLE[module], match=r"\.example\b|^fd\[")
+    got = {op: report.verdict(cells) for op, cells in report.grid().items()}
+    assert [op for op, v in got.items() if v == "FAIL"] == [bug]
 
 
 def test_conventions_are_reported_with_the_number_they_change(monkeypatch):
     monkeypatch.setattr(realstyle_minigpt, "BUGS", set())
-    reports = {r.op: r for r in check_all(realstyle_minigpt, ["cross_entropy", "schedule",
-                                                              "clip"])}
-    assert all(r.verdict == "ok" for r in reports.values())
+    ops = ["cross_entropy", "schedule", "clip"]
+    report = check_implementation(realstyle_minigpt, ops=ops, match=r"\.example\b")
+    assert all(report.verdict(c) == "ok" for c in report.grid().values())
+    conventions = report.conventions()
     assert any("loss promoted to float64" in c and "would change it by" in c
-               for c in reports["cross_entropy"].conventions)
+               for c in conventions["cross_entropy"])
     assert any("lr(0) = 0" in c and "instead of peak / warmup = 0.0001" in c
-               for c in reports["schedule"].conventions)
-    assert any("guard" in c and "relative" in c for c in reports["clip"].conventions)
+               for c in conventions["schedule"])
+    assert any("guard" in c and "relative" in c for c in conventions["clip"])
     # undeclared, lr(0) = 0 is the reference's off-by-one: a failure naming the declaration
     monkeypatch.setitem(realstyle_minigpt.CAPABILITIES, "conventions", ())
-    report = check_op(realstyle_minigpt, "schedule")
-    assert report.verdict == "FAIL" and "CAPABILITIES['conventions']" in report.invariants.detail
+    report = check_implementation(realstyle_minigpt, ops=["schedule"], match=r"\.example\b")
+    cell = report.grid()["schedule"]["invariants"]
+    assert cell.status == "FAIL" and "CAPABILITIES['conventions']" in cell.detail
 
 
 def test_capabilities_adapt_the_checks():

@@ -74,6 +74,12 @@ class Numeric:
     code: Callable
     accept: Callable | None = None
     needs: tuple[str, ...] = ()  # impl attributes the code side calls (absent -> pending)
+    # a documented convention that moves the code's result by at most ``rtol`` relative:
+    # (rtol, what it is); within it the check reports the convention instead of failing
+    convention: tuple[float, str] | None = None
+    # a convention an implementation may declare (CAPABILITIES["conventions"]) under which this
+    # derivation is not the one it implements: the check is then not applicable, saying so
+    other_convention: str | None = None
 
 
 @dataclass

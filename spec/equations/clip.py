@@ -7,6 +7,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.tolerances import CLIP_NORM_RTOL
 
 MINIBERT = "Mini-BERT derivation"
 
@@ -55,4 +56,5 @@ register(Equation(
                                                  max_norm=("float", (1,), 3.0)),
                     _clip_sympy, _clip_code,
                     accept=lambda s, g, max_norm: bool(max_norm[0] > 0.1),
-                    needs=("clip_by_global_norm",))))
+                    needs=("clip_by_global_norm",),
+                    convention=(CLIP_NORM_RTOL, "a divisor guard in clipping (norm + eps)"))))

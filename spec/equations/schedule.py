@@ -75,7 +75,7 @@ register(Equation(
     _prove_schedule,
     numeric=Numeric(((4, 10), (1, 3), (5, 6)), lambda s: dict(peak=("float", (1,), 1.0)),
                     _schedule_sympy, _schedule_code, accept=lambda s, peak: bool(peak[0] > 0),
-                    needs=("warmup_linear_lr",)),
+                    needs=("warmup_linear_lr",), other_convention="lr(0)=0"),
     note="the reference counts warmup updates from 1 (schedule.warmup_linear.step0); the "
          "SymPy <-> code check uses that convention, lr_project"))
 register(Equation(

@@ -1,17 +1,18 @@
 """Bad input gets a ValueError that names the offending argument (never an IndexError from deep
-inside NumPy, a silent broadcast or a silent cast)."""
+inside NumPy, a silent broadcast or a silent cast).  Kind ``bad_input``: ``minibert check``
+runs these with ``--bad-input`` (the protocol asks for named errors, but a research
+implementation may not validate; the column says whether it does)."""
 
 from __future__ import annotations
 
-import functools
+import re
 
 import numpy as np
-import pytest
 
-from reference.config import BertConfig, mini_bert, seed001
-
-# bad-input conformance is its own column/marker: off by default under --impl (conftest.py)
-pytestmark = pytest.mark.bad_input
+from reference.config import mini_bert, seed001
+from spec.protocol import IGNORE_INDEX
+from spec.suite.asserts import raises as _raises
+from spec.suite.registry import check
 
 rng = np.random.default_rng(0)
 B, T, H, A, I, V = 2, 3, 4, 2, 5, 6
@@ -38,8 +39,8 @@ def with_inf(a):
 
 
 def raises(arg):
-    """pytest.raises(ValueError) whose message starts with the argument's name."""
-    return pytest.raises(ValueError, match=rf"^{arg}(?!\w)")
+    """The block raises ValueError whose message starts with the argument's name."""
+    return _raises(ValueError, match=rf"^{arg}(?!\w)")
 
 
 def ffn_args():
@@ -185,41 +186,67 @@ FORWARD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("label,arg,call", FORWARD_CASES, ids=[c[0] for c in FORWARD_CASES])
-def test_forward_rejects_bad_input(impl, label, arg, call):
+# the op of a forward case: its label's first word
+_PREFIX_OPS = {"position": "position_embedding", "sinusoidal": "sinusoidal_position",
+               "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy"}
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"\s+", "_", label.strip()).replace("[", "(").replace("]", ")").replace(
+        ">=", "ge").replace(">", "gt").replace("<", "lt")
+
+
+def _forward_cases():
+    out = []
+    for label, arg, call in FORWARD_CASES:
+        first = label.split()[0]
+        out.append((_slug(label), {"arg": arg, "call": call, "op": _PREFIX_OPS.get(first, first)}))
+    return out
+
+
+@check("bad_input", "", cases=_forward_cases(), ops=lambda kw: (kw["op"],))
+def forward_rejects_bad_input(impl, arg, call, op):
+    """A ValueError whose message starts with the offending argument's name."""
     with raises(arg):
         call(impl)
 
 
-def test_sum_cross_entropy_with_nothing_predicted_is_zero(impl):
+@check("invariant", "cross_entropy.sum_of_nothing_is_zero", ops=("cross_entropy",),
+       equations=("loss.ce.sum",))
+def sum_cross_entropy_with_nothing_predicted_is_zero(impl):
     """Not an error: a sum over no predicted position is 0 (only the mean is undefined)."""
-    loss, cache = impl.cross_entropy_forward(X, np.full((B, T), -100), reduction="sum")
-    assert loss == 0
+    loss, cache = impl.cross_entropy_forward(X, np.full((B, T), IGNORE_INDEX), reduction="sum")
+    assert loss == 0, f"summed loss over no predicted position: {loss!r}, expected 0"
     (d,) = impl.cross_entropy_backward(0.5, cache)
-    assert np.all(d == 0)
+    assert np.all(d == 0), "gradient of a sum over no predicted position is not 0"
 
 
 # --------------------------------------------------------------------------- op backwards
-def _backward_setups(m):
-    """op name -> (backward, cache, a good upstream gradient)."""
-    setups = {
-        "embedding": (m.embedding_backward, m.embedding_forward(IDS, np.ones((V, H)))[1]),
-        "position_embedding": (m.position_embedding_backward,
-                               m.position_embedding_forward(X, np.ones((T + 1, H)))[1]),
-        "sinusoidal_position": (m.sinusoidal_position_backward,
-                                m.sinusoidal_position_forward(X)[1]),
-        "linear": (m.linear_backward, m.linear_forward(X, W, VEC)[1]),
-        "layernorm": (m.layernorm_backward, m.layernorm_forward(X, VEC, VEC)[1]),
-        "softmax": (m.softmax_backward, m.softmax_forward(X)[1]),
-        "relu": (m.relu_backward, m.relu_forward(X)[1]),
-        "tanh": (m.tanh_backward, m.tanh_forward(X)[1]),
-        "attention": (m.attention_backward, m.attention_forward(X, W, W, W, W, n_heads=A)[1]),
-        "ffn": (m.ffn_backward, m.ffn_forward(*ffn_args())[1]),
-        "block": (m.block_backward, m.block_forward(X, block_params(), n_heads=A)[1]),
-    }
-    return {k: (bwd, cache, X) for k, (bwd, cache) in setups.items()} | {
-        "pooler": (m.pooler_backward, m.pooler_forward(X, W, VEC)[1], X[:, 0]),
-    }
+# op -> m -> (backward, cache) on good inputs; the good upstream gradient is X (X[:, 0] for the
+# pooler)
+_FORWARDS = {
+    "embedding": lambda m: (m.embedding_backward, m.embedding_forward(IDS, np.ones((V, H)))[1]),
+    "position_embedding": lambda m: (m.position_embedding_backward,
+                                     m.position_embedding_forward(X, np.ones((T + 1, H)))[1]),
+    "sinusoidal_position": lambda m: (m.sinusoidal_position_backward,
+                                      m.sinusoidal_position_forward(X)[1]),
+    "linear": lambda m: (m.linear_backward, m.linear_forward(X, W, VEC)[1]),
+    "layernorm": lambda m: (m.layernorm_backward, m.layernorm_forward(X, VEC, VEC)[1]),
+    "softmax": lambda m: (m.softmax_backward, m.softmax_forward(X)[1]),
+    "relu": lambda m: (m.relu_backward, m.relu_forward(X)[1]),
+    "tanh": lambda m: (m.tanh_backward, m.tanh_forward(X)[1]),
+    "attention": lambda m: (m.attention_backward,
+                            m.attention_forward(X, W, W, W, W, n_heads=A)[1]),
+    "ffn": lambda m: (m.ffn_backward, m.ffn_forward(*ffn_args())[1]),
+    "block": lambda m: (m.block_backward, m.block_forward(X, block_params(), n_heads=A)[1]),
+    "pooler": lambda m: (m.pooler_backward, m.pooler_forward(X, W, VEC)[1]),
+}
+
+
+def _backward_setups(m, op):
+    """(backward, cache, a good upstream gradient) of one op."""
+    backward, cache = _FORWARDS[op](m)
+    return backward, cache, X[:, 0] if op == "pooler" else X
 
 
 BACKWARD_OPS = ["embedding", "position_embedding", "sinusoidal_position", "linear", "layernorm",
@@ -236,32 +263,37 @@ BAD_UPSTREAM = {
 }
 
 
-@functools.cache
-def _setups(impl):
-    return _backward_setups(impl)
-
-
-@pytest.mark.parametrize("bad", sorted(BAD_UPSTREAM))
-@pytest.mark.parametrize("op", BACKWARD_OPS)
-def test_backward_rejects_bad_upstream(impl, op, bad):
-    backward, cache, dout = _setups(impl)[op]
+@check("bad_input", "", cases=[(f"{op}.dout_{_slug(bad)}", {"op": op, "bad": bad})
+                               for op in BACKWARD_OPS for bad in sorted(BAD_UPSTREAM)],
+       ops=lambda kw: (kw["op"],))
+def backward_rejects_bad_upstream(impl, op, bad):
+    """The backward refuses a malformed upstream gradient naming it (d...)."""
+    backward, cache, dout = _backward_setups(impl, op)
     backward(dout, cache)  # the good upstream is accepted
     with raises(r"d\w*"):
         backward(BAD_UPSTREAM[bad](dout), cache)
 
 
-@pytest.mark.parametrize("bad", [np.ones(2), np.nan, np.inf, "1.0", None])
-def test_loss_backward_rejects_non_scalar_upstream(impl, bad):
-    _, c_ce = impl.cross_entropy_forward(X, np.zeros((B, T), int))
-    _, c_mse = impl.mse_forward(X, X * 0.5)
+_BAD_DLOSS = [("vector", np.ones(2)), ("nan", np.nan), ("inf", np.inf), ("str", "1.0"),
+              ("none", None)]
+
+
+@check("bad_input", "", cases=[(f"{op}.dloss_{name}", {"op": op, "bad": bad})
+                               for op in ("cross_entropy", "mse") for name, bad in _BAD_DLOSS],
+       ops=lambda kw: (kw["op"],))
+def loss_backward_rejects_non_scalar_upstream(impl, op, bad):
+    """A loss backward takes a finite real scalar upstream gradient, named dloss."""
+    if op == "cross_entropy":
+        _, cache = impl.cross_entropy_forward(X, np.zeros((B, T), int))
+        backward = impl.cross_entropy_backward
+    else:
+        _, cache = impl.mse_forward(X, X * 0.5)
+        backward = impl.mse_backward
     with raises("dloss"):
-        impl.cross_entropy_backward(bad, c_ce)
-    with raises("dloss"):
-        impl.mse_backward(bad, c_mse)
+        backward(bad, cache)
 
 
 # --------------------------------------------------------------------------- model
-@functools.cache
 def _model(impl, preset):
     config = {"mini_bert": mini_bert, "seed001": seed001}[preset](
         n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=4, vocab_size=11)
@@ -269,7 +301,8 @@ def _model(impl, preset):
 
 
 def _model_kw(config):
-    return ({"labels": np.array([[1, -100, 3], [-100, 2, -100]])} if config.head == "mlm"
+    return ({"labels": np.array([[1, IGNORE_INDEX, 3], [IGNORE_INDEX, 2, IGNORE_INDEX]])}
+            if config.head == "mlm"
             else {"targets": np.zeros((B, T, config.hidden))})
 
 
@@ -329,17 +362,19 @@ NONE_HEAD_CASES = [
 ]
 
 
-def _model_params():
+def _model_cases():
     out = []
     for preset in ("mini_bert", "seed001"):
         extra = MLM_CASES if preset == "mini_bert" else NONE_HEAD_CASES
         for label, arg, make in MODEL_CASES + extra:
-            out.append(pytest.param(preset, arg, make, id=f"{preset}-{label}"))
+            out.append((f"model.{preset}-{_slug(label)}",
+                        {"preset": preset, "arg": arg, "make": make}))
     return out
 
 
-@pytest.mark.parametrize("preset,arg,make", _model_params())
-def test_model_rejects_bad_input(impl, preset, arg, make):
+@check("bad_input", "", cases=_model_cases(), ops=("model",))
+def model_rejects_bad_input(impl, preset, arg, make):
+    """loss_and_grads (and forward, for its own arguments) refuse bad input naming it."""
     config, params = _model(impl, preset)
     kw = dict(params=params, input_ids=IDS % config.vocab_size,
               attention_mask=np.array([[1, 1, 1], [1, 1, 0]]), **_model_kw(config))
@@ -357,7 +392,9 @@ def test_model_rejects_bad_input(impl, preset, arg, make):
                          fwd.pop("attention_mask", None), **fwd)
 
 
-def test_model_backward_rejects_bad_upstream(impl):
+@check("bad_input", "model.dout", ops=("model",))
+def model_backward_rejects_bad_upstream(impl):
+    """The model's backward refuses a malformed upstream gradient naming dout."""
     config, params = _model(impl, "mini_bert")
     out, cache = impl.forward(params, config, IDS % config.vocab_size)
     for bad in (out[:, :1], f32(out), with_nan(out), out[..., None]):
@@ -365,18 +402,60 @@ def test_model_backward_rejects_bad_upstream(impl):
             impl.backward(bad, cache)
 
 
-@pytest.mark.parametrize("field,value", [
-    ("n_heads", 5), ("n_heads", 0), ("hidden", 0), ("vocab_size", -1), ("max_len", 2.5),
-    ("position", "rotary"), ("head", "cls"), ("ln_eps", -1e-5), ("init_std", 0.0),
-])
-def test_config_rejects_bad_values(field, value):
-    """H not divisible by A, non-positive sizes, unknown options."""
-    with raises(field):
-        BertConfig(**{**mini_bert().to_dict(), "hidden": 12, field: value})
-
-
-@pytest.mark.parametrize("dtype", [np.int32, np.float16, "complex128"])
-def test_init_params_rejects_non_float_dtypes(impl, dtype):
+@check("bad_input", "", cases=[(f"model.init_params_dtype_{np.dtype(d).name}", {"dtype": d})
+                               for d in (np.int32, np.float16, "complex128")], ops=("model",))
+def init_params_rejects_non_float_dtypes(impl, dtype):
+    """init_params takes float32 or float64 only, naming dtype."""
     with raises("dtype"):
         impl.init_params(mini_bert(n_layers=1, hidden=8, intermediate=8, vocab_size=5),
                          dtype=dtype)
+
+
+# --------------------------------------------------------------------------- optimizer
+@check("bad_input", "adam.mismatched_grads", ops=("adam",))
+def adam_rejects_mismatched_grads(impl):
+    """adam_step names a missing gradient, a gradient of another dtype, a negative lr."""
+    from spec.suite.checks.optim import _grads, _params
+
+    params = _params()
+    g = _grads(0)
+    del g["mlm.b"]
+    with _raises(ValueError, match="grads.*missing.*mlm.b"):
+        impl.adam_step(params, g, impl.adam_init(params), lr=0.1)
+    g = _grads(0)
+    g["mlm.b"] = g["mlm.b"].astype(np.float32)
+    with _raises(ValueError, match=r"grads\['mlm.b'\].*dtype"):
+        impl.adam_step(params, g, impl.adam_init(params), lr=0.1)
+    with _raises(ValueError, match="lr"):
+        impl.adam_step(params, _grads(0), impl.adam_init(params), lr=-1.0)
+
+
+@check("bad_input", "schedule.total_not_after_warmup", ops=("schedule",))
+def schedule_rejects_total_steps_within_warmup(impl):
+    """total_steps <= warmup_steps leaves no decay phase: refused, naming total_steps."""
+    with _raises(ValueError, match="total_steps"):
+        impl.warmup_linear_lr(0, peak_lr=1e-3, warmup_steps=5, total_steps=5)
+
+
+@check("bad_input", "clip.zero_max_norm", ops=("clip",))
+def clip_rejects_a_zero_max_norm(impl):
+    """max_norm <= 0 is refused, naming it."""
+    from spec.suite.checks.optim import _grads
+
+    with _raises(ValueError, match="max_norm"):
+        impl.clip_by_global_norm(_grads(0), 0.0)
+
+
+@check("bad_input", "accumulation.nothing_predicted", ops=("accumulation",))
+def accumulation_rejects_a_batch_without_masked_tokens(impl):
+    """A logical batch that predicts nothing (mean undefined) and an empty list are refused,
+    naming micro_batches."""
+    from spec.gradcheck import random_params, split_batch, uneven_mlm_batch
+    from spec.suite.checks.model import TINY
+
+    params = random_params(impl, TINY, seed=0)
+    b = uneven_mlm_batch(TINY, seed=0)
+    with _raises(ValueError, match="micro_batches.*ignore_index"):
+        impl.accumulate_gradients(impl, params, TINY, split_batch(b, [2, 3]))
+    with _raises(ValueError, match="micro_batches"):
+        impl.accumulate_gradients(impl, params, TINY, [])

@@ -7,11 +7,12 @@ Nothing here restates a formula of ``reference/``: where torch has the op, torch
 the only hand-written pieces are plumbing (weight layout ``[n_in, n_out]`` vs torch's
 ``[n_out, n_in]``, masks' True/False convention, the sinusoidal table, which torch lacks).
 
-Tests only: ``reference/`` and ``spec/`` never import torch.  To measure how far an
-implementation is from torch (every comparison the oracle tests make, both dtypes)::
+Imported only by the oracle checks when they run (the ``oracle`` extra): ``reference/`` never
+imports torch, and loading the suite does not either.  To measure how far an implementation is
+from torch (every comparison the oracle checks make, both dtypes)::
 
-    MINIBERT_ORACLE_REPORT=/tmp/oracle.jsonl PYTHONPATH=. python -m pytest -m oracle -n 2
-    PYTHONPATH=. python -m tests.torch_oracle summarize /tmp/oracle.jsonl
+    MINIBERT_ORACLE_REPORT=/tmp/oracle.jsonl minibert check reference --kinds oracle
+    python -m spec.suite.torch_oracle summarize /tmp/oracle.jsonl
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spec.tolerances import ORACLE_RTOL_F32, ORACLE_RTOL_F64
+from spec.protocol import IGNORE_INDEX
+from spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
-# Tests run under xdist (one process per core): torch's own thread pool would oversubscribe.
+# Checks run one process per core (xdist, minibert check's workers): torch's own thread pool
+# would oversubscribe.
 torch.set_num_threads(1)
-
-IGNORE_INDEX = -100
 
 
 # --------------------------------------------------------------------------- plumbing
@@ -93,9 +94,23 @@ def deviation(ours, theirs) -> dict[str, float]:
     }
 
 
-def allowed_error(theirs: np.ndarray, dtype, scale: float = 0.0) -> np.ndarray:
+def rounding_floor(dtype, inputs_scale: float) -> float:
+    """The absolute error below which two correct evaluations cannot be told apart:
+    ORACLE_FLOOR_ULPS units of roundoff of the dtype times the magnitude of the values the op
+    computes with (``inputs_scale``: the largest |entry| of its inputs and upstream gradient),
+    and never below the dtype's smallest normal number (results in the denormal range have
+    no relative precision left: ours 0.0 against torch's 2.8e-45 is the same number)."""
+    info = np.finfo(np.dtype(dtype))
+    return max(float(info.tiny), ORACLE_FLOOR_ULPS * float(info.eps) * float(inputs_scale))
+
+
+def allowed_error(theirs: np.ndarray, dtype, scale: float = 0.0,
+                  inputs_scale: float = 0.0) -> np.ndarray:
     """The admissible |ours - theirs|: ``rtol max(max|theirs|, scale)`` for every entry, with
-    the oracle rtol of the dtype.
+    the oracle rtol of the dtype, and at least :func:`rounding_floor` (a result that is tiny
+    only because terms of the inputs' size cancelled, GELU's tail at x = -5 in float64 or a
+    float32 pooler output of 2e-4 from terms of 2, carries the rounding of those terms: a scale
+    of 0 must never demand more than the dtype can resolve).
 
     The relative tolerance applies to the magnitude of the whole tensor, not entry by entry:
     an entry's rounding error is ~u times the magnitudes summed into it, not times its own
@@ -109,10 +124,12 @@ def allowed_error(theirs: np.ndarray, dtype, scale: float = 0.0) -> np.ndarray:
     equal -- which are rounding noise on both sides, of the size of the other gradients.
     """
     mag = float(np.max(np.abs(np.asarray(theirs, dtype=np.float64)), initial=0.0))
-    return np.full(np.shape(theirs), tolerance(dtype) * max(mag, scale))
+    return np.full(np.shape(theirs), max(tolerance(dtype) * max(mag, scale),
+                                         rounding_floor(dtype, inputs_scale)))
 
 
-def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0) -> None:
+def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0,
+                 inputs_scale: float = 0.0) -> None:
     """``ours`` within ``allowed_error`` of torch's ``theirs``, with the dtype and shape of
     ``theirs``; the message names the tensor, the worst index and both values."""
     if ours is None:
@@ -136,7 +153,7 @@ def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0) -> Non
     if not np.all(np.isfinite(a)):
         bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
         raise AssertionError(f"{name}: non-finite value {a[bad]} at index {bad}")
-    allowed = allowed_error(b, dtype, scale)
+    allowed = allowed_error(b, dtype, scale, inputs_scale)
     _record(name, dtype, a, b, scale, allowed)
     excess = np.abs(a - b) - allowed
     if np.any(excess > 0):
@@ -145,8 +162,23 @@ def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0) -> Non
         raise AssertionError(
             f"{name} ({dtype}) differs from torch: worst at index {idx}: ours {a[idx]:.12e}, "
             f"torch {b[idx]:.12e}; {int(np.sum(excess > 0))} of {a.size} entries outside "
-            f"(rtol {tolerance(dtype):.0e} of the scale); max abs {d['max_abs']:.3e}, max |torch| "
+            f"(rtol {tolerance(dtype):.0e} of the scale, floor "
+            f"{rounding_floor(dtype, inputs_scale):.1e}); max abs {d['max_abs']:.3e}, max |torch| "
             f"{d['scale']:.3e}, call scale {scale:.3e}")
+
+
+def inputs_scale(*values) -> float:
+    """The largest |entry| among an op's array inputs (and upstream gradient): the magnitude
+    of what it computes with, for :func:`rounding_floor`."""
+    out = 0.0
+    for v in values:
+        if isinstance(v, dict):
+            out = max(out, inputs_scale(*v.values()))
+        elif isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating) and v.size:
+            out = max(out, float(np.max(np.abs(v))))
+        elif isinstance(v, (float, np.floating)):
+            out = max(out, abs(float(v)))
+    return out
 
 
 def grad_scale(grads) -> float:
@@ -165,7 +197,7 @@ def assert_nontrivial(name: str, theirs, dtype) -> None:
 
 
 # Measured deviations go to this file (JSON lines) when the variable is set; summarise with
-# ``python -m tests.torch_oracle summarize FILE``.
+# ``python -m spec.suite.torch_oracle summarize FILE``.
 REPORT_ENV = "MINIBERT_ORACLE_REPORT"
 
 
@@ -478,6 +510,6 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 3 or sys.argv[1] != "summarize":
-        sys.exit("usage: python -m tests.torch_oracle summarize FILE\n"
+        sys.exit("usage: python -m spec.suite.torch_oracle summarize FILE\n"
                  f"  (FILE written by a test run with {REPORT_ENV}=FILE)")
     print(summarize(sys.argv[2]))

@@ -1,5 +1,5 @@
 """The whole encoder against PyTorch, both presets: the model rebuilt in torch from the same flat
-parameter dict (tests/torch_oracle.py: F.embedding, nn.TransformerEncoderLayer post-LN blocks,
+parameter dict (spec/suite/torch_oracle.py: F.embedding, nn.TransformerEncoderLayer post-LN blocks,
 F.layer_norm, F.linear, F.cross_entropy / F.mse_loss) and differentiated by torch.autograd.
 
 Compared: the output (MLM logits or hidden states), the loss, every parameter gradient and the
@@ -12,16 +12,13 @@ magnitude (torch_oracle.allowed_error says why that, and not entry by entry).
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-torch = pytest.importorskip("torch")
+from reference.config import mini_bert, seed001
+from spec.gradcheck import random_batch, random_params
+from spec.protocol import IGNORE_INDEX, OPS
+from spec.suite.registry import check, lazy_module
 
-from reference.config import PRESETS, mini_bert, seed001  # noqa: E402
-from spec.gradcheck import random_batch, random_params  # noqa: E402
-from spec.protocol import OPS  # noqa: E402
-from tests import torch_oracle as to  # noqa: E402
-
-pytestmark = pytest.mark.oracle("model")  # the whole model vs torch: the "model" row too
+to = lazy_module("spec.suite.torch_oracle")
 
 # the rows of the protocol the whole encoder exercises (derived: a new op is one OPS entry)
 MODEL_OPS = ("embedding", "position_embedding", "sinusoidal_position", "linear", "layernorm",
@@ -53,7 +50,7 @@ case_ids = [f"{name}-B{B}-T{T}-s{seed}" for name, _, B, T, seed in CASES]
 LOSS_CASES = [(*case, loss) for case in CASES
               for loss in (("mean", "sum") if case[1].head == "mlm" else ("mse",))]
 loss_case_ids = [f"{name}-B{B}-T{T}-s{seed}-{loss}" for name, _, B, T, seed, loss in LOSS_CASES]
-dtypes = pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+DTYPES = (("f64", np.float64), ("f32", np.float32))
 
 
 def make_case(impl, config, B, T, seed, dtype):
@@ -62,12 +59,12 @@ def make_case(impl, config, B, T, seed, dtype):
     batch = random_batch(config, B, T, seed)
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
     if T == 1:  # random_batch predicts every single-token sequence: ignore the last one
-        labels[-1, 0] = to.IGNORE_INDEX
+        labels[-1, 0] = IGNORE_INDEX
     assert B > 1, "the oracle runs need batch > 1"
     assert len(np.unique(ids)) < ids.size, "the batch needs repeated token ids"
     if T > 1:
         assert not mask.all(), "the batch needs padding"
-    assert (labels == to.IGNORE_INDEX).any() and (labels != to.IGNORE_INDEX).any(), (
+    assert (labels == IGNORE_INDEX).any() and (labels != IGNORE_INDEX).any(), (
         "labels need both ignored and predicted positions")
     cond = to.model_conditioning(params64, config, ids, mask)
     assert cond["relu"] > MODEL_KINK_MARGIN, (
@@ -116,10 +113,12 @@ def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
                              + "\n".join(failures))
 
 
-@pytest.mark.equation(*MODEL_EQUATIONS, *LOSS_EQUATIONS)
-@dtypes
-@pytest.mark.parametrize("name, config, B, T, seed, loss", LOSS_CASES, ids=loss_case_ids)
-def test_model_loss_and_grads(impl, dtype, name, config, B, T, seed, loss):
+@check("oracle.forward|oracle.backward", "model.loss", kinds_arg="part", ops=("model",),
+       equations=MODEL_EQUATIONS + LOSS_EQUATIONS, requires=("torch",),
+       cases=[(f"{cid}-{dl}", dict(dtype=dt, name=c[0], config=c[1], B=c[2], T=c[3], seed=c[4],
+                                    loss=c[5]))
+              for cid, c in zip(loss_case_ids, LOSS_CASES) for dl, dt in DTYPES])
+def model_loss_and_grads(impl, part, dtype, name, config, B, T, seed, loss):
     """Loss (CE mean/sum with ignore_index for the MLM head, MSE for hidden states), every
     parameter gradient and the input-embedding gradient."""
     params, batch = make_case(impl, config, B, T, seed, dtype)
@@ -128,31 +127,31 @@ def test_model_loss_and_grads(impl, dtype, name, config, B, T, seed, loss):
         kw.update(targets=batch["targets"])
     else:
         kw.update(labels=batch["labels"], reduction=loss)
-    value, grads, d_emb = impl.loss_and_grads(params, config, batch["input_ids"], **kw)
     theirs = to.model_loss_and_grads(params, config, batch["input_ids"], **kw)
     label = f"{name}[{loss}]"
-    to.assert_close(f"{label} loss", np.asarray(value), theirs["loss"], dtype)
-    compare_grads(label, grads, d_emb, theirs, dtype, params, T)
+    if part == "forward":  # the loss alone: a failing backward cannot turn this red
+        value = impl.loss(params, config, batch["input_ids"], **kw)
+        to.assert_close(f"{label} loss", np.asarray(value), theirs["loss"], dtype)
+    else:
+        value, grads, d_emb = impl.loss_and_grads(params, config, batch["input_ids"], **kw)
+        to.assert_close(f"{label} loss_and_grads loss", np.asarray(value), theirs["loss"], dtype)
+        compare_grads(label, grads, d_emb, theirs, dtype, params, T)
 
 
-@pytest.mark.equation(*MODEL_EQUATIONS)
-@dtypes
-@pytest.mark.parametrize("name, config, B, T, seed", CASES, ids=case_ids)
-def test_model_forward_backward(impl, dtype, name, config, B, T, seed):
+@check("oracle.forward|oracle.backward", "model.dout", kinds_arg="part", ops=("model",),
+       equations=MODEL_EQUATIONS, requires=("torch",),
+       cases=[(f"{cid}-{dl}", dict(dtype=dt, name=c[0], config=c[1], B=c[2], T=c[3], seed=c[4]))
+              for cid, c in zip(case_ids, CASES) for dl, dt in DTYPES])
+def model_forward_backward(impl, part, dtype, name, config, B, T, seed):
     """forward's output (logits or hidden states) and backward's gradients for a random
     upstream gradient on the output (not through a loss)."""
     params, batch = make_case(impl, config, B, T, seed, dtype)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     out, cache = impl.forward(params, config, ids, mask)
     dout = np.random.default_rng(seed + 10).standard_normal(out.shape).astype(dtype)
-    grads, d_emb = impl.backward(dout, cache)
     theirs = to.model_loss_and_grads(params, config, ids, attention_mask=mask, dout=dout)
-    to.assert_close(f"{name} output", out, theirs["output"], dtype)
-    compare_grads(f"{name}[dout]", grads, d_emb, theirs, dtype, params, T)
-
-
-def test_presets_are_the_real_sizes():
-    """The first three cases run the presets unchanged (H=192, V=8192 for Mini-BERT)."""
-    assert CASES[0][1] == PRESETS["mini_bert"]() and CASES[0][1].hidden == 192
-    assert CASES[0][1].vocab_size == 8192
-    assert CASES[2][1] == PRESETS["seed001"]()
+    if part == "forward":
+        to.assert_close(f"{name} output", out, theirs["output"], dtype)
+    else:
+        grads, d_emb = impl.backward(dout, cache)
+        compare_grads(f"{name}[dout]", grads, d_emb, theirs, dtype, params, T)

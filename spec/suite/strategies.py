@@ -1,7 +1,7 @@
-"""Reusable Hypothesis strategies for the op and model tests (and, later, the conformance mode).
+"""Hypothesis strategies of the judging suite: the inputs every op check draws.
 
-Everything here is plain NumPy + Hypothesis: no import of ``reference``, so a strategy draws the
-same data whatever implementation is under test.  Conventions:
+Everything here is plain NumPy + Hypothesis: no import of ``reference``'s maths, so a strategy
+draws the same data whatever implementation is under test.  Conventions:
 
 * float64 arrays with explicit bounded ``elements=`` and ``fill=st.nothing()`` (every element
   drawn, no NaN/inf, no subnormals); small sides so element-wise finite differences stay cheap.
@@ -13,8 +13,9 @@ same data whatever implementation is under test.  Conventions:
 * An op case is an :class:`OpCase`: the differentiable inputs by forward argument name, the
   non-differentiable ones (ids, masks, labels, n_heads), and an upstream gradient.
 * ``@cases("op", "variant", **strategy_kwargs)`` on an op's case strategy registers a case
-  family of a row of ``spec.protocol.OPS``: the FD and invariant tests (tests/fdcheck.py) run
-  every registered family, with the test id ``op_variant`` (or ``op``).
+  family of a row of ``spec.protocol.OPS``: the FD and generic invariant checks
+  (spec/suite/checks/fd.py, invariants.py) run every registered family, with the check name
+  ``op_variant`` (or ``op``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from spec.protocol import IGNORE_INDEX, OPS
 from spec.tolerances import KINK_MARGIN, LN_MIN_VAR
-
-IGNORE_INDEX = -100  # the labels' "not predicted" marker (the ops' default ignore_index)
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
 # that nothing saturates to exact 0/1 in float64.
@@ -189,13 +189,19 @@ class OpCase:
 
 
 # --------------------------------------------------------------------------- case families
+# Tensors up to this many elements are checked element by element (localises a failure to an
+# index); larger ones along random directions (two evaluations per direction).
+ELEMENTWISE_MAX_SIZE = 32
+N_DIRECTIONS = 3
+
+
 @dataclass(frozen=True)
 class CaseFamily:
-    """One family of op cases: the strategy with its arguments, and what tests/fdcheck.py needs
-    beyond the op's row of spec.protocol.OPS (None: fdcheck's default)."""
+    """One family of op cases: the strategy with its arguments, and what the FD and invariant
+    checks need beyond the op's row of spec.protocol.OPS."""
 
     op: str  # the row of spec.protocol.OPS
-    name: str  # the test id: the op, or the op and its variant (linear_nobias)
+    name: str  # the check name: the op, or the op and its variant (linear_nobias)
     cases: Callable[[], st.SearchStrategy[OpCase]]
     function: Callable = None  # the decorated strategy function
     # last components of the op's equation IDs this family does not exercise ("db" without a
@@ -206,8 +212,21 @@ class CaseFamily:
     adapter: Callable | None = None  # impl -> (forward, backward) for non-standard signatures
     smooth: Callable | None = None  # (impl, case) -> bool: the case is away from non-smooth points
     f32_ok: Callable | None = None  # (case) -> bool: well-conditioned enough to compare f32/f64
-    elementwise_max: int | None = None  # largest tensor checked element by element
-    n_dirs: int | None = None  # random directions per larger tensor
+    elementwise_max: int = ELEMENTWISE_MAX_SIZE  # largest tensor checked element by element
+    n_dirs: int = N_DIRECTIONS  # random directions per larger tensor
+
+    @property
+    def equations(self) -> tuple[str, ...]:
+        """The equation IDs of the op (and of ``also``) this family exercises."""
+        ids = (e for row in (self.op, *self.also) for e in OPS[row].equations)
+        return tuple(e for e in ids if e.rsplit(".", 1)[-1] not in self.omit)
+
+    def bind(self, impl):
+        """(forward, backward) of the implementation for this family."""
+        if self.adapter is not None:
+            return self.adapter(impl)
+        forward, backward = OPS[self.op].pair
+        return getattr(impl, forward), getattr(impl, backward)
 
 
 FAMILIES: list[CaseFamily] = []
@@ -216,13 +235,17 @@ FAMILIES: list[CaseFamily] = []
 def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None, smooth=None,
           f32_ok=None, elementwise_max=None, n_dirs=None, **strategy_kwargs):
     """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
-    of ``op`` (test id ``op_variant``, or ``op`` without a variant).  Stacked decorators register
+    of ``op`` (check name ``op_variant``, or ``op`` without a variant).  Stacked decorators register
     in the order they are written."""
 
     def register(fn):
+        if op not in OPS:
+            raise ValueError(f"cases: {op!r} is not a row of spec.protocol.OPS")
+        sizes_ = {k: v for k, v in (("elementwise_max", elementwise_max), ("n_dirs", n_dirs))
+                  if v is not None}
         family = CaseFamily(op, op if variant is None else f"{op}_{variant}",
                             functools.partial(fn, **strategy_kwargs), fn, tuple(omit),
-                            tuple(also), adapter, smooth, f32_ok, elementwise_max, n_dirs)
+                            tuple(also), adapter, smooth, f32_ok, **sizes_)
         if any(f.name == family.name for f in FAMILIES):
             raise ValueError(f"cases: case family {family.name!r} is registered twice")
         # decorators apply bottom-up: go before the families the ones below registered
@@ -553,3 +576,15 @@ def classifier_cases(draw) -> OpCase:
     inputs = {"h": draw(arrays((B, T, H))), "W_p": draw(arrays((H, H))),
               "b_p": draw(arrays((H,))), "W_c": draw(arrays((H, C))), "b_c": draw(arrays((C,)))}
     return OpCase(inputs, {}, draw(upstream((B, C))), draw(_seed()))
+
+
+def families() -> list[CaseFamily]:
+    """Every registered case family, in the order of the op table (spec.protocol.OPS), then
+    of registration."""
+    return [f for op in OPS for f in FAMILIES if f.op == op]
+
+
+def ops_without_cases() -> list[str]:
+    """Op pairs of spec.protocol.OPS with no registered case family (forgotten strategies)."""
+    covered = {f.op for f in FAMILIES}
+    return [name for name, row in OPS.items() if row.pair and name not in covered]

@@ -4,7 +4,7 @@ are random and saved to a temporary directory), loaded with ``load_pretrained`` 
 the reference's forward and backward, float64 and float32, with padding and two token types.
 
 Compared: last hidden states, pooled output, logits, loss and *every* parameter gradient, within
-ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of the tensor's magnitude (tests/torch_oracle.allowed_error).
+ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of the tensor's magnitude (spec/suite/torch_oracle.allowed_error).
 
 Only unpadded positions are compared, and the upstream gradient is zero at padded positions on
 both sides: Hugging Face masks padded keys by adding a large finite negative (finfo.min) to the
@@ -17,21 +17,21 @@ gradient of a loss that reads them only -- must agree.
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
-import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from spec.protocol import IGNORE_INDEX
+from spec.suite.registry import check, lazy_module
 
-from reference.hf.checkpoint import _hf_names  # noqa: E402
-from tests import torch_oracle as to  # noqa: E402
+torch = lazy_module("torch")
+transformers = lazy_module("transformers")
+to = lazy_module("spec.suite.torch_oracle")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-pytestmark = pytest.mark.oracle
 
 B, T, V, H, A, I, L, C = 3, 7, 41, 12, 3, 24, 2, 3
-DTYPES = pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+DTYPES = (("f64", np.float64), ("f32", np.float32))
 LAYOUTS = {"BertModel": "none", "BertForMaskedLM": "mlm",
            "BertForSequenceClassification": "classifier"}
 EQUATIONS = {
@@ -80,7 +80,7 @@ def batch(seed=0):
     ids[:, 2] = 0  # the padding token (id 0): its row gets no gradient from the lookup
     types = (np.arange(T)[None] >= (lengths[:, None] + 1) // 2).astype(np.int64) * mask
     labels = np.where((rng.random((B, T)) < 0.4) & mask.astype(bool),
-                      rng.integers(0, V, size=(B, T)), -100)
+                      rng.integers(0, V, size=(B, T)), IGNORE_INDEX)
     labels[:, 0] = rng.integers(0, V, size=B)  # every row predicts at least one token
     return ids, mask, types, labels
 
@@ -88,6 +88,8 @@ def batch(seed=0):
 def torch_grads(model, config, dtype):
     """{our name: torch's gradient in our layout}; the tied table's gradient is the single
     ``word_embeddings.weight.grad`` (both uses accumulate there in torch)."""
+    from reference.hf.checkpoint import _hf_names  # the protocol's names <-> transformers'
+
     named = {_strip(n): p for n, p in model.named_parameters()}
     out = {}
     for ours, (theirs, transposed) in _hf_names(config).items():
@@ -108,11 +110,17 @@ def compare_grads(arch, ours: dict, theirs: dict, dtype):
         to.assert_close(f"{arch} d[{name}]", ours[name], theirs[name], dtype, scale)
 
 
-def run_case(impl, arch, dtype, tmp_path, act="gelu"):
+def run_case(impl, arch, dtype, part, act="gelu"):
+    """A random transformers model saved to a temporary directory and loaded with the
+    implementation's ``load_pretrained``; ``part`` "forward" compares the outputs (hidden
+    states, pooled output, logits, loss), "backward" every parameter gradient."""
     model = hf_model(arch, dtype, act=act)
-    model.save_pretrained(tmp_path)
-    config, params = impl.load_pretrained(tmp_path, dtype=dtype)
-    assert config.head == LAYOUTS[arch] and next(iter(params.values())).dtype == dtype
+    with tempfile.TemporaryDirectory(prefix="minibert-hf-") as tmp:
+        model.save_pretrained(tmp)
+        config, params = impl.load_pretrained(tmp, dtype=dtype)
+    assert config.head == LAYOUTS[arch], f"loaded head {config.head!r}, expected {LAYOUTS[arch]!r}"
+    got = next(iter(params.values())).dtype
+    assert got == dtype, f"loaded parameters are {got}, asked for {np.dtype(dtype)}"
     ids, mask, types, labels = batch()
     keep = mask.astype(bool)
     t_ids, t_mask, t_types = (torch.from_numpy(a) for a in (ids, mask, types))
@@ -124,83 +132,48 @@ def run_case(impl, arch, dtype, tmp_path, act="gelu"):
         ((out.last_hidden_state * torch.from_numpy(dH)).sum()
          + (out.pooler_output * torch.from_numpy(dP)).sum()).backward()
         h, cache = impl.forward(params, config, ids, mask, token_type_ids=types)
-        to.assert_close("BertModel last_hidden_state", h[keep],
-                        out.last_hidden_state.detach().numpy()[keep], dtype)
-        to.assert_close("BertModel pooler_output", cache.pooled,
-                        out.pooler_output.detach().numpy(), dtype)
+        if part == "forward":
+            to.assert_close("BertModel last_hidden_state", h[keep],
+                            out.last_hidden_state.detach().numpy()[keep], dtype)
+            to.assert_close("BertModel pooler_output", cache.pooled,
+                            out.pooler_output.detach().numpy(), dtype)
+            return config
         grads, _ = impl.backward(dH, cache, d_pooled=dP)
     else:
         lab = labels if arch == "BertForMaskedLM" else np.array([0, 2, 1])
         out = model(input_ids=t_ids, attention_mask=t_mask, token_type_ids=t_types,
                     labels=torch.from_numpy(lab))
         out.loss.backward()
-        logits, _ = impl.forward(params, config, ids, mask, token_type_ids=types)
-        t_logits = out.logits.detach().numpy()
-        if arch == "BertForMaskedLM":
-            to.assert_close(f"{arch} logits", logits[keep], t_logits[keep], dtype)
-        else:
-            to.assert_close(f"{arch} logits", logits, t_logits, dtype)
+        if part == "forward":
+            logits, _ = impl.forward(params, config, ids, mask, token_type_ids=types)
+            t_logits = out.logits.detach().numpy()
+            if arch == "BertForMaskedLM":
+                to.assert_close(f"{arch} logits", logits[keep], t_logits[keep], dtype)
+            else:
+                to.assert_close(f"{arch} logits", logits, t_logits, dtype)
+            loss = impl.loss(params, config, ids, labels=lab, attention_mask=mask,
+                             token_type_ids=types)
+            to.assert_close(f"{arch} loss", np.asarray(loss), out.loss.detach().numpy(), dtype)
+            return config
         loss, grads, _ = impl.loss_and_grads(params, config, ids, labels=lab,
                                              attention_mask=mask, token_type_ids=types)
-        to.assert_close(f"{arch} loss", np.asarray(loss), out.loss.detach().numpy(), dtype)
     compare_grads(arch, grads, torch_grads(model, config, dtype), dtype)
-    return model, config, params
+    return config
 
 
-@pytest.mark.parametrize("arch", [pytest.param(a, id=a, marks=pytest.mark.equation(*EQUATIONS[a]))
-                                  for a in LAYOUTS])
-@DTYPES
-def test_transformers_checkpoint_forward_and_every_gradient(impl, arch, dtype, tmp_path):
-    run_case(impl, arch, dtype, tmp_path)
+@check("oracle.forward|oracle.backward", "bert", kinds_arg="part", ops=("model",),
+       requires=("torch", "transformers"), equations=lambda kw: EQUATIONS[kw["arch"]],
+       cases=[(f"{a}-{dl}", {"arch": a, "dtype": dt}) for a in LAYOUTS for dl, dt in DTYPES])
+def transformers_checkpoint_forward_and_every_gradient(impl, part, arch, dtype):
+    """A random transformers checkpoint (padding, two token types, random LayerNorm and
+    biases) loaded with load_pretrained: outputs and every parameter gradient vs transformers."""
+    run_case(impl, arch, dtype, part)
 
 
-@pytest.mark.equation("gelu.forward.tanh", "gelu.backward.tanh")
-def test_gelu_new_checkpoint(impl, tmp_path):
+@check("oracle.forward|oracle.backward", "bert.gelu_new", kinds_arg="part", ops=("model",),
+       requires=("torch", "transformers"), equations=("gelu.forward.tanh", "gelu.backward.tanh"))
+def gelu_new_checkpoint(impl, part):
     """hidden_act="gelu_new" loads as the tanh approximation and matches transformers."""
-    _, config, _ = run_case(impl, "BertForMaskedLM", np.float64, tmp_path, act="gelu_new")
-    assert config.activation == "gelu_tanh"
-
-
-@pytest.mark.parametrize("arch", list(LAYOUTS))
-def test_our_checkpoint_loads_in_transformers(impl, arch, tmp_path):
-    """Random reference parameters -> save_pretrained -> transformers.from_pretrained: the same
-    outputs (float64), and transformers reports no missing or unexpected keys."""
-    from spec.gradcheck import random_params
-
-    num_labels = C if arch == "BertForSequenceClassification" else 2
-    config = impl.bert_tiny(head=LAYOUTS[arch], pooler=arch == "BertModel", num_labels=num_labels,
-                            vocab_size=V, hidden=H, n_heads=A, intermediate=I, max_len=16)
-    params = random_params(impl, config, seed=3)
-    impl.save_pretrained(params, config, tmp_path)
-    model, info = getattr(transformers, arch).from_pretrained(
-        tmp_path, attn_implementation="eager", output_loading_info=True, dtype=torch.float64)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
-    model.eval()
-    ids, mask, types, _ = batch(1)
-    keep = mask.astype(bool)
-    with torch.no_grad():
-        out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                    token_type_ids=torch.from_numpy(types))
-    ours, cache = impl.forward(params, config, ids, mask, token_type_ids=types)
-    if arch == "BertModel":
-        to.assert_close("last_hidden_state", ours[keep],
-                        out.last_hidden_state.numpy()[keep], np.float64)
-        to.assert_close("pooler_output", cache.pooled, out.pooler_output.numpy(), np.float64)
-    elif arch == "BertForMaskedLM":
-        to.assert_close("logits", ours[keep], out.logits.numpy()[keep], np.float64)
-    else:
-        to.assert_close("logits", ours, out.logits.numpy(), np.float64)
-    # and back: our loader reads what we wrote, bit for bit
-    config2, params2 = impl.load_pretrained(tmp_path, dtype=np.float64)
-    assert config2 == config
-    assert all(np.array_equal(params2[k], params[k]) for k in params)
-
-
-def test_bert_base_parameter_count_matches_transformers(impl):
-    """bert_base's parameter count = transformers' own count of BertModel(BertConfig()) (the
-    pooler included), built on the meta device (no memory, no download)."""
-    with torch.device("meta"):
-        model = transformers.BertModel(transformers.BertConfig())
-    theirs = model.num_parameters()
-    ours = sum(int(np.prod(s)) for s in impl.param_shapes(impl.bert_base()).values())
-    assert ours == theirs == 109_482_240
+    config = run_case(impl, "BertForMaskedLM", np.float64, part, act="gelu_new")
+    assert config.activation == "gelu_tanh", (
+        f"gelu_new loaded as activation {config.activation!r}, expected 'gelu_tanh'")

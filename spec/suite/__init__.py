@@ -1,0 +1,179 @@
+"""The judging suite, shipped with the package: every check that judges a NumPy implementation
+of the protocol (spec.protocol), as a registry of checks with stable ids.
+
+From a user's own test file (ten lines; scikit-learn's ``parametrize_with_checks`` is the
+model)::
+
+    import mybert
+    from spec.suite import parametrize_with_checks
+
+    @parametrize_with_checks(mybert, expected_failed_checks={
+        "fd[layernorm]": "gamma pulled out of the feature means (issue #12)"})
+    def test_conformance(check):
+        check()
+
+From a script or notebook: ``report = check_implementation(mybert)`` (``report.exit_code()``,
+``report.summary()``, ``report.to_json()``).  From a shell: ``minibert check mybert`` (each
+check in a worker process, time-limited, with a per-op table and ``--format json``).  From
+pytest without writing a file: ``pytest --minibert-impl mybert`` (the ``pytest11`` plugin in
+spec.suite.plugin, inert unless that option is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from spec.suite.registry import COLUMNS, KINDS, Check, all_checks, select
+from spec.suite.report import Report, apply_expectations
+from spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
+
+__all__ = ["Check", "Result", "Report", "COLUMNS", "KINDS", "all_checks", "select",
+           "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
+           "DEFAULT_TIMEOUT"]
+
+
+def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
+                    ops: Iterable[str] | None = None, match: str | None = None,
+                    bad_input: bool = False) -> list[Check]:
+    """The checks a run covers: everything (bad-input checks only with ``bad_input``),
+    narrowed by ids, kinds, ops or a regular expression on the id."""
+    checks = select(ids=ids, kinds=kinds, ops=ops, match=match)
+    if not bad_input and ids is None:
+        checks = [c for c in checks if c.kind != "bad_input"]
+    return checks
+
+
+class BoundCheck:
+    """One check bound to one implementation: calling it runs the check (with its settings and
+    time limit) and raises on a failure, ``pytest.skip`` when not applicable.  The object
+    pytest shows as the parameter of ``test_conformance(check)``."""
+
+    def __init__(self, check: Check, proxy, *, timeout: float | None, oracle: str,
+                 database=None):
+        self.check, self.proxy, self.timeout, self.oracle = check, proxy, timeout, oracle
+        self.database = database
+
+    def __repr__(self) -> str:
+        return self.check.id
+
+    def result(self) -> Result:
+        return run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
+                         settings=check_settings(database=self.database))
+
+    def __call__(self) -> None:
+        import faulthandler
+
+        import pytest
+
+        # a hang the time limit cannot interrupt (inside C code) still ends in bounded time:
+        # tracebacks, then the process exits non-zero -- a red, never a hang
+        hard = (self.timeout or 0) + 60
+        if self.timeout:
+            faulthandler.dump_traceback_later(hard, exit=True)
+        try:
+            r = self.result()
+        finally:
+            if self.timeout:
+                faulthandler.cancel_dump_traceback_later()
+        for c in r.conventions:
+            import warnings
+
+            from spec.invariants import ConventionWarning
+
+            warnings.warn(ConventionWarning(f"{r.id}: {c}"), stacklevel=2)
+        if r.outcome == "n/a":
+            pytest.skip(r.message)
+        if r.outcome == "error":
+            pytest.fail(f"{r.id} could not run: {r.message}", pytrace=False)
+        if r.outcome == "failed":
+            raise AssertionError(f"{r.id}: {r.message}")
+
+
+class ProvidesSomething:
+    """The first parameter of every parametrization: the implementation provides at least one
+    protocol name of the selected checks' ops.  Without it, an implementation that provides
+    nothing would skip every check and pass the run."""
+
+    def __init__(self, proxy, checks):
+        self.proxy, self.checks = proxy, checks
+
+    def __repr__(self) -> str:
+        return "protocol[provides]"
+
+    def __call__(self) -> None:
+        from spec.protocol import OPS, provides
+
+        ops = {op for c in self.checks for op in c.ops}
+        if not any(provides(self.proxy, name) for op in ops for name in OPS[op].names):
+            raise AssertionError(f"{self.proxy._impl_label} provides no protocol name of the "
+                                 f"selected ops {sorted(ops)}: nothing to check (see "
+                                 "spec/protocol.py)")
+
+
+def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | None = None, *,
+                            ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
+                            ops: Iterable[str] | None = None, match: str | None = None,
+                            bad_input: bool = False, oracle: str = "require",
+                            timeout: float | None = DEFAULT_TIMEOUT, database="auto"):
+    """``@pytest.mark.parametrize("check", ...)`` over every selected check bound to ``impl``
+    (a module, an object, or ``"pkg.mod:obj"``), each with its id (``pytest -k`` selects by
+    it).  ``expected_failed_checks`` maps ids to reasons: strict xfails (a check that starts
+    passing fails the run, so the list cannot go stale).  ``oracle="off"`` turns the PyTorch
+    comparisons into skips that say so; by default a missing torch fails them.  ``database``:
+    "auto" keeps each implementation's Hypothesis examples apart under ``.hypothesis/minibert``
+    in the current directory (None: no database)."""
+    import pytest
+
+    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input)
+    expected = dict(expected_failed_checks or {})
+    unknown = sorted(set(expected) - {c.id for c in all_checks()})
+    if unknown:
+        raise ValueError(f"expected_failed_checks: no checks {unknown[:5]} (see "
+                         "`minibert check --list`)")
+    proxy = as_proxy(impl)
+    if database == "auto":
+        from hypothesis import settings
+
+        from spec.suite.run import database_for
+
+        database = (None if settings.default.database is None
+                    else database_for(proxy._impl_label))
+    params = [pytest.param(ProvidesSomething(proxy, checks), id="protocol[provides]")]
+    for c in checks:
+        marks = [pytest.mark.minibert_check(c.id, kind=c.kind, ops=c.ops,
+                                            equations=c.equations)]
+        if c.id in expected:
+            marks.append(pytest.mark.xfail(strict=True, reason=expected[c.id]))
+        params.append(pytest.param(BoundCheck(c, proxy, timeout=timeout, oracle=oracle,
+                                              database=database), id=c.id, marks=marks))
+    return pytest.mark.parametrize("check", params)
+
+
+def check_implementation(impl, *, ids: Iterable[str] | None = None,
+                         kinds: Iterable[str] | None = None, ops: Iterable[str] | None = None,
+                         match: str | None = None, bad_input: bool = False,
+                         oracle: str = "require", timeout: float | None = DEFAULT_TIMEOUT,
+                         expected_failed_checks: Mapping[str, str] | None = None,
+                         progress: Callable[[Result], object] | None = None) -> Report:
+    """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
+    ``minibert check`` command runs the same checks in worker processes) and return the
+    :class:`Report`."""
+    import time
+
+    from spec.protocol import ImplLoadError
+
+    start = time.perf_counter()
+    label = impl if isinstance(impl, str) else None
+    try:
+        proxy = as_proxy(impl, label)
+    except ImplLoadError as e:
+        return Report(str(impl), [], oracle, bad_input, load_error=str(e))
+    results = []
+    for c in selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input):
+        r = run_check(c, proxy, timeout=timeout, oracle=oracle)
+        results.append(r)
+        if progress is not None:
+            progress(r)
+    results = apply_expectations(results, expected_failed_checks)
+    return Report(proxy._impl_label, results, oracle, bad_input,
+                  seconds=time.perf_counter() - start)

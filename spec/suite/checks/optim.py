@@ -1,0 +1,134 @@
+"""The optimizer's own properties: AdamW's decoupled decay and no-decay default, Adam's purity
+and bias-corrected first step, the warmup + linear-decay schedule's shape, global-norm clipping
+(exact norm, one common factor, pass-through).  The PyTorch comparisons are in oracle_optim.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from spec import invariants as inv
+from spec.invariants import ConventionWarning, require
+from spec.protocol import capabilities
+from spec.suite.asserts import assert_rel
+from spec.suite.registry import NotApplicable, check
+from spec.tolerances import CLIP_NORM_RTOL, ORACLE_RTOL_F64
+
+# Model-like names: which of them AdamW must leave undecayed is written out here, not derived
+# from the implementation's predicate.
+SHAPES = {
+    "embeddings.token.W": (7, 4),
+    "embeddings.position.W": (5, 4),
+    "layers.0.attn.W_q": (4, 4),
+    "layers.0.attn.b_q": (4,),
+    "layers.0.ln1.gamma": (4,),
+    "layers.0.ln1.beta": (4,),
+    "layers.0.ffn.W_1": (4, 6),
+    "layers.0.ffn.b_1": (6,),
+    "mlm.W": (4, 7),
+    "mlm.b": (7,),
+}
+DECAYED = {"layers.0.attn.W_q", "layers.0.ffn.W_1", "mlm.W"}
+K_STEPS = 6
+
+
+def _params(seed=0):
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s) for k, s in SHAPES.items()}
+
+
+def _grads(seed, scale=1.0):
+    """Random mixed-sign gradients of varied magnitude (some tensors tiny, some large)."""
+    rng = np.random.default_rng(1000 + seed)
+    return {k: scale * rng.standard_normal(s) * 10.0 ** rng.integers(-3, 2)
+            for k, s in SHAPES.items()}
+
+
+# --------------------------------------------------------------------------- Adam / AdamW
+@check("invariant", "adam.decoupled_decay", equations=("optim.adamw",))
+def weight_decay_spares_biases_layernorm_and_embeddings(impl):
+    """With zero gradients the Adam part is exactly 0: decayed tensors shrink by (1 - lr wd),
+    the exempt ones (biases, LayerNorm, embeddings: BERT's default) do not move at all; an
+    explicit no_decay=() decays everything."""
+    params = _params(2)
+    require(inv.adam_decoupled_decay(impl, params, DECAYED, lr=0.1, weight_decay=0.5))
+    require(inv.adam_decoupled_decay(impl, params, set(params), lr=0.1, weight_decay=0.5,
+                                     no_decay=()))
+
+
+@check("invariant", "adam.pure", equations=("optim.adam",))
+def adam_step_is_pure(impl):
+    """adam_step returns new params and state and mutates none of its arguments; the step
+    counter goes 0 -> 1; dtypes are kept."""
+    params = _params(3)
+    g = _grads(0)
+    state = impl.adam_init(params)
+    copies = [{k: v.copy() for k, v in d.items()} for d in (params, g, state["m"], state["v"])]
+    new_p, new_s = impl.adam_step(params, g, state, lr=0.1, weight_decay=0.01)
+    for what, before, after in zip(("params", "grads", "state['m']", "state['v']"), copies,
+                                   (params, g, state["m"], state["v"])):
+        for k in before:
+            assert np.array_equal(before[k], after[k]), f"adam_step modified {what}[{k!r}]"
+    assert state["step"] == 0, f"adam_step changed the input state's step to {state['step']}"
+    assert new_s["step"] == 1, f"the first step's state has step {new_s['step']}, expected 1"
+    shared = [k for k in params if new_p[k] is params[k]]
+    assert not shared, f"adam_step returned the input arrays for {shared}"
+    changed = [k for k in params if new_p[k].dtype != params[k].dtype]
+    assert not changed, f"adam_step changed the dtype of {changed}"
+
+
+@check("invariant", "adam.first_step", equations=("optim.adam",))
+def adam_first_step_moves_each_entry_by_lr(impl):
+    """Bias correction: at t = 1, m_hat / sqrt(v_hat) = g / |g|, so every entry moves by lr
+    (up to eps) against its gradient's sign, whatever the gradient's scale."""
+    require(inv.adam_first_step(impl, _params(4), _grads(1, scale=1e-3), lr=0.01, eps=1e-30))
+
+
+# --------------------------------------------------------------------------- schedule
+@check("invariant", "schedule.shape", equations=("schedule.warmup_linear",))
+def schedule_first_step_nonzero_peak_and_end(impl):
+    """lr(0) = peak / warmup (never 0), peak at the end of warmup, linear decay to 0 at
+    total_steps, increasing then decreasing."""
+    if "lr(0)=0" in capabilities(impl)["conventions"]:
+        raise NotApplicable("convention lr(0)=0 declared: its schedule is compared with Hugging "
+                            "Face's get_linear_schedule_with_warmup by oracle.forward[schedule-*]")
+    kw = dict(peak_lr=1e-3, warmup_steps=10, total_steps=50)
+    for step, want in ((0, 1e-4), (9, 1e-3), (10, 1e-3), (49, 1e-3 / 40)):
+        assert_rel(impl.warmup_linear_lr(step, **kw), want, 1e-12, f"lr({step})")
+    assert impl.warmup_linear_lr(50, **kw) == 0.0, (
+        f"lr(total_steps) = {impl.warmup_linear_lr(50, **kw)!r}, expected 0")
+    lrs = [impl.warmup_linear_lr(s, **kw) for s in range(50)]
+    assert all(lr > 0 for lr in lrs), f"a zero learning rate inside the run: {lrs}"
+    assert np.all(np.diff(lrs[:10]) > 0), f"warmup is not increasing: {lrs[:10]}"
+    assert np.all(np.diff(lrs[10:]) < 0), f"decay is not decreasing: {lrs[10:]}"
+    no_warmup = impl.warmup_linear_lr(0, peak_lr=1e-3, warmup_steps=0, total_steps=4)
+    assert no_warmup == 1e-3, f"lr(0) without warmup = {no_warmup!r}, expected the peak 1e-3"
+
+
+# --------------------------------------------------------------------------- clipping
+@check("invariant", "clip.exact_norm_and_passthrough", equations=("clip.global_norm",))
+def clip_exact_norm_and_passthrough(impl):
+    """global_grad_norm is the 2-norm over every tensor; clipping scales every tensor by one
+    factor to max_norm; a norm below max_norm passes through as copies."""
+    g = _grads(0)
+    norm = impl.global_grad_norm(g)
+    expected = np.sqrt(sum(float(np.sum(v * v)) for v in g.values()))
+    assert_rel(norm, expected, ORACLE_RTOL_F64, "global_grad_norm")
+    clipped, n = impl.clip_by_global_norm(g, norm / 4)
+    assert_rel(n, norm, ORACLE_RTOL_F64, "the norm clip_by_global_norm returns")
+    shrink = impl.global_grad_norm(clipped) / (norm / 4) - 1
+    if abs(shrink) > ORACLE_RTOL_F64:
+        # a divisor guard (torch divides by norm + 1e-6) is a convention, reported with the
+        # number it changes; anything beyond CLIP_NORM_RTOL is a wrong clip
+        assert abs(shrink) <= CLIP_NORM_RTOL, f"clipped norm / max_norm - 1 = {shrink:.2e}"
+        warnings.warn(ConventionWarning(f"clip: a divisor guard changes the clipped norm by "
+                                        f"{shrink:.1e} relative"), stacklevel=1)
+    for k in g:  # one common scale: directions unchanged
+        np.testing.assert_allclose(clipped[k], g[k] * (1 + shrink) / 4, rtol=ORACLE_RTOL_F64,
+                                   err_msg=f"clipped[{k!r}] (one common factor)")
+    same, _ = impl.clip_by_global_norm(g, norm * 2)
+    for k in g:
+        assert np.array_equal(same[k], g[k]), f"clipping below max_norm changed {k!r}"
+        assert same[k] is not g[k], f"clip_by_global_norm returned the input array {k!r}"

@@ -1,0 +1,163 @@
+"""The optimizer against PyTorch, float64, k >= 5 steps on the same tensors: torch.optim.Adam /
+AdamW (with parameter groups for the no-decay set), torch's LinearLR warmup+decay pair and
+LambdaLR (Hugging Face's schedule under the declared lr(0)=0 convention), and
+torch.nn.utils.clip_grad_norm_.  torch is imported inside each check (the ``oracle`` extra)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spec.protocol import capabilities
+from spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
+from spec.suite.registry import check, grid
+from spec.tolerances import ORACLE_RTOL_F64
+
+TORCH = ("torch",)
+
+
+def _torch_params(params):
+    import torch
+
+    torch.set_num_threads(1)
+    return {k: torch.nn.Parameter(torch.tensor(v, dtype=torch.float64)) for k, v in params.items()}
+
+
+def _assert_close(ours, theirs, what):
+    for k in theirs:
+        assert k in ours, f"{what}: no entry {k!r}"
+        np.testing.assert_allclose(ours[k], theirs[k], rtol=ORACLE_RTOL_F64, atol=0,
+                                   err_msg=f"{what}[{k!r}] vs torch")
+
+
+def _to_np(tp):
+    return {k: v.detach().numpy() for k, v in tp.items()}
+
+
+def _groups(tp, weight_decay):
+    return [{"params": [tp[k] for k in SHAPES if k in DECAYED], "weight_decay": weight_decay},
+            {"params": [tp[k] for k in SHAPES if k not in DECAYED], "weight_decay": 0.0}]
+
+
+@check("oracle.forward", "adam", equations=("optim.adam",), requires=TORCH,
+       cases=[("default", {"betas": (0.9, 0.999), "eps": 1e-8}),
+              ("b0.8-eps1e-3", {"betas": (0.8, 0.95), "eps": 1e-3})])
+def adam_matches_torch(impl, betas, eps):
+    """Parameters, m and v after each of K steps equal torch.optim.Adam's."""
+    import torch
+
+    params = _params()
+    tp = _torch_params(params)
+    opt = torch.optim.Adam(tp.values(), lr=3e-2, betas=betas, eps=eps, foreach=False)
+    state = impl.adam_init(params)
+    for step in range(K_STEPS):
+        g = _grads(step)
+        params, state = impl.adam_step(params, g, state, lr=3e-2, beta1=betas[0],
+                                       beta2=betas[1], eps=eps)
+        for k, p in tp.items():
+            p.grad = torch.tensor(g[k])
+        opt.step()
+        _assert_close(params, _to_np(tp), f"params after step {step}")
+        _assert_close(state["m"], {k: opt.state[p]["exp_avg"].numpy() for k, p in tp.items()},
+                      f"state['m'] after step {step}")
+        _assert_close(state["v"], {k: opt.state[p]["exp_avg_sq"].numpy() for k, p in tp.items()},
+                      f"state['v'] after step {step}")
+    assert state["step"] == K_STEPS, f"state['step'] = {state['step']}, expected {K_STEPS}"
+
+
+@check("oracle.forward", "adamw.no_decay_groups", equations=("optim.adamw",), requires=TORCH)
+def adamw_matches_torch_with_no_decay_groups(impl):
+    """AdamW with BERT's default no-decay rule equals torch.optim.AdamW with two parameter
+    groups (decayed weights; biases, LayerNorm and embeddings undecayed)."""
+    import torch
+
+    params = _params(1)
+    tp = _torch_params(params)
+    opt = torch.optim.AdamW(_groups(tp, 0.1), lr=5e-2, foreach=False)
+    state = impl.adam_init(params)
+    for step in range(K_STEPS):
+        g = _grads(step)
+        params, state = impl.adam_step(params, g, state, lr=5e-2, weight_decay=0.1)
+        for k, p in tp.items():
+            p.grad = torch.tensor(g[k])
+        opt.step()
+        _assert_close(params, _to_np(tp), f"params after step {step}")
+
+
+@check("oracle.forward", "schedule", equations=("schedule.warmup_linear",), requires=TORCH,
+       cases=[(f"w{w}-t{t}", {"warmup": w, "total": t}) for w, t in ((4, 12), (1, 7), (5, 6))])
+def schedule_matches_torch_linear_warmup_then_decay(impl, warmup, total):
+    """torch's own schedulers: LinearLR from 1/warmup to 1 over warmup - 1 steps, then LinearLR
+    from 1 to 0 over total - warmup steps.  The lr used by optimizer step s is compared.  Under
+    the declared lr(0)=0 convention: Hugging Face's get_linear_schedule_with_warmup."""
+    import torch
+    from torch.optim.lr_scheduler import LinearLR, SequentialLR
+
+    peak = 2e-3
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))], lr=peak)
+    if "lr(0)=0" in capabilities(impl)["conventions"]:
+        import transformers
+
+        sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
+        what = " (convention lr(0)=0)"
+    else:
+        warm = LinearLR(opt, start_factor=1 / warmup, end_factor=1.0,
+                        total_iters=max(warmup - 1, 1))
+        decay = LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=total - warmup)
+        sched, what = SequentialLR(opt, [warm, decay], milestones=[warmup]), ""
+    for s in range(total):
+        ours = impl.warmup_linear_lr(s, peak_lr=peak, warmup_steps=warmup, total_steps=total)
+        np.testing.assert_allclose(ours, opt.param_groups[0]["lr"], rtol=ORACLE_RTOL_F64,
+                                   atol=0, err_msg=f"lr at step {s}{what} vs torch")
+        opt.step()
+        sched.step()
+
+
+@check("oracle.forward", "clip", equations=("clip.global_norm",), requires=TORCH,
+       cases=grid(max_norm=[0.5, 3.0, 1e6]))
+def clip_matches_torch(impl, max_norm):
+    """clip_by_global_norm(eps=1e-6) equals torch.nn.utils.clip_grad_norm_ (its 1e-6 guard),
+    norm and clipped gradients, on five gradient sets."""
+    import torch
+
+    for seed in range(5):
+        g = _grads(seed)
+        tp = _torch_params(_params())
+        for k, p in tp.items():
+            p.grad = torch.tensor(g[k])
+        norm_t = torch.nn.utils.clip_grad_norm_(list(tp.values()), max_norm)
+        clipped, norm = impl.clip_by_global_norm(g, max_norm, eps=1e-6)  # torch's 1e-6
+        np.testing.assert_allclose(norm, float(norm_t), rtol=ORACLE_RTOL_F64,
+                                   err_msg=f"global norm (gradient set {seed}) vs torch")
+        _assert_close(clipped, {k: p.grad.numpy() for k, p in tp.items()},
+                      f"clipped (gradient set {seed})")
+
+
+@check("oracle.forward", "optimizer_pipeline", requires=TORCH,
+       equations=("optim.adamw", "schedule.warmup_linear", "clip.global_norm"))
+def clip_schedule_adamw_pipeline_matches_torch(impl):
+    """clip_grad_norm_ -> AdamW (no-decay groups) -> LambdaLR, step by step, vs ours.  LambdaLR
+    applies lambda(k) at optimizer step k (0-based): the same indexing as warmup_linear_lr."""
+    import torch
+
+    peak, warmup, total = 0.05, 3, 8
+    params = _params(5)
+    tp = _torch_params(params)
+    opt = torch.optim.AdamW(_groups(tp, 0.01), lr=peak, foreach=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: impl.warmup_linear_lr(s, peak_lr=1.0, warmup_steps=warmup,
+                                             total_steps=total))
+    state = impl.adam_init(params)
+    for step in range(total):
+        g = _grads(step, scale=3.0)
+        clipped, _ = impl.clip_by_global_norm(g, 1.0, eps=1e-6)
+        lr = impl.warmup_linear_lr(step, peak_lr=peak, warmup_steps=warmup, total_steps=total)
+        # lr(0) = 0 only under the declared convention (the derivation's §8.1)
+        assert lr > 0 or (step == 0 and "lr(0)=0" in capabilities(impl)["conventions"]), (
+            f"lr({step}) = {lr!r}")
+        params, state = impl.adam_step(params, clipped, state, lr=lr, weight_decay=0.01)
+        for k, p in tp.items():
+            p.grad = torch.tensor(g[k])
+        torch.nn.utils.clip_grad_norm_(list(tp.values()), 1.0)
+        opt.step()
+        sched.step()
+        _assert_close(params, _to_np(tp), f"params after step {step}")

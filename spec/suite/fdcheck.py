@@ -1,0 +1,84 @@
+"""Running an op case family on an implementation, and the op-level finite-difference check.
+
+A case family (``@cases`` in spec/suite/strategies.py) is a row of ``spec.protocol.OPS`` (its
+protocol names and equation IDs) with the strategy drawing its cases and, for composite ops
+whose smoothness depends on the forward itself (the block), a filter run on the
+implementation's own protocol ops.  ``check_op`` compares every output of the backward with
+central finite differences of ``sum(out * dout)`` in float64 (``spec.gradcheck``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spec.gradcheck import assert_all_passed, directional_check, elementwise_check
+from spec.suite.strategies import CaseFamily, OpCase
+from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
+
+
+def run_op(impl, family: CaseFamily, case: OpCase, inputs=None, dout=None):
+    """forward + backward; returns (out, grads tuple aligned with the differentiable inputs)."""
+    forward, backward = family.bind(impl)
+    inputs = case.inputs if inputs is None else inputs
+    out, cache = forward(**inputs, **case.fixed)
+    grads = backward(case.dout if dout is None else dout, cache)
+    return out, grads
+
+
+def objective(forward, inputs, fixed, dout) -> float:
+    """sum(out * dout): its gradient w.r.t. each input is what the backward returns for dout."""
+    out, _ = forward(**inputs, **fixed)
+    return float(np.sum(np.asarray(out) * dout))
+
+
+def check_op(impl, family: CaseFamily, case: OpCase) -> dict:
+    """FD check of every output of the backward; returns {input name: gradient}."""
+    forward, _ = family.bind(impl)
+    out, grads = run_op(impl, family, case)
+    names = list(case.inputs)
+    assert isinstance(grads, tuple) and len(grads) == len(names), (
+        f"{family.name}: backward returned {len(grads) if isinstance(grads, tuple) else grads!r}"
+        f" gradients, expected a tuple of one per differentiable input {names}")
+    assert np.shape(out) == np.shape(case.dout), (
+        f"{family.name}: output shape {np.shape(out)}, expected {np.shape(case.dout)}")
+    rng = np.random.default_rng(case.seed)
+    results = []
+    for name, g in zip(names, grads):
+        x = case.inputs[name]
+        if x is None:
+            assert g is None, (f"{family.name}: gradient for the absent input {name} should be "
+                               f"None, got {type(g).__name__}")
+            continue
+        assert isinstance(g, np.ndarray) and g.shape == x.shape and g.dtype == x.dtype, (
+            f"{family.name}: d{name} is {type(g).__name__} {getattr(g, 'shape', '')} "
+            f"{getattr(g, 'dtype', '')}, expected {x.shape} {x.dtype}")
+
+        def f(v, _name=name):
+            return objective(forward, {**case.inputs, _name: v}, case.fixed, case.dout)
+
+        if x.size <= family.elementwise_max:
+            results.append(elementwise_check(f, x, g, op=family.name, tensor=name))
+        else:
+            results.append(directional_check(f, x, g, rng=rng, n_dirs=family.n_dirs,
+                                             op=family.name, tensor=name))
+    assert_all_passed(results)
+    return dict(zip(names, grads))
+
+
+def assert_f32_close(x32, x64, scale: float, what: str) -> None:
+    """A float32 result against the float64 run of the same code on the same (float32-rounded)
+    inputs: F32_VS_F64_RTOL relative, and an absolute floor F32_VS_F64_ATOL times ``scale``, the
+    largest magnitude among the results it is compared with (an entry near 0 because terms of
+    that size cancelled carries float32 rounding of that size, not of its own)."""
+    x32 = np.asarray(x32)
+    # a scalar loss promoted to float64 is a documented convention (spec/protocol.py), not a
+    # silent cast; every other result must stay float32
+    convention = x32.ndim == 0 and x32.dtype == np.float64
+    assert x32.dtype == np.float32 or convention, (
+        f"{what}: float32 inputs gave {x32.dtype} (a silent cast)")
+    np.testing.assert_allclose(x32, x64, rtol=F32_VS_F64_RTOL,
+                               atol=F32_VS_F64_ATOL * max(1.0, scale), err_msg=what)
+
+
+def max_abs(*arrays) -> float:
+    return max(float(np.max(np.abs(a))) for a in arrays if a is not None)

@@ -1,0 +1,270 @@
+"""The registry of checks that judge an implementation: one :class:`Check` per stable id.
+
+A check is a function of the implementation and some fixed arguments, optionally driven by
+Hypothesis strategies; it passes by returning, fails by raising (``AssertionError`` naming the
+tensor, the index and both values), and is *not applicable* by raising :class:`NotApplicable`
+(the implementation lacks a name, or does not claim a capability).  Checks are registered with
+:func:`check` beside the maths they exercise (``spec/suite/checks/*.py``) and selected by id,
+kind or op; :func:`all_checks` imports every check module once and returns the registry.
+
+Ids are ``kind[name]``: ``fd[layernorm]``, ``oracle.backward[attention-f32-bias-mask]``,
+``invariant[softmax.rows_sum_to_one]``.  They are stable: a user's ``expected_failed_checks``,
+``pytest -k`` and the mutation matrix refer to them.  The kinds and the report columns they
+fill are :data:`KINDS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from spec.protocol import OPS, NotApplicable, op_of_equation
+
+__all__ = ["Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
+           "NotApplicable", "CHECK_MODULES", "lazy_module"]
+
+# kind -> the report column it fills (spec.suite.report); the columns in table order
+COLUMNS = (("forward", "forward vs oracle"), ("oracle_backward", "backward vs oracle"),
+           ("fd", "backward vs FD"), ("sympy", "vs SymPy"), ("invariants", "invariants"),
+           ("bad_input", "bad input"))
+KINDS = {"oracle.forward": "forward", "oracle.backward": "oracle_backward", "fd": "fd",
+         "sympy": "sympy", "invariant": "invariants", "bad_input": "bad_input"}
+# the extras a check needs beyond the core install, by the module it imports
+EXTRAS = {"torch": "oracle", "transformers": "oracle"}
+
+_ID = re.compile(r"^[a-z_.]+\[[^\[\]]+\]$")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One registered check.
+
+    id:        ``kind[name]``, stable across releases (``pytest -k`` and xfail lists use it)
+    kind:      a key of :data:`KINDS`
+    ops:       the op-table rows (spec.protocol.OPS) whose verdict it counts for
+    equations: the equation IDs it is evidence for (the audit and mutation matrix read them)
+    func:      ``func(impl, **kwargs, **drawn)``
+    kwargs:    its fixed arguments
+    given:     Hypothesis strategies by keyword (drawn per example), or None: run once
+    requires:  modules it imports beyond the core install (torch, transformers)
+    """
+
+    id: str
+    kind: str
+    ops: tuple[str, ...]
+    equations: tuple[str, ...]
+    func: Callable = field(compare=False, repr=False)
+    kwargs: Mapping = field(default_factory=dict, compare=False, repr=False)
+    given: Mapping | None = field(default=None, compare=False, repr=False)
+    requires: tuple[str, ...] = ()
+    doc: str = field(default="", compare=False, repr=False)
+    # the suite's own set-up (building SymPy expressions), run before the time limit starts:
+    # its cost is not the implementation's
+    prepare: Callable | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def column(self) -> str:
+        return KINDS[self.kind]
+
+    @property
+    def name(self) -> str:
+        """The part of the id inside the brackets."""
+        return self.id[len(self.kind) + 1:-1]
+
+    @property
+    def oracle(self) -> bool:
+        return self.kind.startswith("oracle.")
+
+    @property
+    def source(self) -> tuple[str, int]:
+        """(file, line) of the check's function."""
+        fn = inspect.unwrap(self.func)
+        return inspect.getsourcefile(fn) or "?", inspect.getsourcelines(fn)[1]
+
+    def missing_requirements(self) -> list[str]:
+        """The modules of :attr:`requires` that cannot be imported here."""
+        import importlib.util
+
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+    def call(self, impl, drawn: Mapping | None = None):
+        """Run the body once: ``func(impl, **kwargs, **drawn)``."""
+        return self.func(impl, **self.kwargs, **(drawn or {}))
+
+    def hypothesis_test(self, impl, settings=None):
+        """The check as a zero-argument callable: for a check with strategies, a fresh
+        ``@given`` test over them (with ``settings`` applied, and a database key of its own:
+        the id), else a plain call."""
+        if self.given is None:
+            return functools.partial(self.call, impl)
+        from hypothesis import given
+
+        def body(**drawn):
+            return self.call(impl, drawn)
+
+        body.__name__ = body.__qualname__ = re.sub(r"\W+", "_", self.id).strip("_")
+        body.__module__ = self.func.__module__
+        body.__signature__ = inspect.Signature(
+            [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in self.given])
+        # Hypothesis keys its database and derandomized seed by a digest of the function:
+        # add the id, so every check (and every parametrization of one function) has its own
+        body._hypothesis_internal_add_digest = self.id.encode()
+        test = given(**self.given)(body)
+        return settings(test) if settings is not None else test
+
+
+def lazy_module(name: str):
+    """A stand-in for ``import name`` that imports on first attribute access: check modules
+    that need an optional extra (torch) still load, and register their checks, without it."""
+    import importlib
+    import types
+
+    class _Lazy(types.ModuleType):
+        def __getattr__(self, attr):
+            return getattr(importlib.import_module(name), attr)
+
+    return _Lazy(name)
+
+
+# --------------------------------------------------------------------------- registration
+_REGISTRY: dict[str, Check] = {}
+
+
+def grid(**axes) -> list[tuple[str, dict]]:
+    """The cartesian product of named axes as ``(id suffix, kwargs)`` pairs.  An axis is a
+    sequence of values or of ``(label, value)`` pairs; labels default to ``str(value)``
+    (``np.float32`` -> ``f32``)."""
+    names, columns = list(axes), []
+    for values in axes.values():
+        column = []
+        for v in values:
+            label, value = v if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) \
+                else (_label(v), v)
+            column.append((label, value))
+        columns.append(column)
+    out = []
+    for combo in itertools.product(*columns):
+        out.append(("-".join(lbl for lbl, _ in combo),
+                    {n: v for n, (_, v) in zip(names, combo)}))
+    return out
+
+
+def _label(value) -> str:
+    import numpy as np
+
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return {np.float32: "f32", np.float64: "f64"}.get(value, np.dtype(value).name)
+    if value is True or value is False:
+        return str(value).lower()
+    return str(value)
+
+
+def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | None = None,
+          ops: Iterable[str] | Callable | None = None,
+          equations: Iterable[str] | Callable | None = None, given: Mapping | None = None,
+          requires: Iterable[str] = (), kinds_arg: str | None = None,
+          prepare: Callable | None = None):
+    """Register the decorated function as one check, or one per case.
+
+    ``kind`` is a key of :data:`KINDS`, or several separated by ``|`` (``"oracle.forward|
+    oracle.backward"``): one check per kind, the kind's last component passed as the keyword
+    ``kinds_arg`` (e.g. ``side="forward"``).  ``name`` is the id's bracket part (default: the
+    function's name); with ``cases`` (``(suffix, kwargs)`` pairs, see :func:`grid`) each case
+    is a check named ``name-suffix`` (or ``suffix`` when name is ""), called with its kwargs.
+    ``ops`` and ``equations`` may be callables of the case's kwargs; ``ops`` defaults to the
+    rows of ``equations`` (every ID belongs to one op of the table).  ``prepare(**case
+    kwargs)`` runs before the check's time limit starts (the suite's own set-up).
+    """
+    kinds = kind.split("|")
+    for k in kinds:
+        if k not in KINDS:
+            raise ValueError(f"check: kind {k!r} is not one of {sorted(KINDS)}")
+    if len(kinds) > 1 and kinds_arg is None:
+        raise ValueError("check: several kinds need kinds_arg (the keyword that receives "
+                         "the kind's last component)")
+
+    def register(fn):
+        base = fn.__name__ if name is None else name
+        for k in kinds:
+            for suffix, kwargs in (cases if cases is not None else [("", {})]):
+                label = "-".join(p for p in (base, suffix) if p)
+                kw = dict(kwargs)
+                if kinds_arg is not None:
+                    kw[kinds_arg] = k.rsplit(".", 1)[-1]
+                eqs = tuple(equations(kwargs) if callable(equations) else equations or ())
+                rows = tuple(ops(kwargs) if callable(ops) else ops or ())
+                if not rows:
+                    rows = tuple(dict.fromkeys(r for r in map(op_of_equation, eqs) if r))
+                unknown = [r for r in rows if r not in OPS]
+                if unknown:
+                    raise ValueError(f"check {label}: ops {unknown} are not rows of the op table")
+                c = Check(f"{k}[{label}]", k, rows, eqs, fn, kw, given, tuple(requires),
+                          inspect.getdoc(fn) or "",
+                          None if prepare is None else functools.partial(prepare, **kwargs))
+                if not _ID.match(c.id):
+                    raise ValueError(f"check: malformed id {c.id!r}")
+                if c.id in _REGISTRY and _REGISTRY[c.id].func is not fn:
+                    raise ValueError(f"check: id {c.id!r} registered twice")
+                _REGISTRY[c.id] = c
+        return fn
+
+    return register
+
+
+# the modules that register checks (imported by all_checks, in this order: the report lists
+# checks in registration order)
+CHECK_MODULES = (
+    "spec.suite.checks.fd", "spec.suite.checks.examples", "spec.suite.checks.invariants",
+    "spec.suite.checks.model", "spec.suite.checks.losses", "spec.suite.checks.optim",
+    "spec.suite.checks.sympy_code", "spec.suite.checks.bad_input",
+    "spec.suite.checks.oracle_ops", "spec.suite.checks.oracle_model",
+    "spec.suite.checks.oracle_optim", "spec.suite.checks.oracle_bert",
+)
+
+
+@functools.cache
+def all_checks() -> tuple[Check, ...]:
+    """Every registered check, in registration order.  A check module whose optional
+    requirement (torch, transformers) is missing still registers its checks: they import it
+    lazily, and report the missing extra when run."""
+    import importlib
+
+    for module in CHECK_MODULES:
+        importlib.import_module(module)
+    return tuple(_REGISTRY.values())
+
+
+def get(check_id: str) -> Check:
+    checks = {c.id: c for c in all_checks()}
+    if check_id not in checks:
+        raise KeyError(f"no check {check_id!r}")
+    return checks[check_id]
+
+
+def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None = None,
+           kinds: Iterable[str] | None = None, ops: Iterable[str] | None = None,
+           match: str | None = None) -> list[Check]:
+    """Checks filtered by exact ids, kinds (``oracle`` matches both oracle kinds), ops, or a
+    regular expression searched in the id."""
+    out = list(all_checks() if checks is None else checks)
+    if ids is not None:
+        wanted = list(ids)
+        known = {c.id for c in out}
+        unknown = [i for i in wanted if i not in known]
+        if unknown:
+            raise ValueError(f"checks: unknown ids {unknown[:5]}")
+        out = [c for c in out if c.id in set(wanted)]
+    if kinds is not None:
+        ks = set(kinds)
+        out = [c for c in out if c.kind in ks or c.kind.split(".")[0] in ks]
+    if ops is not None:
+        os_ = set(ops)
+        out = [c for c in out if os_ & set(c.ops)]
+    if match is not None:
+        rx = re.compile(match)
+        out = [c for c in out if rx.search(c.id)]
+    return out

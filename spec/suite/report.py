@@ -1,0 +1,190 @@
+"""The verdict on one implementation: every check's :class:`~spec.suite.run.Result`, folded into
+a grid of op x column cells, an exit status, and the JSON that CI keeps as an artifact (the
+table and any HTML rendering are drawn from that JSON: one source of truth).
+
+A cell is ``FAIL`` when any of its checks failed, ``error`` when one could not run (a required
+extra missing, a worker that died, the run's time limit), ``ok`` when at least one passed and
+none failed, ``n/a`` (with the reason) otherwise.  A column that was not run at all (the oracle
+turned off, bad input not asked for) says so in every cell: nothing is silently absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from spec.protocol import OPS
+from spec.suite.registry import COLUMNS, KINDS
+from spec.suite.run import Result, one_line
+
+EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
+SCHEMA = "minibert-check/1"
+
+
+@dataclass
+class Cell:
+    status: str  # ok | FAIL | error | n/a
+    detail: str = ""
+    checks: list[str] = field(default_factory=list)  # the ids that decided it
+    ran: int = 0  # checks that passed or failed
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "detail": self.detail, "checks": self.checks,
+                "ran": self.ran}
+
+
+def _cell(results: list[Result], off_reason: str | None) -> Cell:
+    if off_reason is not None and not results:
+        return Cell("n/a", off_reason)
+    failed = [r for r in results if r.outcome in ("failed", "xpassed")]
+    ran = [r for r in results if r.outcome in ("passed", "failed", "xfailed", "xpassed")]
+    if failed:
+        first = failed[0]
+        return Cell("FAIL", f"{len(failed)}/{len(ran)} checks failed; first {first.id}: "
+                            f"{one_line(first.message)}", [r.id for r in failed], len(ran))
+    errors = [r for r in results if r.outcome == "error"]
+    if errors:
+        return Cell("error", f"{len(errors)} checks could not run: {one_line(errors[0].message)}",
+                    [r.id for r in errors], len(ran))
+    if ran:
+        na = len(results) - len(ran)
+        xf = sum(r.outcome == "xfailed" for r in results)
+        return Cell("ok", f"{len(ran)} checks" + (f" ({xf} expected failures)" if xf else "")
+                    + (f", {na} n/a" if na else ""), [r.id for r in ran], len(ran))
+    if results:
+        return Cell("n/a", one_line(results[0].message), [r.id for r in results])
+    return Cell("n/a", off_reason or "no check of this kind for this op")
+
+
+@dataclass
+class Report:
+    """Everything one run found: the results, what was not run and why, and the run's own
+    failures (a worker that crashed the process, the time limit)."""
+
+    impl: str
+    results: list[Result]
+    oracle: str = "require"
+    bad_input: bool = False
+    notes: list[str] = field(default_factory=list)  # run-level problems (one line each)
+    seconds: float = 0.0
+    load_error: str | None = None
+    provenance: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ folding
+    def off_reasons(self) -> dict[str, str | None]:
+        """column -> why it was not run at all (None: it ran)."""
+        return {"forward": "oracle off (--oracle off)" if self.oracle == "off" else None,
+                "oracle_backward": "oracle off (--oracle off)" if self.oracle == "off" else None,
+                "bad_input": None if self.bad_input else "not run (pass --bad-input)",
+                "fd": None, "sympy": None, "invariants": None}
+
+    def grid(self) -> dict[str, dict[str, Cell]]:
+        by: dict[tuple[str, str], list[Result]] = {}
+        for r in self.results:
+            for op in r.ops:
+                by.setdefault((op, KINDS[r.kind]), []).append(r)
+        off = self.off_reasons()
+        return {op: {col: _cell(by.get((op, col), []), off[col]) for col, _ in COLUMNS}
+                for op in self.ops()}
+
+    def ops(self) -> list[str]:
+        seen = {op for r in self.results for op in r.ops}
+        return [op for op in OPS if op in seen]
+
+    @staticmethod
+    def verdict(cells: Mapping[str, Cell]) -> str:
+        statuses = {c.status for c in cells.values()}
+        for s in ("FAIL", "error", "ok"):
+            if s in statuses:
+                return s
+        return "n/a"
+
+    def conventions(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in self.results:
+            for c in r.conventions:
+                for op in r.ops:
+                    if c not in out.setdefault(op, []):
+                        out[op].append(c)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.results:
+            out[r.outcome] = out.get(r.outcome, 0) + 1
+        return out
+
+    # ------------------------------------------------------------------ the verdict
+    def exit_code(self) -> int:
+        """0 every provided op conforms; 1 a check failed; 2 the implementation could not be
+        checked (it does not load, provides nothing, a check could not run)."""
+        if self.load_error is not None:
+            return EXIT_NOT_RUN
+        grid = self.grid()
+        verdicts = {op: self.verdict(cells) for op, cells in grid.items()}
+        if any(v == "FAIL" for v in verdicts.values()):
+            return EXIT_FAIL
+        if not any(v in ("ok", "error") for v in verdicts.values()):
+            return EXIT_NOT_RUN
+        if self.notes or any(v == "error" for v in verdicts.values()):
+            return EXIT_NOT_RUN
+        return EXIT_OK
+
+    def summary(self) -> str:
+        """One line: the verdict and why."""
+        code = self.exit_code()
+        if self.load_error is not None:
+            return f"could not run: {self.load_error}"
+        verdicts = {op: self.verdict(c) for op, c in self.grid().items()}
+        failed = [op for op, v in verdicts.items() if v == "FAIL"]
+        if failed:
+            return f"{len(failed)} op(s) fail: {', '.join(failed)}"
+        if code == EXIT_NOT_RUN:
+            errors = [op for op, v in verdicts.items() if v == "error"]
+            if self.notes:
+                return f"could not run: {self.notes[0]}"
+            if errors:
+                return (f"could not run every check of: {', '.join(errors)} "
+                        "(see the cells marked error)")
+            return ("could not run: the implementation provides no protocol name of the "
+                    "selected ops: nothing to check (see spec/protocol.py)")
+        ok = [op for op, v in verdicts.items() if v == "ok"]
+        return f"{len(ok)} op(s) conform"
+
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if r.outcome in ("failed", "xpassed")]
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> dict:
+        grid = self.grid()
+        return {
+            "schema": SCHEMA, "impl": self.impl, "exit_code": self.exit_code(),
+            "summary": self.summary(), "oracle": self.oracle, "bad_input": self.bad_input,
+            "seconds": round(self.seconds, 2), "notes": self.notes,
+            "load_error": self.load_error, "provenance": self.provenance,
+            "columns": [{"key": k, "heading": h} for k, h in COLUMNS],
+            "counts": self.counts(),
+            "ops": [{"op": op, "verdict": self.verdict(cells),
+                     "cells": {k: c.to_json() for k, c in cells.items()},
+                     "conventions": self.conventions().get(op, [])}
+                    for op, cells in grid.items()],
+            "results": [r.to_json() for r in self.results],
+        }
+
+
+def apply_expectations(results: Iterable[Result], expected: Mapping[str, str] | None
+                       ) -> list[Result]:
+    """Expected failures (id -> reason), strict: a failure becomes ``xfailed`` (reason kept),
+    a pass becomes ``xpassed`` (a failure of the expectation)."""
+    if not expected:
+        return list(results)
+    out = []
+    for r in results:
+        reason = expected.get(r.id)
+        if reason is not None and r.outcome == "failed":
+            r.outcome, r.message = "xfailed", f"expected: {reason} -- {r.message}"
+        elif reason is not None and r.outcome == "passed":
+            r.outcome, r.message = "xpassed", (f"expected to fail ({reason}) but passed: "
+                                               "remove it from expected_failed_checks")
+        out.append(r)
+    return out

@@ -1,0 +1,261 @@
+"""Running one check on one implementation: the settings it runs under, its time limit, and the
+:class:`Result` it comes to.  The pytest plugin, :func:`spec.suite.check_implementation` and the
+worker processes of ``minibert check`` all run checks through :func:`run_check`, so a check has
+one verdict whichever way it is run.
+
+Outcomes:
+
+* ``passed``; ``failed`` (the message names the tensor, the index and both values, then the
+  Hypothesis example that reproduces it);
+* ``n/a``: the implementation lacks a name the check needs, or does not claim a capability it
+  uses (the reason says which);
+* ``error``: the check could not run here (an optional extra such as torch is not installed
+  while the oracle is required) -- never a pass.
+
+A check runs with the time limit given (SIGALRM in the main thread): past it, the check fails
+with "did not finish within N s", and the protocol names that were executing are marked hung so
+that no later check waits on them again.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+from spec.protocol import (
+    ImplementationExit,
+    ImplementationHung,
+    ImplProxy,
+    NotApplicable,
+    label_of,
+    load_impl,
+)
+from spec.suite.registry import Check
+
+# Per-check time limit by default, seconds.  The slowest check of the reference on the 2-core
+# machine takes ~5 s (the float32 oracle of the whole Mini-BERT at B=3, T=8, measured with
+# `minibert check reference --format json`: the "seconds" field); 30 s is 6x that, and keeps a
+# hanging op's red within a minute.
+DEFAULT_TIMEOUT = 30.0
+# The suite's own Hypothesis settings when the caller has not chosen a profile: every run of
+# one implementation draws the same examples (derandomized: two runs give one verdict).
+DEFAULT_MAX_EXAMPLES = 10
+# Hypothesis shrinking per failing check, seconds (its default is 300): a red arrives in
+# bounded time; the example found before shrinking already reproduces the failure.
+SHRINK_SECONDS = 5
+ORACLE_MODES = ("require", "off")
+INSTALL_HINT = {"torch": "pip install 'minibert-spec[oracle]'",
+                "transformers": "pip install 'minibert-spec[oracle]'"}
+
+
+@dataclass
+class Result:
+    """What one check came to on one implementation."""
+
+    id: str
+    kind: str
+    ops: tuple[str, ...]
+    outcome: str  # passed | failed | n/a | error (| xfailed | xpassed, set by expectations)
+    message: str = ""
+    seconds: float = 0.0
+    conventions: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["ops"] = list(self.ops)
+        return d
+
+
+class CheckTimeout(BaseException):
+    """A check ran past its time limit (a BaseException: ``except Exception`` in the
+    implementation cannot swallow it)."""
+
+
+@contextmanager
+def time_limit(seconds: float | None, what: str):
+    """Raise :class:`CheckTimeout` in the main thread after ``seconds`` (SIGALRM; no limit
+    where that is unavailable: off the main thread, or on Windows).  ~10 us a call."""
+    usable = (seconds and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise CheckTimeout(f"{what} did not finish within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# --------------------------------------------------------------------------- settings
+def check_settings(*, database=None, max_examples: int | None = None,
+                   derandomize: bool | None = None):
+    """The Hypothesis settings a check runs under, built per check (never loaded as a global
+    profile).  Inherited from the profile the caller loaded (their ``max_examples``,
+    ``derandomize``...); when none was chosen (Hypothesis's own ``default``), the suite's:
+    DEFAULT_MAX_EXAMPLES, derandomized.  Always: no deadline (a whole-model check takes
+    seconds), one failure reported (the first, shrunk within SHRINK_SECONDS), the given
+    ``database`` (None: no database)."""
+    from hypothesis import HealthCheck, settings
+
+    parent = settings.default
+    chosen = settings.get_current_profile_name() not in (None, "default")
+    kw = {}
+    if not chosen:
+        kw.update(max_examples=DEFAULT_MAX_EXAMPLES, derandomize=True)
+    if max_examples is not None:
+        kw["max_examples"] = max_examples
+    if derandomize is not None:
+        kw["derandomize"] = derandomize
+    return settings(parent, deadline=None, report_multiple_bugs=False, database=database,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.differing_executors], **kw)
+
+
+@contextmanager
+def bounded_shrinking(seconds: float = SHRINK_SECONDS):
+    """Hypothesis shrinks a failure for at most ``seconds`` (a module constant of its engine;
+    restored afterwards)."""
+    from hypothesis.internal.conjecture import engine
+
+    before = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = before
+
+
+def database_for(impl_label: str, root=None):
+    """The example database of one implementation, under ``root`` (default: Hypothesis's own
+    storage directory, the caller's ``.hypothesis/``), in ``minibert/<implementation>``:
+    examples found against one implementation are never replayed against another; within
+    it, each check has its own key (its id)."""
+    import os
+
+    from hypothesis.configuration import storage_directory
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", impl_label).strip("_") or "impl"
+    if root is None:
+        return DirectoryBasedExampleDatabase(str(storage_directory("minibert", slug)))
+    return DirectoryBasedExampleDatabase(os.path.join(str(root), "minibert", slug))
+
+
+# --------------------------------------------------------------------------- messages
+def failure_message(e: BaseException, limit: int = 2000) -> str:
+    """The failure's own message, then Hypothesis's reproduction (its notes: the falsifying
+    example as a call), never empty."""
+    text = str(e).strip()
+    head = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    if isinstance(e, AssertionError) and text:
+        head = text
+    notes = [n for n in getattr(e, "__notes__", ()) if n.strip()]
+    repro = "; ".join(n.strip().replace("\n", " ") for n in notes if "Falsifying" in n
+                      or "example" in n.lower() or "seed" in n.lower())
+    out = head + (f"\nreproduce: {repro}" if repro else "")
+    return out[:limit]
+
+
+def one_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else ""
+
+
+def _convention_text(w: warnings.WarningMessage) -> str | None:
+    from spec.invariants import ConventionWarning
+
+    text = str(w.message)
+    if issubclass(w.category, ConventionWarning):
+        return text
+    if text.startswith("convention:"):
+        return text[len("convention:"):].strip()
+    return None
+
+
+# --------------------------------------------------------------------------- running
+def as_proxy(impl, label: str | None = None) -> ImplProxy:
+    """The implementation behind a proxy that raises NotApplicable for a missing name:
+    ``impl`` may be a module, an object, a ``"pkg.mod:obj"`` string or a proxy already."""
+    if isinstance(impl, ImplProxy):
+        return impl
+    if isinstance(impl, str):
+        label = label or impl
+        impl = load_impl(impl)
+    return ImplProxy(impl, label or label_of(impl))
+
+
+def unavailable(check: Check, oracle: str = "require") -> Result | None:
+    """The result of a check that cannot run here (no torch...), else None."""
+    if check.oracle and oracle == "off":
+        return Result(check.id, check.kind, check.ops, "n/a",
+                      "oracle off (--oracle off / oracle='off'): not compared with torch")
+    missing = check.missing_requirements()
+    if missing:
+        hint = INSTALL_HINT.get(missing[0], f"pip install {missing[0]}")
+        return Result(check.id, check.kind, check.ops, "error",
+                      f"{', '.join(missing)} not installed: {hint}, or turn the oracle off")
+    return None
+
+
+def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFAULT_TIMEOUT,
+              oracle: str = "require") -> Result:
+    """Run ``check`` on ``impl`` (a proxy, module, object or spec string) and return its
+    :class:`Result`; never raises for anything the implementation does (a real Ctrl-C
+    excepted)."""
+    from spec import protocol
+
+    if oracle not in ORACLE_MODES:
+        raise ValueError(f"oracle: expected one of {ORACLE_MODES}, got {oracle!r}")
+    skipped = unavailable(check, oracle)
+    if skipped is not None:
+        return skipped
+    from threadpoolctl import threadpool_limits
+
+    if check.prepare is not None:
+        check.prepare()
+    proxy = as_proxy(impl)
+    test = check.hypothesis_test(proxy, settings if settings is not None else check_settings())
+    start = time.perf_counter()
+    conventions: list[str] = []
+    outcome, message = "passed", ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # single-threaded BLAS: the checks' matrices are small, and OpenBLAS threads that
+            # spin beside other work made a whole-model FD check 25x slower (1.2 s -> 30 s)
+            with bounded_shrinking(), threadpool_limits(limits=1, user_api="blas"), \
+                    time_limit(timeout, check.id):
+                test()
+        except NotApplicable as e:
+            outcome, message = "n/a", str(e)
+        except CheckTimeout as e:
+            hung = proxy.mark_hung(check.id)
+            outcome = "failed"
+            message = str(e) + (f" (inside {' -> '.join(hung)})" if hung else "")
+        except KeyboardInterrupt:
+            if protocol._SIGINT_SEEN:
+                raise
+            outcome, message = "failed", "KeyboardInterrupt raised inside the implementation"
+        except (ImplementationExit, ImplementationHung) as e:
+            outcome, message = "failed", str(e)
+        except BaseException as e:  # noqa: BLE001 -- anything else is the check's failure
+            outcome, message = "failed", failure_message(e)
+    for w in caught:
+        text = _convention_text(w)
+        if text is not None and text not in conventions:
+            conventions.append(text)
+    if outcome == "failed" and not message.strip():
+        message = "failed without a message"  # never an empty red (spec/suite/run.py)
+    return Result(check.id, check.kind, check.ops, outcome, message,
+                  round(time.perf_counter() - start, 3), conventions)

@@ -1,0 +1,67 @@
+"""A worker process of ``minibert check``: loads the implementation once, then runs the checks
+the parent sends, one at a time, and writes each result as a JSON line on a file descriptor of
+its own (the implementation may print anything on stdout/stderr: it cannot corrupt the
+results).  The parent (spec.suite.pool) kills and replaces a worker whose check outlives its
+time limit by more than a grace period, or that dies: that check is a failure, the others go on.
+
+Protocol.  stdin, first line: the job ``{"impl", "paths", "timeout", "oracle", "max_examples",
+"fd"}``; then one line per check ``{"id", "hung": {name: check id}}``; EOF ends the worker.
+Results fd: ``{"event": "loaded", "label"}`` or ``{"event": "load_error", "message"}``; then per
+check ``{"event": "start", "id"}`` and ``{"event": "result", ...Result, "hung": [names]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _emit(out, **record) -> None:
+    out.write(json.dumps(record) + "\n")
+    out.flush()
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.readline())
+    out = os.fdopen(int(job["fd"]), "w", encoding="utf-8")
+    for path in job.get("paths", ()):  # the caller's modules, after the standard library
+        if path not in sys.path:
+            sys.path.append(path)
+    from spec.protocol import (
+        ImplLoadError,
+        ImplProxy,
+        capabilities,
+        install_interrupt_flag,
+        load_impl,
+    )
+    from spec.suite.registry import get
+    from spec.suite.run import check_settings, run_check
+
+    install_interrupt_flag()
+    try:
+        obj = load_impl(job["impl"])
+        capabilities(obj)
+    except (ImplLoadError, ValueError) as e:
+        _emit(out, event="load_error", message=str(e))
+        return 2
+    proxy = ImplProxy(obj, job["impl"])
+    _emit(out, event="loaded", label=job["impl"])
+    settings = check_settings(database=None, max_examples=job.get("max_examples"))
+    hung = object.__getattribute__(proxy, "_impl_hung")
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        command = json.loads(line)
+        hung.update(command.get("hung", {}))
+        check = get(command["id"])
+        _emit(out, event="start", id=check.id)
+        before = set(hung)
+        result = run_check(check, proxy, settings=settings, timeout=job.get("timeout"),
+                           oracle=job.get("oracle", "require"))
+        _emit(out, event="result", hung=sorted(set(hung) - before), **result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
