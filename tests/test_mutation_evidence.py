@@ -135,5 +135,6 @@ def test_runner_runs_only_the_tagged_tests_and_records_every_killer(bundled):
     assert status == "killed", message
     assert killers and all(k.startswith(FILE + "::test_conformance[") and "softmax" in k and "jacobian" in k
                            for k in killers), killers
-    # a different equation's marker selects nothing in that file
-    assert run_tagged(MUTANT, "linear.forward", TAGGED, timeout=300)[:2] == ("untested", [])
+    # another equation's tests do not kill it; an equation no test is tagged with selects none
+    assert run_tagged(MUTANT, "linear.forward", TAGGED, timeout=300)[:2] == ("survived", [])
+    assert run_tagged(MUTANT, "no.such.equation", TAGGED, timeout=300)[:2] == ("untested", [])
