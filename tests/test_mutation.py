@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from reference.registry import IMPLEMENTATIONS
+from spec.components import COMPONENTS
 from spec.conformance import check_op
 from spec.mutants import (
     CATALOG,
@@ -40,7 +41,7 @@ def reference(request):
 
 def test_catalog_is_documented():
     assert len(CATALOG) >= 25
-    known = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS)
+    known = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS) | set(COMPONENTS)
     for m in CATALOG.values():
         assert m.equation in known, f"{m.name}: unknown equation ID {m.equation!r}"
         assert m.description and "\n" not in m.description, m.name
@@ -106,6 +107,18 @@ def _jacobian_is_p_i_delta_minus_p_j(reference):
                                np.diag(p) - p[:, None] * p[None, :], rtol=1e-15)
 
 
+def _checkpoint_flips(_reference):
+    """tests/test_checkpoint_integrity.py's flip tests on a fresh checkpoint."""
+    import tempfile
+
+    from tests import test_checkpoint_integrity as CK
+
+    with tempfile.TemporaryDirectory() as d:
+        raw = CK.make_checkpoint_bytes(d)
+        CK.test_a_changed_byte_in_any_tensor_is_refused(raw, Path(d))
+        CK.test_a_changed_byte_in_any_metadata_field_is_refused(raw, Path(d))
+
+
 def _killers():
     """Mutants the op-level conformance checks do not see (issue 15's holes): the new test
     that kills each, called in-process with the bundled reference."""
@@ -124,6 +137,7 @@ def _killers():
             lambda r: LN.test_layernorm_eps_inside_the_square_root(r, 1e-3),
         "layernorm_one_pass_variance":
             lambda r: LN.test_float32_rows_with_large_mean_relative_to_spread(r, 1e3),
+        "checkpoint_hash_params_only": _checkpoint_flips,
     }
 
 
