@@ -728,7 +728,9 @@ def _timing(key, stated_ms):
             key, stated_ms, t[key], t.get("torch_" + key), threads=t["threads"],
             problems=ctx.timing_problems, factor=TIMING_FACTOR)
         what = " (smoke: tiny model)" if ctx.smoke else ""
-        return Result(f"{obtained} (median of {ctx.repeats_done}){what}", verdict,
+        if verdict != "not reproducible" or not obtained.startswith("not measured"):
+            obtained += f" (median of {ctx.repeats_done}){what}"
+        return Result(obtained, verdict,
                       f"float32, B=8, T=64, {t['threads']} worker(s) (auto); {detail}")
     return obtain
 
