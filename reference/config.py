@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass
 
 
@@ -80,10 +82,12 @@ class BertConfig:
             raise ValueError("embedding_layernorm: needs type_vocab_size >= 1 and learned "
                              f"positions, got type_vocab_size={self.type_vocab_size}, "
                              f"position={self.position!r}")
-        if not (self.ln_eps >= 0):
-            raise ValueError(f"ln_eps: expected >= 0, got {self.ln_eps!r}")
-        if not (self.init_std > 0):
-            raise ValueError(f"init_std: expected > 0, got {self.init_std!r}")
+        # ln_eps = 0 divides a constant row's zero deviation by zero: NaN, silently
+        for name in ("ln_eps", "init_std"):
+            value = getattr(self, name)
+            if not (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                    and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
 
     @property
     def d_k(self) -> int:

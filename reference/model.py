@@ -70,6 +70,8 @@ def init_params(config: BertConfig, seed: int = 0, dtype=np.float32) -> dict[str
     dtype = np.dtype(dtype)
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     params = {}
     for name, shape in param_shapes(config).items():

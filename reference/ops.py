@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from reference.registry import implements
-from reference.validate import as_float_array, as_index_array, as_mask
+from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_mask
 
 __all__ = [
     "embedding_forward",
@@ -198,9 +198,16 @@ def _sinusoidal_encoding(T: int, d: int, dtype=np.float64) -> np.ndarray:
 
 
 def sinusoidal_encoding(T: int, d: int, dtype=np.float64) -> np.ndarray:
-    if int(T) < 1 or int(d) < 1:
-        raise ValueError(f"T, d: expected positive sizes, got T={T}, d={d}")
-    return _sinusoidal_encoding(T, d, dtype)
+    for name, n in (("T", T), ("d", d)):
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {n!r}")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype!r}") from None
+    if dt not in FLOAT_DTYPES:  # an int table would be sin/cos rounded to 0 and +-1
+        raise ValueError(f"dtype: expected float32 or float64, got {dt}")
+    return _sinusoidal_encoding(int(T), int(d), dt)
 
 
 class SinusoidalPositionCache(NamedTuple):
@@ -1188,7 +1195,9 @@ def mse_backward(dloss, cache):
 
 
 def _scalar(name, value, dtype):
+    """A finite real scalar in ``dtype`` (a complex one would lose its imaginary part)."""
     a = np.asarray(value)
-    if a.shape != () or not np.issubdtype(a.dtype, np.number) or not np.isfinite(a):
-        raise ValueError(f"{name}: expected a finite scalar, got {value!r}")
+    real = np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
+    if a.shape != () or not real or not np.isfinite(a):
+        raise ValueError(f"{name}: expected a finite real scalar, got {value!r}")
     return dtype.type(a)

@@ -130,6 +130,8 @@ def adam_init(params: Mapping[str, np.ndarray]) -> dict:
     """Zero first and second moments (same names, shapes and dtypes as params), step 0."""
     if not isinstance(params, Mapping):
         raise ValueError(f"params: expected a dict of arrays, got {type(params).__name__}")
+    for k, p in params.items():  # integer moments would truncate every update to 0
+        _check_float_tensor(f"params[{k!r}]", p, finite=False)
     return {"step": 0,
             "m": {k: np.zeros_like(p) for k, p in params.items()},
             "v": {k: np.zeros_like(p) for k, p in params.items()}}
@@ -214,6 +216,12 @@ def _adam(params, grads, state, *, lr, beta1, beta2, eps, weight_decay, no_decay
                          f"got {sorted(state) if isinstance(state, Mapping) else state!r}")
     _check_grads(params, state["m"], "state['m']", finite=not trusted)
     _check_grads(params, state["v"], "state['v']", finite=not trusted)
+    if not trusted:  # sqrt(v') of a negative v is NaN in every later step
+        for k, v in state["v"].items():
+            if v.min() < 0:
+                i = tuple(int(j) for j in np.argwhere(v < 0)[0])
+                raise ValueError(f"state['v'][{k!r}]: expected values >= 0 (a second moment), "
+                                 f"got {v[i]} at index {i}")
     if trusted:
         p_out, m_out, v_out = _check_out(params, out)
         for k in params:  # an element read after another element's write: partial overlap

@@ -368,7 +368,7 @@ def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | N
     names = sorted(n for n, m in CATALOG.items() if m.equation == row.id)
     if not names:
         row.mutation = "no mutant"
-        if equation.gradient:
+        if getattr(equation, "gradient", False):
             row.gaps.append("gradient evidence but no catalog mutant breaks it "
                             "(add one to spec/mutants.py)")
         return
@@ -402,10 +402,12 @@ def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | N
 
 def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[TaggedTest], *,
          impl=None, run_proofs: bool = True, matrix: Mapping | None = None,
-         mutation: bool = False, root: Path = ROOT) -> list[Row]:
-    """One row per equation (plus a row per unknown ID found in tags).  With ``mutation``, each
-    derivation with FD or oracle evidence must also be seen to kill a mutant of its equation
-    (``matrix``: the recorded mutation matrix, None when absent)."""
+         mutation: bool = False, root: Path = ROOT,
+         components: Mapping | None = None) -> list[Row]:
+    """One row per equation (plus a row per component of ``components`` -- spec/components.py
+    -- and a row per unknown ID found in tags).  With ``mutation``, each derivation with FD or
+    oracle evidence must also be seen to kill a mutant of its equation (``matrix``: the
+    recorded mutation matrix, None when absent)."""
     by_id: dict[str, list[TaggedTest]] = {}
     for t in tests:
         for i in t.ids:
@@ -468,12 +470,37 @@ def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[Tag
         else:
             row.numeric = "(target's)"
         rows.append(row)
-    for unknown in sorted((set(impls) | set(by_id)) - set(equations)):
+    components = components or {}
+    rows += component_rows(components, by_id, matrix=matrix, mutation=mutation, root=root)
+    for unknown in sorted((set(impls) | set(by_id)) - set(equations) - set(components)):
         where = [r.where for r in impls.get(unknown, [])] + [t.nodeid
                                                              for t in by_id.get(unknown, [])]
         rows.append(Row(unknown, "unknown", "(not in spec/equations)", [], "missing", "", "",
                         [], [], [], False, False, "", None,
                         gaps=[f"ID used by {', '.join(where)} but not defined in spec"]))
+    return rows
+
+
+def component_rows(components: Mapping, by_id: Mapping[str, list[TaggedTest]], *,
+                   matrix: Mapping | None = None, mutation: bool = False,
+                   root: Path = ROOT) -> list[Row]:
+    """One row per component (spec/components.py): its implementation, its tagged tests, and
+    with ``mutation`` its mutants and the tagged tests that kill them.  Gaps: no tagged test;
+    a mutant no tagged test kills (or without a current matrix record)."""
+    rows = []
+    for c in components.values():
+        ref = resolve_hint(c.implementation)
+        row = Row(c.id, "component", c.statement, [], "n/a", "", "",
+                  [f"{ref.name} ({ref.where})"] if ref else [], [], [], False, False, "n/a",
+                  None, where=f"{_rel(c.file)}:{c.line}")
+        if ref is None:
+            row.gaps.append(f"implementation {c.implementation!r} does not import")
+        row.tests = sorted(t.nodeid for t in by_id.get(c.id, []))
+        if not row.tests:
+            row.gaps.append("no test is tagged with it")
+        elif mutation:
+            mutation_evidence(row, c, row.tests, matrix, root)
+        rows.append(row)
     return rows
 
 
@@ -505,7 +532,9 @@ class Report:
     def counts(self) -> dict:
         from collections import Counter
         eq = Counter((r.kind, r.sympy) for r in self.rows)
-        return {"equations": len([r for r in self.rows if r.kind != "unknown"]),
+        return {"equations": len([r for r in self.rows
+                                  if r.kind not in ("unknown", "component")]),
+                "components": len([r for r in self.rows if r.kind == "component"]),
                 "sympy": {f"{k}/{s}": n for (k, s), n in sorted(eq.items())},
                 "claims": dict(Counter(c.verdict for c in self.claims)),
                 "tests_collected": self.tests_collected, "tests_tagged": self.tests_tagged,
@@ -549,8 +578,10 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
     if mutation:
         from spec.mutation import read_matrix
         matrix = read_matrix()
+    from spec.components import COMPONENTS
+
     rows = join(equations, collect_implementations(impl), tests, impl=impl,
-                run_proofs=run_proofs, matrix=matrix, mutation=mutation)
+                run_proofs=run_proofs, matrix=matrix, mutation=mutation, components=COMPONENTS)
     outcomes = []
     if claims:
         from spec.claims import evaluate_all

@@ -4,6 +4,13 @@ load), with medians, p10/p90 and ratios; FLOP counts from the claims ledger's cl
 FLOP floor measured by an sgemm of the same work in the same run; peak RSS; the BLAS library and
 the thread count actually used (threadpoolctl).
 
+A measurement checks itself (``plausibility``): a load average above the core count, an sgemm far
+below what the machine's own 1-thread probe predicts (or whose rounds spread widely), or a time
+faster than its FLOP floor means the machine was busy and the figures are not a measurement of
+the code.  ``minibert bench`` then says so, judges no target and exits non-zero (unless
+``--allow-noisy``); the audit's timing claims say "not measured (busy)" (``checked_alternate``,
+``timing_verdict``).
+
 NumPy + threadpoolctl here; the torch side is ``tests/benchmarks/torch_side.py`` (``spec`` never
 imports torch itself), loaded by path when torch is installed.
 """
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -72,10 +80,11 @@ class Target:
     sense: str  # "<=" or ">="
     unit: str = ""
     detail: str = ""
+    implausible: bool = False  # measured in a run that failed its self-check: never judged
 
     @property
     def met(self) -> bool | None:
-        if self.value is None:
+        if self.value is None or self.implausible:
             return None
         return self.value <= self.bound if self.sense == "<=" else self.value >= self.bound
 
@@ -94,6 +103,10 @@ class Report:
     targets: list[Target] = field(default_factory=list)
     policy: str = ""
     torch_note: str = ""
+    cores: int = 0
+    load: dict = field(default_factory=dict)  # "before" / "after" -> 1-minute load average
+    sgemm_median: dict[int, float] = field(default_factory=dict)  # the probe's median round
+    problems: list[str] = field(default_factory=list)  # the self-check's findings
 
     def row(self, key: str, threads: int) -> Row | None:
         return next((r for r in self.rows if r.key == key and r.threads == threads), None)
@@ -162,14 +175,126 @@ def step_gflop(config, B: int, T: int, predicted: float | None = None) -> dict[s
     return {"forward": fwd, "backward": 2 * fwd, "step": 3 * fwd}
 
 
-def sgemm_gflops(threads: int, *, n: int = 512, k: int = 768, repeats: int = 20) -> float:
+def sgemm_gflops(threads: int, *, n: int = 512, k: int = 768, repeats: int = 20,
+                 with_median: bool = False):
     """This machine's float32 matmul rate now (GFLOP/s) at ``threads`` BLAS threads: the best
     of ``repeats`` timings of the thread probe's [n, k] @ [k, k] products (about the shapes of
-    a Mini-BERT step)."""
+    a Mini-BERT step); with ``with_median``, (best, the median round's rate)."""
     from reference.train.threads import MATMULS_PER_ROUND, probe
 
-    best = probe([threads], n=n, k=k, m=k, rounds=repeats, reduce=min)[threads]
-    return MATMULS_PER_ROUND * 2 * n * k * k / best / 1e9
+    rounds: list[float] = []
+    best = probe([threads], n=n, k=k, m=k, rounds=repeats,
+                 reduce=lambda t: (rounds.extend(t), min(t))[1])[threads]
+    work = MATMULS_PER_ROUND * 2 * n * k * k / 1e9
+    if with_median:
+        return work / best, work / float(np.median(rounds))
+    return work / best
+
+
+# ---------------------------------------------------------------- the self-check
+# An n-thread sgemm below this fraction of min(n, cores) x the 1-thread rate measured in the
+# same run: the threads did not get their cores (idle 2-core VM: 2 threads 1.86x 1 thread; the
+# busy run of issue 24 measured 10 GFLOP/s at 2 threads against ~170 at 1).
+SGEMM_MIN_FRACTION = 0.5
+# The probe's best round over its median round above this: the rounds were contended.
+SGEMM_MAX_SPREAD = 2.0
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, None where the OS has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def plausibility(*, cores: int, load_before: float | None, load_after: float | None,
+                 own_threads: int, sgemm: dict[int, float], sgemm_median: dict[int, float],
+                 floors: dict[str, float]) -> list[str]:
+    """What makes a run's timings implausible as a measurement of the code, one line each
+    (empty: plausible).  ``floors``: measurement name -> its time over its FLOP floor (the
+    same GFLOP at this run's sgemm rate); below 1 is faster than the machine can multiply,
+    so the sgemm that set the floor was measured on a busy machine.  The load after the run
+    counts this run's own ``own_threads`` out."""
+    out = []
+    if load_before is not None and load_before > cores:
+        out.append(f"load average {load_before:.2f} above the {cores} core(s) before the run")
+    if load_after is not None and load_after - own_threads > cores:
+        out.append(f"load average {load_after:.2f} after the run ({load_after - own_threads:.2f}"
+                   f" without its own {own_threads} thread(s)) above the {cores} core(s)")
+    one = sgemm.get(1)
+    for n, rate in sorted(sgemm.items()):
+        usable = min(n, cores)
+        if one and n > 1 and rate < SGEMM_MIN_FRACTION * usable * one:
+            out.append(f"sgemm at {n} BLAS threads {rate:.0f} GFLOP/s, far below {usable} x the "
+                       f"1-thread probe's {one:.0f} GFLOP/s")
+        median = sgemm_median.get(n)
+        if median and rate > SGEMM_MAX_SPREAD * median:
+            out.append(f"sgemm at {n} BLAS thread(s): best round {rate:.0f} GFLOP/s, median "
+                       f"{median:.0f}: the probe was contended")
+    for name, vs_floor in floors.items():
+        if vs_floor < 1.0:
+            out.append(f"{name} took {vs_floor:.2f}x its FLOP floor, faster than this run's "
+                       f"sgemm allows: the floor was measured on a busy machine")
+    return out
+
+
+def checked_alternate(fns: dict[str, Callable[[], object]], *, threads: int,
+                      gflop: dict[str, float], repeats: int, warmup: int = 1,
+                      before: dict[str, Callable[[], object]] | None = None,
+                      budget_s: float | None = None,
+                      check: bool = True) -> tuple[dict[str, Stats], list[str]]:
+    """``alternate`` under the self-check: the load average before and after, the sgemm probe
+    at 1 and ``threads`` BLAS threads, and each timed name of ``gflop`` against its floor.
+    Returns (stats, problems); ``check=False`` skips the machine checks (a smoke run)."""
+    from reference.train.threads import available_cores
+
+    if not check:
+        return alternate(fns, repeats=repeats, warmup=warmup, before=before,
+                         budget_s=budget_s), []
+    load_before = load_average()
+    rates = {n: sgemm_gflops(n, repeats=7, with_median=True) for n in sorted({1, threads})}
+    stats = alternate(fns, repeats=repeats, warmup=warmup, before=before, budget_s=budget_s)
+    floors = {name: stats[name].median_ms / (g / rates[threads][0] * 1e3)
+              for name, g in gflop.items() if g and name in stats}
+    problems = plausibility(cores=available_cores(), load_before=load_before,
+                            load_after=load_average(), own_threads=threads,
+                            sgemm={n: r[0] for n, r in rates.items()},
+                            sgemm_median={n: r[1] for n, r in rates.items()}, floors=floors)
+    return stats, problems
+
+
+# torch eager's medians on the reference machine (the project's 2-vCPU VM, idle; ``minibert
+# bench``, README "Measured": forward + loss, backward, and their sum), by thread count: the
+# yardstick that turns a ratio measured here into the reference machine's milliseconds
+TORCH_REFERENCE_MS = {1: {"forward": 31.6, "backward": 51.4, "step": 83.0},
+                      2: {"forward": 18.0, "backward": 29.0, "step": 47.0}}
+
+
+def timing_verdict(key: str, stated_ms: float, ours_ms: float, torch_ms: float | None, *,
+                   threads: int, problems: list[str], factor: float) -> tuple[str, str, str]:
+    """(obtained, verdict, detail) of a documented timing ("a forward takes ~20 ms").
+
+    A raw time depends on the machine and on what else runs; the ratio to torch eager, timed
+    alike (same batch, threads and run, alternating), does not.  The verdict converts the
+    ratio into milliseconds on the reference machine (``TORCH_REFERENCE_MS``) and compares
+    them with the stated value within ``factor``; a run that failed its self-check gives no
+    verdict ("not measured (busy)"), nor does a run without torch."""
+    if problems:
+        return "not measured (busy)", "not reproducible", "; ".join(problems)
+    here = f"{ours_ms:.2f} ms here"
+    if torch_ms is None:
+        return (here, "not reproducible",
+                "no torch eager timed alike: a raw time on an unstated machine is not a verdict")
+    ratio = ours_ms / torch_ms
+    ref = TORCH_REFERENCE_MS[min(max(threads, 1), 2)][key]
+    predicted = ratio * ref
+    ok = 1 / factor <= predicted / stated_ms <= factor
+    return (f"{ratio:.2f}x torch eager ({here}, torch {torch_ms:.2f}): {predicted:.1f} ms on the "
+            f"reference machine", "confirmed" if ok else "refuted",
+            f"x{predicted / stated_ms:.2f} the stated value (confirmed within x{factor}); the "
+            f"reference machine's torch eager takes {ref} ms at {min(max(threads, 1), 2)} "
+            f"thread(s)")
 
 
 def blas_info() -> list[dict]:

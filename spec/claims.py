@@ -158,7 +158,7 @@ class Context:
         with PyTorch eager's medians for the same model and batch measured alternately in the
         same run when torch is installed (keys ``torch_<name>``; ``threads``)."""
         from reference.train.threads import choose, keep_freed_memory, use_threads
-        from spec.bench import alternate
+        from spec.bench import checked_alternate, step_gflop
 
         ids, labels = self.batch
         impl, params, config = self.impl, self.params, self.config
@@ -170,9 +170,11 @@ class Context:
         keep_freed_memory()
         with use_threads(threads):
             fns, before = self._timing_fns(impl, params, config, ids, labels, threads)
-            # round-robin with the bench's timer: both sides see the same load
-            stats = alternate(fns, repeats=self.repeats, warmup=1, before=before,
-                              budget_s=TIMING_BUDGET_S)
+            # round-robin with the bench's timer (both sides see the same load), under the
+            # bench's self-check (skipped in a smoke run: it exercises the measuring only)
+            stats, self.timing_problems = checked_alternate(
+                fns, threads=threads, gflop=step_gflop(config, *ids.shape), repeats=self.repeats,
+                before=before, budget_s=TIMING_BUDGET_S, check=not self.smoke)
         self.repeats_done = stats["forward"].n
         out = {k: st.median_ms for k, st in stats.items()}
         out["threads"] = threads
@@ -717,29 +719,30 @@ def _guide_ffn(ctx):
 # ---- timings (machine-dependent)
 def _timing(key, stated_ms):
     def obtain(ctx):
+        from spec.bench import timing_verdict
+
         if not ctx.measure:
             return Result("not measured", "not reproducible", "measurement disabled")
-        ms = ctx.timings[key]
-        ratio = ms / stated_ms
-        ok = 1 / TIMING_FACTOR <= ratio <= TIMING_FACTOR
-        what = " (smoke: tiny model)" if ctx.smoke else ""
         t = ctx.timings
-        theirs = (f"; torch eager {t['torch_' + key]:.2f} ms in the same run, ratio "
-                  f"{ms / t['torch_' + key]:.2f}" if "torch_" + key in t else "")
-        return Result(f"{ms:.2f} ms (median of {ctx.repeats_done}){what}{theirs}",
-                      "confirmed" if ok else "refuted",
-                      f"float32, B=8, T=64, {t['threads']} worker(s) (auto), this "
-                      f"machine; x{ratio:.2f} the stated value (confirmed within "
-                      f"x{TIMING_FACTOR})")
+        obtained, verdict, detail = timing_verdict(
+            key, stated_ms, t[key], t.get("torch_" + key), threads=t["threads"],
+            problems=ctx.timing_problems, factor=TIMING_FACTOR)
+        what = " (smoke: tiny model)" if ctx.smoke else ""
+        if verdict != "not reproducible" or not obtained.startswith("not measured"):
+            obtained += f" (median of {ctx.repeats_done}){what}"
+        return Result(obtained, verdict,
+                      f"float32, B=8, T=64, {t['threads']} worker(s) (auto); {detail}")
     return obtain
 
 
+# recorded: the verdicts the reference machine gives (README "Measured": forward 1.47x, backward
+# 1.20x torch eager at 2 threads -> 26.5 and 35 ms there); machine-dependent, never a regression
 claim("timing.forward", "A forward pass of a batch takes about 20 ms", f"{GUIDE} §8", "~20 ms",
-      "refuted", machine_dependent=True, needs_measure=True)(_timing("forward", 20))
-claim("timing.backward", "A backward pass takes about 40 ms", f"{GUIDE} §8", "~40 ms", "refuted",
-      machine_dependent=True, needs_measure=True)(_timing("backward", 40))
+      "confirmed", machine_dependent=True, needs_measure=True)(_timing("forward", 20))
+claim("timing.backward", "A backward pass takes about 40 ms", f"{GUIDE} §8", "~40 ms",
+      "confirmed", machine_dependent=True, needs_measure=True)(_timing("backward", 40))
 claim("timing.step", "A training step (forward + backward) takes about 60 ms", f"{GUIDE} §8",
-      "~60 ms", "refuted", machine_dependent=True, needs_measure=True)(_timing("step", 60))
+      "~60 ms", "confirmed", machine_dependent=True, needs_measure=True)(_timing("step", 60))
 
 
 # ---- NumPy-Transformer document

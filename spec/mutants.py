@@ -83,7 +83,7 @@ def mutant(name: str, equation: str, description: str, target: str,
 
 # --------------------------------------------------------------------------- application
 # modules of the reference's tooling that hold maths a mutant may break, beside the op table's
-TOOLING_MODULES = {"loop": "reference.train.loop"}
+TOOLING_MODULES = {"loop": "reference.train.loop", "checkpoint": "reference.train.checkpoint"}
 
 
 def module_aliases() -> dict[str, str]:
@@ -486,3 +486,14 @@ mutant("evaluate_mean_of_batch_means", "loss.ce.mean",
        "held-out loss averages per-batch means instead of the loss over every held-out token",
        "loop.evaluate", ('reduction="sum"))', 'reduction="mean"))'),
        ("count += n", "count += 1"))
+
+# ============================================================ components (spec/components.py)
+# (issue 21): tooling behaviour no equation states, tagged and killed like an equation
+mutant("checkpoint_hash_params_only", "checkpoint.integrity",
+       "the checkpoint hash verifies only the parameter tensors: Adam moments and metadata "
+       "(the RNG state, step, configs) load unchecked",
+       "checkpoint.load_checkpoint",
+       ("if verify and tensor_sha256(a) != hashes[key]:",
+        'if verify and key.startswith("param/") and tensor_sha256(a) != hashes[key]:'),
+       ("checkpoint._verify_metadata", 'if field != "sha256" and sha256_text(text)',
+        'if field == "format" and sha256_text(text)'))

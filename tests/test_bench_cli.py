@@ -17,7 +17,8 @@ def test_bench_measures_every_row_and_target(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "reports" / "bench.json"
     rc = main(["bench", "-B", "2", "-T", "8", "--repeats", "2", "--warmup", "0", "--threads",
-               "1", "2", "--no-train-rate", "--no-rss", "--format", "json", "-o", str(out)])
+               "1", "2", "--no-train-rate", "--no-rss", "--format", "json", "-o", str(out),
+               "--allow-noisy"])  # this shared machine may be busy: the figures still come
     assert rc == 0
     report = json.loads(out.read_text())
     rows = {(r["key"], r["threads"]): r for r in report["rows"]}
@@ -39,8 +40,9 @@ def test_bench_measures_every_row_and_target(tmp_path, capsys):
     for t in targets.values():  # skipped measurements are "not measured", never "met"
         if "RSS" in t["name"] or "steps/s" in t["name"]:
             assert t["value"] is None and t["met"] is None
-        else:
-            assert t["met"] in (True, False)
+        else:  # judged, unless the run failed its self-check
+            assert t["met"] in ((None,) if report["problems"] else (True, False))
+            assert t["implausible"] == bool(report["problems"])
     assert report["blas"] and all(b["num_threads"] >= 1 for b in report["blas"])
 
 

@@ -34,10 +34,10 @@ def test_claim(ctx, claim_id):
     print(f"{claim_id}: stated {o.stated}, obtained {o.obtained} -> {o.verdict}; {o.detail}")
     assert o.verdict in VERDICTS
     assert o.obtained not in ("", "error"), o.detail
-    if c.machine_dependent:
-        ms = float(re.match(r"([0-9.]+) ms", o.obtained).group(1))
+    if c.machine_dependent:  # smoke: no torch to time alike, so a time and no verdict
+        ms = float(re.match(r"([0-9.]+) ms here", o.obtained).group(1))
         assert ms > 0 and np.isfinite(ms)
-        assert o.verdict in ("confirmed", "refuted")
+        assert o.verdict == "not reproducible" and "no torch eager timed alike" in o.detail
         return
     if o.pending:
         # code from another part of the project is missing: the entry must say so, not guess

@@ -31,6 +31,7 @@ from spec.audit import (
     scan_tests,
     tagged_tests,
 )
+from spec.components import COMPONENTS
 from spec.equations import Equation, Proof, load
 
 EQUATIONS = load()
@@ -65,7 +66,7 @@ def real_tests(real_records):
 @pytest.fixture(scope="module")
 def real_rows(impl, real_tests):
     return {r.id: r for r in join(EQUATIONS, collect_implementations(impl), real_tests, impl=impl,
-                                  run_proofs=False)}
+                                  run_proofs=False, components=COMPONENTS)}
 
 
 @pytest.mark.parametrize("eq_id", sorted(EQUATIONS))
@@ -83,6 +84,14 @@ def test_no_unknown_ids(real_rows):
     assert not unknown, f"IDs used by code or tests but not defined in spec/equations: {unknown}"
 
 
+@pytest.mark.parametrize("component_id", sorted(COMPONENTS))
+def test_component_evidence(real_rows, component_id):
+    """A component (spec/components.py) has an implementation and tagged tests."""
+    row = real_rows[component_id]
+    assert row.kind == "component" and not row.gaps, row.gaps
+    assert row.implementations and row.tests
+
+
 def test_pending_names_real_equations():
     assert set(PENDING) <= set(EQUATIONS)
 
@@ -92,7 +101,8 @@ def test_rows_carry_every_site(real_rows):
     functions (file:line) and its test cases at case granularity (nodeids)."""
     for eq_id, row in real_rows.items():
         prefix = eq_id.split(".")[0]
-        assert row.where.startswith(f"spec/equations/{prefix}.py:"), (eq_id, row.where)
+        home = "spec/components.py" if row.kind == "component" else f"spec/equations/{prefix}.py"
+        assert row.where.startswith(f"{home}:"), (eq_id, row.where)
         assert all(i.endswith(")") and ":" in i.rsplit(" (", 1)[-1]
                    for i in row.implementations), (eq_id, row.implementations)
     cases = real_rows["layernorm.backward.dx"].fd_tests

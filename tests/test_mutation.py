@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from reference.registry import IMPLEMENTATIONS
+from spec.components import COMPONENTS
 from spec.mutants import (
     CATALOG,
     OPTIMIZER_EQUATIONS,
@@ -47,7 +48,7 @@ def op_verdict(impl, op: str) -> str:
 
 def test_catalog_is_documented():
     assert len(CATALOG) >= 25
-    known = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS)
+    known = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS) | set(COMPONENTS)
     for m in CATALOG.values():
         assert m.equation in known, f"{m.name}: unknown equation ID {m.equation!r}"
         assert m.description and "\n" not in m.description, m.name
@@ -113,6 +114,18 @@ def _jacobian_is_p_i_delta_minus_p_j(reference):
                                np.diag(p) - p[:, None] * p[None, :], rtol=1e-15)
 
 
+def _checkpoint_flips(_reference):
+    """tests/test_checkpoint_integrity.py's flip tests on a fresh checkpoint."""
+    import tempfile
+
+    from tests import test_checkpoint_integrity as CK
+
+    with tempfile.TemporaryDirectory() as d:
+        raw = CK.make_checkpoint_bytes(d)
+        CK.test_a_changed_byte_in_any_tensor_is_refused(raw, Path(d))
+        CK.test_a_changed_byte_in_any_metadata_field_is_refused(raw, Path(d))
+
+
 def _killers():
     """Mutants the op-level example checks do not see (issue 15's holes): the check (or test)
     that kills each, called in-process with the bundled reference."""
@@ -129,6 +142,7 @@ def _killers():
             lambda r: test_evaluate.test_evaluate_is_the_loss_over_every_held_out_token(r, 4),
         "layernorm_eps_outside_sqrt": by_id("invariant[layernorm.eps_inside_sqrt-0.001]"),
         "layernorm_one_pass_variance": by_id("invariant[layernorm.large_mean_float32-1000.0]"),
+        "checkpoint_hash_params_only": _checkpoint_flips,
     }
 
 

@@ -97,8 +97,30 @@ def read_text(name: str, path: str) -> str:
                          f"{path!r} at offset {e.start}") from None
 
 
-class RunLocked(RuntimeError):
-    """Another live process holds the run directory."""
+def stale_temporaries(directory: str, names) -> list[str]:
+    """The temporary files ``atomic_path`` leaves beside each of ``names`` in ``directory`` when
+    the process is killed mid-write (``.<name>.<random>.tmp``): the checkpoint's is 54 MB.
+    Only their owner, holding the run lock, may remove them."""
+    if not os.path.isdir(directory):
+        return []
+    prefixes = tuple(f".{n}." for n in names)
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.startswith(prefixes) and f.endswith(".tmp"))
+
+
+class RunLocked(ValueError):
+    """Another live process holds the run directory (a user's situation, not a bug: the CLI
+    prints it as one line, exit 2)."""
+
+
+def _describe_process(pid: str) -> str:
+    """``pid N (its command line)`` where /proc shows it, else ``pid N``."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
+            argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+    except (OSError, ValueError):
+        return f"pid {pid}"
+    return f"pid {pid}: {' '.join(argv)[:200]}" if argv else f"pid {pid}"
 
 
 class RunLock:
@@ -119,11 +141,12 @@ class RunLock:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             fh.seek(0)
-            holder = fh.read().strip() or "unknown"
+            holder = fh.read().strip()
             fh.close()
-            raise RunLocked(f"run-dir: another training (pid {holder}) is using "
-                            f"{os.path.dirname(self.path)!r}; wait for it or choose another "
-                            f"--run-dir") from None
+            who = _describe_process(holder) if holder else "its pid not yet recorded"
+            raise RunLocked(f"run-dir: another training ({who}) is using "
+                            f"{os.path.dirname(self.path)!r}; wait for it to finish (or stop "
+                            f"it) or choose another --run-dir") from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))

@@ -6,8 +6,11 @@ reference training step; ``minibert train``'s steps/s idle and beside another 2-
 BLAS library and threads actually used (threadpoolctl); and every performance target with its
 measured value.
 
-A benchmark, never a test: nothing here asserts a time, and the exit status says only whether
-the measurement ran (0), not whether a target was met.
+A benchmark, never a test: nothing here asserts a time, and the exit status says whether the
+measurement ran and is plausible (0), not whether a target was met.  The run checks itself
+(spec.bench.plausibility): a load average above the core count, an sgemm far below the 1-thread
+probe's rate, or a step faster than its FLOP floor says the machine was busy -- the report
+lists why, judges no target, and the exit status is 1 unless --allow-noisy.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ def register(sub) -> None:
     b.add_argument("--no-train-rate", action="store_true",
                    help="skip minibert train's steps/s idle and under a 2-thread load (~40 s)")
     b.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
+    b.add_argument("--allow-noisy", action="store_true",
+                   help="exit 0 even when the run fails its self-check (busy machine); the "
+                        "targets are still not judged")
     b.add_argument("--format", choices=["table", "json"], default="table")
     b.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
     b.set_defaults(func=run)
@@ -157,14 +163,16 @@ def measure(args):
 
     from reference import init_params
     from reference.config import PRESETS
-    from reference.train.threads import use_threads
+    from reference.train.threads import available_cores, use_threads
     from spec.bench import (
         Report,
         Row,
         alternate,
         blas_info,
+        load_average,
         load_torch_side,
         peak_rss_mib,
+        plausibility,
         sgemm_gflops,
         step_gflop,
         train_rate,
@@ -182,11 +190,14 @@ def measure(args):
     if module is not None:
         import torch
     report = Report(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
-                    torch_note=note)
+                    torch_note=note, cores=available_cores())
+    report.load["before"] = load_average()
     predicted = float(np.mean(labels != -100))
     threads = sorted(set(args.threads))
-    for n in threads:  # the machine's sgemm rate at n BLAS threads: the FLOP floor
-        report.sgemm_gflops[n] = sgemm_gflops(n)
+    # the machine's sgemm rate at n BLAS threads (the FLOP floor), and at 1: the probe that
+    # says what n threads should reach
+    for n in sorted(set(threads) | {1}):
+        report.sgemm_gflops[n], report.sgemm_median[n] = sgemm_gflops(n, with_median=True)
     for n in threads:
         with use_threads(n):
             if torch is not None:
@@ -210,6 +221,15 @@ def measure(args):
                 report.rows.append(Row(
                     key, title, n, gflop, stats["ours"], stats.get("torch"),
                     gflop / report.sgemm_gflops[n] * 1e3 if gflop else None))
+    # the self-check, before the RSS and train-rate children (the latter loads the machine on
+    # purpose)
+    report.load["after"] = load_average()
+    report.problems = plausibility(
+        cores=report.cores, load_before=report.load["before"],
+        load_after=report.load["after"], own_threads=max(threads),
+        sgemm=report.sgemm_gflops, sgemm_median=report.sgemm_median,
+        floors={f"{r.name} ({r.threads} thread(s))": r.vs_floor for r in report.rows
+                if r.vs_floor is not None})
     if not args.no_rss:
         for head in ("full", "masked"):
             report.peak_rss_mib[head] = peak_rss_mib(args.preset, B, T, threads=max(threads),
@@ -217,6 +237,8 @@ def measure(args):
     if not args.no_train_rate:
         report.train_rate = train_rate(args.preset)
     report.targets = targets(report)
+    for t in report.targets:  # never "met" (nor "NOT met") from an implausible run
+        t.implausible = bool(report.problems)
     return report
 
 
@@ -265,7 +287,14 @@ def render_table(report) -> str:
         lines.append(f"BLAS: {b['internal_api']} {b['version']} ({b['user_api']}), "
                      f"{b['num_threads']} thread(s) in use at the end, {b['architecture']}")
     for n, rate in report.sgemm_gflops.items():
-        lines.append(f"sgemm floor, {n} BLAS thread(s): {rate:.0f} GFLOP/s")
+        lines.append(f"sgemm floor, {n} BLAS thread(s): {rate:.0f} GFLOP/s (median round "
+                     f"{report.sgemm_median.get(n, float('nan')):.0f})")
+    load = ", ".join(f"{k} {v:.2f}" for k, v in report.load.items() if v is not None)
+    lines.append(f"cores {report.cores}; load average {load or 'unavailable'}")
+    if report.problems:
+        lines.append("SELF-CHECK FAILED: these timings measure a busy machine, not the code; "
+                     "no target is judged:")
+        lines += [f"  - {p}" for p in report.problems]
     if report.torch_note:
         lines.append(report.torch_note)
     head = f"{'measurement':26} {'thr':>3} {'GFLOP':>6} {'ours ms':>18} {'torch ms':>18} " \
@@ -290,7 +319,8 @@ def render_table(report) -> str:
     if report.targets:
         lines += ["", "targets:"]
         for t in report.targets:
-            verdict = {True: "met", False: "NOT met", None: "not measured"}[t.met]
+            verdict = ("not judged (implausible run)" if t.implausible and t.value is not None
+                       else {True: "met", False: "NOT met", None: "not measured"}[t.met])
             value = "-" if t.value is None else f"{t.value:.2f}{t.unit and ' ' + t.unit}"
             lines.append(f"  {t.name}: {value} (target {t.sense} {t.bound:g}{t.unit and ' '}"
                          f"{t.unit}) {verdict}" + (f"; {t.detail}" if t.detail else ""))
@@ -310,4 +340,9 @@ def run(args) -> int:
         atomic_write(args.output, text + "\n")
     else:
         sys.stdout.write(text + "\n")
+    if report.problems and not args.allow_noisy:
+        print(f"minibert bench: the run failed its self-check ({report.problems[0]}"
+              + (f"; {len(report.problems) - 1} more" if len(report.problems) > 1 else "")
+              + "): rerun on an idle machine, or pass --allow-noisy", file=sys.stderr)
+        return 1
     return 0

@@ -12,7 +12,8 @@ def register(sub) -> None:
     e.add_argument("texts", nargs="+", help="one or more sentences")
     e.add_argument("--pooling", choices=["cls", "mean"], default="cls")
     e.add_argument("--normalize", action="store_true", help="L2-normalise each embedding")
-    e.add_argument("--output", "-o", help="save the [N, H] float32 array to this .npy file")
+    e.add_argument("--output", "-o", help="save the [N, H] float32 array (.npy format) to "
+                                           "exactly this file")
     e.set_defaults(func=run)
 
 
@@ -39,17 +40,33 @@ def sentence_embeddings(checkpoint, texts, pooling: str = "cls", normalize: bool
     return out.astype(np.float32)
 
 
+def output_path(value: str) -> str:
+    """The file ``--output`` names, exactly (np.save would append .npy to a name without it
+    and report the name it was given); a directory or a missing folder is a user error."""
+    import os
+
+    if os.path.isdir(value):
+        raise ValueError(f"--output: expected a file path, got the directory {value!r} (name "
+                         f"a file in it, e.g. {os.path.join(value, 'embeddings.npy')!r})")
+    parent = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(parent):
+        raise ValueError(f"--output: expected a path in an existing folder, got {value!r} "
+                         f"({parent!r} does not exist)")
+    return value
+
+
 def run(args) -> int:
     import numpy as np
 
-    try:
-        emb = sentence_embeddings(args.checkpoint, args.texts, args.pooling, args.normalize)
-    except ValueError as e:
-        print(f"error: {e}")
-        return 1
-    if args.output:
-        np.save(args.output, emb)
-        print(f"saved {emb.shape[0]} x {emb.shape[1]} embeddings to {args.output}")
+    # a mistake is a ValueError: minibert's one line on stderr, exit 2 (spec.cli.main)
+    out = None if args.output is None else output_path(args.output)
+    emb = sentence_embeddings(args.checkpoint, args.texts, args.pooling, args.normalize)
+    if out is not None:
+        from reference.train.fileio import atomic_path
+
+        with atomic_path(out) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, emb)  # a file object: written as named, no suffix added
+        print(f"saved {emb.shape[0]} x {emb.shape[1]} embeddings to {out}")
     else:
         for text, row in zip(args.texts, emb):
             print(f"{text!r}: [{', '.join(f'{v:.4f}' for v in row[:6])}, ...] "

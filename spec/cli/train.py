@@ -119,17 +119,40 @@ def ignored_on_resume(args, tcfg) -> list[str]:
 
 
 def check_run_dir(run_dir: str, *, resume: bool, force: bool) -> None:
-    """A new run never silently overwrites an old one; a resume needs a checkpoint."""
+    """A new run never silently overwrites an old one; a resume needs a checkpoint.  Each
+    message names the flag that goes somewhere: a run stopped before its first checkpoint
+    (killed during setup) has nothing to --resume, so both point to --force."""
     ckpt = os.path.join(run_dir, "checkpoint.safetensors")
-    if resume:
-        if not os.path.isfile(ckpt):
-            raise ValueError(f"run-dir: --resume expected {ckpt}, which does not exist; drop "
-                             f"--resume to start a new run")
-        return
     present = [f for f in RUN_FILES if os.path.exists(os.path.join(run_dir, f))]
+    if resume:
+        if os.path.isfile(ckpt):
+            return
+        if present:
+            raise ValueError(f"run-dir: --resume expected {ckpt}, which does not exist: the "
+                             f"run stopped before its first checkpoint ({', '.join(present)} "
+                             f"only); pass --force instead of --resume to start it over")
+        raise ValueError(f"run-dir: --resume expected {ckpt}, which does not exist; drop "
+                         f"--resume to start a new run")
     if present and not force:
+        if not os.path.isfile(ckpt):
+            raise ValueError(f"run-dir: {run_dir!r} holds a run that stopped before its first "
+                             f"checkpoint ({', '.join(present)}); pass --force to start it "
+                             f"over (there is nothing to --resume)")
         raise ValueError(f"run-dir: {run_dir!r} already holds a run ({', '.join(present)}); "
                          f"pass --resume to continue it or --force to replace it")
+
+
+def remove_stale_temporaries(run_dir: str) -> None:
+    """The temporary files of saves a kill -9 interrupted (only under the run lock: no other
+    live process can be writing them)."""
+    from reference.train.fileio import stale_temporaries
+
+    stale = stale_temporaries(run_dir, RUN_FILES)
+    for p in stale:
+        os.remove(p)
+    if stale:
+        print(f"removed {len(stale)} temporary file(s) of an interrupted save: "
+              f"{', '.join(os.path.basename(p) for p in stale)}")
 
 
 def clear_run_dir(run_dir: str) -> None:
@@ -208,6 +231,7 @@ def run_mlm(args) -> int:
     check_run_dir(args.run_dir, resume=args.resume, force=args.force)
     os.makedirs(args.run_dir, exist_ok=True)
     with RunLock(args.run_dir):
+        remove_stale_temporaries(args.run_dir)
         if args.force:
             clear_run_dir(args.run_dir)
         return _train_mlm(args, ckpt, tcfg, tok_json)
