@@ -83,7 +83,7 @@ def mutant(name: str, equation: str, description: str, target: str,
 
 # --------------------------------------------------------------------------- application
 # modules of the reference's tooling that hold maths a mutant may break, beside the op table's
-TOOLING_MODULES = {"loop": "reference.train.loop"}
+TOOLING_MODULES = {"loop": "reference.train.loop", "wordpiece": "reference.train.wordpiece"}
 
 
 def module_aliases() -> dict[str, str]:
@@ -486,3 +486,15 @@ mutant("evaluate_mean_of_batch_means", "loss.ce.mean",
        "held-out loss averages per-batch means instead of the loss over every held-out token",
        "loop.evaluate", ('reduction="sum"))', 'reduction="mean"))'),
        ("count += n", "count += 1"))
+
+
+# ===================================================================== issue 21: bugs that escaped
+# the suite in the code added for BERT, the fast optimizer and the tokenizer (each was injected
+# by hand and the README's test command stayed green, or one test alone turned red)
+mutant("wordpiece_min_frequency_exclusive", "wordpiece.vocab",
+       "WordPiece stops at a pair seen exactly min_frequency times instead of merging it",
+       "wordpiece.learn_vocab", ("if -neg < min_frequency:", "if -neg <= min_frequency:"))
+mutant("wordpiece_alphabet_ties_by_insertion", "wordpiece.vocab",
+       "equally frequent alphabet symbols ordered as first seen instead of by their text",
+       "wordpiece.learn_vocab", ("key=lambda t: (-symbol_freq[t], t))",
+                                 "key=lambda t: -symbol_freq[t])"))

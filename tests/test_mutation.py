@@ -39,6 +39,8 @@ def reference(request):
 
 
 def test_catalog_is_documented():
+    import reference.train.wordpiece  # noqa: F401 -- registers its @implements tag
+
     assert len(CATALOG) >= 25
     known = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS)
     for m in CATALOG.values():
@@ -107,12 +109,15 @@ def _jacobian_is_p_i_delta_minus_p_j(reference):
 
 
 def _killers():
-    """Mutants the op-level conformance checks do not see (issue 15's holes): the new test
-    that kills each, called in-process with the bundled reference."""
+    """Mutants the op-level conformance checks do not see (issue 15's holes, issue 21's
+    escaped bugs): the new test that kills each, called in-process with the bundled reference."""
     from tests import test_layernorm_edges as LN
     from tests import test_loss_edges as CE
+    from tests import test_wordpiece as WP
 
     return {
+        "wordpiece_min_frequency_exclusive": lambda r: WP.test_hand_corpus(3),
+        "wordpiece_alphabet_ties_by_insertion": lambda r: WP.test_the_worked_example(),
         "softmax_jacobian_transposed_term": _jacobian_is_p_i_delta_minus_p_j,
         "ce_log_softmax_no_max_shift":
             lambda r: CE.test_cross_entropy_is_stable_at_large_logits(r, np.float64, "sum"),
