@@ -491,6 +491,11 @@ mutant("evaluate_mean_of_batch_means", "loss.ce.mean",
 # ===================================================================== issue 21: bugs that escaped
 # the suite in the code added for BERT, the fast optimizer and the tokenizer (each was injected
 # by hand and the README's test command stayed green, or one test alone turned red)
+mutant("global_norm_stale_chunk_tail", "clip.global_norm",
+       "the chunked sum of squares reuses the whole chunk buffer in the last, partial chunk: "
+       "stale squares of the previous chunk are counted again",
+       "optim._sum_squares", ("chunk = buf[: min(_CHUNK, flat.size - lo)]", "chunk = buf"),
+       ("chunk[...] = flat[lo:lo + _CHUNK]", "chunk[: flat.size - lo] = flat[lo:lo + _CHUNK]"))
 mutant("wordpiece_min_frequency_exclusive", "wordpiece.vocab",
        "WordPiece stops at a pair seen exactly min_frequency times instead of merging it",
        "wordpiece.learn_vocab", ("if -neg < min_frequency:", "if -neg <= min_frequency:"))

@@ -111,11 +111,13 @@ def _jacobian_is_p_i_delta_minus_p_j(reference):
 def _killers():
     """Mutants the op-level conformance checks do not see (issue 15's holes, issue 21's
     escaped bugs): the new test that kills each, called in-process with the bundled reference."""
+    from tests import test_chunk_boundaries as CB
     from tests import test_layernorm_edges as LN
     from tests import test_loss_edges as CE
     from tests import test_wordpiece as WP
 
     return {
+        "global_norm_stale_chunk_tail": lambda r: CB.test_real_chunk_sizes(r, 1),
         "wordpiece_min_frequency_exclusive": lambda r: WP.test_hand_corpus(3),
         "wordpiece_alphabet_ties_by_insertion": lambda r: WP.test_the_worked_example(),
         "softmax_jacobian_transposed_term": _jacobian_is_p_i_delta_minus_p_j,
