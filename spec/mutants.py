@@ -83,7 +83,8 @@ def mutant(name: str, equation: str, description: str, target: str,
 
 # --------------------------------------------------------------------------- application
 # modules of the reference's tooling that hold maths a mutant may break, beside the op table's
-TOOLING_MODULES = {"loop": "reference.train.loop", "wordpiece": "reference.train.wordpiece"}
+TOOLING_MODULES = {"loop": "reference.train.loop", "hf": "reference.hf.checkpoint",
+                   "wordpiece": "reference.train.wordpiece"}
 
 
 def module_aliases() -> dict[str, str]:
@@ -491,6 +492,18 @@ mutant("evaluate_mean_of_batch_means", "loss.ce.mean",
 # ===================================================================== issue 21: bugs that escaped
 # the suite in the code added for BERT, the fast optimizer and the tokenizer (each was injected
 # by hand and the README's test command stayed green, or one test alone turned red)
+mutant("embedding_ln_ignores_ln_eps", "embedding_ln.forward",
+       "the embedding LayerNorm runs at the op's default eps (1e-12), not the configured ln_eps",
+       "model._embed", ('params["embeddings.ln.beta"], config.ln_eps)',
+                        'params["embeddings.ln.beta"])'))
+mutant("mlm_head_ignores_activation", "mlm_head.forward",
+       "the BERT MLM head's transform uses the op's default GELU, not the configured activation",
+       "model._forward", ("eps=config.ln_eps, activation=config.activation)  # [B, T, V]",
+                          "eps=config.ln_eps)  # [B, T, V]"))
+mutant("hf_gelu_new_loaded_as_erf", "gelu.forward.tanh",
+       'config.json hidden_act "gelu_new" (the tanh approximation) loaded as the exact erf GELU',
+       "hf.config_from_hf", ("activation=ACTIVATIONS[act]",
+                             'activation={"gelu_new": "gelu"}.get(act, ACTIVATIONS[act])'))
 mutant("global_norm_stale_chunk_tail", "clip.global_norm",
        "the chunked sum of squares reuses the whole chunk buffer in the last, partial chunk: "
        "stale squares of the previous chunk are counted again",

@@ -108,6 +108,19 @@ def _jacobian_is_p_i_delta_minus_p_j(reference):
                                np.diag(p) - p[:, None] * p[None, :], rtol=1e-15)
 
 
+def _in_tmp(test_name, module, *args):
+    """A killer that runs ``module.test_name(reference, *args, tmp_path)`` in a fresh
+    temporary directory; the module is imported when it runs (torch, transformers)."""
+    def kill(reference):
+        import importlib
+        import tempfile
+
+        test = getattr(importlib.import_module(f"tests.{module}"), test_name)
+        with tempfile.TemporaryDirectory() as tmp:
+            test(reference, *args, Path(tmp))
+    return kill
+
+
 def _killers():
     """Mutants the op-level conformance checks do not see (issue 15's holes, issue 21's
     escaped bugs): the new test that kills each, called in-process with the bundled reference."""
@@ -117,6 +130,14 @@ def _killers():
     from tests import test_wordpiece as WP
 
     return {
+        "embedding_ln_ignores_ln_eps": _in_tmp("test_field_away_from_its_default",
+                                               "test_config_fields", "transformers", "ln_eps",
+                                               1e-3, "none"),
+        "mlm_head_ignores_activation": _in_tmp("test_field_away_from_its_default",
+                                               "test_config_fields", "transformers",
+                                               "activation", "relu", "mlm"),
+        "hf_gelu_new_loaded_as_erf": _in_tmp("test_every_transformers_activation_name",
+                                             "test_config_fields", "gelu_new", "gelu_tanh"),
         "global_norm_stale_chunk_tail": lambda r: CB.test_real_chunk_sizes(r, 1),
         "wordpiece_min_frequency_exclusive": lambda r: WP.test_hand_corpus(3),
         "wordpiece_alphabet_ties_by_insertion": lambda r: WP.test_the_worked_example(),
