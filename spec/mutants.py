@@ -504,6 +504,11 @@ mutant("hf_gelu_new_loaded_as_erf", "gelu.forward.tanh",
        'config.json hidden_act "gelu_new" (the tanh approximation) loaded as the exact erf GELU',
        "hf.config_from_hf", ("activation=ACTIVATIONS[act]",
                              'activation={"gelu_new": "gelu"}.get(act, ACTIVATIONS[act])'))
+mutant("hf_pooler_weight_not_transposed", "pooler.forward",
+       "the Hugging Face pooler.dense.weight ([out, in]) mapped without its transpose (square: "
+       "loads and saves without a shape error)",
+       "hf._hf_names", ('"pooler.W": ("pooler.dense.weight", True)',
+                        '"pooler.W": ("pooler.dense.weight", False)'))
 mutant("global_norm_stale_chunk_tail", "clip.global_norm",
        "the chunked sum of squares reuses the whole chunk buffer in the last, partial chunk: "
        "stale squares of the previous chunk are counted again",
