@@ -34,6 +34,9 @@ from spec.protocol import reference_modules
 
 OPTIMIZER_EQUATIONS = ("optim.adam", "optim.adamw", "schedule.warmup_linear",
                        "clip.global_norm", "accum.grad_mean")
+# equations of the training tooling: no op of the protocol, the implementation named by the
+# equation's impl_hint instead of an @implements tag
+TOOLING_EQUATIONS = ("wordpiece.vocab",)
 
 
 class NotApplicable(Exception):

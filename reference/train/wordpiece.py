@@ -15,8 +15,6 @@ from __future__ import annotations
 import heapq
 from collections import Counter, defaultdict
 
-from reference.registry import implements
-
 PREFIX = "##"
 
 
@@ -36,7 +34,6 @@ def _merged(a: str, b: str) -> str:
     return a + b[len(PREFIX):]
 
 
-@implements("wordpiece.vocab")
 def learn_vocab(counts: Counter, vocab_size: int, specials, *, min_frequency: int = 2) -> list[str]:
     """Tokens in id order: ``specials``, the alphabet (most frequent first, ties by text), then
     one token per merge, until ``vocab_size`` tokens or no pair is frequent enough.

@@ -115,7 +115,7 @@ register(Equation(
     (SLIDES,),
     r"(a, b)^* = \arg\max_{(a, b)} \sum_w n_w \, \#\{(a, b) \in w\},\ "
     r"\text{merge while } \max \ge \text{min\_frequency}",
-    _prove_example,
+    _prove_example, impl_hint="reference.train.wordpiece:learn_vocab",
     numeric_na="a discrete algorithm on word counts, not a map on arrays: tests/test_wordpiece.py "
                "holds the learner to greedy_vocab (random corpora, ties included) and to the "
                "Hugging Face trainer (tie-free corpora)",
