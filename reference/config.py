@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from functools import cache
+from typing import Literal, get_args, get_type_hints
 
 
 @dataclass(frozen=True)
@@ -37,16 +39,16 @@ class BertConfig:
     intermediate: int = 768  # I
     max_len: int = 64  # T
     vocab_size: int = 8192  # V
-    position: str = "learned"
+    position: Literal["learned", "sinusoidal"] = "learned"
     attn_bias: bool = False
     final_layernorm: bool = True
-    head: str = "mlm"
+    head: Literal["mlm", "none", "classifier"] = "mlm"
     ln_eps: float = 1e-12
     init_std: float = 0.02
-    activation: str = "relu"
+    activation: Literal["relu", "gelu", "gelu_tanh"] = "relu"
     type_vocab_size: int = 0
     embedding_layernorm: bool = False
-    mlm_style: str = "linear"
+    mlm_style: Literal["linear", "bert"] = "linear"
     pooler: bool = False
     num_labels: int = 2
     blog_literal: bool = False
@@ -60,15 +62,10 @@ class BertConfig:
         if self.hidden % self.n_heads:
             raise ValueError(f"n_heads: expected a divisor of hidden={self.hidden}, "
                              f"got {self.n_heads} (remainder {self.hidden % self.n_heads})")
-        if self.position not in ("learned", "sinusoidal"):
-            raise ValueError(f"position: expected 'learned' or 'sinusoidal', got {self.position!r}")
-        if self.head not in ("mlm", "none", "classifier"):
-            raise ValueError(f"head: expected 'mlm', 'none' or 'classifier', got {self.head!r}")
-        if self.activation not in ("relu", "gelu", "gelu_tanh"):
-            raise ValueError(f"activation: expected 'relu', 'gelu' or 'gelu_tanh', "
-                             f"got {self.activation!r}")
-        if self.mlm_style not in ("linear", "bert"):
-            raise ValueError(f"mlm_style: expected 'linear' or 'bert', got {self.mlm_style!r}")
+        for name, options in choices().items():  # position, head, activation, mlm_style
+            if getattr(self, name) not in options:
+                listed = ", ".join(map(repr, options[:-1])) + f" or {options[-1]!r}"
+                raise ValueError(f"{name}: expected {listed}, got {getattr(self, name)!r}")
         for name in ("type_vocab_size", "num_labels"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -98,6 +95,15 @@ class BertConfig:
 
     def replace(self, **changes) -> BertConfig:
         return BertConfig(**{**asdict(self), **changes})
+
+
+@cache
+def choices() -> dict[str, tuple]:
+    """Field -> its allowed values, for the fields annotated with a ``Literal`` (the one list
+    of each: validation and the tests that try every value read it)."""
+    hints = get_type_hints(BertConfig)
+    return {f.name: get_args(hints[f.name]) for f in fields(BertConfig)
+            if getattr(hints[f.name], "__origin__", None) is Literal}
 
 
 def mini_bert(**overrides) -> BertConfig:

@@ -19,6 +19,7 @@ from spec.components import COMPONENTS
 from spec.mutants import (
     CATALOG,
     OPTIMIZER_EQUATIONS,
+    TOOLING_EQUATIONS,
     MutantEditError,
     activate,
     applicability,
@@ -47,8 +48,12 @@ def op_verdict(impl, op: str) -> str:
 
 
 def test_catalog_is_documented():
+    from spec.equations import load
+
+    assert set(TOOLING_EQUATIONS) <= set(load())
     assert len(CATALOG) >= 25
-    known = set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS) | set(COMPONENTS)
+    known = (set(IMPLEMENTATIONS) | set(OPTIMIZER_EQUATIONS) | set(COMPONENTS)
+             | set(TOOLING_EQUATIONS))
     for m in CATALOG.values():
         assert m.equation in known, f"{m.name}: unknown equation ID {m.equation!r}"
         assert m.description and "\n" not in m.description, m.name
@@ -126,15 +131,44 @@ def _checkpoint_flips(_reference):
         CK.test_a_changed_byte_in_any_metadata_field_is_refused(raw, Path(d))
 
 
+def _in_tmp(test_name, module, *args):
+    """A killer that runs ``module.test_name(reference, *args, tmp_path)`` in a fresh
+    temporary directory; the module is imported when it runs (torch, transformers)."""
+    def kill(reference):
+        import importlib
+        import tempfile
+
+        test = getattr(importlib.import_module(f"tests.{module}"), test_name)
+        with tempfile.TemporaryDirectory() as tmp:
+            test(reference, *args, Path(tmp))
+    return kill
+
+
 def _killers():
-    """Mutants the op-level example checks do not see (issue 15's holes): the check (or test)
-    that kills each, called in-process with the bundled reference."""
+    """Mutants the op-level example checks do not see (issue 15's holes, issue 21's escaped
+    bugs): the check (or test) that kills each, called in-process with the bundled reference."""
+    from tests import test_chunk_boundaries as CB
     from tests import test_evaluate
+    from tests import test_wordpiece as WP
 
     def by_id(check_id):
         return lambda r: get(check_id).call(r)
 
     return {
+        "embedding_ln_ignores_ln_eps": _in_tmp("test_field_away_from_its_default",
+                                               "test_config_fields", "transformers", "ln_eps",
+                                               1e-3, "none"),
+        "mlm_head_ignores_activation": _in_tmp("test_field_away_from_its_default",
+                                               "test_config_fields", "transformers",
+                                               "activation", "relu", "mlm"),
+        "hf_gelu_new_loaded_as_erf": _in_tmp("test_every_transformers_activation_name",
+                                             "test_config_fields", "gelu_new", "gelu_tanh"),
+        "hf_pooler_weight_not_transposed": _in_tmp(
+            "test_loader_mapping_against_transformers_module_tree", "test_hf_names",
+            "BertModel", True),
+        "global_norm_stale_chunk_tail": lambda r: CB.test_real_chunk_sizes(r, 1),
+        "wordpiece_min_frequency_exclusive": lambda r: WP.test_hand_corpus(3),
+        "wordpiece_alphabet_ties_by_insertion": lambda r: WP.test_the_worked_example(),
         "softmax_jacobian_transposed_term": _jacobian_is_p_i_delta_minus_p_j,
         "ce_log_softmax_no_max_shift": by_id("invariant[cross_entropy.large_logits-f64-sum]"),
         "ce_ignores_ignore_index_argument": by_id("invariant[cross_entropy.ignore_index--1-mean]"),

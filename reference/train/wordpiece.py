@@ -36,7 +36,13 @@ def _merged(a: str, b: str) -> str:
 
 def learn_vocab(counts: Counter, vocab_size: int, specials, *, min_frequency: int = 2) -> list[str]:
     """Tokens in id order: ``specials``, the alphabet (most frequent first, ties by text), then
-    one token per merge, until ``vocab_size`` tokens or no pair is frequent enough."""
+    one token per merge, until ``vocab_size`` tokens or no pair is frequent enough.
+
+    The alphabet is every piece of the initial segmentation plus every character as a bare
+    piece (count 0 when it never starts a word), as the HF trainer builds it.  Where the
+    alphabet alone exceeds ``vocab_size``, the HF trainer keeps all of it (a larger vocabulary
+    than asked); here the most frequent pieces are kept.  The rule is written as its
+    definition in ``spec.equations.wordpiece`` (``greedy_vocab``)."""
     words = sorted(counts)  # a fixed order: the result never depends on dict iteration
     freq = [counts[w] for w in words]
     seqs = [_pieces(w) for w in words]
@@ -44,6 +50,9 @@ def learn_vocab(counts: Counter, vocab_size: int, specials, *, min_frequency: in
     for s, f in zip(seqs, freq):
         for sym in s:
             symbol_freq[sym] += f
+    for w in words:  # every character also as a word start (the HF trainer's alphabet), so a
+        for c in w[1:]:  # word that begins with one seen only inside words is not [UNK]
+            symbol_freq[c] += 0
     room = vocab_size - len(specials)
     alphabet = sorted(symbol_freq, key=lambda t: (-symbol_freq[t], t))[:max(room, 0)]
     vocab = list(specials) + alphabet

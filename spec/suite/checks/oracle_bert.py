@@ -46,18 +46,21 @@ EQUATIONS = {
 
 
 def hf_config(act="gelu", **kw):
-    return transformers.BertConfig(
+    """The test's transformers config; ``kw`` adds or overrides fields."""
+    return transformers.BertConfig(**{**dict(
         vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=A,
         intermediate_size=I, max_position_embeddings=16, type_vocab_size=2, hidden_act=act,
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.2,
-        num_labels=C, **kw)
+        num_labels=C), **kw})
 
 
-def hf_model(arch: str, dtype, seed=0, act="gelu"):
+def hf_model(arch: str, dtype, seed=0, act="gelu", *, model_kw=None, **config_kw):
     """A random model of ``arch`` in ``dtype``: LayerNorm gamma/beta and every bias random too
-    (transformers initialises them to 1 / 0), dropout 0, eager attention."""
+    (transformers initialises them to 1 / 0), dropout 0, eager attention.  ``config_kw``
+    overrides fields of hf_config; ``model_kw`` goes to the model's constructor."""
     torch.manual_seed(seed)
-    model = getattr(transformers, arch)(hf_config(act, attn_implementation="eager"))
+    model = getattr(transformers, arch)(
+        hf_config(act, attn_implementation="eager", **config_kw), **(model_kw or {}))
     assert model.config._attn_implementation == "eager"
     model = model.to(torch.float64 if dtype == np.float64 else torch.float32).eval()
     g = torch.Generator().manual_seed(seed + 1)
