@@ -326,6 +326,22 @@ class Row:
     # with it kill it (spec/results/mutation_matrix.json, `minibert mutate --matrix`)
     mutants: list[dict] = field(default_factory=list)
     mutation: str = ""  # one-line summary: "2/2 mutants killed by 5 of 44 tagged tests", ...
+    # for readers (the HTML report): the statement, what it is built from, notes
+    latex: str = ""
+    uses: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def status(self) -> str:
+        """One word for the row's colour: regression, gap, the SymPy outcome of a document's
+        statement (proven / refuted / convention), or verified."""
+        if self.regressions:
+            return "regression"
+        if self.gaps:
+            return "gap"
+        if self.kind == "document":
+            return self.sympy
+        return "verified"
 
     @property
     def verdict(self) -> str:
@@ -366,7 +382,8 @@ def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | N
         rec = matrix["rows"].get(name)
         fresh = bool(rec) and rec.get("fingerprint") == fingerprint(name, tagged, root)
         killers = sorted(set(rec.get("killers", ())) & current) if rec else []
-        row.mutants.append({"mutant": name, "status": rec["status"] if rec else "missing",
+        row.mutants.append({"mutant": name, "description": CATALOG[name].description,
+                            "status": rec["status"] if rec else "missing",
                             "fresh": fresh, "killers": killers})
         if not fresh:
             stale.append(name)
@@ -397,7 +414,8 @@ def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[Tag
     for eq in equations.values():
         row = Row(eq.id, eq.kind, eq.title, list(eq.sources), "missing", eq.expected, "", [], [],
                   [], bool(eq.torch_op), bool(eq.gradient), "", eq.target,
-                  where=f"{_rel(eq.file)}:{eq.line}" if eq.file else "")
+                  where=f"{_rel(eq.file)}:{eq.line}" if eq.file else "",
+                  latex=eq.latex, uses=list(eq.uses), note=eq.note)
         # SymPy
         if eq.proof is None:
             row.gaps.append("no SymPy proof or refutation")
@@ -496,7 +514,8 @@ class Report:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "seconds": round(self.seconds, 2), "counts": self.counts(),
-                "equations": [{**asdict(r), "verdict": r.verdict} for r in self.rows],
+                "equations": [{**asdict(r), "verdict": r.verdict, "status": r.status}
+                              for r in self.rows],
                 "claims": [c.to_json() for c in self.claims],
                 "gaps": self.gaps, "regressions": self.regressions}
 

@@ -129,7 +129,8 @@ register(Equation(
     (f"{MINIBERT} §2.5", f"{SEED001} §1.3", f"{SLIDES} (step 2)", f"{GUIDE} §10"),
     r"x' = \mathrm{LN}(x + \mathrm{MHA}(x)),\ \mathrm{out} = \mathrm{LN}(x' + \mathrm{FFN}(x'))",
     _prove_postln, torch_op="torch.nn.TransformerEncoderLayer(norm_first=False)",
-    numeric=BLOCK_CHECK))
+    numeric=BLOCK_CHECK,
+    uses=("attention.output", "ffn.forward", "layernorm.forward", "residual.forward")))
 register(Equation(
     "block.preln_label", "'Pre-LN style' label on LN(X + MultiHead(X))", (f"{SEED001} §1.3",),
     r"Z = \mathrm{LayerNorm}(X + \mathrm{MultiHead}(X))\ \text{(labelled Pre-LN)}",
