@@ -291,6 +291,18 @@ def collect_implementations(impl) -> dict[str, list[ImplRef]]:
     return {eq: sorted(refs.values(), key=lambda r: r.name) for eq, refs in found.items()}
 
 
+def proof_sites(proof) -> list[str]:
+    """The functions holding an equation's SymPy derivation, as 'name (file:line)': the proof
+    function, or for a lambda (``lambda: _prove("dx", closed_dx)``) the module's functions it
+    names (the comparison and the closed form)."""
+    fn = inspect.unwrap(proof)
+    fns = [fn]
+    if getattr(fn, "__name__", "") == "<lambda>":
+        named = [fn.__globals__.get(n) for n in fn.__code__.co_names]
+        fns = [c for c in named if inspect.isfunction(c) and c.__module__ == fn.__module__]
+    return [f"{r.name} ({r.where})" for r in map(_ref, fns)]
+
+
 def resolve_hint(hint: str) -> ImplRef | None:
     """'module:attr' -> its ImplRef, or None if it does not import."""
     module, _, attr = hint.partition(":")
@@ -330,6 +342,7 @@ class Row:
     latex: str = ""
     uses: list[str] = field(default_factory=list)
     note: str = ""
+    proof: list[str] = field(default_factory=list)  # the SymPy derivation, "name (file:line)"
 
     @property
     def status(self) -> str:
@@ -415,7 +428,8 @@ def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[Tag
         row = Row(eq.id, eq.kind, eq.title, list(eq.sources), "missing", eq.expected, "", [], [],
                   [], bool(eq.torch_op), bool(eq.gradient), "", eq.target,
                   where=f"{_rel(eq.file)}:{eq.line}" if eq.file else "",
-                  latex=eq.latex, uses=list(eq.uses), note=eq.note)
+                  latex=eq.latex, uses=list(eq.uses), note=eq.note,
+                  proof=proof_sites(eq.proof) if eq.proof is not None else [])
         # SymPy
         if eq.proof is None:
             row.gaps.append("no SymPy proof or refutation")

@@ -161,6 +161,11 @@ def test_every_equation_has_its_page_with_the_json_status(data, built):
         assert badge is not None and badge.attrs["data-status"] == r["status"], r["id"]
         assert f"st-{r['status'].replace(' ', '-')}" in badge.attrs["class"], r["id"]
         assert page.find("math") is not None, r["id"]
+        shown = [d.find("summary").text() for d in page.find_all("details", class_="proof")]
+        assert len(shown) == len(r["proof"]) + 1, r["id"]  # the derivation, the definition
+        for where, site_line in zip([*r["proof"], f"register ({r['where']})"], shown):
+            assert where.rsplit(" (", 1)[1].rstrip(")") in site_line, (r["id"], site_line)
+        assert "not found" not in page.text(), r["id"]
 
 
 def test_equation_pages_list_the_json_tests_and_mutants(data, built):

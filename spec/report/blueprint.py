@@ -75,7 +75,8 @@ def split_site(impl: str) -> tuple[str, str, int]:
 
 def function_source(path: Path, line: int) -> tuple[int, str] | None:
     """The source of the function or class defined at ``line`` (its ``def``/``class`` line or
-    one of its decorators' lines) in ``path``: (first line, dedented text), or None."""
+    one of its decorators' lines) in ``path``, else of the outermost statement that starts at
+    ``line`` (an equation's ``register(...)`` call): (first line, dedented text), or None."""
     try:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -87,6 +88,9 @@ def function_source(path: Path, line: int) -> tuple[int, str] | None:
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             if line in (first, node.lineno):
                 return first, textwrap.dedent("\n".join(lines[first - 1:node.end_lineno]))
+    for node in ast.walk(tree):  # breadth first: the outermost statement
+        if isinstance(node, ast.stmt) and node.lineno == line:
+            return line, textwrap.dedent("\n".join(lines[line - 1:node.end_lineno]))
     return None
 
 
@@ -164,6 +168,9 @@ def _equation_context(r: dict, rows: dict, used_by: dict, variants: dict, cache:
                          "convention": "convention"}.get(r["sympy"], "gap")
         if not r["regressions"] else "regression",
         "impls": [highlighted(i, cache) for i in r["implementations"]],
+        "proof_code": [("Derivation", highlighted(p, cache)) for p in r.get("proof", [])]
+        + ([("Definition", highlighted(f"register(...) ({r['where']})", cache))]
+           if r.get("where") else []),
         "test_groups": [("fd", "Finite-difference tests", r["fd_tests"], r["fd_needed"]),
                         ("oracle", "PyTorch oracle tests", r["oracle_tests"],
                          r["oracle_needed"]),
