@@ -39,7 +39,7 @@ STATUS: dict[str, Status] = {
                                   "that kill its mutants"),
     "proven": Status("#15803d", "the document's statement is proven in SymPy"),
     "confirmed": Status("#15803d", "the claimed value is reproduced"),
-    "refuted": Status("#b45309", "the document is wrong: a counterexample or the correct "
+    "refuted": Status("#d97706", "the document is wrong: a counterexample or the correct "
                                  "value is shown; the reference implements the correct form"),
     "convention": Status("#1d4ed8", "right under one reading of an ambiguous statement, wrong "
                                     "under another; the reference's reading is named"),
