@@ -78,9 +78,7 @@ class Browser:
                                      {"targetId": target, "flatten": True})["sessionId"]
             for domain in ("Page", "Runtime", "Log"):
                 self.send(f"{domain}.enable", session=self.session)
-            self.send("Emulation.setDeviceMetricsOverride",
-                      {"width": width, "height": height, "deviceScaleFactor": 1,
-                       "mobile": False}, session=self.session)
+            self.resize(width, height)
         except Exception:
             self.close()
             raise
@@ -145,6 +143,12 @@ class Browser:
         if result.get("errorText"):
             raise CDPError(f"navigate {url}: {result['errorText']}")
         self.wait_event("Page.loadEventFired", since)
+
+    def resize(self, width: int, height: int) -> None:
+        """The viewport's size in CSS pixels (what a screenshot captures)."""
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+                  session=self.session)
 
     def evaluate(self, expression: str):
         r = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},

@@ -138,10 +138,15 @@ def test_graph_nodes_open_their_pages(browser, built):
     assert browser.evaluate("document.querySelector('h1 code').textContent") == eq_id
 
 
-def _save_shot(browser: Browser, page: Path, name: str, folder: Path) -> Path:
-    _open(browser, page)
-    path = folder / name
-    browser.screenshot(path)
+def _save_shot(browser: Browser, page: Path, name: str, folder: Path,
+               height: int = 900) -> Path:
+    browser.resize(1280, height)
+    try:
+        _open(browser, page)
+        path = folder / name
+        browser.screenshot(path)
+    finally:
+        browser.resize(1280, 900)
     target = os.environ.get("MINIBERT_SCREENSHOTS")
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
@@ -154,13 +159,14 @@ def _save_shot(browser: Browser, page: Path, name: str, folder: Path) -> Path:
 
 
 def test_screenshots(browser, built, tmp_path):
-    for page, name in ((built / "index.html", "index.png"),
-                       (built / "eq" / f"{SHOT_PAGE}.html", "equation.png"),
-                       (built / "graph.html", "graph.png")):
-        shot = _save_shot(browser, page, name, tmp_path)
+    for page, name, height in ((built / "index.html", "index.png", 1100),
+                               (built / "eq" / f"{SHOT_PAGE}.html", "equation.png", 1400),
+                               (built / "graph.html", "graph.png", 1400)):
+        shot = _save_shot(browser, page, name, tmp_path, height)
         head = shot.read_bytes()[:24]
         assert head[:8] == b"\x89PNG\r\n\x1a\n"
-        assert int.from_bytes(head[16:20], "big") == 1280  # the viewport's width
+        assert (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")) == \
+            (1280, height)  # the viewport
 
 
 def test_a_broken_derivation_is_red_on_screen(browser, tmp_path_factory):
@@ -184,4 +190,4 @@ def test_a_broken_derivation_is_red_on_screen(browser, tmp_path_factory):
             .stroke]""")
     assert fill == red and outline == rgb("#dc2626")
     _save_shot(browser, out / "eq" / f"{BROKEN_ID}.html", "broken.png",
-               tmp_path_factory.mktemp("shots"))
+               tmp_path_factory.mktemp("shots"), 1000)
