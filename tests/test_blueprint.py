@@ -351,3 +351,19 @@ def test_spaced_is_the_closest_ordered_spacing():
     ys = spaced([10, 0, 5, 90], 30)
     assert all(b - a >= 30 - 1e-9 for a, b in zip(ys, ys[1:]))
     assert abs(sum(ys[:3]) - 15) < 1e-9  # the pooled block keeps its mean
+
+
+def test_templates_ship_in_the_wheel():
+    """Every template is package data (pyproject's [tool.setuptools.package-data]): the site
+    renders from an installed wheel, not only from a checkout."""
+    import fnmatch
+    import re
+
+    from spec.report import HERE
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    block = text.split("[tool.setuptools.package-data]", 1)[1].split("\n[", 1)[0]
+    patterns = re.findall(r'"spec\.report"\s*=\s*\[([^\]]*)\]', block)[0]
+    globs = re.findall(r'"([^"]+)"', patterns)
+    files = [p.relative_to(HERE).as_posix() for p in (HERE / "templates").iterdir()]
+    assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)
