@@ -396,6 +396,8 @@ def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | N
         fresh = bool(rec) and rec.get("fingerprint") == fingerprint(name, tagged, root)
         killers = sorted(set(rec.get("killers", ())) & current) if rec else []
         row.mutants.append({"mutant": name, "description": CATALOG[name].description,
+                            "edits": [{"target": e.target, "old": e.old, "new": e.new}
+                                      for e in CATALOG[name].edits],
                             "status": rec["status"] if rec else "missing",
                             "fresh": fresh, "killers": killers})
         if not fresh:

@@ -184,7 +184,11 @@ def test_equation_pages_list_the_json_tests_and_mutants(data, built):
         assert shown == {m["mutant"] for m in r["mutants"]}, r["id"]
         for m in r["mutants"]:
             assert items(page.find("ul", data_killers_of=m["mutant"])) == m["killers"]
-        impl_files = [c.text() for c in page.find_all("div", class_="where")]
+            diff = page.find("div", data_mutant=m["mutant"]).find_all("pre", class_="diff")
+            assert [d.text() for d in diff] == [f"- {e['old']}\n+ {e['new']}"
+                                                for e in m["edits"]], m["mutant"]
+        impl_files = [c.find("div", class_="where").text()
+                      for c in page.find_all("div", class_="impl")]
         assert len(impl_files) == len(r["implementations"]), r["id"]
         for site_line, impl in zip(impl_files, r["implementations"]):
             assert impl.rsplit(" (", 1)[1].rstrip(")") in site_line

@@ -46,8 +46,10 @@ def test_a_killed_mutant_is_evidence():
     row = _row()
     mutation_evidence(row, GRADIENT, TAGGED, _matrix([TAGGED[1]]))
     assert row.gaps == []
+    edits = [{"target": e.target, "old": e.old, "new": e.new} for e in CATALOG[MUTANT].edits]
     assert row.mutants == [{"mutant": MUTANT, "description": CATALOG[MUTANT].description,
-                            "status": "killed", "fresh": True, "killers": [TAGGED[1]]}]
+                            "edits": edits, "status": "killed", "fresh": True,
+                            "killers": [TAGGED[1]]}]
     assert row.mutation.startswith("1/1 mutants killed by 1 of 2 tagged tests")
 
 
