@@ -150,12 +150,24 @@ def _save_shot(browser: Browser, page: Path, name: str, folder: Path,
     target = os.environ.get("MINIBERT_SCREENSHOTS")
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
-        try:  # a palette PNG: a third of the size, text still crisp
-            from PIL import Image
-            Image.open(path).quantize(colors=96).save(Path(target) / name, optimize=True)
+        try:
+            _small_png(path, Path(target) / name)
         except ImportError:
             shutil.copy(path, Path(target) / name)
     return path
+
+
+def _small_png(src: Path, dest: Path) -> None:
+    """A palette PNG (a third of the size, text still crisp) whose palette holds every status
+    colour exactly (a plain median cut turned the amber of 'refuted' into pink)."""
+    from PIL import Image
+
+    img = Image.open(src).convert("RGB")
+    rest = img.quantize(colors=255 - len(STATUS), method=Image.Quantize.FASTOCTREE)
+    exact = [int(st.colour[i:i + 2], 16) for st in STATUS.values() for i in (1, 3, 5)]
+    palette = Image.new("P", (1, 1))
+    palette.putpalette(exact + rest.getpalette()[:3 * (255 - len(STATUS))])
+    img.quantize(palette=palette, dither=Image.Dither.NONE).save(dest, optimize=True)
 
 
 def test_screenshots(browser, built, tmp_path):
