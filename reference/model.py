@@ -242,7 +242,7 @@ def _forward(params, config: BertConfig, dtype, input_ids, attention_mask, input
                            out_shape=out.shape)
 
 
-@implements("mlm_head.tied")
+@implements("mlm_head.tied", "model.backward")
 def _backward(dout, cache, d_pooled=None):
     """The forward's kernels in reverse order.  Returns (grads, d_embeddings [B, T, H]).
 

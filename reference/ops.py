@@ -909,7 +909,7 @@ def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
     return out, BlockCache(attn=c_attn, ln1=c_ln1, ffn=c_ffn, ln2=c_ln2, names=tuple(sorted(p)))
 
 
-@implements("residual.backward")
+@implements("residual.backward", "block.backward")
 def _block_backward(dout, cache):
     """Returns (dx, grads) with grads keyed like the forward's ``p``.
 

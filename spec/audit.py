@@ -308,6 +308,18 @@ def collect_implementations(impl) -> dict[str, list[ImplRef]]:
     return {eq: sorted(refs.values(), key=lambda r: r.name) for eq, refs in found.items()}
 
 
+def proof_sites(proof) -> list[str]:
+    """The functions holding an equation's SymPy derivation, as 'name (file:line)': the proof
+    function, or for a lambda (``lambda: _prove("dx", closed_dx)``) the module's functions it
+    names (the comparison and the closed form)."""
+    fn = inspect.unwrap(proof)
+    fns = [fn]
+    if getattr(fn, "__name__", "") == "<lambda>":
+        named = [fn.__globals__.get(n) for n in fn.__code__.co_names]
+        fns = [c for c in named if inspect.isfunction(c) and c.__module__ == fn.__module__]
+    return [f"{r.name} ({r.where})" for r in map(_ref, fns)]
+
+
 def resolve_hint(hint: str) -> ImplRef | None:
     """'module:attr' -> its ImplRef, or None if it does not import."""
     module, _, attr = hint.partition(":")
@@ -343,6 +355,23 @@ class Row:
     # with it kill it (spec/results/mutation_matrix.json, `minibert mutate --matrix`)
     mutants: list[dict] = field(default_factory=list)
     mutation: str = ""  # one-line summary: "2/2 mutants killed by 5 of 44 tagged tests", ...
+    # for readers (the HTML report): the statement, what it is built from, notes
+    latex: str = ""
+    uses: list[str] = field(default_factory=list)
+    note: str = ""
+    proof: list[str] = field(default_factory=list)  # the SymPy derivation, "name (file:line)"
+
+    @property
+    def status(self) -> str:
+        """One word for the row's colour: regression, gap, the SymPy outcome of a document's
+        statement (proven / refuted / convention), or verified."""
+        if self.regressions:
+            return "regression"
+        if self.gaps:
+            return "gap"
+        if self.kind == "document":
+            return self.sympy
+        return "verified"
 
     @property
     def verdict(self) -> str:
@@ -383,7 +412,10 @@ def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | N
         rec = matrix["rows"].get(name)
         fresh = bool(rec) and rec.get("fingerprint") == fingerprint(name, tagged, root)
         killers = sorted(set(rec.get("killers", ())) & current) if rec else []
-        row.mutants.append({"mutant": name, "status": rec["status"] if rec else "missing",
+        row.mutants.append({"mutant": name, "description": CATALOG[name].description,
+                            "edits": [{"target": e.target, "old": e.old, "new": e.new}
+                                      for e in CATALOG[name].edits],
+                            "status": rec["status"] if rec else "missing",
                             "fresh": fresh, "killers": killers})
         if not fresh:
             stale.append(name)
@@ -416,7 +448,9 @@ def join(equations: Mapping, impls: Mapping[str, list[ImplRef]], tests: list[Tag
     for eq in equations.values():
         row = Row(eq.id, eq.kind, eq.title, list(eq.sources), "missing", eq.expected, "", [], [],
                   [], bool(eq.torch_op), bool(eq.gradient), "", eq.target,
-                  where=f"{_rel(eq.file)}:{eq.line}" if eq.file else "")
+                  where=f"{_rel(eq.file)}:{eq.line}" if eq.file else "",
+                  latex=eq.latex, uses=list(eq.uses), note=eq.note,
+                  proof=proof_sites(eq.proof) if eq.proof is not None else [])
         # SymPy
         if eq.proof is None:
             row.gaps.append("no SymPy proof or refutation")
@@ -542,7 +576,8 @@ class Report:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "seconds": round(self.seconds, 2), "counts": self.counts(),
-                "equations": [{**asdict(r), "verdict": r.verdict} for r in self.rows],
+                "equations": [{**asdict(r), "verdict": r.verdict, "status": r.status}
+                              for r in self.rows],
                 "claims": [c.to_json() for c in self.claims],
                 "gaps": self.gaps, "regressions": self.regressions}
 

@@ -300,10 +300,15 @@ class Outcome:
     def gap(self) -> str:
         return f"pending: {self.pending}" if self.pending else ""
 
+    @property
+    def status(self) -> str:
+        """One word for the entry's colour: regression, gap (pending), or the verdict."""
+        return "regression" if self.regression else "gap" if self.gap else self.verdict
+
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("id", "claim", "source", "stated", "obtained",
                                               "verdict", "recorded", "detail", "pending",
-                                              "machine_dependent")}
+                                              "machine_dependent", "status")}
 
 
 CLAIMS: dict[str, Claim] = {}

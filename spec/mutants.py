@@ -321,7 +321,11 @@ mutant("block_drops_attention_residual", "residual.backward",
 mutant("block_drops_ffn_residual", "residual.backward",
        "block backward drops the skip branch around the FFN",
        "ops._block_backward", ("dh = dr2 + dh_ffn", "dh = dh_ffn"), fast=True)
-mutant("model_backward_layer_order", "block.postln",
+mutant("block_backward_ln1_with_ln2_cache", "block.backward",
+       "block backward runs LN1's backward on LN2's cache (the wrong stage's statistics)",
+       "ops._block_backward", ("_layernorm_backward(dh, cache.ln1)",
+                               "_layernorm_backward(dh, cache.ln2)"))
+mutant("model_backward_layer_order", "model.backward",
        "model backward walks the blocks in forward order (layer i's cache for layer L-1-i)",
        "model._backward", ("cache.blocks[i]", "cache.blocks[::-1][i]"))
 

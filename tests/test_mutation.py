@@ -84,6 +84,7 @@ CAUGHT_BY = {
     "ffn_dW2_uses_preactivation": "ffn",
     "block_drops_attention_residual": "block",
     "block_drops_ffn_residual": "block",
+    "block_backward_ln1_with_ln2_cache": "block",
     "model_backward_layer_order": "model",
     "embedding_backward_fancy_index": "embedding",
     "position_grad_batch_mean": "position_embedding",

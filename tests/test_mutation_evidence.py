@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from spec.audit import Row, mutation_evidence
+from spec.mutants import CATALOG
 from spec.mutation import (
     MATRIX_VERSION,
     fingerprint,
@@ -45,7 +46,9 @@ def test_a_killed_mutant_is_evidence():
     row = _row()
     mutation_evidence(row, GRADIENT, TAGGED, _matrix([TAGGED[1]]))
     assert row.gaps == []
-    assert row.mutants == [{"mutant": MUTANT, "status": "killed", "fresh": True,
+    edits = [{"target": e.target, "old": e.old, "new": e.new} for e in CATALOG[MUTANT].edits]
+    assert row.mutants == [{"mutant": MUTANT, "description": CATALOG[MUTANT].description,
+                            "edits": edits, "status": "killed", "fresh": True,
                             "killers": [TAGGED[1]]}]
     assert row.mutation.startswith("1/1 mutants killed by 1 of 2 tagged tests")
 

@@ -17,10 +17,14 @@ from pathlib import Path
 def register(sub) -> None:
     a = sub.add_parser("audit", help="equations x implementations x tests, and the claims "
                                      "ledger; exit 1 on any gap or regression")
-    a.add_argument("--format", choices=["markdown", "json"], default=None,
-                   help="also write the report in this format (to --output)")
+    a.add_argument("--format", choices=["markdown", "json", "html"], default=None,
+                   help="also write the report in this format (to --output); html: a static "
+                        "site (the blueprint) in a folder, opened from the file system")
     a.add_argument("--output", "-o", type=Path, default=None,
-                   help="report path (default: audit.md / audit.json)")
+                   help="report path (default: audit.md / audit.json / the folder blueprint)")
+    a.add_argument("--run-dir", type=Path, default=None,
+                   help="with --format html: a `minibert train` run directory whose loss curve "
+                        "and attention maps the site shows")
     a.add_argument("--impl", default=None, help="implementation as package.module[:object] "
                                                 "(default: reference)")
     a.add_argument("--tests", type=Path, default=None,
@@ -161,6 +165,11 @@ def print_details(report, console) -> None:
             console.print(f"  {line}", markup=False, highlight=False)
 
 
+def report_data(report, prov: dict) -> dict:
+    """The report as the JSON output holds it (one source for --format json and html)."""
+    return json.loads(json.dumps({"provenance": prov, **report.to_json()}, default=str))
+
+
 def run(args) -> int:
     from rich.console import Console
 
@@ -170,6 +179,14 @@ def run(args) -> int:
     console = Console()
     if not console.is_terminal:  # CI logs: wide enough for the matrix
         console = Console(width=180)
+    out = args.output or (Path("blueprint") if args.format == "html" else Path(
+        f"audit.{'md' if args.format == 'markdown' else 'json'}"))
+    if args.run_dir is not None and args.format != "html":
+        raise ValueError("--run-dir: only --format html shows a run's plots")
+    if args.format == "html":  # refuse a bad destination before the audit's work
+        from spec.report import check_output, require
+        require()
+        check_output(out)
     impl = _load_impl(args.impl)
     prov = provenance()
     console.print(provenance_line(prov), markup=False, highlight=False)
@@ -195,11 +212,16 @@ def run(args) -> int:
             console.print(f"[{colour}]{len(items)} {title}:[/]")
             for g in items:
                 console.print(f"  - {g}", markup=False, highlight=False)
-    if args.format:
-        out = args.output or Path(f"audit.{'md' if args.format == 'markdown' else 'json'}")
+    if args.format == "html":
+        from spec.report.blueprint import write_blueprint
+        # the JSON report's own data: the site shows what audit.json says
+        stats = write_blueprint(report_data(report, prov), out, run_dir=args.run_dir)
+        console.print(f"blueprint written to {out}/index.html ({stats.files} files, "
+                      f"{stats.bytes / 1e6:.2f} MB, {stats.seconds:.1f} s)")
+    elif args.format:
         out.parent.mkdir(parents=True, exist_ok=True)
         text = markdown(report, prov) if args.format == "markdown" else json.dumps(
-            {"provenance": prov, **report.to_json()}, indent=2, default=str)
+            report_data(report, prov), indent=2)
         out.write_text(text, encoding="utf-8")
         console.print(f"report written to {out}")
     console.print(("[green]audit passed[/]" if report.ok else "[red]audit failed[/]")

@@ -98,6 +98,9 @@ class Equation:
     numeric_na: str = ""  # why no SymPy <-> code check applies (derivations only)
     impl_hint: str = ""  # where the implementation lives when it is not a tagged reference fn
     note: str = ""  # conventions, readings, what the verdict means
+    # the equations this derivation is built from (a blueprint's \uses): the report's
+    # dependency graph draws an edge from each to this one
+    uses: tuple[str, ...] = ()
     # set by register(): the module and the file:line of the register(...) call
     module: str = field(default="", compare=False)
     file: str = field(default="", compare=False)
@@ -109,6 +112,11 @@ class Equation:
             raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
         if self.expected not in SYMPY_STATUSES:
             raise ValueError(f"expected: expected one of {SYMPY_STATUSES}, got {self.expected!r}")
+        if isinstance(self.uses, str):
+            raise ValueError(f"{self.id}: uses: expected a tuple of equation IDs, got the "
+                             f"string {self.uses!r}")
+        if self.id in self.uses:
+            raise ValueError(f"{self.id}: uses: an equation cannot use itself")
         if self.kind == "document" and not self.target:
             raise ValueError(f"{self.id}: a document entry needs target= (the derivation the "
                              "reference implements)")

@@ -213,3 +213,57 @@ def lambdify_map(inputs: Mapping[str, np.ndarray], outputs: Sequence[np.ndarray]
         return tuple(out)
 
     return call
+
+
+class Stage:
+    """An arbitrary differentiable stage of a network, for chain-rule proofs: ``n`` outputs,
+    each an undefined SymPy function of the ``n`` inputs and of the parameter symbols
+    ``params`` -- nothing is assumed about what the stage computes.  :meth:`vjp` is the
+    stage's backward as the code composes it: the transposed Jacobian *at the stage's own
+    input*, times the upstream gradient, for the input and for each parameter."""
+
+    def __init__(self, name: str, n: int, params: Sequence[sp.Symbol] = ()):
+        self.fs = [sp.Function(f"{name}{i}") for i in range(n)]
+        self.u = sp.symbols(f"{name}_u0:{n}", real=True)  # the stage's own argument symbols
+        self.params = tuple(params)
+
+    def __call__(self, v) -> list:
+        return [f(*v, *self.params) for f in self.fs]
+
+    def vjp(self, v, d) -> tuple[list, list]:
+        """(J_u^T d, [J_p^T d for each parameter p]) with the Jacobians taken at u = v."""
+        at = dict(zip(self.u, v))
+        outs = [f(*self.u, *self.params) for f in self.fs]
+
+        def back(wrt):
+            return sp.Add(*[dj * sp.diff(o, wrt).subs(at) for dj, o in zip(d, outs)])
+
+        return [back(ui) for ui in self.u], [back(p) for p in self.params]
+
+
+def _partials(expr):
+    """Every first derivative of an undefined function, ``Derivative(f(a_0..a_n), a_k)``, as a
+    new undefined function ``f__d{k}(a_0..a_n)`` (the partial derivative in argument k): SymPy
+    spells one partial several ways (a Derivative at a point, or a Subs over dummies); this is
+    one spelling, so two chain rules compare term by term."""
+    from sympy.core.function import AppliedUndef
+
+    def rewrite(d):
+        f = d.expr
+        if not isinstance(f, AppliedUndef) or len(d.variable_count) != 1:
+            return d
+        var, count = d.variable_count[0]
+        positions = [k for k, a in enumerate(f.args) if a == var]
+        if count != 1 or len(positions) != 1 or any(var in a.free_symbols for k, a in
+                                                      enumerate(f.args) if k != positions[0]):
+            return d
+        return sp.Function(f"{f.func.__name__}__d{positions[0]}")(*f.args)
+
+    return expr.replace(lambda e: isinstance(e, sp.Derivative), rewrite).doit()
+
+
+def chain_equal(derived, composed) -> bool:
+    """Two expressions built from undefined stage functions agree identically: partial
+    derivatives in one spelling (:func:`_partials`), then expanded (fast where ``simplify``
+    takes seconds)."""
+    return sp.expand(_partials(sp.expand(derived)) - _partials(sp.expand(composed))) == 0

@@ -52,7 +52,8 @@ register(Equation(
     r"g = \frac{\sum_k n_k \bar g_k}{\sum_k n_k}\ (n_k \text{ masked tokens in micro-batch } k)",
     _prove_accum,
     numeric_na="a loop over micro-batches, not a map on arrays: tests/test_optim_accum.py checks "
-               "it end to end (accumulated vs full-batch model gradient, uneven micro-batches)"))
+               "it end to end (accumulated vs full-batch model gradient, uneven micro-batches)",
+    uses=("loss.ce.backward.mean",)))
 register(Equation(
     "accum.divide_by_steps", "Accumulated gradients divided by accumulation_steps",
     (f"{MINIBERT} §8.2",), r"g = \frac{1}{K} \sum_{k=1}^{K} \bar g_k", _prove_divide_by_steps,

@@ -401,7 +401,8 @@ register(Equation(
     r"Q = X W^Q + b^Q,\ K = X W^K + b^K,\ V = X W^V + b^V;\ Q_h = X W^Q_{[:, h d_k:(h+1) d_k]}",
     _prove_qkv, torch_op=TORCH, numeric=_numeric(None),
     note="biases: the NumPy-Transformer document has them, Mini-BERT and the slides do not; the "
-         "reference supports both (attn_bias)"))
+         "reference supports both (attn_bias)",
+    uses=("linear.forward", "attention.split_heads")))
 register(Equation(
     "attention.split_heads", "Split into heads", (f"{MINIBERT} §2.2", f"{GUIDE} §3"),
     r"[B,T,H] \to [B,T,A,d_k] \to [B,A,T,d_k],\ \text{head } a = \text{features } a d_k .. "
@@ -437,7 +438,8 @@ register(Equation(
     (f"{MINIBERT} §2.2", f"{SEED001} §1.2", f"{SLIDES} (basic formula)", f"{BLOG} (forward)",
      f"{GUIDE} §3"),
     r"S = \frac{Q_h K_h^\top}{\sqrt{d_k}},\ S_{ij} = \frac{\langle q_i, k_j \rangle}{\sqrt{d_k}}",
-    _prove_scores, torch_op=TORCH, numeric=_numeric(None)))
+    _prove_scores, torch_op=TORCH, numeric=_numeric(None),
+    uses=("attention.qkv",)))
 register(Equation(
     "attention.scores.sqrt_d", "Scores scaled by sqrt(d)", (f"{SLIDES} (step 2)",),
     r"A^{(\ell)} = \mathrm{softmax}\Bigl(\frac{Q K^\top}{\sqrt d}\Bigr) V",
@@ -448,43 +450,51 @@ register(Equation(
      f"{BLOG} (forward)", f"{GUIDE} §3"),
     r"C = \mathrm{softmax}(S) V_h,\ c_i = \sum_j \mathrm{softmax}_j(\langle q_i, k_j \rangle / "
     r"\sqrt{d_k})\, v_j",
-    _prove_context_rowwise, torch_op=TORCH, numeric=_numeric(None)))
+    _prove_context_rowwise, torch_op=TORCH, numeric=_numeric(None),
+    uses=("attention.scores", "softmax.forward")))
 register(Equation(
     "attention.output", "Output projection", (f"{MINIBERT} §2.2", f"{SEED001} §1.2",
                                               f"{GUIDE} §3"),
     r"Y = \mathrm{Concat}(C_1..C_A) W^O + b^O", _prove_dW_o, torch_op=TORCH,
-    numeric=_numeric(None)))
+    numeric=_numeric(None),
+    uses=("attention.context", "attention.merge_heads", "linear.forward")))
 register(Equation(
     "attention.output.no_projection", "Heads concatenated without W^O", (f"{BLOG} (forward)",),
     r"\tilde Z_l = \mathrm{concat}(Z_{1,l}, .., Z_{A,l})", _prove_blog_no_wo, kind="document",
     expected="convention", target="attention.output"))
 
-for _id, _title, _src, _latex, _proof, _picks in (
+for _id, _title, _src, _latex, _proof, _picks, _uses in (
     ("attention.backward.dW_o", "Output projection gradients",
      (f"{MINIBERT} §3.4", f"{SEED001} §2.1"),
      r"\frac{\partial L}{\partial W^O} = C^\top \delta Y,\ \delta C = \delta Y (W^O)^\top",
-     _prove_dW_o, ("dW_o", "db_o")),
+     _prove_dW_o, ("dW_o", "db_o"),
+     ("attention.output", "linear.backward.dx", "linear.backward.dW", "linear.backward.db")),
     ("attention.backward.dV", "Value gradient", (f"{MINIBERT} §3.4",),
-     r"\delta V_h = P^\top \delta C_h", lambda: _prove_head("dV"), ("dW_v", "db_v")),
+     r"\delta V_h = P^\top \delta C_h", lambda: _prove_head("dV"), ("dW_v", "db_v"),
+     ("attention.context", "attention.backward.dW_o")),
     ("attention.backward.dP", "Attention-weight gradient", (f"{MINIBERT} §3.4",),
-     r"\delta P = \delta C_h V_h^\top", _prove_dP, ("dW_q", "dW_k")),
+     r"\delta P = \delta C_h V_h^\top", _prove_dP, ("dW_q", "dW_k"),
+     ("attention.context", "attention.backward.dW_o")),
     ("attention.backward.dS", "Score gradient (softmax JVP)",
      (f"{MINIBERT} §3.4", f"{SEED001} §2.1"),
      r"\delta S = P \odot (\delta P - \mathrm{rowsum}(P \odot \delta P))", _prove_dS,
-     ("dW_q", "dW_k")),
+     ("dW_q", "dW_k"), ("attention.backward.dP", "softmax.backward")),
     ("attention.backward.dQ", "Query gradient", (f"{MINIBERT} §3.4", f"{SEED001} §2.1"),
      r"\delta Q_h = \frac{\delta S}{\sqrt{d_k}} K_h", lambda: _prove_head("dQ"),
-     ("dW_q", "db_q")),
+     ("dW_q", "db_q"), ("attention.scores", "attention.backward.dS")),
     ("attention.backward.dK", "Key gradient", (f"{MINIBERT} §3.4", f"{SEED001} §2.1"),
      r"\delta K_h = \Bigl(\frac{\delta S}{\sqrt{d_k}}\Bigr)^\top Q_h", lambda: _prove_head("dK"),
-     ("dW_k", "db_k")),
+     ("dW_k", "db_k"), ("attention.scores", "attention.backward.dS")),
     ("attention.backward.dx", "Input gradient through the three projections",
      (f"{MINIBERT} §3.4", f"{SEED001} §2.1"),
      r"\delta X = \delta Q (W^Q)^\top + \delta K (W^K)^\top + \delta V (W^V)^\top,\ "
-     r"\frac{\partial L}{\partial W^Q} = X^\top \delta Q", _prove_dx, ("dx", "dW_q")),
+     r"\frac{\partial L}{\partial W^Q} = X^\top \delta Q", _prove_dx, ("dx", "dW_q"),
+     ("attention.qkv", "attention.backward.dQ", "attention.backward.dK", "attention.backward.dV",
+      "attention.merge_heads", "linear.backward.dx", "linear.backward.dW",
+      "linear.backward.db")),
 ):
     register(Equation(_id, _title, _src, _latex, _proof, gradient=True, torch_op=TORCH,
-                      numeric=_numeric(_picks)))
+                      numeric=_numeric(_picks), uses=_uses))
 
 register(Equation(
     "attention.backward.dV.after_WO", "dV = Â^T dY with dY taken after W^O", (f"{SEED001} §2.1",),

@@ -11,7 +11,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import KINK, ln_row, relu_expr
-from spec.equations._sym import arr, fmt_array, is_zero, lambdify_map
+from spec.equations._sym import Stage, arr, chain_equal, fmt_array, is_zero, lambdify_map
 
 MINIBERT = "Mini-BERT derivation"
 SEED001 = "NumPy-Transformer document"
@@ -30,6 +30,56 @@ def _prove_postln() -> Proof:
             return Proof("refuted", (n,), "output row mean != 0")
     return Proof("proven", (2, 3), "x' = LN(x + MHA(x)), out = LN(x' + FFN(x')): rows of "
                                    "LN(.) have mean 0 (gamma = 1, beta = 0)")
+
+
+def block_backward_composed(x, dout, stages):
+    """The block's backward as the reference composes it (``_block_backward``): LN2's
+    backward, the FFN's plus the skip, LN1's, the attention's plus the skip.  ``stages`` =
+    (attention, ln1, ffn, ln2), each a :class:`Stage` (or anything with ``vjp``).  Returns
+    (dx, [parameter gradients per stage])."""
+    mha, ln1, ffn, ln2 = stages
+    n = len(x)
+    r1 = [x[i] + a for i, a in enumerate(mha(x))]
+    h = ln1(r1)
+    r2 = [h[i] + f for i, f in enumerate(ffn(h))]
+    dr2, dp_ln2 = ln2.vjp(r2, dout)
+    dh_ffn, dp_ffn = ffn.vjp(h, dr2)
+    dh = [dr2[i] + dh_ffn[i] for i in range(n)]  # skip + FFN branch
+    dr1, dp_ln1 = ln1.vjp(r1, dh)
+    dx_attn, dp_mha = mha.vjp(x, dr1)
+    dx = [dr1[i] + dx_attn[i] for i in range(n)]  # skip + attention branch
+    return dx, [dp_mha, dp_ln1, dp_ffn, dp_ln2]
+
+
+def block_forward_staged(x, stages):
+    mha, ln1, ffn, ln2 = stages
+    r1 = [x[i] + a for i, a in enumerate(mha(x))]
+    h = ln1(r1)
+    return ln2([h[i] + f for i, f in enumerate(ffn(h))])
+
+
+def prove_block_backward(composed=block_backward_composed) -> Proof:
+    """The chain rule through the post-LN block in the order the code walks it, for
+    *arbitrary* stages: attention, LN1, FFN, LN2 are undefined SymPy functions of their
+    input (n = 2 features) and of one parameter each.  The input gradient and every
+    parameter gradient of the composed backward equal sympy.diff of the composed forward.
+    What each stage's backward computes is proven by its own equation (the uses)."""
+    n = 2
+    x, dout = arr("x", n), arr("dout", n)
+    stages = tuple(Stage(name, n, (sp.Symbol(f"p_{name}", real=True),))
+                   for name in ("A", "L", "F", "N"))
+    out = block_forward_staged(list(x), stages)
+    dx, dparams = composed(list(x), list(dout), stages)
+    loss = sp.Add(*[d * o for d, o in zip(dout, out)])
+    for i in range(n):
+        if not chain_equal(sp.diff(loss, x[i]), dx[i]):
+            return Proof("refuted", (n,), f"dx_{i} differs from sympy.diff")
+    for stage, dp in zip(stages, dparams):
+        if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
+            return Proof("refuted", (n,), f"the gradient of {stage.params[0]} differs")
+    return Proof("proven", (n,), "dx and the four stages' parameter gradients equal "
+                                 "sympy.diff of LN2(h + FFN(h)), h = LN1(x + MHA(x)), for "
+                                 "arbitrary stage functions")
 
 
 def _sublayer(v, W):
@@ -129,9 +179,27 @@ register(Equation(
     (f"{MINIBERT} §2.5", f"{SEED001} §1.3", f"{SLIDES} (step 2)", f"{GUIDE} §10"),
     r"x' = \mathrm{LN}(x + \mathrm{MHA}(x)),\ \mathrm{out} = \mathrm{LN}(x' + \mathrm{FFN}(x'))",
     _prove_postln, torch_op="torch.nn.TransformerEncoderLayer(norm_first=False)",
-    numeric=BLOCK_CHECK))
+    numeric=BLOCK_CHECK,
+    uses=("attention.output", "ffn.forward", "layernorm.forward", "residual.forward")))
 register(Equation(
     "block.preln_label", "'Pre-LN style' label on LN(X + MultiHead(X))", (f"{SEED001} §1.3",),
     r"Z = \mathrm{LayerNorm}(X + \mathrm{MultiHead}(X))\ \text{(labelled Pre-LN)}",
     _prove_preln_label, kind="document", expected="refuted", target="block.postln",
     note="the formulas are post-LN (what the reference implements); only the label is wrong"))
+register(Equation(
+    "block.backward", "Post-LN block backward: the stages' backwards composed",
+    (f"{SEED001} §2", f"{SEED001} §2.3"),
+    r"\delta r_2 = \mathrm{LN}_2^\top(\delta),\ \delta h = \delta r_2 + "
+    r"\mathrm{FFN}^\top(\delta r_2),\ \delta r_1 = \mathrm{LN}_1^\top(\delta h),\ "
+    r"\delta x = \delta r_1 + \mathrm{MHA}^\top(\delta r_1)",
+    prove_block_backward, gradient=True,
+    torch_op="torch.nn.TransformerEncoderLayer(norm_first=False)",
+    numeric_na="a composition of the op backwards, each with its own SymPy <-> code check; "
+               "the composition is checked by finite differences and the torch oracle on the "
+               "block op, and proven for arbitrary stages",
+    note="M^T(d) is the stage's transposed Jacobian at its own input times d: the proof "
+         "takes every stage as an arbitrary function, so it proves the wiring (which "
+         "gradient goes where, both skips), and the uses prove each stage",
+    uses=("block.postln", "layernorm.backward.dx", "layernorm.backward.dgamma",
+          "layernorm.backward.dbeta", "attention.backward.dx", "ffn.backward",
+          "residual.backward")))

@@ -66,10 +66,13 @@ register(Equation(
     "classifier.forward", "Sequence classifier on the tanh pooler", (f"{BLOG} (final)",),
     r"\mathrm{logits} = \tanh(h_{[:, 0]} W_p + b_p) W_c + b_c", _prove,
     torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[0], _code(0), needs=_NEEDS)))
+    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[0], _code(0), needs=_NEEDS),
+    uses=("pooler.forward", "linear.forward")))
 register(Equation(
     "classifier.backward", "Classifier gradients", (f"{BLOG} (final)",),
     r"dW_c = \mathrm{pooled}^\top d\ell,\ dz = (d\ell W_c^\top) \odot (1 - \mathrm{pooled}^2),"
     r"\ dW_p = h_{[:,0]}^\top dz,\ dh_{[:,0]} = dz W_p^\top", _prove, gradient=True,
     torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), needs=_NEEDS)))
+    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), needs=_NEEDS),
+    uses=("classifier.forward", "linear.backward.dx", "linear.backward.dW",
+          "linear.backward.db", "tanh.backward")))

@@ -100,4 +100,5 @@ register(Equation(
     _prove_lookup_backward, gradient=True, torch_op="torch.nn.functional.embedding",
     numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(1), _lookup_code(1),
                     needs=("embedding_forward", "embedding_backward")),
-    note="the slides state the update E_k <- E_k - eta grad; the gradient itself is derived here"))
+    note="the slides state the update E_k <- E_k - eta grad; the gradient itself is derived here",
+    uses=("embedding.forward",)))

@@ -94,10 +94,15 @@ register(Equation(
     "embedding_ln.forward", "Embedding LayerNorm of token + position + token type", (BERT,),
     r"E = \mathrm{LN}(W_{tok}[\mathrm{ids}] + W_{pos}[:T] + W_{type}[\mathrm{type\_ids}])",
     _prove, torch_op="torch.nn.functional.layer_norm",
-    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(0), _code(0), _accept, needs=_NEEDS)))
+    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(0), _code(0), _accept, needs=_NEEDS),
+    uses=("embedding.forward", "position.learned.forward", "token_type.forward",
+          "layernorm.forward")))
 register(Equation(
     "embedding_ln.backward", "Embedding LayerNorm gradients to the three tables", (BERT,),
     r"dW_{tok} = \mathrm{onehot}(\mathrm{ids})^\top dE,\ dW_{pos}[t] = \sum_b dE[b,t],\ "
     r"dW_{type} = \mathrm{onehot}(\mathrm{type\_ids})^\top dE", _prove, gradient=True,
     torch_op="torch.nn.functional.layer_norm",
-    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(1), _code(1), _accept, needs=_NEEDS)))
+    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(1), _code(1), _accept, needs=_NEEDS),
+    uses=("embedding_ln.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
+          "layernorm.backward.dbeta", "embedding.backward", "position.learned.backward",
+          "token_type.backward")))

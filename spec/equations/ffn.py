@@ -95,11 +95,14 @@ register(Equation(
      f"{GUIDE} §5"),
     r"\mathrm{FFN}(x) = \max(0, x W_1 + b_1) W_2 + b_2", _prove_ffn,
     numeric=Numeric(FFN_SIZES, _ffn_inputs, lambda s: _ffn_fns(s)[0], _ffn_code(0), _ffn_accept,
-                    needs=("ffn_forward",))))
+                    needs=("ffn_forward",)),
+    uses=("linear.forward", "relu.forward", "gelu.forward.erf", "gelu.forward.tanh")))
 register(Equation(
     "ffn.backward", "FFN gradients", (f"{MINIBERT} §3.1", f"{MINIBERT} §3.5"),
     r"\delta h = (\delta y W_2^\top) \odot [h > 0],\ \delta x = \delta h W_1^\top,\ "
     r"\delta W_1 = x^\top \delta h,\ \delta W_2 = \mathrm{ReLU}(h)^\top \delta y",
     _prove_ffn, gradient=True,
     numeric=Numeric(FFN_SIZES, _ffn_inputs, lambda s: _ffn_fns(s)[1], _ffn_code(1), _ffn_accept,
-                    needs=("ffn_forward", "ffn_backward"))))
+                    needs=("ffn_forward", "ffn_backward")),
+    uses=("ffn.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db",
+          "relu.backward", "gelu.backward.erf", "gelu.backward.tanh")))

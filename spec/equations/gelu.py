@@ -73,7 +73,8 @@ register(Equation(
     "gelu.backward.erf", "GELU gradient, exact", (BERT,),
     r"\frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\left(\Phi(x) + x\,"
     r"\frac{e^{-x^2/2}}{\sqrt{2\pi}}\right)", _prove_erf, gradient=True,
-    torch_op="torch.nn.functional.gelu", numeric=ERF_BWD))
+    torch_op="torch.nn.functional.gelu", numeric=ERF_BWD,
+    uses=("gelu.forward.erf",)))
 register(Equation(
     "gelu.forward.tanh", "GELU, tanh approximation (gelu_new)", (BERT,),
     r"\mathrm{GELU}_{\tanh}(x) = \tfrac{x}{2}\left(1 + \tanh\left(\sqrt{2/\pi}"
@@ -83,4 +84,5 @@ register(Equation(
     "gelu.backward.tanh", "GELU gradient, tanh approximation", (BERT,),
     r"\frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\left(\tfrac{1 + t}{2} + "
     r"\tfrac{x}{2}(1 - t^2)\sqrt{2/\pi}(1 + 3 \cdot 0.044715 x^2)\right)", _prove_tanh,
-    gradient=True, torch_op="torch.nn.functional.gelu", numeric=TANH_BWD))
+    gradient=True, torch_op="torch.nn.functional.gelu", numeric=TANH_BWD,
+    uses=("gelu.forward.tanh",)))

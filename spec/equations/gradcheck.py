@@ -84,7 +84,8 @@ register(Equation(
     impl_hint="spec.gradcheck:relative_error",
     numeric=Numeric(((3,), (6,)), lambda s: dict(a=("float", s, 2e-3), b=("float", s, 2e-3)),
                     _rel_sympy, _rel_code),
-    note="the project's replacement for the document's measure (below)"))
+    note="the project's replacement for the document's measure (below)",
+    uses=("gradcheck.central_difference",)))
 register(Equation(
     "gradcheck.relative_error.sum_eps", "|a - n| / (|a| + |n| + eps) as the pass criterion",
     (f"{MINIBERT} §9.1",),

@@ -208,21 +208,24 @@ register(Equation(
     r"\frac{\partial L}{\partial x} = \frac{1}{\sigma}\Bigl(g - \overline{g} - \hat x\,"
     r"\overline{g \odot \hat x}\Bigr),\ g = \frac{\partial L}{\partial y} \odot \gamma",
     lambda: _prove("dx", closed_dx), gradient=True, torch_op="torch.nn.functional.layer_norm",
-    numeric=_numeric(_sympy_grad(0), _code_grad(0))))
+    numeric=_numeric(_sympy_grad(0), _code_grad(0)),
+    uses=("layernorm.forward",)))
 
 register(Equation(
     "layernorm.backward.dgamma", "LayerNorm gamma gradient", (f"{MINIBERT} §3.3",),
     r"\frac{\partial L}{\partial \gamma} = \sum_{rows} \frac{\partial L}{\partial y} \odot \hat x",
     lambda: _prove("dgamma", lambda r: r["dy"] * x_hat(r)), gradient=True,
     torch_op="torch.nn.functional.layer_norm",
-    numeric=_numeric(_sympy_grad(1), _code_grad(1))))
+    numeric=_numeric(_sympy_grad(1), _code_grad(1)),
+    uses=("layernorm.forward",)))
 
 register(Equation(
     "layernorm.backward.dbeta", "LayerNorm beta gradient", (f"{MINIBERT} §3.3",),
     r"\frac{\partial L}{\partial \beta} = \sum_{rows} \frac{\partial L}{\partial y}",
     lambda: _prove("dbeta", lambda r: r["dy"]), gradient=True,
     torch_op="torch.nn.functional.layer_norm",
-    numeric=_numeric(_sympy_grad(2), _code_grad(2))))
+    numeric=_numeric(_sympy_grad(2), _code_grad(2)),
+    uses=("layernorm.forward",)))
 
 register(Equation(
     "layernorm.backward.dx.gamma_outside", "LayerNorm dx with gamma pulled out of the means",

@@ -115,20 +115,23 @@ register(Equation(
     "linear.backward.dx", "Linear layer input gradient", (f"{MINIBERT} §3.1",),
     r"\frac{\partial L}{\partial x} = \frac{\partial L}{\partial y} W^\top",
     lambda: _prove("dx", lambda r, s: r["dy"] @ r["W"].T), gradient=True, torch_op=TORCH,
-    numeric=_numeric("dx", 0)))
+    numeric=_numeric("dx", 0),
+    uses=("linear.forward",)))
 
 register(Equation(
     "linear.backward.dW", "Linear layer weight gradient (leading axes flattened)",
     (f"{MINIBERT} §3.1 (shape analysis)", f"{MINIBERT} §3.4", f"{SEED001} §2.1"),
     r"\frac{\partial L}{\partial W} = x_{[BT, n_{in}]}^\top \frac{\partial L}{\partial y}"
     r"_{[BT, n_{out}]}",
-    lambda: _prove("dW", _closed_dW), gradient=True, torch_op=TORCH, numeric=_numeric("dW", 1)))
+    lambda: _prove("dW", _closed_dW), gradient=True, torch_op=TORCH, numeric=_numeric("dW", 1),
+    uses=("linear.forward",)))
 
 register(Equation(
     "linear.backward.db", "Linear layer bias gradient", (f"{MINIBERT} §3.1",),
     r"\frac{\partial L}{\partial b} = \sum_{b,t} \frac{\partial L}{\partial y}[b,t,:]",
     lambda: _prove("db", lambda r, s: r["dy"].sum(axis=(0, 1))), gradient=True, torch_op=TORCH,
-    numeric=_numeric("db", 2)))
+    numeric=_numeric("db", 2),
+    uses=("linear.forward",)))
 
 register(Equation(
     "linear.backward.dW.literal3d", "dW = x^T @ dL/dy written on 3-D tensors",

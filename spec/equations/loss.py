@@ -186,21 +186,25 @@ TORCH = "torch.nn.functional.cross_entropy"
 register(Equation(
     "loss.ce.mean", "Masked cross-entropy, mean over masked positions", (f"{MINIBERT} §4.1",),
     r"L = -\frac{1}{N_{masked}} \sum_{masked} \log p[b, t, y_{b,t}]",
-    lambda: _prove_forward("mean"), torch_op=TORCH, numeric=_ce_numeric("mean", 0)))
+    lambda: _prove_forward("mean"), torch_op=TORCH, numeric=_ce_numeric("mean", 0),
+    uses=("softmax.forward",)))
 register(Equation(
     "loss.ce.sum", "Masked cross-entropy, summed", (f"{SLIDES} (steps 4-5)", f"{GUIDE} §6"),
     r"\mathcal{L}_{MLM} = -\sum_{i \in \mathcal{M}} \log \mathrm{softmax}(W H_i + b)[y_i]",
-    lambda: _prove_forward("sum"), torch_op=TORCH, numeric=_ce_numeric("sum", 0)))
+    lambda: _prove_forward("sum"), torch_op=TORCH, numeric=_ce_numeric("sum", 0),
+    uses=("softmax.forward",)))
 register(Equation(
     "loss.ce.backward.mean", "Cross-entropy logit gradient (mean)", (f"{MINIBERT} §4.2",),
     r"\frac{\partial L}{\partial z[b,t,v]} = (p[b,t,v] - \delta_{v, y_{b,t}}) "
     r"\frac{m[b,t]}{N_{masked}}",
-    lambda: _prove_grad("mean"), gradient=True, torch_op=TORCH, numeric=_ce_numeric("mean", 1)))
+    lambda: _prove_grad("mean"), gradient=True, torch_op=TORCH, numeric=_ce_numeric("mean", 1),
+    uses=("loss.ce.mean", "softmax.jacobian")))
 register(Equation(
     "loss.ce.backward.sum", "Cross-entropy logit gradient (sum)", (f"{SLIDES} (step 5)",),
     r"\frac{\partial L}{\partial z[i,v]} = (p[i,v] - \delta_{v, y_i})\, [i \in \mathcal M]",
     lambda: _prove_grad("sum"), gradient=True, torch_op=TORCH, numeric=_ce_numeric("sum", 1),
-    note="the slides state only the loss; the gradient is derived"))
+    note="the slides state only the loss; the gradient is derived",
+    uses=("loss.ce.sum", "softmax.jacobian")))
 register(Equation(
     "loss.ce.reduction", "Mean (Mini-BERT) vs sum (slides) over masked positions",
     (f"{MINIBERT} §4.1", f"{SLIDES} (step 5)"),
@@ -217,4 +221,5 @@ register(Equation(
     r"\frac{\partial \mathcal{L}}{\partial \hat Y} = \frac{2}{B T d_{model}} (\hat Y - X)",
     lambda: _prove_mse("backward"), gradient=True, torch_op="torch.nn.functional.mse_loss",
     numeric=Numeric(((1, 2, 2), (2, 2, 3)), _mse_inputs, _mse_sympy(1), _mse_code(1),
-                    needs=("mse_forward", "mse_backward"))))
+                    needs=("mse_forward", "mse_backward")),
+    uses=("loss.mse",)))

@@ -100,20 +100,26 @@ register(Equation(
     "mlm_head.forward", "BERT MLM head: transform, tied decoder", (BERT,),
     r"\mathrm{logits} = \mathrm{LN}(\mathrm{GELU}(h W_t + b_t)) W_{word}^\top + b_{dec}",
     _prove_decoder, torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[0], _code(0), _accept, needs=_NEEDS)))
+    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[0], _code(0), _accept, needs=_NEEDS),
+    uses=("linear.forward", "gelu.forward.erf", "layernorm.forward")))
 register(Equation(
     "mlm_head.backward", "BERT MLM head gradients", (BERT,),
     r"dn = d\ell\, W_{word},\ \text{then LN, GELU and the transform's backward}",
     _prove_decoder, gradient=True, torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), _accept, needs=_NEEDS)))
+    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), _accept, needs=_NEEDS),
+    uses=("mlm_head.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db",
+          "gelu.backward.erf", "layernorm.backward.dx", "layernorm.backward.dgamma",
+          "layernorm.backward.dbeta")))
 register(Equation(
     "mlm_head.decoder", "Tied decoder's share of the word-embedding gradient", (BERT,),
     r"\frac{\partial L}{\partial W_{word}}\Big|_{decoder} = d\ell^\top n", _prove_decoder,
     gradient=True, torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), _accept, needs=_NEEDS)))
+    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), _accept, needs=_NEEDS),
+    uses=("mlm_head.forward", "linear.backward.dW")))
 register(Equation(
     "mlm_head.tied", "Tied word embeddings: the gradient is the sum of both uses", (BERT,),
     r"\frac{\partial L}{\partial W_{word}} = \mathrm{onehot}(\mathrm{ids})^\top dE + "
     r"d\ell^\top n", _prove_tied, gradient=True, torch_op="torch.nn.Module (tied weights)",
     numeric_na="a model-level identity: checked by the whole-model FD and transformers "
-               "oracle tests"))
+               "oracle tests",
+    uses=("mlm_head.decoder", "embedding.backward")))

@@ -144,7 +144,8 @@ register(Equation(
     "optim.adamw", "AdamW (decoupled weight decay)", (PROJECT,),
     r"\theta_t = \theta_{t-1} - \alpha \Bigl(\frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon} + "
     r"\lambda \theta_{t-1}\Bigr)",
-    _prove_adamw, torch_op="torch.optim.AdamW", numeric=ADAMW_NUMERIC))
+    _prove_adamw, torch_op="torch.optim.AdamW", numeric=ADAMW_NUMERIC,
+    uses=("optim.adam",)))
 register(Equation(
     "optim.sgd", "Plain gradient step on the embeddings", (f"{SLIDES} (embedding space)",),
     r"E_k \leftarrow E_k - \eta \nabla_{E_k} \mathcal{L}", _prove_sgd, kind="document",

@@ -54,7 +54,8 @@ register(Equation(
                                                  b=("float", (2,), 1.0)),
                     lambda s: _pooler_fn(s),
                     lambda impl, s, h, W, b: (impl.pooler_forward(h, W, b)[0],),
-                    needs=("pooler_forward",))))
+                    needs=("pooler_forward",)),
+    uses=("linear.forward", "tanh.forward")))
 register(Equation(
     "pooler.orientation", "tanh(W^final Z[0,:])", (f"{BLOG} (final)",),
     r"\tanh(W^{final} Z_{n_{layers}}[0, :])", _prove_pooler_orientation, kind="document",

@@ -107,7 +107,8 @@ register(Equation(
     numeric=Numeric(POS_SIZES, _pos_inputs, lambda s: _pos_fns(s)[0], _pos_code(0),
                     needs=("position_embedding_forward",)),
     note="the BERT-base blog adds all 512 rows of W_P, i.e. inputs padded to the maximum length; "
-         "the slides allow P fixed or learned (the sinusoidal entry covers fixed)"))
+         "the slides allow P fixed or learned (the sinusoidal entry covers fixed)",
+    uses=("embedding.forward",)))
 
 register(Equation(
     "position.learned.backward", "Learned position embedding gradient",
@@ -117,7 +118,8 @@ register(Equation(
     r"\ 0\ (t \ge T)",
     _prove_position, gradient=True, torch_op="torch.nn.functional.embedding",
     numeric=Numeric(POS_SIZES, _pos_inputs, lambda s: _pos_fns(s)[1], _pos_code(1),
-                    needs=("position_embedding_forward", "position_embedding_backward"))))
+                    needs=("position_embedding_forward", "position_embedding_backward")),
+    uses=("position.learned.forward",)))
 
 register(Equation(
     "position.sinusoidal", "Sinusoidal position encoding", (f"{SEED001} §1.1",),

@@ -43,4 +43,5 @@ register(Equation(
     "relu.backward", "ReLU gradient", (f"{MINIBERT} §3.5",),
     r"\frac{\partial L}{\partial x} = \frac{\partial L}{\partial y} \odot [x > 0]", _prove_relu,
     gradient=True, torch_op="torch.relu", numeric=RELU_BWD,
-    note="subgradient 0 at x = 0, as torch"))
+    note="subgradient 0 at x = 0, as torch",
+    uses=("relu.forward",)))

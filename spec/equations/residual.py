@@ -64,7 +64,8 @@ register(Equation(
     _prove_residual, gradient=True,
     numeric_na="the block's dx is the only place the code adds the two branches; it is checked "
                "by finite differences (block op) and the identity itself is proven for an "
-               "arbitrary sublayer"))
+               "arbitrary sublayer",
+    uses=("residual.forward",)))
 register(Equation(
     "residual.from_embeddings", "Residuals that add the embeddings X in every layer",
     (f"{BLOG} (forward)",),

@@ -168,7 +168,8 @@ register(Equation(
     "softmax.jacobian", "Softmax Jacobian", (f"{MINIBERT} §3.2",),
     r"\frac{\partial p_i}{\partial x_j} = p_i (\delta_{ij} - p_j)",
     _prove_jacobian, gradient=True, torch_op="torch.autograd.functional.jacobian(torch.softmax)",
-    numeric=_numeric("J", _code_jacobian, needs=("softmax_forward", "softmax_jacobian"))))
+    numeric=_numeric("J", _code_jacobian, needs=("softmax_forward", "softmax_jacobian")),
+    uses=("softmax.forward",)))
 
 register(Equation(
     "softmax.backward", "Softmax Jacobian-vector product",
@@ -176,7 +177,8 @@ register(Equation(
     r"\frac{\partial L}{\partial x_i} = p_i \Bigl(\frac{\partial L}{\partial p_i} - \sum_j p_j "
     r"\frac{\partial L}{\partial p_j}\Bigr)",
     _prove_backward, gradient=True, torch_op="torch.softmax",
-    numeric=_numeric("dx", _code_backward)))
+    numeric=_numeric("dx", _code_backward),
+    uses=("softmax.jacobian",)))
 
 register(Equation(
     "softmax.backward.rowdot", "Softmax JVP written with (Â · dÂ) 1", (f"{SEED001} §2.1",),

@@ -27,4 +27,5 @@ register(Equation(
 register(Equation(
     "tanh.backward", "tanh gradient", (f"{BLOG} (final)",),
     r"\frac{\partial L}{\partial x} = \frac{\partial L}{\partial y} (1 - \tanh^2 x)", _prove_tanh,
-    gradient=True, torch_op="torch.tanh", numeric=TANH_BWD))
+    gradient=True, torch_op="torch.tanh", numeric=TANH_BWD,
+    uses=("tanh.forward",)))

@@ -75,4 +75,5 @@ register(Equation(
     "token_type.backward", "Token-type embedding gradient (scatter-add)", (BERT,),
     r"dW_{type}[s] = \sum_{(b,t): \mathrm{type\_ids}[b,t]=s} dE[b,t]", _prove, gradient=True,
     torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(1), _code(1), needs=_NEEDS)))
+    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(1), _code(1), needs=_NEEDS),
+    uses=("token_type.forward",)))

@@ -30,7 +30,7 @@ SMALL_PRESETS = sorted(p for p in PRESETS if p != "bert_base")
 LOSS_IDS = {"mini_bert": ("loss.ce.mean", "loss.ce.backward.mean"),
             "seed001": ("loss.mse", "loss.mse.backward"),
             "bert_tiny": ("loss.ce.mean", "loss.ce.backward.mean", "mlm_head.tied")}
-MODEL_IDS = ("block.postln", "residual.forward", "residual.backward")
+MODEL_IDS = ("block.postln", "residual.forward", "residual.backward", "model.backward")
 
 
 def _cases():
