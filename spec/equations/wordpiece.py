@@ -112,7 +112,7 @@ def _prove_example() -> Proof:
 
 register(Equation(
     "wordpiece.vocab", "WordPiece vocabulary: greedy merges of the most frequent pair",
-    (SLIDES,),
+    (f"{SLIDES} (tokens)",),
     r"(a, b)^* = \arg\max_{(a, b)} \sum_w n_w \, \#\{(a, b) \in w\},\ "
     r"\text{merge while } \max \ge \text{min\_frequency}",
     _prove_example, impl_hint="reference.train.wordpiece:learn_vocab",
