@@ -1,10 +1,10 @@
 """Identities every correct implementation satisfies, each written once (NumPy only).
 
 One function per identity family, ``f(impl, <inputs>) -> list[Finding]``, in the manner of
-JAX's ``check_grads``: a library function that callers feed inputs.  The Hypothesis tests
-(tests/test_invariants.py and friends) call them on drawn inputs and assert with
-:func:`require`; ``minibert check`` (spec/conformance.py) calls them on fixed-seed inputs and
-reports the findings.  ``@invariant("op")`` attaches a fixed-seed binding to an op of
+JAX's ``check_grads``: a library function that callers feed inputs.  The judging suite's
+Hypothesis checks (spec/suite/checks/invariants.py and friends) call them on drawn inputs and
+assert with :func:`require`; its fixed-seed checks (spec/suite/checks/examples.py) call them on
+each op's example.  ``@invariant("op")`` attaches a fixed-seed binding to an op of
 :data:`spec.protocol.OPS` by name: ``f(impl, example, rng) -> findings``, called once per
 example of the op's table entry (once with ``example=None`` for ops without one); an op with no
 binding shows "n/a" in the invariants column.  Every comparison uses the one tolerance of its
@@ -74,7 +74,7 @@ def close(op: str, name: str, got, want, scale: float = 0.0,
 
     Relative to the magnitude of the whole tensor (``scale``: of the terms that cancelled into
     it), not entry by entry: an entry's rounding error is ~u times the magnitudes summed into
-    it, not times its own value (tests/torch_oracle.allowed_error gives the same rule)."""
+    it, not times its own value (spec/suite/torch_oracle.allowed_error gives the same rule)."""
     a = np.asarray(got, dtype=np.float64)
     b = np.asarray(want, dtype=np.float64)
     if a.shape != b.shape:

@@ -106,7 +106,7 @@ def _adam_sympy(size, wd=0):
 
 
 def _adam_code(impl, size, theta, g1, g2, g3, **decay):
-    # protocol (spec/conformance.py): adam_init(params) -> state; adam_step(params, grads,
+    # protocol (spec/protocol.py): adam_init(params) -> state; adam_step(params, grads,
     # state, *, lr, beta1, beta2, eps, weight_decay, no_decay) -> (params, state)
     params, state = {"w": theta.copy()}, impl.adam_init({"w": theta})
     for grad in (g1, g2, g3):
