@@ -116,8 +116,9 @@ def run(args) -> int:
     if args.oracle == "require":
         needed = sorted({m for c in checks if c.oracle for m in c.missing_requirements()})
         if needed:
-            return _fail(f"the PyTorch oracle is required but {', '.join(needed)} is not "
-                         "installed: pip install 'minibert-spec[oracle]' (the CPU wheel "
+            return _fail(f"the PyTorch oracle is required but {' and '.join(needed)} "
+                         f"{'is' if len(needed) == 1 else 'are'} not installed: "
+                         "pip install 'minibert-spec[oracle]' (the CPU wheel "
                          "torch==2.13.0), or pass --oracle off to check without it")
     cwd = os.getcwd()
     paths = [p for p in dict.fromkeys([cwd, import_root(module, cwd)]) if p]

@@ -106,7 +106,8 @@ def check_settings(*, database=None, max_examples: int | None = None,
     ``derandomize``...); when none was chosen (Hypothesis's own ``default``), the suite's:
     DEFAULT_MAX_EXAMPLES, derandomized.  Always: no deadline (a whole-model check takes
     seconds), one failure reported (the first, shrunk within SHRINK_SECONDS), the given
-    ``database`` (None: no database)."""
+    ``database`` (None: no database; none either when derandomized, which draws the same
+    examples every run)."""
     from hypothesis import HealthCheck, settings
 
     parent = settings.default
@@ -118,6 +119,8 @@ def check_settings(*, database=None, max_examples: int | None = None,
         kw["max_examples"] = max_examples
     if derandomize is not None:
         kw["derandomize"] = derandomize
+    if kw.get("derandomize", parent.derandomize):
+        database = None  # derandomized: the same examples every run, nothing to replay
     return settings(parent, deadline=None, report_multiple_bugs=False, database=database,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.differing_executors], **kw)
@@ -149,7 +152,7 @@ def database_for(impl_label: str, root=None):
 
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", impl_label).strip("_") or "impl"
     if root is None:
-        return DirectoryBasedExampleDatabase(str(storage_directory("minibert", slug)))
+        return DirectoryBasedExampleDatabase(str(storage_directory("minibert", slug).path))
     return DirectoryBasedExampleDatabase(os.path.join(str(root), "minibert", slug))
 
 

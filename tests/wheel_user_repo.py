@@ -1,0 +1,268 @@
+"""The product as a user gets it: the wheel, installed into fresh virtual environments in a
+temporary directory outside the checkout, used from a small repository of the user's own.
+
+    python tests/wheel_user_repo.py            # (.ci/run runs it after the test command)
+
+The user repository holds ``mybert_fixed.py`` (linear, ReLU, LayerNorm written the way a user
+writes them) and ``mybert_buggy.py`` (the same with LayerNorm's gamma pulled outside the feature
+means), the ten-line test file of the README and a ``pyproject.toml`` of its own.  Checked:
+
+* with the ``oracle`` extra: ``pytest`` on the ten-line file is red on the buggy module naming
+  only LayerNorm's checks and green on the fixed one; ``minibert check`` exits 1 / 0 on them,
+  and its failed check ids are exactly pytest's; the plugin changes nothing in a session that
+  does not use it (same collection, no option of its own in effect);
+* without torch: ``minibert check`` exits 2 saying how to install the oracle, and 0 with
+  ``--oracle off``, whose report says the oracle was off.
+
+Exits non-zero, naming what failed, on any difference.  Prints the timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+IMPL = '''\
+"""A user's NumPy layers (linear, ReLU, LayerNorm) in the protocol's op-pair form."""
+import numpy as np
+
+
+def linear_forward(x, W, b=None):
+    y = x @ W
+    return (y if b is None else y + b), (x, W, b is not None)
+
+
+def linear_backward(dy, cache):
+    x, W, has_b = cache
+    n = x.shape[-1]
+    dW = x.reshape(-1, n).T @ dy.reshape(-1, W.shape[1])
+    db = dy.reshape(-1, W.shape[1]).sum(0) if has_b else None
+    return dy @ W.T, dW, db
+
+
+def relu_forward(x):
+    return np.maximum(x, 0), x > 0
+
+
+def relu_backward(dy, mask):
+    return (dy * mask,)
+
+
+def layernorm_forward(x, gamma, beta, eps=1e-12):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    x_hat = (x - mu) * rstd
+    return gamma * x_hat + beta, (x_hat, rstd, gamma)
+
+
+def layernorm_backward(dy, cache):
+    x_hat, rstd, gamma = cache
+    n = dy.shape[-1]
+    g = dy * gamma
+    dx = rstd * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+    return dx, (dy * x_hat).reshape(-1, n).sum(0), dy.reshape(-1, n).sum(0)
+'''
+BUG = ('''    g = dy * gamma
+    dx = rstd * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))''',
+       '''    dx = rstd * gamma * (dy - dy.mean(-1, keepdims=True)
+                         - x_hat * (dy * x_hat).mean(-1, keepdims=True))  # gamma outside''')
+
+TEST_FILE = '''\
+import os
+
+from spec.suite import parametrize_with_checks
+
+impl = __import__(os.environ.get("MYBERT", "mybert_fixed"))
+
+
+@parametrize_with_checks(impl)
+def test_mybert(check):
+    check()
+'''
+
+OTHER_TESTS = '''\
+from hypothesis import given, settings, strategies as st
+
+
+def test_profile():
+    s = settings.default
+    print(f"settings: profile={settings.get_current_profile_name()} "
+          f"max_examples={s.max_examples} derandomize={s.derandomize} database={s.database!r}")
+
+
+@given(st.integers())
+def test_property(n):
+    assert n == n
+'''
+
+PYPROJECT = '''\
+[project]
+name = "mybert"
+version = "0.0.1"
+
+[tool.pytest.ini_options]
+addopts = "-p no:cacheprovider"
+'''
+
+
+def run(cmd, cwd, env=None, timeout=1800):
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc, time.perf_counter() - start
+
+
+def fail(msg: str, proc=None) -> None:
+    tail = ""
+    if proc is not None:
+        tail = "\n" + (proc.stdout + proc.stderr)[-3000:]
+    sys.exit(f"wheel_user_repo: FAIL: {msg}{tail}")
+
+
+def venv(where: Path, wheel: Path, extras: str) -> Path:
+    py = where / "bin" / "python"
+    proc, t = run([sys.executable, "-m", "venv", str(where)], where.parent)
+    if proc.returncode:
+        fail("venv", proc)
+    spec = f"{wheel}[{extras}]" if extras else str(wheel)
+    proc, t2 = run([str(py), "-m", "pip", "install", "--quiet", spec, "pytest"], where.parent)
+    if proc.returncode:
+        fail(f"pip install {spec}", proc)
+    print(f"venv {where.name}: installed {wheel.name}[{extras}] in {t + t2:.0f} s")
+    return where / "bin"
+
+
+def user_env(bin_dir: Path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "MINIBERT_", "VIRTUAL_ENV", "PYTHONPATH"))}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def pytest_failed(bin_dir: Path, repo: Path, module: str) -> tuple[int, set[str], float]:
+    report = repo / f"junit-{module}.xml"
+    proc, t = run([str(bin_dir / "python"), "-m", "pytest", "-q", f"--junitxml={report}",
+                   "test_mybert.py"], repo,
+                  user_env(bin_dir, MYBERT=module))
+    import xml.etree.ElementTree as ET
+
+    failed = set()
+    for case in ET.parse(report).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            name = case.attrib["name"]
+            failed.add(name[name.index("[") + 1:-1])
+    return proc.returncode, failed, t
+
+
+def check_json(bin_dir: Path, repo: Path, module: str, *args) -> tuple[int, dict | None, float,
+                                                                        object]:
+    out = repo / f"check-{module}.json"
+    out.unlink(missing_ok=True)
+    proc, t = run([str(bin_dir / "minibert"), "check", module, "--format", "json", "-o",
+                   str(out), *args], repo, user_env(bin_dir))
+    data = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, data, t, proc
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="minibert-user-") as tmp:
+        tmp = Path(tmp)
+        proc, t = run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+                       str(tmp / "dist"), str(ROOT)], tmp)
+        if proc.returncode:
+            fail("pip wheel", proc)
+        wheel = next((tmp / "dist").glob("minibert_spec-*.whl"))
+        print(f"built {wheel.name} in {t:.0f} s")
+        repo = tmp / "user-repo"
+        repo.mkdir()
+        (repo / "mybert_fixed.py").write_text(IMPL)
+        (repo / "mybert_buggy.py").write_text(IMPL.replace(*BUG))
+        (repo / "test_mybert.py").write_text(TEST_FILE)
+        (repo / "pyproject.toml").write_text(PYPROJECT)
+        assert len(TEST_FILE.strip().splitlines()) <= 10
+
+        full = venv(tmp / "venv-oracle", wheel, "oracle")
+        # the checks come from the installed wheel, never from the checkout
+        proc, _ = run([str(full / "python"), "-c", "import spec, reference; "
+                       "print(spec.__file__, reference.__file__)"], repo, user_env(full))
+        if str(ROOT) in proc.stdout or "site-packages" not in proc.stdout:
+            fail(f"the package does not come from the venv: {proc.stdout}")
+
+        code_fixed, failed_fixed, t1 = pytest_failed(full, repo, "mybert_fixed")
+        code_buggy, failed_buggy, t2 = pytest_failed(full, repo, "mybert_buggy")
+        print(f"pytest (ten-line file): fixed exit {code_fixed} in {t1:.0f} s, buggy exit "
+              f"{code_buggy} in {t2:.0f} s, failed: {sorted(failed_buggy)}")
+        if code_fixed != 0 or failed_fixed:
+            fail(f"pytest on the fixed module: exit {code_fixed}, failed {sorted(failed_fixed)}")
+        if code_buggy != 1 or not failed_buggy:
+            fail(f"pytest on the buggy module: exit {code_buggy}, failed {sorted(failed_buggy)}")
+        if "fd[layernorm]" not in failed_buggy or any(
+                "layernorm" not in f for f in failed_buggy):
+            fail(f"pytest on the buggy module blames other checks: {sorted(failed_buggy)}")
+
+        c_fixed, d_fixed, t3, p3 = check_json(full, repo, "mybert_fixed")
+        c_buggy, d_buggy, t4, p4 = check_json(full, repo, "mybert_buggy")
+        print(f"minibert check: fixed exit {c_fixed} in {t3:.0f} s, buggy exit {c_buggy} in "
+              f"{t4:.0f} s")
+        if c_fixed != 0:
+            fail(f"minibert check on the fixed module exited {c_fixed}", p3)
+        if c_buggy != 1:
+            fail(f"minibert check on the buggy module exited {c_buggy}", p4)
+        check_failed = {r["id"] for r in d_buggy["results"] if r["outcome"] == "failed"}
+        if check_failed != failed_buggy:
+            fail(f"minibert check and pytest disagree: only check "
+                 f"{sorted(check_failed - failed_buggy)}, only pytest "
+                 f"{sorted(failed_buggy - check_failed)}")
+        verdicts = {row["op"]: row["verdict"] for row in d_buggy["ops"]}
+        if [op for op, v in verdicts.items() if v == "FAIL"] != ["layernorm"]:
+            fail(f"minibert check verdicts on the buggy module: {verdicts}")
+
+        # the plugin is inert unless used: a session of other tests is the same with it
+        # installed as with it disabled (same tests, same Hypothesis profile and database)
+        (repo / "test_other.py").write_text(OTHER_TESTS)
+        seen = []
+        for extra in ([], ["-p", "no:minibert"]):
+            proc, _ = run([str(full / "python"), "-m", "pytest", "-q", "-s", *extra,
+                           "test_other.py"], repo, user_env(full))
+            lines = [x for x in proc.stdout.splitlines() if x.startswith("settings:")]
+            seen.append((proc.returncode, lines))
+        if seen[0] != seen[1] or seen[0][0] != 0:
+            fail(f"the plugin changed a session that does not use it: {seen}")
+        print(f"a session not using the suite, plugin installed vs disabled: identical "
+              f"({seen[0][1][0]})")
+        (repo / "test_other.py").unlink()
+        proc, _ = run([str(full / "python"), "-m", "pytest", "--minibert-impl=mybert_buggy",
+                       "-q", "-k", "layernorm and fd"], repo, user_env(full))
+        if proc.returncode != 1 or "fd[layernorm]" not in proc.stdout:
+            fail("pytest --minibert-impl=mybert_buggy -k 'layernorm and fd'", proc)
+        print("pytest --minibert-impl=mybert_buggy -k 'layernorm and fd': red, names "
+              "fd[layernorm]")
+
+        bare = venv(tmp / "venv-core", wheel, "")
+        proc, _ = run([str(bare / "python"), "-c", "import torch"], repo, user_env(bare))
+        if proc.returncode == 0:
+            fail("torch is importable in the core venv")
+        c, _, _, p = check_json(bare, repo, "mybert_fixed")
+        if c != 2 or "pip install 'minibert-spec[oracle]'" not in p.stderr:
+            fail(f"minibert check without torch exited {c}", p)
+        refusal = p.stderr.strip()
+        c, d, t5, p = check_json(bare, repo, "mybert_fixed", "--oracle", "off")
+        if c != 0 or d["oracle"] != "off":
+            fail(f"minibert check --oracle off without torch exited {c}", p)
+        print(f"without torch: minibert check exit 2 ({refusal!r}); --oracle off exit 0 in "
+              f"{t5:.0f} s")
+    print("wheel_user_repo: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
