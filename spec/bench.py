@@ -198,6 +198,7 @@ import numpy as np
 from reference.train.threads import keep_freed_memory, use_threads
 import reference
 from reference.config import PRESETS
+from reference.ops import IGNORE_INDEX
 config = PRESETS[sys.argv[1]]()
 B, T, steps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 loss_and_grads = (reference.loss_and_grads if sys.argv[6] == "full"
@@ -206,7 +207,7 @@ rng = np.random.default_rng(0)
 params = reference.init_params(config, seed=0, dtype=np.float32)
 state = reference.adam_init(params)
 ids = rng.integers(5, config.vocab_size, size=(B, T))
-labels = np.where(rng.random((B, T)) < 0.15, ids, -100)
+labels = np.where(rng.random((B, T)) < 0.15, ids, IGNORE_INDEX)
 labels[:, 0] = ids[:, 0]
 keep_freed_memory()
 spare = None  # the trainer's double buffering: the update goes into the step-before's arrays

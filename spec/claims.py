@@ -33,14 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
+from spec.protocol import IGNORE_INDEX
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+
 VERDICTS = ("confirmed", "refuted", "convention", "not reproducible")
 TRAINING_RESULT = Path(__file__).resolve().parent / "results" / "seed001_reconstruction.json"
 
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-BLOG = "BERT-base blog"
-GUIDE = "visual guide"
 
 MB = 1e6  # the documents' MB/KB are decimal (18 MB = 4.5M x 4 bytes)
 KB = 1e3
@@ -106,7 +104,7 @@ class Context:
     def batch(self):
         rng = np.random.default_rng(0)
         ids = rng.integers(0, self.config.vocab_size, (self.B, self.T))
-        labels = np.where(rng.random((self.B, self.T)) < 0.15, ids, -100)
+        labels = np.where(rng.random((self.B, self.T)) < 0.15, ids, IGNORE_INDEX)
         labels[:, 0] = ids[:, 0]
         return ids, labels
 
@@ -165,7 +163,8 @@ class Context:
         if self.smoke:
             config = config.replace(vocab_size=64, hidden=16, intermediate=32, max_len=8)
             params = impl.init_params(config, seed=0, dtype=np.float32)
-            ids, labels = ids[:2, :8] % 64, np.where(labels[:2, :8] >= 0, ids[:2, :8] % 64, -100)
+            ids, labels = ids[:2, :8] % 64, np.where(labels[:2, :8] >= 0, ids[:2, :8] % 64,
+                                                     IGNORE_INDEX)
         threads = choose("auto")
         keep_freed_memory()
         with use_threads(threads):

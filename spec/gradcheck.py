@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spec.protocol import IGNORE_INDEX
 from spec.tolerances import FD_EPS, FD_FLOOR, FD_RTOL
 
 
@@ -195,7 +196,8 @@ def random_params(impl, config, seed: int = 0) -> dict[str, np.ndarray]:
     return params
 
 
-def random_batch(config, B: int, T: int, seed: int = 0, *, ignore_index: int = -100) -> dict:
+def random_batch(config, B: int, T: int, seed: int = 0, *,
+                 ignore_index: int = IGNORE_INDEX) -> dict:
     """ids with repeated tokens, a padding mask (later sequences shorter), ~30% predicted
     positions (at least one per sequence, never a padded one), and reconstruction targets."""
     rng = np.random.default_rng(seed + 2)
@@ -218,7 +220,7 @@ def random_batch(config, B: int, T: int, seed: int = 0, *, ignore_index: int = -
 
 
 def uneven_mlm_batch(config, B: int = 5, T: int = 6, seed: int = 0, *,
-                     ignore_index: int = -100) -> dict:
+                     ignore_index: int = IGNORE_INDEX) -> dict:
     """A batch whose rows predict very different numbers of tokens -- 1, all T, none, 3, 2 --
     with repeated ids and one padded row: split into micro-batches, the correct accumulation
     (weight by tokens) and the derivation's §8.2 recipe (average the micro-batch means) differ,

@@ -1,7 +1,8 @@
 """Reusable Hypothesis strategies for the op and model tests (and, later, the conformance mode).
 
-Everything here is plain NumPy + Hypothesis: no import of ``reference``, so a strategy draws the
-same data whatever implementation is under test.  Conventions:
+Everything here is plain NumPy + Hypothesis (the protocol's constants aside, no use of
+``reference``), so a strategy draws the same data whatever implementation is under test.
+Conventions:
 
 * float64 arrays with explicit bounded ``elements=`` and ``fill=st.nothing()`` (every element
   drawn, no NaN/inf, no subnormals); small sides so element-wise finite differences stay cheap.
@@ -28,9 +29,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from spec.protocol import IGNORE_INDEX  # the labels' "not predicted" marker
 from spec.tolerances import KINK_MARGIN, LN_MIN_VAR
-
-IGNORE_INDEX = -100  # the labels' "not predicted" marker (the ops' default ignore_index)
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
 # that nothing saturates to exact 0/1 in float64.

@@ -27,12 +27,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spec.protocol import IGNORE_INDEX
 from spec.tolerances import ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
 # Tests run under xdist (one process per core): torch's own thread pool would oversubscribe.
 torch.set_num_threads(1)
-
-IGNORE_INDEX = -100
 
 
 # --------------------------------------------------------------------------- plumbing
