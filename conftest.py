@@ -60,7 +60,8 @@ INTERNAL_FILES = frozenset({
     "test_claims.py", "test_correspondence.py", "test_architecture.py", "test_mutation.py",
     "test_spec_equations.py", "test_spec_softmax_jacobian.py", "test_train.py", "test_data.py",
     "test_interrupt.py", "test_train_sparse_head.py", "test_train_safety.py",
-    "test_fast_paths.py", "test_parallel.py", "test_threads.py", "test_bench_cli.py"})
+    "test_fast_paths.py", "test_parallel.py", "test_threads.py", "test_bench_cli.py",
+    "test_linear_cross_entropy.py", "test_data_parallel.py"})
 
 
 def pytest_addoption(parser):

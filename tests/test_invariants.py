@@ -208,6 +208,15 @@ def test_cross_entropy_sum_is_n_times_mean(impl, case):
                                        case.dout))
 
 
+@_eq("linear_cross_entropy")
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@given(data=st.data())
+def test_linear_cross_entropy_is_linear_then_cross_entropy(impl, reduction, data):
+    case = data.draw(S.linear_cross_entropy_cases(reduction), label="case")
+    require(I.linear_cross_entropy_is_the_composition(
+        impl, *case.inputs.values(), case.fixed["labels"], reduction, case.dout))
+
+
 @pytest.mark.equation("loss.mse.backward")
 @given(case=S.mse_cases())
 def test_mse_target_gradient_is_minus_prediction_gradient(impl, case):

@@ -97,6 +97,7 @@ CAUGHT_BY = {
     "mlm_head_dn_skips_layernorm": "mlm_head",
     "tied_decoder_gradient_counted_once": "model",
     "classifier_grad_skips_tanh": "classifier",
+    "linear_ce_dW_ignores_dloss": "linear_cross_entropy",
 }
 
 
@@ -110,6 +111,7 @@ def _killers():
     """Mutants the op-level conformance checks do not see (issue 15's holes): the new test
     that kills each, called in-process with the bundled reference."""
     from tests import test_layernorm_edges as LN
+    from tests import test_linear_cross_entropy as LCE
     from tests import test_loss_edges as CE
 
     return {
@@ -124,6 +126,13 @@ def _killers():
             lambda r: LN.test_layernorm_eps_inside_the_square_root(r, 1e-3),
         "layernorm_one_pass_variance":
             lambda r: LN.test_float32_rows_with_large_mean_relative_to_spread(r, 1e3),
+        # the fused head's block loop, at a block size the default never reaches in small tests
+        "linear_ce_block_total_overwritten":
+            lambda r: LCE.test_blocks_equal_the_op_pairs_across_block_boundaries(
+                2 * LCE.K + 1, "mean", True),
+        "linear_ce_last_row_block_skipped":
+            lambda r: LCE.test_blocks_equal_the_op_pairs_across_block_boundaries(
+                LCE.K + 1, "sum", True),
     }
 
 

@@ -349,6 +349,19 @@ def test_pooler(impl, dtype, bias, B, T, H, seed, data):
 
 
 # --------------------------------------------------------------------------- losses
+def ce_labels(data, shape, V, reduction):
+    """(labels [shape], ignore_index): ignored positions about 1 in V + 1, marked -100 (the
+    default) or -1 (an ignore_index a loss that masks with the default would score); the mean
+    gets at least one predicted position (over none it is undefined)."""
+    labels = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, V - 1)))
+    ignore_index = data.draw(st.sampled_from([to.IGNORE_INDEX, -1]), label="ignore_index")
+    labels[labels < 0] = ignore_index
+    if reduction == "mean":
+        labels.flat[data.draw(st.integers(0, labels.size - 1))] = data.draw(
+            st.integers(0, V - 1))
+    return labels, ignore_index
+
+
 @on_ops("cross_entropy")
 @dtypes
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -357,14 +370,7 @@ def test_pooler(impl, dtype, bias, B, T, H, seed, data):
 def test_cross_entropy(impl, dtype, reduction, lead, V, seed, data):
     shape = tuple(lead)
     logits = data.draw(values(shape + (V,), -6.0, 6.0)).astype(dtype)
-    labels = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, V - 1)))
-    # ignored positions: about 1 in V + 1, marked -100 (the default) or -1 (an ignore_index
-    # a loss that masks with the default would score)
-    ignore_index = data.draw(st.sampled_from([to.IGNORE_INDEX, -1]), label="ignore_index")
-    labels[labels < 0] = ignore_index
-    if reduction == "mean":  # the mean over zero predicted positions is undefined
-        labels.flat[data.draw(st.integers(0, labels.size - 1))] = data.draw(
-            st.integers(0, V - 1))
+    labels, ignore_index = ce_labels(data, shape, V, reduction)
     dloss = upstream(np.random.default_rng(seed), (), dtype)
     out, cache = impl.cross_entropy_forward(logits, labels, ignore_index=ignore_index,
                                             reduction=reduction)
@@ -374,6 +380,39 @@ def test_cross_entropy(impl, dtype, reduction, lead, V, seed, data):
                                  ignore_index=ignore_index), dloss,
                             ("logits",))
     compare(f"cross_entropy[{reduction}]", out, grads, t_out, t_grads, ("logits",), dtype)
+
+
+def _torch_linear_cross_entropy(x, W, b, labels, *, ignore_index, reduction):
+    """F.linear then F.cross_entropy: the fused op's unfused torch counterpart."""
+    return to.cross_entropy(to.linear(x, W, b), labels, ignore_index=ignore_index,
+                            reduction=reduction)
+
+
+@on_ops("linear_cross_entropy")
+@dtypes
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@given(lead=st.lists(side, min_size=1, max_size=2), n_in=side, V=st.integers(1, 8), seed=seeds,
+       data=st.data())
+def test_linear_cross_entropy(impl, dtype, reduction, bias, lead, n_in, V, seed, data):
+    shape = tuple(lead)
+    x = data.draw(values(shape + (n_in,))).astype(dtype)
+    labels, ignore_index = ce_labels(data, shape, V, reduction)
+    rng = np.random.default_rng(seed)
+    W = gaussian(rng, (n_in, V), dtype)
+    b = gaussian(rng, (V,), dtype) if bias else None
+    dloss = upstream(rng, (), dtype)
+    out, cache = impl.linear_cross_entropy_forward(x, W, b, labels, ignore_index=ignore_index,
+                                                   reduction=reduction)
+    grads = impl.linear_cross_entropy_backward(dloss, cache)
+    if not bias:
+        assert grads[2] is None, "linear_cross_entropy_backward: expected db None without a bias"
+    wrt = ("x", "W", "b") if bias else ("x", "W")
+    t_out, t_grads = to.vjp(_torch_linear_cross_entropy,
+                            dict(x=x, W=W, b=b, labels=labels, ignore_index=ignore_index,
+                                 reduction=reduction), dloss, wrt)
+    compare(f"linear_cross_entropy[{reduction}]", out, grads, t_out, t_grads,
+            ("x", "W", "b" if bias else None), dtype)
 
 
 @on_ops("mse")
