@@ -253,6 +253,17 @@ def claim(id, text, source, stated, verdict, **kw):
     return register
 
 
+def exact_correspondence(document: str) -> Result:
+    """A document's claim that all its equations are implemented exactly: how many of the
+    equation entries citing it hold (their recorded SymPy verdicts)."""
+    from spec.equations import load
+    eqs = [e for e in load().values() if any(s.startswith(document) for s in e.sources)]
+    wrong = [e.id for e in eqs if e.expected == "refuted"]
+    return Result(f"{len(eqs) - len(wrong)}/{len(eqs)} entries hold",
+                  "refuted" if wrong else "confirmed", f"refuted: {', '.join(wrong)} (the "
+                  "equations' recorded verdicts, each verified by its SymPy check)")
+
+
 def fmt_int(n) -> str:
     return f"{n:,}"
 
