@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spec import invariants as I
+from spec import invariants as inv
 from spec.gradcheck import check_gradients, model_gradcheck
 from spec.protocol import (
     OPS,
@@ -117,9 +117,9 @@ class _Findings:
     def __init__(self, op: str):
         self.op = op
         self.fd: list = []
-        self.invariants: list[I.Finding] = []
+        self.invariants: list[inv.Finding] = []
 
-    def add(self, findings: list[I.Finding]) -> None:
+    def add(self, findings: list[inv.Finding]) -> None:
         self.invariants += findings
 
 
@@ -134,8 +134,8 @@ def _fd_pair(F: _Findings, fwd, bwd, inputs: dict, rng, *, kwargs=None, n_dirs=2
     # never modified in place, float32 in -> float32 out
     out, _ = fwd(**copy.deepcopy(inputs), **copy.deepcopy(kwargs))
     probe = rng.standard_normal(np.shape(out))
-    F.add(I.pair_contract(None, F.op, fwd, bwd, inputs, kwargs,
-                          float(probe) if np.ndim(out) == 0 else probe))
+    F.add(inv.pair_contract(None, F.op, fwd, bwd, inputs, kwargs,
+                            float(probe) if np.ndim(out) == 0 else probe))
     out, cache = fwd(**inputs, **kwargs)
     # another forward before the backward, as FD and training loops do: an implementation whose
     # cache is shared state (one object's attributes) now back-propagates the wrong activations
@@ -174,7 +174,7 @@ BESPOKE: dict[str, list[Callable]] = {}
 bespoke = op_registrar(BESPOKE, "bespoke")
 
 
-def _block_params(rng, H=6, I=12):
+def _block_example_params(rng, H=6, I=12):
     a = attention_example(rng, H)
     p = {f"attn.{k}": v for k, v in a.items() if k != "x"}
     p["ln1.gamma"], p["ln1.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
@@ -186,7 +186,7 @@ def _block_params(rng, H=6, I=12):
 
 @bespoke("block")
 def _check_block(impl, F, rng):
-    x, p = _block_params(rng)
+    x, p = _block_example_params(rng)
     mask = np.array([[1, 1, 1, 1], [1, 1, 1, 0]])
     caps = capabilities(impl)
     if not caps["attention_bias"]:
@@ -195,12 +195,12 @@ def _check_block(impl, F, rng):
     dout = rng.standard_normal(out.shape)
     noise = rng.standard_normal(x.shape)
     if caps["key_mask"]:
-        F.add(I.block_identities(impl, x, p, 2, mask, dout, noise))
+        F.add(inv.block_identities(impl, x, p, 2, mask, dout, noise))
     else:
         mask = None
-    F.add(I.pair_contract(impl, "block", lambda x, p, **kw: impl.block_forward(x, p, **kw),
-                          impl.block_backward, {"x": x, "p": p},
-                          {"n_heads": 2, "mask": mask}, dout))
+    F.add(inv.pair_contract(impl, "block", lambda x, p, **kw: impl.block_forward(x, p, **kw),
+                            impl.block_backward, {"x": x, "p": p},
+                            {"n_heads": 2, "mask": mask}, dout))
     dx, grads = impl.block_backward(dout.copy(), cache)
     if set(grads) != set(p):
         return  # reported by block_identities; FD needs one gradient per parameter
@@ -243,11 +243,11 @@ def _check_model(impl, F, rng):
         F.fd += model_gradcheck(impl, config, B=2, T=6, seed=1, n_dirs=2)
         batch = random_batch(config, 2, 6, seed=2)
         kw = _batch_kwargs(config, batch)
-        F.add(I.model_gradient_bookkeeping(impl, random_params(impl, config, seed=2), config,
-                                           batch["input_ids"], kw))
+        F.add(inv.model_gradient_bookkeeping(impl, random_params(impl, config, seed=2), config,
+                                             batch["input_ids"], kw))
         p32 = impl.init_params(config, seed=0, dtype=np.float32)
         kw32 = {k: (v.astype(np.float32) if k == "targets" else v) for k, v in kw.items()}
-        F.add(I.model_gradient_bookkeeping(impl, p32, config, batch["input_ids"], kw32)[:2])
+        F.add(inv.model_gradient_bookkeeping(impl, p32, config, batch["input_ids"], kw32)[:2])
     F.op = "model"
 
 
@@ -262,11 +262,11 @@ def _check_accumulation(impl, F, rng):
     batch = uneven_mlm_batch(mlm, seed=4)
     # predicted tokens per micro-batch: 1 | 6, 0 | 3, 2; and 1 | 6 | 0 (alone) | 3 | 2
     for bounds in ([0, 1, 3, 5], [0, 1, 2, 3, 4, 5]):
-        F.add(I.accumulation_matches_full_batch(impl, params, mlm, split_batch(batch, bounds),
-                                                f"mlm, micro-batches {bounds}"))
+        F.add(inv.accumulation_matches_full_batch(impl, params, mlm, split_batch(batch, bounds),
+                                                  f"mlm, micro-batches {bounds}"))
     ids = rng.integers(0, mse.vocab_size, size=(5, 6))
     targets = rng.standard_normal((5, 6, mse.hidden))
-    F.add(I.accumulation_matches_full_batch(
+    F.add(inv.accumulation_matches_full_batch(
         impl, random_params(impl, mse, seed=5), mse,
         split_batch({"input_ids": ids, "targets": targets}, [0, 1, 5]), "mse, 1 | 4 rows"))
 
@@ -280,7 +280,7 @@ def coverage_gaps() -> dict[str, str]:
         if row.pair is not None and not fd and name not in BESPOKE:
             gaps[name] = ("an op pair with neither an example in spec/protocol.py nor a "
                           "bespoke check")
-        elif not (fd or name in BESPOKE or name in I.INVARIANTS):
+        elif not (fd or name in BESPOKE or name in inv.INVARIANTS):
             gaps[name] = "no example, bespoke check or registered invariant"
     return gaps
 
@@ -371,7 +371,7 @@ def check_op(impl, op: str, seed: int = 0, timeout: float | None = None) -> OpRe
                 crashed["backward"] = e
             column = "invariants"
             try:
-                for bind in I.INVARIANTS.get(op, ()):
+                for bind in inv.INVARIANTS.get(op, ()):
                     for ex in examples or [None]:
                         F.add(bind(proxy, ex, rng))
             except (NotApplicable, OpTimeout):

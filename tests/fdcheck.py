@@ -5,7 +5,7 @@ of ``spec.protocol.OPS`` (which gives its protocol names and equation IDs), the 
 its cases, and, for composite ops whose smoothness depends on the forward itself (the block), a
 filter run on the implementation's own protocol ops.  The table is derived: adding an op's
 strategy with ``@cases`` adds its tests.
-``check_op`` compares every output of the backward with central finite
+``fd_check`` compares every output of the backward with central finite
 differences of ``sum(out * dout)`` in float64 (``spec.gradcheck``).
 """
 
@@ -81,7 +81,7 @@ def _ops() -> list[OpSpec]:
     return [OpSpec.of(f) for op in PROTOCOL_OPS for f in S.FAMILIES if f.op == op]
 
 
-OPS: list[OpSpec] = _ops()
+OP_SPECS: list[OpSpec] = _ops()
 
 
 def ops_without_cases() -> list[str]:
@@ -95,7 +95,7 @@ def op_params(ops=None):
     import pytest
 
     return [pytest.param(op, id=op.name, marks=pytest.mark.equation(*op.equations))
-            for op in (OPS if ops is None else ops)]
+            for op in (OP_SPECS if ops is None else ops)]
 
 
 # --------------------------------------------------------------------------- running an op
@@ -114,7 +114,7 @@ def objective(forward, inputs, fixed, dout) -> float:
     return float(np.sum(np.asarray(out) * dout))
 
 
-def check_op(impl, op: OpSpec, case: S.OpCase) -> dict:
+def fd_check(impl, op: OpSpec, case: S.OpCase) -> dict:
     """FD check of every output of the backward; returns {input name: gradient}."""
     forward, _ = op.bind(impl)
     out, grads = run_op(impl, op, case)

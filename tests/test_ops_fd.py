@@ -18,7 +18,7 @@ from spec.gradcheck import elementwise_check
 from spec.invariants import require
 from spec.tolerances import FD_FLOOR, FD_RTOL
 from tests import strategies as S
-from tests.fdcheck import OPS, check_op, objective, op_params, ops_without_cases
+from tests.fdcheck import OP_SPECS, fd_check, objective, op_params, ops_without_cases
 
 
 @pytest.mark.parametrize("op", op_params())
@@ -27,7 +27,7 @@ def test_backward_matches_finite_differences(impl, op, data):
     case = data.draw(op.cases(), label="case")
     if op.smooth is not None:
         assume(op.smooth(impl, case))
-    check_op(impl, op, case)
+    fd_check(impl, op, case)
 
 
 def test_every_op_pair_has_case_families():
@@ -37,7 +37,7 @@ def test_every_op_pair_has_case_families():
 
 
 def _attention_op(name):
-    return next(op for op in OPS if op.name == name)
+    return next(op for op in OP_SPECS if op.name == name)
 
 
 @pytest.mark.equation("attention.backward.dK", "attention.qkv")
@@ -51,7 +51,7 @@ def test_key_bias_gradient_is_exactly_zero(impl, masked, data):
     key-bias gradient just above that bound."""
     op = _attention_op("attention_bias" + ("_mask" if masked else ""))
     case = data.draw(op.cases(), label="case")
-    grads = check_op(impl, op, case)
+    grads = fd_check(impl, op, case)
     # meaningful: some query attends >= 2 keys and the key projection gets a real gradient
     assume(np.abs(grads["W_k"]).max() > FD_FLOOR)
     require(I.attention_ignores_key_bias(impl, case.inputs, case.fixed["n_heads"],
