@@ -62,7 +62,12 @@ def _composed(x, W, b, labels, reduction, dloss):
     return (loss, *ops.linear_backward(dlogits, c_lin))
 
 
+# the fused schedule against the op pairs it composes: evidence for theirs too (its blocks run
+# the cross-entropy's "sum" whatever the reduction, the op pairs here the reduction itself)
 @EQUATIONS
+@pytest.mark.equation("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
+                      "loss.ce.backward.sum", "linear.backward.dx", "linear.backward.dW",
+                      "linear.backward.db")
 @pytest.mark.parametrize("N", ROWS)
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])

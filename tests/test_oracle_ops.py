@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 from spec.protocol import OPS  # noqa: E402
 from spec.tolerances import KINK_MARGIN  # noqa: E402
 from tests import torch_oracle as to  # noqa: E402
-from tests.strategies import layernorm_eps  # noqa: E402
+from tests.strategies import ce_labels, layernorm_eps  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -349,19 +349,6 @@ def test_pooler(impl, dtype, bias, B, T, H, seed, data):
 
 
 # --------------------------------------------------------------------------- losses
-def ce_labels(data, shape, V, reduction):
-    """(labels [shape], ignore_index): ignored positions about 1 in V + 1, marked -100 (the
-    default) or -1 (an ignore_index a loss that masks with the default would score); the mean
-    gets at least one predicted position (over none it is undefined)."""
-    labels = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, V - 1)))
-    ignore_index = data.draw(st.sampled_from([to.IGNORE_INDEX, -1]), label="ignore_index")
-    labels[labels < 0] = ignore_index
-    if reduction == "mean":
-        labels.flat[data.draw(st.integers(0, labels.size - 1))] = data.draw(
-            st.integers(0, V - 1))
-    return labels, ignore_index
-
-
 @on_ops("cross_entropy")
 @dtypes
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -370,7 +357,14 @@ def ce_labels(data, shape, V, reduction):
 def test_cross_entropy(impl, dtype, reduction, lead, V, seed, data):
     shape = tuple(lead)
     logits = data.draw(values(shape + (V,), -6.0, 6.0)).astype(dtype)
-    labels, ignore_index = ce_labels(data, shape, V, reduction)
+    labels = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, V - 1)))
+    # ignored positions: about 1 in V + 1, marked -100 (the default) or -1 (an ignore_index
+    # a loss that masks with the default would score)
+    ignore_index = data.draw(st.sampled_from([to.IGNORE_INDEX, -1]), label="ignore_index")
+    labels[labels < 0] = ignore_index
+    if reduction == "mean":  # the mean over zero predicted positions is undefined
+        labels.flat[data.draw(st.integers(0, labels.size - 1))] = data.draw(
+            st.integers(0, V - 1))
     dloss = upstream(np.random.default_rng(seed), (), dtype)
     out, cache = impl.cross_entropy_forward(logits, labels, ignore_index=ignore_index,
                                             reduction=reduction)
@@ -397,7 +391,10 @@ def _torch_linear_cross_entropy(x, W, b, labels, *, ignore_index, reduction):
 def test_linear_cross_entropy(impl, dtype, reduction, bias, lead, n_in, V, seed, data):
     shape = tuple(lead)
     x = data.draw(values(shape + (n_in,))).astype(dtype)
-    labels, ignore_index = ce_labels(data, shape, V, reduction)
+    # ignored positions marked -100 (the default) or -1 (an ignore_index a loss that masks with
+    # the default would score); at least one predicted position (the mean needs it)
+    ignore_index = data.draw(st.sampled_from([to.IGNORE_INDEX, -1]), label="ignore_index")
+    labels = data.draw(ce_labels(shape, V, ignore_index), label="labels")
     rng = np.random.default_rng(seed)
     W = gaussian(rng, (n_in, V), dtype)
     b = gaussian(rng, (V,), dtype) if bias else None
