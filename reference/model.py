@@ -386,7 +386,7 @@ def _backward(dout, cache, d_pooled=None):
     grads: dict[str, np.ndarray] = {}
     dh = dout
     dW_decoder = None
-    if cache.head is None:
+    if cache.head is None:  # head "none", or a head the caller ran fused with its loss
         pass
     elif config.head == "mlm" and config.mlm_style == "linear":
         dh, grads["mlm.W"], grads["mlm.b"] = ops._linear_backward(dout, cache.head)
