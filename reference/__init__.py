@@ -8,16 +8,14 @@ float32 and float64 go through the same code.
 
 from reference.accumulation import accumulate_gradients
 from reference.config import BertConfig, bert_base, bert_tiny, mini_bert, seed001
-from reference.model import (
+from reference.data_parallel import (  # the model's entry points on batch shards
     backward,
-    embed,
     forward,
-    init_params,
     loss,
     loss_and_grads,
     masked_lm_loss_and_grads,
-    param_shapes,
 )
+from reference.model import embed, init_params, param_shapes
 from reference.optim import (
     adam_init,
     adam_step,

@@ -44,7 +44,7 @@ COLLECT_ENV = "MINIBERT_AUDIT_COLLECT"  # where the collection plugin writes its
 class TaggedTest:
     """One collected test case and the equation IDs its markers declare."""
 
-    nodeid: str  # tests/test_ops_fd.py::test_backward_matches_finite_differences[layernorm]
+    nodeid: str  # tests/test_suite_reference.py::test_conformance[fd[layernorm]]
     file: str  # relative to the tests directory's parent
     function: str  # Class.test_name or test_name (the definition the case comes from)
     line: int

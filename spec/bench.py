@@ -12,7 +12,8 @@ the code.  ``minibert bench`` then says so, judges no target and exits non-zero 
 ``timing_verdict``).
 
 NumPy + threadpoolctl here; the torch side is ``tests/benchmarks/torch_side.py`` (``spec`` never
-imports torch itself), loaded by path when torch is installed.
+imports torch itself), loaded by path when torch is installed.  The claims ledger's timing
+claims (the visual guide's) are measured here too, with the same timer (``claim_timings``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from spec.protocol import IGNORE_INDEX
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_SIDE = ROOT / "tests" / "benchmarks" / "torch_side.py"
@@ -156,6 +159,88 @@ def backward_inputs(impl, params, config, ids, labels, mask=None) -> tuple:
     _, c_loss = impl.cross_entropy_forward(out, labels)
     (dout,) = impl.cross_entropy_backward(1.0, c_loss)
     return dout, cache
+
+
+# ---------------------------------------------------------------- the claims ledger's timings
+# The visual guide's timing claims (spec/claims/guide.py) measure here: ``ctx`` is the ledger's
+# spec.claims.Context (the model, its weights and batch; ``smoke`` times a tiny model).
+# the audit's whole timing measurement stops repeating after this many seconds (>= 1 repeat)
+TIMING_BUDGET_S = 8.0
+
+
+def claim_timings(ctx) -> dict:
+    """Medians (ms) of forward + loss, backward (from the loss's gradient) and
+    forward+loss+backward, float32, B=8, T=64 (sets ``ctx.repeats_done`` and
+    ``ctx.timing_problems``, the self-check's findings), under
+    the entry points' thread policy (reference.train.threads: one worker per core),
+    with PyTorch eager's medians for the same model and batch measured alternately in the
+    same run when torch is installed (keys ``torch_<name>``; ``threads``)."""
+    from reference.train.threads import choose, keep_freed_memory, use_threads
+
+    ids, labels = ctx.batch
+    impl, params, config = ctx.impl, ctx.params, ctx.config
+    if ctx.smoke:
+        config = config.replace(vocab_size=64, hidden=16, intermediate=32, max_len=8)
+        params = impl.init_params(config, seed=0, dtype=np.float32)
+        ids, labels = ids[:2, :8] % 64, np.where(labels[:2, :8] >= 0, ids[:2, :8] % 64,
+                                                 IGNORE_INDEX)
+    threads = choose("auto")
+    keep_freed_memory()
+    with use_threads(threads):
+        fns, before = _claim_timing_fns(ctx, impl, params, config, ids, labels, threads)
+        # round-robin with the bench's timer (both sides see the same load), under the
+        # bench's self-check (skipped in a smoke run: it exercises the measuring only)
+        stats, ctx.timing_problems = checked_alternate(
+            fns, threads=threads, gflop=step_gflop(config, *ids.shape), repeats=ctx.repeats,
+            before=before, budget_s=TIMING_BUDGET_S, check=not ctx.smoke)
+    ctx.repeats_done = stats["forward"].n
+    out = {k: st.median_ms for k, st in stats.items()}
+    out["threads"] = threads
+    return out
+
+
+def _claim_timing_fns(ctx, impl, params, config, ids, labels, threads):
+    """name -> callable for the reference (forward, backward, step) and, when torch and
+    tests/benchmarks/torch_side.py are available and this is not a smoke run, torch's."""
+    state = {}
+
+    def forward():  # the forward and its loss, like torch's side (module.loss included)
+        impl.loss(params, config, ids, labels=labels)
+
+    def before_backward():  # untimed: the cache and the loss's gradient
+        state["ref"] = backward_inputs(impl, params, config, ids, labels)
+
+    def backward():
+        impl.backward(*state["ref"])
+
+    fns = {"forward": forward, "backward": backward,
+           "step": lambda: impl.loss_and_grads(params, config, ids, labels=labels)}
+    before = {"backward": before_backward}
+    if ctx.smoke or config.head != "mlm":
+        return fns, before
+    module, _ = load_torch_side()
+    if module is None:
+        return fns, before
+    import torch
+
+    torch.set_num_threads(threads)  # torch's own pool, like the BLAS's
+    tp, tforward, _ = module.build(params, config)
+    t_ids, t_labels = torch.from_numpy(ids), torch.from_numpy(labels)
+    t_mask = torch.ones_like(t_ids)
+
+    def t_forward():
+        for p in tp.values():
+            p.grad = None
+        state["torch"] = module.loss(tforward(t_ids, t_mask), t_labels)
+
+    def t_step():
+        t_forward()
+        state["torch"].backward()
+
+    fns.update(torch_forward=t_forward, torch_backward=lambda: state["torch"].backward(),
+               torch_step=t_step)
+    before["torch_backward"] = t_forward
+    return fns, before
 
 
 def step_gflop(config, B: int, T: int, predicted: float | None = None) -> dict[str, float]:
@@ -323,6 +408,7 @@ import numpy as np
 from reference.train.threads import keep_freed_memory, use_threads
 import reference
 from reference.config import PRESETS
+from reference.ops import IGNORE_INDEX
 config = PRESETS[sys.argv[1]]()
 B, T, steps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 loss_and_grads = (reference.loss_and_grads if sys.argv[6] == "full"
@@ -331,7 +417,7 @@ rng = np.random.default_rng(0)
 params = reference.init_params(config, seed=0, dtype=np.float32)
 state = reference.adam_init(params)
 ids = rng.integers(5, config.vocab_size, size=(B, T))
-labels = np.where(rng.random((B, T)) < 0.15, ids, -100)
+labels = np.where(rng.random((B, T)) < 0.15, ids, IGNORE_INDEX)
 labels[:, 0] = ids[:, 0]
 keep_freed_memory()
 spare = None  # the trainer's double buffering: the update goes into the step-before's arrays

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+
 
 @dataclass(frozen=True)
 class Section:
@@ -49,7 +51,7 @@ def _numbered(*pairs) -> tuple[Section, ...]:
 CLOSING = Section("closing", "Title and closing line", ("closing line", "title, closing line"))
 
 DOCUMENTS: tuple[Document, ...] = (
-    Document("minibert", "Mini-BERT derivation",
+    Document("minibert", MINIBERT,
              "Mathematical derivations for Mini-BERT (L=3, H=192, A=4, I=768, T=64, V=8192): "
              "forward, backward, MLM loss, Adam, schedule, clipping, accumulation, gradient "
              "checking, cost claims",
@@ -70,7 +72,7 @@ DOCUMENTS: tuple[Document, ...] = (
                        ("8.1", "Learning-rate schedule"), ("8.2", "Gradient accumulation"),
                        ("9", "Implementation verification"), ("9.1", "Gradient checking"))
              + (CLOSING,)),
-    Document("seed001", "NumPy-Transformer document",
+    Document("seed001", SEED001,
              "A pure-NumPy Transformer encoder in LaTeX: sinusoidal positions, biased "
              "attention, post-LN, MSE reconstruction; 2 layers, d=64, 4 heads, d_ff=256",
              _numbered(("1", "Forward pass"), ("1.1", "Sinusoidal positional encoding"),
@@ -80,7 +82,7 @@ DOCUMENTS: tuple[Document, ...] = (
                        ("2.3", "Residual connections"), ("3", "Loss and top-level gradient"),
                        ("4", "Adam optimizer"), ("5", "Empirical results"))
              + (CLOSING,)),
-    Document("slides", "BERT masked-LM slides",
+    Document("slides", SLIDES,
              "Slides on BERT's masked-LM formulation: WordPiece tokens, single-head attention, "
              "summed cross-entropy over masked positions",
              (Section("tokens", "Notation, tokens and the vocabulary", ("tokens",)),
@@ -100,14 +102,14 @@ DOCUMENTS: tuple[Document, ...] = (
                       ("basic formula", "attention, step 2", "steps 2-3, full interpretation",
                        "full interpretation"))),
              numbered=False),
-    Document("blog", "BERT-base blog",
+    Document("blog", BLOG,
              "A blog post on the BERT-base forward pass: 12 layers, 12 heads, 768/3072, 512 "
              "positions, tanh pooler and classifier",
              (Section("initialize", "Initialize: parameters and shapes", ("initialize",)),
               Section("forward", "Forward algorithm", ("forward", "forward algorithm")),
               Section("final", "Final step: pooler and classifier", ("final",))),
              numbered=False),
-    Document("guide", "visual guide",
+    Document("guide", GUIDE,
              "A visual guide to Mini-BERT: shapes, the attention picture, an MLM example, "
              "timing and memory claims",
              _numbered(("1", "The big picture"), ("2", "Dimensions"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spec.protocol import IGNORE_INDEX
 from spec.tolerances import FD_EPS, FD_FLOOR, FD_RTOL
 
 
@@ -198,7 +199,8 @@ def random_params(impl, config, seed: int = 0) -> dict[str, np.ndarray]:
     return params
 
 
-def random_batch(config, B: int, T: int, seed: int = 0, *, ignore_index: int = -100) -> dict:
+def random_batch(config, B: int, T: int, seed: int = 0, *,
+                 ignore_index: int = IGNORE_INDEX) -> dict:
     """ids with repeated tokens, a padding mask (later sequences shorter), ~30% predicted
     positions (at least one per sequence, never a padded one), and reconstruction targets."""
     rng = np.random.default_rng(seed + 2)
@@ -221,7 +223,7 @@ def random_batch(config, B: int, T: int, seed: int = 0, *, ignore_index: int = -
 
 
 def uneven_mlm_batch(config, B: int = 5, T: int = 6, seed: int = 0, *,
-                     ignore_index: int = -100) -> dict:
+                     ignore_index: int = IGNORE_INDEX) -> dict:
     """A batch whose rows predict very different numbers of tokens -- 1, all T, none, 3, 2 --
     with repeated ids and one padded row: split into micro-batches, the correct accumulation
     (weight by tokens) and the derivation's §8.2 recipe (average the micro-batch means) differ,
@@ -240,6 +242,19 @@ def uneven_mlm_batch(config, B: int = 5, T: int = 6, seed: int = 0, *,
     return dict(input_ids=ids, attention_mask=mask, labels=labels)
 
 
+def loss_kwargs(config, batch: Mapping[str, np.ndarray]) -> dict:
+    """The keywords of ``loss`` / ``loss_and_grads`` for a ``random_batch``: its attention mask
+    and what the head's loss compares with (token labels, class labels or targets)."""
+    kw = dict(attention_mask=batch["attention_mask"])
+    if config.head == "mlm":
+        kw["labels"] = batch["labels"]
+    elif config.head == "classifier":
+        kw["labels"] = batch["class_labels"]
+    else:
+        kw["targets"] = batch["targets"]
+    return kw
+
+
 def split_batch(batch: Mapping[str, np.ndarray], bounds) -> list[dict]:
     """Micro-batches: rows bounds[i]:bounds[i+1] of every array of ``batch``."""
     return [{k: v[a:b] for k, v in batch.items()} for a, b in zip(bounds[:-1], bounds[1:])]
@@ -251,13 +266,7 @@ def model_gradcheck(impl, config, *, B: int = 2, T: int = 8, seed: int = 0, n_di
     model (embeddings -> blocks -> head -> loss), float64, random params and batch."""
     params = random_params(impl, config, seed)
     batch = random_batch(config, B, T, seed)
-    kw = dict(attention_mask=batch["attention_mask"], reduction=reduction)
-    if config.head == "mlm":
-        kw["labels"] = batch["labels"]
-    elif config.head == "classifier":
-        kw["labels"] = batch["class_labels"]
-    else:
-        kw["targets"] = batch["targets"]
+    kw = dict(loss_kwargs(config, batch), reduction=reduction)
     types = {"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}
     _, grads, d_emb = impl.loss_and_grads(params, config, batch["input_ids"], **kw, **types)
     # FD needs the loss alone: a forward-only path halves the cost of every evaluation

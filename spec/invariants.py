@@ -119,20 +119,6 @@ def _dtype_of(v):
     return np.asarray(v).dtype if v is not None else None
 
 
-def dtype_kept(impl, op: str, forward, inputs: dict, **kwargs) -> list[Finding]:
-    """float32 inputs give a float32 output (no silent upcast); a scalar loss promoted to
-    float64 is a convention (reported with the float32 rounding it avoids)."""
-    f32 = {k: _to32(v) for k, v in inputs.items()}
-    out = forward(*f32.values(), **kwargs)[0]
-    got = np.asarray(out).dtype
-    if got == np.float64 and np.ndim(out) == 0:
-        value = float(out)
-        return [Finding(op, "float32 in -> float32 out", True,
-                        f"loss promoted to float64: float32 rounding would change it by "
-                        f"{abs(value - float(np.float32(value))):.1e}", convention=True)]
-    return [holds(op, "float32 in -> float32 out", got == np.float32, f"got {got}")]
-
-
 def _snapshot(values) -> list:
     """Bit patterns of every array in ``values`` (nested dicts / tuples / lists)."""
     if isinstance(values, np.ndarray):
@@ -499,6 +485,25 @@ def cross_entropy_shift_invariant(impl, logits, labels, shift: float) -> list[Fi
                   impl.cross_entropy_forward(logits + shift, labels)[0], loss, 1.0)]
 
 
+def linear_cross_entropy_is_the_composition(impl, x, W, b, labels, reduction: str,
+                                            dloss: float) -> list[Finding]:
+    """The fused head + loss is the linear op then the cross-entropy op: the same loss, and the
+    same (dx, dW, db) as cross_entropy_backward then linear_backward, to float64 rounding."""
+    op = "linear_cross_entropy"
+    loss, cache = impl.linear_cross_entropy_forward(x, W, b, labels, reduction=reduction)
+    grads = impl.linear_cross_entropy_backward(dloss, cache)
+    logits, c_lin = impl.linear_forward(x, W, b)
+    want, c_ce = impl.cross_entropy_forward(logits, labels, reduction=reduction)
+    want_grads = impl.linear_backward(impl.cross_entropy_backward(dloss, c_ce)[0], c_lin)
+    found = [close(op, "loss = cross_entropy(linear(x))", loss, want)]
+    for name, g, w in zip(("dx", "dW", "db"), grads, want_grads):
+        if w is None:
+            found.append(holds(op, f"{name} is None without a bias", g is None))
+        else:
+            found.append(close(op, f"{name} = the composed backward's", g, w))
+    return found
+
+
 def mse_identities(impl, y_hat, y, dloss: float) -> list[Finding]:
     """loss >= 0, 0 at y_hat = y, symmetric; dy = -dy_hat exactly (the loss depends on y_hat -
     y only)."""
@@ -784,6 +789,12 @@ def _cross_entropy(impl, ex: Example, rng) -> list[Finding]:
     logits, labels = ex.inputs["logits"], ex.fixed["labels"]
     return (cross_entropy_identities(impl, logits, labels, 0.7)
             + cross_entropy_shift_invariant(impl, logits, labels, 800.0))
+
+
+@invariant("linear_cross_entropy")
+def _linear_cross_entropy(impl, ex: Example, rng) -> list[Finding]:
+    return linear_cross_entropy_is_the_composition(impl, *ex.inputs.values(), ex.fixed["labels"],
+                                                   ex.fixed["reduction"], 0.7)
 
 
 @invariant("mse")

@@ -39,7 +39,7 @@ OPTIMIZER_EQUATIONS = ("optim.adam", "optim.adamw", "schedule.warmup_linear",
 TOOLING_EQUATIONS = ("wordpiece.vocab",)
 
 
-class NotApplicable(Exception):
+class TargetMissing(Exception):
     """The mutant's target module or function does not exist."""
 
 
@@ -118,9 +118,9 @@ def _original(target: str, mods: dict):
                          f"({sorted(mods)})")
     module = mods[alias]
     if module is None:
-        raise NotApplicable(f"{module_aliases()[alias]} does not exist")
+        raise TargetMissing(f"{module_aliases()[alias]} does not exist")
     if not hasattr(module, fn):
-        raise NotApplicable(f"{module.__name__} has no {fn}")
+        raise TargetMissing(f"{module.__name__} has no {fn}")
     return module, getattr(module, fn)
 
 
@@ -162,7 +162,7 @@ def _compile(m: Mutant, target: str, module, orig):
 
 
 def _build(m: Mutant, mods: dict) -> list[tuple]:
-    """[(original, mutated)] for each target; raises NotApplicable or MutantEditError."""
+    """[(original, mutated)] for each target; raises TargetMissing or MutantEditError."""
     found = [(t, *_original(t, mods)) for t in m.targets]
     return [(orig, _compile(m, t, module, orig)) for t, module, orig in found]
 
@@ -172,7 +172,7 @@ def applicability(m: Mutant, modules=None) -> str | None:
     matches the reference raises :class:`MutantEditError`: that is a broken catalog, not n/a."""
     try:
         _build(m, _modules(modules))
-    except NotApplicable as e:
+    except TargetMissing as e:
         return str(e)
     return None
 
@@ -396,6 +396,17 @@ mutant("ce_backward_divides_by_all_positions", "loss.ce.backward.mean",
 mutant("ce_mean_over_all_positions", "loss.ce.mean",
        "the 'mean' loss divides by B*T instead of N_masked (forward and backward agree)",
        "ops._cross_entropy_forward", ("denom = n if", "denom = valid.size if"))
+mutant("linear_ce_block_total_overwritten", "linear_ce.forward",
+       "the blocked cross-entropy keeps only the last block's loss (its accumulator is reset "
+       "in every block)",
+       "ops._linear_cross_entropy_forward", ("total += float(value)", "total = float(value)"))
+mutant("linear_ce_last_row_block_skipped", "linear_ce.backward",
+       "the block loop stops one row short: a last block of one row adds no loss, and its "
+       "logits come back as its gradient",
+       "ops._linear_cross_entropy_forward", ("range(0, N, rows)", "range(0, N - 1, rows)"))
+mutant("linear_ce_dW_ignores_dloss", "linear_ce.backward",
+       "the upstream gradient dloss scales dx and db but not dW",
+       "ops._linear_cross_entropy_backward", ("c_lin._replace(x=c_lin.x * dloss)", "c_lin"))
 mutant("mse_missing_factor_2", "loss.mse.backward",
        "MSE backward (y_hat - y) / N, missing the factor 2",
        "ops._mse_backward", ("(2 * dloss / diff.size)", "(dloss / diff.size)"))

@@ -67,6 +67,9 @@ Op pairs (forward arguments -> output; what backward returns)
   reduction="mean"|"sum")`` -> scalar ("mean" divides by the number of positions whose label is
   not ``ignore_index``); backward ``(dlogits,)``
 * ``mse_forward(y_hat, y)`` -> scalar ``sum((y_hat - y)^2) / y.size``; backward ``(dy_hat, dy)``
+* ``linear_cross_entropy_forward(x [...,n], W [n,V], b [V] or None, labels [...], *,
+  ignore_index=-100, reduction="mean"|"sum")`` -> ``cross_entropy(x W + b, labels)`` (the
+  Mini-BERT head fused with its loss: no [...,V] array need be kept); backward ``(dx, dW, db)``
 
 Loss backwards take the upstream gradient as a scalar: ``cross_entropy_backward(dloss, cache)``.
 
@@ -147,9 +150,10 @@ The checks adapt instead of failing on what was never claimed: a call with a bia
 weight decay the implementation does not claim is *not applicable* (skipped / ``n/a``), the
 conformance examples use ``None`` biases and no mask, and inputs of a rank an op does not accept
 are reshaped to one it does (leading axes of 1 added, or merged) for the ops that act on the
-last axis alone (linear, layernorm, softmax, relu, tanh, ffn, cross_entropy, mse), with the
-output and gradients reshaped back.  Conventions the documents allow are reported as
-conventions, with the number they change, never as failures: a scalar loss promoted to float64
+last axis alone (linear, layernorm, softmax, relu, tanh, ffn, cross_entropy, mse,
+linear_cross_entropy), with the output and gradients reshaped back.  Conventions the
+documents allow are reported as conventions, with the number they change, never as
+failures: a scalar loss promoted to float64
 and a divisor guard in clipping (within ``CLIP_NORM_RTOL``) always; ``lr(0) = 0`` when declared
 in ``"conventions"`` (undeclared, it is indistinguishable from the off-by-one it is in the
 reference, and fails naming the declaration).
@@ -301,6 +305,13 @@ def _cross_entropy_example(rng):
     return [({"logits": logits}, {"labels": labels, "reduction": r}) for r in ("mean", "sum")]
 
 
+def _linear_cross_entropy_example(rng):
+    inputs = {"x": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 5)),
+              "b": rng.standard_normal(5)}
+    labels = np.array([[1, IGNORE_INDEX, 4], [0, 4, IGNORE_INDEX]])
+    return [(inputs, {"labels": labels, "reduction": r}) for r in ("mean", "sum")]
+
+
 def _gelu_example(rng):
     x = rng.standard_normal((2, 3, 4)) * 2
     return [({"x": x}, {"approximate": a}) for a in ("none", "tanh")]
@@ -397,6 +408,8 @@ _TABLE = (
     Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward"),
        example=lambda rng: {"y_hat": rng.standard_normal((2, 3, 4)),
                             "y": rng.standard_normal((2, 3, 4))}),
+    Op("linear_cross_entropy", _pair("linear_cross_entropy"), ("x", "W", "b"),
+       ("linear_ce.forward", "linear_ce.backward"), example=_linear_cross_entropy_example),
     Op("model", ("param_shapes", "init_params", "embed", "forward", "backward", "loss",
                  "loss_and_grads"), (), ("mlm_head.tied", "model.backward"), module="model"),
     Op("adam", ("adam_init", "adam_step"), (), ("optim.adam", "optim.adamw"), module="optim"),
@@ -525,11 +538,12 @@ CONVENTIONS = frozenset({"lr(0)=0"})
 # accepts; the names of their forward arguments (in protocol order) that carry the leading axes
 RANK_ADAPTABLE = {"linear": ("x",), "layernorm": ("x",), "softmax": ("x", "mask"),
                   "relu": ("x",), "tanh": ("x",), "ffn": ("x",),
-                  "cross_entropy": ("logits", "labels"), "mse": ("y_hat", "y")}
+                  "cross_entropy": ("logits", "labels"), "mse": ("y_hat", "y"),
+                  "linear_cross_entropy": ("x", "labels")}
 _FORWARD_ARGS = {"linear": ("x", "W", "b"), "layernorm": ("x", "gamma", "beta", "eps"),
                  "softmax": ("x", "mask"), "relu": ("x",), "tanh": ("x",),
                  "ffn": ("x", "W_1", "b_1", "W_2", "b_2"), "cross_entropy": ("logits", "labels"),
-                 "mse": ("y_hat", "y")}
+                 "mse": ("y_hat", "y"), "linear_cross_entropy": ("x", "W", "b", "labels")}
 
 
 def capabilities(impl) -> dict:

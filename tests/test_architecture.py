@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MATHS_MODULES = ("reference", "reference.ops", "reference.model", "reference.optim",
-                 "reference.accumulation", "reference.config", "reference.validate",
-                 "reference.registry")
+MATHS_MODULES = ("reference", "reference.ops", "reference.model", "reference.data_parallel",
+                 "reference.parallel", "reference.optim", "reference.accumulation",
+                 "reference.config", "reference.validate", "reference.registry")
 FORBIDDEN = ("spec", "sympy", "torch", "rich", "tokenizers", "safetensors", "matplotlib",
              "tqdm", "hypothesis", "pytest", "scipy", "transformers", "reference.train",
              "reference.hf")

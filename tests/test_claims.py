@@ -15,7 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reference.config import bert_tiny
 from spec.claims import CLAIMS, VERDICTS, Context, closed_forms, evaluate
+from spec.claims.blog import blog_literal_forward
+from spec.gradcheck import random_params
 
 # Timing entries are measured by ``minibert audit``; here the measuring itself is exercised on a
 # tiny model (smoke), once: speed is never asserted in tests.
@@ -73,3 +76,43 @@ def test_rounding_rule():
     assert rounds_to(4_498_880, 4.5, 1e6) and not rounds_to(4_498_880, 4.49, 1e6)
     assert rounds_to(444_096, 444, 1e3) and not rounds_to(444_096, 443, 1e3)
     assert not rounds_to(4_718_592, 4.8, 1e6) and rounds_to(4_718_592, 4.7, 1e6)
+
+
+# --------------------------------------------------------------- the blog's literal forward
+def _blog_by_hand(impl, params, config, ids):
+    """The blog's equations written out with NumPy and the heads' reshapes: X = T + W_P (+ the
+    BERT embedding LayerNorm and token type 0), Z~ = concat of heads (no W^O), Z- = LN(X + Z~),
+    FFN with ReLU, Z_l = LN(X + Z_out)."""
+    x, _ = impl.embedding_ln_forward(ids, np.zeros_like(ids), params["embeddings.token.W"],
+                                     params["embeddings.position.W"], params["embeddings.type.W"],
+                                     params["embeddings.ln.gamma"], params["embeddings.ln.beta"],
+                                     config.ln_eps)
+    z = x
+    H = config.hidden
+    for i in range(config.n_layers):
+        p = {k.split(".", 2)[2]: v for k, v in params.items() if k.startswith(f"layers.{i}.")}
+        q = z @ p["attn.W_q"] + p["attn.b_q"]
+        k = z @ p["attn.W_k"] + p["attn.b_k"]
+        v = z @ p["attn.W_v"] + p["attn.b_v"]
+        qh, kh, vh = (impl.split_heads(t, config.n_heads) for t in (q, k, v))
+        s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(H // config.n_heads)
+        a = np.exp(s - s.max(-1, keepdims=True))
+        z_tilde = impl.merge_heads((a / a.sum(-1, keepdims=True)) @ vh)
+        zb, _ = impl.layernorm_forward(x + z_tilde, p["ln1.gamma"], p["ln1.beta"], config.ln_eps)
+        z_out = np.maximum(0, zb @ p["ffn.W_1"] + p["ffn.b_1"]) @ p["ffn.W_2"] + p["ffn.b_2"]
+        z, _ = impl.layernorm_forward(x + z_out, p["ln2.gamma"], p["ln2.beta"], config.ln_eps)
+    return z
+
+
+def test_blog_literal_forward_is_the_blog_as_written(impl):
+    """The ledger's blog.forward_literal evaluates the blog's algorithm as written: its forward
+    (composed from the public ops) equals the equations written out by hand, and is a
+    different model from BERT's (not rounding)."""
+    config = bert_tiny(n_layers=3, head="none")
+    params = random_params(impl, config, seed=4)
+    ids = np.random.default_rng(1).integers(0, config.vocab_size, size=(2, 6))
+    blog = blog_literal_forward(impl, params, config, ids)
+    np.testing.assert_allclose(blog, _blog_by_hand(impl, params, config, ids), rtol=0,
+                               atol=1e-12)
+    real, _ = impl.forward(params, config, ids)
+    assert np.abs(real - blog).max() > 0.1  # a different model, not rounding

@@ -12,7 +12,7 @@ from a base config by a family of oracle comparisons that can express it:
   spec/suite/checks/oracle_bert.py).  The batch holds every token type, the padding id and id 0 at
   unpadded positions.
 * ``torch``: the documents' architecture (tests/torch_oracle.py's encoder from torch's own
-  modules; the helpers of tests/test_oracle_model.py): positions, attention biases, final
+  modules; the helpers of spec/suite/checks/oracle_model.py): positions, attention biases, final
   LayerNorm, hidden-state head.
 * ``init``: the initial weights' spread against transformers' own initialisation.
 

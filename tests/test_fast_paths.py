@@ -1,10 +1,10 @@
 """The reference's fast paths against the readable op pairs they schedule differently (issue
-"Faster than PyTorch eager"): the fused MLM head + blocked cross-entropy, data-parallel batch
-shards (forward, backward, loss, loss_and_grads, masked_lm_loss_and_grads), the optimizer over
-tensor groups and into given arrays, the dot-product finiteness check, the accumulation
-shortcut for one micro-batch, and the trainer's double-buffered update.  Every comparison is
-float64 against the unfused / unsharded / sequential computation, at the identity tolerance
-(they differ only in summation order), and the parallel paths are bit-identical run to run."""
+"Faster than PyTorch eager"): the loss against forward's logits, the optimizer over tensor
+groups and into given arrays, the dot-product finiteness check, the accumulation shortcut for
+one micro-batch, and the trainer's double-buffered update.  Every comparison is float64 against
+the unfused / sequential computation, at the identity tolerance (they differ only in summation
+order), and the parallel paths are bit-identical run to run.  The fused head's block schedule is
+tests/test_linear_cross_entropy.py; the batch shards, tests/test_data_parallel.py."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 import reference
-from reference import model, ops, optim, parallel
+from reference import ops, optim, parallel
 from reference.config import BertConfig, mini_bert
 from reference.train import loop
 from reference.validate import all_finite, check_all_finite, non_finite
 from spec.gradcheck import random_batch, random_params
-from spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
+from spec.protocol import IGNORE_INDEX
+from spec.tolerances import F64_IDENTITY_RTOL
 
 TINY = mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=29)
 CONFIGS = {
@@ -28,11 +29,6 @@ CONFIGS = {
                            vocab_size=23, activation="gelu", type_vocab_size=2,
                            embedding_layernorm=True, mlm_style="bert", attn_bias=True,
                            final_layernorm=False, pad_token_id=0),
-    "classifier": BertConfig(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8,
-                             vocab_size=23, head="classifier", num_labels=3, attn_bias=True),
-    "mse": BertConfig(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8,
-                      vocab_size=23, position="sinusoidal", head="none", attn_bias=True,
-                      final_layernorm=False),
 }
 
 
@@ -44,112 +40,14 @@ def _close(got, want, what=""):
     assert float(np.max(np.abs(got - want))) <= F64_IDENTITY_RTOL * scale, what
 
 
-def _grads_close(got, want):
-    """Every tensor at the identity tolerance; the key bias, whose true gradient is exactly 0
-    (softmax is shift-invariant per row: both sides are rounding noise), in absolute terms
-    against the largest gradient."""
-    assert list(got) == list(want)
-    largest = max(float(np.max(np.abs(w))) for w in want.values())
-    for k in want:
-        assert got[k].dtype == want[k].dtype, k
-        if k.endswith("attn.b_k"):
-            assert max(float(np.max(np.abs(got[k]))),
-                       float(np.max(np.abs(want[k])))) <= F64_IDENTITY_RTOL * largest, k
-        else:
-            _close(got[k], want[k], k)
-
-
 def _kwargs(config, batch):
-    kw = dict(attention_mask=batch["attention_mask"])
-    if config.head == "none":
-        kw["targets"] = batch["targets"]
-    elif config.head == "classifier":
-        kw["labels"] = batch["input_ids"][:, 0] % config.num_labels
-    else:
-        kw["labels"] = batch["labels"]
+    kw = dict(attention_mask=batch["attention_mask"], labels=batch["labels"])
     if "token_type_ids" in batch:
         kw["token_type_ids"] = batch["token_type_ids"]
     return kw
 
 
-# --------------------------------------------------------------- fused head + blocked CE
-@pytest.mark.equation("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
-                      "loss.ce.backward.sum", "linear.backward.dx", "linear.backward.dW",
-                      "linear.backward.db")
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-@pytest.mark.parametrize("block_rows", [1, 3, 64])  # many blocks with a remainder; one block
-def test_fused_head_equals_the_op_pairs(monkeypatch, reduction, block_rows):
-    rng = np.random.default_rng(0)
-    N, H, V = 13, 6, 11
-    h, W, b = rng.standard_normal((N, H)), rng.standard_normal((H, V)), rng.standard_normal(V)
-    labels = rng.integers(0, V, size=N)
-    labels[[2, 5, 6]] = -100  # ignored rows, one in each of several blocks
-    monkeypatch.setattr(model, "_CE_BLOCK_BYTES", block_rows * V * 8)
-    inputs = copy.deepcopy((h, W, b, labels))
-    n = int(np.count_nonzero(labels != -100))
-    total, dh, dW, db = model._linear_cross_entropy(
-        h, W, b, labels, ignore_index=-100, dloss=1.0 / n if reduction == "mean" else 1.0)
-    for a, before in zip((h, W, b, labels), inputs):  # nothing passed in is modified
-        np.testing.assert_array_equal(a, before)
-    logits, c_lin = ops.linear_forward(h, W, b)
-    want, c_ce = ops.cross_entropy_forward(logits, labels, reduction=reduction)
-    (dlogits,) = ops.cross_entropy_backward(1.0, c_ce)
-    want_dh, want_dW, want_db = ops.linear_backward(dlogits, c_lin)
-    _close(total / (n if reduction == "mean" else 1), want, "loss")
-    for got, exp, what in ((dh, want_dh, "dh"), (dW, want_dW, "dW"), (db, want_db, "db")):
-        _close(got, exp, what)
-
-
-def test_fused_head_float32_stays_float32_and_near_float64():
-    rng = np.random.default_rng(1)
-    h, W, b = rng.standard_normal((40, 16)), rng.standard_normal((16, 50)), rng.standard_normal(50)
-    labels = rng.integers(0, 50, size=40)
-    out64 = model._linear_cross_entropy(h, W, b, labels, ignore_index=-100, dloss=1 / 40)
-    out32 = model._linear_cross_entropy(*(a.astype(np.float32) for a in (h, W, b)), labels,
-                                        ignore_index=-100, dloss=1 / 40)
-    for a32, a64 in zip(out32[1:], out64[1:]):
-        assert a32.dtype == np.float32
-        np.testing.assert_allclose(a32, a64, rtol=0,
-                                   atol=F32_VS_F64_RTOL * float(np.max(np.abs(a64))))
-
-
-# --------------------------------------------------------------- data-parallel shards
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-@pytest.mark.parametrize("workers", [2, 3])
-def test_shards_equal_the_whole_batch(name, workers):
-    """loss_and_grads, loss, forward/backward with ``workers`` batch shards equal one worker's
-    (float64, summation order only); B=5 so the shards are uneven."""
-    config = CONFIGS[name]
-    params = random_params(reference, config, seed=3)
-    batch = random_batch(config, B=5, T=8, seed=3)
-    ids, kw = batch["input_ids"], _kwargs(config, batch)
-    fwd_kw = {k: v for k, v in kw.items() if k in ("token_type_ids",)}
-    with parallel.workers(1):
-        want = reference.loss_and_grads(params, config, ids, **kw)
-        want_loss = reference.loss(params, config, ids, **kw)
-        out1, cache1 = reference.forward(params, config, ids, kw["attention_mask"], **fwd_kw)
-        dout = np.random.default_rng(4).standard_normal(out1.shape)
-        want_bwd = reference.backward(dout, cache1)
-    with parallel.workers(workers):
-        got = reference.loss_and_grads(params, config, ids, **kw)
-        again = reference.loss_and_grads(params, config, ids, **kw)
-        got_loss = reference.loss(params, config, ids, **kw)
-        out, cache = reference.forward(params, config, ids, kw["attention_mask"], **fwd_kw)
-        assert isinstance(cache, model.ShardedCache) and len(cache.shards) == workers
-        got_bwd = reference.backward(dout, cache)
-    _close(got[0], want[0], "loss")
-    _grads_close(got[1], want[1])
-    _close(got[2], want[2], "d_embeddings")
-    _close(got_loss, want_loss, "loss()")
-    _close(out, out1, "forward")
-    _grads_close(got_bwd[0], want_bwd[0])
-    _close(got_bwd[1], want_bwd[1], "backward d_embeddings")
-    # the same worker count, the same bits: shards are cut from the count, summed in order
-    assert float(got[0]) == float(again[0])
-    for k in got[1]:
-        np.testing.assert_array_equal(got[1][k], again[1][k])
-
-
+# --------------------------------------------------------------- loss
 @pytest.mark.parametrize("name", ["mini_bert", "bert_mlm"])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("workers", [1, 2])
@@ -169,31 +67,6 @@ def test_loss_equals_forward_then_cross_entropy(name, reduction, workers):
         got = reference.loss(params, config, batch["input_ids"], **kw)
     assert got.dtype == want.dtype
     _close(got, want, "loss")
-
-
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_sharded_masked_head_equals_the_full_head(reduction):
-    """The trainer's path with two workers, where one shard has nothing to predict."""
-    params = random_params(reference, TINY, seed=6)
-    batch = random_batch(TINY, B=4, T=8, seed=6)
-    labels = batch["labels"].copy()
-    labels[2:] = -100  # the second shard predicts nothing
-    kw = dict(labels=labels, attention_mask=batch["attention_mask"], reduction=reduction)
-    with parallel.workers(1):
-        want = reference.loss_and_grads(params, TINY, batch["input_ids"], **kw)
-    with parallel.workers(2):
-        got = reference.masked_lm_loss_and_grads(params, TINY, batch["input_ids"], **kw)
-    _close(got[0], want[0], "loss")
-    _grads_close(got[1], want[1])
-    _close(got[2], want[2], "d_embeddings")
-
-
-def test_one_row_batch_is_one_shard():
-    params = random_params(reference, TINY, seed=7)
-    batch = random_batch(TINY, B=1, T=8, seed=7)
-    with parallel.workers(2):
-        _, cache = reference.forward(params, TINY, batch["input_ids"])
-    assert isinstance(cache, model.ModelCache)
 
 
 def test_all_ones_mask_is_no_mask():
@@ -300,7 +173,7 @@ def test_first_non_finite_array_in_order_whatever_the_workers():
 def test_one_contributing_micro_batch_is_the_plain_mean():
     params = random_params(reference, TINY, seed=9)
     batch = random_batch(TINY, B=3, T=8, seed=9)
-    empty = {**batch, "labels": np.full_like(batch["labels"], -100)}
+    empty = {**batch, "labels": np.full_like(batch["labels"], IGNORE_INDEX)}
     loss, grads = reference.accumulate_gradients(reference, params, TINY, [empty, batch, empty])
     want, want_g, _ = reference.loss_and_grads(params, TINY, batch["input_ids"],
                                                labels=batch["labels"],

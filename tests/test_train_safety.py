@@ -462,3 +462,17 @@ def test_save_checkpoint_is_atomic_on_failure(tmp_path):
                         model_config=ck["model_config"])
     assert open(path, "rb").read() == good
     assert sorted(os.listdir(tmp_path)) == ["ck.safetensors"]
+
+
+def test_checkpoint_configs_with_a_retired_field_load_at_its_fixed_value():
+    """A checkpoint written before ``blog_literal`` left BertConfig records it as False: such a
+    model_config still loads (the field is dropped); any other value of it is refused."""
+    from reference.config import RETIRED_FIELDS, BertConfig, mini_bert
+
+    config = mini_bert(vocab_size=50)
+    old = {**config.to_dict(), **RETIRED_FIELDS}
+    assert BertConfig.from_dict(old) == config
+    with pytest.raises(ValueError, match="blog_literal"):
+        BertConfig.from_dict({**old, "blog_literal": True})
+    with pytest.raises(TypeError):  # an unknown field is still an error
+        BertConfig.from_dict({**old, "no_such_field": 1})

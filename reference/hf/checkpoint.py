@@ -138,7 +138,6 @@ def config_to_hf(config: BertConfig) -> dict:
     """The ``config.json`` of a BERT-architecture config (ValueError for other architectures)."""
     if not (config.embedding_layernorm and config.attn_bias and config.position == "learned"
             and not config.final_layernorm and config.type_vocab_size
-            and not config.blog_literal
             and (config.head != "mlm" or config.mlm_style == "bert")):
         raise ValueError("config: only the BERT architecture (embedding LayerNorm, token types, "
                          "biased attention, no final LayerNorm, BERT MLM head) has a Hugging Face "

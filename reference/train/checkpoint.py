@@ -164,7 +164,7 @@ def check_model_config(path: str, model_config, shapes: dict) -> None:
         raise _bad(path, f"model_config n_layers={n_layers!r} but {n_present} layers of "
                          f"tensors")
     try:
-        config = BertConfig(**model_config)
+        config = BertConfig.from_dict(model_config)
     except (TypeError, ValueError) as e:
         raise _bad(path, f"an invalid model_config ({e})") from None
     expected = param_shapes(config)

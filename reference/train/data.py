@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from reference.ops import IGNORE_INDEX
 from reference.train.fileio import atomic_write, loads_json, read_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
 N_SPECIAL = len(SPECIAL_TOKENS)
-IGNORE_INDEX = -100
 
 
 # --------------------------------------------------------------------------- tokenizer

@@ -246,7 +246,7 @@ def load_state(path: str, *, with_meta: bool = False):
     from reference.train.checkpoint import load_checkpoint
 
     ck = load_checkpoint(path)
-    config = BertConfig(**ck["model_config"])  # validated against the tensors by the loader
+    config = BertConfig.from_dict(ck["model_config"])  # validated against the tensors by the loader
     try:
         tcfg = TrainConfig(**ck["train_config"])
     except TypeError as e:

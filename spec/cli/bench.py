@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import sys
 
+from spec.protocol import IGNORE_INDEX
+
 
 def register(sub) -> None:
     import argparse
@@ -50,7 +52,7 @@ def _problem(config, B, T, seed):
 
     rng = np.random.default_rng(seed)
     ids = rng.integers(5, config.vocab_size, size=(B, T))
-    labels = np.where(rng.random((B, T)) < 0.15, ids, -100)
+    labels = np.where(rng.random((B, T)) < 0.15, ids, IGNORE_INDEX)
     labels[:, 0] = ids[:, 0]  # at least one predicted position per row
     return ids, labels, np.ones((B, T), dtype=np.int64)
 
@@ -101,7 +103,7 @@ def _reference_side(config, params, ids, labels, mask):
 def _torch_side(module, torch, config, params, ids, labels, mask):
     tp, tforward, opt = module.build(params, config)
     t_ids, t_labels, t_mask = (torch.from_numpy(a) for a in (ids, labels, mask))
-    t_pred = t_labels != -100
+    t_pred = t_labels != IGNORE_INDEX
     s = {}
 
     def step(masked):
@@ -192,7 +194,7 @@ def measure(args):
     report = Report(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
                     torch_note=note, cores=available_cores())
     report.load["before"] = load_average()
-    predicted = float(np.mean(labels != -100))
+    predicted = float(np.mean(labels != IGNORE_INDEX))
     threads = sorted(set(args.threads))
     # the machine's sgemm rate at n BLAS threads (the FLOP floor), and at 1: the probe that
     # says what n threads should reach

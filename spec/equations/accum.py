@@ -6,8 +6,7 @@ from __future__ import annotations
 import sympy as sp
 
 from spec.equations import Equation, Proof, register
-
-MINIBERT = "Mini-BERT derivation"
+from spec.sources import MINIBERT
 
 
 def _accumulation_case():

@@ -26,12 +26,7 @@ from spec.equations._sym import (
     softmax_rows,
     vjp,
 )
-
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-BLOG = "BERT-base blog"
-GUIDE = "visual guide"
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 HEAD_SIZES = tuple((T, d_k) for T in (2, 3) for d_k in (1, 2, 3))
 CHAIN_SIZES = ((1, 2, 2, 1), (1, 2, 2, 2))  # (B, T, H, A)

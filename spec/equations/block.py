@@ -12,11 +12,7 @@ import sympy as sp
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import KINK, ln_row, relu_expr
 from spec.equations._sym import Stage, arr, chain_equal, fmt_array, is_zero, lambdify_map
-
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-GUIDE = "visual guide"
+from spec.sources import GUIDE, MINIBERT, SEED001, SLIDES
 
 
 def _prove_postln() -> Proof:

@@ -10,8 +10,8 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.sources import BLOG
 
-BLOG = "BERT-base blog"
 SIZES = ((2, 2, 2, 3), (1, 3, 2, 2))  # (B, T, H, C)
 
 

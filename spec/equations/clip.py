@@ -7,9 +7,8 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.sources import MINIBERT
 from spec.tolerances import CLIP_NORM_RTOL
-
-MINIBERT = "Mini-BERT derivation"
 
 
 def _prove_clip() -> Proof:

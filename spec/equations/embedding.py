@@ -13,10 +13,7 @@ import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
-
-MINIBERT = "Mini-BERT derivation"
-SLIDES = "BERT masked-LM slides"
-BLOG = "BERT-base blog"
+from spec.sources import BLOG, MINIBERT, SLIDES
 
 # (V, H, ids) tried by the proofs: repeated ids, an unused id
 LOOKUP_CASES = ((3, 2, (0, 2, 0, 2)), (4, 3, (1, 1, 1)), (2, 2, (1, 0)))

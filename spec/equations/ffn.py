@@ -9,13 +9,7 @@ import numpy as np
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import KINK, relu_expr
 from spec.equations._sym import arr, compare, lambdify_map, vjp
-
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-BLOG = "BERT-base blog"
-GUIDE = "visual guide"
-
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 FFN_SIZES = ((1, 2, 2, 3), (2, 1, 3, 2))  # (B, T, H, I)
 

@@ -8,8 +8,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-
-MINIBERT = "Mini-BERT derivation"
+from spec.sources import MINIBERT
 
 x, h = sp.symbols("x epsilon", real=True)
 

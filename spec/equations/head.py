@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from spec.equations import Equation, Proof, register
 from spec.equations._sym import arr, compare
-
-MINIBERT = "Mini-BERT derivation"
-SLIDES = "BERT masked-LM slides"
+from spec.sources import MINIBERT, SLIDES
 
 
 def _prove_head_orientation() -> Proof:

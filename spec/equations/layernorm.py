@@ -16,13 +16,12 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
+from spec.sources import MINIBERT, SEED001
 
 FEATURES = (2, 3, 4, 5)  # N tried by every proof
 NUMERIC_FEATURES = (2, 3, 4)
 ROWS = 2
 LN_EPS = 1e-5  # eps of the SymPy <-> code check (any positive value; the proofs keep eps symbolic)
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
 
 EPS = sp.Symbol("eps", positive=True)
 S = sp.Symbol("s", positive=True)  # sqrt(var + eps)

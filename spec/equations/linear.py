@@ -10,11 +10,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, fmt_array, lambdify_map, vjp
-
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-BLOG = "BERT-base blog"
-GUIDE = "visual guide"
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001
 
 SIZES = ((2, 2, 2, 3), (1, 3, 3, 2), (2, 1, 3, 3))  # (B, T, n_in, n_out)
 

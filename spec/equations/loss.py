@@ -1,7 +1,8 @@
 """Masked cross-entropy (mean over masked tokens or sum) with its logit gradient, and MSE.
 
 The masked CE as a SymPy map takes the one-hot labels O [n, V] and the mask m [n] (1 =
-predicted) as inputs, so the SymPy <-> code check feeds O = onehot(label), m = (label != -100).
+predicted) as inputs, so the SymPy <-> code check feeds O = onehot(label),
+m = (label != IGNORE_INDEX).
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, exp_to_symbols, lambdify_map, softmax_rows, vjp
+from spec.protocol import IGNORE_INDEX
+from spec.sources import GUIDE, MINIBERT, SEED001, SLIDES
 
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-GUIDE = "visual guide"
-
-IGNORE_INDEX = -100
 CE_CASES = ((3, 3, (1, 0, 1)), (2, 4, (1, 1)), (4, 2, (0, 1, 1, 0)))  # (n, V, mask)
 
 

@@ -7,9 +7,8 @@ import sympy as sp
 
 from spec.equations import Equation, Proof, register
 from spec.equations._sym import Stage, chain_equal
+from spec.sources import GUIDE, MINIBERT
 
-MINIBERT = "Mini-BERT derivation"
-GUIDE = "visual guide"
 N = 2  # features of the symbolic hidden state
 PARAMS = ("p_word", "p_pos", "p_1", "p_2", "p_head")
 

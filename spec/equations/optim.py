@@ -11,10 +11,8 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import fmt_values
+from spec.sources import MINIBERT, SEED001, SLIDES
 
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
 PROJECT = "project convention (BERT's optimizer; not in the five documents)"
 
 b1, b2, lr, eps, g, t = sp.symbols("beta1 beta2 alpha epsilon g t", positive=True)

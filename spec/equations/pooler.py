@@ -9,8 +9,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, lambdify_map, vjp
-
-BLOG = "BERT-base blog"
+from spec.sources import BLOG
 
 
 def _prove_pooler() -> Proof:

@@ -10,12 +10,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._sym import arr, compare, lambdify_map, vjp
-
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-BLOG = "BERT-base blog"
-GUIDE = "visual guide"
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
 def _prove_position() -> Proof:

@@ -7,12 +7,7 @@ import sympy as sp
 
 from spec.equations import Equation, Proof, register
 from spec.equations._nn import KINK, elementwise_numeric, relu_expr
-
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-BLOG = "BERT-base blog"
-GUIDE = "visual guide"
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
 def _prove_relu() -> Proof:

@@ -10,12 +10,7 @@ from spec.equations import Equation, Proof, register
 from spec.equations._nn import ln_row
 from spec.equations._sym import arr, fmt_array, vjp
 from spec.equations.block import BLOCK_CHECK
-
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
-BLOG = "BERT-base blog"
-GUIDE = "visual guide"
+from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
 def _prove_residual() -> Proof:

@@ -7,8 +7,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-
-MINIBERT = "Mini-BERT derivation"
+from spec.sources import MINIBERT
 
 STEP, W_, TOTAL, PEAK = sp.symbols("step warmup total peak", positive=True)
 

@@ -21,13 +21,11 @@ from spec.equations._sym import (
     softmax_rows,
     vjp,
 )
+from spec.sources import MINIBERT, SEED001, SLIDES
 
 FEATURES = (2, 3, 4, 5)
 NUMERIC_FEATURES = (2, 3, 4)
 ROWS = 2
-MINIBERT = "Mini-BERT derivation"
-SEED001 = "NumPy-Transformer document"
-SLIDES = "BERT masked-LM slides"
 
 
 @cache

@@ -6,8 +6,7 @@ import sympy as sp
 
 from spec.equations import Equation, Proof, register
 from spec.equations._nn import elementwise_numeric
-
-BLOG = "BERT-base blog"
+from spec.sources import BLOG
 
 
 def _prove_tanh() -> Proof:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import Counter
 
 from spec.equations import Equation, Proof, register
+from spec.sources import SLIDES
 
-SLIDES = "BERT masked-LM slides"
 PREFIX = "##"
 
 

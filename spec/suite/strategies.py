@@ -493,6 +493,21 @@ def cross_entropy_cases(draw, reduction: str) -> OpCase:
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
 
 
+@cases("linear_cross_entropy", "mean", reduction="mean")
+@cases("linear_cross_entropy", "sum", reduction="sum")
+@st.composite
+def linear_cross_entropy_cases(draw, reduction: str) -> OpCase:
+    """The fused head + loss: x [..., n_in] (one to three leading axes), W, b (or None), labels
+    with one to all positions predicted; the defaults' one block of rows (the block boundaries
+    are the reference's own tests, tests/test_linear_cross_entropy.py)."""
+    lead = draw(_lead_shapes(3).filter(len))
+    n_in, V = draw(sizes(1, 4)), draw(sizes(1, 6))
+    inputs = {"x": draw(arrays(lead + (n_in,))), "W": draw(arrays((n_in, V), -1.0, 1.0)),
+              "b": draw(arrays((V,), -1.0, 1.0)) if draw(st.booleans()) else None}
+    fixed = {"labels": draw(ce_labels(lead, V)), "reduction": reduction}
+    return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
+
+
 @cases("mse")
 @st.composite
 def mse_cases(draw) -> OpCase:

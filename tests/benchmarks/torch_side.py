@@ -9,6 +9,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from reference.ops import IGNORE_INDEX
+
 
 def build(params: dict[str, np.ndarray], config):
     """(tensors, forward, optimizer): forward(ids, mask, predicted=None) -> logits [B, T, V], or
@@ -46,4 +48,4 @@ def build(params: dict[str, np.ndarray], config):
 
 def loss(logits, labels):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                           ignore_index=-100)
+                           ignore_index=IGNORE_INDEX)

@@ -211,6 +211,17 @@ def cross_entropy_sum_is_n_times_mean(impl, case):
                                        case.dout))
 
 
+@check("invariant", "linear_cross_entropy.composition",
+       cases=[(r, {"reduction": r}) for r in ("mean", "sum")],
+       equations=OPS["linear_cross_entropy"].equations, given={"data": st.data()})
+def linear_cross_entropy_is_linear_then_cross_entropy(impl, reduction, data):
+    """The fused head equals the linear map followed by the cross-entropy, loss and every
+    gradient."""
+    case = data.draw(S.linear_cross_entropy_cases(reduction), label="case")
+    require(inv.linear_cross_entropy_is_the_composition(
+        impl, *case.inputs.values(), case.fixed["labels"], reduction, case.dout))
+
+
 @check("invariant", "mse.target_gradient", equations=("loss.mse.backward",),
        given={"case": S.mse_cases()})
 def mse_target_gradient_is_minus_prediction_gradient(impl, case):

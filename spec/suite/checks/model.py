@@ -37,7 +37,7 @@ def _cases():
     """(preset, B, T, reduction): B > 1, T = 1 and T > 1 for both presets, and the summed
     reduction of the Mini-BERT MLM loss.  One random direction per tensor: the mini_bert
     tables (8192 x 192) dominate the cost, and every tensor is also covered at other shapes by
-    the smoke test and, op by op, element-wise in test_ops_fd."""
+    the smoke test and, op by op, element-wise by the fd[<op>] checks."""
     cases = [("mini_bert", 2, 1, "sum"), ("mini_bert", 3, 5, "mean"),
              ("seed001", 2, 1, "mean"), ("seed001", 3, 5, "mean"),
              ("bert_tiny", 2, 1, "mean"), ("bert_tiny", 3, 5, "mean")]

@@ -17,9 +17,9 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from spec.protocol import OPS
+from spec.protocol import IGNORE_INDEX, OPS
 from spec.suite.registry import check, grid, lazy_module
-from spec.suite.strategies import layernorm_eps
+from spec.suite.strategies import ce_labels, layernorm_eps
 from spec.tolerances import KINK_MARGIN
 
 to = lazy_module("spec.suite.torch_oracle")
@@ -395,7 +395,7 @@ def cross_entropy(impl, part, dtype, reduction, lead, V, seed, data):
     labels = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, V - 1)))
     # ignored positions: about 1 in V + 1, marked -100 (the default) or -1 (an ignore_index
     # a loss that masks with the default would score)
-    ignore_index = data.draw(st.sampled_from([to.IGNORE_INDEX, -1]), label="ignore_index")
+    ignore_index = data.draw(st.sampled_from([IGNORE_INDEX, -1]), label="ignore_index")
     labels[labels < 0] = ignore_index
     if reduction == "mean":  # the mean over zero predicted positions is undefined
         labels.flat[data.draw(st.integers(0, labels.size - 1))] = data.draw(
@@ -414,6 +414,44 @@ def cross_entropy(impl, part, dtype, reduction, lead, V, seed, data):
     grads = impl.cross_entropy_backward(dloss, cache)
     compare(part, f"cross_entropy[{reduction}]", out, grads, t_out, t_grads, ("logits",), dtype,
             s_in)
+
+
+def _torch_linear_cross_entropy(x, W, b, labels, *, ignore_index, reduction):
+    """F.linear then F.cross_entropy: the fused op's unfused torch counterpart."""
+    return to.cross_entropy(to.linear(x, W, b), labels, ignore_index=ignore_index,
+                            reduction=reduction)
+
+
+@oracle("linear_cross_entropy", ("linear_cross_entropy",),
+        dict(dtype=DTYPE_AXIS, reduction=["mean", "sum"],
+             bias=[("bias", True), ("nobias", False)]),
+        dict(lead=st.lists(side, min_size=1, max_size=2), n_in=side, V=st.integers(1, 8),
+             seed=seeds, data=st.data()))
+def linear_cross_entropy(impl, part, dtype, reduction, bias, lead, n_in, V, seed, data):
+    shape = tuple(lead)
+    x = data.draw(values(shape + (n_in,))).astype(dtype)
+    # ignored positions marked -100 (the default) or -1 (an ignore_index a loss that masks with
+    # the default would score); at least one predicted position (the mean needs it)
+    ignore_index = data.draw(st.sampled_from([IGNORE_INDEX, -1]), label="ignore_index")
+    labels = data.draw(ce_labels(shape, V, ignore_index), label="labels")
+    rng = np.random.default_rng(seed)
+    W = gaussian(rng, (n_in, V), dtype)
+    b = gaussian(rng, (V,), dtype) if bias else None
+    dloss = upstream(rng, (), dtype)
+    out, cache = impl.linear_cross_entropy_forward(x, W, b, labels, ignore_index=ignore_index,
+                                                   reduction=reduction)
+    wrt = ("x", "W", "b") if bias else ("x", "W")
+    t_out, t_grads = to.vjp(_torch_linear_cross_entropy,
+                            dict(x=x, W=W, b=b, labels=labels, ignore_index=ignore_index,
+                                 reduction=reduction), dloss, wrt)
+    s_in = to.inputs_scale(x, W, b, dloss)
+    if part == "forward":
+        return compare_forward(f"linear_cross_entropy[{reduction}]", out, t_out, dtype, s_in)
+    grads = impl.linear_cross_entropy_backward(dloss, cache)
+    if not bias:
+        assert grads[2] is None, "linear_cross_entropy_backward: expected db None without a bias"
+    compare(part, f"linear_cross_entropy[{reduction}]", out, grads, t_out, t_grads,
+            ("x", "W", "b" if bias else None), dtype, s_in)
 
 
 @oracle("mse", ("mse",), dict(dtype=DTYPE_AXIS),
