@@ -527,8 +527,8 @@ mutant("embedding_ln_ignores_ln_eps", "embedding_ln.forward",
                         'params["embeddings.ln.beta"])'))
 mutant("mlm_head_ignores_activation", "mlm_head.forward",
        "the BERT MLM head's transform uses the op's default GELU, not the configured activation",
-       "model._forward", ("eps=config.ln_eps, activation=config.activation)  # [B, T, V]",
-                          "eps=config.ln_eps)  # [B, T, V]"))
+       "model._head_forward", ("eps=config.ln_eps, activation=config.activation)  # [B, T, V]",
+                               "eps=config.ln_eps)  # [B, T, V]"))
 mutant("hf_gelu_new_loaded_as_erf", "gelu.forward.tanh",
        'config.json hidden_act "gelu_new" (the tanh approximation) loaded as the exact erf GELU',
        "hf.config_from_hf", ("activation=ACTIVATIONS[act]",
