@@ -31,9 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from spec.paths import HOME
+
 FD_NAMES = frozenset({"directional_check", "elementwise_check", "check_gradients",
                       "model_gradcheck"})
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = HOME
 
 
 # --------------------------------------------------------------------------- tests (pytest)

@@ -27,13 +27,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from spec.paths import HOME
 from spec.protocol import IGNORE_INDEX
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = HOME
 TORCH_SIDE = ROOT / "tests" / "benchmarks" / "torch_side.py"
 
 

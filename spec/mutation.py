@@ -31,8 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spec.mutants import CATALOG, activate, applicability
+from spec.paths import HOME, RESULTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = HOME
 IMPL_SPEC = "spec.mutation:mutant_impl"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
 _active: str | None = None
@@ -183,7 +184,7 @@ def score(results: Sequence[MutantResult]) -> tuple[int, int]:
 # -- the mutant's edits, the tagged node ids, the contents of the test files holding them and
 # of the test-side helper modules they import -- so an edited catalog or test makes the record
 # stale (an audit gap) until `minibert mutate --matrix` runs again (it reruns only stale rows).
-MATRIX_PATH = ROOT / "spec" / "results" / "mutation_matrix.json"
+MATRIX_PATH = RESULTS / "mutation_matrix.json"
 MATRIX_EQUATION_ENV = "MINIBERT_MATRIX_EQUATION"
 MATRIX_VERSION = 1
 

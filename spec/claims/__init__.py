@@ -30,14 +30,14 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 
 import numpy as np
 
+from spec.paths import RESULTS
 from spec.protocol import IGNORE_INDEX
 
 VERDICTS = ("confirmed", "refuted", "convention", "not reproducible")
-TRAINING_RESULT = (Path(__file__).resolve().parents[1] / "results"
+TRAINING_RESULT = (RESULTS
                    / "seed001_reconstruction.json")
 
 

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from spec.claims import TRAINING_RESULT, Result, claim, exact_correspondence
+from spec.paths import HOME
 from spec.sources import SEED001
 
 
@@ -64,4 +65,4 @@ def _seed_exact(ctx):
 
 
 def _root_dir() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return HOME

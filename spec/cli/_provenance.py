@@ -12,8 +12,10 @@ import platform
 import subprocess
 from importlib import metadata
 
+from spec.paths import HOME
+
 PACKAGES = ("numpy", "sympy", "torch", "hypothesis", "pytest", "tokenizers", "safetensors")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(HOME)
 
 
 def git_commit(root: str = ROOT) -> str:

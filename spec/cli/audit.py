@@ -187,6 +187,10 @@ def run(args) -> int:
         from spec.report import check_output, require
         require()
         check_output(out)
+    if args.tests is None:
+        from spec.paths import need_checkout
+
+        need_checkout("minibert audit (without --tests DIR)")  # the tests are the evidence
     impl = _load_impl(args.impl)
     prov = provenance()
     console.print(provenance_line(prov), markup=False, highlight=False)

@@ -43,6 +43,10 @@ def run(args) -> int:
 
     from spec.mutants import CATALOG, applicability
     from spec.mutation import run_mutants, run_suite, score, select
+    from spec.paths import need_checkout
+
+    if not args.list:
+        need_checkout("minibert mutate")  # it runs the project's own tests against each mutant
 
     # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
     console = Console(width=None if sys.stdout.isatty() else 160)

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spec.documents import BY_KEY, DOCUMENTS, UnknownSource, locate
+from spec.paths import HOME
 from spec.report import RED, STATUS, Site
 from spec.report.graph import layout, svg
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = HOME
 PLOTS = (("loss_curve.png", "Training and held-out loss"),
          ("attention.png", "Attention maps, one panel per layer and head"))
 STATUS_ORDER = list(STATUS)

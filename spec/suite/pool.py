@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from spec.paths import HOME
 from spec.suite.registry import Check
 from spec.suite.report import Report
 from spec.suite.run import DEFAULT_TIMEOUT, Result
@@ -105,7 +106,7 @@ def _tail(path: Path) -> str:
 def worker_env() -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "HYPOTHESIS_", "COV_CORE"))}
-    spec_home = str(Path(__file__).resolve().parents[2])  # the directory holding `spec`
+    spec_home = str(HOME)  # the directory holding `spec`
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [spec_home, env.get("PYTHONPATH")]))
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", OPENBLAS_NUM_THREADS="1",
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",

@@ -247,7 +247,7 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             outcome = "failed"
             message = str(e) + (f" (inside {' -> '.join(hung)})" if hung else "")
         except KeyboardInterrupt:
-            if protocol._SIGINT_SEEN:
+            if protocol.sigint_seen():
                 raise
             outcome, message = "failed", "KeyboardInterrupt raised inside the implementation"
         except (ImplementationExit, ImplementationHung) as e:
