@@ -127,6 +127,7 @@ from spec.protocol.capabilities import (
 )
 from spec.protocol.loading import ImplLoadError, load_impl
 from spec.protocol.proxy import (
+    ImplementationAbort,
     ImplementationExit,
     ImplementationHung,
     ImplProxy,
@@ -153,9 +154,10 @@ from spec.protocol.table import (
     reference_modules,
 )
 
-__all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation", "op_of_name",
-           "op_registrar", "reference_modules", "attention_example", "protocol_markdown",
-           "NotApplicable", "ImplProxy", "ImplementationExit", "ImplementationHung", "load_impl",
+__all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation",
+           "op_of_name", "op_registrar", "reference_modules", "attention_example",
+           "protocol_markdown", "NotApplicable", "ImplProxy", "ImplementationAbort",
+           "ImplementationExit", "ImplementationHung", "load_impl",
            "ImplLoadError", "resolve", "provides", "unwrap", "label_of", "not_applicable_message",
            "not_claimed_message", "capabilities", "install_interrupt_flag", "sigint_seen",
            "CONVENTIONS", "DEFAULT_CAPABILITIES", "RANK_ADAPTABLE"]

@@ -34,14 +34,22 @@ def not_applicable_message(label: str, name: str) -> str:
     return f"not applicable: {label} lacks {name}"
 
 
-class ImplementationExit(Exception):
+class ImplementationAbort(BaseException):
+    """The check cannot go on with this implementation, whatever the inputs: a failure of the
+    check that called it.  A BaseException, so that neither the implementation's own ``except
+    Exception`` nor Hypothesis (which would shrink it, 5 s per check, for nothing: every input
+    fails the same way) takes it for an ordinary error; the runner (spec.suite.run) reports it
+    as the check's failure, never as the end of the run."""
+
+
+class ImplementationExit(ImplementationAbort):
     """Implementation code raised a BaseException that is not an Exception (``SystemExit``,
-    ``KeyboardInterrupt`` not caused by a real Ctrl-C, ``GeneratorExit``): converted to an
-    ordinary failure of the check that called it, so that no harness mistakes it for the end of
-    the run (``sys.exit(0)`` inside an op must never read as success)."""
+    ``KeyboardInterrupt`` not caused by a real Ctrl-C, ``GeneratorExit``), converted so that no
+    harness mistakes it for the end of the run (``sys.exit(0)`` inside an op must never read as
+    success)."""
 
 
-class ImplementationHung(Exception):
+class ImplementationHung(ImplementationAbort):
     """A protocol name that ran past a check's time limit is called again: failed at once."""
 
 
@@ -212,7 +220,7 @@ class ImplProxy:
                 converted = _converted(name, e)
                 if converted is not None:
                     raise converted from e
-                if not isinstance(e, Exception) and not interrupted:
+                if not isinstance(e, (Exception, ImplementationAbort)) and not interrupted:
                     interrupted.extend(active)  # a time limit: where it found the code
                 raise
             finally:

@@ -198,6 +198,18 @@ def as_proxy(impl, label: str | None = None) -> ImplProxy:
     return ImplProxy(impl, label or label_of(impl))
 
 
+def absent_ops(check: Check, proxy) -> str | None:
+    """Why the check is not applicable when the implementation provides no name of any op the
+    check counts for (else None: the check itself finds a name it lacks)."""
+    from spec.protocol import OPS, provides
+
+    if not check.ops or any(provides(proxy, name) for op in check.ops
+                            for name in OPS[op].names):
+        return None
+    names = ", ".join(n for op in check.ops for n in OPS[op].names)
+    return f"not applicable: {proxy._impl_label} lacks {names}"
+
+
 def unavailable(check: Check, oracle: str = "require") -> Result | None:
     """The result of a check that cannot run here (no torch...), else None."""
     if check.oracle and oracle == "off":
@@ -228,6 +240,9 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     if check.prepare is not None:
         check.prepare()
     proxy = as_proxy(impl)
+    lacking = absent_ops(check, proxy)
+    if lacking is not None:  # before anything is imported or drawn: an n/a costs nothing
+        return Result(check.id, check.kind, check.ops, "n/a", lacking)
     test = check.hypothesis_test(proxy, settings if settings is not None else check_settings())
     start = time.perf_counter()
     conventions: list[str] = []
