@@ -64,9 +64,9 @@ def pytest_runtest_call(item):
 
 def _equations(item) -> tuple[str, ...]:
     """The equation IDs a test declares: ``@pytest.mark.equation`` and the judging suite's
-    ``minibert_check`` marker (parametrize_with_checks)."""
+    ``suite_check`` marker (parametrize_with_checks)."""
     ids = [eq for m in item.iter_markers("equation") for eq in m.args]
-    ids += [eq for m in item.iter_markers("minibert_check") for eq in m.kwargs.get(
+    ids += [eq for m in item.iter_markers("suite_check") for eq in m.kwargs.get(
         "equations", ())]
     return tuple(dict.fromkeys(ids))
 

@@ -85,7 +85,7 @@ def pytest_collection_finish(session) -> None:
             "line": (item.location[1] or 0) + 1,
             "ids": sorted({str(a) for m in item.iter_markers("equation") for a in m.args}),
             "oracle": any(True for _ in item.iter_markers("oracle"))}
-        check = item.get_closest_marker("minibert_check")
+        check = item.get_closest_marker("suite_check")
         if check is not None:  # a check of the judging suite: where it is defined, its kind
             from spec.suite.registry import get
 

@@ -208,7 +208,7 @@ def pytest_configure(config) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Plugin (``-p spec.mutation``): with $MINIBERT_MATRIX_EQUATION set (IDs, comma-separated),
-    keep only the items whose ``equation`` (or judging-suite ``minibert_check``) markers name
+    keep only the items whose ``equation`` (or judging-suite ``suite_check``) markers name
     one (the markers the audit collects)."""
     wanted = set(filter(None, os.environ.get(MATRIX_EQUATION_ENV, "").split(",")))
     if not wanted:
@@ -216,7 +216,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     keep, drop = [], []
     for item in items:
         ids = {str(a) for m in item.iter_markers("equation") for a in m.args}
-        ids |= {str(a) for m in item.iter_markers("minibert_check")
+        ids |= {str(a) for m in item.iter_markers("suite_check")
                 for a in m.kwargs.get("equations", ())}
         (keep if ids & wanted else drop).append(item)
     if drop:

@@ -117,7 +117,7 @@ def test_collection_agrees_with_this_session(request, real_records):
     wrong = {}
     for item in request.session.items:
         ids = {a for m in item.iter_markers("equation") for a in m.args}
-        ids |= {a for m in item.iter_markers("minibert_check")
+        ids |= {a for m in item.iter_markers("suite_check")
                 for a in m.kwargs.get("equations", ())}
         if item.nodeid not in by_nodeid:
             wrong[item.nodeid] = "not collected by the audit"

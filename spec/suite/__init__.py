@@ -140,7 +140,7 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
                     else database_for(proxy._impl_label))
     params = [pytest.param(ProvidesSomething(proxy, checks), id="protocol[provides]")]
     for c in checks:
-        marks = [pytest.mark.minibert_check(c.id, kind=c.kind, ops=c.ops,
+        marks = [pytest.mark.suite_check(c.id, kind=c.kind, ops=c.ops,
                                             equations=c.equations)]
         if c.id in expected:
             marks.append(pytest.mark.xfail(strict=True, reason=expected[c.id]))

@@ -1,7 +1,7 @@
 """The pytest plugin of minibert-spec (entry point ``pytest11``: loaded in every pytest session
 where the package is installed, and inert unless used).
 
-It only registers the ``minibert_check`` marker that :func:`spec.suite.parametrize_with_checks`
+It only registers the ``suite_check`` marker that :func:`spec.suite.parametrize_with_checks`
 puts on its parameters, and these options, all prefixed::
 
     --minibert-impl=pkg.mod[:obj]   run the shipped suite on that implementation (collects
@@ -39,7 +39,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "minibert_check(id, kind, ops, equations): a check of the minibert-spec "
+        "markers", "suite_check(id, kind, ops, equations): a check of the minibert-spec "
                    "judging suite (set by spec.suite.parametrize_with_checks)")
     spec = config.getoption("minibert_impl", None)
     if spec:
