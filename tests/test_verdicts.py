@@ -80,7 +80,7 @@ def test_a_sleeping_op_fails_within_its_timeout(capsys):
     code, out, _ = _cli(capsys, EX + "hostile_sleep", "--oracle", "off", "--timeout", "2",
                         "--ops", "relu", "linear")
     assert code == 1 and time.perf_counter() - start < 30
-    assert "did not finish within 2 s (inside relu_forward)" in out
+    assert "fd[relu]: an example did not finish within 2 s (inside relu_forward)" in out
     assert "relu_forward did not return within the time limit" in out
     assert "1 op(s) fail: relu" in out
 

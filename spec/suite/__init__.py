@@ -66,12 +66,17 @@ class BoundCheck:
         import pytest
 
         # a hang the time limit cannot interrupt (inside C code) still ends in bounded time:
-        # tracebacks, then the process exits non-zero -- a red, never a hang
+        # tracebacks, then the process exits non-zero -- a red, never a hang.  Re-armed before
+        # every example, so it bounds one example, not the whole check
         hard = (self.timeout or 0) + 60
-        if self.timeout:
+
+        def heartbeat():
             faulthandler.dump_traceback_later(hard, exit=True)
+
         try:
-            r = self.result()
+            r = run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
+                          settings=check_settings(database=self.database),
+                          heartbeat=heartbeat if self.timeout else None)
         finally:
             if self.timeout:
                 faulthandler.cancel_dump_traceback_later()

@@ -1,7 +1,8 @@
 """``minibert check``'s runner: the selected checks spread over worker processes
-(spec.suite.worker), each check time-limited twice -- inside the worker (SIGALRM: the check
-fails, the worker goes on) and from here (a worker that does not answer within the limit plus
-GRACE_SECONDS, a hang inside C code, is killed and replaced) -- and a whole-run bound.
+(spec.suite.worker), each example of a check time-limited twice -- inside the worker (SIGALRM:
+the check fails, the worker goes on) and from here (a worker that gives no sign of life within
+the limit plus GRACE_SECONDS, a hang inside C code, is killed and replaced) -- and a whole-run
+bound.
 
 Anything the implementation can do to a process ends as a red cell, never as a hang or a pass:
 ``os._exit``, a segfault, an infinite loop in C, memory exhaustion killed by the kernel.  The
@@ -196,6 +197,8 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                 for rec in records:
                     if rec["event"] == "load_error":
                         load_error = rec["message"]
+                    elif rec["event"] == "alive":
+                        w.since = time.monotonic()  # the deadline runs from the last sign
                     elif rec["event"] == "loaded":
                         w.loaded = True
                         dispatch(w)
@@ -220,9 +223,9 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                     w.kill()
                     w.proc.wait()
                     record(Result(c.id, c.kind, c.ops, "failed",
-                                  f"{c.id} did not finish within {timeout:g} s and did not "
-                                  f"respond to its time limit (a hang inside compiled code?): "
-                                  f"its process was killed"))
+                                  f"{c.id}: an example did not finish within {timeout:g} s and "
+                                  f"did not respond to its time limit (a hang inside compiled "
+                                  f"code?): its process was killed"))
                     w.check = None
                     retire(w)
                     restarts += 1

@@ -95,16 +95,24 @@ class Check:
         """Run the body once: ``func(impl, **kwargs, **drawn)``."""
         return self.func(impl, **self.kwargs, **(drawn or {}))
 
-    def hypothesis_test(self, impl, settings=None):
+    def hypothesis_test(self, impl, settings=None, each_call=None):
         """The check as a zero-argument callable: for a check with strategies, a fresh
         ``@given`` test over them (with ``settings`` applied, and a database key of its own:
-        the id), else a plain call."""
+        the id), else a plain call.  ``each_call()``, a context manager, wraps every call of
+        the body (each example): the time limit is per example, so it bounds a hang without
+        limiting how many examples a profile asks for."""
+        def run(drawn):
+            if each_call is None:
+                return self.call(impl, drawn)
+            with each_call():
+                return self.call(impl, drawn)
+
         if self.given is None:
-            return functools.partial(self.call, impl)
+            return functools.partial(run, None)
         from hypothesis import given
 
         def body(**drawn):
-            return self.call(impl, drawn)
+            return run(drawn)
 
         body.__name__ = body.__qualname__ = re.sub(r"\W+", "_", self.id).strip("_")
         body.__module__ = self.func.__module__

@@ -37,10 +37,12 @@ from spec.protocol import (
 )
 from spec.suite.registry import Check
 
-# Per-check time limit by default, seconds.  The slowest check of the reference on the 2-core
-# machine takes ~5 s (the float32 oracle of the whole Mini-BERT at B=3, T=8, measured with
-# `minibert check reference --format json`: the "seconds" field); 30 s is 6x that, and keeps a
-# hanging op's red within a minute.
+# Time limit of one example of a check by default, seconds (a fixed-seed check is one example).
+# The slowest example of the reference on the 2-core machine takes ~3 s (a whole Mini-BERT
+# oracle case in float32 at B=3, T=8; `minibert check reference --format json`: "seconds" per
+# check); 30 s is 10x that (a loaded machine must not turn a slow example into a red), and
+# keeps a hanging op's red within a minute.  Per example, not per check: the deep profile's
+# 2000 examples of a check take minutes, each of them seconds.
 DEFAULT_TIMEOUT = 30.0
 # The suite's own Hypothesis settings when the caller has not chosen a profile: every run of
 # one implementation draws the same examples (derandomized: two runs give one verdict).
@@ -224,10 +226,12 @@ def unavailable(check: Check, oracle: str = "require") -> Result | None:
 
 
 def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFAULT_TIMEOUT,
-              oracle: str = "require") -> Result:
+              oracle: str = "require", heartbeat=None) -> Result:
     """Run ``check`` on ``impl`` (a proxy, module, object or spec string) and return its
     :class:`Result`; never raises for anything the implementation does (a real Ctrl-C
-    excepted)."""
+    excepted).  ``timeout`` bounds each example (one call of the check's body: a hang is
+    caught within it whatever the number of examples); ``heartbeat()`` is called before each
+    example (the worker's sign of life, the plugin's hard deadline re-armed)."""
     from spec import protocol
 
     if oracle not in ORACLE_MODES:
@@ -243,7 +247,15 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     lacking = absent_ops(check, proxy)
     if lacking is not None:  # before anything is imported or drawn: an n/a costs nothing
         return Result(check.id, check.kind, check.ops, "n/a", lacking)
-    test = check.hypothesis_test(proxy, settings if settings is not None else check_settings())
+    @contextmanager
+    def each_call():  # the time limit of one example, and the caller's sign of life
+        if heartbeat is not None:
+            heartbeat()
+        with time_limit(timeout, f"{check.id}: an example"):
+            yield
+
+    test = check.hypothesis_test(proxy, settings if settings is not None else check_settings(),
+                                 each_call=each_call)
     start = time.perf_counter()
     conventions: list[str] = []
     outcome, message = "passed", ""
@@ -252,8 +264,7 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         try:
             # single-threaded BLAS: the checks' matrices are small, and OpenBLAS threads that
             # spin beside other work made a whole-model FD check 25x slower (1.2 s -> 30 s)
-            with bounded_shrinking(), threadpool_limits(limits=1, user_api="blas"), \
-                    time_limit(timeout, check.id):
+            with bounded_shrinking(), threadpool_limits(limits=1, user_api="blas"):
                 test()
         except NotApplicable as e:
             outcome, message = "n/a", str(e)

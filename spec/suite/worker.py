@@ -7,7 +7,9 @@ time limit by more than a grace period, or that dies: that check is a failure, t
 Protocol.  stdin, first line: the job ``{"impl", "paths", "timeout", "oracle", "max_examples",
 "fd"}``; then one line per check ``{"id", "hung": {name: check id}}``; EOF ends the worker.
 Results fd: ``{"event": "loaded", "label"}`` or ``{"event": "load_error", "message"}``; then per
-check ``{"event": "start", "id"}`` and ``{"event": "result", ...Result, "hung": [names]}``.
+check ``{"event": "start", "id"}``, ``{"event": "alive"}`` before its examples (at most once a
+second: the parent's hard deadline runs from the last sign of life) and ``{"event": "result",
+...Result, "hung": [names]}``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,20 @@ import sys
 def _emit(out, **record) -> None:
     out.write(json.dumps(record) + "\n")
     out.flush()
+
+
+def _throttled(fn, seconds: float = 1.0):
+    """``fn`` at most once per ``seconds``."""
+    import time
+
+    last = [0.0]
+
+    def call():
+        now = time.monotonic()
+        if now - last[0] >= seconds:
+            last[0] = now
+            fn()
+    return call
 
 
 def main() -> int:
@@ -58,7 +74,8 @@ def main() -> int:
         _emit(out, event="start", id=check.id)
         before = set(hung)
         result = run_check(check, proxy, settings=settings, timeout=job.get("timeout"),
-                           oracle=job.get("oracle", "require"))
+                           oracle=job.get("oracle", "require"),
+                           heartbeat=_throttled(lambda: _emit(out, event="alive")))
         _emit(out, event="result", hung=sorted(set(hung) - before), **result.to_json())
     return 0
 
