@@ -56,10 +56,6 @@ class BoundCheck:
     def __repr__(self) -> str:
         return self.check.id
 
-    def result(self) -> Result:
-        return run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
-                         settings=check_settings(database=self.database))
-
     def __call__(self) -> None:
         import faulthandler
 
