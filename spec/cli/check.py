@@ -49,6 +49,8 @@ def register(sub) -> None:
                    help=f"worker processes (default {DEFAULT_WORKERS})")
     g.add_argument("--max-examples", type=int,
                    help="Hypothesis examples per check (default: the suite's, 10)")
+    g.add_argument("--seed", type=int, help="draw every check's examples from this seed (default: "
+                                            "derandomized, the same examples every run)")
     g.add_argument("--format", choices=("table", "json"), default="table")
     g.add_argument("-o", "--output", help="write the report there (json: the file; table: "
                                           "also print it)")
@@ -126,7 +128,8 @@ def run(args) -> int:
     try:
         report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
                               total_timeout=args.total_timeout, oracle=args.oracle,
-                              paths=paths, max_examples=args.max_examples, on_result=progress)
+                              paths=paths, max_examples=args.max_examples, seed=args.seed,
+                              on_result=progress)
     finally:
         done()
     report.bad_input = args.bad_input

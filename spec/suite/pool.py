@@ -119,12 +119,13 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                  timeout: float | None = DEFAULT_TIMEOUT,
                  total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT, oracle: str = "require",
                  paths: Sequence[str] = (), max_examples: int | None = None,
+                 seed: int | None = None,
                  on_result: Callable[[Result], object] | None = None) -> Report:
     """Run ``checks`` on the implementation ``impl`` (``pkg.mod[:obj]``) in ``workers``
     processes and return the :class:`Report` (results in the checks' order)."""
     start = time.monotonic()
     job = {"impl": impl, "paths": list(paths), "timeout": timeout, "oracle": oracle,
-           "max_examples": max_examples}
+           "max_examples": max_examples, "seed": seed}
     queue = deque(checks)
     results: dict[str, Result] = {}
     hung: dict[str, str] = {}

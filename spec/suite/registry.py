@@ -95,12 +95,13 @@ class Check:
         """Run the body once: ``func(impl, **kwargs, **drawn)``."""
         return self.func(impl, **self.kwargs, **(drawn or {}))
 
-    def hypothesis_test(self, impl, settings=None, each_call=None):
+    def hypothesis_test(self, impl, settings=None, each_call=None, seed: int | None = None):
         """The check as a zero-argument callable: for a check with strategies, a fresh
         ``@given`` test over them (with ``settings`` applied, and a database key of its own:
         the id), else a plain call.  ``each_call()``, a context manager, wraps every call of
         the body (each example): the time limit is per example, so it bounds a hang without
-        limiting how many examples a profile asks for."""
+        limiting how many examples a profile asks for.  ``seed``: draw from this seed (combined
+        with the id) instead of the settings' own choice."""
         def run(drawn):
             if each_call is None:
                 return self.call(impl, drawn)
@@ -122,6 +123,13 @@ class Check:
         # add the id, so every check (and every parametrization of one function) has its own
         body._hypothesis_internal_add_digest = self.id.encode()
         test = given(**self.given)(body)
+        if seed is not None:
+            import hashlib
+
+            from hypothesis import seed as use_seed
+
+            digest = hashlib.sha256(f"{seed}:{self.id}".encode()).digest()
+            test = use_seed(int.from_bytes(digest[:8], "big"))(test)
         return settings(test) if settings is not None else test
 
 

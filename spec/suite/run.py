@@ -226,12 +226,13 @@ def unavailable(check: Check, oracle: str = "require") -> Result | None:
 
 
 def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFAULT_TIMEOUT,
-              oracle: str = "require", heartbeat=None) -> Result:
+              oracle: str = "require", heartbeat=None, seed: int | None = None) -> Result:
     """Run ``check`` on ``impl`` (a proxy, module, object or spec string) and return its
     :class:`Result`; never raises for anything the implementation does (a real Ctrl-C
     excepted).  ``timeout`` bounds each example (one call of the check's body: a hang is
     caught within it whatever the number of examples); ``heartbeat()`` is called before each
-    example (the worker's sign of life, the plugin's hard deadline re-armed)."""
+    example (the worker's sign of life, the plugin's hard deadline re-armed).  ``seed``:
+    examples drawn from that seed instead of the settings' (derandomized by default)."""
     from spec import protocol
 
     if oracle not in ORACLE_MODES:
@@ -254,8 +255,9 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         with time_limit(timeout, f"{check.id}: an example"):
             yield
 
-    test = check.hypothesis_test(proxy, settings if settings is not None else check_settings(),
-                                 each_call=each_call)
+    if settings is None:
+        settings = check_settings(derandomize=False if seed is not None else None)
+    test = check.hypothesis_test(proxy, settings, each_call=each_call, seed=seed)
     start = time.perf_counter()
     conventions: list[str] = []
     outcome, message = "passed", ""

@@ -5,7 +5,7 @@ results).  The parent (spec.suite.pool) kills and replaces a worker whose check 
 time limit by more than a grace period, or that dies: that check is a failure, the others go on.
 
 Protocol.  stdin, first line: the job ``{"impl", "paths", "timeout", "oracle", "max_examples",
-"fd"}``; then one line per check ``{"id", "hung": {name: check id}}``; EOF ends the worker.
+"seed", "fd"}``; then one line per check ``{"id", "hung": {name: check id}}``; EOF ends the worker.
 Results fd: ``{"event": "loaded", "label"}`` or ``{"event": "load_error", "message"}``; then per
 check ``{"event": "start", "id"}``, ``{"event": "alive"}`` before its examples (at most once a
 second: the parent's hard deadline runs from the last sign of life) and ``{"event": "result",
@@ -63,7 +63,9 @@ def main() -> int:
         return 2
     proxy = ImplProxy(obj, job["impl"])
     _emit(out, event="loaded", label=job["impl"])
-    settings = check_settings(database=None, max_examples=job.get("max_examples"))
+    seed = job.get("seed")
+    settings = check_settings(database=None, max_examples=job.get("max_examples"),
+                              derandomize=False if seed is not None else None)
     hung = object.__getattribute__(proxy, "_impl_hung")
     for line in sys.stdin:
         if not line.strip():
@@ -74,7 +76,7 @@ def main() -> int:
         _emit(out, event="start", id=check.id)
         before = set(hung)
         result = run_check(check, proxy, settings=settings, timeout=job.get("timeout"),
-                           oracle=job.get("oracle", "require"),
+                           oracle=job.get("oracle", "require"), seed=seed,
                            heartbeat=_throttled(lambda: _emit(out, event="alive")))
         _emit(out, event="result", hung=sorted(set(hung) - before), **result.to_json())
     return 0
