@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -200,3 +201,72 @@ class Browser:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# --------------------------------------------------------------------------- for the tests
+def rgb(colour: str) -> str:
+    """'#15803d' -> 'rgb(21, 128, 61)', as getComputedStyle reports it."""
+    c = colour.lstrip("#")
+    return "rgb({}, {}, {})".format(*(int(c[i:i + 2], 16) for i in (0, 2, 4)))
+
+
+@contextmanager
+def open_browser(what: str, *, width: int = 1280, height: int = 900):
+    """A Browser for a test module's fixture; skips when no Chromium is installed -- and
+    fails instead under CI (``$CI`` set), where .ci/run installs it, so CI can never pass
+    without running ``what``."""
+    import pytest
+
+    binary = chromium_binary()
+    if binary is None:
+        reason = ("no chromium on PATH (apt-get install chromium, or set MINIBERT_CHROMIUM): "
+                  f"{what} did not run")
+        if os.environ.get("CI"):
+            pytest.fail(reason + " -- and CI must run them (.ci/run installs chromium)")
+        pytest.skip(reason)
+    with Browser(binary, width=width, height=height) as b:
+        yield b
+
+
+def open_page(b: Browser, page: Path) -> int:
+    """Load a file of a report; returns the event index to read its errors from."""
+    since = len(b.events)
+    b.goto(page.resolve().as_uri())
+    return since
+
+
+def save_shot(browser: Browser, page: Path, name: str, folder: Path,
+              height: int = 900) -> Path:
+    """A screenshot of ``page`` at 1280 x ``height`` into ``folder``, and a small copy into
+    ``$MINIBERT_SCREENSHOTS`` when set (how docs/*/*.png are made)."""
+    browser.resize(1280, height)
+    try:
+        open_page(browser, page)
+        path = folder / name
+        browser.screenshot(path)
+    finally:
+        browser.resize(1280, 900)
+    target = os.environ.get("MINIBERT_SCREENSHOTS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        try:
+            small_png(path, Path(target) / name)
+        except ImportError:
+            shutil.copy(path, Path(target) / name)
+    return path
+
+
+def small_png(src: Path, dest: Path) -> None:
+    """A palette PNG (a third of the size, text still crisp) whose palette holds every status
+    colour exactly (a plain median cut turned the amber of 'refuted' into pink)."""
+    from PIL import Image
+
+    from spec.report import STATUS
+
+    colours = list(dict.fromkeys(st.colour for st in STATUS.values()))
+    img = Image.open(src).convert("RGB")
+    rest = img.quantize(colors=256 - len(colours), method=Image.Quantize.FASTOCTREE)
+    exact = [int(c[i:i + 2], 16) for c in colours for i in (1, 3, 5)]
+    palette = Image.new("P", (1, 1))
+    palette.putpalette(exact + rest.getpalette()[:3 * (256 - len(colours))])
+    img.quantize(palette=palette, dither=Image.Dither.NONE).save(dest, optimize=True)

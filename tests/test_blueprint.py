@@ -12,7 +12,7 @@ import pytest
 
 from spec.documents import BY_KEY, DOCUMENTS, UnknownSource, locate
 from spec.equations import EQUATIONS, load
-from spec.report import MARKER, STATUS, Site, check_output
+from spec.report import MARKER, STATUS, Site, check_output, slug
 from spec.report.graph import CycleError, layers_of, layout
 from tests.blueprint_site import BROKEN_ID, audit_data, broken_site, parse, site
 
@@ -257,7 +257,7 @@ def test_claims_table_matches_the_json(data, built):
 def test_status_colours_come_from_one_table(built):
     css = (built / "assets" / "style.css").read_text()
     for word, st in STATUS.items():
-        assert f".st-{word.replace(' ', '-')} {{ background-color: {st.colour}; }}" in css
+        assert f".st-{slug(word)} {{ background-color: {st.colour}; }}" in css
 
 
 # --------------------------------------------------------------------------- writing

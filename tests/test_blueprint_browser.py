@@ -9,8 +9,6 @@ index, an equation page and the graph are saved in the test's folder, and also i
 
 from __future__ import annotations
 
-import os
-import shutil
 from functools import cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -19,27 +17,14 @@ import pytest
 
 from spec.report import STATUS
 from tests.blueprint_site import BROKEN_ID, audit_data, broken_site, parse, site
-from tests.cdp import Browser, chromium_binary
+from tests.cdp import open_browser, open_page, rgb, save_shot
 
 SHOT_PAGE = "layernorm.backward.dx.gamma_outside"  # a refuted statement: counterexample shown
 
 
-def rgb(colour: str) -> str:
-    """'#15803d' -> 'rgb(21, 128, 61)', as getComputedStyle reports it."""
-    c = colour.lstrip("#")
-    return "rgb({}, {}, {})".format(*(int(c[i:i + 2], 16) for i in (0, 2, 4)))
-
-
 @pytest.fixture(scope="module")
 def browser():
-    binary = chromium_binary()
-    if binary is None:
-        reason = ("no chromium on PATH (apt-get install chromium, or set MINIBERT_CHROMIUM): "
-                  "the blueprint's browser checks did not run")
-        if os.environ.get("CI"):
-            pytest.fail(reason + " -- and CI must run them (.ci/run installs chromium)")
-        pytest.skip(reason)
-    with Browser(binary, width=1280, height=900) as b:
+    with open_browser("the blueprint's browser checks") as b:
         yield b
 
 
@@ -51,12 +36,6 @@ def built(tmp_path_factory):
 @cache
 def _ids(path: Path) -> frozenset[str]:
     return frozenset(el.attrs["id"] for el in parse(path).iter() if "id" in el.attrs)
-
-
-def _open(b: Browser, page: Path) -> int:
-    since = len(b.events)
-    b.goto(page.resolve().as_uri())
-    return since
 
 
 LINKS_JS = """[...document.querySelectorAll('a[href], link[href], img[src]')].map(e => {
@@ -77,7 +56,7 @@ def test_every_page_renders_math_without_errors_and_every_link_resolves(browser,
                   if r["kind"] == "component"}  # stated in words: no MathML
     problems = []
     for page in pages:
-        since = _open(browser, page)
+        since = open_page(browser, page)
         rel = page.relative_to(built).as_posix()
         maths = browser.evaluate(MATH_JS)
         if rel.startswith("eq/") and rel not in components:
@@ -106,7 +85,7 @@ def test_status_colours_on_screen_match_the_json(browser, built):
     data = audit_data()
     eq_status = {r["id"]: r["status"] for r in data["equations"]}
     claim_status = {c["id"]: c["status"] for c in data["claims"]}
-    _open(browser, built / "index.html")
+    open_page(browser, built / "index.html")
     dots = browser.evaluate("""[...document.querySelectorAll('li[data-id]')].map(li =>
         [li.className, li.dataset.id,
          getComputedStyle(li.querySelector('.dot')).backgroundColor])""")
@@ -114,13 +93,13 @@ def test_status_colours_on_screen_match_the_json(browser, built):
     for cls, i, colour in dots:
         word = eq_status[i] if cls == "eq-item" else claim_status[i]
         assert colour == rgb(STATUS[word].colour), (i, word, colour)
-    _open(browser, built / "graph.html")
+    open_page(browser, built / "graph.html")
     nodes = browser.evaluate("""[...document.querySelectorAll('svg a.node')].map(a =>
         [a.dataset.id, getComputedStyle(a.querySelector('rect')).fill])""")
     assert sorted(i for i, _ in nodes) == sorted(eq_status)
     for i, fill in nodes:
         assert fill == rgb(STATUS[eq_status[i]].colour), (i, fill)
-    _open(browser, built / "claims.html")
+    open_page(browser, built / "claims.html")
     rows = browser.evaluate("""[...document.querySelectorAll('tr[data-id]')].map(tr =>
         [tr.dataset.id, getComputedStyle(tr.querySelector('.badge')).backgroundColor])""")
     assert {i for i, _ in rows} == set(claim_status)
@@ -129,7 +108,7 @@ def test_status_colours_on_screen_match_the_json(browser, built):
 
 
 def test_graph_nodes_open_their_pages(browser, built):
-    _open(browser, built / "graph.html")
+    open_page(browser, built / "graph.html")
     hrefs = browser.evaluate("""[...document.querySelectorAll('svg a.node')].map(a =>
         [a.dataset.id, new URL(a.getAttribute('href'), document.baseURI).href])""")
     assert len(hrefs) == len(audit_data()["equations"])
@@ -140,43 +119,11 @@ def test_graph_nodes_open_their_pages(browser, built):
     assert browser.evaluate("document.querySelector('h1 code').textContent") == eq_id
 
 
-def _save_shot(browser: Browser, page: Path, name: str, folder: Path,
-               height: int = 900) -> Path:
-    browser.resize(1280, height)
-    try:
-        _open(browser, page)
-        path = folder / name
-        browser.screenshot(path)
-    finally:
-        browser.resize(1280, 900)
-    target = os.environ.get("MINIBERT_SCREENSHOTS")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        try:
-            _small_png(path, Path(target) / name)
-        except ImportError:
-            shutil.copy(path, Path(target) / name)
-    return path
-
-
-def _small_png(src: Path, dest: Path) -> None:
-    """A palette PNG (a third of the size, text still crisp) whose palette holds every status
-    colour exactly (a plain median cut turned the amber of 'refuted' into pink)."""
-    from PIL import Image
-
-    img = Image.open(src).convert("RGB")
-    rest = img.quantize(colors=255 - len(STATUS), method=Image.Quantize.FASTOCTREE)
-    exact = [int(st.colour[i:i + 2], 16) for st in STATUS.values() for i in (1, 3, 5)]
-    palette = Image.new("P", (1, 1))
-    palette.putpalette(exact + rest.getpalette()[:3 * (255 - len(STATUS))])
-    img.quantize(palette=palette, dither=Image.Dither.NONE).save(dest, optimize=True)
-
-
 def test_screenshots(browser, built, tmp_path):
     for page, name, height in ((built / "index.html", "index.png", 1100),
                                (built / "eq" / f"{SHOT_PAGE}.html", "equation.png", 1400),
                                (built / "graph.html", "graph.png", 1400)):
-        shot = _save_shot(browser, page, name, tmp_path, height)
+        shot = save_shot(browser, page, name, tmp_path, height)
         head = shot.read_bytes()[:24]
         assert head[:8] == b"\x89PNG\r\n\x1a\n"
         assert (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")) == \
@@ -190,18 +137,18 @@ def test_a_broken_derivation_is_red_on_screen(browser, tmp_path_factory):
     proc, out = broken_site(tmp_path_factory.getbasetemp())
     assert proc.returncode == 1, proc.stderr[-2000:]
     red = rgb(STATUS["regression"].colour)
-    _open(browser, out / "eq" / f"{BROKEN_ID}.html")
+    open_page(browser, out / "eq" / f"{BROKEN_ID}.html")
     assert browser.evaluate(
         "getComputedStyle(document.getElementById('status')).backgroundColor") == red
-    _open(browser, out / "index.html")
+    open_page(browser, out / "index.html")
     colours = browser.evaluate(f"""[...document.querySelectorAll('li[data-id="{BROKEN_ID}"] .dot')]
         .map(d => getComputedStyle(d).backgroundColor)""")
     assert colours and set(colours) == {red}
-    _open(browser, out / "graph.html")
+    open_page(browser, out / "graph.html")
     fill, outline = browser.evaluate(f"""[
         getComputedStyle(document.querySelector('a.node[data-id="{BROKEN_ID}"] rect')).fill,
         getComputedStyle(document.querySelector('a.node[data-id="embedding_ln.backward"] rect'))
             .stroke]""")
     assert fill == red and outline == rgb("#dc2626")
-    _save_shot(browser, out / "eq" / f"{BROKEN_ID}.html", "broken.png",
+    save_shot(browser, out / "eq" / f"{BROKEN_ID}.html", "broken.png",
                tmp_path_factory.mktemp("shots"), 1000)

@@ -3,7 +3,9 @@ implementation, as a per-op table: forward and backward vs the PyTorch oracle, b
 finite differences, vs SymPy, invariants, and with ``--bad-input`` the named-error checks.
 
 Every check runs in a worker process (spec.suite.pool) under a time limit; ``--format json``
-writes the report (per op, per column: status, reason, check ids) for CI.
+writes the report (per op, per column: status, reason, check ids) for CI; ``--format html -o
+DIR`` renders that same JSON as a page (spec.report.check): the grid, each red cell linking to
+its failures.  The format never changes the exit status.
 
 Exit status: 0 every op the implementation provides conforms; 1 a check failed (an op raised,
 ran past its time limit, or disagreed); 2 it could not be checked: it does not load, provides
@@ -51,9 +53,9 @@ def register(sub) -> None:
                    help="Hypothesis examples per check (default: the suite's, 10)")
     g.add_argument("--seed", type=int, help="draw every check's examples from this seed (default: "
                                             "derandomized, the same examples every run)")
-    g.add_argument("--format", choices=("table", "json"), default="table")
+    g.add_argument("--format", choices=("table", "json", "html"), default="table")
     g.add_argument("-o", "--output", help="write the report there (json: the file; table: "
-                                          "also print it)")
+                                          "also print it, as JSON; html: a folder, required)")
     g.add_argument("--list", action="store_true", help="list the selected checks and exit")
     g.set_defaults(func=run)
 
@@ -104,6 +106,16 @@ def run(args) -> int:
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
     _check_selection(args)
+    if args.format == "html" and not args.list:  # refuse before any check runs
+        if not args.output:
+            return _fail("--format html: expected -o DIR, the folder to write the report into")
+        from spec.report import check_output, require
+
+        try:
+            require()
+            check_output(Path(args.output))
+        except ValueError as e:
+            return _fail(str(e))
     if args.list:
         for c in checks:
             print(f"{c.id}\t{c.kind}\t{','.join(c.ops)}")
@@ -145,6 +157,13 @@ def run(args) -> int:
             _write(args.output, text)
         else:
             print(text)
+    elif args.format == "html":
+        from spec.report.check import write_check_site
+
+        _print_table(report, data)
+        stats = write_check_site(json.loads(json.dumps(data)), Path(args.output))
+        print(f"report written to {Path(args.output) / 'index.html'} ({stats.files} files, "
+              f"{stats.bytes / 1e3:.0f} kB, {stats.seconds:.2f} s)", file=sys.stderr)
     else:
         _print_table(report, data)
         if args.output:

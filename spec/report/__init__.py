@@ -7,14 +7,16 @@ legend); the colours of every status word live in :data:`STATUS` alone and reach
 the generated ``assets/style.css`` classes ``st-<status>``.
 
 A report kind (the audit's blueprint, :mod:`spec.report.blueprint`; the conformance grid of
-``minibert check`` can be another) opens a :class:`Site`, renders its pages into it, and the
-folder is swapped into place only when every page was written: an interruption or an error
-leaves the previous report whole.  Needs the ``report`` extra (jinja2, latex2mathml, pygments).
+``minibert check``, :mod:`spec.report.check`) opens a :class:`Site`, renders its pages into it,
+and the folder is swapped into place only when every page was written: an interruption or an
+error leaves the previous report whole.  Needs the ``report`` extra (jinja2, latex2mathml,
+pygments).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -47,13 +49,36 @@ STATUS: dict[str, Status] = {
     "gap": Status("#dc2626", "evidence is missing (fails the audit)"),
     "regression": Status("#991b1b", "an outcome contradicts the recorded verdict (fails the "
                                     "audit)"),
+    # the cells of `minibert check` (spec.suite.report.Cell.status): the same green and red,
+    # a magenta for a check that could not run (exit 2, never a pass), grey for nothing to check
+    "ok": Status("#15803d", "every check of this op and column that ran passed"),
+    "FAIL": Status("#dc2626", "a check failed: its link shows the check id, the tensor, the "
+                              "index, both values and the reproduction"),
+    "error": Status("#9d174d", "a check could not run here (a missing extra, a worker that "
+                               "died, the time limit): never a pass"),
+    "n/a": Status("#6b7280", "nothing was checked here, for the reason given (a name the "
+                             "implementation lacks, a column that was not run)"),
 }
 RED = frozenset({"gap", "regression"})
+# the words each report's legend explains
+AUDIT_STATUSES = ("verified", "proven", "confirmed", "refuted", "convention",
+                  "not reproducible", "gap", "regression")
+CHECK_STATUSES = ("ok", "FAIL", "error", "n/a")
 
 
 def slug(status: str) -> str:
-    """The CSS class suffix of a status word: 'not reproducible' -> 'not-reproducible'."""
-    return status.replace(" ", "-")
+    """The CSS class suffix of a status word: 'not reproducible' -> 'not-reproducible',
+    'n/a' -> 'n-a' (a class name holds no space or slash)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", status)
+
+
+@dataclass
+class Stats:
+    """What a report writer wrote: files, bytes, seconds."""
+
+    files: int
+    bytes: int
+    seconds: float
 
 
 class MissingExtra(ValueError):
@@ -100,10 +125,11 @@ class Site:
     is removed only after the new one is in place)."""
 
     def __init__(self, out: Path, *, title: str, provenance: dict | None,
-                 nav: list[tuple[str, str]]):
+                 nav: list[tuple[str, str]], legend: tuple[str, ...] = AUDIT_STATUSES):
         self.out = Path(out)
         check_output(self.out)
         self.title, self.provenance, self.nav = title, provenance or {}, nav
+        self.legend = legend  # the STATUS words the footer explains
         self.env = environment()
         self.files: list[str] = []
         self.staging: Path | None = None
@@ -146,5 +172,5 @@ class Site:
         root = "../" * path.count("/")
         page = self.env.get_template(template).render(
             root=root, site_title=self.title, provenance=self.provenance, nav=self.nav,
-            here=path, **context)
+            here=path, legend=self.legend, **context)
         self.write(path, page)

@@ -18,25 +18,17 @@ import json
 import textwrap
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from spec.documents import BY_KEY, DOCUMENTS, UnknownSource, locate
 from spec.paths import HOME
-from spec.report import RED, STATUS, Site
+from spec.report import AUDIT_STATUSES, RED, Site, Stats
 from spec.report.graph import layout, svg
 
 ROOT = HOME
 PLOTS = (("loss_curve.png", "Training and held-out loss"),
          ("attention.png", "Attention maps, one panel per layer and head"))
-STATUS_ORDER = list(STATUS)
-
-
-@dataclass
-class Stats:
-    files: int
-    bytes: int
-    seconds: float
+STATUS_ORDER = list(AUDIT_STATUSES)
 
 
 def page_of(eq_id: str) -> str:

@@ -1,0 +1,46 @@
+"""A real `minibert check` run and its HTML page, once per test process, for
+tests/test_check_html*.py: the deliberately broken LayerNorm (tests/examples/broken_impl.py)
+on a few ops, the fixed-example checks plus one Hypothesis check (its failure carries a
+reproduction), the oracle off (its columns say so).  ~4 s."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+IMPL = "tests.examples.broken_impl"
+OPS = ("linear", "layernorm", "softmax", "relu", "cross_entropy")
+MATCH = r"\.example\b|^fd\[layernorm\]$"
+
+
+@cache
+def check_report():
+    """The :class:`spec.suite.report.Report` of the run, with its provenance."""
+    from spec.cli._provenance import provenance
+    from spec.suite import check_implementation
+
+    report = check_implementation(IMPL, ops=OPS, match=MATCH, oracle="off")
+    report.provenance = provenance()
+    return report
+
+
+def as_json(report) -> dict:
+    """The dict `minibert check --format json` writes (through JSON text, as a reader gets it)."""
+    import json
+
+    return json.loads(json.dumps(report.to_json()))
+
+
+@cache
+def check_data() -> dict:
+    return as_json(check_report())
+
+
+@cache
+def check_site(base: Path) -> Path:
+    """The page written from :func:`check_data` into ``base`` (one per test process)."""
+    from spec.report.check import write_check_site
+
+    out = Path(base) / "check-site"
+    write_check_site(check_data(), out)
+    return out
