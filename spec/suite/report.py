@@ -40,16 +40,19 @@ def _cell(results: list[Result], off_reason: str | None) -> Cell:
     ran = [r for r in results if r.outcome in ("passed", "failed", "xfailed", "xpassed")]
     if failed:
         first = failed[0]
-        return Cell("FAIL", f"{len(failed)}/{len(ran)} checks failed; first {first.id}: "
+        return Cell("FAIL", f"{len(failed)}/{len(ran)} check{'s' if len(ran) != 1 else ''} "
+                            f"failed; first {first.id}: "
                             f"{one_line(first.message)}", [r.id for r in failed], len(ran))
     errors = [r for r in results if r.outcome == "error"]
     if errors:
-        return Cell("error", f"{len(errors)} checks could not run: {one_line(errors[0].message)}",
+        return Cell("error", f"{len(errors)} check{'s' if len(errors) != 1 else ''} could not run: "
+                             f"{one_line(errors[0].message)}",
                     [r.id for r in errors], len(ran))
     if ran:
         na = len(results) - len(ran)
         xf = sum(r.outcome == "xfailed" for r in results)
-        return Cell("ok", f"{len(ran)} checks" + (f" ({xf} expected failures)" if xf else "")
+        return Cell("ok", f"{len(ran)} check{'s' if len(ran) != 1 else ''}"
+                    + (f" ({xf} expected failures)" if xf else "")
                     + (f", {na} n/a" if na else ""), [r.id for r in ran], len(ran))
     if results:
         return Cell("n/a", one_line(results[0].message), [r.id for r in results])
