@@ -387,12 +387,13 @@ def plausibility(*, cores: int, load_before: float | None, load_after: float | N
 # state, so a time measured here is no verdict on them; a ratio to PyTorch eager is: run alike
 # (same model, batch, threads and policy, each side alone in its own process), both sides slow
 # down together on a slower or busier machine.  So each stated time is read once as a ratio to
-# torch eager on the reference machine -- the project's 2-vCPU VM, where the numbers below are
-# torch eager's medians for the same model and batch, measured alone in its own process by this
-# harness (``claim_timings``; commit of README "Measured", load average below 1) -- and the
-# verdict compares the ratio measured here with that stated ratio, at the yardstick's thread
-# count.  (Before: torch's figures came from the in-process bench, distorted by NumPy's thread
-# pool beside torch's, and the ratio was measured at all cores whatever the yardstick's count.)
+# torch eager on the reference machine (the project's 2-vCPU VM; torch's medians there below,
+# by thread count) and the verdict compares the ratio measured here with that stated ratio, at
+# the yardstick's thread count.  (Before: the ratio was measured at all cores whatever the
+# yardstick's count, and turned back into "ms on the reference machine".)
+# Provenance: the idle bench of README "Measured" (forward + loss, backward, their sum), taken
+# with the in-process harness; re-measure them alone with tests/benchmarks/torch_yardstick.py
+# on the idle reference machine (the VM stayed at load 5-12 while the harness changed).
 TORCH_REFERENCE_MS = {1: {"forward": 31.6, "backward": 51.4, "step": 83.0},
                       2: {"forward": 18.0, "backward": 29.0, "step": 47.0}}
 YARDSTICK_THREADS = max(TORCH_REFERENCE_MS)  # the reference machine's cores

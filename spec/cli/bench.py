@@ -1,16 +1,17 @@
-"""``minibert bench``: the reference against PyTorch eager on the same model and batch, in one
-process, alternating call by call, at each thread count: train step (full MLM head and the
-trainer's masked head), forward, backward and the optimizer separately; medians, p10/p90, the
-reference/torch ratio, GFLOP and the fraction of this run's sgemm FLOP floor; the peak RSS of a
-reference training step; ``minibert train``'s steps/s idle and beside another 2-thread job; the
-BLAS library and threads actually used (threadpoolctl); and every performance target with its
-measured value.
+"""``minibert bench``: the reference against PyTorch eager on the same model and batch, each side
+alone in its own process (a fresh interpreter per side, thread count and round, the sides
+alternating process by process; spec.benchproc), at each thread count: train step (full MLM
+head and the trainer's masked head), forward, backward and the optimizer separately; medians
+over rounds, p10/p90, the reference/torch ratio, GFLOP and the fraction of the sgemm FLOP floor;
+the peak RSS of a reference training step; ``minibert train``'s steps/s idle and beside another
+2-thread job; the BLAS library and threads actually used (threadpoolctl); and every performance
+target with its measured value.
 
 A benchmark, never a test: nothing here asserts a time, and the exit status says whether the
-measurement ran and is plausible (0), not whether a target was met.  The run checks itself
-(spec.bench.plausibility): a load average above the core count, an sgemm far below the 1-thread
-probe's rate, or a step faster than its FLOP floor says the machine was busy -- the report
-lists why, judges no target, and the exit status is 1 unless --allow-noisy.
+measurement ran and is plausible (0), not whether a target was met.  The run checks itself, in
+every process (spec.bench.plausibility): a load average above the core count, an sgemm far
+below the 1-thread probe's rate, or a step faster than its FLOP floor says the machine was busy
+-- the report lists why, judges no target, and the exit status is 1 unless --allow-noisy.
 """
 
 from __future__ import annotations
