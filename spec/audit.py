@@ -622,5 +622,5 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
     outcomes = []
     if claims:
         from spec.claims import evaluate_all
-        outcomes = evaluate_all(impl, measure=measure)
+        outcomes = evaluate_all(impl, measure=measure, impl_spec=impl_spec)
     return Report(rows, outcomes, time.perf_counter() - start, len(records), len(tests))

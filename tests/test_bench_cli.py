@@ -16,15 +16,18 @@ KEYS = ("step_full", "step_masked", "forward", "backward", "optimizer", "optimiz
 def test_bench_measures_every_row_and_target(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "reports" / "bench.json"
-    rc = main(["bench", "-B", "2", "-T", "8", "--repeats", "2", "--warmup", "0", "--threads",
-               "1", "2", "--no-train-rate", "--no-rss", "--format", "json", "-o", str(out),
-               "--allow-noisy"])  # this shared machine may be busy: the figures still come
+    # one round of real processes (a process per side and thread count: ~20 s on this 2-core
+    # machine); tests/test_bench_processes.py covers rounds on fake processes
+    rc = main(["bench", "-B", "2", "-T", "8", "--rounds", "1", "--repeats", "2", "--warmup",
+               "0", "--threads", "1", "2", "--no-train-rate", "--no-rss", "--format", "json",
+               "-o", str(out), "--allow-noisy"])  # this shared machine may be busy
     assert rc == 0
     report = json.loads(out.read_text())
     rows = {(r["key"], r["threads"]): r for r in report["rows"]}
     assert set(rows) == {(k, n) for k in KEYS for n in (1, 2)}
     for r in rows.values():
         assert r["ours"]["n"] == 2 and r["torch"]["n"] == 2
+        assert r["ours"]["rounds"] == 1 and r["torch"]["rounds"] == 1
         assert r["ratio"] == pytest.approx(r["ours"]["median_ms"] / r["torch"]["median_ms"])
         assert r["ours"]["p10_ms"] <= r["ours"]["median_ms"] <= r["ours"]["p90_ms"]
     assert rows[("step_full", 2)]["gflop"] > rows[("step_masked", 2)]["gflop"] > 0
@@ -63,14 +66,14 @@ def test_bench_table_lists_the_targets():
 @pytest.mark.parametrize("flags, what", [
     (["--threads", "0"], "--threads"), (["--preset", "bert_tiny"], "--preset"),
     (["--seq", "100"], "--seq"), (["--repeats", "0"], "--repeats"),
-    (["--warmup", "-1"], "--warmup")])
+    (["--warmup", "-1"], "--warmup"), (["--rounds", "0"], "--rounds")])
 def test_bench_bad_flags_are_one_line_errors(capsys, flags, what):
     assert main(["bench", *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and what in err[0]
 
 
-def test_a_failing_child_is_an_error_not_a_figure():
+def test_a_failing_rss_child_is_an_error_not_a_figure():
     from spec.bench import _run_script
 
     with pytest.raises(ValueError, match=r"exit 1\): RuntimeError: broken"):

@@ -73,12 +73,17 @@ class Context:
 
     B, T = 8, 64  # the documents' batch for activations and timings
 
-    def __init__(self, impl, *, measure: bool = True, repeats: int = 5, smoke: bool = False):
-        """``smoke``: time a tiny model instead (tests check the measuring, not the speed)."""
+    def __init__(self, impl, *, measure: bool = True, repeats: int = 5, smoke: bool = False,
+                 impl_spec: str | None = None):
+        """``smoke``: time a tiny model instead (tests check the measuring, not the speed);
+        ``repeats``: the timings' rounds (processes per side); ``impl_spec``: the
+        ``package.module[:object]`` the timings' child processes import the implementation
+        by (found from ``impl`` when it is a module or a module-level object)."""
         self.impl = impl
         self.measure = measure
         self.repeats = repeats
         self.smoke = smoke
+        self.impl_spec = impl_spec
 
     @cached_property
     def config(self):
@@ -158,8 +163,8 @@ class Context:
 
     @cached_property
     def timings(self) -> dict:
-        """The timing claims' medians (ms), measured by spec.bench.claim_timings (beside the
-        bench's own harness); sets ``repeats_done``."""
+        """The timing claims' medians (ms), measured by spec.bench.claim_timings (the bench's
+        harness: each side alone in its own process); sets ``repeats_done``."""
         from spec.bench import claim_timings
 
         return claim_timings(self)
@@ -285,8 +290,9 @@ def evaluate(c: Claim, ctx: Context) -> Outcome:
                    r.pending, c.machine_dependent)
 
 
-def evaluate_all(impl, *, measure: bool = True, repeats: int = 5) -> list[Outcome]:
-    ctx = Context(impl, measure=measure, repeats=repeats)
+def evaluate_all(impl, *, measure: bool = True, repeats: int = 5,
+                 impl_spec: str | None = None) -> list[Outcome]:
+    ctx = Context(impl, measure=measure, repeats=repeats, impl_spec=impl_spec)
     return [evaluate(c, ctx) for c in CLAIMS.values()]
 
 

@@ -118,6 +118,8 @@ def _timing(key, stated_ms):
         if not ctx.measure:
             return Result("not measured", "not reproducible", "measurement disabled")
         t = ctx.timings
+        if "unmeasured" in t:
+            return Result("not measured", "not reproducible", t["unmeasured"])
         obtained, verdict, detail = timing_verdict(
             key, stated_ms, t[key], t.get("torch_" + key), threads=t["threads"],
             problems=ctx.timing_problems, factor=TIMING_FACTOR)
@@ -125,12 +127,12 @@ def _timing(key, stated_ms):
         if verdict != "not reproducible" or not obtained.startswith("not measured"):
             obtained += f" (median of {ctx.repeats_done}){what}"
         return Result(obtained, verdict,
-                      f"float32, B=8, T=64, {t['threads']} worker(s) (auto); {detail}")
+                      f"float32, B=8, T=64, {t['threads']} worker(s) (the yardstick's); {detail}")
     return obtain
 
 
-# recorded: the verdicts the reference machine gives (README "Measured": forward 1.47x, backward
-# 1.20x torch eager at 2 threads -> 26.5 and 35 ms there); machine-dependent, never a regression
+# recorded: the verdicts the reference machine gives (README "Performance"); machine-dependent,
+# never a regression
 claim("timing.forward", "A forward pass of a batch takes about 20 ms", f"{GUIDE} §8", "~20 ms",
       "confirmed", machine_dependent=True, needs_measure=True)(_timing("forward", 20))
 claim("timing.backward", "A backward pass takes about 40 ms", f"{GUIDE} §8", "~40 ms",

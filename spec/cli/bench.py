@@ -1,16 +1,17 @@
-"""``minibert bench``: the reference against PyTorch eager on the same model and batch, in one
-process, alternating call by call, at each thread count: train step (full MLM head and the
-trainer's masked head), forward, backward and the optimizer separately; medians, p10/p90, the
-reference/torch ratio, GFLOP and the fraction of this run's sgemm FLOP floor; the peak RSS of a
-reference training step; ``minibert train``'s steps/s idle and beside another 2-thread job; the
-BLAS library and threads actually used (threadpoolctl); and every performance target with its
-measured value.
+"""``minibert bench``: the reference against PyTorch eager on the same model and batch, each side
+alone in its own process (a fresh interpreter per side, thread count and round, the sides
+alternating process by process; spec.benchproc), at each thread count: train step (full MLM
+head and the trainer's masked head), forward, backward and the optimizer separately; medians
+over rounds, p10/p90, the reference/torch ratio, GFLOP and the fraction of the sgemm FLOP floor;
+the peak RSS of a reference training step; ``minibert train``'s steps/s idle and beside another
+2-thread job; the BLAS library and threads actually used (threadpoolctl); and every performance
+target with its measured value.
 
 A benchmark, never a test: nothing here asserts a time, and the exit status says whether the
-measurement ran and is plausible (0), not whether a target was met.  The run checks itself
-(spec.bench.plausibility): a load average above the core count, an sgemm far below the 1-thread
-probe's rate, or a step faster than its FLOP floor says the machine was busy -- the report
-lists why, judges no target, and the exit status is 1 unless --allow-noisy.
+measurement ran and is plausible (0), not whether a target was met.  The run checks itself, in
+every process (spec.bench.plausibility): a load average above the core count, an sgemm far
+below the 1-thread probe's rate, or a step faster than its FLOP floor says the machine was busy
+-- the report lists why, judges no target, and the exit status is 1 unless --allow-noisy.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ def register(sub) -> None:
     b.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="thread counts to measure: the reference's workers (single-threaded "
                         "BLAS each, reference.train.threads) and torch.set_num_threads")
-    b.add_argument("--repeats", type=int, default=20, help="timed calls per side and row")
-    b.add_argument("--warmup", type=int, default=3)
+    b.add_argument("--rounds", type=int, default=5,
+                   help="processes per side and thread count, the sides alternating process by "
+                        "process; each figure is the median of their medians")
+    b.add_argument("--repeats", type=int, default=5,
+                   help="timed calls per row in each process")
+    b.add_argument("--warmup", type=int, default=2, help="untimed calls per row in each "
+                                                         "process, first")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--no-train-rate", action="store_true",
                    help="skip minibert train's steps/s idle and under a 2-thread load (~40 s)")
@@ -141,9 +147,10 @@ ROWS = (("step_full", "train step, full head", "step", None),
         ("backward", "backward", "backward", None),
         ("optimizer", "Adam update (in place)", None, None),
         ("optimizer_out", "Adam, out= (the trainer's)", None, None))
-POLICY = ("reference: N workers (batch shards, Adam's tensors; reference.parallel), "
-          "single-threaded BLAS in each; torch: torch.set_num_threads(N); freed memory kept "
-          "by malloc for the whole process (both sides)")
+POLICY = ("each side alone in its own process (a fresh interpreter per side, thread count and "
+          "round, the sides alternating); reference: N workers (batch shards, Adam's tensors; "
+          "reference.parallel), single-threaded BLAS in each; torch: torch.set_num_threads(N), "
+          "NumPy's BLAS at 1 thread and unused; freed memory kept by malloc in both")
 RSS_TARGET_MIB = 300
 
 
@@ -153,6 +160,7 @@ def _check_args(args) -> None:
         raise ValueError(f"--preset: expected one of {list(BENCH_PRESETS)} (the architectures "
                          f"the torch side implements), got {args.preset!r}")
     for flag, values in (("--threads", args.threads), ("--repeats", [args.repeats]),
+                         ("--rounds", [args.rounds]),
                          ("--batch", [args.batch]), ("--seq", [args.seq])):
         if any(v < 1 for v in values):
             raise ValueError(f"{flag}: expected integers >= 1, got {values}")
@@ -163,22 +171,20 @@ def _check_args(args) -> None:
 def measure(args):
     import numpy as np
 
-    from reference import init_params
     from reference.config import PRESETS
-    from reference.train.threads import available_cores, use_threads
+    from reference.train.threads import available_cores
     from spec.bench import (
         Report,
         Row,
-        alternate,
         blas_info,
         load_average,
         load_torch_side,
         peak_rss_mib,
         plausibility,
-        sgemm_gflops,
         step_gflop,
         train_rate,
     )
+    from spec.benchproc import check_processes, median_sgemm, run_rounds, stats_of
 
     _check_args(args)
     config = PRESETS[args.preset]()
@@ -186,52 +192,44 @@ def measure(args):
     if T > config.max_len:
         raise ValueError(f"--seq: expected at most the preset's max_len={config.max_len}, "
                          f"got {T}")
-    ids, labels, mask = _problem(config, B, T, args.seed)
+    _, labels, _ = _problem(config, B, T, args.seed)
     module, note = load_torch_side()
-    torch = None
-    if module is not None:
-        import torch
+    sides = ("ours", "torch") if module is not None else ("ours",)
     report = Report(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
                     torch_note=note, cores=available_cores())
     report.load["before"] = load_average()
     predicted = float(np.mean(labels != IGNORE_INDEX))
     threads = sorted(set(args.threads))
-    # the machine's sgemm rate at n BLAS threads (the FLOP floor), and at 1: the probe that
-    # says what n threads should reach
-    for n in sorted(set(threads) | {1}):
-        report.sgemm_gflops[n], report.sgemm_median[n] = sgemm_gflops(n, with_median=True)
+    gflops = {key: (step_gflop(config, B, T, predicted if frac else None)[flops] if flops
+                    else 0.0) for key, _, flops, frac in ROWS}
+    # each side alone in its own process, alternating process by process (spec.benchproc)
+    job = {"task": "bench", "preset": args.preset, "batch": B, "seq": T, "seed": args.seed,
+           "keys": [key for key, *_ in ROWS], "repeats": args.repeats, "warmup": args.warmup,
+           "check": True}
+    processes = run_rounds(job, sides=sides, threads=threads, rounds=args.rounds,
+                           progress=_progress(args))
+    report.processes = processes
+    report.sgemm_gflops, report.sgemm_median = median_sgemm(processes, "ours")
+    report.torch_sgemm_gflops, _ = median_sgemm(processes, "torch")
+    ours_blas = next((p.info.get("blas") for p in processes if p.side == "ours"), None)
+    report.blas = ours_blas or report.blas
     for n in threads:
-        with use_threads(n):
-            if torch is not None:
-                torch.set_num_threads(n)
-            params = init_params(config, seed=args.seed, dtype=np.float32)
-            ours = _reference_side(config, params, ids, labels, mask)
-            theirs = (_torch_side(module, torch, config, params, ids, labels, mask)
-                      if module is not None else None)
-            report.blas = blas_info()
-            for key, title, flops, frac in ROWS:
-                fns = {"ours": ours[key]}
-                before = {"ours": ours["_before_backward"]} if key == "backward" else {}
-                if theirs is not None:
-                    fns["torch"] = theirs[key]
-                    if key == "backward":
-                        before["torch"] = theirs["_before_backward"]
-                stats = alternate(fns, repeats=args.repeats, warmup=args.warmup, before=before)
-                gflop = 0.0
-                if flops:
-                    gflop = step_gflop(config, B, T, predicted if frac else None)[flops]
-                report.rows.append(Row(
-                    key, title, n, gflop, stats["ours"], stats.get("torch"),
-                    gflop / report.sgemm_gflops[n] * 1e3 if gflop else None))
-    # the self-check, before the RSS and train-rate children (the latter loads the machine on
+        for key, title, _, _ in ROWS:
+            gflop = gflops[key]
+            rate = report.sgemm_gflops.get(n)
+            report.rows.append(Row(
+                key, title, n, gflop, stats_of(processes, "ours", n, key),
+                stats_of(processes, "torch", n, key),
+                gflop / rate * 1e3 if gflop and rate else None))
+    # the self-check: the run's (load before the first process, after the last) and each
+    # process's own, before the RSS and train-rate children (the latter loads the machine on
     # purpose)
     report.load["after"] = load_average()
     report.problems = plausibility(
         cores=report.cores, load_before=report.load["before"],
-        load_after=report.load["after"], own_threads=max(threads),
-        sgemm=report.sgemm_gflops, sgemm_median=report.sgemm_median,
-        floors={f"{r.name} ({r.threads} thread(s))": r.vs_floor for r in report.rows
-                if r.vs_floor is not None})
+        load_after=report.load["after"], own_threads=max(threads), sgemm={},
+        sgemm_median={}, floors={})
+    report.problems += check_processes(processes, cores=report.cores, gflop=gflops)
     if not args.no_rss:
         for head in ("full", "masked"):
             report.peak_rss_mib[head] = peak_rss_mib(args.preset, B, T, threads=max(threads),
@@ -242,6 +240,13 @@ def measure(args):
     for t in report.targets:  # never "met" (nor "NOT met") from an implausible run
         t.implausible = bool(report.problems)
     return report
+
+
+def _progress(args):
+    """One line per process on stderr for a table on a terminal (the run takes minutes)."""
+    if args.format != "table" or args.output or not sys.stderr.isatty():
+        return None
+    return lambda what: print(f"minibert bench: {what}", file=sys.stderr, flush=True)
 
 
 def targets(report) -> list:
@@ -282,15 +287,21 @@ def targets(report) -> list:
 
 
 def render_table(report) -> str:
+    rounds = max((r.ours.rounds for r in report.rows), default=0)
     lines = [f"minibert bench: {report.preset}, B={report.batch}, T={report.seq}, "
-             f"{report.dtype}; medians of alternating calls (p10-p90)",
+             f"{report.dtype}; medians over {rounds} round(s) of separate processes per side "
+             f"(p10-p90 of the processes' medians)",
              f"threads: {report.policy}"]
     for b in report.blas:
         lines.append(f"BLAS: {b['internal_api']} {b['version']} ({b['user_api']}), "
                      f"{b['num_threads']} thread(s) in use at the end, {b['architecture']}")
     for n, rate in report.sgemm_gflops.items():
         lines.append(f"sgemm floor, {n} BLAS thread(s): {rate:.0f} GFLOP/s (median round "
-                     f"{report.sgemm_median.get(n, float('nan')):.0f})")
+                     f"{report.sgemm_median.get(n, float('nan')):.0f}; medians over the "
+                     f"reference's processes)")
+    for n, rate in report.torch_sgemm_gflops.items():
+        lines.append(f"torch's sgemm, {n} thread(s): {rate:.0f} GFLOP/s (its processes' "
+                     f"self-check)")
     load = ", ".join(f"{k} {v:.2f}" for k, v in report.load.items() if v is not None)
     lines.append(f"cores {report.cores}; load average {load or 'unavailable'}")
     if report.problems:

@@ -49,3 +49,31 @@ def build(params: dict[str, np.ndarray], config):
 def loss(logits, labels):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                            ignore_index=IGNORE_INDEX)
+
+
+def sgemm_gflops(threads: int, *, n: int = 512, k: int = 768, repeats: int = 7,
+                 per_round: int = 4) -> tuple[float, float]:
+    """torch's float32 matmul rate now (GFLOP/s) at ``threads`` intra-op threads: (the best
+    round, the median round) of ``per_round`` [n, k] @ [k, k] products, after a warm-up round
+    -- the same shapes as ``spec.bench.sgemm_gflops`` probes with NumPy's BLAS.  Leaves
+    torch's thread count as it found it."""
+    import time
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(n, k, generator=g)
+        b = torch.randn(k, k, generator=g)
+        out = torch.empty(n, k)
+        times = []
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                torch.mm(a, b, out=out)
+            if r:  # round 0 warms the pool up
+                times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(before)
+    work = per_round * 2 * n * k * k / 1e9
+    return work / min(times), work / float(np.median(times))

@@ -1,0 +1,270 @@
+"""Each side of a timing alone in its own process: the harness of ``minibert bench`` and of the
+claims ledger's timing claims.
+
+Timing two libraries in one process distorts both: with NumPy's OpenBLAS threads and torch's
+OpenMP pool side by side, torch's 2-thread Mini-BERT step measured 131 ms in-process and 66 ms
+alone (the reference 78 vs 65).  So the parent never times anything: it starts one fresh
+interpreter per side, thread count and round (``python -m spec.benchproc JOB``), alternating
+the sides process by process (ours, torch, ours, torch, ...), and takes medians over the rounds.
+Each child sets the same policy for its side (N cores: the reference's N workers with
+single-threaded BLAS, torch's ``set_num_threads(N)``; freed memory kept by malloc in both),
+never loads the other side's library (the reference's child never imports torch; torch's child
+keeps NumPy's BLAS at one thread and never calls it in a timed call), and checks itself: the
+load average before and after it, its own library's sgemm at 1 and N threads, and each timed
+row against its FLOP floor at that rate (``spec.bench.plausibility``).
+
+The parent reads one JSON line from each child; a child that fails is a ValueError carrying
+its last error line, never a figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SIDES = ("ours", "torch")
+PROBE_ROUNDS = 7  # sgemm probe rounds per process (best and median, at 1 and N threads)
+
+
+# ------------------------------------------------------------------------------ the parent
+@dataclass
+class Process:
+    """What one child measured: ``times`` row key -> seconds of each timed call; ``sgemm``
+    BLAS threads -> (best, median round) GFLOP/s of its own library's probe."""
+
+    side: str
+    threads: int
+    round: int
+    pid: int
+    times: dict[str, list[float]]
+    load_before: float | None = None
+    load_after: float | None = None
+    sgemm: dict[int, tuple[float, float]] = field(default_factory=dict)
+    torch_loaded: bool = False  # whether torch was imported in this process
+    info: dict = field(default_factory=dict)  # the BLAS in use, torch's thread count
+    problems: list[str] = field(default_factory=list)  # its self-check (set by the parent)
+
+    @classmethod
+    def from_json(cls, data: dict, *, round: int) -> Process:
+        return cls(side=data["side"], threads=int(data["threads"]), round=round,
+                   pid=int(data["pid"]), times=data["times"],
+                   load_before=data.get("load_before"), load_after=data.get("load_after"),
+                   sgemm={int(k): tuple(v) for k, v in data.get("sgemm", {}).items()},
+                   torch_loaded=bool(data.get("torch_loaded")), info=data.get("info", {}))
+
+    @property
+    def label(self) -> str:
+        return (f"{self.side} process {self.round + 1} at {self.threads} thread(s) "
+                f"(pid {self.pid})")
+
+    def summary(self) -> dict:
+        """The report's line for this process (its medians, not every call)."""
+        return {"side": self.side, "threads": self.threads, "round": self.round,
+                "pid": self.pid, "load_before": self.load_before, "load_after": self.load_after,
+                "sgemm": {n: list(v) for n, v in self.sgemm.items()},
+                "torch_loaded": self.torch_loaded, "info": self.info,
+                "median_ms": {k: float(np.median(v)) * 1e3 for k, v in self.times.items()},
+                "problems": self.problems}
+
+
+def run_child(job: dict) -> dict:
+    """Run one job in a fresh interpreter; its last stdout line is the result (JSON).  A child
+    that fails raises a ValueError with its last error line."""
+    out = subprocess.run([sys.executable, "-m", "spec.benchproc", json.dumps(job)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"benchmark child process ({job.get('side')}, {job.get('threads')} "
+                         f"thread(s)) failed (exit {out.returncode}): {last}")
+    lines = out.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise ValueError(f"benchmark child process ({job.get('side')}) printed no result: "
+                         f"{(lines or ['nothing'])[-1][:200]!r}") from None
+
+
+def run_rounds(job: dict, *, sides: tuple[str, ...], threads: list[int], rounds: int,
+               runner: Callable[[dict], dict] | None = None, budget_s: float | None = None,
+               progress: Callable[[str], object] | None = None) -> list[Process]:
+    """``rounds`` rounds; in each, for each thread count, one process per side in turn (A B A
+    B ...).  With ``budget_s``, rounds after the first are not started once that many seconds
+    have passed (a loaded machine gets fewer rounds, never none).  ``runner`` (tests: fake
+    processes) defaults to ``run_child``."""
+    runner = runner or run_child
+    start = time.perf_counter()
+    out: list[Process] = []
+    for r in range(rounds):
+        if r and budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+        for n in threads:
+            for side in sides:
+                if progress:
+                    progress(f"round {r + 1}/{rounds}: {side}, {n} thread(s)")
+                data = runner({**job, "side": side, "threads": int(n)})
+                if data.get("side") != side or int(data.get("threads", -1)) != int(n):
+                    raise ValueError(f"benchmark child answered for {data.get('side')!r} at "
+                                     f"{data.get('threads')} thread(s), asked {side!r} at {n}")
+                out.append(Process.from_json(data, round=r))
+    return out
+
+
+def stats_of(processes: list[Process], side: str, threads: int, key: str):
+    """Stats over rounds: the median of the processes' medians, p10/p90 of those medians, n
+    the timed calls in all; None when no process of that side timed ``key``."""
+    from spec.bench import Stats
+
+    runs = [p.times[key] for p in processes
+            if p.side == side and p.threads == threads and p.times.get(key)]
+    return Stats.of_rounds(runs) if runs else None
+
+
+def check_processes(processes: list[Process], *, cores: int,
+                    gflop: dict[str, float]) -> list[str]:
+    """Each process's self-check (``spec.bench.plausibility`` over its own load averages,
+    sgemm probe and rows against its FLOP floor), one line each, naming the process; sets
+    ``Process.problems``.  The load before a process counts the run's own threads out when
+    an earlier process of the run was running (the 1-minute average still holds them)."""
+    from spec.bench import plausibility
+
+    out = []
+    for i, p in enumerate(processes):
+        rate = p.sgemm.get(p.threads, (None,))[0]
+        floors = {}
+        if rate:
+            for key, g in gflop.items():
+                if g and p.times.get(key):
+                    floors[key] = float(np.median(p.times[key])) / (g / rate)
+        p.problems = plausibility(
+            cores=cores, load_before=p.load_before, load_after=p.load_after,
+            own_threads=p.threads, own_before=p.threads if i else 0,
+            sgemm={n: v[0] for n, v in p.sgemm.items()},
+            sgemm_median={n: v[1] for n, v in p.sgemm.items()}, floors=floors)
+        out += [f"{p.label}: {problem}" for problem in p.problems]
+    return out
+
+
+def median_sgemm(processes: list[Process], side: str) -> tuple[dict[int, float], dict]:
+    """(best, median-round) sgemm GFLOP/s by BLAS threads: medians over ``side``'s processes."""
+    by: dict[int, list[tuple[float, float]]] = {}
+    for p in processes:
+        if p.side == side:
+            for n, v in p.sgemm.items():
+                by.setdefault(n, []).append(v)
+    return ({n: float(np.median([b for b, _ in v])) for n, v in sorted(by.items())},
+            {n: float(np.median([m for _, m in v])) for n, v in sorted(by.items())})
+
+
+def python_path() -> list[str]:
+    """The parent's import path, for a child that imports the implementation under test."""
+    return [p or os.getcwd() for p in sys.path]
+
+
+# ------------------------------------------------------------------------------ the child
+def _probe_numpy(threads: int) -> dict[int, tuple[float, float]]:
+    from spec.bench import sgemm_gflops
+
+    return {n: sgemm_gflops(n, repeats=PROBE_ROUNDS, with_median=True)
+            for n in sorted({1, threads})}
+
+
+def _side_fns(job: dict, side: str):
+    """(fns, before) of ``side`` for the job's task: key -> timed callable, key -> untimed
+    callable run right before each timed call."""
+    if job["task"] == "bench":
+        from reference.config import PRESETS
+        from spec.cli.bench import _problem, _reference_side, _torch_side
+
+        config = PRESETS[job["preset"]]()
+        ids, labels, mask = _problem(config, job["batch"], job["seq"], job["seed"])
+        from reference import init_params
+
+        params = init_params(config, seed=job["seed"], dtype=np.float32)
+        if side == "ours":
+            fns = _reference_side(config, params, ids, labels, mask)
+        else:
+            import torch
+
+            from spec.bench import load_torch_side
+
+            module, note = load_torch_side()
+            if module is None:
+                raise RuntimeError(note)
+            fns = _torch_side(module, torch, config, params, ids, labels, mask)
+        keys = job["keys"]
+        before = {"backward": fns["_before_backward"]} if "backward" in keys else {}
+        return {k: fns[k] for k in keys}, before
+    if job["task"] == "claims":
+        from spec.bench import claim_side_fns
+        from spec.claims import Context
+        from spec.protocol import load_impl
+
+        ctx = Context(load_impl(job["impl"]), smoke=bool(job.get("smoke")))
+        return claim_side_fns(ctx, side)
+    raise ValueError(f"unknown task {job['task']!r}")
+
+
+def run_job(job: dict) -> dict:
+    """Time one side in this process under its thread policy; the result as a dict."""
+    from threadpoolctl import threadpool_limits
+
+    from reference.train.threads import keep_freed_memory, use_threads
+    from spec.bench import alternate_raw, blas_info, load_average
+
+    side, n = job["side"], int(job["threads"])
+    if side not in SIDES:
+        raise ValueError(f"side: expected one of {SIDES}, got {side!r}")
+    keep_freed_memory()  # both sides: the allocator policy is the process's, not a library's
+    check = bool(job.get("check", True))
+    load_before = load_average()
+    info: dict = {}
+    if side == "ours":
+        sgemm = _probe_numpy(n) if check else {}
+        with use_threads(n):  # N workers, single-threaded BLAS
+            fns, before = _side_fns(job, side)
+            times = alternate_raw(fns, repeats=job["repeats"], warmup=job["warmup"],
+                                  before=before)
+            info["blas"] = blas_info()
+    else:
+        # NumPy's BLAS at one thread and idle: only torch's pool runs in this process
+        with threadpool_limits(limits=1, user_api="blas"):
+            import torch
+
+            from spec.bench import load_torch_side
+
+            module, note = load_torch_side()
+            if module is None:
+                raise RuntimeError(note)
+            sgemm = ({k: module.sgemm_gflops(k, repeats=PROBE_ROUNDS)
+                      for k in sorted({1, n})} if check else {})
+            torch.set_num_threads(n)
+            fns, before = _side_fns(job, side)
+            times = alternate_raw(fns, repeats=job["repeats"], warmup=job["warmup"],
+                                  before=before)
+            info["torch_threads"] = torch.get_num_threads()
+            info["blas"] = blas_info()
+    return {"side": side, "threads": n, "pid": os.getpid(), "times": times,
+            "load_before": load_before, "load_after": load_average(),
+            "sgemm": {k: list(v) for k, v in sgemm.items()},
+            "torch_loaded": "torch" in sys.modules, "info": info}
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(argv[0])
+    for p in reversed(job.get("sys_path", [])):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    result = run_job(job)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
