@@ -171,6 +171,13 @@ def failure_message(e: BaseException, limit: int = 2000) -> str:
     return out[:limit]
 
 
+def reproduction(check: Check, label: str) -> str:
+    """The one line that reruns this check alone (its examples come from a seed derived from
+    its id, so the same failure comes back)."""
+    return (f"rerun: minibert check {label} -k '^{re.escape(check.id)}$' (or spec.suite."
+            f"check_implementation(impl, ids=[{check.id!r}]))")
+
+
 def one_line(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else ""
 
@@ -258,7 +265,9 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         text = _convention_text(w)
         if text is not None and text not in conventions:
             conventions.append(text)
-    if outcome == "failed" and not message.strip():
-        message = "failed without a message"  # never an empty red (spec/suite/run.py)
+    if outcome == "failed":
+        if not message.strip():
+            message = "failed without a message"  # never an empty red (spec/suite/run.py)
+        message += "\n" + reproduction(check, proxy._impl_label)
     return Result(check.id, check.kind, check.ops, outcome, message,
                   round(time.perf_counter() - start, 3), conventions)
