@@ -91,8 +91,29 @@ def close(op: str, name: str, got, want, scale: float = 0.0,
 
 
 def holds(op: str, name: str, condition, detail: str = "") -> Finding:
+    """``condition`` holds everywhere; a failure says where first (an array's index) and how
+    often, after ``detail``."""
     ok = bool(np.all(condition))
-    return Finding(op, name, ok, "" if ok else detail)
+    if ok:
+        return Finding(op, name, True)
+    c = np.asarray(condition)
+    if c.ndim:
+        bad = np.argwhere(~c.astype(bool))
+        where = (f"first at index {tuple(int(i) for i in bad[0])}, {len(bad)} of {c.size} "
+                 "entries")
+        detail = f"{detail}; {where}" if detail else where
+    return Finding(op, name, False, detail or "does not hold")
+
+
+def exact(op: str, name: str, got, want) -> Finding:
+    """``got == want`` entry by entry (an identity that holds exactly: a masked entry, an
+    ignored position); a failure names the worst index and both values."""
+    from spec.suite.asserts import worst
+
+    a = np.asarray(got, dtype=np.float64)
+    b = np.broadcast_to(np.asarray(want, dtype=np.float64), a.shape)
+    ok = bool(np.all(a == b))
+    return Finding(op, name, ok, "" if ok else worst(a, b, 0.0))
 
 
 def _to32(v):
@@ -471,7 +492,8 @@ def cross_entropy_identities(impl, logits, labels, dloss: float) -> list[Finding
              close(op, "sum = n * mean", l_sum, n * l_mean),
              close(op, "d sum = n * d mean", d_sum, n * d_mean)]
     for r, (_, d) in out.items():
-        found += [holds(op, f"{r}: ignored positions get gradient exactly 0", d[ignored] == 0),
+        found += [exact(op, f"{r}: ignored positions get gradient exactly 0",
+                        d * ignored[..., None], 0.0),
                   close(op, f"{r}: dlogits sums to 0 per position", d.sum(-1),
                         np.zeros(labels.shape), abs(dloss) * logits.shape[-1])]
     return found

@@ -74,4 +74,6 @@ def assert_close(got, want, *, rtol: float, atol: float = 0.0, what: str) -> Non
     allowed = atol + rtol * np.abs(b.astype(np.float64))
     diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
     if not np.all(diff <= allowed):
-        raise AssertionError(f"{what}: {worst(a, b, allowed)} (rtol {rtol:g}, atol {atol:g})")
+        tol = f"rtol {rtol:g}, atol " + (f"{atol:g}" if np.ndim(atol) == 0 else
+                                         f"up to {float(np.max(atol)):.1e} per entry")
+        raise AssertionError(f"{what}: {worst(a, b, allowed)} ({tol})")
