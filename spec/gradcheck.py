@@ -208,7 +208,8 @@ def assert_all_passed(results: Iterable[CheckResult]) -> None:
     if failed:
         worst = max(failed, key=lambda r: r.error)
         raise AssertionError(
-            f"gradient check failed for {len(failed)} of {len(results)} tensors; worst {worst}"
+            f"gradient check failed for {len(failed)} of {len(results)} tensors ("
+            + ", ".join(f"d/d{r.tensor}" for r in failed) + f"); worst {worst}"
             + ("\n" + "\n".join(str(r) for r in failed) if len(failed) > 1 else ""))
 
 
