@@ -33,6 +33,7 @@ class CheckResult:
     numeric: float
     index: tuple | None = None  # worst element (elementwise) or direction number
     n_checked: int = 0
+    note: str = ""  # how the result was reached (localised from a directional failure)
     passed: bool = field(init=False)
 
     def __post_init__(self):
@@ -44,7 +45,7 @@ class CheckResult:
         verdict = "ok" if self.passed else "FAIL"
         return (f"{verdict}: {self.op} d/d{self.tensor} [{self.mode}] error {self.error:.2e} "
                 f"(rtol {self.rtol:.0e}){where}: analytic {self.analytic:.10e}, "
-                f"finite difference {self.numeric:.10e}")
+                f"finite difference {self.numeric:.10e}" + (f" {self.note}" if self.note else ""))
 
 
 def relative_error(a, b, floor: float = FD_FLOOR):
@@ -144,6 +145,34 @@ def elementwise_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.
     return CheckResult(op, tensor, "elementwise", err, rtol, a, n, idx, count)
 
 
+# A failed directional check is localised to an element by central differences of at most this
+# many entries (2 evaluations each): all of a small tensor, a random sample of a larger one.
+LOCALISE_MAX = 64
+
+
+def localise(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.ndarray,
+             failed: CheckResult, rng: np.random.Generator) -> CheckResult:
+    """The element-wise check behind a failed directional one: the worst index and both values
+    (over every entry, or LOCALISE_MAX sampled ones); the directional result if no sampled
+    entry disagrees."""
+    if failed.passed or failed.mode != "directional":
+        return failed
+    if x.size <= LOCALISE_MAX:
+        indices, how = None, f"every one of the {x.size} entries"
+    else:
+        flat = rng.choice(x.size, size=LOCALISE_MAX, replace=False)
+        indices = [np.unravel_index(int(i), x.shape) for i in flat]
+        how = f"{LOCALISE_MAX} sampled entries of {x.size}"
+    el = elementwise_check(f, x, grad, indices=indices, op=failed.op, tensor=failed.tensor,
+                           rtol=failed.rtol)
+    if el.passed:
+        failed.note = f"(no single entry among {how} disagrees: a spread-out error)"
+        return failed
+    el.note = (f"(localised over {how}; directional error {failed.error:.2e}: analytic "
+               f"{failed.analytic:.6e}, FD {failed.numeric:.6e})")
+    return el
+
+
 def check_gradients(f: Callable[..., float], inputs: Mapping[str, np.ndarray],
                     grads: Mapping[str, np.ndarray], *, mode: str = "directional",
                     rng: np.random.Generator | None = None, op: str = "",
@@ -165,6 +194,7 @@ def check_gradients(f: Callable[..., float], inputs: Mapping[str, np.ndarray],
 
         if mode == "directional":
             r = directional_check(f_of, inputs[name], g, rng=rng, op=op, tensor=name, **kwargs)
+            r = localise(f_of, inputs[name], g, r, rng)  # a red names the worst element
         else:
             r = elementwise_check(f_of, inputs[name], g, op=op, tensor=name, **kwargs)
         results.append(r)
@@ -178,7 +208,8 @@ def assert_all_passed(results: Iterable[CheckResult]) -> None:
     if failed:
         worst = max(failed, key=lambda r: r.error)
         raise AssertionError(
-            f"gradient check failed for {len(failed)} of {len(results)} tensors; worst {worst}"
+            f"gradient check failed for {len(failed)} of {len(results)} tensors ("
+            + ", ".join(f"d/d{r.tensor}" for r in failed) + f"); worst {worst}"
             + ("\n" + "\n".join(str(r) for r in failed) if len(failed) > 1 else ""))
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spec.guards import loss_floor
 from spec.protocol import IGNORE_INDEX, Example, capabilities, op_registrar
-from spec.tolerances import CLIP_NORM_RTOL, F64_IDENTITY_RTOL
+from spec.tolerances import F64_IDENTITY_RTOL
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,10 @@ def close(op: str, name: str, got, want, scale: float = 0.0,
 
     Relative to the magnitude of the whole tensor (``scale``: of the terms that cancelled into
     it), not entry by entry: an entry's rounding error is ~u times the magnitudes summed into
-    it, not times its own value (spec/suite/torch_oracle.allowed_error gives the same rule)."""
+    it, not times its own value (spec/suite/torch_oracle.allowed_error gives the same rule).
+    A failure names the worst index and both values (spec.suite.asserts.worst)."""
+    from spec.suite.asserts import worst
+
     a = np.asarray(got, dtype=np.float64)
     b = np.asarray(want, dtype=np.float64)
     if a.shape != b.shape:
@@ -82,29 +86,34 @@ def close(op: str, name: str, got, want, scale: float = 0.0,
     err = _mag(a - b)
     bound = rtol * max(_mag(a), _mag(b), scale)
     ok = err <= bound  # NaN fails
-    return Finding(op, name, bool(ok), "" if ok else f"max |difference| {err:.2e} > {bound:.1e}")
+    return Finding(op, name, bool(ok), "" if ok else worst(a, b, bound, got_name="got",
+                                                           want_name="expected"))
 
 
 def holds(op: str, name: str, condition, detail: str = "") -> Finding:
+    """``condition`` holds everywhere; a failure says where first (an array's index) and how
+    often, after ``detail``."""
     ok = bool(np.all(condition))
-    return Finding(op, name, ok, "" if ok else detail)
+    if ok:
+        return Finding(op, name, True)
+    c = np.asarray(condition)
+    if c.ndim:
+        bad = np.argwhere(~c.astype(bool))
+        where = (f"first at index {tuple(int(i) for i in bad[0])}, {len(bad)} of {c.size} "
+                 "entries")
+        detail = f"{detail}; {where}" if detail else where
+    return Finding(op, name, False, detail or "does not hold")
 
 
-def close_or_convention(op: str, name: str, got, want, convention: str, *, scale: float = 0.0,
-                        rtol: float = F64_IDENTITY_RTOL, convention_rtol: float = CLIP_NORM_RTOL
-                        ) -> Finding:
-    """:func:`close`; a difference above ``rtol`` but within ``convention_rtol`` (relative to
-    the same magnitude) is the documented ``convention``: ok, reported with the change."""
-    exact = close(op, name, got, want, scale, rtol)
-    if exact.ok:
-        return exact
-    loose = close(op, name, got, want, scale, convention_rtol)
-    if not loose.ok:
-        return exact
-    a, b = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    rel = _mag(a - b) / max(_mag(a), _mag(b), scale)
-    return Finding(op, name, True, f"{convention}: changes it by {rel:.1e} relative",
-                   convention=True)
+def exact(op: str, name: str, got, want) -> Finding:
+    """``got == want`` entry by entry (an identity that holds exactly: a masked entry, an
+    ignored position); a failure names the worst index and both values."""
+    from spec.suite.asserts import worst
+
+    a = np.asarray(got, dtype=np.float64)
+    b = np.broadcast_to(np.asarray(want, dtype=np.float64), a.shape)
+    ok = bool(np.all(a == b))
+    return Finding(op, name, ok, "" if ok else worst(a, b, 0.0))
 
 
 def _to32(v):
@@ -459,7 +468,8 @@ def classifier_gradient_only_at_cls(impl, inputs: dict, dout) -> list[Finding]:
 
 # --------------------------------------------------------------------------- losses
 def cross_entropy_identities(impl, logits, labels, dloss: float) -> list[Finding]:
-    """loss >= 0; sum = n * mean and d sum = n * d mean (n predicted positions); ignored
+    """loss >= 0 (>= -log(1 + eps) per position under a declared guard log(p + eps));
+    sum = n * mean and d sum = n * d mean (n predicted positions); ignored
     positions get gradient exactly 0; dlogits sums to 0 per position."""
     op, n = "cross_entropy", int(np.sum(labels != IGNORE_INDEX))
     ignored = labels == IGNORE_INDEX
@@ -468,11 +478,22 @@ def cross_entropy_identities(impl, logits, labels, dloss: float) -> list[Finding
         loss, cache = impl.cross_entropy_forward(logits, labels, reduction=r)
         out[r] = (float(loss), impl.cross_entropy_backward(dloss, cache)[0])
     (l_mean, d_mean), (l_sum, d_sum) = out["mean"], out["sum"]
-    found = [holds(op, "loss >= 0", l_mean >= 0 and l_sum >= 0, f"{l_mean}, {l_sum}"),
+    # a declared log guard -log(p + eps) is below 0 by up to log(1 + eps) per position at p = 1
+    guards = capabilities(impl)["guards"]
+    floor = loss_floor(guards)
+    found = [holds(op, "loss >= 0" if not floor else
+                   f"loss >= {floor:.4g} per position (declared guard log(p + "
+                   f"{guards['log_eps']:g}))",
+                   l_mean >= floor and l_sum >= n * floor,
+                   f"mean {l_mean!r}, sum {l_sum!r}" + ("" if floor else
+                                                        "; a log(p + eps) guard? declare it: "
+                                                        "CAPABILITIES['guards'] = "
+                                                        "{'log_eps': eps}")),
              close(op, "sum = n * mean", l_sum, n * l_mean),
              close(op, "d sum = n * d mean", d_sum, n * d_mean)]
     for r, (_, d) in out.items():
-        found += [holds(op, f"{r}: ignored positions get gradient exactly 0", d[ignored] == 0),
+        found += [exact(op, f"{r}: ignored positions get gradient exactly 0",
+                        d * ignored[..., None], 0.0),
                   close(op, f"{r}: dlogits sums to 0 per position", d.sum(-1),
                         np.zeros(labels.shape), abs(dloss) * logits.shape[-1])]
     return found
@@ -597,29 +618,42 @@ def schedule_shape(impl, *, peak: float, warmup: int, total: int) -> list[Findin
 
 def clip_global_norm(impl, grads: dict, max_norm: float) -> list[Finding]:
     """The norm is the 2-norm of all gradients; above max_norm every tensor is scaled by the same
-    factor to norm max_norm (CLIP_NORM_RTOL: the divisor guard), below it nothing changes."""
+    factor to norm max_norm -- exactly, or max_norm * norm / (norm + eps) under a declared
+    divisor guard (spec/guards.py: CAPABILITIES["guards"]["clip_eps"]); below it nothing
+    changes.  An undeclared guard is a failure naming the eps it implies."""
+    from spec.guards import clip_guard, clipped_norm, undeclared_clip_message
+
     op = "clip"
-    guard = "a guard in the norm or the divisor (norm + eps)"
+    eps = clip_guard(impl)
     norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
-    found = [close_or_convention(op, "global_grad_norm is the 2-norm of all gradients",
-                                 impl.global_grad_norm(grads), norm, guard)]
+    found = [close(op, "global_grad_norm is the 2-norm of all gradients",
+                   impl.global_grad_norm(grads), norm)]
     given = copy.deepcopy(grads)
     before = _snapshot(given)
     clipped, reported = impl.clip_by_global_norm(given, max_norm)
     found.append(holds(op, "clip_by_global_norm leaves its input untouched",
                        not _mutated(before, given), "the gradients were modified in place"))
-    found.append(close_or_convention(op, "reported norm is the norm before clipping", reported,
-                                     norm, guard))
+    found.append(close(op, "reported norm is the norm before clipping", reported, norm))
     if norm > max_norm:
         ratios = np.concatenate([(clipped[k] / grads[k]).ravel() for k in grads])
         new_norm = np.sqrt(sum(float((g * g).sum()) for g in clipped.values()))
-        found += [close(op, "every tensor is scaled by the same factor (global)", ratios,
-                        np.full_like(ratios, ratios[0])),
-                  close_or_convention(op, "the clipped global norm is max_norm", new_norm,
-                                      max_norm, guard)]
+        want = clipped_norm(norm, max_norm, eps)
+        what = "the clipped global norm is max_norm" + (
+            f" * norm / (norm + {eps:g}) (declared guard)" if eps else "")
+        found.append(close(op, "every tensor is scaled by the same factor (global)", ratios,
+                           np.full_like(ratios, ratios[0])))
+        exact = close(op, what, new_norm, want)
+        if not exact.ok and 0 < new_norm < max_norm:  # looks like a divisor guard
+            exact = Finding(op, what, False, undeclared_clip_message(norm, max_norm, new_norm,
+                                                                     eps))
+        found.append(exact)
+        if exact.ok and eps:
+            found.append(Finding(op, "declared divisor guard", True,
+                                 f"clip_eps={eps:g} changes the clipped norm by "
+                                 f"{want / max_norm - 1:+.1e} relative", convention=True))
     else:
-        found += [close_or_convention(op, f"below max_norm, {k} is unchanged", clipped[k],
-                                      grads[k], guard) for k in grads]
+        found += [close(op, f"below max_norm, {k} is unchanged", clipped[k], grads[k])
+                  for k in grads]
     c32, _ = impl.clip_by_global_norm(_to32(copy.deepcopy(grads)), max_norm)
     bad = sorted({str(np.asarray(v).dtype) for v in c32.values()
                   if np.asarray(v).dtype != np.float32})

@@ -71,9 +71,13 @@ The optimizer contract (what the checks and the oracle tests rely on):
 * ``global_grad_norm`` is the 2-norm over all tensors; ``clip_by_global_norm(grads, max_norm,
   *, eps=0.0)`` scales every tensor by one factor ``max_norm / (norm + eps)`` when ``norm >
   max_norm`` and returns ``(grads, norm before clipping)``, without mutating its input.  The
-  oracle passes ``eps=1e-6`` (torch's ``clip_grad_norm_`` guard); the checks call it without
-  ``eps``, and a guard of your own there is reported as a convention with the relative change
-  it makes.
+  oracle passes ``eps=1e-6`` (torch's ``clip_grad_norm_`` guard); without an ``eps`` keyword it
+  runs torch with your declared guard (``CAPABILITIES["guards"]["clip_eps"]``, default 0,
+  spec/guards.py).  The checks call it without ``eps``: a guard of your own must be declared
+  (undeclared, it is a failure naming the eps it implies).
+* An ``adam_step`` without a ``no_decay`` keyword gets the no-decay set applied by the suite
+  (spec/optim_contract.py: ``lr * wd * p`` added back after the step), reported as a
+  convention.
 
 Capabilities (partial support)
 ------------------------------
@@ -87,6 +91,7 @@ everything::
         "weight_decay": False,         # adam_step without weight_decay / no_decay keywords
         "ranks": {"linear": (3,)},     # ranks of the first input an op accepts
         "conventions": ("lr(0)=0",),   # documented conventions this implementation follows
+        "guards": {"log_eps": 1e-12},  # numerical guards (spec/guards.py)
     }
 
 The checks adapt instead of failing on what was never claimed: a call with a bias, mask or
@@ -97,7 +102,7 @@ last axis alone (linear, layernorm, softmax, relu, tanh, ffn, cross_entropy, mse
 linear_cross_entropy), with the output and gradients reshaped back.  Conventions the
 documents allow are reported as conventions, with the number they change, never as
 failures: a scalar loss promoted to float64
-and a divisor guard in clipping (within ``CLIP_NORM_RTOL``) always; ``lr(0) = 0`` when declared
+always; declared numerical guards (``"guards"``, spec/guards.py); ``lr(0) = 0`` when declared
 in ``"conventions"`` (undeclared, it is indistinguishable from the off-by-one it is in the
 reference, and fails naming the declaration).
 

@@ -9,7 +9,7 @@ import inspect
 import numpy as np
 
 DEFAULT_CAPABILITIES = {"attention_bias": True, "key_mask": True, "weight_decay": True,
-                        "ranks": {}, "conventions": ()}
+                        "ranks": {}, "conventions": (), "guards": {}}
 # conventions an implementation may declare (CAPABILITIES["conventions"])
 CONVENTIONS = frozenset({"lr(0)=0"})
 # ops that act on the last axis alone: any rank can be reshaped to one the implementation
@@ -39,6 +39,9 @@ def capabilities(impl) -> dict:
     if unknown:
         raise ValueError(f"CAPABILITIES: unknown conventions {unknown}; expected some of "
                          f"{sorted(CONVENTIONS)}")
+    from spec.guards import validate_guards  # numerical guards: spec/guards.py (issue 23)
+
+    validate_guards(caps["guards"])
     return caps
 
 

@@ -198,6 +198,10 @@ class ImplProxy:
                 kwargs = {k: v for k, v in kwargs.items()
                           if k not in ("weight_decay", "no_decay")}
                 return args, kwargs, None
+        elif name == "adam_step":  # no no_decay keyword: the suite applies the rule (issue 23)
+            from spec.optim_contract import adam_step_adapter
+
+            adapt = adam_step_adapter(fn)
 
         active = object.__getattribute__(self, "_impl_active")
         hung = object.__getattribute__(self, "_impl_hung")

@@ -36,3 +36,44 @@ def assert_rel(got, want, rel: float, what: str) -> None:
         raise AssertionError(f"{what}: got {got!r}, expected {want!r} (relative difference "
                              f"{abs(got - want) / abs(want) if want else float('inf'):.2e} > "
                              f"{rel:g})")
+
+
+def worst(got, want, allowed, *, got_name: str = "got", want_name: str = "expected") -> str:
+    """What differs, in one line: the index of the worst entry (largest excess over
+    ``allowed``, a scalar or an array like ``want``), both values there, the absolute and
+    relative error against the allowance, and how many entries are outside."""
+    import numpy as np
+
+    a = np.asarray(got, dtype=np.float64)
+    b = np.asarray(want, dtype=np.float64)
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), b.shape)
+    if a.shape != b.shape:
+        return f"shape {a.shape}, {want_name} {b.shape}"
+    if a.size == 0:
+        return "empty arrays"
+    diff = np.abs(a - b)
+    bad = ~(diff <= allowed)  # NaN counts as outside
+    excess = np.where(np.isnan(diff), np.inf, diff - allowed)
+    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), a.shape))
+    rel = diff[idx] / abs(b[idx]) if b[idx] != 0 else float("inf")
+    where = f"at index {idx}" if a.ndim else "(scalar)"
+    return (f"worst {where}: {got_name} {float(a[idx])!r}, {want_name} {float(b[idx])!r}; "
+            f"|difference| "
+            f"{diff[idx]:.3e} > allowed {allowed[idx]:.1e} (relative {rel:.2e}); "
+            f"{int(bad.sum())} of {a.size} entries outside")
+
+
+def assert_close(got, want, *, rtol: float, atol: float = 0.0, what: str) -> None:
+    """|got - want| <= atol + rtol |want| entry by entry (numpy.testing.assert_allclose's rule),
+    same shape; the message names ``what``, the worst index and both values."""
+    import numpy as np
+
+    a, b = np.asarray(got), np.asarray(want)
+    if a.shape != b.shape:
+        raise AssertionError(f"{what}: shape {a.shape}, expected {b.shape}")
+    allowed = atol + rtol * np.abs(b.astype(np.float64))
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    if not np.all(diff <= allowed):
+        tol = f"rtol {rtol:g}, atol " + (f"{atol:g}" if np.ndim(atol) == 0 else
+                                         f"up to {float(np.max(atol)):.1e} per entry")
+        raise AssertionError(f"{what}: {worst(a, b, allowed)} ({tol})")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.gradcheck import assert_all_passed, directional_check, elementwise_check
+from spec.gradcheck import assert_all_passed, directional_check, elementwise_check, localise
+from spec.suite.asserts import assert_close
 from spec.suite.strategies import CaseFamily, OpCase
 from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
 
@@ -59,8 +60,9 @@ def check_op(impl, family: CaseFamily, case: OpCase) -> dict:
         if x.size <= family.elementwise_max:
             results.append(elementwise_check(f, x, g, op=family.name, tensor=name))
         else:
-            results.append(directional_check(f, x, g, rng=rng, n_dirs=family.n_dirs,
-                                             op=family.name, tensor=name))
+            r = directional_check(f, x, g, rng=rng, n_dirs=family.n_dirs, op=family.name,
+                                  tensor=name)
+            results.append(localise(f, x, g, r, rng))  # a red names the worst element
     assert_all_passed(results)
     return dict(zip(names, grads))
 
@@ -76,8 +78,8 @@ def assert_f32_close(x32, x64, scale: float, what: str) -> None:
     convention = x32.ndim == 0 and x32.dtype == np.float64
     assert x32.dtype == np.float32 or convention, (
         f"{what}: float32 inputs gave {x32.dtype} (a silent cast)")
-    np.testing.assert_allclose(x32, x64, rtol=F32_VS_F64_RTOL,
-                               atol=F32_VS_F64_ATOL * max(1.0, scale), err_msg=what)
+    assert_close(x32, x64, rtol=F32_VS_F64_RTOL, atol=F32_VS_F64_ATOL * max(1.0, scale),
+                 what=what)
 
 
 def max_abs(*arrays) -> float:

@@ -166,11 +166,34 @@ def failure_message(e: BaseException, limit: int = 2000) -> str:
     head = f"{type(e).__name__}: {text}" if text else type(e).__name__
     if isinstance(e, AssertionError) and text:
         head = text
+    elif not isinstance(e, AssertionError):
+        head += raised_at(e)
     notes = [n for n in getattr(e, "__notes__", ()) if n.strip()]
     repro = "; ".join(n.strip().replace("\n", " ") for n in notes if "Falsifying" in n
                       or "example" in n.lower() or "seed" in n.lower())
     out = head + (f"\nreproduce: {repro}" if repro else "")
     return out[:limit]
+
+
+def raised_at(e: BaseException) -> str:
+    """`` (raised in function, file:line)``: the innermost frame of the traceback, where an
+    exception from the implementation (a TypeError, a ZeroDivisionError) came from."""
+    tb = e.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    import os
+
+    return f" (raised in {code.co_name}, {os.path.basename(code.co_filename)}:{tb.tb_lineno})"
+
+
+def reproduction(check: Check, label: str) -> str:
+    """The one line that reruns this check alone (its examples come from a seed derived from
+    its id, so the same failure comes back)."""
+    return (f"rerun: minibert check {label} -k '^{re.escape(check.id)}$' (or spec.suite."
+            f"check_implementation(impl, ids=[{check.id!r}]))")
 
 
 def one_line(message: str) -> str:
@@ -286,7 +309,9 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         text = _convention_text(w)
         if text is not None and text not in conventions:
             conventions.append(text)
-    if outcome == "failed" and not message.strip():
-        message = "failed without a message"  # never an empty red (spec/suite/run.py)
+    if outcome == "failed":
+        if not message.strip():
+            message = "failed without a message"  # never an empty red (spec/suite/run.py)
+        message += "\n" + reproduction(check, proxy._impl_label)
     return Result(check.id, check.kind, check.ops, outcome, message,
                   round(time.perf_counter() - start, 3), conventions)

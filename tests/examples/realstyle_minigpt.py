@@ -12,10 +12,12 @@ import os
 
 import numpy as np
 
+from spec.suite.adapters import layer, optimizer
+
 # e.g. MINIBERT_EXAMPLE_BUGS=attention minibert check tests.examples.<this module>
 BUGS: set = set(filter(None, os.environ.get("MINIBERT_EXAMPLE_BUGS", "").split(",")))
 CAPABILITIES = {"ranks": {"softmax": (4,), "ffn": (3,), "cross_entropy": (3,)},
-                "conventions": ("lr(0)=0",)}
+                "conventions": ("lr(0)=0",), "guards": {"clip_eps": 1e-6}}
 
 
 class Softmax:
@@ -111,63 +113,17 @@ def lr_at(step, peak, warmup, total):
 
 
 # ----------------------------------------------------------------------------- the adapter
-def softmax_forward(x, mask=None):
-    layer = Softmax()
-    return layer.forward(x, mask), layer
-
-
-def softmax_backward(dp, layer):
-    return (layer.backward(dp),)
-
-
-def ffn_forward(x, W_1, b_1, W_2, b_2):
-    layer = FeedForward(W_1, b_1, W_2, b_2)
-    return layer.forward(x), layer
-
-
-def ffn_backward(dy, layer):
-    dx = layer.backward(dy)
-    return dx, layer.dW_1, layer.db_1, layer.dW_2, layer.db_2
-
-
-def cross_entropy_forward(logits, labels, *, ignore_index=-100, reduction="mean"):
-    layer = CrossEntropy()
-    return layer.forward(logits, labels, ignore_index, reduction), layer
-
-
-def cross_entropy_backward(dloss, layer):
-    return (layer.backward(dloss),)
-
-
-def _state(opt):  # the protocol's state: the moments and the step count, plus the object
-    return {"step": opt.t, "m": {k: m for k, (m, _) in opt.state.items()},
-            "v": {k: v for k, (_, v) in opt.state.items()}, "opt": opt}
-
-
-def adam_init(params):
-    return _state(AdamW(params))
-
-
-def default_no_decay(name):  # the protocol's default rule (BERT's parameter groups)
-    leaf = name.rsplit(".", 1)[-1]
-    return name.startswith("embeddings.") or leaf in ("gamma", "beta", "b") or leaf.startswith(
-        "b_")
-
-
-def adam_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-              no_decay=None):
-    import copy
-
-    if no_decay is None:
-        no_decay = [k for k in params if default_no_decay(k)]
-    elif callable(no_decay):
-        no_decay = [k for k in params if no_decay(k)]
-
-    opt = copy.deepcopy(state["opt"])  # pure, as the protocol asks: the class updates in place
-    opt.lr, opt.betas, opt.eps, opt.wd = lr, (beta1, beta2), eps, weight_decay
-    new = {k: v.copy() for k, v in params.items()}
-    opt.step(new, grads, no_decay)
-    return new, _state(opt)
+softmax_forward, softmax_backward = layer("softmax", Softmax, inputs=("x", "mask"))
+ffn_forward, ffn_backward = layer(
+    "ffn", FeedForward, grads={w: f"d{w}" for w in ("W_1", "b_1", "W_2", "b_2")})
+cross_entropy_forward, cross_entropy_backward = layer(
+    "cross_entropy", CrossEntropy, inputs=("logits", "labels", "ignore_index", "reduction"))
+# no no_decay here: the suite applies the protocol's default rule itself (and says so)
+adam_init, adam_step = optimizer(
+    AdamW, hyper={"lr": "lr", ("beta1", "beta2"): "betas", "eps": "eps", "weight_decay": "wd"},
+    m=lambda o: {k: m for k, (m, _) in o.state.items()},
+    v=lambda o: {k: v for k, (_, v) in o.state.items()})
+clip_by_global_norm = clip_grad_norm  # its eps=1e-6 default: declared in CAPABILITIES["guards"]
 
 
 def warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps):
@@ -176,7 +132,3 @@ def warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps):
 
 def global_grad_norm(grads):
     return clip_grad_norm(grads, np.inf)[1]
-
-
-def clip_by_global_norm(grads, max_norm, *, eps=1e-6):
-    return clip_grad_norm(grads, max_norm, eps)

@@ -8,10 +8,11 @@ the thin adapter and its CAPABILITIES (no attention here at all: those rows are 
 
 from __future__ import annotations
 
-import copy
 import os
 
 import numpy as np
+
+from spec.suite.adapters import layer, optimizer
 
 # e.g. MINIBERT_EXAMPLE_BUGS=attention minibert check tests.examples.<this module>
 BUGS: set = set(filter(None, os.environ.get("MINIBERT_EXAMPLE_BUGS", "").split(",")))
@@ -91,57 +92,15 @@ class Adam:
 
 
 # ----------------------------------------------------------------------------- the adapter
-def embedding_forward(ids, W):
-    layer = Embedding(W)
-    return layer.forward(ids), layer
-
-
-def embedding_backward(dout, layer):
-    layer.backward(dout)
-    return (layer.dW,)
+embedding_forward, embedding_backward = layer(
+    "embedding", Embedding, inputs=("ids",), grads={"W": "dW"})
+sinusoidal_position_forward, sinusoidal_position_backward = layer(
+    "sinusoidal_position", lambda x: PositionalEncoding(x.shape[1], x.shape[2], x.dtype))
+relu_forward, relu_backward = layer("relu", ReLU)
+adam_init, adam_step = optimizer(  # no skip_decay passed: the suite applies the default rule
+    Adam, step="update", m="m", v="v",
+    hyper={k: f"hp.{k}" for k in ("lr", "beta1", "beta2", "eps", "weight_decay")})
 
 
 def sinusoidal_encoding(T, d, dtype=np.float64):
     return PositionalEncoding(T, d, dtype).pe
-
-
-def sinusoidal_position_forward(x):
-    layer = PositionalEncoding(x.shape[1], x.shape[2], x.dtype)
-    return layer.forward(x), layer
-
-
-def sinusoidal_position_backward(dout, layer):
-    return (layer.backward(dout),)
-
-
-def relu_forward(x):
-    layer = ReLU()
-    return layer.forward(x), layer
-
-
-def relu_backward(dy, layer):
-    return (layer.backward(dy),)
-
-
-def _state(opt):  # the protocol's state: the moments and the step count, plus the object
-    return {"step": opt.t, "m": opt.m, "v": opt.v, "opt": opt}
-
-
-def adam_init(params):
-    return _state(Adam(params))
-
-
-def adam_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-              no_decay=None):
-    if no_decay is None:  # the protocol's default rule: no decay for embeddings, LN, biases
-        def no_decay(k):
-            leaf = k.rsplit(".", 1)[-1]
-            return k.startswith("embeddings.") or leaf in ("gamma", "beta", "b") or (
-                leaf.startswith("b_"))
-    if callable(no_decay):
-        no_decay = [k for k in params if no_decay(k)]
-    opt = copy.deepcopy(state["opt"])  # pure, as the protocol asks: the class updates in place
-    opt.hp = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay)
-    new = {k: v.copy() for k, v in params.items()}
-    opt.update(new, grads, tuple(no_decay))
-    return new, _state(opt)

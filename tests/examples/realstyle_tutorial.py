@@ -9,10 +9,11 @@ uses: the verdict must be red in that row only (tests/test_verdicts.py).
 
 from __future__ import annotations
 
-import copy
 import os
 
 import numpy as np
+
+from spec.suite.adapters import layer, optimizer
 
 # e.g. MINIBERT_EXAMPLE_BUGS=attention minibert check tests.examples.<this module>
 BUGS: set = set(filter(None, os.environ.get("MINIBERT_EXAMPLE_BUGS", "").split(",")))
@@ -132,50 +133,10 @@ class Adam:
 
 
 # ----------------------------------------------------------------------------- the adapter
-def linear_forward(x, W, b=None):
-    layer = Linear(W)  # a fresh layer per call: the layer is the cache
-    y = layer.forward(x)
-    return (y + b if b is not None else y), (layer, b is not None)
-
-
-def linear_backward(dy, cache):
-    layer, has_b = cache
-    dx = layer.backward(dy)
-    return dx, layer.dW, (dy.reshape(-1, dy.shape[-1]).sum(0) if has_b else None)
-
-
-def layernorm_forward(x, gamma, beta, eps=1e-12):
-    layer = LayerNorm(gamma, beta, eps)
-    return layer.forward(x), layer
-
-
-def layernorm_backward(dy, layer):
-    dx = layer.backward(dy)
-    return dx, layer.dgamma, layer.dbeta
-
-
-def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
-                      n_heads, mask=None):
-    layer = MultiHeadAttention(W_q, W_k, W_v, W_o, n_heads)
-    return layer.forward(x), layer
-
-
-def attention_backward(dy, layer):
-    dx = layer.backward(dy)
-    return dx, layer.dW_q, layer.dW_k, layer.dW_v, layer.dW_o, None, None, None, None
-
-
-def _state(opt):  # the protocol's state: the moments and the step count, plus the object
-    return {"step": opt.t, "m": opt.m, "v": opt.v, "opt": opt}
-
-
-def adam_init(params):
-    return _state(Adam(params))
-
-
-def adam_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8):
-    opt = copy.deepcopy(state["opt"])  # the protocol's step is pure: the class updates in place
-    opt.lr, opt.b1, opt.b2, opt.eps = lr, beta1, beta2, eps
-    new = {k: v.copy() for k, v in params.items()}
-    opt.step(new, grads)
-    return new, _state(opt)
+linear_forward, linear_backward = layer("linear", Linear, grads={"W": "dW"})
+layernorm_forward, layernorm_backward = layer(
+    "layernorm", LayerNorm, grads={"gamma": "dgamma", "beta": "dbeta"})
+attention_forward, attention_backward = layer(
+    "attention", MultiHeadAttention, grads={w: f"d{w}" for w in ("W_q", "W_k", "W_v", "W_o")})
+adam_init, adam_step = optimizer(
+    Adam, hyper={"lr": "lr", "beta1": "b1", "beta2": "b2", "eps": "eps"}, m="m", v="v")

@@ -261,12 +261,17 @@ def model_grads_match_params_keys_shapes_dtypes(impl, preset, dtype):
     """Gradients have exactly the parameters' keys, shapes and dtypes, are finite, and every
     tensor takes part in the loss (a name mismatch that zeroes a gradient fails)."""
     config, params, ids, kw = _model_inputs(impl, preset, dtype)
-    assert set(params) == set(impl.param_shapes(config))
+    assert set(params) == set(impl.param_shapes(config)), (
+        f"init_params keys differ from param_shapes: "
+        f"{sorted(set(params) ^ set(impl.param_shapes(config)))}")
     require(inv.model_gradient_bookkeeping(impl, params, config, ids, kw)[:2])
     loss, grads, d_emb = impl.loss_and_grads(params, config, ids, **kw)
-    assert np.asarray(loss).dtype == dtype
-    assert all(np.all(np.isfinite(g)) for g in grads.values())
-    assert d_emb.shape == ids.shape + (config.hidden,) and d_emb.dtype == dtype
+    assert np.asarray(loss).dtype == dtype, f"loss dtype {np.asarray(loss).dtype}, expected {dtype}"
+    bad = [k for k, g in grads.items() if not np.all(np.isfinite(g))]
+    assert not bad, f"non-finite gradients: {bad[:5]}"
+    assert d_emb.shape == ids.shape + (config.hidden,) and d_emb.dtype == dtype, (
+        f"d_embeddings {d_emb.shape} {d_emb.dtype}, expected {ids.shape + (config.hidden,)} "
+        f"{dtype}")
     # every tensor takes part in the loss: a name mismatch that silently zeroes a gradient fails
     for name, g in grads.items():
         if name != "embeddings.position.W":  # rows >= T are legitimately 0, the rest are not
@@ -281,7 +286,8 @@ def model_identical_calls_bit_identical_and_pure(impl, preset):
     before = {k: v.copy() for k, v in params.items()}
     l1, g1, e1 = impl.loss_and_grads(params, config, ids, **kw)
     l2, g2, e2 = impl.loss_and_grads(params, config, ids, **kw)
-    assert _bits(l1) == _bits(l2) and _bits(e1) == _bits(e2)
+    assert _bits(l1) == _bits(l2) and _bits(e1) == _bits(e2), (
+        f"two identical calls differ: loss {l1!r} vs {l2!r}, or their input gradients")
     for name in g1:
         assert _bits(g1[name]) == _bits(g2[name]), name
     for name, v in params.items():
@@ -317,7 +323,9 @@ def model_backward_zero_and_linear_in_upstream(impl, preset):
     rng = np.random.default_rng(7)
     d1, d2 = rng.standard_normal(out.shape), rng.standard_normal(out.shape)
     g0, e0 = impl.backward(np.zeros_like(out), cache)
-    assert all(np.all(g == 0) for g in g0.values()) and np.all(e0 == 0)
+    nonzero = [k for k, g in g0.items() if np.any(g != 0)] + (["d_embeddings"]
+                                                               if np.any(e0 != 0) else [])
+    assert not nonzero, f"backward(0) is not 0 for {nonzero[:5]}"
     a, b = 0.7, -1.3
     g1, e1 = impl.backward(d1, cache)
     g2, e2 = impl.backward(d2, cache)

@@ -12,8 +12,9 @@ import numpy as np
 
 from reference.config import mini_bert
 from spec.gradcheck import random_params
+from spec.guards import cross_entropy_adjustment, declared, guarded_nll
 from spec.protocol import IGNORE_INDEX
-from spec.suite.asserts import assert_rel
+from spec.suite.asserts import assert_close, assert_rel
 from spec.suite.registry import check, grid
 from spec.tolerances import F64_IDENTITY_RTOL, ORACLE_RTOL_F32
 
@@ -26,9 +27,11 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.logaddexp.reduce(x, axis=-1, keepdims=True)
 
 
-def _expected(logits, labels, ignore_index, reduction):
-    """(loss, dlogits) in float64: -sum log p[label] over the predicted rows (/ N for the
-    mean); softmax - onehot on predicted rows, 0 on ignored ones."""
+def _expected(logits, labels, ignore_index, reduction, guards=None):
+    """(loss, dlogits, dlogits allowance) in float64: -sum log p[label] over the predicted rows
+    (/ N for the mean) -- under the implementation's declared guard (spec/guards.py), if any;
+    softmax - onehot on predicted rows, 0 on ignored ones, and how far a guarded gradient may
+    be from it (0 without a guard)."""
     logp = _log_softmax(logits)
     valid = labels != ignore_index
     safe = np.where(valid, labels, 0)
@@ -37,7 +40,9 @@ def _expected(logits, labels, ignore_index, reduction):
     grad = np.exp(logp)
     np.put_along_axis(grad, safe[..., None],
                       np.take_along_axis(grad, safe[..., None], axis=-1) - 1, axis=-1)
-    return -picked[valid].sum() / n, grad * valid[..., None] / n
+    nll = guarded_nll(picked, guards or {})
+    _, allow, _ = cross_entropy_adjustment(guards or {}, logits, labels, ignore_index, reduction)
+    return nll[valid].sum() / n, grad * valid[..., None] / n, allow
 
 
 def _large_logits(dtype, seed=0):
@@ -59,13 +64,14 @@ def cross_entropy_is_stable_at_large_logits(impl, dtype, reduction):
     logits, labels = _large_logits(dtype)
     loss, cache = impl.cross_entropy_forward(logits, labels, reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
-    want_loss, want_grad = _expected(logits, labels, IGNORE_INDEX, reduction)
+    want_loss, want_grad, allow = _expected(logits, labels, IGNORE_INDEX, reduction,
+                                            declared(impl))
     rtol = F64_IDENTITY_RTOL if dtype == np.float64 else ORACLE_RTOL_F32
     assert np.isfinite(loss), f"loss {loss!r} at logits of magnitude 1e4"
     assert np.all(np.isfinite(dlogits)), "non-finite dlogits at logits of magnitude 1e4"
     assert_rel(loss, want_loss, rtol, "loss")
-    np.testing.assert_allclose(dlogits, want_grad, rtol=rtol, atol=rtol * np.abs(want_grad).max(),
-                               err_msg="dlogits")
+    assert_close(dlogits, want_grad, rtol=rtol, atol=rtol * np.abs(want_grad).max() + allow,
+                 what="dlogits")
     assert not np.any(dlogits[labels == IGNORE_INDEX]), "ignored rows got a gradient"
 
 
@@ -84,11 +90,10 @@ def cross_entropy_honours_ignore_index(impl, ignore_index, reduction):
     loss, cache = impl.cross_entropy_forward(logits, marked, ignore_index=ignore_index,
                                              reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
-    want_loss, want_grad = _expected(logits, np.where(ignored, IGNORE_INDEX, labels),
-                                     IGNORE_INDEX, reduction)
+    want_loss, want_grad, allow = _expected(logits, np.where(ignored, IGNORE_INDEX, labels),
+                                            IGNORE_INDEX, reduction, declared(impl))
     assert_rel(loss, want_loss, F64_IDENTITY_RTOL, "loss")
-    np.testing.assert_allclose(dlogits, want_grad, rtol=F64_IDENTITY_RTOL, atol=1e-15,
-                               err_msg="dlogits")
+    assert_close(dlogits, want_grad, rtol=F64_IDENTITY_RTOL, atol=1e-15 + allow, what="dlogits")
 
 
 @check("invariant", "model.ignore_index", equations=("loss.ce.mean", "loss.ce.sum"),
@@ -112,7 +117,7 @@ def model_loss_honours_ignore_index(impl, reduction):
     _, want_grads, _ = impl.loss_and_grads(params, TINY, ids, labels=labels, reduction=reduction)
     assert_rel(value, want, F64_IDENTITY_RTOL, "loss_and_grads(ignore_index=-1)")
     for name, g in want_grads.items():
-        np.testing.assert_allclose(grads[name], g, rtol=1e-9, atol=1e-12, err_msg=name)
+        assert_close(grads[name], g, rtol=1e-9, atol=1e-12, what=name)
     sparse, _, _ = impl.masked_lm_loss_and_grads(params, TINY, ids, labels=minus_one,
                                                  reduction=reduction, ignore_index=-1)
     assert_rel(sparse, want, 1e-9, "masked_lm_loss_and_grads(ignore_index=-1)")
@@ -136,7 +141,7 @@ def softmax_is_stable_at_large_logits(impl, dtype, masked):
     want = np.exp(z - np.logaddexp.reduce(z, axis=-1, keepdims=True))
     rtol = F64_IDENTITY_RTOL if dtype == np.float64 else ORACLE_RTOL_F32
     assert np.all(np.isfinite(p)), "non-finite softmax at logits of magnitude 1e4"
-    np.testing.assert_allclose(p, want, rtol=rtol, atol=rtol, err_msg="softmax")
+    assert_close(p, want, rtol=rtol, atol=rtol, what="softmax")
 
 
 # --------------------------------------------------------------------------- layernorm
@@ -165,7 +170,7 @@ def float32_rows_with_large_mean_relative_to_spread(impl, ratio):
     want = _layernorm64(x, gamma, beta, 1e-5)
     assert y.dtype == np.float32, f"float32 inputs gave {y.dtype}"
     atol = 4 * F32 * ratio * np.abs(gamma).max()
-    np.testing.assert_allclose(y, want, rtol=0, atol=atol, err_msg="layernorm output")
+    assert_close(y, want, rtol=0, atol=atol, what="layernorm output")
 
 
 @check("invariant", "layernorm.eps_inside_sqrt", equations=("layernorm.forward",),
@@ -177,5 +182,5 @@ def layernorm_eps_inside_the_square_root(impl, eps):
     x = 0.1 * rng.standard_normal((4, 3, 6))
     gamma, beta = 1.0 + 0.5 * rng.standard_normal(6), 0.1 * rng.standard_normal(6)
     y, _ = impl.layernorm_forward(x, gamma, beta, eps)
-    np.testing.assert_allclose(y, _layernorm64(x, gamma, beta, eps), rtol=1e-12, atol=1e-13,
-                               err_msg=f"layernorm output at eps {eps:g}")
+    assert_close(y, _layernorm64(x, gamma, beta, eps), rtol=1e-12, atol=1e-13,
+                 what=f"layernorm output at eps {eps:g}")

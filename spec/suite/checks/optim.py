@@ -10,11 +10,12 @@ import warnings
 import numpy as np
 
 from spec import invariants as inv
+from spec.guards import clip_guard, clipped_norm, undeclared_clip_message
 from spec.invariants import ConventionWarning, require
 from spec.protocol import capabilities
-from spec.suite.asserts import assert_rel
+from spec.suite.asserts import assert_close, assert_rel
 from spec.suite.registry import NotApplicable, check
-from spec.tolerances import CLIP_NORM_RTOL, ORACLE_RTOL_F64
+from spec.tolerances import ORACLE_RTOL_F64
 
 # Model-like names: which of them AdamW must leave undecayed is written out here, not derived
 # from the implementation's predicate.
@@ -111,23 +112,29 @@ def schedule_first_step_nonzero_peak_and_end(impl):
 @check("invariant", "clip.exact_norm_and_passthrough", equations=("clip.global_norm",))
 def clip_exact_norm_and_passthrough(impl):
     """global_grad_norm is the 2-norm over every tensor; clipping scales every tensor by one
-    factor to max_norm; a norm below max_norm passes through as copies."""
+    factor to max_norm (to max_norm * norm / (norm + eps) under a declared divisor guard,
+    spec/guards.py); a norm below max_norm passes through as copies."""
     g = _grads(0)
+    eps = clip_guard(impl)
     norm = impl.global_grad_norm(g)
     expected = np.sqrt(sum(float(np.sum(v * v)) for v in g.values()))
     assert_rel(norm, expected, ORACLE_RTOL_F64, "global_grad_norm")
     clipped, n = impl.clip_by_global_norm(g, norm / 4)
     assert_rel(n, norm, ORACLE_RTOL_F64, "the norm clip_by_global_norm returns")
-    shrink = impl.global_grad_norm(clipped) / (norm / 4) - 1
-    if abs(shrink) > ORACLE_RTOL_F64:
-        # a divisor guard (torch divides by norm + 1e-6) is a convention, reported with the
-        # number it changes; anything beyond CLIP_NORM_RTOL is a wrong clip
-        assert abs(shrink) <= CLIP_NORM_RTOL, f"clipped norm / max_norm - 1 = {shrink:.2e}"
-        warnings.warn(ConventionWarning(f"clip: a divisor guard changes the clipped norm by "
-                                        f"{shrink:.1e} relative"), stacklevel=1)
+    got = impl.global_grad_norm(clipped)
+    want = clipped_norm(norm, norm / 4, eps)
+    if not abs(got - want) <= ORACLE_RTOL_F64 * want:
+        raise AssertionError(undeclared_clip_message(norm, norm / 4, got, eps)
+                             if 0 < got < norm / 4 else
+                             f"clipped norm {got!r}, expected {want!r} (max_norm {norm / 4!r}"
+                             f"{f', declared guard {eps:g}' if eps else ''})")
+    if eps:
+        warnings.warn(ConventionWarning(f"clip: declared divisor guard clip_eps={eps:g} changes "
+                                        f"the clipped norm by {want / (norm / 4) - 1:+.1e} "
+                                        "relative"), stacklevel=1)
     for k in g:  # one common scale: directions unchanged
-        np.testing.assert_allclose(clipped[k], g[k] * (1 + shrink) / 4, rtol=ORACLE_RTOL_F64,
-                                   err_msg=f"clipped[{k!r}] (one common factor)")
+        assert_close(clipped[k], g[k] * (want / norm), rtol=ORACLE_RTOL_F64,
+                     what=f"clipped[{k!r}] (one common factor)")
     same, _ = impl.clip_by_global_norm(g, norm * 2)
     for k in g:
         assert np.array_equal(same[k], g[k]), f"clipping below max_norm changed {k!r}"

@@ -61,7 +61,8 @@ def hf_model(arch: str, dtype, seed=0, act="gelu", *, model_kw=None, **config_kw
     torch.manual_seed(seed)
     model = getattr(transformers, arch)(
         hf_config(act, attn_implementation="eager", **config_kw), **(model_kw or {}))
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "eager", (
+        f"transformers chose {model.config._attn_implementation!r} attention, not eager")
     model = model.to(torch.float64 if dtype == np.float64 else torch.float32).eval()
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():

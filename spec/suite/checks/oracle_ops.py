@@ -17,6 +17,7 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from spec.guards import cross_entropy_adjustment, declared
 from spec.protocol import IGNORE_INDEX, OPS
 from spec.suite.registry import check, grid, lazy_module
 from spec.suite.strategies import ce_labels, layernorm_eps
@@ -76,7 +77,7 @@ def compare_forward(prefix, ours_out, theirs_out, dtype, inputs_scale):
 
 
 def compare(part, prefix, ours_out, ours_grads, theirs_out, theirs_grads, names, dtype,
-            inputs_scale):
+            inputs_scale, allowance=0.0):
     """Each named gradient (ours in the backward's order) against torch's."""
     assert part == "backward", part
     assert len(ours_grads) == len(names), (
@@ -85,7 +86,8 @@ def compare(part, prefix, ours_out, ours_grads, theirs_out, theirs_grads, names,
     for name, g in zip(names, ours_grads):
         if name is None:
             continue
-        to.assert_close(f"{prefix} d{name}", g, theirs_grads[name], dtype, scale, inputs_scale)
+        to.assert_close(f"{prefix} d{name}", g, theirs_grads[name], dtype, scale, inputs_scale,
+                        allowance=allowance)
 
 
 # --------------------------------------------------------------------------- embeddings
@@ -409,11 +411,16 @@ def cross_entropy(impl, part, dtype, reduction, lead, V, seed, data):
                             ("logits",))
     s_in = to.inputs_scale(dict(logits=logits, labels=labels, reduction=reduction,
                                  ignore_index=ignore_index), dloss)
+    # a declared loss guard (spec/guards.py): torch's loss plus the guard's exact shift, and
+    # dlogits within |guarded - unguarded gradient|
+    shift, allow, _ = cross_entropy_adjustment(declared(impl), logits, labels, ignore_index,
+                                               reduction, dloss)
     if part == "forward":
-        return compare_forward(f"cross_entropy[{reduction}]", out, t_out, dtype, s_in)
+        return compare_forward(f"cross_entropy[{reduction}]", out, t_out + shift, dtype,
+                               s_in)
     grads = impl.cross_entropy_backward(dloss, cache)
     compare(part, f"cross_entropy[{reduction}]", out, grads, t_out, t_grads, ("logits",), dtype,
-            s_in)
+            s_in, allowance=allow)
 
 
 def _torch_linear_cross_entropy(x, W, b, labels, *, ignore_index, reduction):

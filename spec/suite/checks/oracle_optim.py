@@ -5,12 +5,16 @@ torch.nn.utils.clip_grad_norm_.  torch is imported inside each check (the ``orac
 
 from __future__ import annotations
 
-import numpy as np
-
+from spec.guards import clip_guard
+from spec.optim_contract import accepts
 from spec.protocol import capabilities
+from spec.suite.asserts import assert_close
 from spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
 from spec.suite.registry import check, grid
 from spec.tolerances import ORACLE_RTOL_F64
+
+# torch.nn.utils.clip_grad_norm_'s divisor guard: max_norm / (norm + 1e-6)
+TORCH_CLIP_EPS = 1e-6
 
 TORCH = ("torch",)
 
@@ -25,8 +29,7 @@ def _torch_params(params):
 def _assert_close(ours, theirs, what):
     for k in theirs:
         assert k in ours, f"{what}: no entry {k!r}"
-        np.testing.assert_allclose(ours[k], theirs[k], rtol=ORACLE_RTOL_F64, atol=0,
-                                   err_msg=f"{what}[{k!r}] vs torch")
+        assert_close(ours[k], theirs[k], rtol=ORACLE_RTOL_F64, what=f"{what}[{k!r}] vs torch")
 
 
 def _to_np(tp):
@@ -106,30 +109,64 @@ def schedule_matches_torch_linear_warmup_then_decay(impl, warmup, total):
         sched, what = SequentialLR(opt, [warm, decay], milestones=[warmup]), ""
     for s in range(total):
         ours = impl.warmup_linear_lr(s, peak_lr=peak, warmup_steps=warmup, total_steps=total)
-        np.testing.assert_allclose(ours, opt.param_groups[0]["lr"], rtol=ORACLE_RTOL_F64,
-                                   atol=0, err_msg=f"lr at step {s}{what} vs torch")
+        assert_close(ours, opt.param_groups[0]["lr"], rtol=ORACLE_RTOL_F64,
+                     what=f"lr at step {s}{what} vs torch")
         opt.step()
         sched.step()
+
+
+def clip_call(impl):
+    """How the oracle calls ``clip_by_global_norm`` and the guard torch then runs with:
+    ``eps=1e-6`` (torch's own) when the signature takes it; else no ``eps`` and the declared
+    ``clip_eps`` (default 0, the protocol's), with a convention line saying so."""
+    if accepts(impl.clip_by_global_norm, "eps"):
+        return {"eps": TORCH_CLIP_EPS}, TORCH_CLIP_EPS
+    import warnings
+
+    from spec.invariants import ConventionWarning
+
+    eps = clip_guard(impl)
+    warnings.warn(ConventionWarning(
+        f"clip_by_global_norm has no eps keyword: torch's clipping is run with its declared "
+        f"guard norm + {eps:g} (CAPABILITIES['guards']['clip_eps']; torch's own is 1e-6)"),
+        stacklevel=2)
+    return {}, eps
+
+
+def torch_clip(tensors, max_norm, eps):
+    """torch.nn.utils.clip_grad_norm_ (its own 1e-6 guard), or the same two steps with another
+    guard: get_total_norm, then every gradient times min(1, max_norm / (norm + eps))."""
+    import torch
+
+    if eps == TORCH_CLIP_EPS:
+        return torch.nn.utils.clip_grad_norm_(tensors, max_norm)
+    grads = [p.grad for p in tensors]
+    norm = torch.nn.utils.get_total_norm(grads)
+    coef = torch.clamp(max_norm / (norm + eps), max=1.0)
+    torch._foreach_mul_(grads, coef)
+    return norm
 
 
 @check("oracle.forward", "clip", equations=("clip.global_norm",), requires=TORCH,
        cases=grid(max_norm=[0.5, 3.0, 1e6]))
 def clip_matches_torch(impl, max_norm):
     """clip_by_global_norm(eps=1e-6) equals torch.nn.utils.clip_grad_norm_ (its 1e-6 guard),
-    norm and clipped gradients, on five gradient sets."""
+    norm and clipped gradients, on five gradient sets; an implementation without the eps
+    keyword is compared with torch run with its declared guard (spec/guards.py)."""
     import torch
 
+    kw, eps = clip_call(impl)
     for seed in range(5):
         g = _grads(seed)
         tp = _torch_params(_params())
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
-        norm_t = torch.nn.utils.clip_grad_norm_(list(tp.values()), max_norm)
-        clipped, norm = impl.clip_by_global_norm(g, max_norm, eps=1e-6)  # torch's 1e-6
-        np.testing.assert_allclose(norm, float(norm_t), rtol=ORACLE_RTOL_F64,
-                                   err_msg=f"global norm (gradient set {seed}) vs torch")
+        norm_t = torch_clip(list(tp.values()), max_norm, eps)
+        clipped, norm = impl.clip_by_global_norm(g, max_norm, **kw)
+        assert_close(norm, float(norm_t), rtol=ORACLE_RTOL_F64,
+                     what=f"global norm (gradient set {seed}) vs torch")
         _assert_close(clipped, {k: p.grad.numpy() for k, p in tp.items()},
-                      f"clipped (gradient set {seed})")
+                      f"clipped (gradient set {seed}, guard norm + {eps:g})")
 
 
 @check("oracle.forward", "optimizer_pipeline", requires=TORCH,
@@ -147,9 +184,10 @@ def clip_schedule_adamw_pipeline_matches_torch(impl):
         opt, lambda s: impl.warmup_linear_lr(s, peak_lr=1.0, warmup_steps=warmup,
                                              total_steps=total))
     state = impl.adam_init(params)
+    kw, eps = clip_call(impl)
     for step in range(total):
         g = _grads(step, scale=3.0)
-        clipped, _ = impl.clip_by_global_norm(g, 1.0, eps=1e-6)
+        clipped, _ = impl.clip_by_global_norm(g, 1.0, **kw)
         lr = impl.warmup_linear_lr(step, peak_lr=peak, warmup_steps=warmup, total_steps=total)
         # lr(0) = 0 only under the declared convention (the derivation's §8.1)
         assert lr > 0 or (step == 0 and "lr(0)=0" in capabilities(impl)["conventions"]), (
@@ -157,7 +195,7 @@ def clip_schedule_adamw_pipeline_matches_torch(impl):
         params, state = impl.adam_step(params, clipped, state, lr=lr, weight_decay=0.01)
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
-        torch.nn.utils.clip_grad_norm_(list(tp.values()), 1.0)
+        torch_clip(list(tp.values()), 1.0, eps)
         opt.step()
         sched.step()
         _assert_close(params, _to_np(tp), f"params after step {step}")

@@ -1,0 +1,107 @@
+"""``minibert adapter new MODULE``: a skeleton adapter for an implementation, generated from the
+op table (every protocol name with its signature and its contract in one line, every capability,
+convention and guard with one line of help), so that an adapter starts from the table.  Every
+row is commented out: the file imports as it is and provides nothing until a row is filled in
+(``minibert check`` then says so: exit 2, never a pass)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import sys
+
+# one line per CAPABILITIES key (tests/test_adapter_cli.py fails when a key has none)
+CAPABILITY_HELP = {
+    "attention_bias": "False: attention / block without b_q, b_k, b_v, b_o (biased calls are n/a)",
+    "key_mask": "False: attention / block / softmax without a mask (masked calls are n/a)",
+    "weight_decay": "False: adam_step without weight_decay / no_decay (AdamW calls are n/a)",
+    "ranks": "{op: (ranks,)}: the ranks of the first input an op accepts, e.g. {'linear': (3,)}; "
+             "other ranks are reshaped to one of them",
+    "conventions": "documented conventions you follow, reported with the number they change",
+    "guards": "numerical guards, judged against the same guarded formula (spec/guards.py)",
+}
+
+
+def register(sub) -> None:
+    g = sub.add_parser("adapter", help="write the skeleton of an adapter (every protocol name "
+                                       "and capability, one line of help each)")
+    actions = g.add_subparsers(dest="action", required=True)
+    new = actions.add_parser("new", help="print a skeleton adapter for MODULE")
+    new.add_argument("module", help="the import name of your implementation (e.g. mybert)")
+    new.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
+                                            "instead of printing it")
+    new.set_defaults(func=run)
+
+
+def _signature(row, name: str) -> str:
+    try:
+        fn = getattr(importlib.import_module(f"reference.{row.module}"), name)
+        sig = inspect.signature(fn)
+        sig = sig.replace(parameters=[p.replace(annotation=p.empty)
+                                      for p in sig.parameters.values()],
+                          return_annotation=sig.empty)
+        text = re.sub(r"<class 'numpy\.(\w+)'>", r"np.\1", str(sig))
+        return re.sub(r"<function (\w+) at 0x[0-9a-f]+>", r"\1", text)  # no_decay's rule
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return "(...)"
+
+
+def skeleton(module: str) -> str:
+    """The adapter skeleton for ``module`` as Python source."""
+    from spec.guards import GUARDS
+    from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
+
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
+                         f"{module!r}")
+    alias = module.rsplit(".", 1)[-1]
+    out = [f'"""Adapter: {module} under the minibert protocol (from `minibert adapter new '
+           f'{module}`).',
+           "",
+           "Uncomment and fill in the rows your code has; delete the others (a missing name is",
+           "reported n/a, never passed).  Check it with: minibert check <this module>",
+           '"""', "", (f"import {module}" if alias == module else f"import {module} as {alias}")
+           + "  # noqa: F401 -- your implementation",
+           "from spec.suite.adapters import layer, optimizer  # noqa: F401 -- class-style code",
+           "", "# What you do not support or do differently (absent keys claim everything):",
+           "CAPABILITIES = {"]
+    for key, default in DEFAULT_CAPABILITIES.items():
+        out.append(f"    # {key!r}: {default!r},  # {CAPABILITY_HELP.get(key, '')}")
+        if key == "conventions":
+            out += [f"    #     {c!r}" for c in sorted(CONVENTIONS)]
+        if key == "guards":
+            out += [f"    #     {k!r}: {v}" for k, v in GUARDS.items()]
+    out += ["}", ""]
+    for row in OPS.values():
+        returns = row.returns()
+        out.append(f"# --- {row.name}: {row.doc}" + (f"; backward returns {returns}"
+                                                      if returns else ""))
+        for name in row.names:
+            sig = _signature(row, name)
+            out.append(f"# def {name}{sig}:")
+            out.append("#     ...")
+        if row.pair is not None:
+            fwd, bwd = row.pair
+            out.append(f"# or a class layer: {fwd}, {bwd} = layer({row.name!r}, "
+                       f"{alias}.SomeLayer, grads={{...}})")
+        if row.name == "adam":
+            out.append(f"# or an optimizer class: adam_init, adam_step = optimizer("
+                       f"{alias}.Adam, hyper={{'lr': 'lr', ...}}, m='m', v='v')")
+        out.append("")
+    return "\n".join(out)
+
+
+def run(args) -> int:
+    import os
+
+    text = skeleton(args.module)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    if os.path.exists(args.output):
+        raise ValueError(f"--output: {args.output} exists; not overwritten")
+    with open(args.output, "x", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {args.output}: fill in the rows your code has, then minibert check it")
+    return 0

@@ -1,0 +1,76 @@
+"""Checks of what a declarative class-layer adapter (spec.suite.adapters.layer) declares: the
+layer's gradient attributes accumulate (``+=``) when ``accumulate=True`` -- two backward calls
+after one forward leave the sum of the two gradients -- and are replaced otherwise.  A layer
+whose gradients accumulate is what makes gradient accumulation over micro-batches work in the
+implementation's own training loop; a fresh layer per call (the adapter's cache) would never
+exercise it, so the suite does.  Not applicable to ops not adapted with ``layer``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spec.protocol import OPS, NotApplicable
+from spec.suite.asserts import worst
+from spec.suite.registry import check
+from spec.tolerances import F64_IDENTITY_RTOL
+
+PAIR_OPS = [name for name, row in OPS.items() if row.pair is not None]
+
+
+def _layer_spec(impl, op):
+    fwd, bwd = OPS[op].pair
+    forward, backward = getattr(impl, fwd), getattr(impl, bwd)
+    spec = getattr(backward, "__minibert_layer__", None)
+    if spec is None or not spec.grads:
+        raise NotApplicable(f"not applicable: {bwd} is not a class layer with gradient "
+                            "attributes declared with spec.suite.adapters.layer")
+    return forward, backward, spec
+
+
+@check("invariant", "", cases=[(f"{op}.grad_accumulates", {"op": op}) for op in PAIR_OPS],
+       ops=lambda kw: (kw["op"],))
+def layer_gradients_accumulate_as_declared(impl, op):
+    """On the op's fixed-seed example: backward(d1) then the layer's own backward(d2) on the
+    same forward leaves g(d1) + g(d2) in the gradient attributes when the adapter declares
+    accumulate=True, and g(d2) otherwise (g from fresh forwards, to F64_IDENTITY_RTOL)."""
+    forward, backward, spec = _layer_spec(impl, op)
+    rng = np.random.default_rng(0)
+    last = None
+    for ex in OPS[op].examples(rng):
+        try:
+            out, _ = forward(**ex.inputs, **ex.fixed)
+        except NotApplicable as e:  # a variant the layer does not take: try the next example
+            last = e
+            continue
+        d1, d2 = (rng.standard_normal(np.shape(out)) if np.ndim(out) else float(rng.normal())
+                  for _ in range(2))
+
+        def grads_for(dout, ex=ex):
+            _, cache = forward(**ex.inputs, **ex.fixed)
+            backward(dout, cache)
+            return {k: np.array(v, copy=True) for k, v in spec.read_grads(cache).items()}
+
+        g1, g2 = grads_for(d1), grads_for(d2)
+        _, cache = forward(**ex.inputs, **ex.fixed)
+        backward(d1, cache)  # zeroes the attributes first when accumulate=True
+        spec.run_backward(cache, d2)  # the layer's own backward, nothing zeroed
+        got = spec.read_grads(cache)
+        rule = "g(d1) + g(d2) (accumulate=True)" if spec.accumulate else \
+            "g(d2) (accumulate=False: replaced)"
+        for name, path in spec.grads.items():
+            if name not in got:
+                continue
+            want = g1[name] + g2[name] if spec.accumulate else g2[name]
+            a, b = np.asarray(got[name], dtype=np.float64), want.astype(np.float64)
+            bound = F64_IDENTITY_RTOL * max(float(np.max(np.abs(b), initial=0.0)), 1e-300)
+            if a.shape != b.shape or not np.all(np.abs(a - b) <= bound):
+                hint = (" -- the layer replaces it (= instead of +=)" if spec.accumulate
+                        and np.allclose(a, g2[name]) else
+                        " -- the layer accumulates it: declare accumulate=True"
+                        if not spec.accumulate and np.allclose(a, g1[name] + g2[name]) else "")
+                raise AssertionError(
+                    f"{op}: d{name} (layer attribute {path!r}) after backward(d1) and "
+                    f"backward(d2) on one forward should be {rule}: "
+                    f"{worst(a, b, bound)}{hint}")
+        return
+    raise last or NotApplicable(f"not applicable: {op} has no fixed-seed example")
