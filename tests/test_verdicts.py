@@ -73,16 +73,20 @@ def test_an_implementation_providing_nothing_could_not_run(capsys):
     assert "op(s) conform" not in out
 
 
-def test_a_sleeping_op_fails_within_its_timeout(capsys):
+def test_a_sleeping_op_fails_within_its_timeout(capsys, tmp_path):
     """The hanging op is red at its first check's time limit; every later check that calls it
-    fails at once (no second wait), so the run ends in about one time limit."""
-    start = time.perf_counter()
+    fails at once (no second wait): at most one wait per worker, whatever the machine's load."""
+    report = tmp_path / "r.json"
     code, out, _ = _cli(capsys, EX + "hostile_sleep", "--oracle", "off", "--timeout", "2",
-                        "--ops", "relu", "linear")
-    assert code == 1 and time.perf_counter() - start < 30
-    assert "fd[relu]: an example did not finish within 2 s (inside relu_forward)" in out
+                        "--ops", "relu", "linear", "-o", str(report))
+    assert code == 1
+    assert "an example did not finish within 2 s (inside relu_forward)" in out
     assert "relu_forward did not return within the time limit" in out
     assert "1 op(s) fail: relu" in out
+    relu = [r for r in json.loads(report.read_text())["results"] if "relu" in r["ops"]]
+    waited = [r for r in relu if "did not finish within 2 s" in r["message"]]
+    assert 1 <= len(waited) <= 2, [r["id"] for r in waited]  # one per worker at most
+    assert all(r["outcome"] == "failed" for r in relu if r["outcome"] != "n/a")
 
 
 def test_a_hang_inside_compiled_code_is_killed(tmp_path, capsys, monkeypatch):
@@ -100,10 +104,9 @@ def test_a_hang_inside_compiled_code_is_killed(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(pool, "GRACE_SECONDS", 2.0)
-    start = time.perf_counter()
     code, out, _ = _cli(capsys, "c_hang", "--oracle", "off", "--timeout", "1",
-                        "-k", r"^fd\[(relu|linear)\.example\]$")
-    assert code == 1 and time.perf_counter() - start < 30
+                        "--total-timeout", "120", "-k", r"^fd\[(relu|linear)\.example\]$")
+    assert code == 1  # not 2: the kill came from the check's deadline, not the run's
     assert "did not respond to its time limit" in out and "its process was killed" in out
     assert "1 op(s) fail: relu" in out
 
@@ -260,12 +263,10 @@ def test_pytest_minibert_impl_unloadable_is_a_usage_error_at_once(tmp_path):
     """A typo in the implementation's name used to run the whole suite into 401 errors."""
     for spec, why in (("nope.mod", "cannot import 'nope.mod'"),
                       (EX + "hostile_import", "raised RuntimeError")):
-        start = time.perf_counter()
         proc, _ = _pytest_impl(tmp_path, spec)
         assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
         err = [x for x in proc.stderr.splitlines() if x.strip()]
         assert any(x.startswith(f"ERROR: --minibert-impl {spec}:") and why in x for x in err)
-        assert time.perf_counter() - start < 60
 
 
 def test_pytest_minibert_impl_providing_nothing_is_red(tmp_path):
