@@ -34,7 +34,9 @@ from spec.protocol import (
     NotApplicable,
     label_of,
     load_impl,
+    not_claimed_message,
 )
+from spec.protocol.capabilities import unmet
 from spec.suite.registry import Check
 
 # Per-check time limit by default, seconds.  The slowest check of the reference on the 2-core
@@ -228,6 +230,11 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     if check.prepare is not None:
         check.prepare()
     proxy = as_proxy(impl)
+    if check.needs:  # decided before anything is drawn: never a skip by the chance of a draw
+        reason = unmet(object.__getattribute__(proxy, "_impl_caps"), check.needs)
+        if reason is not None:
+            return Result(check.id, check.kind, check.ops, "n/a",
+                          not_claimed_message(proxy._impl_label, reason))
     test = check.hypothesis_test(proxy, settings if settings is not None else check_settings())
     start = time.perf_counter()
     conventions: list[str] = []
