@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from reference.ops import SoftmaxCache, _softmax_backward, _softmax_forward
+from reference.ops import IGNORE_INDEX, SoftmaxCache, _softmax_backward, _softmax_forward
 from spec.protocol.capabilities import VARIANTS, variant_text
 
 Layer = Callable[[tuple, dict], tuple]
@@ -200,8 +200,10 @@ def _ce_input(v: dict, not_claimed):
     forms = v["input"]
 
     def layer(args, kwargs):
-        asked = kwargs.pop("input", "logits")
         kwargs = dict(kwargs)
+        asked = kwargs.pop("input", "logits")
+        if not args and "logits" in kwargs:  # positional: the loss may name it p, probs, ...
+            args = (kwargs.pop("logits"),)
         if asked in forms:  # as it is: the implementation's own form ("alone")
             if len(forms) > 1 and asked != "logits":
                 kwargs["input"] = asked
@@ -228,9 +230,9 @@ def _ce_input(v: dict, not_claimed):
 def _ce_without_ignore_index(not_claimed):
     def layer(args, kwargs):
         kwargs = dict(kwargs)
-        ignore = kwargs.pop("ignore_index", None)
+        ignore = kwargs.pop("ignore_index", IGNORE_INDEX)
         labels = _get("cross_entropy", args, kwargs, "labels")
-        if ignore is not None and np.any(np.asarray(labels) == ignore):
+        if np.any(np.asarray(labels) == ignore):
             not_claimed(variant_text("cross_entropy", "ignore_index", True)
                         + " (the call has ignored positions)")
         return args, kwargs, None

@@ -36,7 +36,7 @@ from spec.protocol import (
     load_impl,
     not_claimed_message,
 )
-from spec.protocol.capabilities import unmet
+from spec.protocol.capabilities import declared_variants, unmet
 from spec.suite.registry import Check
 
 # Per-check time limit by default, seconds.  The slowest check of the reference on the 2-core
@@ -265,6 +265,10 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         text = _convention_text(w)
         if text is not None and text not in conventions:
             conventions.append(text)
+    if outcome in ("passed", "failed"):  # the verdict says which variant it judged
+        declared = declared_variants(object.__getattribute__(proxy, "_impl_caps"))
+        for op in check.ops:
+            conventions += [v for v in declared.get(op, ()) if v not in conventions]
     if outcome == "failed" and not message.strip():
         message = "failed without a message"  # never an empty red (spec/suite/run.py)
     return Result(check.id, check.kind, check.ops, outcome, message,

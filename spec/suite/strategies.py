@@ -28,6 +28,7 @@ draws the same data whatever implementation is under test.  Conventions:
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -248,7 +249,9 @@ class CaseFamily:
     def strategy_for(self, caps: dict) -> st.SearchStrategy[OpCase]:
         """The family's strategy with its variant parameters: the fixed ones (``needs``) and
         those that follow the implementation's declarations (``resolve``)."""
-        return self.cases(**variant_kwargs(self.op, dict(self.needs), self.resolve, caps))
+        kw = variant_kwargs(self.op, dict(self.needs), self.resolve, caps)
+        takes = inspect.signature(self.function).parameters  # the options it is drawn with
+        return self.cases(**{k: v for k, v in kw.items() if k in takes})
 
 
 # capability -> the strategy keyword that carries it
