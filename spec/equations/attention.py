@@ -26,7 +26,7 @@ from spec.equations._sym import (
     softmax_rows,
     vjp,
 )
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+from spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 HEAD_SIZES = tuple((T, d_k) for T in (2, 3) for d_k in (1, 2, 3))
 CHAIN_SIZES = ((1, 2, 2, 1), (1, 2, 2, 2))  # (B, T, H, A)
@@ -499,7 +499,7 @@ register(Equation(
 
 
 # --------------------------------------------------------------------------- causal variant
-VARIANT = "protocol variant (GPT-style code; in none of the documents)"
+VARIANT = PROTOCOL_VARIANTS
 
 
 def _prove_causal() -> Proof:

@@ -12,7 +12,7 @@ import sympy as sp
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import KINK, ln_row, relu_expr
 from spec.equations._sym import Stage, arr, chain_equal, fmt_array, is_zero, lambdify_map
-from spec.sources import GUIDE, MINIBERT, SEED001, SLIDES
+from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 
 def _prove_postln() -> Proof:
@@ -202,7 +202,7 @@ register(Equation(
 
 
 # --------------------------------------------------------------------------- pre-LN variant
-VARIANT = "protocol variant (GPT-2-style blocks; in none of the documents)"
+VARIANT = PROTOCOL_VARIANTS
 
 
 def preln_block_forward_staged(x, stages, final=None):

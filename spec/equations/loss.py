@@ -23,7 +23,7 @@ from spec.equations._sym import (
     vjp,
 )
 from spec.protocol import IGNORE_INDEX
-from spec.sources import GUIDE, MINIBERT, SEED001, SLIDES
+from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 CE_CASES = ((3, 3, (1, 0, 1)), (2, 4, (1, 1)), (4, 2, (0, 1, 1, 0)))  # (n, V, mask)
 
@@ -231,7 +231,7 @@ register(Equation(
 
 
 # --------------------------------------------------------------------------- probability input
-VARIANT = "protocol variant (losses written on softmax output; in none of the documents)"
+VARIANT = PROTOCOL_VARIANTS
 
 
 def _prove_probs_forward() -> Proof:
