@@ -67,6 +67,17 @@ def save_pretrained(params, config, path):
     return _save(params, config, path)
 
 
+# Every variant of the protocol the reference implements (spec/protocol/capabilities.py,
+# VARIANTS): the judging suite checks the reference in each form, as it checks an
+# implementation declaring one of them.
+CAPABILITIES = {
+    "layernorm": {"affine": (True, False), "eps": (True, False)},
+    "ffn": {"b_2": (True, False)},
+    "attention": {"W_o": (True, False), "causal": (False, True)},
+    "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True)},
+    "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},
+}
+
 # The op pairs are part of the implementation protocol: tests reach them as ``impl.<name>``.
 from reference.ops import *  # noqa: E402,F403
 from reference.ops import __all__ as _ops_all  # noqa: E402

@@ -379,7 +379,7 @@ def linear_backward(dy, cache):
 class LayerNormCache(NamedTuple):
     x_hat: np.ndarray  # [..., N]
     rstd: np.ndarray  # 1 / sqrt(var + eps)  [..., 1]
-    gamma: np.ndarray  # [N]
+    gamma: np.ndarray | None  # [N]; None without the affine map
 
 
 @implements("layernorm.forward")
@@ -387,6 +387,8 @@ def _layernorm_forward(x, gamma, beta, eps: float = 1e-12):
     """y = gamma * x_hat + beta, x_hat = (x - mu) / sqrt(var + eps), statistics over the last axis.
 
     var is the biased (1/N) variance, as in the Mini-BERT derivation and torch.nn.LayerNorm.
+    ``gamma = beta = None``: no affine map, y = x_hat (torch's ``elementwise_affine=False``, the
+    derivation at gamma = 1, beta = 0); ``eps = 0``: no guard (rows must not be constant).
     """
     eps = x.dtype.type(eps)
     with np.errstate(over="ignore"):  # an overflow is caught just below and redone exactly
@@ -397,6 +399,8 @@ def _layernorm_forward(x, gamma, beta, eps: float = 1e-12):
         return _layernorm_forward_scaled(x, gamma, beta, eps)
     rstd = 1.0 / np.sqrt(var + eps)  # [..., 1]
     x_hat = np.multiply(x_mu, rstd, out=x_mu)  # in place: x_mu is this function's own array
+    if gamma is None:  # no affine map: the output is x_hat (a copy: the cache keeps x_hat)
+        return x_hat.copy(), LayerNormCache(x_hat, rstd, None)
     y = x_hat * gamma
     y += beta
     return y, LayerNormCache(x_hat, rstd, gamma)
@@ -423,10 +427,12 @@ def _layernorm_backward(dy, cache):
     derivation §3.3 writes it) is only right when gamma is constant across features.
     """
     x_hat, rstd = cache.x_hat, cache.rstd
-    g = dy * cache.gamma  # dL/dx_hat  [..., N]
+    g = dy if cache.gamma is None else dy * cache.gamma  # dL/dx_hat  [..., N]
     dx = g - g.mean(axis=-1, keepdims=True)
     dx -= x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
     dx *= rstd
+    if cache.gamma is None:  # no affine map: no gamma, no beta to differentiate
+        return dx, None, None
     dgamma = _sum_to_last(dy * x_hat)  # [N]
     dbeta = _sum_to_last(dy)  # [N]
     return dx, dgamma, dbeta
@@ -437,17 +443,26 @@ def _check_eps(eps) -> None:
         raise ValueError(f"eps: expected a finite value >= 0, got {eps}")
 
 
-def _check_layernorm_params(N: int, dtype, gamma, beta, eps) -> None:
-    """gamma, beta [N] of the input's dtype; eps finite and >= 0."""
+def _check_layernorm_params(N: int, dtype, gamma, beta, eps, *, affine_optional=False) -> None:
+    """gamma, beta [N] of the input's dtype (both None: no affine map, where the op allows it);
+    eps finite and >= 0."""
+    if affine_optional and gamma is None and beta is None:
+        _check_eps(eps)
+        return
+    if affine_optional and (gamma is None) != (beta is None):
+        raise ValueError(f"gamma, beta: expected both arrays or both None, got gamma "
+                         f"{'None' if gamma is None else 'an array'} and beta "
+                         f"{'None' if beta is None else 'an array'}")
     as_float_array("gamma", gamma, shape=(N,), dtype=dtype)
     as_float_array("beta", beta, shape=(N,), dtype=dtype)
     _check_eps(eps)
 
 
 def layernorm_forward(x, gamma, beta, eps: float = 1e-12):
-    """x [..., N], gamma [N], beta [N] -> gamma * x_hat + beta [..., N]."""
+    """x [..., N], gamma [N], beta [N] (both None: no affine map) -> gamma * x_hat + beta
+    [..., N]."""
     as_float_array("x", x, min_ndim=1)
-    _check_layernorm_params(x.shape[-1], x.dtype, gamma, beta, eps)
+    _check_layernorm_params(x.shape[-1], x.dtype, gamma, beta, eps, affine_optional=True)
     return _layernorm_forward(x, gamma, beta, eps)
 
 
@@ -728,7 +743,7 @@ class AttentionCache(NamedTuple):
     p: np.ndarray  # attention probabilities P = softmax(S) [B, A, T, T]
     qkv: LinearCache  # the fused projection x [W_q | W_k | W_v] + [b_q | b_k | b_v]
     has_b: tuple  # (b_q, b_k, b_v) given or not
-    o: LinearCache
+    o: LinearCache | None  # the output projection; None without W_o (y = C)
 
 
 def _fused_qkv(W_q, W_k, W_v, b_q, b_k, b_v):
@@ -742,15 +757,23 @@ def _fused_qkv(W_q, W_k, W_v, b_q, b_k, b_v):
                               for b in biases])
 
 
-@implements("attention.qkv", "attention.scores", "attention.context", "attention.output")
+def _causal_mask(T: int) -> np.ndarray:
+    """[T, T] bool, True where query i may attend key j: j <= i (no position sees a later one)."""
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
+@implements("attention.qkv", "attention.scores", "attention.context", "attention.output",
+            "attention.causal")
 def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
-                       n_heads: int, mask=None):
+                       n_heads: int, mask=None, causal: bool = False):
     """Multi-head self-attention.
 
     Q = x W_q + b_q (likewise K, V)                       [B, T, H]
     S = Q_h K_h^T / sqrt(d_k), P = softmax(S) over keys     [B, A, T, T]
     C = P V_h, y = merge(C) W_o + b_o                     [B, T, H]
-    ``mask`` [B, T] bool marks the keys that may be attended (key padding mask).
+    ``mask`` [B, T] bool marks the keys that may be attended (key padding mask); ``causal``
+    also hides every later key from each query (GPT's mask: P_ij = 0 for j > i).  ``W_o =
+    None`` (and ``b_o = None``): no output projection, y = merge(C).
     Q, K and V come from one product x [W_q | W_k | W_v] (one GEMM of width 3H).
     """
     B, T, H = x.shape
@@ -762,9 +785,14 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
     scores = q_h @ k_h.transpose(0, 1, 3, 2)  # [B, A, T, T]
     scores *= scale  # S
     key_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, T]: keys only
+    if causal:  # [T, T] broadcast over batch and heads, and with the key mask
+        key_mask = _causal_mask(T) if key_mask is None else key_mask & _causal_mask(T)
     p, _ = _softmax_forward(scores, key_mask)  # P [B, A, T, T]
     ctx = _merge_heads(p @ v_h)  # C [B, T, H]
-    y, c_o = _linear_forward(ctx, W_o, b_o)  # [B, T, H]
+    if W_o is None:  # no output projection: the merged heads are the output
+        y, c_o = ctx, None
+    else:
+        y, c_o = _linear_forward(ctx, W_o, b_o)  # [B, T, H]
     return y, AttentionCache(n_heads=n_heads, scale=scale, q_h=q_h, k_h=k_h, v_h=v_h, p=p,
                              qkv=c_qkv, has_b=tuple(b is not None for b in (b_q, b_k, b_v)),
                              o=c_o)
@@ -780,7 +808,10 @@ def _attention_backward(dy, cache):
     dQ_h = dS K_h / sqrt(d_k);  dK_h = dS^T Q_h / sqrt(d_k);  dx sums the three projections:
     dx = [dQ | dK | dV] [W_q | W_k | W_v]^T, one GEMM.
     """
-    dctx, dW_o, db_o = _linear_backward(dy, cache.o)  # dC [B, T, H]
+    if cache.o is None:  # no output projection: dC = dy
+        dctx, dW_o, db_o = dy, None, None
+    else:
+        dctx, dW_o, db_o = _linear_backward(dy, cache.o)  # dC [B, T, H]
     dctx_h = _split_heads(dctx, cache.n_heads)  # [B, A, T, d_k]
     dv_h = cache.p.transpose(0, 1, 3, 2) @ dctx_h  # dV_h = P^T dC_h  [B, A, T, d_k]
     dp = dctx_h @ cache.v_h.transpose(0, 1, 3, 2)  # dP = dC_h V_h^T  [B, A, T, T]
@@ -796,35 +827,48 @@ def _attention_backward(dy, cache):
     return dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o
 
 
-def _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask):
+def _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask,
+                     causal=False):
     """Checks attention_forward's arguments; returns the mask as bool [B, T] (or None)."""
     as_float_array("x", x, ndim=3)
     B, T, H = x.shape
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v), ("W_o", W_o)):
-        as_float_array(name, W, shape=(H, H), dtype=x.dtype)
+        if W is not None or name != "W_o":
+            as_float_array(name, W, shape=(H, H), dtype=x.dtype)
+    if W_o is None and b_o is not None:
+        raise ValueError("b_o: expected None without an output projection (W_o is None), "
+                         "got an array")
     _check_heads(n_heads, H)
     for name, b in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v), ("b_o", b_o)):
         if b is not None:
             as_float_array(name, b, shape=(H,), dtype=x.dtype)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal: expected True or False, got {causal!r}")
     if mask is not None:
         mask = as_mask("mask", mask, shape=(B, T))
         if not np.all(mask.any(axis=-1)):
             raise ValueError("mask: every sequence needs at least one unmasked key, "
                              f"rows {np.flatnonzero(~mask.any(axis=-1)).tolist()} have none")
+        if causal and not np.all(mask[:, 0]):
+            raise ValueError("mask: with causal=True the first position attends key 0 alone, "
+                             "so key 0 must be unmasked; sequences "
+                             f"{np.flatnonzero(~mask[:, 0]).tolist()} mask it")
     return mask
 
 
 def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
-                      n_heads: int, mask=None):
-    """x [B, T, H], W_* [H, H], b_* [H] or None; ``mask`` [B, T] (bool or 0/1) marks the keys
-    that may be attended -> [B, T, H]."""
-    mask = _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask)
+                      n_heads: int, mask=None, causal: bool = False):
+    """x [B, T, H], W_* [H, H] (W_o may be None: no output projection), b_* [H] or None;
+    ``mask`` [B, T] (bool or 0/1) marks the keys that may be attended; ``causal``: each
+    position attends itself and earlier positions only -> [B, T, H]."""
+    mask = _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask, causal)
     return _attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads=n_heads,
-                              mask=mask)
+                              mask=mask, causal=bool(causal))
 
 
 def attention_backward(dy, cache):
-    as_float_array("dy", dy, shape=cache.o.x.shape, dtype=cache.o.x.dtype)
+    x = cache.qkv.x  # [B, T, H]: the output has the input's shape
+    as_float_array("dy", dy, shape=x.shape, dtype=x.dtype)
     return _attention_backward(dy, cache)
 
 
@@ -835,12 +879,13 @@ FFN_PARAMS = ("W_1", "b_1", "W_2", "b_2")
 class FFNCache(NamedTuple):
     lin_1: LinearCache  # h = x W_1 + b_1
     act: ReluCache | GeluCache  # a = act(h): ReLU (the documents) or GELU (BERT)
-    lin_2: LinearCache  # y = a W_2 + b_2
+    lin_2: LinearCache  # y = a W_2 + b_2 (b_2 may be None: no second bias)
 
 
 @implements("ffn.forward")
 def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
-    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU."""
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU; ``b_2 = None``: no
+    second bias (its gradient is then None)."""
     h, c_1 = _linear_forward(x, W_1, b_1)  # [..., I]
     a, c_act = _activation_forward(h, activation)  # [..., I]
     y, c_2 = _linear_forward(a, W_2, b_2)  # [..., H]
@@ -856,19 +901,20 @@ def _ffn_backward(dy, cache):
     return dx, dW_1, db_1, dW_2, db_2
 
 
-def _check_ffn_params(H: int, dtype, W_1, b_1, W_2, b_2) -> None:
+def _check_ffn_params(H: int, dtype, W_1, b_1, W_2, b_2, *, b_2_optional=False) -> None:
     as_float_array("W_1", W_1, shape=(H, None), dtype=dtype)
     I = W_1.shape[1]
     as_float_array("b_1", b_1, shape=(I,), dtype=dtype)
     as_float_array("W_2", W_2, shape=(I, H), dtype=dtype)
-    as_float_array("b_2", b_2, shape=(H,), dtype=dtype)
+    if b_2 is not None or not b_2_optional:
+        as_float_array("b_2", b_2, shape=(H,), dtype=dtype)
 
 
 def ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
-    """x [..., H], W_1 [H, I], b_1 [I], W_2 [I, H], b_2 [H] -> [..., H]; ``activation`` relu,
-    gelu or gelu_tanh."""
+    """x [..., H], W_1 [H, I], b_1 [I], W_2 [I, H], b_2 [H] or None -> [..., H];
+    ``activation`` relu, gelu or gelu_tanh."""
     as_float_array("x", x, min_ndim=1)
-    _check_ffn_params(x.shape[-1], x.dtype, W_1, b_1, W_2, b_2)
+    _check_ffn_params(x.shape[-1], x.dtype, W_1, b_1, W_2, b_2, b_2_optional=True)
     _check_activation(activation)
     return _ffn_forward(x, W_1, b_1, W_2, b_2, activation)
 
@@ -879,12 +925,19 @@ def ffn_backward(dy, cache):
     return _ffn_backward(dy, cache)
 
 
-# --------------------------------------------------------------------------- post-LN block
-def block_param_names(attn_bias: bool) -> tuple[str, ...]:
-    """Local parameter names of one block, in a fixed order."""
+# --------------------------------------------------------------------------- blocks
+# where a block's LayerNorms sit: "post" (BERT, the documents), "pre" (GPT-2: x + MHA(LN1(x)),
+# the residual stream never normalised) and "pre_final" (pre-LN followed by the final
+# LayerNorm ln_f that a pre-LN stack needs before its head: a one-block GPT)
+BLOCK_NORMS = ("post", "pre", "pre_final")
+
+
+def block_param_names(attn_bias: bool, norm: str = "post") -> tuple[str, ...]:
+    """Local parameter names of one block, in a fixed order (``ln_f.*`` for "pre_final")."""
     attn = ATTENTION_PARAMS if attn_bias else ATTENTION_PARAMS[:4]
     return (tuple(f"attn.{n}" for n in attn) + ("ln1.gamma", "ln1.beta")
-            + tuple(f"ffn.{n}" for n in FFN_PARAMS) + ("ln2.gamma", "ln2.beta"))
+            + tuple(f"ffn.{n}" for n in FFN_PARAMS) + ("ln2.gamma", "ln2.beta")
+            + (("ln_f.gamma", "ln_f.beta") if norm == "pre_final" else ()))
 
 
 class BlockCache(NamedTuple):
@@ -897,14 +950,19 @@ class BlockCache(NamedTuple):
 
 @implements("block.postln", "residual.forward")
 def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
-                   activation: str = "relu"):
+                   activation: str = "relu", norm: str = "post", causal: bool = False):
     """Post-LN encoder block (Mini-BERT derivation §2.5, BERT):
 
     h = LN1(x + MHA(x));  out = LN2(h + FFN(h)).
-    ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays.
+    ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays.  ``norm`` "pre" or
+    "pre_final": the pre-LN block (``_preln_block_forward``); ``causal``: causal attention.
     """
+    if norm != "post":
+        return _preln_block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps,
+                                    activation=activation, causal=causal)
     attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]  # None for absent biases
-    a, c_attn = _attention_forward(x, *attn_args, n_heads=n_heads, mask=mask)  # [B, T, H]
+    a, c_attn = _attention_forward(x, *attn_args, n_heads=n_heads, mask=mask,
+                                   causal=causal)  # [B, T, H]
     h, c_ln1 = _layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)
     f, c_ffn = _ffn_forward(h, *(p[f"ffn.{n}"] for n in FFN_PARAMS), activation)
     out, c_ln2 = _layernorm_forward(h + f, p["ln2.gamma"], p["ln2.beta"], eps)
@@ -918,6 +976,8 @@ def _block_backward(dout, cache):
     A residual sum passes its gradient unchanged to both branches: dx gets dr from the skip
     connection plus the attention branch's input gradient.
     """
+    if isinstance(cache, PreLNBlockCache):
+        return _preln_block_backward(dout, cache)
     dr2, dg2, db2 = _layernorm_backward(dout, cache.ln2)  # d(h + FFN(h))
     dh_ffn, *dffn = _ffn_backward(dr2, cache.ffn)
     dh = dr2 + dh_ffn  # skip + FFN branch
@@ -930,34 +990,90 @@ def _block_backward(dout, cache):
     return dx, {n: grads[n] for n in cache.names}
 
 
-def _check_block(x, p, n_heads, mask, eps):
+class PreLNBlockCache(NamedTuple):
+    ln1: LayerNormCache
+    attn: AttentionCache
+    ln2: LayerNormCache
+    ffn: FFNCache
+    ln_f: LayerNormCache | None  # the final LayerNorm ("pre_final"), else None
+    names: tuple  # the keys of p, sorted
+
+
+@implements("block.preln")
+def _preln_block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
+                         activation: str = "relu", causal: bool = False):
+    """Pre-LN block (GPT-2; torch's ``norm_first=True``): each sublayer reads a LayerNorm of the
+    residual stream and adds to it, the stream itself is never normalised:
+
+    h = x + MHA(LN1(x));  out = h + FFN(LN2(h));  with ``ln_f.*`` in ``p``: out = LN_f(out).
+    """
+    attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]  # None for absent biases
+    n1, c_ln1 = _layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)
+    a, c_attn = _attention_forward(n1, *attn_args, n_heads=n_heads, mask=mask, causal=causal)
+    h = x + a  # [B, T, H]
+    n2, c_ln2 = _layernorm_forward(h, p["ln2.gamma"], p["ln2.beta"], eps)
+    f, c_ffn = _ffn_forward(n2, *(p[f"ffn.{n}"] for n in FFN_PARAMS), activation)
+    out = h + f
+    c_lnf = None
+    if "ln_f.gamma" in p:
+        out, c_lnf = _layernorm_forward(out, p["ln_f.gamma"], p["ln_f.beta"], eps)
+    return out, PreLNBlockCache(ln1=c_ln1, attn=c_attn, ln2=c_ln2, ffn=c_ffn, ln_f=c_lnf,
+                                names=tuple(sorted(p)))
+
+
+@implements("block.preln_backward")
+def _preln_block_backward(dout, cache):
+    """Returns (dx, grads).  The residual stream carries its gradient past both sublayers:
+    dh = dout + LN2^T(FFN^T(dout)), dx = dh + LN1^T(MHA^T(dh)) (after LN_f^T with ``ln_f``)."""
+    grads = {}
+    if cache.ln_f is not None:
+        dout, grads["ln_f.gamma"], grads["ln_f.beta"] = _layernorm_backward(dout, cache.ln_f)
+    dn2, *dffn = _ffn_backward(dout, cache.ffn)
+    dr2, dg2, db2 = _layernorm_backward(dn2, cache.ln2)
+    dh = dout + dr2  # skip + FFN branch
+    dn1, *dattn = _attention_backward(dh, cache.attn)
+    dr1, dg1, db1 = _layernorm_backward(dn1, cache.ln1)
+    dx = dh + dr1  # skip + attention branch
+    grads.update({f"attn.{n}": g for n, g in zip(ATTENTION_PARAMS, dattn)})
+    grads.update({f"ffn.{n}": g for n, g in zip(FFN_PARAMS, dffn)})
+    grads.update({"ln1.gamma": dg1, "ln1.beta": db1, "ln2.gamma": dg2, "ln2.beta": db2})
+    return dx, {n: grads[n] for n in cache.names}
+
+
+def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False):
     """Checks block_forward's arguments; returns the mask as bool [B, T] (or None)."""
     if not isinstance(p, dict):
         raise ValueError(f"p: expected a dict of block parameters, got {type(p).__name__}")
-    expected = set(block_param_names(attn_bias="attn.b_q" in p))
+    if norm not in BLOCK_NORMS:
+        raise ValueError(f"norm: expected one of {BLOCK_NORMS}, got {norm!r}")
+    expected = set(block_param_names(attn_bias="attn.b_q" in p, norm=norm))
     if set(p) != expected:
-        raise ValueError(f"p: expected the keys of block_param_names(); missing "
+        raise ValueError(f"p: expected the keys of block_param_names(norm={norm!r}); missing "
                          f"{sorted(expected - set(p))}, unexpected {sorted(set(p) - expected)}")
-    mask = _check_attention(x, *(p.get(f"attn.{n}") for n in ATTENTION_PARAMS), n_heads, mask)
+    mask = _check_attention(x, *(p.get(f"attn.{n}") for n in ATTENTION_PARAMS), n_heads, mask,
+                            causal)
     H = x.shape[-1]
-    _check_layernorm_params(H, x.dtype, p["ln1.gamma"], p["ln1.beta"], eps)
+    for ln in ("ln1", "ln2") + (("ln_f",) if norm == "pre_final" else ()):
+        _check_layernorm_params(H, x.dtype, p[f"{ln}.gamma"], p[f"{ln}.beta"], eps)
     _check_ffn_params(H, x.dtype, *(p[f"ffn.{n}"] for n in FFN_PARAMS))
-    _check_layernorm_params(H, x.dtype, p["ln2.gamma"], p["ln2.beta"], eps)
     return mask
 
 
 def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
-                  activation: str = "relu"):
-    """x [B, T, H], ``p`` a dict with the keys of ``block_param_names`` -> [B, T, H]; the
-    FFN's ``activation`` relu (default), gelu or gelu_tanh."""
-    mask = _check_block(x, p, n_heads, mask, eps)
+                  activation: str = "relu", norm: str = "post", causal: bool = False):
+    """x [B, T, H], ``p`` a dict with the keys of ``block_param_names(bias, norm)`` -> [B, T,
+    H]; the FFN's ``activation`` relu (default), gelu or gelu_tanh; ``norm`` "post" (BERT),
+    "pre" or "pre_final" (GPT-2, the latter with its final LayerNorm ``ln_f``); ``causal``
+    attention."""
+    mask = _check_block(x, p, n_heads, mask, eps, norm, causal)
     _check_activation(activation)
-    return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, activation=activation)
+    return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, activation=activation,
+                          norm=norm, causal=bool(causal))
 
 
 def block_backward(dout, cache):
-    x_hat = cache.ln2.x_hat
-    as_float_array("dout", dout, shape=x_hat.shape, dtype=x_hat.dtype)
+    x = cache.attn.qkv.x if isinstance(cache, BlockCache) else cache.ln1.x_hat
+    as_float_array("dout", dout, shape=x.shape, dtype=x.dtype)
     return _block_backward(dout, cache)
 
 
@@ -1155,15 +1271,80 @@ def _check_ce_labels(labels, shape, V: int, ignore_index, reduction) -> None:
                          f"({ignore_index}), got none among {labels.size}")
 
 
+# what cross_entropy_forward's first argument is, and what its backward differentiates:
+# "logits" (the protocol's), "probabilities" (softmax output p; the backward returns dL/dp)
+# and "probabilities_dlogits" (p in, the backward returns the logit gradient of softmax + CE
+# composed, p - onehot: the shape of many hand-written losses)
+CE_INPUTS = ("logits", "probabilities", "probabilities_dlogits")
+
+
+class ProbsCrossEntropyCache(NamedTuple):
+    p: np.ndarray  # the probabilities [..., V]
+    p_label: np.ndarray  # p at each label (1 where ignored) [...]
+    safe: np.ndarray  # labels with ignore_index replaced by 0 [...]
+    valid: np.ndarray  # labels != ignore_index [...]
+    denom: int  # N_masked ("mean") or 1 ("sum")
+    dlogits: bool  # the backward returns the logit gradient (p - onehot), not dL/dp
+
+
+@implements("loss.ce.probs")
+def _cross_entropy_probs_forward(p, labels, *, ignore_index: int = IGNORE_INDEX,
+                                 reduction: str = "mean", dlogits: bool = False):
+    """The cross-entropy of probabilities: -sum_{masked} log p[label] / N_masked (or the sum),
+    p the softmax output (the loss of ``_cross_entropy_forward`` at p = softmax(logits))."""
+    valid = labels != ignore_index  # [...]
+    safe = np.where(valid, labels, 0)
+    p_label = np.where(valid, np.take_along_axis(p, safe[..., None], axis=-1)[..., 0], 1)
+    total = -np.log(p_label).sum(dtype=p.dtype)  # ignored rows: log 1 = 0
+    denom = int(valid.sum()) if reduction == "mean" else 1
+    loss = p.dtype.type(total / denom)
+    return loss, ProbsCrossEntropyCache(p, p_label.astype(p.dtype), safe, valid, denom, dlogits)
+
+
+@implements("loss.ce.probs_dp", "loss.ce.probs_dlogits")
+def _cross_entropy_probs_backward(dloss, cache):
+    """dL/dp = -w / p[label] at the label, 0 elsewhere (w = dloss * valid / N per row); or, for
+    the composed form, the logit gradient w (p - onehot(label)) that softmax's backward turns
+    dL/dp into (spec/equations/loss.py proves the two agree)."""
+    w = (cache.valid * (dloss / cache.denom)).astype(cache.p.dtype)  # [...]
+    safe = cache.safe[..., None]
+    if cache.dlogits:
+        d = cache.p * w[..., None]  # w p  [..., V]
+        np.put_along_axis(d, safe, np.take_along_axis(d, safe, axis=-1) - w[..., None], axis=-1)
+        return (d,)
+    dp = np.zeros_like(cache.p)
+    np.put_along_axis(dp, safe, (-w / cache.p_label)[..., None], axis=-1)
+    return (dp,)
+
+
 def cross_entropy_forward(logits, labels, *, ignore_index: int = IGNORE_INDEX,
-                          reduction: str = "mean"):
-    """logits [..., V], labels [...] int -> scalar."""
+                          reduction: str = "mean", input: str = "logits"):
+    """logits [..., V], labels [...] int -> scalar.  ``input``: what the first argument is
+    (CE_INPUTS): logits, or probabilities (softmax output, every entry > 0) whose backward returns
+    dL/dp ("probabilities") or the composed logit gradient ("probabilities_dlogits")."""
+    if input not in CE_INPUTS:
+        raise ValueError(f"input: expected one of {CE_INPUTS}, got {input!r}")
     as_float_array("logits", logits, min_ndim=1)
     _check_ce_labels(labels, logits.shape[:-1], logits.shape[-1], ignore_index, reduction)
+    if input != "logits":
+        _check_probabilities("logits", logits)
+        return _cross_entropy_probs_forward(logits, labels, ignore_index=ignore_index,
+                                            reduction=reduction,
+                                            dlogits=input == "probabilities_dlogits")
     return _cross_entropy_forward(logits, labels, ignore_index=ignore_index, reduction=reduction)
 
 
+def _check_probabilities(name: str, p) -> None:
+    """Probabilities: every entry > 0 (log p must be finite).  Rows are not required to sum to
+    1: the loss -log p[label] is defined off the simplex (finite differences step off it)."""
+    if not np.all(p > 0):
+        raise ValueError(f"{name}: expected probabilities > 0 (input='probabilities'), got "
+                         f"min {float(np.min(p)):.3g}")
+
+
 def cross_entropy_backward(dloss, cache):
+    if isinstance(cache, ProbsCrossEntropyCache):
+        return _cross_entropy_probs_backward(_scalar("dloss", dloss, cache.p.dtype), cache)
     return _cross_entropy_backward(_scalar("dloss", dloss, cache.e.dtype), cache)
 
 

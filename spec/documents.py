@@ -129,7 +129,9 @@ DOCUMENTS: tuple[Document, ...] = (
     Document("project", "project convention",
              "Choices of this project that no document states",
              (Section("convention", "Project conventions",
-                      ("BERT's optimizer; not in the five documents",)),),
+                      ("BERT's optimizer; not in the five documents",)),
+              Section("variants", "Protocol variants of real implementations",
+                      ("protocol variants of real code; not in the five documents",))),
              numbered=False, source=False),
 )
 

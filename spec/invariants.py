@@ -235,7 +235,7 @@ def layernorm_normalises(impl, x, gamma, beta, scale: float, shift: float) -> li
     """With eps = 0: x_hat = (y - beta) / gamma has mean 0 and (biased) variance 1 per row, and
     LN(c x + s) = LN(x) for c > 0 (rows of x must not be constant)."""
     y, _ = impl.layernorm_forward(x, gamma, beta, 0.0)
-    x_hat = (y - beta) / gamma
+    x_hat = y if gamma is None else (y - beta) / gamma  # no affine map: y is x_hat
     y2, _ = impl.layernorm_forward(scale * x + shift, gamma, beta, 0.0)
     return [close("layernorm", "x_hat has mean 0 per row", x_hat.mean(-1),
                   np.zeros(x.shape[:-1]), _mag(x_hat)),
@@ -252,7 +252,7 @@ def layernorm_backward_invariances(impl, x, gamma, beta, dy) -> list[Finding]:
     centred = x - x.mean(-1, keepdims=True)
     std = np.sqrt(x.var(-1, keepdims=True))
     # the terms summed into dx are ~ gamma dy / std (dx itself may be 0 by cancellation: N = 2)
-    terms = _mag(gamma * dy / std) * x.shape[-1]
+    terms = _mag((dy if gamma is None else gamma * dy) / std) * x.shape[-1]
     return [close("layernorm", "dx sums to 0 per row (shift invariance)", dx.sum(-1),
                   np.zeros(x.shape[:-1]), terms * x.shape[-1]),
             close("layernorm", "dx is orthogonal to x - mean (scale invariance)",
@@ -336,8 +336,11 @@ def heads_identities(impl, x, y, n_heads: int) -> list[Finding]:
                   _mag(x) * _mag(y) * x.size)]
 
 
-def _attn(impl, inputs: dict, **kw):
-    return impl.attention_forward(*inputs.values(), **kw)[0]
+def _attn(impl, inputs: dict, causal: bool = False, **kw):
+    """The attention's output; ``causal`` passed only when True (the standard form has no
+    such argument)."""
+    return impl.attention_forward(*inputs.values(), **kw,
+                                  **({"causal": True} if causal else {}))[0]
 
 
 def attention_permutation_equivariant(impl, inputs: dict, n_heads: int, mask, perm
@@ -349,31 +352,48 @@ def attention_permutation_equivariant(impl, inputs: dict, n_heads: int, mask, pe
     return [close("attention", "permuting tokens permutes the output", y_p, y[:, perm])]
 
 
-def attention_ignores_key_bias(impl, inputs: dict, n_heads: int, mask, other_b_k, dout
-                               ) -> list[Finding]:
+def attention_is_causal(impl, inputs: dict, n_heads: int, mask, noise) -> list[Finding]:
+    """Causal attention: changing the tokens after position t leaves the outputs at positions
+    <= t unchanged (no position sees a later one), for every t."""
+    x, T = inputs["x"], inputs["x"].shape[1]
+    y = _attn(impl, inputs, causal=True, n_heads=n_heads, mask=mask)
+    found = []
+    for t in range(T - 1):
+        x2 = x.copy()
+        x2[:, t + 1:] += noise[:, t + 1:]
+        y2 = _attn(impl, {**inputs, "x": x2}, causal=True, n_heads=n_heads, mask=mask)
+        found.append(close("attention", f"outputs at positions <= {t} ignore later tokens",
+                           y2[:, :t + 1], y[:, :t + 1], _mag(y)))
+    return found
+
+
+def attention_ignores_key_bias(impl, inputs: dict, n_heads: int, mask, other_b_k, dout,
+                               causal: bool = False) -> list[Finding]:
     """b_k adds q_i . b_k to every score of row i, which softmax ignores: the output does not
     depend on b_k, and d b_k is 0 (relative to the other gradients of the same call)."""
-    y, cache = impl.attention_forward(*inputs.values(), n_heads=n_heads, mask=mask)
+    y, cache = impl.attention_forward(*inputs.values(), n_heads=n_heads, mask=mask,
+                                      **({"causal": True} if causal else {}))
     grads = impl.attention_backward(dout, cache)
     db_k = grads[list(inputs).index("b_k")]
-    y_k = _attn(impl, {**inputs, "b_k": other_b_k}, n_heads=n_heads, mask=mask)
+    y_k = _attn(impl, {**inputs, "b_k": other_b_k}, causal, n_heads=n_heads, mask=mask)
     return [close("attention", "the output does not depend on b_k", y_k, y),
             close("attention", "db_k is 0 (softmax is shift-invariant per row)", db_k,
                   np.zeros_like(db_k), _mag(*(g for g in grads if g is not None)))]
 
 
-def attention_padding_ignored(impl, inputs: dict, n_heads: int, mask, noise) -> list[Finding]:
+def attention_padding_ignored(impl, inputs: dict, n_heads: int, mask, noise,
+                              causal: bool = False) -> list[Finding]:
     """Changing the tokens at masked key positions leaves every output row that is not itself
     masked unchanged (a padded token is never attended to)."""
     keep = np.asarray(mask, bool)
     x2 = np.where(keep[..., None], inputs["x"], inputs["x"] + noise)
-    y = _attn(impl, inputs, n_heads=n_heads, mask=mask)
-    y2 = _attn(impl, {**inputs, "x": x2}, n_heads=n_heads, mask=mask)
+    y = _attn(impl, inputs, causal, n_heads=n_heads, mask=mask)
+    y2 = _attn(impl, {**inputs, "x": x2}, causal, n_heads=n_heads, mask=mask)
     return [close("attention", "padded keys do not affect unpadded positions", y2[keep], y[keep],
                   _mag(y))]
 
 
-def attention_scaled_by_sqrt_d_k(impl, inputs: dict) -> list[Finding]:
+def attention_scaled_by_sqrt_d_k(impl, inputs: dict, causal: bool = False) -> list[Finding]:
     """The scores are scaled by 1/sqrt(d_k), not 1/sqrt(H): keep only head 0's features in Q,
     K, V (head 1 then attends uniformly to zero values); that is single-head attention (d_k =
     H) whose W_q, b_q carry the factor sqrt(H / d_k) = sqrt(2).  Needs H even, two heads."""
@@ -387,16 +407,19 @@ def attention_scaled_by_sqrt_d_k(impl, inputs: dict) -> list[Finding]:
                 "b_q": None if qkv["b_q"] is None else qkv["b_q"] * c}
 
     return [close("attention", "scores are scaled by 1/sqrt(d_k)",
-                  _attn(impl, args(1.0), n_heads=2), _attn(impl, args(np.sqrt(2.0)), n_heads=1))]
+                  _attn(impl, args(1.0), causal, n_heads=2),
+                  _attn(impl, args(np.sqrt(2.0)), causal, n_heads=1))]
 
 
-def block_identities(impl, x, p: dict, n_heads: int, mask, dout, noise) -> list[Finding]:
-    """grads are keyed like p; padded tokens do not affect the unpadded positions."""
-    out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask)
+def block_identities(impl, x, p: dict, n_heads: int, mask, dout, noise, **variant
+                     ) -> list[Finding]:
+    """grads are keyed like p; padded tokens do not affect the unpadded positions
+    (``variant``: the block's norm= / causal= keywords, when not the standard form)."""
+    out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask, **variant)
     _, grads = impl.block_backward(dout, cache)
     keep = np.asarray(mask, bool)
     x2 = np.where(keep[..., None], x, x + noise)
-    out2, _ = impl.block_forward(x2, p, n_heads=n_heads, mask=mask)
+    out2, _ = impl.block_forward(x2, p, n_heads=n_heads, mask=mask, **variant)
     return [holds("block", "grads has the keys of p", set(grads) == set(p),
                   f"missing {sorted(set(p) - set(grads))}, extra {sorted(set(grads) - set(p))}"),
             close("block", "padded keys do not affect unpadded positions", out2[keep], out[keep],
@@ -766,19 +789,23 @@ def _heads(impl, ex, rng) -> list[Finding]:
 @invariant("attention")
 def _attention(impl, ex: Example, rng) -> list[Finding]:
     inputs, n_heads, mask = ex.inputs, ex.fixed["n_heads"], ex.fixed.get("mask")
+    causal = bool(ex.fixed.get("causal"))  # the example of a causal-only implementation
     x = inputs["x"]
     found = []
     if inputs["b_k"] is not None:  # an attention without biases (CAPABILITIES) has no b_k
         found += attention_ignores_key_bias(impl, inputs, n_heads, mask,
                                             rng.standard_normal(inputs["b_k"].shape),
-                                            rng.standard_normal(x.shape))
-    found += attention_permutation_equivariant(impl, inputs, n_heads, mask,
-                                               rng.permutation(x.shape[1]))
+                                            rng.standard_normal(x.shape), causal)
+    if causal:
+        found += attention_is_causal(impl, inputs, n_heads, mask, rng.standard_normal(x.shape))
+    else:
+        found += attention_permutation_equivariant(impl, inputs, n_heads, mask,
+                                                   rng.permutation(x.shape[1]))
     if mask is not None:
         found += attention_padding_ignored(impl, inputs, n_heads, mask,
-                                           rng.standard_normal(x.shape))
+                                           rng.standard_normal(x.shape), causal)
     else:
-        found += attention_scaled_by_sqrt_d_k(impl, inputs)
+        found += attention_scaled_by_sqrt_d_k(impl, inputs, causal)
     return found
 
 

@@ -244,12 +244,18 @@ mutant("layernorm_missing_xhat_term", "layernorm.backward.dx",
 mutant("layernorm_gamma_outside_means", "layernorm.backward.dx",
        "gamma multiplies outside the feature means (right only when gamma is constant)",
        "ops._layernorm_backward",
-       ("g = dy * cache.gamma", "g = dy"),
+       ("else dy * cache.gamma", "else dy"),
        ("dx *= rstd", "dx *= rstd * cache.gamma"),
        fast=True)
 mutant("layernorm_dgamma_uses_centred_x", "layernorm.backward.dgamma",
        "dgamma = sum(dy * (x - mu)) instead of sum(dy * x_hat)",
        "ops._layernorm_backward", ("_sum_to_last(dy * x_hat)", "_sum_to_last(dy * x_hat / rstd)"))
+mutant("layernorm_plain_zero_affine_grads", "layernorm.backward.dgamma",
+       "the LayerNorm without gamma/beta returns zero dgamma, dbeta arrays instead of None (an "
+       "optimizer then updates parameters that do not exist)",
+       "ops._layernorm_backward",
+       ("return dx, None, None",
+        "return dx, np.zeros(dx.shape[-1], dx.dtype), np.zeros(dx.shape[-1], dx.dtype)"))
 mutant("layernorm_unbiased_variance", "layernorm.forward",
        "forward uses the unbiased 1/(N-1) variance; backward still assumes 1/N",
        "ops._layernorm_forward",
@@ -307,6 +313,18 @@ mutant("attention_dx_drops_value_branch", "attention.backward.dx",
 mutant("attention_mask_ignored_in_backward", "attention.backward.dS",
        "backward uses the unmasked softmax probabilities: padded keys get gradient",
        "ops._attention_forward", ("p=p,", "p=_softmax_forward(scores)[0],"))
+mutant("attention_noproj_backward_scaled", "attention.output",
+       "without an output projection the backward scales dC by 1/sqrt(d_k) (the score scale "
+       "applied to the wrong product)",
+       "ops._attention_backward",
+       ("dctx, dW_o, db_o = dy, None, None", "dctx, dW_o, db_o = dy * cache.scale, None, None"))
+mutant("attention_causal_mask_transposed", "attention.causal",
+       "the causal mask keeps the upper triangle: each position attends itself and the *later* "
+       "ones",
+       "ops._causal_mask", ("np.tril(", "np.triu("))
+mutant("attention_causal_sees_next_token", "attention.causal",
+       "the causal mask is off by one: position i also attends position i + 1",
+       "ops._causal_mask", ("dtype=bool))", "dtype=bool), k=1)"))
 mutant("attention_scale_sqrt_hidden", "attention.scores",
        "scores scaled by 1/sqrt(H) instead of 1/sqrt(d_k) (forward and backward agree)",
        "ops._attention_forward", ("np.sqrt(d_k)", "np.sqrt(H)"))
@@ -325,6 +343,17 @@ mutant("block_backward_ln1_with_ln2_cache", "block.backward",
        "block backward runs LN1's backward on LN2's cache (the wrong stage's statistics)",
        "ops._block_backward", ("_layernorm_backward(dh, cache.ln1)",
                                "_layernorm_backward(dh, cache.ln2)"))
+mutant("block_preln_drops_ffn_residual", "block.preln_backward",
+       "pre-LN block backward drops the skip around the FFN: dh = LN2^T(FFN^T(dout)) only",
+       "ops._preln_block_backward", ("dh = dout + dr2", "dh = dr2"))
+mutant("block_preln_ln2_backward_on_ln1_cache", "block.preln_backward",
+       "pre-LN block backward runs LN2's backward on LN1's cache (the stream before attention)",
+       "ops._preln_block_backward", ("_layernorm_backward(dn2, cache.ln2)",
+                                     "_layernorm_backward(dn2, cache.ln1)"))
+mutant("block_preln_ffn_reads_x", "block.preln",
+       "pre-LN block normalises x instead of h = x + MHA(LN1(x)) before the FFN",
+       "ops._preln_block_forward", ("_layernorm_forward(h, p[\"ln2.gamma\"]",
+                                    "_layernorm_forward(x, p[\"ln2.gamma\"]"))
 mutant("model_backward_layer_order", "model.backward",
        "model backward walks the blocks in forward order (layer i's cache for layer L-1-i)",
        "model._backward", ("cache.blocks[i]", "cache.blocks[::-1][i]"))
@@ -393,6 +422,21 @@ mutant("ce_backward_divides_by_all_positions", "loss.ce.backward.mean",
        "mean cross-entropy backward divides by B*T instead of the number of predicted tokens",
        "ops._cross_entropy_backward",
        ("dloss / cache.denom", "dloss / (cache.valid.size if cache.denom != 1 else 1)"))
+mutant("ce_mean_divides_by_shape0", "loss.ce.mean",
+       "the 'mean' divides by logits.shape[0] (the rows of [N, V], but 1 for [1, N, V]): right "
+       "in one layout only",
+       "ops._cross_entropy_forward", ("denom = n if", "denom = logits.shape[0] if"))
+mutant("ce_probs_dp_missing_division", "loss.ce.probs_dp",
+       "the loss on probabilities returns -onehot as dL/dp, forgetting the 1/p of d(-log p)",
+       "ops._cross_entropy_probs_backward", ("(-w / cache.p_label)", "(-w)"))
+mutant("ce_probs_dlogits_missing_onehot", "loss.ce.probs_dlogits",
+       "the composed logit gradient from probabilities is w p, without the -onehot at the label",
+       "ops._cross_entropy_probs_backward",
+       ("np.take_along_axis(d, safe, axis=-1) - w[..., None]",
+        "np.take_along_axis(d, safe, axis=-1)"))
+mutant("ce_probs_mean_over_all_positions", "loss.ce.probs",
+       "the loss on probabilities divides by every position, ignored ones included",
+       "ops._cross_entropy_probs_forward", ("denom = int(valid.sum()) if", "denom = valid.size if"))
 mutant("ce_mean_over_all_positions", "loss.ce.mean",
        "the 'mean' loss divides by B*T instead of N_masked (forward and backward agree)",
        "ops._cross_entropy_forward", ("denom = n if", "denom = valid.size if"))

@@ -13,3 +13,6 @@ BLOG = "BERT-base blog"  # 12 layers, 12 heads, 768/3072, 512 positions, tanh po
 GUIDE = "visual guide"  # Mini-BERT's shapes, attention picture, MLM example, timing, memory
 
 DOCUMENTS = (MINIBERT, SEED001, SLIDES, BLOG, GUIDE)
+# what the protocol's variants cite (spec/documents.py "project convention"): the forms real
+# implementations take (GPT-style blocks, losses on probabilities), stated by no document
+PROTOCOL_VARIANTS = "project convention (protocol variants of real code; not in the five documents)"

@@ -26,7 +26,7 @@ from spec.equations._sym import (
     softmax_rows,
     vjp,
 )
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+from spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 HEAD_SIZES = tuple((T, d_k) for T in (2, 3) for d_k in (1, 2, 3))
 CHAIN_SIZES = ((1, 2, 2, 1), (1, 2, 2, 2))  # (B, T, H, A)
@@ -496,3 +496,52 @@ register(Equation(
     r"\delta Y \triangleq \frac{\partial L}{\partial(\text{after } W^O)},\ \delta V = "
     r"\hat A^\top \delta Y,\ \delta \hat A = \delta Y V^\top",
     _prove_seed001_dV, kind="document", expected="refuted", target="attention.backward.dV"))
+
+
+# --------------------------------------------------------------------------- causal variant
+VARIANT = PROTOCOL_VARIANTS
+
+
+def _prove_causal() -> Proof:
+    """The causal mask as the code applies it (scores of keys j > i set to -inf before the
+    softmax) is the softmax restricted to keys j <= i: with a finite -L in their place the row
+    tends to the restricted softmax as L -> oo (T = 3, one feature).  Then y_i depends on x_j
+    for j <= i only: dy_i/dx_j = 0 for j > i, and dy_i/dx_0 != 0 (causal, not cut off)."""
+    T = 3
+    x = arr("x", T)
+    wq, wk, wv = sp.symbols("w_q w_k w_v", real=True)
+    L = sp.Symbol("L", positive=True)
+    q, k, v = x * wq, x * wk, x * wv
+    y = []
+    for i in range(T):
+        s = [q[i] * k[j] for j in range(T)]
+        big = [sp.exp(s[j] - (L if j > i else 0)) for j in range(T)]
+        masked = sp.Add(*[big[j] * v[j] for j in range(T)]) / sp.Add(*big)
+        restricted = (sp.Add(*[sp.exp(s[j]) * v[j] for j in range(i + 1)])
+                      / sp.Add(*[sp.exp(s[j]) for j in range(i + 1)]))
+        if not is_zero(sp.limit(masked, L, sp.oo) - restricted):
+            return Proof("refuted", (T,), f"row {i}: the -L masked softmax does not tend to "
+                                          "the restricted one")
+        y.append(restricted)
+    for i in range(T):
+        for j in range(i + 1, T):
+            if sp.diff(y[i], x[j]) != 0:
+                return Proof("refuted", (T,), f"dy_{i}/dx_{j} != 0 for a later position")
+    if is_zero(sp.diff(y[T - 1], x[0])):
+        return Proof("refuted", (T,), "the last position does not depend on the first")
+    return Proof("proven", (T,), "masking with -L -> -oo is the softmax over keys j <= i; "
+                                 "dy_i/dx_j = 0 for j > i and dy_2/dx_0 != 0")
+
+
+register(Equation(
+    "attention.causal", "Causal attention mask", (VARIANT,),
+    r"P_{ij} = \frac{e^{S_{ij}} [j \le i]}{\sum_{k \le i} e^{S_{ik}}},\ "
+    r"\frac{\partial y_i}{\partial x_j} = 0\ (j > i)",
+    _prove_causal, gradient=True,
+    torch_op="torch.nn.functional.multi_head_attention_forward(attn_mask=causal)",
+    numeric_na="the causal mask is the key mask [j <= i] of the masked softmax "
+               "(softmax.forward's SymPy <-> code check covers masks); the causal op is "
+               "checked by FD, the torch oracle (attn_mask) and the causality invariant",
+    note="a variant of the protocol for GPT-style implementations (CAPABILITIES attention."
+         "causal); combined with a key mask, key 0 must stay attendable",
+    uses=("attention.scores", "softmax.forward")))

@@ -12,7 +12,7 @@ import sympy as sp
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import KINK, ln_row, relu_expr
 from spec.equations._sym import Stage, arr, chain_equal, fmt_array, is_zero, lambdify_map
-from spec.sources import GUIDE, MINIBERT, SEED001, SLIDES
+from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 
 def _prove_postln() -> Proof:
@@ -198,4 +198,108 @@ register(Equation(
          "gradient goes where, both skips), and the uses prove each stage",
     uses=("block.postln", "layernorm.backward.dx", "layernorm.backward.dgamma",
           "layernorm.backward.dbeta", "attention.backward.dx", "ffn.backward",
+          "residual.backward")))
+
+
+# --------------------------------------------------------------------------- pre-LN variant
+VARIANT = PROTOCOL_VARIANTS
+
+
+def preln_block_forward_staged(x, stages, final=None):
+    """h = x + MHA(LN1(x)), out = h + FFN(LN2(h)) (then LN_f): the residual stream is never
+    normalised; each sublayer reads a LayerNorm of it."""
+    mha, ln1, ffn, ln2 = stages
+    h = [x[i] + a for i, a in enumerate(mha(ln1(x)))]
+    out = [h[i] + f for i, f in enumerate(ffn(ln2(h)))]
+    return final(out) if final is not None else out
+
+
+def preln_block_backward_composed(x, dout, stages, final=None):
+    """The pre-LN block's backward as the reference composes it (``_preln_block_backward``):
+    LN_f's backward, the FFN's then LN2's plus the skip, the attention's then LN1's plus the
+    skip.  Returns (dx, [parameter gradients per stage (, LN_f)])."""
+    mha, ln1, ffn, ln2 = stages
+    n = len(x)
+    n1 = ln1(x)
+    h = [x[i] + a for i, a in enumerate(mha(n1))]
+    n2 = ln2(h)
+    out = [h[i] + f for i, f in enumerate(ffn(n2))]
+    dp_final = []
+    if final is not None:
+        dout, dp_final = final.vjp(out, dout)
+    dn2, dp_ffn = ffn.vjp(n2, dout)
+    dr2, dp_ln2 = ln2.vjp(h, dn2)
+    dh = [dout[i] + dr2[i] for i in range(n)]  # skip + FFN branch
+    dn1, dp_mha = mha.vjp(n1, dh)
+    dr1, dp_ln1 = ln1.vjp(x, dn1)
+    dx = [dh[i] + dr1[i] for i in range(n)]  # skip + attention branch
+    return dx, [dp_mha, dp_ln1, dp_ffn, dp_ln2] + ([dp_final] if final is not None else [])
+
+
+def _prove_preln() -> Proof:
+    """The pre-LN block leaves the residual stream un-normalised: with both sublayers zero the
+    block is the identity (post-LN would return LN(LN(x))), and with its final LayerNorm it is
+    LN_f(x) (n = 2, 3 features, arbitrary LayerNorm stages)."""
+    for n in (2, 3):
+        x = list(arr("x", n))
+        zero = type("Zero", (), {"__call__": lambda self, v: [0] * len(v)})()
+        lns = [Stage(name, n) for name in ("L", "N", "F")]
+        out = preln_block_forward_staged(x, (zero, lns[0], zero, lns[1]))
+        if any(not is_zero(o - xi) for o, xi in zip(out, x)):
+            return Proof("refuted", (n,), "zero sublayers do not give the identity")
+        out = preln_block_forward_staged(x, (zero, lns[0], zero, lns[1]), final=lns[2])
+        if any(not chain_equal(o, f) for o, f in zip(out, lns[2](x))):
+            return Proof("refuted", (n,), "zero sublayers do not give LN_f(x)")
+    return Proof("proven", (2, 3), "zero sublayers: out = x (pre), LN_f(x) (pre_final): the "
+                                   "residual stream passes unnormalised")
+
+
+def _prove_preln_backward() -> Proof:
+    """The chain rule through the pre-LN block (and its final LayerNorm) in the order the code
+    walks it, for arbitrary stages (n = 2 features, one parameter each): dx and every stage's
+    parameter gradient equal sympy.diff of the composed forward."""
+    n = 2
+    x, dout = arr("x", n), arr("dout", n)
+    for final in (None, Stage("G", n, (sp.Symbol("p_G", real=True),))):
+        stages = tuple(Stage(name, n, (sp.Symbol(f"p_{name}", real=True),))
+                       for name in ("A", "L", "F", "N"))
+        out = preln_block_forward_staged(list(x), stages, final)
+        dx, dparams = preln_block_backward_composed(list(x), list(dout), stages, final)
+        loss = sp.Add(*[d * o for d, o in zip(dout, out)])
+        for i in range(n):
+            if not chain_equal(sp.diff(loss, x[i]), dx[i]):
+                return Proof("refuted", (n,), f"dx_{i} differs from sympy.diff"
+                             + (" (with LN_f)" if final else ""))
+        for stage, dp in zip(stages + ((final,) if final else ()), dparams):
+            if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
+                return Proof("refuted", (n,), f"the gradient of {stage.params[0]} differs")
+    return Proof("proven", (n,), "dx and every stage's parameter gradient equal sympy.diff of "
+                                 "h + FFN(LN2(h)), h = x + MHA(LN1(x)), with and without LN_f, "
+                                 "for arbitrary stage functions")
+
+
+register(Equation(
+    "block.preln", "Pre-LN block (GPT-2), optionally with its final LayerNorm", (VARIANT,),
+    r"h = x + \mathrm{MHA}(\mathrm{LN}_1(x)),\ \mathrm{out} = h + "
+    r"\mathrm{FFN}(\mathrm{LN}_2(h))\ [\,\mathrm{out} \leftarrow \mathrm{LN}_f(\mathrm{out})]",
+    _prove_preln, torch_op="torch.nn.TransformerEncoderLayer(norm_first=True)",
+    numeric_na="a composition of op forwards, each with its own SymPy <-> code check; the "
+               "composition is checked by finite differences and the torch oracle "
+               "(norm_first=True, then F.layer_norm for LN_f)",
+    note="a variant of the protocol (CAPABILITIES block.norm = pre | pre_final): the pre-LN "
+         "label the NumPy-Transformer document puts on a post-LN formula (block.preln_label) "
+         "names this block",
+    uses=("attention.output", "ffn.forward", "layernorm.forward", "residual.forward")))
+register(Equation(
+    "block.preln_backward", "Pre-LN block backward: the stages' backwards composed",
+    (VARIANT,),
+    r"\delta h = \delta + \mathrm{LN}_2^\top(\mathrm{FFN}^\top(\delta)),\ "
+    r"\delta x = \delta h + \mathrm{LN}_1^\top(\mathrm{MHA}^\top(\delta h))\ "
+    r"(\delta \leftarrow \mathrm{LN}_f^\top(\delta)\ \text{first})",
+    _prove_preln_backward, gradient=True,
+    torch_op="torch.nn.TransformerEncoderLayer(norm_first=True)",
+    numeric_na="a composition of the op backwards, each with its own SymPy <-> code check; "
+               "checked by finite differences and the torch oracle on the block op, and "
+               "proven for arbitrary stages",
+    uses=("block.preln", "layernorm.backward.dx", "attention.backward.dx", "ffn.backward",
           "residual.backward")))

@@ -13,9 +13,17 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, exp_to_symbols, lambdify_map, softmax_rows, vjp
+from spec.equations._sym import (
+    arr,
+    compare,
+    exp_to_symbols,
+    is_zero,
+    lambdify_map,
+    softmax_rows,
+    vjp,
+)
 from spec.protocol import IGNORE_INDEX
-from spec.sources import GUIDE, MINIBERT, SEED001, SLIDES
+from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 CE_CASES = ((3, 3, (1, 0, 1)), (2, 4, (1, 1)), (4, 2, (0, 1, 1, 0)))  # (n, V, mask)
 
@@ -220,3 +228,73 @@ register(Equation(
     numeric=Numeric(((1, 2, 2), (2, 2, 3)), _mse_inputs, _mse_sympy(1), _mse_code(1),
                     needs=("mse_forward", "mse_backward")),
     uses=("loss.mse",)))
+
+
+# --------------------------------------------------------------------------- probability input
+VARIANT = PROTOCOL_VARIANTS
+
+
+def _prove_probs_forward() -> Proof:
+    """The loss of probabilities at p = softmax(z) is the logits' cross-entropy:
+    -log p_y = logsumexp(z) - z_y (V = 2, 3, 4; E_k = exp(z_k))."""
+    for V in (2, 3, 4):
+        E = [sp.Symbol(f"E{k}", positive=True) for k in range(V)]
+        p = [e / sp.Add(*E) for e in E]
+        if not is_zero(sp.expand_log(-sp.log(p[V - 1]) - (sp.log(sp.Add(*E)) - sp.log(E[-1])),
+                                     force=True)):
+            return Proof("refuted", (V,), "-log softmax(z)_y != logsumexp(z) - z_y")
+    return Proof("proven", (2, 3, 4), "-log p_y at p = softmax(z) is the logits' loss")
+
+
+def _prove_probs_dp() -> Proof:
+    """dL/dp of L = -sum_r m_r log p[r, y_r] / N is -m_r / (N p[r, y_r]) at the label and 0
+    elsewhere (sympy.diff, two rows, V = 3)."""
+    n, V, labels, mask = 2, 3, (2, 0), (1, 1)
+    p = arr("p", n, V, positive=True)
+    L = -sp.Add(*[mask[r] * sp.log(p[r, labels[r]]) for r in range(n)]) / sum(mask)
+    for r in range(n):
+        for v in range(V):
+            want = -sp.Rational(mask[r], sum(mask)) / p[r, v] if v == labels[r] else 0
+            if not is_zero(sp.diff(L, p[r, v]) - want):
+                return Proof("refuted", (n, V), f"dL/dp[{r}, {v}] differs")
+    return Proof("proven", (n, V), "dL/dp = -onehot / p / N_masked")
+
+
+def _prove_probs_dlogits() -> Proof:
+    """Softmax's backward turns dL/dp = -onehot / p into p - onehot: J^T g with J = diag(p) -
+    p p^T at p = softmax(z) is the logit gradient (V = 2, 3, 4, label 0), so a backward that
+    returns p - onehot from probabilities returns dL/dlogits of softmax + CE composed."""
+    for V in (2, 3, 4):
+        E = [sp.Symbol(f"E{k}", positive=True) for k in range(V)]
+        p = [e / sp.Add(*E) for e in E]
+        g = [-1 / p[0]] + [0] * (V - 1)  # dL/dp for label 0
+        dot = sp.Add(*[p[k] * g[k] for k in range(V)])
+        for j in range(V):
+            jt = p[j] * (g[j] - dot)  # (J^T g)_j = p_j (g_j - sum_k p_k g_k)
+            if not is_zero(jt - (p[j] - (1 if j == 0 else 0))):
+                return Proof("refuted", (V,), f"(J^T dL/dp)_{j} != p_{j} - onehot_{j}")
+    return Proof("proven", (2, 3, 4), "softmax^T(-onehot / p) = p - onehot")
+
+
+register(Equation(
+    "loss.ce.probs", "Cross-entropy of probabilities (softmax output in)", (VARIANT,),
+    r"L = -\frac{1}{N_{masked}} \sum_{masked} \log p[y]\ \ (p = \mathrm{softmax}(z))",
+    _prove_probs_forward, torch_op="torch.nn.functional.nll_loss(log p)",
+    numeric_na="the logits' cross-entropy (loss.ce.*) composed with log; checked by FD, the "
+               "torch oracle (nll_loss of log p) and composed with the protocol's softmax",
+    note="CAPABILITIES cross_entropy.input = probabilities | probabilities_dlogits",
+    uses=("loss.ce.mean", "softmax.forward")))
+register(Equation(
+    "loss.ce.probs_dp", "Its gradient w.r.t. the probabilities", (VARIANT,),
+    r"\frac{\partial L}{\partial p[r, v]} = -\frac{m_r\, \delta_{v y_r}}{N_{masked}\, p[r, y_r]}",
+    _prove_probs_dp, gradient=True, torch_op="torch.nn.functional.nll_loss(log p)",
+    numeric_na="one division at the label; checked by FD on p, the torch oracle and, composed "
+               "with softmax's backward, by every logits check",
+    uses=("loss.ce.probs",)))
+register(Equation(
+    "loss.ce.probs_dlogits", "Probabilities in, the composed logit gradient out", (VARIANT,),
+    r"J_{\mathrm{softmax}}^\top \frac{\partial L}{\partial p} = p - \mathrm{onehot}(y)",
+    _prove_probs_dlogits, gradient=True, torch_op="torch.nn.functional.cross_entropy(log p)",
+    numeric_na="the logit gradient of loss.ce.backward.*; checked by the torch oracle alone "
+               "(its backward is not d/dp, so FD runs on the composition with softmax)",
+    uses=("loss.ce.probs_dp", "softmax.backward", "loss.ce.backward.mean")))

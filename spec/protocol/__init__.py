@@ -94,6 +94,16 @@ everything::
         "guards": {"log_eps": 1e-12},  # numerical guards (spec/guards.py)
     }
 
+Variants (``CAPABILITIES[op] = {option: value or tuple of values}``, the table of options in
+:data:`~spec.protocol.capabilities.VARIANTS`, adapted in :mod:`~spec.protocol.variants`):
+layernorm ``affine``/``eps``, ffn ``b_2``, attention ``W_o``/``causal``/``heads``, block
+``norm`` (post, pre, pre_final)/``causal``, cross_entropy ``ignore_index``/``input``
+(logits, probabilities, probabilities_dlogits).  Absent pieces are passed as None (and their
+gradients are None); a keyword option (causal=, norm=, input=) is passed to an implementation
+declaring several forms and left out for one declaring a single form; per-head weights and
+probability losses are adapted.  Each check says which forms it needs (``Check.needs``) and is
+not applicable, before anything is drawn, to an implementation that does not declare them.
+
 The checks adapt instead of failing on what was never claimed: a call with a bias, mask or
 weight decay the implementation does not claim is *not applicable* (skipped / ``n/a``), the
 conformance examples use ``None`` biases and no mask, and inputs of a rank an op does not accept

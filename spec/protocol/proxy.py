@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from spec.protocol import variants
 from spec.protocol.capabilities import (
     FORWARD_ARGS,
     RANK_ADAPTABLE,
@@ -262,17 +263,35 @@ class ImplProxy:
         ranks = caps["ranks"].get(op)
         rank_fwd = ranks and op in RANK_ADAPTABLE and name.endswith("_forward")
         rank_bwd = ranks and op in RANK_ADAPTABLE and name.endswith("_backward")
-        if not (checks or rank_fwd or rank_bwd):
+        # the op's declared variants (spec/protocol/variants.py): forms it does not declare
+        # are not applicable, per-head layouts and probability losses are adapted
+        steps = variants.layers(op, name, caps, self._not_claimed)
+        if not (checks or rank_fwd or rank_bwd or steps):
             return None
 
         def adapt(args, kwargs):
             for check in checks:
                 check(args, kwargs)
+            posts = []
+            for step in steps:
+                args, kwargs, post = step(args, kwargs)
+                posts.append(post)
             if rank_fwd:
-                return self._rank_forward(op, ranks, args, kwargs)
-            if rank_bwd and len(args) >= 2 and isinstance(args[1], _RankCache):
-                return self._rank_backward(op, args, kwargs)
-            return args, kwargs, None
+                args, kwargs, post = self._rank_forward(op, ranks, args, kwargs)
+                posts.append(post)
+            elif rank_bwd and len(args) >= 2 and isinstance(args[1], _RankCache):
+                args, kwargs, post = self._rank_backward(op, args, kwargs)
+                posts.append(post)
+            posts = [p for p in reversed(posts) if p is not None]
+            if not posts:
+                return args, kwargs, None
+
+            def post_all(result):
+                for p in posts:
+                    result = p(result)
+                return result
+
+            return args, kwargs, post_all
 
         return adapt
 

@@ -189,7 +189,7 @@ _ATTENTION_EQUATIONS = (
     "attention.qkv", "attention.scores", "attention.context", "attention.output",
     "attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
     "attention.backward.dS", "attention.backward.dQ", "attention.backward.dK",
-    "attention.backward.dx")
+    "attention.backward.dx", "attention.causal")
 
 
 # The contract of each row, in words.  One place: the README's protocol table is generated from
@@ -204,7 +204,8 @@ _DOCS = {
                             "x + PE", ""),
     "linear": ("linear_forward(x [...,n], W [n,m], b [m] or None) -> x W + b [...,m]", ""),
     "layernorm": ("layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12) -> "
-                  "gamma * x_hat + beta (biased variance)", ""),
+                  "gamma * x_hat + beta (biased variance); variants: gamma = beta = None "
+                  "(no affine map), eps = 0", ""),
     "softmax": ("softmax_forward(x [...,n], mask=None) -> softmax over the last axis; mask "
                 "(bool, x's shape) keeps True entries", ""),
     "softmax_jacobian": ("softmax_jacobian(p [...,n]) -> J [...,n,n], J = diag(p) - p p^T", ""),
@@ -213,12 +214,15 @@ _DOCS = {
     "heads": ("split_heads(x [B,T,H], n_heads) -> [B,A,T,d_k]; merge_heads is its inverse", ""),
     "attention": ("attention_forward(x [B,T,H], W_q, W_k, W_v, W_o [H,H], b_q, b_k, b_v, b_o "
                   "[H] or None, *, n_heads, mask=None) -> multi-head self-attention [B,T,H]; "
-                  "mask [B,T] marks the keys that may be attended", ""),
+                  "mask [B,T] marks the keys that may be attended; variants: causal=True, "
+                  "W_o = b_o = None (no output projection), per-head weights [A,H,d_k]", ""),
     "ffn": ("ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H]) -> "
-            "ReLU(x W_1 + b_1) W_2 + b_2", ""),
+            "ReLU(x W_1 + b_1) W_2 + b_2; variant: b_2 = None", ""),
     "block": ("block_forward(x [B,T,H], p, *, n_heads, mask=None, eps=1e-12) -> post-LN block "
               "LN2(h + FFN(h)), h = LN1(x + MHA(x)); p is a dict keyed attn.W_q .. attn.b_o, "
-              "ln1.gamma, ln1.beta, ffn.W_1 .. ffn.b_2, ln2.gamma, ln2.beta",
+              "ln1.gamma, ln1.beta, ffn.W_1 .. ffn.b_2, ln2.gamma, ln2.beta; variants: "
+              'norm="pre" (h + FFN(LN2(h)), h = x + MHA(LN1(x))), norm="pre_final" (then '
+              "LN_f, keys ln_f.gamma, ln_f.beta), causal=True",
               "(dx, grads) with grads keyed like p"),
     "pooler": ("pooler_forward(h [B,T,H], W [H,H], b [H]) -> tanh(h[:, 0] W + b) [B,H]", ""),
     "gelu": ('gelu_forward(x, approximate="none"|"tanh") -> x Phi(x) (erf) or its tanh '
@@ -237,7 +241,9 @@ _DOCS = {
                    "tanh(h[:, 0] W_p + b_p) W_c + b_c [B,C]", ""),
     "cross_entropy": ("cross_entropy_forward(logits [...,V], labels [...], *, "
                       'ignore_index=-100, reduction="mean"|"sum") -> scalar ("mean" divides by '
-                      "the positions whose label is not ignore_index)",
+                      "the positions whose label is not ignore_index); variants: without "
+                      'ignore_index (predicted rows only), input="probabilities" (softmax '
+                      'output in, dL/dp out) or "probabilities_dlogits" (dL/dlogits out)',
                       "(dlogits,) from a scalar dloss"),
     "mse": ("mse_forward(y_hat, y) -> scalar sum((y_hat - y)^2) / y.size",
             "(dy_hat, dy) from a scalar dloss"),
@@ -293,7 +299,8 @@ _TABLE = (
     Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward"), FFN_PARAMS,
        example=_ffn_example),
     Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
-                                            "residual.backward", "block.backward"),
+                                            "residual.backward", "block.backward",
+                                            "block.preln", "block.preln_backward"),
        block_param_names(attn_bias=True)),
     Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",),
        example=lambda rng: {"h": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 4)),
@@ -311,7 +318,8 @@ _TABLE = (
     Op("classifier", _pair("classifier"), ("h", "W_p", "b_p", "W_c", "b_c"),
        ("classifier.forward", "classifier.backward"), example=_classifier_example),
     Op("cross_entropy", _pair("cross_entropy"), ("logits",),
-       ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum"),
+       ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum",
+        "loss.ce.probs", "loss.ce.probs_dp", "loss.ce.probs_dlogits"),
        example=_cross_entropy_example),
     Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward"),
        example=lambda rng: {"y_hat": rng.standard_normal((2, 3, 4)),

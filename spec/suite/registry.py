@@ -65,6 +65,10 @@ class Check:
     # the suite's own set-up (building SymPy expressions), run before the time limit starts:
     # its cost is not the implementation's
     prepare: Callable | None = field(default=None, compare=False, repr=False)
+    # what the implementation must declare for the check to apply ({"key_mask": True,
+    # "layernorm.affine": False, ...}, spec.protocol.capabilities.unmet): decided before the
+    # check runs or draws anything, so no check is skipped by the chance of a draw
+    needs: Mapping = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def column(self) -> str:
@@ -183,7 +187,7 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
           ops: Iterable[str] | Callable | None = None,
           equations: Iterable[str] | Callable | None = None, given: Mapping | None = None,
           requires: Iterable[str] = (), kinds_arg: str | None = None,
-          prepare: Callable | None = None):
+          prepare: Callable | None = None, needs: Mapping | Callable | None = None):
     """Register the decorated function as one check, or one per case.
 
     ``kind`` is a key of :data:`KINDS`, or several separated by ``|`` (``"oracle.forward|
@@ -193,7 +197,9 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     is a check named ``name-suffix`` (or ``suffix`` when name is ""), called with its kwargs.
     ``ops`` and ``equations`` may be callables of the case's kwargs; ``ops`` defaults to the
     rows of ``equations`` (every ID belongs to one op of the table).  ``prepare(**case
-    kwargs)`` runs before the check's time limit starts (the suite's own set-up).
+    kwargs)`` runs before the check's time limit starts (the suite's own set-up).  ``needs``
+    (a mapping, or a callable of the case's kwargs) is what the implementation must declare
+    (:attr:`Check.needs`).
     """
     kinds = kind.split("|")
     for k in kinds:
@@ -220,7 +226,8 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
                     raise ValueError(f"check {label}: ops {unknown} are not rows of the op table")
                 c = Check(f"{k}[{label}]", k, rows, eqs, fn, kw, given, tuple(requires),
                           inspect.getdoc(fn) or "",
-                          None if prepare is None else functools.partial(prepare, **kwargs))
+                          None if prepare is None else functools.partial(prepare, **kwargs),
+                          dict(needs(kwargs) if callable(needs) else needs or {}))
                 if not _ID.match(c.id):
                     raise ValueError(f"check: malformed id {c.id!r}")
                 if c.id in _REGISTRY and _REGISTRY[c.id].func is not fn:

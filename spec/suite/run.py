@@ -34,7 +34,9 @@ from spec.protocol import (
     NotApplicable,
     label_of,
     load_impl,
+    not_claimed_message,
 )
+from spec.protocol.capabilities import declared_variants, unmet
 from spec.suite.registry import Check
 
 # Time limit of one example of a check by default, seconds (a fixed-seed check is one example).
@@ -271,6 +273,12 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     lacking = absent_ops(check, proxy)
     if lacking is not None:  # before anything is imported or drawn: an n/a costs nothing
         return Result(check.id, check.kind, check.ops, "n/a", lacking)
+    if check.needs:  # decided before anything is drawn: never a skip by the chance of a draw
+        reason = unmet(object.__getattribute__(proxy, "_impl_caps"), check.needs)
+        if reason is not None:
+            return Result(check.id, check.kind, check.ops, "n/a",
+                          not_claimed_message(proxy._impl_label, reason))
+
     @contextmanager
     def each_call():  # the time limit of one example, and the caller's sign of life
         if heartbeat is not None:
@@ -309,6 +317,10 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         text = _convention_text(w)
         if text is not None and text not in conventions:
             conventions.append(text)
+    if outcome in ("passed", "failed"):  # the verdict says which variant it judged
+        declared = declared_variants(object.__getattribute__(proxy, "_impl_caps"))
+        for op in check.ops:
+            conventions += [v for v in declared.get(op, ()) if v not in conventions]
     if outcome == "failed":
         if not message.strip():
             message = "failed without a message"  # never an empty red (spec/suite/run.py)

@@ -16,11 +16,19 @@ draws the same data whatever implementation is under test.  Conventions:
   family of a row of ``spec.protocol.OPS``: the FD and generic invariant checks
   (spec/suite/checks/fd.py, invariants.py) run every registered family, with the check name
   ``op_variant`` (or ``op``).
+* Variants an implementation may not support (masks, biases, the op variants of
+  ``spec.protocol.capabilities.VARIANTS``) are parameters of a family, decided before anything
+  is drawn: ``needs`` (what the implementation must declare, else the check is not applicable
+  with the reason) and ``resolve`` (the options that follow the implementation: a family
+  about causal attention draws biases only for an implementation that has them).
+* The smoothness filters of composite ops (the block) run the protocol's reference ops, so a
+  filter never calls the implementation in a form it does not declare.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from spec.protocol import IGNORE_INDEX, OPS
+from spec.protocol.capabilities import resolve_variant
 from spec.tolerances import KINK_MARGIN, LN_MIN_VAR
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
@@ -214,12 +223,21 @@ class CaseFamily:
     f32_ok: Callable | None = None  # (case) -> bool: well-conditioned enough to compare f32/f64
     elementwise_max: int = ELEMENTWISE_MAX_SIZE  # largest tensor checked element by element
     n_dirs: int = N_DIRECTIONS  # random directions per larger tensor
+    # what the implementation must declare (CAPABILITIES), decided before any draw:
+    # "op.option" -> value (passed to the strategy as ``option``), "attention_bias" /
+    # "key_mask" -> True; and the "op.option"s (or "attention_bias", "key_mask") whose value
+    # follows the implementation (passed as ``option``, ``bias``, ``masked``)
+    needs: tuple = ()
+    resolve: tuple[str, ...] = ()
+    fd: bool = True  # the backward is the gradient of the forward (not a composed one)
 
     @property
     def equations(self) -> tuple[str, ...]:
-        """The equation IDs of the op (and of ``also``) this family exercises."""
+        """The equation IDs of the op (and of ``also``) this family exercises: ``omit`` holds
+        last components ("db") or whole IDs."""
         ids = (e for row in (self.op, *self.also) for e in OPS[row].equations)
-        return tuple(e for e in ids if e.rsplit(".", 1)[-1] not in self.omit)
+        return tuple(e for e in ids if e.rsplit(".", 1)[-1] not in self.omit
+                     and e not in self.omit)
 
     def bind(self, impl):
         """(forward, backward) of the implementation for this family."""
@@ -228,12 +246,39 @@ class CaseFamily:
         forward, backward = OPS[self.op].pair
         return getattr(impl, forward), getattr(impl, backward)
 
+    def strategy_for(self, caps: dict) -> st.SearchStrategy[OpCase]:
+        """The family's strategy with its variant parameters: the fixed ones (``needs``) and
+        those that follow the implementation's declarations (``resolve``)."""
+        kw = variant_kwargs(self.op, dict(self.needs), self.resolve, caps)
+        takes = inspect.signature(self.function).parameters  # the options it is drawn with
+        return self.cases(**{k: v for k, v in kw.items() if k in takes})
+
+
+# capability -> the strategy keyword that carries it
+_CAPABILITY_KWARGS = {"attention_bias": "bias", "key_mask": "masked"}
+
+
+def variant_kwargs(op: str, needs: dict, resolve: tuple, caps: dict) -> dict:
+    """Strategy keywords of one check: the ``needs`` of ``op``'s own options, then each
+    ``resolve`` key at the value the implementation declares (its standard form when it has
+    it).  Called after the needs were met (spec.suite.run checks them first)."""
+    kw = {k.split(".", 1)[1]: v for k, v in needs.items() if k.startswith(op + ".")}
+    for key in resolve:
+        if key in _CAPABILITY_KWARGS:
+            kw[_CAPABILITY_KWARGS[key]] = bool(caps[key])
+            continue
+        row, option = key.split(".")
+        fixed = {k.split(".", 1)[1]: v for k, v in needs.items() if k.startswith(row + ".")}
+        kw[option] = resolve_variant(caps, row, fixed)[option]
+    return kw
+
 
 FAMILIES: list[CaseFamily] = []
 
 
 def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None, smooth=None,
-          f32_ok=None, elementwise_max=None, n_dirs=None, **strategy_kwargs):
+          f32_ok=None, elementwise_max=None, n_dirs=None, needs=None, resolve=(), fd=True,
+          **strategy_kwargs):
     """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
     of ``op`` (check name ``op_variant``, or ``op`` without a variant).  Stacked decorators register
     in the order they are written."""
@@ -245,7 +290,8 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
                   if v is not None}
         family = CaseFamily(op, op if variant is None else f"{op}_{variant}",
                             functools.partial(fn, **strategy_kwargs), fn, tuple(omit),
-                            tuple(also), adapter, smooth, f32_ok, **sizes_)
+                            tuple(also), adapter, smooth, f32_ok, **sizes_,
+                            needs=tuple((needs or {}).items()), resolve=tuple(resolve), fd=fd)
         if any(f.name == family.name for f in FAMILIES):
             raise ValueError(f"cases: case family {family.name!r} is registered twice")
         # decorators apply bottom-up: go before the families the ones below registered
@@ -312,15 +358,21 @@ def layernorm_eps() -> st.SearchStrategy[float]:
                      st.floats(-12.0, -3.0).map(lambda e: float(10.0 ** e)))
 
 
-@cases("layernorm")
+@cases("layernorm", needs={"layernorm.affine": True}, resolve=("layernorm.eps",))
+# the affine-free family checks dgamma and dbeta too: that they come back None
+@cases("layernorm", "plain", needs={"layernorm.affine": False}, resolve=("layernorm.eps",))
 @st.composite
-def layernorm_cases(draw, gamma_margin: float = 0.0) -> OpCase:
+def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
+                    eps: bool = True) -> OpCase:
+    """``affine`` False: gamma = beta = None (the variant without the affine map); ``eps``
+    False: eps = 0 (rows keep variance >= LN_MIN_VAR, so 1/sqrt(var) stays moderate)."""
     lead = draw(_lead_shapes())
     N = draw(sizes(2, 6))
-    inputs = {"x": draw(layernorm_inputs(lead + (N,))), "gamma": draw(gammas(N, gamma_margin)),
-              "beta": draw(betas(N))}
-    return OpCase(inputs, {"eps": draw(layernorm_eps())}, draw(upstream(lead + (N,))),
-                  draw(_seed()))
+    inputs = {"x": draw(layernorm_inputs(lead + (N,))),
+              "gamma": draw(gammas(N, gamma_margin)) if affine else None,
+              "beta": draw(betas(N)) if affine else None}
+    return OpCase(inputs, {"eps": draw(layernorm_eps()) if eps else 0.0},
+                  draw(upstream(lead + (N,))), draw(_seed()))
 
 
 @cases("softmax", masked=False)
@@ -352,25 +404,60 @@ ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 
 @st.composite
-def attention_params(draw, H: int, bias: bool) -> dict:
-    """W_q, W_k, W_v, W_o [H, H] and b_q.. [H] (None without biases), in the forward's order."""
+def attention_params(draw, H: int, bias: bool, W_o: bool = True) -> dict:
+    """W_q, W_k, W_v, W_o [H, H] and b_q.. [H] (None without biases; W_o and b_o None without
+    the output projection), in the forward's order."""
     p = {name: draw(arrays((H, H), -1.0, 1.0)) for name in ATTENTION_WEIGHTS}
     p.update({name: draw(arrays((H,), -1.0, 1.0)) if bias else None
               for name in ATTENTION_BIASES})
+    if not W_o:
+        p["W_o"] = p["b_o"] = None
     return p
 
 
-@cases("attention", "nobias", bias=False, masked=False, also=("heads",))
-@cases("attention", "nobias_mask", bias=False, masked=True, also=("heads",))
-@cases("attention", "bias", bias=True, masked=False, also=("heads",))
-@cases("attention", "bias_mask", bias=True, masked=True, also=("heads",))
 @st.composite
-def attention_cases(draw, bias: bool, masked: bool) -> OpCase:
+def causal_key_masks(draw, B: int, T: int) -> np.ndarray:
+    """A key padding mask that a causal attention can take: key 0 always attendable (the first
+    query sees key 0 alone)."""
+    m = draw(key_masks(B, T))
+    m[:, 0] = True
+    return m
+
+
+def _attention_needs(bias: bool, masked: bool) -> dict:
+    return {"attention.W_o": True, "attention.causal": False,
+            **({"attention_bias": True} if bias else {}), **({"key_mask": True} if masked else {})}
+
+
+_FOLLOW = ("attention_bias", "key_mask")  # biases and masks as the implementation has them
+
+
+@cases("attention", "nobias", bias=False, masked=False, also=("heads",), omit=("causal",),
+       needs=_attention_needs(False, False))
+@cases("attention", "nobias_mask", bias=False, masked=True, also=("heads",), omit=("causal",),
+       needs=_attention_needs(False, True))
+@cases("attention", "bias", bias=True, masked=False, also=("heads",), omit=("causal",),
+       needs=_attention_needs(True, False))
+@cases("attention", "bias_mask", bias=True, masked=True, also=("heads",), omit=("causal",),
+       needs=_attention_needs(True, True))
+@cases("attention", "noproj", also=("heads",), omit=("causal", "dW_o"),
+       needs={"attention.W_o": False}, resolve=("attention.causal",) + _FOLLOW)
+@cases("attention", "causal", also=("heads",), needs={"attention.causal": True},
+       resolve=("attention.W_o",) + _FOLLOW)
+@st.composite
+def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
+                    causal: bool = False) -> OpCase:
+    """``W_o`` False: no output projection (W_o = b_o = None); ``causal``: the causal variant
+    (``causal=True`` passed; a key mask then keeps key 0).  The per-head layout is the proxy's
+    (a conversion of the same weights)."""
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
     H = A * d_k
-    inputs = {"x": draw(arrays((B, T, H))), **draw(attention_params(H, bias))}
-    fixed = {"n_heads": A, "mask": draw(key_masks(B, T)) if masked else None}
+    inputs = {"x": draw(arrays((B, T, H))), **draw(attention_params(H, bias, W_o))}
+    mask = None
+    if masked:
+        mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
+    fixed = {"n_heads": A, "mask": mask, **({"causal": True} if causal else {})}
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
@@ -386,28 +473,35 @@ def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray) -> bo
     return bool(np.min(np.abs(x @ W_1 + b_1)) > KINK_MARGIN)
 
 
-@cases("ffn")
+@cases("ffn", needs={"ffn.b_2": True})
+@cases("ffn", "nob2", needs={"ffn.b_2": False})
 @st.composite
-def ffn_cases(draw) -> OpCase:
+def ffn_cases(draw, b_2: bool = True) -> OpCase:
+    """``b_2`` False: the FFN without its second bias (b_2 = None)."""
     B, T = draw(batch_seq())
     H, I = draw(sizes(1, 4)), draw(sizes(1, 5))
     inputs = {"x": draw(arrays((B, T, H))), **draw(ffn_params(H, I))}
+    if not b_2:
+        inputs["b_2"] = None
     assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
     return OpCase(inputs, {}, draw(upstream((B, T, H))), draw(_seed()))
 
 
-def block_param_names(attn_bias: bool) -> tuple[str, ...]:
-    """Local names of one post-LN block's parameters (the protocol's ``p`` dict)."""
+def block_param_names(attn_bias: bool, norm: str = "post") -> tuple[str, ...]:
+    """Local names of one block's parameters (the protocol's ``p`` dict); ``ln_f.*`` for the
+    pre-LN block with its final LayerNorm."""
     attn = ATTENTION_WEIGHTS + (ATTENTION_BIASES if attn_bias else ())
     return (tuple(f"attn.{n}" for n in attn) + ("ln1.gamma", "ln1.beta")
-            + tuple(f"ffn.{n}" for n in ("W_1", "b_1", "W_2", "b_2")) + ("ln2.gamma", "ln2.beta"))
+            + tuple(f"ffn.{n}" for n in ("W_1", "b_1", "W_2", "b_2")) + ("ln2.gamma", "ln2.beta")
+            + (("ln_f.gamma", "ln_f.beta") if norm == "pre_final" else ()))
 
 
 def block_adapter(impl):
     """block_forward(x, p, ...) with p a dict -> forward(x, **p) and a tuple backward."""
 
     def forward(x, *, n_heads, mask=None, eps=1e-12, **p):
-        out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps)
+        variant = {k: p.pop(k) for k in ("norm", "causal") if k in p}
+        out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, **variant)
         return out, (cache, tuple(p))
 
     def backward(dout, cache):
@@ -421,21 +515,46 @@ def block_adapter(impl):
     return forward, backward
 
 
-def block_smooth(impl, case: OpCase) -> bool:
-    """Both LayerNorm inputs have row variance >= LN_MIN_VAR and the FFN's ReLU pre-activation
-    is >= KINK_MARGIN from 0 (computed with the implementation's own protocol ops)."""
-    p, x = case.inputs, case.inputs["x"]
+def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, norm="post",
+                       eps=1e-12) -> tuple[float, float]:
+    """(smallest LayerNorm input row variance, smallest |ReLU pre-activation|) through one block,
+    computed with the protocol's reference ops (float64): where the block is smooth."""
+    from reference import ops  # the one definition of each op (a filter, not a judgement)
+
     attn = [p.get(f"attn.{n}") for n in ATTENTION_WEIGHTS + ATTENTION_BIASES]
-    a, _ = impl.attention_forward(x, *attn, n_heads=case.fixed["n_heads"],
-                                  mask=case.fixed["mask"])
-    if np.min((x + a).var(axis=-1)) < LN_MIN_VAR:
-        return False
-    h1, _ = impl.layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"])
-    pre, _ = impl.linear_forward(h1, p["ffn.W_1"], p["ffn.b_1"])
-    if np.min(np.abs(pre)) <= KINK_MARGIN:
-        return False
-    f, _ = impl.ffn_forward(h1, p["ffn.W_1"], p["ffn.b_1"], p["ffn.W_2"], p["ffn.b_2"])
-    return bool(np.min((h1 + f).var(axis=-1)) >= LN_MIN_VAR)
+    ffn = [p[f"ffn.{n}"] for n in ("W_1", "b_1", "W_2", "b_2")]
+    variances, kinks = [], []
+
+    def ln(v, name):
+        variances.append(float(np.min(v.var(axis=-1))))
+        return ops._layernorm_forward(v, p[f"{name}.gamma"], p[f"{name}.beta"], eps)[0]
+
+    def ffn_of(v):
+        kinks.append(float(np.min(np.abs(v @ ffn[0] + ffn[1]))))
+        return ops._ffn_forward(v, *ffn)[0]
+
+    def mha(v):
+        return ops._attention_forward(v, *attn, n_heads=n_heads, mask=mask, causal=causal)[0]
+
+    if norm == "post":
+        h = ln(x + mha(x), "ln1")
+        ln(h + ffn_of(h), "ln2")
+    else:
+        h = x + mha(ln(x, "ln1"))
+        out = h + ffn_of(ln(h, "ln2"))
+        if norm == "pre_final":
+            ln(out, "ln_f")
+    return min(variances), min(kinks)
+
+
+def block_smooth(impl, case: OpCase) -> bool:
+    """Every LayerNorm input has row variance >= LN_MIN_VAR and the FFN's ReLU pre-activation
+    is >= KINK_MARGIN from 0 (computed with the protocol's reference ops: the filter never
+    calls the implementation in a form it does not declare)."""
+    p, f = case.inputs, case.fixed
+    var, kink = block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=f["mask"],
+                                   causal=f.get("causal", False), norm=f.get("norm", "post"))
+    return var >= LN_MIN_VAR and kink > KINK_MARGIN
 
 
 _BLOCK = dict(
@@ -445,18 +564,37 @@ _BLOCK = dict(
     # rounding noise of O(u * terms) in float32
     f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3,
     elementwise_max=0, n_dirs=2)  # ~20 tensors through a whole block: directional only
+_POST = ("block.preln", "block.preln_backward")  # the pre-LN block's IDs: not exercised
+_PRE = ("block.postln", "block.backward")  # the post-LN block's
 
 
-@cases("block", "nobias", bias=False, masked=False, **_BLOCK)
-@cases("block", "nobias_mask", bias=False, masked=True, **_BLOCK)
-@cases("block", "bias", bias=True, masked=False, **_BLOCK)
-@cases("block", "bias_mask", bias=True, masked=True, **_BLOCK)
+def _block_needs(bias: bool, masked: bool) -> dict:
+    return {"block.norm": "post", "block.causal": False,
+            **({"attention_bias": True} if bias else {}), **({"key_mask": True} if masked else {})}
+
+
+@cases("block", "nobias", bias=False, masked=False, omit=_POST,
+       needs=_block_needs(False, False), **_BLOCK)
+@cases("block", "nobias_mask", bias=False, masked=True, omit=_POST,
+       needs=_block_needs(False, True), **_BLOCK)
+@cases("block", "bias", bias=True, masked=False, omit=_POST, needs=_block_needs(True, False),
+       **_BLOCK)
+@cases("block", "bias_mask", bias=True, masked=True, omit=_POST,
+       needs=_block_needs(True, True), **_BLOCK)
+@cases("block", "preln", omit=_PRE, needs={"block.norm": "pre"},
+       resolve=("block.causal",) + _FOLLOW, **_BLOCK)
+@cases("block", "preln_final", omit=_PRE, needs={"block.norm": "pre_final"},
+       resolve=("block.causal",) + _FOLLOW, **_BLOCK)
+@cases("block", "causal", omit=_POST, needs={"block.causal": True},
+       resolve=("block.norm",) + _FOLLOW, **_BLOCK)
 @st.composite
-def block_cases(draw, bias: bool, masked: bool) -> OpCase:
-    """x plus every block parameter as a differentiable input named by its local name.
+def block_cases(draw, bias: bool, masked: bool, norm: str = "post",
+                causal: bool = False) -> OpCase:
+    """x plus every block parameter as a differentiable input named by its local name;
+    ``norm`` and ``causal`` select the variant (passed as keywords when not the standard).
 
     The ReLU and LayerNorm conditions depend on the attention output, so the test filters
-    them with the implementation's forward (``block_smooth`` above)."""
+    them (``block_smooth`` above)."""
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
     H = A * d_k
@@ -466,8 +604,14 @@ def block_cases(draw, bias: bool, masked: bool) -> OpCase:
     p.update({"ln1.gamma": draw(gammas(H)), "ln1.beta": draw(betas(H))})
     p.update({f"ffn.{k}": v for k, v in draw(ffn_params(H, I)).items()})
     p.update({"ln2.gamma": draw(gammas(H)), "ln2.beta": draw(betas(H))})
-    inputs = {"x": draw(arrays((B, T, H))), **{n: p[n] for n in block_param_names(bias)}}
-    fixed = {"n_heads": A, "mask": draw(key_masks(B, T)) if masked else None}
+    if norm == "pre_final":
+        p.update({"ln_f.gamma": draw(gammas(H)), "ln_f.beta": draw(betas(H))})
+    inputs = {"x": draw(arrays((B, T, H))), **{n: p[n] for n in block_param_names(bias, norm)}}
+    mask = None
+    if masked:
+        mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
+    fixed = {"n_heads": A, "mask": mask, **({"norm": norm} if norm != "post" else {}),
+             **({"causal": True} if causal else {})}
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
@@ -482,15 +626,69 @@ def pooler_cases(draw, bias: bool = True) -> OpCase:
     return OpCase(inputs, {}, draw(upstream((B, H))), draw(_seed()))
 
 
-@cases("cross_entropy", "mean", reduction="mean", omit=("sum",))
-@cases("cross_entropy", "sum", reduction="sum", omit=("mean",))
+_PROBS = ("probs", "probs_dp", "probs_dlogits")  # the probability forms' equations
+_IGNORING = {"cross_entropy.ignore_index": True}
+
+
+@cases("cross_entropy", "mean", reduction="mean", omit=("sum",) + _PROBS, needs=_IGNORING)
+@cases("cross_entropy", "sum", reduction="sum", omit=("mean",) + _PROBS, needs=_IGNORING)
+# the predicted rows gathered, in both layouts a loss without ignore_index is handed: [N, V]
+# and [1, N, V] (a loss dividing by shape[0] is right in one and wrong in the other)
+@cases("cross_entropy", "rows_mean", reduction="mean", layout="rows", omit=("sum",) + _PROBS)
+@cases("cross_entropy", "rows_sum", reduction="sum", layout="rows", omit=("mean",) + _PROBS)
+@cases("cross_entropy", "batch_mean", reduction="mean", layout="batch", omit=("sum",) + _PROBS)
+@cases("cross_entropy", "batch_sum", reduction="sum", layout="batch", omit=("mean",) + _PROBS)
 @st.composite
-def cross_entropy_cases(draw, reduction: str) -> OpCase:
-    lead = draw(_lead_shapes(3).filter(len))  # labels need at least one axis
+def cross_entropy_cases(draw, reduction: str, layout: str | None = None) -> OpCase:
+    """``layout`` None: any leading shape, ignored positions marked IGNORE_INDEX; "rows"
+    [N, V] / "batch" [1, N, V]: every position predicted (no ignore_index passed)."""
+    if layout is None:
+        lead = draw(_lead_shapes(3).filter(len))  # labels need at least one axis
+    else:
+        N = draw(sizes(1, 5))
+        lead = (N,) if layout == "rows" else (1, N)
     V = draw(sizes(1, 6))
     inputs = {"logits": draw(arrays(lead + (V,), -4.0, 4.0))}
-    fixed = {"labels": draw(ce_labels(lead, V)), "reduction": reduction}
+    labels = (draw(ce_labels(lead, V)) if layout is None else
+              draw(hnp.arrays(np.int64, lead, elements=st.integers(0, V - 1),
+                              fill=st.nothing())))
+    fixed = {"labels": labels, "reduction": reduction}
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
+
+
+def _probs_omit(form: str, reduction: str) -> tuple:
+    other = "probs_dlogits" if form == "probabilities" else "probs_dp"
+    return ("mean", "sum", other)
+
+
+def _probs(form: str, reduction: str) -> dict:
+    return dict(reduction=reduction, omit=_probs_omit(form, reduction),
+                needs={"cross_entropy.input": form}, resolve=("cross_entropy.ignore_index",),
+                fd=form == "probabilities")
+
+
+# the loss on probabilities alone (its composition with softmax is every family above, through
+# the proxy); the composed form's backward is a logit gradient, not d/dp: no FD of its own
+@cases("cross_entropy", "probs_mean", **_probs("probabilities", "mean"))
+@cases("cross_entropy", "probs_sum", **_probs("probabilities", "sum"))
+@cases("cross_entropy", "probs_dlogits_mean", **_probs("probabilities_dlogits", "mean"))
+@cases("cross_entropy", "probs_dlogits_sum", **_probs("probabilities_dlogits", "sum"))
+@st.composite
+def cross_entropy_probs_cases(draw, reduction: str, input: str,  # noqa: A002 (the keyword)
+                              ignore_index: bool = True) -> OpCase:
+    """Probabilities p = softmax(z), z in [-2, 2] (every p >= e^-4 / V: -log p stays smooth
+    at the FD step), passed as the first argument with ``input=form``; ignored positions only
+    for an implementation that takes ignore_index."""
+    lead = draw(_lead_shapes(3).filter(len))
+    V = draw(sizes(1, 6))
+    z = draw(arrays(lead + (V,), -2.0, 2.0))
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    labels = (draw(ce_labels(lead, V)) if ignore_index else
+              draw(hnp.arrays(np.int64, lead, elements=st.integers(0, V - 1),
+                              fill=st.nothing())))
+    fixed = {"labels": labels, "reduction": reduction, "input": input}
+    return OpCase({"logits": p}, fixed, draw(scalar_upstream()), draw(_seed()))
 
 
 @cases("linear_cross_entropy", "mean", reduction="mean")

@@ -272,20 +272,29 @@ def tanh(x):
     return torch.tanh(x)
 
 
+def causal_mask(T: int) -> torch.Tensor:
+    """torch's boolean attention mask of a causal attention: True where query i may *not*
+    attend key j (j > i), as ``nn.Transformer.generate_square_subsequent_mask`` marks it."""
+    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+
+
 def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, n_heads,
-              mask=None):
+              mask=None, causal=False):
     """torch's multi-head attention (the functional form of nn.MultiheadAttention) with
     separate Q/K/V projections.  ``mask`` [B, T] True = may be attended; torch's
-    key_padding_mask is the opposite (True = ignore)."""
+    key_padding_mask is the opposite (True = ignore).  ``causal``: torch's attn_mask of a
+    causal attention; ``W_o`` None: the identity as torch's output projection (y = C)."""
     biases = (b_q, b_k, b_v)
     if any(b is None for b in biases) and not all(b is None for b in biases):
         raise ValueError("b_q, b_k, b_v: torch's attention takes all three or none")
     in_proj_bias = None if b_q is None else torch.cat(biases)
     H = x.shape[-1]
+    W_out = torch.eye(H, dtype=x.dtype) if W_o is None else weight(W_o)
     q = x.transpose(0, 1)  # torch wants [T, B, H]
     y, _ = F.multi_head_attention_forward(
-        q, q, q, H, n_heads, None, in_proj_bias, None, None, False, 0.0, weight(W_o), b_o,
+        q, q, q, H, n_heads, None, in_proj_bias, None, None, False, 0.0, W_out, b_o,
         training=False, key_padding_mask=None if mask is None else ~mask, need_weights=False,
+        attn_mask=causal_mask(x.shape[1]) if causal else None,
         use_separate_proj_weight=True, q_proj_weight=weight(W_q), k_proj_weight=weight(W_k),
         v_proj_weight=weight(W_v))
     return y.transpose(0, 1)  # [B, T, H]
@@ -295,13 +304,16 @@ def ffn(x, W_1, b_1, W_2, b_2):
     return F.linear(F.relu(F.linear(x, weight(W_1), b_1)), weight(W_2), b_2)
 
 
-def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12):
-    """torch's own post-LN encoder layer (``nn.TransformerEncoderLayer(norm_first=False)``,
-    ReLU, no dropout) run with our parameters (``torch.func.functional_call``).  Unbiased
-    attention is torch's attention with zero biases."""
+def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, norm="post",
+          causal=False):
+    """torch's own encoder layer (``nn.TransformerEncoderLayer``, ReLU, no dropout; post-LN, or
+    ``norm_first=True`` for norm "pre" / "pre_final", the latter followed by F.layer_norm with
+    ``ln_f.*``, as ``nn.TransformerEncoder(norm=...)`` ends a pre-LN stack) run with our
+    parameters (``torch.func.functional_call``); ``causal``: its causal ``src_mask``.
+    Unbiased attention is torch's attention with zero biases."""
     H = x.shape[-1]
     I = p["ffn.W_1"].shape[1]
-    layer = _encoder_layer(H, n_heads, I, eps, x.dtype)
+    layer = _encoder_layer(H, n_heads, I, eps, x.dtype, norm_first=norm != "post")
     zeros = torch.zeros(H, dtype=x.dtype)
     b = {n: p.get(f"attn.{n}", zeros) for n in ("b_q", "b_k", "b_v", "b_o")}
     state = {
@@ -316,19 +328,23 @@ def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12):
         "norm2.weight": p["ln2.gamma"], "norm2.bias": p["ln2.beta"],
     }
     key_padding_mask = None if mask is None else ~mask
-    return torch.func.functional_call(layer, state, (x,),
-                                      {"src_key_padding_mask": key_padding_mask})
+    out = torch.func.functional_call(
+        layer, state, (x,), {"src_key_padding_mask": key_padding_mask,
+                             "src_mask": causal_mask(x.shape[1]) if causal else None})
+    if norm == "pre_final":
+        out = F.layer_norm(out, (H,), p["ln_f.gamma"], p["ln_f.beta"], eps)
+    return out
 
 
 _LAYERS: dict = {}
 
 
-def _encoder_layer(H, n_heads, I, eps, dtype):
-    key = (H, n_heads, I, eps, dtype)
+def _encoder_layer(H, n_heads, I, eps, dtype, norm_first=False):
+    key = (H, n_heads, I, eps, dtype, norm_first)
     if key not in _LAYERS:
         layer = torch.nn.TransformerEncoderLayer(
             H, n_heads, dim_feedforward=I, dropout=0.0, activation="relu", layer_norm_eps=eps,
-            batch_first=True, norm_first=False, dtype=dtype)
+            batch_first=True, norm_first=norm_first, dtype=dtype)
         layer.eval()  # no dropout; the fused fast path is off anyway: our inputs need grads
         _LAYERS[key] = layer
     return _LAYERS[key]
@@ -369,6 +385,13 @@ def cross_entropy(logits, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"
     V = logits.shape[-1]
     return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=ignore_index,
                            reduction=reduction)
+
+
+def cross_entropy_of_probabilities(p, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"):
+    """The loss of softmax output p: F.nll_loss of log p (its gradient is dL/dp)."""
+    V = p.shape[-1]
+    return F.nll_loss(torch.log(p).reshape(-1, V), labels.reshape(-1),
+                      ignore_index=ignore_index, reduction=reduction)
 
 
 def mse(y_hat, y):
@@ -436,12 +459,13 @@ def model_loss_and_grads(params: Mapping[str, np.ndarray], config, input_ids, *,
 
 
 @contextlib.contextmanager
-def watch_blocks(H: int, n_heads: int, I: int, eps: float, dtype=torch.float64):
+def watch_blocks(H: int, n_heads: int, I: int, eps: float, dtype=torch.float64,
+                 norm_first: bool = False):
     """Record, for every block run inside the context, the smallest |ReLU pre-activation| and
     the smallest standard deviation of a LayerNorm input row: gradients are only comparable
     when no ReLU sits on its kink and no LayerNorm row is (nearly) constant."""
     stats: dict[str, list[float]] = {"relu": [], "ln_std": []}
-    layer = _encoder_layer(H, n_heads, I, eps, dtype)
+    layer = _encoder_layer(H, n_heads, I, eps, dtype, norm_first)
 
     def on_relu(_module, _inputs, output):  # linear1's output is the ReLU's input
         stats["relu"].append(float(output.detach().abs().min()))

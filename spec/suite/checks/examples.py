@@ -15,7 +15,8 @@ import numpy as np
 from spec import invariants as inv
 from spec.gradcheck import assert_all_passed, check_gradients, model_gradcheck
 from spec.invariants import require
-from spec.protocol import OPS, NotApplicable, attention_example, capabilities
+from spec.protocol import IGNORE_INDEX, OPS, NotApplicable, attention_example, capabilities
+from spec.protocol.capabilities import VARIANTS, resolve_variant
 from spec.suite.registry import check
 
 SEED = 0
@@ -24,13 +25,37 @@ SEED = 0
 # --------------------------------------------------------------------------- helpers
 def examples(op: str, caps: dict, rng) -> list:
     """The op's table examples, adapted to what the implementation claims (CAPABILITIES):
-    no biases, no masks where they are not claimed."""
+    no biases, no masks where they are not claimed, and each op in the variant it declares
+    (its standard form where it has it): no gamma/beta, eps 0, no b_2, no W_o, causal, the
+    predicted rows gathered for a cross-entropy without ignore_index."""
     exs = OPS[op].examples(rng)
     if op in ("attention", "softmax") and not caps["key_mask"]:
         exs = [ex for ex in exs if ex.fixed.get("mask") is None]
     if op == "attention" and not caps["attention_bias"]:
         for ex in exs:
             ex.inputs.update({k: None for k in ("b_q", "b_k", "b_v", "b_o")})
+    v = resolve_variant(caps, op) if op in VARIANTS else {}
+    for ex in exs:
+        if op == "layernorm":
+            if not v["affine"]:
+                ex.inputs.update(gamma=None, beta=None)
+            if not v["eps"]:
+                ex.fixed["eps"] = 0.0
+        elif op == "ffn" and not v["b_2"]:
+            ex.inputs["b_2"] = None
+        elif op == "attention":
+            if not v["W_o"]:
+                ex.inputs.update(W_o=None, b_o=None)
+            if v["causal"]:
+                ex.fixed["causal"] = True
+                if ex.fixed.get("mask") is not None:
+                    ex.fixed["mask"] = np.asarray(ex.fixed["mask"]).copy()
+                    ex.fixed["mask"][:, 0] = True  # the first query needs key 0
+        elif op == "cross_entropy" and not v["ignore_index"]:
+            labels = ex.fixed["labels"]
+            keep = labels != IGNORE_INDEX  # the predicted rows, gathered: [N, V]
+            ex.inputs["logits"] = ex.inputs["logits"][keep]
+            ex.fixed["labels"] = labels[keep]
     return exs
 
 
@@ -149,38 +174,47 @@ def table_example_invariants(impl, op):
 
 
 # --------------------------------------------------------------------------- block
-def block_params(rng, H=6, I=12):
+def block_params(rng, H=6, I=12, norm="post"):
     a = attention_example(rng, H)
     p = {f"attn.{k}": v for k, v in a.items() if k != "x"}
     p["ln1.gamma"], p["ln1.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
     p["ffn.W_1"], p["ffn.b_1"] = 0.5 * rng.standard_normal((H, I)), 0.2 * rng.standard_normal(I)
     p["ffn.W_2"], p["ffn.b_2"] = 0.5 * rng.standard_normal((I, H)), 0.2 * rng.standard_normal(H)
     p["ln2.gamma"], p["ln2.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    if norm == "pre_final":
+        p["ln_f.gamma"] = 1 + 0.4 * rng.standard_normal(H)
+        p["ln_f.beta"] = 0.2 * rng.standard_normal(H)
     return a["x"], p
 
 
 def _block_case(impl):
+    """The fixed-seed block in the form the implementation declares (its standard form where
+    it has it): biases, key mask, norm, causal; ``variant`` are the keywords to pass."""
     rng = np.random.default_rng(SEED)
-    x, p = block_params(rng)
     caps = capabilities(impl)
+    v = resolve_variant(caps, "block")
+    x, p = block_params(rng, norm=v["norm"])
     if not caps["attention_bias"]:
         p = {k: v for k, v in p.items() if not k.startswith("attn.b_")}
     mask = np.array([[1, 1, 1, 1], [1, 1, 1, 0]]) if caps["key_mask"] else None
-    return rng, x, p, mask
+    variant = {**({"norm": v["norm"]} if v["norm"] != "post" else {}),
+               **({"causal": True} if v["causal"] else {})}
+    return rng, x, p, mask, variant
 
 
 @check("fd", "block.example", ops=("block",), equations=OPS["block"].equations)
 def block_example_fd(impl):
     """Every block parameter and x against central differences, padded batch."""
-    rng, x, p, mask = _block_case(impl)
-    out, cache = impl.block_forward(x, p, n_heads=2, mask=mask)
+    rng, x, p, mask, variant = _block_case(impl)
+    out, cache = impl.block_forward(x, p, n_heads=2, mask=mask, **variant)
     dout = rng.standard_normal(out.shape)
     dx, grads = impl.block_backward(dout.copy(), cache)
     assert set(grads) == set(p), (f"block_backward: gradient keys {sorted(grads)} differ from "
                                   f"the parameter keys {sorted(p)}")
 
     def f(x, **params):
-        return float(np.vdot(impl.block_forward(x, params, n_heads=2, mask=mask)[0], dout))
+        return float(np.vdot(impl.block_forward(x, params, n_heads=2, mask=mask,
+                                                **variant)[0], dout))
 
     assert_all_passed(check_gradients(f, {"x": x, **p}, {"x": dx, **{k: grads[k] for k in p}},
                                       rng=rng, op="block"))
@@ -189,16 +223,16 @@ def block_example_fd(impl):
 @check("invariant", "block.example", ops=("block",), equations=OPS["block"].equations)
 def block_example_invariants(impl):
     """The block's identities (padding ignored, gradient keys) and the op-pair contract."""
-    rng, x, p, mask = _block_case(impl)
-    out, _ = impl.block_forward(x, p, n_heads=2, mask=mask)
+    rng, x, p, mask, variant = _block_case(impl)
+    out, _ = impl.block_forward(x, p, n_heads=2, mask=mask, **variant)
     dout = rng.standard_normal(out.shape)
     noise = rng.standard_normal(x.shape)
     found = []
     if mask is not None:
-        found += inv.block_identities(impl, x, p, 2, mask, dout, noise)
+        found += inv.block_identities(impl, x, p, 2, mask, dout, noise, **variant)
     found += inv.pair_contract(impl, "block", lambda x, p, **kw: impl.block_forward(x, p, **kw),
                                impl.block_backward, {"x": x, "p": p},
-                               {"n_heads": 2, "mask": mask}, dout)
+                               {"n_heads": 2, "mask": mask, **variant}, dout)
     require(found)
 
 

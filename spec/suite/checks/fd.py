@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from spec import invariants as inv
 from spec.gradcheck import elementwise_check
 from spec.invariants import require
+from spec.protocol import capabilities
 from spec.suite import strategies as S
 from spec.suite.fdcheck import check_op, objective
 from spec.suite.registry import check
@@ -23,20 +24,27 @@ from spec.tolerances import FD_FLOOR, FD_RTOL
 FAMILIES = {f.name: f for f in S.families()}
 
 
-def family_cases():
-    """One case per registered case family: (name, {"family": family})."""
-    return [(name, {"family": f}) for name, f in FAMILIES.items()]
+def family_cases(fd_only: bool = False):
+    """One case per registered case family: (name, {"family": family}); ``fd_only``: the
+    families whose backward is the gradient of their forward."""
+    return [(name, {"family": f}) for name, f in FAMILIES.items() if f.fd or not fd_only]
+
+
+def family_needs(kw) -> dict:
+    """What a family's check needs the implementation to declare (decided before drawing)."""
+    return dict(kw["family"].needs)
 
 
 def draw_case(impl, family, data):
-    case = data.draw(family.cases(), label="case")
+    """One case of the family, with the variant parameters the implementation declares."""
+    case = data.draw(family.strategy_for(capabilities(impl)), label="case")
     if family.smooth is not None:
         assume(family.smooth(impl, case))
     return case
 
 
-@check("fd", "", cases=family_cases(), equations=lambda kw: kw["family"].equations,
-       ops=lambda kw: (kw["family"].op,), given={"data": st.data()})
+@check("fd", "", cases=family_cases(fd_only=True), equations=lambda kw: kw["family"].equations,
+       ops=lambda kw: (kw["family"].op,), given={"data": st.data()}, needs=family_needs)
 def backward_matches_finite_differences(impl, family, data):
     """Every gradient the backward returns equals central differences of sum(out * dout)."""
     check_op(impl, family, draw_case(impl, family, data))
@@ -44,7 +52,9 @@ def backward_matches_finite_differences(impl, family, data):
 
 @check("fd", "attention.key_bias_exactly_zero", cases=[("nomask", {"masked": False}),
                                                         ("mask", {"masked": True})],
-       equations=("attention.backward.dK", "attention.qkv"), given={"data": st.data()})
+       equations=("attention.backward.dK", "attention.qkv"), given={"data": st.data()},
+       needs=lambda kw: dict(FAMILIES["attention_bias" + ("_mask" if kw["masked"] else "")]
+                             .needs))
 def key_bias_gradient_is_exactly_zero(impl, masked, data):
     """Softmax is invariant to adding a constant to a row of scores, and b_k adds q_i . b_k to
     every score of row i: dL/db_k = 0 exactly (spec.invariants, relative to the other gradients

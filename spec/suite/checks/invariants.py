@@ -19,9 +19,9 @@ from reference.config import PRESETS
 from spec import invariants as inv
 from spec.gradcheck import random_batch, random_params
 from spec.invariants import require
-from spec.protocol import OPS
+from spec.protocol import OPS, capabilities
 from spec.suite import strategies as S
-from spec.suite.checks.fd import draw_case, family_cases
+from spec.suite.checks.fd import FAMILIES, draw_case, family_cases, family_needs
 from spec.suite.fdcheck import assert_f32_close, max_abs, run_op
 from spec.suite.registry import check
 from spec.tolerances import F64_IDENTITY_RTOL
@@ -59,7 +59,8 @@ def _family_check(name):
     """@check("invariant", "<name>") over every case family, drawing one case per example."""
     return check("invariant", name, cases=family_cases(),
                  equations=lambda kw: kw["family"].equations,
-                 ops=lambda kw: (kw["family"].op,), given={"data": st.data()})
+                 ops=lambda kw: (kw["family"].op,), given={"data": st.data()},
+                 needs=family_needs)
 
 
 # --------------------------------------------------------------------------- every op
@@ -168,11 +169,13 @@ def softmax_is_stable_far_from_zero(impl, case, shift):
 
 
 @check("invariant", "layernorm.normalises", equations=("layernorm.forward",),
-       given={"case": S.layernorm_cases(gamma_margin=0.1), "scale": S.floats(0.25, 4.0),
-              "shift": S.floats(-3.0, 3.0)})
-def layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
-    """Normalised rows (mean 0, variance 1 before the affine map); x and a x + c give the same
-    output and the backward's invariances hold."""
+       given={"data": st.data(), "scale": S.floats(0.25, 4.0), "shift": S.floats(-3.0, 3.0)})
+def layernorm_normalises_and_ignores_row_affine_maps(impl, data, scale, shift):
+    """Normalised rows (mean 0, variance 1 before the affine map, if any); x and a x + c give
+    the same output and the backward's invariances hold."""
+    variant = S.variant_kwargs("layernorm", {}, ("layernorm.affine", "layernorm.eps"),
+                               capabilities(impl))
+    case = data.draw(S.layernorm_cases(gamma_margin=0.1, **variant), label="case")
     x, gamma, beta = case.inputs["x"], case.inputs["gamma"], case.inputs["beta"]
     require(inv.layernorm_normalises(impl, x, gamma, beta, scale, shift)
             + inv.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
@@ -190,7 +193,8 @@ def merge_heads_inverts_and_is_adjoint_of_split_heads(impl, data):
 
 @check("invariant", "attention.permutation_and_key_bias",
        equations=("attention.qkv", "attention.scores", "attention.context", "attention.output"),
-       given={"case": S.attention_cases(bias=True, masked=True), "data": st.data()})
+       given={"case": S.attention_cases(bias=True, masked=True), "data": st.data()},
+       needs=dict(FAMILIES["attention_bias_mask"].needs))
 def attention_is_permutation_equivariant_and_ignores_b_k(impl, case, data):
     """Without positions, permuting the sequence (and its mask) permutes the output; and b_k
     shifts every score of a row by the same q_i . b_k, which softmax ignores."""
@@ -202,8 +206,21 @@ def attention_is_permutation_equivariant_and_ignores_b_k(impl, case, data):
                                            case.dout))
 
 
-@check("invariant", "cross_entropy.sum_is_n_times_mean", equations=OPS["cross_entropy"].equations,
-       given={"case": S.cross_entropy_cases("mean")})
+@check("invariant", "attention.causal", equations=("attention.causal", "attention.scores"),
+       given={"data": st.data()}, needs={"attention.causal": True})
+def attention_is_causal(impl, data):
+    """Changing the tokens after position t leaves the outputs up to t unchanged, for every t
+    (with the implementation's own biases, key mask and output projection)."""
+    case = data.draw(FAMILIES["attention_causal"].strategy_for(capabilities(impl)),
+                     label="case")
+    noise = data.draw(S.arrays(case.inputs["x"].shape), label="noise")
+    require(inv.attention_is_causal(impl, case.inputs, case.fixed["n_heads"],
+                                    case.fixed["mask"], noise))
+
+
+@check("invariant", "cross_entropy.sum_is_n_times_mean",
+       equations=("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum"),
+       given={"case": S.cross_entropy_cases("mean")}, needs={"cross_entropy.ignore_index": True})
 def cross_entropy_sum_is_n_times_mean(impl, case):
     """The summed loss is N times the mean over the N predicted positions (and its gradient
     too); ignored positions get exactly zero gradient."""

@@ -18,9 +18,9 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from spec.guards import cross_entropy_adjustment, declared
-from spec.protocol import IGNORE_INDEX, OPS
+from spec.protocol import IGNORE_INDEX, OPS, capabilities
 from spec.suite.registry import check, grid, lazy_module
-from spec.suite.strategies import ce_labels, layernorm_eps
+from spec.suite.strategies import ce_labels, layernorm_eps, variant_kwargs
 from spec.tolerances import KINK_MARGIN
 
 to = lazy_module("spec.suite.torch_oracle")
@@ -28,13 +28,26 @@ torch = lazy_module("torch")
 TORCH = ("torch",)
 
 
-def oracle(name, ops, axes=None, given=None, kinds="oracle.forward|oracle.backward"):
+def oracle(name, ops, axes=None, given=None, kinds="oracle.forward|oracle.backward",
+           needs=None, omit=(), fixed=None):
     """Register an oracle check of the op ``ops[0]`` (its verdict; the other rows it runs
     through count as evidence for their equations), one per case of the ``axes`` grid, the
-    forward and the backward each a check of its own."""
-    return check(kinds, name, cases=grid(**(axes or {})), ops=ops[:1],
-                 equations=tuple(e for op in ops for e in OPS[op].equations), given=given,
-                 requires=TORCH, kinds_arg="part")
+    forward and the backward each a check of its own.  ``needs`` (a mapping or a callable of
+    the case): what the implementation must declare (decided before drawing); ``omit``:
+    equation IDs (or last components) of the op the check does not exercise; ``fixed``:
+    keywords added to every case (the variant a registration is about)."""
+    cases = [(label, {**kw, **(fixed or {})}) for label, kw in grid(**(axes or {}))]
+    eqs = tuple(e for op in ops for e in OPS[op].equations
+                if e not in omit and e.rsplit(".", 1)[-1] not in omit)
+    return check(kinds, name, cases=cases, ops=ops[:1], equations=eqs, given=given,
+                 requires=TORCH, kinds_arg="part", needs=needs)
+
+
+def variant(impl, op: str, *resolve: str, **fixed) -> dict:
+    """The variant keywords of one oracle case: ``fixed`` ("W_o": False) and the ``resolve``d
+    options at the value the implementation declares (spec.suite.strategies.variant_kwargs)."""
+    return variant_kwargs(op, {f"{op}.{k}": v for k, v in fixed.items()}, resolve,
+                          capabilities(impl))
 
 
 DTYPES = [np.float64, np.float32]
@@ -172,10 +185,19 @@ def linear(impl, part, dtype, bias, lead, n_in, n_out, seed, data):
 
 
 # --------------------------------------------------------------------------- layernorm
-@oracle("layernorm", ("layernorm",), dict(dtype=DTYPE_AXIS),
-        dict(B=side, T=side, N=st.integers(2, 8), eps=layernorm_eps(), seed=seeds,
-             data=st.data()))
-def layernorm(impl, part, dtype, B, T, N, eps, seed, data):
+_LN_GIVEN = dict(B=side, T=side, N=st.integers(2, 8), eps=layernorm_eps(), seed=seeds,
+                 data=st.data())
+
+
+@oracle("layernorm_plain", ("layernorm",), dict(dtype=DTYPE_AXIS), _LN_GIVEN,
+        needs={"layernorm.affine": False}, omit=("dgamma", "dbeta"), fixed={"affine": False})
+@oracle("layernorm", ("layernorm",), dict(dtype=DTYPE_AXIS), _LN_GIVEN,
+        needs={"layernorm.affine": True})
+def layernorm(impl, part, dtype, B, T, N, eps, seed, data, affine=True):
+    """``affine`` False: the variant without gamma and beta (None, and None gradients); an
+    implementation without eps is compared with torch at eps = 0."""
+    if not variant(impl, "layernorm", "layernorm.eps")["eps"]:
+        eps = 0.0
     x = data.draw(values((B, T, N), -3.0, 3.0))
     assume(np.all(x.std(axis=-1) > LN_MIN_STD))
     # N = 2: x_hat = +-1 whatever x, so dx is exactly 0; float32 would compare rounding noise
@@ -185,15 +207,22 @@ def layernorm(impl, part, dtype, B, T, N, eps, seed, data):
     rng = np.random.default_rng(seed)
     gamma = (1.0 + 0.5 * rng.standard_normal(N)).astype(dtype)  # random, never all ones
     beta = gaussian(rng, (N,), dtype, 0.5)
+    if not affine:
+        gamma = beta = None
+    names = ("x", "gamma", "beta") if affine else ("x", None, None)
     dy = upstream(rng, (B, T, N), dtype)
     out, cache = impl.layernorm_forward(x, gamma, beta, eps)
     t_out, t_grads = to.vjp(to.layernorm, dict(x=x, gamma=gamma, beta=beta, eps=eps), dy,
-                            ("x", "gamma", "beta"))
+                            tuple(n for n in names if n))
     s_in = to.inputs_scale(dict(x=x, gamma=gamma, beta=beta, eps=eps), dy)
     if part == "forward":
         return compare_forward("layernorm", out, t_out, dtype, s_in)
     grads = impl.layernorm_backward(dy, cache)
-    compare(part, "layernorm", out, grads, t_out, t_grads, ("x", "gamma", "beta"), dtype, s_in)
+    if not affine:
+        assert grads[1] is None and grads[2] is None, (
+            "layernorm_backward: expected dgamma, dbeta None without gamma and beta, got "
+            f"{type(grads[1]).__name__}, {type(grads[2]).__name__}")
+    compare(part, "layernorm", out, grads, t_out, t_grads, names, dtype, s_in)
 
 
 # --------------------------------------------------------------------------- softmax
@@ -258,30 +287,62 @@ def padding_mask(data, B, T):
     return mask
 
 
+def _attention_needs(kw):
+    return {"attention.W_o": True, "attention.causal": False,
+            **({"attention_bias": True} if kw["bias"] else {}),
+            **({"key_mask": True} if kw["masked"] else {})}
+
+
+_ATTN_GIVEN = dict(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 3),
+                   d_k=st.integers(1, 3), seed=seeds, data=st.data())
+_FOLLOW = ("attention_bias", "key_mask")  # biases and masks as the implementation has them
+
+
+@oracle("attention_noproj", ("attention", "heads"), dict(dtype=DTYPE_AXIS), _ATTN_GIVEN,
+        needs={"attention.W_o": False}, omit=("dW_o", "attention.causal"),
+        fixed={"W_o": False, "bias": None, "masked": None})
+@oracle("attention_causal", ("attention", "heads"), dict(dtype=DTYPE_AXIS), _ATTN_GIVEN,
+        needs={"attention.causal": True}, fixed={"causal": True, "bias": None, "masked": None})
 @oracle("attention", ("attention", "heads"), dict(dtype=DTYPE_AXIS,
              bias=[("bias", True), ("nobias", False)],
-             masked=[("nomask", False), ("mask", True)]),
-        dict(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 3), d_k=st.integers(1, 3),
-             seed=seeds, data=st.data()))
-def attention(impl, part, dtype, bias, masked, B, T, A, d_k, seed, data):
+             masked=[("nomask", False), ("mask", True)]), _ATTN_GIVEN,
+        needs=_attention_needs, omit=("attention.causal",))
+def attention(impl, part, dtype, bias, masked, B, T, A, d_k, seed, data, W_o=None,
+              causal=None):
+    """The variants (``W_o`` False: no output projection; ``causal``) take the biases, key
+    mask, projection and causality the implementation declares where not fixed (None)."""
+    fixed = {k: v for k, v in (("W_o", W_o), ("causal", causal)) if v is not None}
+    v = variant(impl, "attention", *(f"attention.{k}" for k in ("W_o", "causal")
+                                     if k not in fixed), *_FOLLOW, **fixed)
+    bias = v["bias"] if bias is None else bias
+    masked = v["masked"] if masked is None else masked
+    W_o, causal = v["W_o"], v["causal"]
     H = A * d_k
     x = data.draw(values((B, T, H))).astype(dtype)
     mask = padding_mask(data, B, T) if masked else None
+    if mask is not None and causal:
+        mask[:, 0] = True  # the first query attends key 0 alone
     rng = np.random.default_rng(seed)
     p = {n: gaussian(rng, (H, H), dtype, 1.0 / np.sqrt(H)) for n in ATTN[:4]}
     if bias:
         p.update({n: gaussian(rng, (H,), dtype, 0.5) for n in ATTN[4:]})
+    if not W_o:
+        p["W_o"] = None
+        p.pop("b_o", None)
     dy = upstream(rng, (B, T, H), dtype)
-    names = ("x",) + ATTN if bias else ("x",) + ATTN[:4] + (None,) * 4
-    out, cache = impl.attention_forward(x, *(p.get(n) for n in ATTN), n_heads=A, mask=mask)
-    t_out, t_grads = to.vjp(to.attention, dict(x=x, **p, n_heads=A, mask=mask), dy,
+    names = tuple(n if p.get(n) is not None else None for n in ATTN)
+    names = ("x",) + names
+    kw = {"causal": True} if causal else {}
+    out, cache = impl.attention_forward(x, *(p.get(n) for n in ATTN), n_heads=A, mask=mask, **kw)
+    t_out, t_grads = to.vjp(to.attention, dict(x=x, **p, n_heads=A, mask=mask, **kw), dy,
                             tuple(n for n in names if n))
     s_in = to.inputs_scale(dict(x=x, **p, n_heads=A, mask=mask), dy)
     if part == "forward":
         return compare_forward(f"attention[A={A}, d_k={d_k}]", out, t_out, dtype, s_in)
     grads = impl.attention_backward(dy, cache)
-    if not bias:
-        assert all(g is None for g in grads[5:]), "attention_backward: bias grads without biases"
+    wrong = [ATTN[i - 1] for i, (n, g) in enumerate(zip(names, grads))
+             if i and n is None and g is not None]
+    assert not wrong, f"attention_backward: expected None for the absent {wrong}, got arrays"
     compare(part, f"attention[A={A}, d_k={d_k}]", out, grads, t_out, t_grads, names, dtype, s_in)
 
 
@@ -293,73 +354,125 @@ def ffn_params(rng, H, I, dtype):
             "b_2": gaussian(rng, (H,), dtype, 0.5)}
 
 
-@oracle("ffn", ("ffn", "relu"), dict(dtype=DTYPE_AXIS),
-        dict(B=side, T=side, H=st.integers(1, 6), I=st.integers(1, 8), seed=seeds, data=st.data()))
-def ffn(impl, part, dtype, B, T, H, I, seed, data):
+_FFN_GIVEN = dict(B=side, T=side, H=st.integers(1, 6), I=st.integers(1, 8), seed=seeds,
+                  data=st.data())
+
+
+@oracle("ffn_nob2", ("ffn", "relu"), dict(dtype=DTYPE_AXIS), _FFN_GIVEN,
+        needs={"ffn.b_2": False}, fixed={"b_2": False})
+@oracle("ffn", ("ffn", "relu"), dict(dtype=DTYPE_AXIS), _FFN_GIVEN, needs={"ffn.b_2": True})
+def ffn(impl, part, dtype, B, T, H, I, seed, data, b_2=True):
+    """``b_2`` False: the FFN without its second bias (None, and a None gradient)."""
     x = data.draw(values((B, T, H))).astype(dtype)
     rng = np.random.default_rng(seed)
     p = ffn_params(rng, H, I, dtype)
+    if not b_2:
+        p["b_2"] = None
     # keep every ReLU pre-activation off its kink (computed in torch, float64)
     pre = to.linear(to.tensor(x.astype(np.float64)), to.tensor(p["W_1"].astype(np.float64)),
                     to.tensor(p["b_1"].astype(np.float64)))
     assume(float(pre.abs().min()) > KINK_MARGIN)
     dy = upstream(rng, (B, T, H), dtype)
-    names = ("x", "W_1", "b_1", "W_2", "b_2")
-    out, cache = impl.ffn_forward(x, *(p[n] for n in names[1:]))
-    t_out, t_grads = to.vjp(to.ffn, dict(x=x, **p), dy, names)
+    names = ("x", "W_1", "b_1", "W_2", "b_2" if b_2 else None)
+    out, cache = impl.ffn_forward(x, *(p[n] for n in ("W_1", "b_1", "W_2", "b_2")))
+    t_out, t_grads = to.vjp(to.ffn, dict(x=x, **p), dy, tuple(n for n in names if n))
     s_in = to.inputs_scale(dict(x=x, **p), dy)
     if part == "forward":
         return compare_forward("ffn", out, t_out, dtype, s_in)
     grads = impl.ffn_backward(dy, cache)
+    if not b_2:
+        assert grads[4] is None, ("ffn_backward: expected db_2 None without b_2, got "
+                                  f"{type(grads[4]).__name__}")
     compare(part, "ffn", out, grads, t_out, t_grads, names, dtype, s_in)
 
 
-def block_params(rng, H, I, dtype, attn_bias):
+def block_params(rng, H, I, dtype, attn_bias, norm="post"):
     p = {f"attn.{n}": gaussian(rng, (H, H), dtype, 1.0 / np.sqrt(H)) for n in ATTN[:4]}
     if attn_bias:
         p.update({f"attn.{n}": gaussian(rng, (H,), dtype, 0.5) for n in ATTN[4:]})
-    for ln in ("ln1", "ln2"):
+    for ln in ("ln1", "ln2") + (("ln_f",) if norm == "pre_final" else ()):
         p[f"{ln}.gamma"] = (1.0 + 0.5 * rng.standard_normal(H)).astype(dtype)
         p[f"{ln}.beta"] = gaussian(rng, (H,), dtype, 0.5)
     p.update({f"ffn.{k}": v for k, v in ffn_params(rng, H, I, dtype).items()})
     return p
 
 
+def _block_needs(kw):
+    return {"block.norm": "post", "block.causal": False,
+            **({"attention_bias": True} if kw["attn_bias"] else {}),
+            **({"key_mask": True} if kw["masked"] else {})}
+
+
+_BLOCK_GIVEN = dict(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 2),
+                    d_k=st.integers(1, 3), I=st.integers(1, 8), eps=layernorm_eps(),
+                    seed=seeds, data=st.data())
+_POST = ("block.preln", "block.preln_backward")
+_PRE = ("block.postln", "block.backward")
+_VARIANT = {"attn_bias": None, "masked": None}
+
+
+@oracle("block_preln", ("block",), dict(dtype=DTYPE_AXIS), _BLOCK_GIVEN,
+        needs={"block.norm": "pre"}, omit=_PRE, fixed={"norm": "pre", **_VARIANT})
+@oracle("block_preln_final", ("block",), dict(dtype=DTYPE_AXIS), _BLOCK_GIVEN,
+        needs={"block.norm": "pre_final"}, omit=_PRE, fixed={"norm": "pre_final", **_VARIANT})
+@oracle("block_causal", ("block",), dict(dtype=DTYPE_AXIS), _BLOCK_GIVEN,
+        needs={"block.causal": True}, omit=_POST, fixed={"causal": True, **_VARIANT})
+# the key mask is an axis, decided before anything is drawn: an implementation without key
+# masks gets n/a for the masked cases only (it used to draw masked inside Hypothesis, and skip
+# the whole check on the first masked example: 0, 1 or 2 of 4 cases ran, by chance)
 @oracle("block", ("block",), dict(dtype=DTYPE_AXIS,
-             attn_bias=[("bias", True), ("nobias", False)]),
-        dict(B=st.integers(1, 3), T=st.integers(1, 5), A=st.integers(1, 2), d_k=st.integers(1, 3),
-             I=st.integers(1, 8), masked=st.booleans(), eps=layernorm_eps(),
-             seed=seeds, data=st.data()))
-def block(impl, part, dtype, attn_bias, B, T, A, d_k, I, masked, eps, seed, data):
+             attn_bias=[("bias", True), ("nobias", False)],
+             masked=[("nomask", False), ("mask", True)]), _BLOCK_GIVEN,
+        needs=_block_needs, omit=_POST)
+def block(impl, part, dtype, attn_bias, masked, B, T, A, d_k, I, eps, seed, data, norm=None,
+          causal=None):
+    """The variants (``norm`` pre / pre_final, ``causal``) take the biases, key mask, norm and
+    causality the implementation declares where not fixed (None)."""
+    fixed = {k: v for k, v in (("norm", norm), ("causal", causal)) if v is not None}
+    v = variant(impl, "block", *(f"block.{k}" for k in ("norm", "causal") if k not in fixed),
+                *_FOLLOW, **fixed)
+    attn_bias = v["bias"] if attn_bias is None else attn_bias
+    masked = v["masked"] if masked is None else masked
+    norm, causal = v["norm"], v["causal"]
     H = A * d_k
     # H = 1: a LayerNorm row is constant (output beta); H = 2: x_hat = +-1, so every
     # gradient through a LayerNorm is exactly 0 and float32 has only rounding noise to compare
     assume(H >= 3 or (H == 2 and dtype == np.float64))
     x = data.draw(values((B, T, H))).astype(dtype)
     mask = padding_mask(data, B, T) if masked else None
+    if mask is not None and causal:
+        mask[:, 0] = True  # the first query attends key 0 alone
     rng = np.random.default_rng(seed)
-    p = block_params(rng, H, I, dtype, attn_bias)
+    if norm != "post":  # x enters LN1 itself: Gaussian rows (Hypothesis's are often constant)
+        x = gaussian(rng, (B, T, H), dtype)
+    p = block_params(rng, H, I, dtype, attn_bias, norm)
+    kw = {**({"norm": norm} if norm != "post" else {}), **({"causal": True} if causal else {})}
+    t_mask = None if mask is None else to.tensor(mask)
     # keep every ReLU pre-activation off its kink and every LayerNorm row from being ~constant
-    with to.watch_blocks(H, A, I, eps) as stats:
-        to.block(to.tensor(x.astype(np.float64)),
-                 {k: to.tensor(v.astype(np.float64)) for k, v in p.items()},
-                 n_heads=A, mask=None if mask is None else to.tensor(mask), eps=eps)
+    with to.watch_blocks(H, A, I, eps, norm_first=norm != "post") as stats:
+        t_final = to.block(to.tensor(x.astype(np.float64)),
+                           {k: to.tensor(v.astype(np.float64)) for k, v in p.items()},
+                           n_heads=A, mask=t_mask, eps=eps, **{**kw, "norm": "pre"}
+                           if norm == "pre_final" else kw)
     assume(min(stats["relu"]) > KINK_MARGIN and min(stats["ln_std"]) > LN_MIN_STD)
+    if norm == "pre_final":  # the final LayerNorm's input rows, too
+        assume(float(t_final.std(dim=-1, unbiased=False).min()) > LN_MIN_STD)
     dy = upstream(rng, (B, T, H), dtype)
-    out, cache = impl.block_forward(x, p, n_heads=A, mask=mask, eps=eps)
+    out, cache = impl.block_forward(x, p, n_heads=A, mask=mask, eps=eps, **kw)
 
     def torch_block(x, **flat):
-        return to.block(x, flat, n_heads=A, mask=None if mask is None else to.tensor(mask),
-                        eps=eps)
+        return to.block(x, flat, n_heads=A, mask=t_mask, eps=eps, **kw)
 
     t_out, t_grads = to.vjp(torch_block, dict(x=x, **p), dy, ("x",) + tuple(p))
     s_in = to.inputs_scale(dict(x=x, **p), dy)
     names = ("x",) + tuple(sorted(p))
+    label = f"block[A={A}, d_k={d_k}" + "".join(f", {k}={v}" for k, v in kw.items()) + "]"
     if part == "forward":
-        return compare_forward(f"block[A={A}, d_k={d_k}]", out, t_out, dtype, s_in)
+        return compare_forward(label, out, t_out, dtype, s_in)
     dx, grads = impl.block_backward(dy, cache)
-    assert sorted(grads) == sorted(p), "block_backward: grads keys differ from the params'"
-    compare(part, f"block[A={A}, d_k={d_k}]", out, (dx,) + tuple(grads[n] for n in names[1:]),
+    assert sorted(grads) == sorted(p), (f"block_backward: grads keys {sorted(grads)} differ "
+                                        f"from the params' {sorted(p)}")
+    compare(part, label, out, (dx,) + tuple(grads[n] for n in names[1:]),
             t_out, t_grads, names, dtype, s_in)
 
 
@@ -387,10 +500,13 @@ def pooler(impl, part, dtype, bias, B, T, H, seed, data):
 
 
 # --------------------------------------------------------------------------- losses
+_CE_PROBS = ("probs", "probs_dp", "probs_dlogits")
+
+
 @oracle("cross_entropy", ("cross_entropy",), dict(dtype=DTYPE_AXIS,
              reduction=["mean", "sum"]),
         dict(lead=st.lists(side, min_size=1, max_size=2), V=st.integers(1, 8), seed=seeds,
-             data=st.data()))
+             data=st.data()), needs={"cross_entropy.ignore_index": True}, omit=_CE_PROBS)
 def cross_entropy(impl, part, dtype, reduction, lead, V, seed, data):
     shape = tuple(lead)
     logits = data.draw(values(shape + (V,), -6.0, 6.0)).astype(dtype)
@@ -421,6 +537,69 @@ def cross_entropy(impl, part, dtype, reduction, lead, V, seed, data):
     grads = impl.cross_entropy_backward(dloss, cache)
     compare(part, f"cross_entropy[{reduction}]", out, grads, t_out, t_grads, ("logits",), dtype,
             s_in, allowance=allow)
+
+
+@oracle("cross_entropy_gathered", ("cross_entropy",), dict(dtype=DTYPE_AXIS,
+             reduction=["mean", "sum"], layout=[("rows", "rows"), ("batch", "batch")]),
+        dict(N=st.integers(1, 6), V=st.integers(1, 8), seed=seeds, data=st.data()),
+        omit=_CE_PROBS)
+def cross_entropy_gathered(impl, part, dtype, reduction, layout, N, V, seed, data):
+    """The predicted rows gathered, every label predicted and no ignore_index passed, in both
+    layouts a loss without ignore_index is handed: [N, V] ("rows") and [1, N, V] ("batch"):
+    a loss dividing by shape[0] is right in one and wrong in the other."""
+    lead = (N,) if layout == "rows" else (1, N)
+    logits = data.draw(values(lead + (V,), -6.0, 6.0)).astype(dtype)
+    labels = data.draw(hnp.arrays(np.int64, lead, elements=st.integers(0, V - 1)))
+    dloss = upstream(np.random.default_rng(seed), (), dtype)
+    out, cache = impl.cross_entropy_forward(logits, labels, reduction=reduction)
+    t_out, t_grads = to.vjp(to.cross_entropy, dict(logits=logits, labels=labels,
+                                                   reduction=reduction), dloss, ("logits",))
+    s_in = to.inputs_scale(dict(logits=logits), dloss)
+    what = f"cross_entropy[{reduction}, {layout} {list(logits.shape)}]"
+    if part == "forward":
+        return compare_forward(what, out, t_out, dtype, s_in)
+    grads = impl.cross_entropy_backward(dloss, cache)
+    compare(part, what, out, grads, t_out, t_grads, ("logits",), dtype, s_in)
+
+
+_CE_PROBS_GIVEN = dict(lead=st.lists(side, min_size=1, max_size=2), V=st.integers(1, 8),
+                       seed=seeds, data=st.data())
+
+
+@oracle("cross_entropy_probs", ("cross_entropy",), dict(dtype=DTYPE_AXIS,
+             reduction=["mean", "sum"]), _CE_PROBS_GIVEN,
+        needs={"cross_entropy.input": "probabilities"},
+        omit=("mean", "sum", "probs_dlogits"), fixed={"form": "probabilities"})
+@oracle("cross_entropy_probs_dlogits", ("cross_entropy",), dict(dtype=DTYPE_AXIS,
+             reduction=["mean", "sum"]), _CE_PROBS_GIVEN,
+        needs={"cross_entropy.input": "probabilities_dlogits"},
+        omit=("mean", "sum", "probs_dp"), fixed={"form": "probabilities_dlogits"})
+def cross_entropy_probs(impl, part, dtype, reduction, form, lead, V, seed, data):
+    """The loss on probabilities alone: p = softmax(z) in, compared with F.nll_loss(log p);
+    the backward with torch's dL/dp ("probabilities") or, for the composed form, with torch's
+    gradient of F.cross_entropy w.r.t. logits log p (softmax(log p) = p): p - onehot."""
+    shape = tuple(lead)
+    ignoring = variant(impl, "cross_entropy", "cross_entropy.ignore_index")["ignore_index"]
+    z = data.draw(values(shape + (V,), -3.0, 3.0))
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p = (p / p.sum(axis=-1, keepdims=True)).astype(dtype)
+    labels = (data.draw(ce_labels(shape, V), label="labels") if ignoring else
+              data.draw(hnp.arrays(np.int64, shape, elements=st.integers(0, V - 1))))
+    dloss = upstream(np.random.default_rng(seed), (), dtype)
+    out, cache = impl.cross_entropy_forward(p, labels, reduction=reduction, input=form)
+    if form == "probabilities":
+        t_out, t_grads = to.vjp(to.cross_entropy_of_probabilities,
+                                dict(p=p, labels=labels, reduction=reduction), dloss, ("p",))
+    else:  # torch's logit gradient at logits log p
+        t_out, t_grads = to.vjp(to.cross_entropy, dict(logits=np.log(p), labels=labels,
+                                                       reduction=reduction), dloss, ("logits",))
+        t_grads = {"p": t_grads["logits"]}
+    s_in = to.inputs_scale(dict(p=p), dloss)
+    what = f"cross_entropy[{reduction}, input={form}]"
+    if part == "forward":
+        return compare_forward(what, out, t_out, dtype, s_in)
+    grads = impl.cross_entropy_backward(dloss, cache)
+    compare(part, what, out, grads, t_out, t_grads, ("p",), dtype, s_in)
 
 
 def _torch_linear_cross_entropy(x, W, b, labels, *, ignore_index, reduction):

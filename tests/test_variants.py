@@ -1,0 +1,166 @@
+"""The protocol's variants (issue 23): implementations in the styles real code is written in
+(tests/examples/variant_styles.py) are checked *as* their variant -- green in the row they
+provide with no false red, n/a with the reason where a check does not apply, and their one bug
+red on exactly its op with a message naming the tensor, the index and both values.  Then the
+declarations themselves: validated, decided before any draw, and adapted exactly."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import reference
+from spec.protocol import ImplProxy, NotApplicable, capabilities
+from spec.protocol.capabilities import VARIANTS, declared_variants, resolve_variant, unmet
+from spec.protocol.variants import from_per_head, to_per_head
+from spec.suite import check_implementation
+from spec.suite.registry import select
+from tests.examples.variant_styles import STYLES, build
+
+KINDS = ["fd", "invariant", "oracle.forward", "oracle.backward"]
+# "d/d<tensor> ... at index (i, j): analytic A, finite difference B" (FD), or the oracle's
+# "<tensor> ... index ... ours A torch B": a tensor, an index, two numbers
+NUMBER = r"-?\d+(\.\d+)?(e[-+]?\d+)?"
+NAMES_TENSOR_INDEX_VALUES = re.compile(
+    rf"(d/?d?\w+|\bd\w+|forward).*(\[|\()\d+(, ?\d+)*,?(\]|\)).*{NUMBER}.*{NUMBER}", re.S)
+
+
+def _report(style: str, buggy: bool):
+    op = STYLES[style][1]
+    return op, check_implementation(build(style, buggy), ops=[op], kinds=KINDS)
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_the_correct_style_is_green_in_its_row(style):
+    op, report = _report(style, buggy=False)
+    failed = [f"{r.id}: {r.message[:300]}" for r in report.failures()]
+    assert report.verdict(report.grid()[op]) == "ok" and not failed, "\n".join(failed)
+    assert report.counts().get("passed", 0) >= 5, report.counts()
+    for r in report.results:  # what does not apply says why, from the declaration
+        if r.outcome == "n/a":
+            assert "does not claim" in r.message or "lacks" in r.message, r.message
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_the_buggy_style_is_red_on_its_op_naming_tensor_index_and_values(style):
+    op, report = _report(style, buggy=True)
+    assert report.verdict(report.grid()[op]) == "FAIL", report.summary()
+    failed = report.failures()
+    assert failed and all(r.ops == (op,) for r in failed)
+    named = [r for r in failed if NAMES_TENSOR_INDEX_VALUES.search(r.message)]
+    assert named, "no red names the tensor, the index and both values:\n" + "\n".join(
+        f"{r.id}: {r.message[:300]}" for r in failed)
+
+
+def test_a_loss_dividing_by_shape0_is_caught_in_the_layout_that_shows_it():
+    """The adapter's choice of layout used to decide whether this bug showed: [N, V] hides it
+    (shape[0] = N), [1, N, V] shows it.  Both layouts run, by construction."""
+    impl = build("rows_loss", buggy=True)
+    report = check_implementation(impl, match=r"^oracle\.forward\[cross_entropy_gathered")
+    outcomes = {r.id: r.outcome for r in report.results}
+    assert outcomes["oracle.forward[cross_entropy_gathered-f64-mean-rows]"] == "passed"
+    assert outcomes["oracle.forward[cross_entropy_gathered-f64-mean-batch]"] == "failed"
+    assert outcomes["oracle.forward[cross_entropy_gathered-f64-sum-batch]"] == "passed"
+
+
+def test_the_gpt_block_is_reached_and_the_post_ln_checks_say_why_not():
+    report = check_implementation(build("gpt_block"), ops=["block"], kinds=["fd"])
+    by_id = {r.id: r for r in report.results}
+    assert by_id["fd[block_preln_final]"].outcome == "passed"
+    assert by_id["fd[block_causal]"].outcome == "passed"
+    post = by_id["fd[block_bias]"]
+    assert post.outcome == "n/a" and "post-LN" in post.message and "block.norm=pre_final" in \
+        post.message
+
+
+# --------------------------------------------------------------------------- no skip by chance
+def test_variant_checks_are_decided_before_any_draw():
+    """A check that needs what an implementation does not declare is n/a before it runs: its
+    body (and Hypothesis) is never entered, so the outcome cannot depend on a draw."""
+    calls = []
+
+    class NoMask:
+        CAPABILITIES = {"key_mask": False}
+
+        def block_forward(self, *a, **k):
+            calls.append("forward")
+            raise AssertionError("must not be called")
+
+        block_backward = block_forward
+
+    report = check_implementation(NoMask(), ops=["block"],
+                                  match=r"mask|oracle\.forward\[block-f64-bias")
+    masked = [r for r in report.results if re.search(r"-mask\b|_mask\]", r.id)]
+    assert masked and all(r.outcome == "n/a" and "key_mask" in r.message for r in masked)
+    assert not any(r.outcome == "n/a" and "key_mask" in r.message
+                   for r in report.results if "nomask" in r.id)
+
+
+def test_every_block_oracle_case_is_a_check_of_its_own():
+    ids = {c.id for c in select(match=r"^oracle\.forward\[block-")}
+    assert ids == {f"oracle.forward[block-{d}-{b}-{m}]" for d in ("f64", "f32")
+                   for b in ("bias", "nobias") for m in ("mask", "nomask")}
+    for c in select(match=r"^oracle\.forward\[block-"):
+        assert ("key_mask" in c.needs) == c.id.endswith("-mask]"), c.id
+
+
+# --------------------------------------------------------------------------- the declarations
+def test_declarations_are_validated_naming_what_is_wrong():
+    class Bad:
+        CAPABILITIES = {"layernorm": {"affine": "no"}}
+
+    with pytest.raises(ValueError, match=r"CAPABILITIES\['layernorm'\]\['affine'\].*\[True, "
+                                         r"False\]"):
+        capabilities(Bad())
+    Bad.CAPABILITIES = {"attention": {"rope": True}}
+    with pytest.raises(ValueError, match="unknown options.*rope"):
+        capabilities(Bad())
+
+
+def test_the_reference_declares_and_passes_every_variant_it_implements():
+    caps = capabilities(reference)
+    for op, options in VARIANTS.items():
+        for name, option in options.items():
+            if (op, name) != ("attention", "heads"):  # a layout the proxy adapts
+                if (op, name) == ("cross_entropy", "ignore_index"):
+                    assert caps[op][name] == (True,)
+                else:
+                    assert caps[op][name] == option.values, (op, name)
+    assert resolve_variant(caps, "block") == {"norm": "post", "causal": False}
+    assert unmet(caps, {"block.norm": "pre_final", "attention.causal": True}) is None
+    lines = declared_variants(capabilities(build("gpt_block")))
+    assert any("block.norm=pre_final" in line for line in lines["block"])
+
+
+def test_per_head_layout_round_trips_exactly():
+    rng = np.random.default_rng(0)
+    H, A = 6, 3
+    for name in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_o"):
+        a = rng.standard_normal((H, H) if name.startswith("W") else (H,))
+        per = to_per_head(name, a, A)
+        assert per.shape == {"W_o": (A, H // A, H), "b_o": (H,)}.get(
+            name, (A, H, H // A) if name.startswith("W") else (A, H // A))
+        assert np.array_equal(from_per_head(name, per, H), a)
+    # head 1's query columns are W_q[:, 2:4]
+    W = rng.standard_normal((H, H))
+    assert np.array_equal(to_per_head("W_q", W, A)[1], W[:, 2:4])
+
+
+def test_a_probability_loss_is_composed_with_the_protocols_softmax():
+    """Called with logits (every standard check), a loss declared on probabilities gets
+    softmax(logits), and its dL/dp comes back through softmax's backward: equal to the
+    reference's logits loss and gradient."""
+    rng = np.random.default_rng(1)
+    logits, labels = rng.standard_normal((4, 5)), np.array([0, 3, 3, 1])
+    want, cache = reference.cross_entropy_forward(logits, labels)
+    (want_d,) = reference.cross_entropy_backward(0.7, cache)
+    for style in ("probs_loss", "probs_loss_dlogits"):
+        proxy = ImplProxy(build(style), style)
+        got, c = proxy.cross_entropy_forward(logits, labels)
+        (got_d,) = proxy.cross_entropy_backward(0.7, c)
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+        np.testing.assert_allclose(got_d, want_d, rtol=1e-12, atol=1e-15)
+        with pytest.raises(NotApplicable, match="ignore_index"):  # it has none
+            proxy.cross_entropy_forward(logits, np.array([0, -100, 3, 1]))
