@@ -22,8 +22,9 @@ def _layer_spec(impl, op):
     forward, backward = getattr(impl, fwd), getattr(impl, bwd)
     spec = getattr(backward, "__minibert_layer__", None)
     if spec is None or not spec.grads:
-        raise NotApplicable(f"not applicable: {bwd} is not a class layer with gradient "
-                            "attributes declared with spec.suite.adapters.layer")
+        raise NotApplicable(f"not applicable: {impl._impl_label} does not claim gradients "
+                            f"accumulated on a layer ({bwd} is not a class layer with gradient "
+                            "attributes declared with spec.suite.adapters.layer)")
     return forward, backward, spec
 
 

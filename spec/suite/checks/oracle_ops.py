@@ -556,10 +556,13 @@ def cross_entropy_gathered(impl, part, dtype, reduction, layout, N, V, seed, dat
                                                    reduction=reduction), dloss, ("logits",))
     s_in = to.inputs_scale(dict(logits=logits), dloss)
     what = f"cross_entropy[{reduction}, {layout} {list(logits.shape)}]"
+    # a declared loss guard, as in the standard check (spec/guards.py); no label is ignored
+    shift, allow, _ = cross_entropy_adjustment(declared(impl), logits, labels, IGNORE_INDEX,
+                                               reduction, dloss)
     if part == "forward":
-        return compare_forward(what, out, t_out, dtype, s_in)
+        return compare_forward(what, out, t_out + shift, dtype, s_in)
     grads = impl.cross_entropy_backward(dloss, cache)
-    compare(part, what, out, grads, t_out, t_grads, ("logits",), dtype, s_in)
+    compare(part, what, out, grads, t_out, t_grads, ("logits",), dtype, s_in, allowance=allow)
 
 
 _CE_PROBS_GIVEN = dict(lead=st.lists(side, min_size=1, max_size=2), V=st.integers(1, 8),
