@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from spec.cli import main as minibert
-from spec.suite import check_implementation
+from spec.suite.run import check_settings
 from tests.examples import accum_layers, classy_adapter, guarded_optim, realstyle_minigpt
+from tests.unshrunk import check_implementation
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {accum_layers: ["linear", "layernorm", "relu"],
@@ -177,7 +178,6 @@ def test_no_bare_assert_in_the_suite():
 
 
 def test_hypothesis_reports_one_failure_never_an_exception_group():
-    from spec.suite.run import check_settings
 
     assert check_settings().report_multiple_bugs is False
 
@@ -229,7 +229,7 @@ def test_no_check_fails_with_an_empty_message(how):
     from hypothesis import Phase, settings
 
     from spec.suite import all_checks
-    from spec.suite.run import check_settings, run_check
+    from spec.suite.run import run_check
 
     quick = settings(check_settings(max_examples=2), phases=[Phase.explicit, Phase.generate])
     impl = _Broken(how)

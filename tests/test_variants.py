@@ -15,9 +15,9 @@ import reference
 from spec.protocol import ImplProxy, NotApplicable, capabilities
 from spec.protocol.capabilities import VARIANTS, declared_variants, resolve_variant, unmet
 from spec.protocol.variants import from_per_head, to_per_head
-from spec.suite import check_implementation
 from spec.suite.registry import select
 from tests.examples.variant_styles import STYLES, build
+from tests.unshrunk import check_implementation
 
 KINDS = ["fd", "invariant", "oracle.forward", "oracle.backward"]
 # "d/d<tensor> ... at index (i, j): analytic A, finite difference B" (FD), or the oracle's

@@ -17,7 +17,6 @@ import pytest
 from spec.cli import main as minibert
 from spec.gradcheck import directional_check, elementwise_check
 from spec.protocol import ImplementationExit, ImplProxy, NotApplicable
-from spec.suite import check_implementation
 from spec.suite.run import CheckTimeout, time_limit
 from tests.examples import (
     classy_adapter,
@@ -25,6 +24,7 @@ from tests.examples import (
     realstyle_numpy_transformer,
     realstyle_tutorial,
 )
+from tests.unshrunk import check_implementation
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "tests.examples."

@@ -155,10 +155,12 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          match: str | None = None, bad_input: bool = False,
                          oracle: str = "require", timeout: float | None = DEFAULT_TIMEOUT,
                          expected_failed_checks: Mapping[str, str] | None = None,
-                         progress: Callable[[Result], object] | None = None) -> Report:
+                         progress: Callable[[Result], object] | None = None,
+                         settings=None) -> Report:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
-    :class:`Report`."""
+    :class:`Report`.  ``settings``: Hypothesis settings for every check (default
+    :func:`spec.suite.run.check_settings`)."""
     import time
 
     from spec.protocol import ImplLoadError
@@ -171,7 +173,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
         return Report(str(impl), [], oracle, bad_input, load_error=str(e))
     results = []
     for c in selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input):
-        r = run_check(c, proxy, timeout=timeout, oracle=oracle)
+        r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings)
         results.append(r)
         if progress is not None:
             progress(r)

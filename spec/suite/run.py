@@ -104,15 +104,16 @@ def time_limit(seconds: float | None, what: str):
 
 # --------------------------------------------------------------------------- settings
 def check_settings(*, database=None, max_examples: int | None = None,
-                   derandomize: bool | None = None):
+                   derandomize: bool | None = None, shrink: bool = True):
     """The Hypothesis settings a check runs under, built per check (never loaded as a global
     profile).  Inherited from the profile the caller loaded (their ``max_examples``,
     ``derandomize``...); when none was chosen (Hypothesis's own ``default``), the suite's:
     DEFAULT_MAX_EXAMPLES, derandomized.  Always: no deadline (a whole-model check takes
     seconds), one failure reported (the first, shrunk within SHRINK_SECONDS), the given
     ``database`` (None: no database; none either when derandomized, which draws the same
-    examples every run)."""
-    from hypothesis import HealthCheck, settings
+    examples every run).  ``shrink=False``: a failure is reported as found (the verdict is the
+    same; only its example is not minimised)."""
+    from hypothesis import HealthCheck, Phase, settings
 
     parent = settings.default
     chosen = settings.get_current_profile_name() not in (None, "default")
@@ -125,6 +126,8 @@ def check_settings(*, database=None, max_examples: int | None = None,
         kw["derandomize"] = derandomize
     if kw.get("derandomize", parent.derandomize):
         database = None  # derandomized: the same examples every run, nothing to replay
+    if not shrink:
+        kw["phases"] = [p for p in parent.phases if p is not Phase.shrink]
     return settings(parent, deadline=None, report_multiple_bugs=False, database=database,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.differing_executors], **kw)
