@@ -391,11 +391,11 @@ def plausibility(*, cores: int, load_before: float | None, load_after: float | N
 # by thread count) and the verdict compares the ratio measured here with that stated ratio, at
 # the yardstick's thread count.  (Before: the ratio was measured at all cores whatever the
 # yardstick's count, and turned back into "ms on the reference machine".)
-# Provenance: the idle bench of README "Measured" (forward + loss, backward, their sum), taken
-# with the in-process harness; re-measure them alone with tests/benchmarks/torch_yardstick.py
-# on the idle reference machine (the VM stayed at load 5-12 while the harness changed).
-TORCH_REFERENCE_MS = {1: {"forward": 31.6, "backward": 51.4, "step": 83.0},
-                      2: {"forward": 18.0, "backward": 29.0, "step": 47.0}}
+# Provenance: tests/benchmarks/torch_yardstick.py --rounds 7 on the idle reference machine
+# (2026-11-25, load 1.25 before and after, each side alone in its own process; the reference
+# alongside: 32.2 / 55.6 / 88.2 ms at 1 thread, 18.4 / 31.0 / 49.0 ms at 2).
+TORCH_REFERENCE_MS = {1: {"forward": 35.7, "backward": 65.6, "step": 101.6},
+                      2: {"forward": 19.5, "backward": 38.9, "step": 55.7}}
 YARDSTICK_THREADS = max(TORCH_REFERENCE_MS)  # the reference machine's cores
 
 
