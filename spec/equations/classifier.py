@@ -9,6 +9,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._nn import forward_backward_code
 from spec.equations._sym import arr, compare, lambdify_map, vjp
 from spec.sources import BLOG
 
@@ -54,11 +55,8 @@ def _inputs(size):
                 W_c=("float", (H, C), 2.0), b_c=("float", (C,), 1.0), dl=("float", (B, C), 1.0))
 
 
-def _code(which):
-    def code(impl, size, h, W_p, b_p, W_c, b_c, dl):
-        out, c = impl.classifier_forward(h, W_p, b_p, W_c, b_c)
-        return (out,) if which == 0 else impl.classifier_backward(dl, c)
-    return code
+_code = forward_backward_code("classifier_forward", "classifier_backward",
+                              ("h", "W_p", "b_p", "W_c", "b_c"), "dl")
 
 
 _NEEDS = ("classifier_forward", "classifier_backward")

@@ -12,6 +12,7 @@ from functools import cache
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._nn import forward_backward_code
 from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
 from spec.sources import BLOG, MINIBERT, SLIDES
 
@@ -73,11 +74,8 @@ def _lookup_sympy(which):
     return build
 
 
-def _lookup_code(which):
-    def code(impl, size, ids, W, dout):
-        out, cache_ = impl.embedding_forward(ids, W)
-        return (out,) if which == 0 else impl.embedding_backward(dout, cache_)
-    return code
+_lookup_code = forward_backward_code("embedding_forward", "embedding_backward", ("ids", "W"),
+                                     "dout")
 
 
 register(Equation(

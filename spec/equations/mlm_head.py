@@ -17,7 +17,7 @@ from functools import cache
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._nn import LN_EPS, ln_row
+from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
 from spec.equations._sym import arr, compare, lambdify_map, vjp
 from spec.equations.embedding import onehot
 from spec.equations.gelu import gelu_erf
@@ -87,12 +87,9 @@ def _accept(size, h, W_t, b_t, **_):
     return bool(np.min(a.var(axis=-1)) >= LN_MIN_VAR)
 
 
-def _code(which):
-    def code(impl, size, h, W_t, b_t, gamma, beta, W_word, b_dec, dl):
-        out, c = impl.mlm_head_forward(h, W_t, b_t, gamma, beta, W_word, b_dec,
-                                       eps=float(LN_EPS), activation="gelu")
-        return (out,) if which == 0 else impl.mlm_head_backward(dl, c)
-    return code
+_code = forward_backward_code("mlm_head_forward", "mlm_head_backward",
+                              ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec"), "dl",
+                              eps=float(LN_EPS), activation="gelu")
 
 
 _NEEDS = ("mlm_head_forward", "mlm_head_backward")

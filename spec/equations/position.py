@@ -9,6 +9,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._nn import forward_backward_code
 from spec.equations._sym import arr, compare, lambdify_map, vjp
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
@@ -73,11 +74,8 @@ def _pos_inputs(size):
                 dout=("float", (B, T, H), 1.0))
 
 
-def _pos_code(which):
-    def code(impl, size, x, W_pos, dout):
-        out, cache_ = impl.position_embedding_forward(x, W_pos)
-        return (out,) if which == 0 else impl.position_embedding_backward(dout, cache_)
-    return code
+_pos_code = forward_backward_code("position_embedding_forward", "position_embedding_backward",
+                                  ("x", "W_pos"), "dout")
 
 
 @cache
