@@ -28,6 +28,16 @@ def _prove_postln() -> Proof:
                                    "LN(.) have mean 0 (gamma = 1, beta = 0)")
 
 
+def postln_stream(x, stages):
+    """The post-LN block's forward up to LN2, as its backward reads it: r1 = x + MHA(x),
+    h = LN1(r1), r2 = h + FFN(h) (the block's output is LN2(r2))."""
+    mha, ln1, ffn, _ = stages
+    r1 = [x[i] + a for i, a in enumerate(mha(x))]
+    h = ln1(r1)
+    r2 = [h[i] + f for i, f in enumerate(ffn(h))]
+    return r1, h, r2
+
+
 def block_backward_composed(x, dout, stages):
     """The block's backward as the reference composes it (``_block_backward``): LN2's
     backward, the FFN's plus the skip, LN1's, the attention's plus the skip.  ``stages`` =
@@ -35,9 +45,7 @@ def block_backward_composed(x, dout, stages):
     (dx, [parameter gradients per stage])."""
     mha, ln1, ffn, ln2 = stages
     n = len(x)
-    r1 = [x[i] + a for i, a in enumerate(mha(x))]
-    h = ln1(r1)
-    r2 = [h[i] + f for i, f in enumerate(ffn(h))]
+    r1, h, r2 = postln_stream(x, stages)
     dr2, dp_ln2 = ln2.vjp(r2, dout)
     dh_ffn, dp_ffn = ffn.vjp(h, dr2)
     dh = [dr2[i] + dh_ffn[i] for i in range(n)]  # skip + FFN branch
@@ -48,10 +56,7 @@ def block_backward_composed(x, dout, stages):
 
 
 def block_forward_staged(x, stages):
-    mha, ln1, ffn, ln2 = stages
-    r1 = [x[i] + a for i, a in enumerate(mha(x))]
-    h = ln1(r1)
-    return ln2([h[i] + f for i, f in enumerate(ffn(h))])
+    return stages[3](postln_stream(x, stages)[2])
 
 
 def prove_block_backward(composed=block_backward_composed) -> Proof:
