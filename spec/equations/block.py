@@ -210,12 +210,21 @@ register(Equation(
 VARIANT = PROTOCOL_VARIANTS
 
 
+def preln_stream(x, stages):
+    """The pre-LN block's forward before LN_f, as its backward reads it: n1 = LN1(x),
+    h = x + MHA(n1), n2 = LN2(h), out = h + FFN(n2)."""
+    mha, ln1, ffn, ln2 = stages
+    n1 = ln1(x)
+    h = [x[i] + a for i, a in enumerate(mha(n1))]
+    n2 = ln2(h)
+    out = [h[i] + f for i, f in enumerate(ffn(n2))]
+    return n1, h, n2, out
+
+
 def preln_block_forward_staged(x, stages, final=None):
     """h = x + MHA(LN1(x)), out = h + FFN(LN2(h)) (then LN_f): the residual stream is never
     normalised; each sublayer reads a LayerNorm of it."""
-    mha, ln1, ffn, ln2 = stages
-    h = [x[i] + a for i, a in enumerate(mha(ln1(x)))]
-    out = [h[i] + f for i, f in enumerate(ffn(ln2(h)))]
+    out = preln_stream(x, stages)[3]
     return final(out) if final is not None else out
 
 
@@ -225,10 +234,7 @@ def preln_block_backward_composed(x, dout, stages, final=None):
     skip.  Returns (dx, [parameter gradients per stage (, LN_f)])."""
     mha, ln1, ffn, ln2 = stages
     n = len(x)
-    n1 = ln1(x)
-    h = [x[i] + a for i, a in enumerate(mha(n1))]
-    n2 = ln2(h)
-    out = [h[i] + f for i, f in enumerate(ffn(n2))]
+    n1, h, n2, out = preln_stream(x, stages)
     dp_final = []
     if final is not None:
         dout, dp_final = final.vjp(out, dout)
