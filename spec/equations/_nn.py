@@ -11,7 +11,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Numeric
-from spec.equations._sym import arr, lambdify_map, vjp
+from spec.equations._sym import arr, forward_backward_maps
 
 KINK = 1e-3  # SymPy <-> code samples keep ReLU inputs this far from 0 (spec.tolerances.KINK_MARGIN)
 LN_EPS = sp.Rational(1, 10 ** 5)  # the block check's LayerNorm eps (passed to the code too)
@@ -56,8 +56,7 @@ def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
     def fns(shape):
         x, dy = arr("x", *shape), arr("dy", *shape)
         y = np.vectorize(fn, otypes=[object])(x)
-        return (lambdify_map(dict(x=x, dy=dy), [y]),
-                lambdify_map(dict(x=x, dy=dy), [vjp(y, dy, x)]))
+        return forward_backward_maps(dict(x=x, dy=dy), y, dy, [x])
 
     code = forward_backward_code(attr_f, attr_b, ("x",), "dy", **kwargs)
 

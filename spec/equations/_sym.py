@@ -190,6 +190,24 @@ def compare(derived: np.ndarray, closed: np.ndarray, aux: Mapping | None = None,
                    f"the closed form gives {fmt_array(b)}")
 
 
+def forward_backward_maps(inputs: Mapping[str, np.ndarray], out: np.ndarray, dout: np.ndarray,
+                          wrt: Sequence[np.ndarray]):
+    """The two lambdified maps of an op's SymPy <-> code checks, on the same ``inputs``: the
+    forward ``out``, and the backward -- sympy.diff of sum(dout * out) w.r.t. each of ``wrt``
+    (:func:`vjp`)."""
+    return lambdify_map(inputs, [out]), lambdify_map(inputs, [vjp(out, dout, w) for w in wrt])
+
+
+def first_difference(pairs) -> str:
+    """"" when every ``(derived, closed)`` pair is identically equal (:func:`compare`), else
+    the first pair's counterexample."""
+    for derived, closed in pairs:
+        ok, detail = compare(derived, closed)
+        if not ok:
+            return detail
+    return ""
+
+
 def lambdify_map(inputs: Mapping[str, np.ndarray], outputs: Sequence[np.ndarray],
                  aux: Mapping | None = None):
     """fn(**arrays) -> tuple of float arrays shaped like ``outputs``, from object arrays of

@@ -10,7 +10,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import forward_backward_code
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.sources import BLOG
 
 SIZES = ((2, 2, 2, 3), (1, 3, 2, 2))  # (B, T, H, C)
@@ -45,8 +45,7 @@ def _fns(size):
     ins, dl, _, logits = _map(*size)
     names = ("h", "W_p", "b_p", "W_c", "b_c")
     inputs = {**ins, "dl": dl}
-    return (lambdify_map(inputs, [logits]),
-            lambdify_map(inputs, [vjp(logits, dl, ins[n]) for n in names]))
+    return forward_backward_maps(inputs, logits, dl, [ins[n] for n in names])
 
 
 def _inputs(size):

@@ -16,7 +16,7 @@ import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.equations.embedding import onehot, scatter_add_rows
 from spec.tolerances import LN_MIN_VAR
 
@@ -57,8 +57,7 @@ def _fns(size):
         for t in range(T):
             y[b, t] = ln_row(list(e[b, t]), gamma, beta)
     inputs = dict(O_w=O_w, O_t=O_t, W=W, P=P, Wt=Wt, gamma=gamma, beta=beta, dy=dy)
-    return (lambdify_map(inputs, [y]),
-            lambdify_map(inputs, [vjp(y, dy, a) for a in (W, P, Wt, gamma, beta)]))
+    return forward_backward_maps(inputs, y, dy, (W, P, Wt, gamma, beta))
 
 
 def _inputs(size):

@@ -18,7 +18,7 @@ import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.equations.embedding import onehot
 from spec.equations.gelu import gelu_erf
 from spec.tolerances import LN_MIN_VAR
@@ -67,8 +67,7 @@ def _fns(size):
     n = np.array([ln_row(list(a[i]), g, be) for i in range(N)], dtype=object)
     logits = n @ W.T + b
     ins = dict(h=h, W_t=W_t, b_t=b_t, gamma=g, beta=be, W_word=W, b_dec=b)
-    return (lambdify_map({**ins, "dl": dl}, [logits]),
-            lambdify_map({**ins, "dl": dl}, [vjp(logits, dl, x) for x in ins.values()]))
+    return forward_backward_maps({**ins, "dl": dl}, logits, dl, list(ins.values()))
 
 
 def _inputs(size):

@@ -10,7 +10,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import forward_backward_code
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._sym import arr, compare, forward_backward_maps, lambdify_map, vjp
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
@@ -64,8 +64,7 @@ def _pos_fns(size):
     x, P, dout = arr("x", B, T, H), arr("P", T_max, H), arr("dout", B, T, H)
     out = x + P[None, :T]
     inputs = dict(x=x, W_pos=P, dout=dout)
-    return (lambdify_map(inputs, [out]),
-            lambdify_map(inputs, [vjp(out, dout, x), vjp(out, dout, P)]))
+    return forward_backward_maps(inputs, out, dout, (x, P))
 
 
 def _pos_inputs(size):
