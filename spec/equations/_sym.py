@@ -138,8 +138,13 @@ def fmt_values(values: Mapping, limit: int = 40) -> str:
     return ", ".join(items) + more
 
 
+def floats(a) -> np.ndarray:
+    """An array of exact SymPy numbers as float64 (a concrete counterexample's values)."""
+    return np.asarray(a, dtype=float)
+
+
 def fmt_array(a, digits: int = 6) -> str:
-    a = np.asarray(a, dtype=float)
+    a = floats(a)
     return np.array2string(a, precision=digits, suppress_small=False, separator=", ")
 
 

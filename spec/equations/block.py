@@ -11,7 +11,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import KINK, ln_row, relu_expr
-from spec.equations._sym import Stage, arr, chain_equal, fmt_array, is_zero, lambdify_map
+from spec.equations._sym import Stage, arr, chain_equal, floats, fmt_array, is_zero, lambdify_map
 from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 
@@ -96,8 +96,7 @@ def _prove_preln_label() -> Proof:
     W = np.array([[2, 0, 1], [0, 1, 0], [1, 0, -1]], dtype=object)
     post = ln_row(x + _sublayer(x, W))
     pre = x + _sublayer(ln_row(x), W)
-    a = np.array([float(e) for e in post])
-    b = np.array([float(e) for e in pre])
+    a, b = floats(post), floats(pre)
     return Proof("refuted", (3,),
                  f"x={x.tolist()}, sublayer(v) = v W with W={W.tolist()}: the stated formula "
                  f"LN(x + f(x)) = {fmt_array(a)} (row mean {a.mean():.3g}: post-LN), pre-LN "
