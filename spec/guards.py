@@ -36,10 +36,9 @@ def validate_guards(guards) -> None:
     if not isinstance(guards, Mapping):
         raise ValueError(f"CAPABILITIES['guards']: expected a dict like {{'log_eps': 1e-12}}, "
                          f"got {guards!r}")
-    unknown = sorted(set(guards) - set(GUARDS))
-    if unknown:
-        raise ValueError(f"CAPABILITIES['guards']: unknown guards {unknown}; expected some of "
-                         f"{sorted(GUARDS)}")
+    from spec.protocol.capabilities import reject_unknown  # (it imports this module lazily)
+
+    reject_unknown("CAPABILITIES['guards']", "guards", guards, sorted(GUARDS))
     for k, v in guards.items():
         if not isinstance(v, (int, float)) or not 0 <= float(v) <= MAX_GUARD:
             raise ValueError(f"CAPABILITIES['guards'][{k!r}]: expected a number in "

@@ -228,6 +228,25 @@ def open_browser(what: str, *, width: int = 1280, height: int = 900):
         yield b
 
 
+def site_fixtures(what: str, build):
+    """A browser test module's two module-scoped fixtures, assigned as
+    ``browser, built = site_fixtures(what, build)``: ``browser`` (:func:`open_browser` for
+    ``what``) and ``built`` (the folder ``build(folder)`` returns, given the session's
+    temporary folder)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def browser():
+        with open_browser(what) as b:
+            yield b
+
+    @pytest.fixture(scope="module")
+    def built(tmp_path_factory):
+        return build(tmp_path_factory.getbasetemp())
+
+    return browser, built
+
+
 def open_page(b: Browser, page: Path) -> int:
     """Load a file of a report; returns the event index to read its errors from."""
     since = len(b.events)

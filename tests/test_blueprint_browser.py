@@ -13,24 +13,14 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import pytest
-
 from spec.report import STATUS
 from tests.blueprint_site import BROKEN_ID, audit_data, broken_site, parse, site
-from tests.cdp import open_browser, open_page, rgb, save_shot
+from tests.cdp import open_page, rgb, save_shot, site_fixtures
 
 SHOT_PAGE = "layernorm.backward.dx.gamma_outside"  # a refuted statement: counterexample shown
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with open_browser("the blueprint's browser checks") as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return site(tmp_path_factory.getbasetemp())
+browser, built = site_fixtures("the blueprint's browser checks", site)
 
 
 @cache

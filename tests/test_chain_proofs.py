@@ -7,7 +7,7 @@ from __future__ import annotations
 import sympy as sp
 
 from spec.equations._sym import Stage, chain_equal
-from spec.equations.block import block_backward_composed, prove_block_backward
+from spec.equations.block import block_backward_composed, postln_stream, prove_block_backward
 from spec.equations.model import model_backward_composed, prove_model_backward
 
 
@@ -20,9 +20,7 @@ def _block(skip_ffn=True, skip_attn=True, ln1_at_r2=False):
     def composed(x, dout, stages):
         mha, ln1, ffn, ln2 = stages
         n = len(x)
-        r1 = [x[i] + a for i, a in enumerate(mha(x))]
-        h = ln1(r1)
-        r2 = [h[i] + f for i, f in enumerate(ffn(h))]
+        r1, h, r2 = postln_stream(x, stages)
         dr2, dp_ln2 = ln2.vjp(r2, dout)
         dh_ffn, dp_ffn = ffn.vjp(h, dr2)
         dh = [(dr2[i] if skip_ffn else 0) + dh_ffn[i] for i in range(n)]

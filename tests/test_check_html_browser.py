@@ -9,22 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import pytest
-
 from spec.report import STATUS
-from tests.cdp import open_browser, open_page, rgb, save_shot
+from tests.cdp import open_page, rgb, save_shot, site_fixtures
 from tests.check_site import check_data, check_site
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with open_browser("the conformance page's browser checks") as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return check_site(tmp_path_factory.getbasetemp())
+browser, built = site_fixtures("the conformance page's browser checks", check_site)
 
 
 CELLS_JS = """[...document.querySelectorAll('td.cell')].map(td => {

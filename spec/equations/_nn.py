@@ -1,6 +1,7 @@
-"""Helpers shared by the layer modules (relu, tanh, ffn, residual, block): the ReLU and a
-LayerNorm row as SymPy expressions, the kink margin, and the SymPy <-> code check of an
-elementwise activation.  Private: it registers no equation."""
+"""Helpers shared by the layer modules (relu, tanh, ffn, residual, block, the embeddings and
+heads): the ReLU and a LayerNorm row as SymPy expressions, the kink margin, the code side of an
+op's forward/backward SymPy <-> code checks, and the whole check of an elementwise activation.
+Private: it registers no equation."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Numeric
-from spec.equations._sym import arr, lambdify_map, vjp
+from spec.equations._sym import arr, forward_backward_maps
 
 KINK = 1e-3  # SymPy <-> code samples keep ReLU inputs this far from 0 (spec.tolerances.KINK_MARGIN)
 LN_EPS = sp.Rational(1, 10 ** 5)  # the block check's LayerNorm eps (passed to the code too)
@@ -32,6 +33,19 @@ def ln_row(v, gamma=None, beta=None, eps=LN_EPS):
     return out
 
 
+def forward_backward_code(forward, backward, args, upstream, *fixed, **kwargs):
+    """The code side of an op's SymPy <-> code checks, ``code(which)``: ``which`` 0 returns
+    ``impl.<forward>(*args, *fixed, **kwargs)``'s output (``args``: the names of the sample's
+    arrays, in the op's order); ``which`` 1 returns ``impl.<backward>(upstream, cache)`` at
+    that forward's cache (``upstream``: the sample array's name)."""
+    def code(which):
+        def run(impl, size, **a):
+            out, c = getattr(impl, forward)(*(a[n] for n in args), *fixed, **kwargs)
+            return (out,) if which == 0 else getattr(impl, backward)(a[upstream], c)
+        return run
+    return code
+
+
 def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
     """The forward and backward SymPy <-> code checks of y = fn(x) elementwise against
     impl.<attr_f>(x, **kwargs) -> (y, cache) and impl.<attr_b>(dy, cache)."""
@@ -42,14 +56,9 @@ def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
     def fns(shape):
         x, dy = arr("x", *shape), arr("dy", *shape)
         y = np.vectorize(fn, otypes=[object])(x)
-        return (lambdify_map(dict(x=x, dy=dy), [y]),
-                lambdify_map(dict(x=x, dy=dy), [vjp(y, dy, x)]))
+        return forward_backward_maps(dict(x=x, dy=dy), y, dy, [x])
 
-    def code(which):
-        def run(impl, shape, x, dy):
-            y, c = getattr(impl, attr_f)(x, **kwargs)
-            return (y,) if which == 0 else getattr(impl, attr_b)(dy, c)
-        return run
+    code = forward_backward_code(attr_f, attr_b, ("x",), "dy", **kwargs)
 
     def inputs(shape):
         # "float_away": |x| in [KINK, 2] with either sign -- the kink stays out by construction

@@ -138,8 +138,13 @@ def fmt_values(values: Mapping, limit: int = 40) -> str:
     return ", ".join(items) + more
 
 
+def floats(a) -> np.ndarray:
+    """An array of exact SymPy numbers as float64 (a concrete counterexample's values)."""
+    return np.asarray(a, dtype=float)
+
+
 def fmt_array(a, digits: int = 6) -> str:
-    a = np.asarray(a, dtype=float)
+    a = floats(a)
     return np.array2string(a, precision=digits, suppress_small=False, separator=", ")
 
 
@@ -188,6 +193,24 @@ def compare(derived: np.ndarray, closed: np.ndarray, aux: Mapping | None = None,
     values, a, b = found
     return False, (f"at {fmt_values(values)}: sympy.diff gives {fmt_array(a)}, "
                    f"the closed form gives {fmt_array(b)}")
+
+
+def forward_backward_maps(inputs: Mapping[str, np.ndarray], out: np.ndarray, dout: np.ndarray,
+                          wrt: Sequence[np.ndarray]):
+    """The two lambdified maps of an op's SymPy <-> code checks, on the same ``inputs``: the
+    forward ``out``, and the backward -- sympy.diff of sum(dout * out) w.r.t. each of ``wrt``
+    (:func:`vjp`)."""
+    return lambdify_map(inputs, [out]), lambdify_map(inputs, [vjp(out, dout, w) for w in wrt])
+
+
+def first_difference(pairs) -> str:
+    """"" when every ``(derived, closed)`` pair is identically equal (:func:`compare`), else
+    the first pair's counterexample."""
+    for derived, closed in pairs:
+        ok, detail = compare(derived, closed)
+        if not ok:
+            return detail
+    return ""
 
 
 def lambdify_map(inputs: Mapping[str, np.ndarray], outputs: Sequence[np.ndarray],

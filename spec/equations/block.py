@@ -11,7 +11,7 @@ import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._nn import KINK, ln_row, relu_expr
-from spec.equations._sym import Stage, arr, chain_equal, fmt_array, is_zero, lambdify_map
+from spec.equations._sym import Stage, arr, chain_equal, floats, fmt_array, is_zero, lambdify_map
 from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 
@@ -28,6 +28,16 @@ def _prove_postln() -> Proof:
                                    "LN(.) have mean 0 (gamma = 1, beta = 0)")
 
 
+def postln_stream(x, stages):
+    """The post-LN block's forward up to LN2, as its backward reads it: r1 = x + MHA(x),
+    h = LN1(r1), r2 = h + FFN(h) (the block's output is LN2(r2))."""
+    mha, ln1, ffn, _ = stages
+    r1 = [x[i] + a for i, a in enumerate(mha(x))]
+    h = ln1(r1)
+    r2 = [h[i] + f for i, f in enumerate(ffn(h))]
+    return r1, h, r2
+
+
 def block_backward_composed(x, dout, stages):
     """The block's backward as the reference composes it (``_block_backward``): LN2's
     backward, the FFN's plus the skip, LN1's, the attention's plus the skip.  ``stages`` =
@@ -35,9 +45,7 @@ def block_backward_composed(x, dout, stages):
     (dx, [parameter gradients per stage])."""
     mha, ln1, ffn, ln2 = stages
     n = len(x)
-    r1 = [x[i] + a for i, a in enumerate(mha(x))]
-    h = ln1(r1)
-    r2 = [h[i] + f for i, f in enumerate(ffn(h))]
+    r1, h, r2 = postln_stream(x, stages)
     dr2, dp_ln2 = ln2.vjp(r2, dout)
     dh_ffn, dp_ffn = ffn.vjp(h, dr2)
     dh = [dr2[i] + dh_ffn[i] for i in range(n)]  # skip + FFN branch
@@ -48,10 +56,7 @@ def block_backward_composed(x, dout, stages):
 
 
 def block_forward_staged(x, stages):
-    mha, ln1, ffn, ln2 = stages
-    r1 = [x[i] + a for i, a in enumerate(mha(x))]
-    h = ln1(r1)
-    return ln2([h[i] + f for i, f in enumerate(ffn(h))])
+    return stages[3](postln_stream(x, stages)[2])
 
 
 def prove_block_backward(composed=block_backward_composed) -> Proof:
@@ -91,8 +96,7 @@ def _prove_preln_label() -> Proof:
     W = np.array([[2, 0, 1], [0, 1, 0], [1, 0, -1]], dtype=object)
     post = ln_row(x + _sublayer(x, W))
     pre = x + _sublayer(ln_row(x), W)
-    a = np.array([float(e) for e in post])
-    b = np.array([float(e) for e in pre])
+    a, b = floats(post), floats(pre)
     return Proof("refuted", (3,),
                  f"x={x.tolist()}, sublayer(v) = v W with W={W.tolist()}: the stated formula "
                  f"LN(x + f(x)) = {fmt_array(a)} (row mean {a.mean():.3g}: post-LN), pre-LN "
@@ -205,12 +209,21 @@ register(Equation(
 VARIANT = PROTOCOL_VARIANTS
 
 
+def preln_stream(x, stages):
+    """The pre-LN block's forward before LN_f, as its backward reads it: n1 = LN1(x),
+    h = x + MHA(n1), n2 = LN2(h), out = h + FFN(n2)."""
+    mha, ln1, ffn, ln2 = stages
+    n1 = ln1(x)
+    h = [x[i] + a for i, a in enumerate(mha(n1))]
+    n2 = ln2(h)
+    out = [h[i] + f for i, f in enumerate(ffn(n2))]
+    return n1, h, n2, out
+
+
 def preln_block_forward_staged(x, stages, final=None):
     """h = x + MHA(LN1(x)), out = h + FFN(LN2(h)) (then LN_f): the residual stream is never
     normalised; each sublayer reads a LayerNorm of it."""
-    mha, ln1, ffn, ln2 = stages
-    h = [x[i] + a for i, a in enumerate(mha(ln1(x)))]
-    out = [h[i] + f for i, f in enumerate(ffn(ln2(h)))]
+    out = preln_stream(x, stages)[3]
     return final(out) if final is not None else out
 
 
@@ -220,10 +233,7 @@ def preln_block_backward_composed(x, dout, stages, final=None):
     skip.  Returns (dx, [parameter gradients per stage (, LN_f)])."""
     mha, ln1, ffn, ln2 = stages
     n = len(x)
-    n1 = ln1(x)
-    h = [x[i] + a for i, a in enumerate(mha(n1))]
-    n2 = ln2(h)
-    out = [h[i] + f for i, f in enumerate(ffn(n2))]
+    n1, h, n2, out = preln_stream(x, stages)
     dp_final = []
     if final is not None:
         dout, dp_final = final.vjp(out, dout)

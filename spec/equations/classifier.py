@@ -9,7 +9,8 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._nn import forward_backward_code
+from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.sources import BLOG
 
 SIZES = ((2, 2, 2, 3), (1, 3, 2, 2))  # (B, T, H, C)
@@ -44,8 +45,7 @@ def _fns(size):
     ins, dl, _, logits = _map(*size)
     names = ("h", "W_p", "b_p", "W_c", "b_c")
     inputs = {**ins, "dl": dl}
-    return (lambdify_map(inputs, [logits]),
-            lambdify_map(inputs, [vjp(logits, dl, ins[n]) for n in names]))
+    return forward_backward_maps(inputs, logits, dl, [ins[n] for n in names])
 
 
 def _inputs(size):
@@ -54,11 +54,8 @@ def _inputs(size):
                 W_c=("float", (H, C), 2.0), b_c=("float", (C,), 1.0), dl=("float", (B, C), 1.0))
 
 
-def _code(which):
-    def code(impl, size, h, W_p, b_p, W_c, b_c, dl):
-        out, c = impl.classifier_forward(h, W_p, b_p, W_c, b_c)
-        return (out,) if which == 0 else impl.classifier_backward(dl, c)
-    return code
+_code = forward_backward_code("classifier_forward", "classifier_backward",
+                              ("h", "W_p", "b_p", "W_c", "b_c"), "dl")
 
 
 _NEEDS = ("classifier_forward", "classifier_backward")

@@ -12,7 +12,8 @@ from functools import cache
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
+from spec.equations._nn import forward_backward_code
+from spec.equations._sym import arr, first_difference, forward_backward_maps, is_zero, vjp
 from spec.sources import BLOG, MINIBERT, SLIDES
 
 # (V, H, ids) tried by the proofs: repeated ids, an unused id
@@ -37,15 +38,20 @@ def scatter_add_rows(ids, rows: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def table_grad(out, dout, W, ids, n: int):
+    """(derived, closed) of a lookup table's gradient: sympy.diff of sum(dout * out) w.r.t.
+    the table ``W`` [n, H], and the scatter-add of ``dout`` over ``ids``."""
+    return vjp(out, dout, W), scatter_add_rows(ids, dout, n)
+
+
 def _prove_lookup_backward() -> Proof:
     for V, H, ids in LOOKUP_CASES:
         W, dout = arr("W", V, H), arr("dout", len(ids), H)
         out = onehot(ids, V).astype(object) @ W  # [n, H] -- the lookup as a matmul
         if not all(is_zero(a - b) for a, b in zip(out.ravel(), W[list(ids)].ravel())):
             return Proof("refuted", (V, H), f"onehot @ W != W[ids] for ids={ids}")
-        derived = vjp(out, dout, W)
-        ok, detail = compare(derived, scatter_add_rows(ids, dout, V))
-        if not ok:
+        detail = first_difference([table_grad(out, dout, W, ids, V)])
+        if detail:
             return Proof("refuted", (V, H), f"ids={ids}: {detail}")
     return Proof("proven", tuple((V, H) for V, H, _ in LOOKUP_CASES),
              "lookup = onehot(ids) @ W; dW = onehot^T @ dout (repeated ids add up)")
@@ -53,12 +59,19 @@ def _prove_lookup_backward() -> Proof:
 
 # --------------------------------------------------------------------------- SymPy <-> code
 @cache
+def lookup_maps(n: int, H: int, B: int, T: int, added: bool = False):
+    """The forward and backward maps of a [n, H] table's lookup at [B, T], ids as a one-hot
+    O [B, T, n]: onehot(ids) @ W, its gradient w.r.t. W; ``added``: x + onehot(ids) @ W (the
+    token-type embedding), its gradients w.r.t. x and W."""
+    O, W, dout = arr("O", B, T, n), arr("W", n, H), arr("dout", B, T, H)
+    if not added:
+        return forward_backward_maps(dict(O=O, W=W, dout=dout), O @ W, dout, [W])
+    x = arr("x", B, T, H)
+    return forward_backward_maps(dict(O=O, x=x, W=W, dout=dout), x + O @ W, dout, (x, W))
+
+
 def _lookup_fns(size):
-    V, H, B, T = size
-    O, W, dout = arr("O", B, T, V), arr("W", V, H), arr("dout", B, T, H)
-    out = O @ W
-    inputs = dict(O=O, W=W, dout=dout)
-    return lambdify_map(inputs, [out]), lambdify_map(inputs, [vjp(out, dout, W)])
+    return lookup_maps(*size)
 
 
 def _lookup_inputs(size):
@@ -73,11 +86,8 @@ def _lookup_sympy(which):
     return build
 
 
-def _lookup_code(which):
-    def code(impl, size, ids, W, dout):
-        out, cache_ = impl.embedding_forward(ids, W)
-        return (out,) if which == 0 else impl.embedding_backward(dout, cache_)
-    return code
+_lookup_code = forward_backward_code("embedding_forward", "embedding_backward", ("ids", "W"),
+                                     "dout")
 
 
 register(Equation(

@@ -15,8 +15,8 @@ from functools import cache
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._nn import LN_EPS, ln_row
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
+from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.equations.embedding import onehot, scatter_add_rows
 from spec.tolerances import LN_MIN_VAR
 
@@ -57,8 +57,7 @@ def _fns(size):
         for t in range(T):
             y[b, t] = ln_row(list(e[b, t]), gamma, beta)
     inputs = dict(O_w=O_w, O_t=O_t, W=W, P=P, Wt=Wt, gamma=gamma, beta=beta, dy=dy)
-    return (lambdify_map(inputs, [y]),
-            lambdify_map(inputs, [vjp(y, dy, a) for a in (W, P, Wt, gamma, beta)]))
+    return forward_backward_maps(inputs, y, dy, (W, P, Wt, gamma, beta))
 
 
 def _inputs(size):
@@ -82,11 +81,9 @@ def _sympy(which):
     return build
 
 
-def _code(which):
-    def code(impl, size, ids, type_ids, W, P, Wt, gamma, beta, dy):
-        out, c = impl.embedding_ln_forward(ids, type_ids, W, P, Wt, gamma, beta, float(LN_EPS))
-        return (out,) if which == 0 else impl.embedding_ln_backward(dy, c)
-    return code
+_code = forward_backward_code("embedding_ln_forward", "embedding_ln_backward",
+                              ("ids", "type_ids", "W", "P", "Wt", "gamma", "beta"), "dy",
+                              float(LN_EPS))
 
 
 _NEEDS = ("embedding_ln_forward", "embedding_ln_backward")

@@ -17,7 +17,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, exp_to_symbols, lambdify_map, vjp
+from spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
 from spec.equations.loss import ce
 from spec.protocol import IGNORE_INDEX
 from spec.sources import MINIBERT
@@ -99,8 +99,7 @@ def _fns(size, reduction):
     L = np.array([ce(x @ W + b, O, m, reduction)], dtype=object)
     one = np.array([1], dtype=object)
     inputs = dict(x=x, W=W, b=b, O=O, m=m)
-    return (lambdify_map(inputs, [L]),
-            lambdify_map(inputs, [vjp(L, one, x), vjp(L, one, W), vjp(L, one, b)]))
+    return forward_backward_maps(inputs, L, one, (x, W, b))
 
 
 def _inputs(size):

@@ -17,8 +17,8 @@ from spec.equations._sym import (
     arr,
     compare,
     exp_to_symbols,
+    forward_backward_maps,
     is_zero,
-    lambdify_map,
     softmax_rows,
     vjp,
 )
@@ -114,8 +114,7 @@ def _ce_fns(size, reduction):
     z, O, m = arr("z", n, V), arr("O", n, V), arr("m", n)
     L = np.array([ce(z, O, m, reduction)], dtype=object)
     inputs = dict(z=z, O=O, m=m)
-    return (lambdify_map(inputs, [L]),
-            lambdify_map(inputs, [vjp(L, np.array([1], dtype=object), z)]))
+    return forward_backward_maps(inputs, L, np.array([1], dtype=object), [z])
 
 
 def _ce_inputs(size):
@@ -166,7 +165,7 @@ def _mse_fns(shape):
     L = np.array([sp.Add(*((y_hat - x) ** 2).ravel()) / int(np.prod(shape))], dtype=object)
     one = np.array([1], dtype=object)
     inputs = dict(y_hat=y_hat, y=x)
-    return (lambdify_map(inputs, [L]), lambdify_map(inputs, [vjp(L, one, y_hat), vjp(L, one, x)]))
+    return forward_backward_maps(inputs, L, one, (y_hat, x))
 
 
 def _mse_inputs(shape):

@@ -17,8 +17,8 @@ from functools import cache
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._nn import LN_EPS, ln_row
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
+from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.equations.embedding import onehot
 from spec.equations.gelu import gelu_erf
 from spec.tolerances import LN_MIN_VAR
@@ -67,8 +67,7 @@ def _fns(size):
     n = np.array([ln_row(list(a[i]), g, be) for i in range(N)], dtype=object)
     logits = n @ W.T + b
     ins = dict(h=h, W_t=W_t, b_t=b_t, gamma=g, beta=be, W_word=W, b_dec=b)
-    return (lambdify_map({**ins, "dl": dl}, [logits]),
-            lambdify_map({**ins, "dl": dl}, [vjp(logits, dl, x) for x in ins.values()]))
+    return forward_backward_maps({**ins, "dl": dl}, logits, dl, list(ins.values()))
 
 
 def _inputs(size):
@@ -87,12 +86,9 @@ def _accept(size, h, W_t, b_t, **_):
     return bool(np.min(a.var(axis=-1)) >= LN_MIN_VAR)
 
 
-def _code(which):
-    def code(impl, size, h, W_t, b_t, gamma, beta, W_word, b_dec, dl):
-        out, c = impl.mlm_head_forward(h, W_t, b_t, gamma, beta, W_word, b_dec,
-                                       eps=float(LN_EPS), activation="gelu")
-        return (out,) if which == 0 else impl.mlm_head_backward(dl, c)
-    return code
+_code = forward_backward_code("mlm_head_forward", "mlm_head_backward",
+                              ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec"), "dl",
+                              eps=float(LN_EPS), activation="gelu")
 
 
 _NEEDS = ("mlm_head_forward", "mlm_head_backward")

@@ -9,7 +9,8 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, lambdify_map, vjp
+from spec.equations._nn import forward_backward_code
+from spec.equations._sym import arr, compare, forward_backward_maps, lambdify_map, vjp
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
@@ -63,8 +64,7 @@ def _pos_fns(size):
     x, P, dout = arr("x", B, T, H), arr("P", T_max, H), arr("dout", B, T, H)
     out = x + P[None, :T]
     inputs = dict(x=x, W_pos=P, dout=dout)
-    return (lambdify_map(inputs, [out]),
-            lambdify_map(inputs, [vjp(out, dout, x), vjp(out, dout, P)]))
+    return forward_backward_maps(inputs, out, dout, (x, P))
 
 
 def _pos_inputs(size):
@@ -73,11 +73,8 @@ def _pos_inputs(size):
                 dout=("float", (B, T, H), 1.0))
 
 
-def _pos_code(which):
-    def code(impl, size, x, W_pos, dout):
-        out, cache_ = impl.position_embedding_forward(x, W_pos)
-        return (out,) if which == 0 else impl.position_embedding_backward(dout, cache_)
-    return code
+_pos_code = forward_backward_code("position_embedding_forward", "position_embedding_backward",
+                                  ("x", "W_pos"), "dout")
 
 
 @cache

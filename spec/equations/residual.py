@@ -8,7 +8,7 @@ import sympy as sp
 
 from spec.equations import Equation, Proof, register
 from spec.equations._nn import ln_row
-from spec.equations._sym import arr, fmt_array, vjp
+from spec.equations._sym import arr, floats, fmt_array, vjp
 from spec.equations.block import BLOCK_CHECK
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
@@ -39,8 +39,7 @@ def _prove_blog_residual() -> Proof:
     Zbar = ln_row(X + Zt)
     blog = ln_row(X + Zout)
     bert = ln_row(Zbar + Zout)
-    a = np.array([float(e) for e in blog])
-    b = np.array([float(e) for e in bert])
+    a, b = floats(blog), floats(bert)
     return Proof("refuted", (3,),
                  f"layer 1, X={X.tolist()}, attention output {Zt.tolist()}, FFN output "
                  f"{Zout.tolist()}: LN(X + Z_out) = {fmt_array(a)} vs LN(Z̄ + Z_out) = "

@@ -7,13 +7,11 @@ scatter-add of the upstream gradient over the positions of each segment.
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, lambdify_map, vjp
-from spec.equations.embedding import onehot, scatter_add_rows
+from spec.equations._sym import arr, first_difference, vjp
+from spec.equations.embedding import lookup_maps, onehot, table_grad
 
 BERT = "BERT (segment embeddings)"
 CASES = ((2, 2, ((0, 0, 1), (1, 1, 0))), (3, 2, ((2, 2), (0, 2))))  # (n_types, H, type_ids)
@@ -26,23 +24,15 @@ def _prove() -> Proof:
         B, T = ids.shape
         x, W, dout = arr("x", B, T, H), arr("W", n, H), arr("dout", B, T, H)
         out = x + onehot(ids, n).astype(object) @ W
-        closed_W = scatter_add_rows(ids, dout, n)
-        for derived, closed in ((vjp(out, dout, W), closed_W), (vjp(out, dout, x), dout)):
-            ok, detail = compare(derived, closed)
-            if not ok:
-                return Proof("refuted", (n, H), f"type_ids={ids.tolist()}: {detail}")
+        detail = first_difference([table_grad(out, dout, W, ids, n), (vjp(out, dout, x), dout)])
+        if detail:
+            return Proof("refuted", (n, H), f"type_ids={ids.tolist()}: {detail}")
     return Proof("proven", tuple((n, H) for n, H, _ in CASES),
                  "dx = dout; dW_type[s] = sum of dout over the positions of segment s")
 
 
-@cache
 def _fns(size):
-    n, H, B, T = size
-    O, x, W, dout = arr("O", B, T, n), arr("x", B, T, H), arr("W", n, H), arr("dout", B, T, H)
-    out = x + O @ W
-    inputs = dict(O=O, x=x, W=W, dout=dout)
-    return (lambdify_map(inputs, [out]),
-            lambdify_map(inputs, [vjp(out, dout, x), vjp(out, dout, W)]))
+    return lookup_maps(*size, added=True)
 
 
 def _inputs(size):

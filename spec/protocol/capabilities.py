@@ -104,14 +104,9 @@ def capabilities(impl) -> dict:
     if declared is None and not inspect.ismodule(obj):
         declared = getattr(inspect.getmodule(type(obj)), "CAPABILITIES", None)
     caps = {**DEFAULT_CAPABILITIES, **(declared or {})}
-    unknown = sorted(set(caps) - set(DEFAULT_CAPABILITIES) - set(VARIANTS))
-    if unknown:
-        raise ValueError(f"CAPABILITIES: unknown keys {unknown}; expected some of "
-                         f"{sorted(DEFAULT_CAPABILITIES) + sorted(VARIANTS)}")
-    unknown = sorted(set(caps["conventions"]) - CONVENTIONS)
-    if unknown:
-        raise ValueError(f"CAPABILITIES: unknown conventions {unknown}; expected some of "
-                         f"{sorted(CONVENTIONS)}")
+    reject_unknown("CAPABILITIES", "keys", caps,
+                   sorted(DEFAULT_CAPABILITIES) + sorted(VARIANTS))
+    reject_unknown("CAPABILITIES", "conventions", caps["conventions"], sorted(CONVENTIONS))
     from spec.guards import validate_guards  # numerical guards: spec/guards.py (issue 23)
 
     validate_guards(caps["guards"])
@@ -120,15 +115,20 @@ def capabilities(impl) -> dict:
     return caps
 
 
+def reject_unknown(where: str, what: str, given, known: list) -> None:
+    """A ValueError naming ``where`` and the unknown ``what`` when ``given`` holds names outside
+    ``known`` (listed in the message in its order)."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown {what} {unknown}; expected some of {known}")
+
+
 def _variant_values(op: str, declared, options: dict) -> dict:
     """{option: tuple of supported values} from an op's declaration (a value or a tuple)."""
     if not isinstance(declared, Mapping):
         raise ValueError(f"CAPABILITIES[{op!r}]: expected a dict of options "
                          f"{sorted(options)}, got {declared!r}")
-    unknown = sorted(set(declared) - set(options))
-    if unknown:
-        raise ValueError(f"CAPABILITIES[{op!r}]: unknown options {unknown}; expected some of "
-                         f"{sorted(options)}")
+    reject_unknown(f"CAPABILITIES[{op!r}]", "options", declared, sorted(options))
     out = {}
     for name, option in options.items():
         v = declared.get(name, option.default)

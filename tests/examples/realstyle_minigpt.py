@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from spec.suite.adapters import layer, optimizer
+from tests.examples import classy_bert
 
 # e.g. MINIBERT_EXAMPLE_BUGS=attention minibert check tests.examples.<this module>
 BUGS: set = set(filter(None, os.environ.get("MINIBERT_EXAMPLE_BUGS", "").split(",")))
@@ -20,19 +21,17 @@ CAPABILITIES = {"ranks": {"softmax": (4,), "ffn": (3,), "cross_entropy": (3,)},
                 "conventions": ("lr(0)=0",), "guards": {"clip_eps": 1e-6}}
 
 
-class Softmax:
+class Softmax(classy_bert.Softmax):
+    """The tutorial's softmax, on attention scores only (and with its bug switch)."""
+
     def forward(self, s, mask=None):
         B, A, T, T2 = s.shape  # attention scores only
-        if mask is not None:
-            s = np.where(mask, s, -np.inf)
-        e = np.exp(s - s.max(-1, keepdims=True))
-        self.p = e / e.sum(-1, keepdims=True)
-        return self.p
+        return super().forward(s, mask)
 
     def backward(self, dp):
         if "softmax" in BUGS:  # the Jacobian's subtraction dropped
             return self.p * dp
-        return self.p * (dp - (self.p * dp).sum(-1, keepdims=True))
+        return super().backward(dp)
 
 
 class FeedForward:

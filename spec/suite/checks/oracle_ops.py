@@ -103,6 +103,25 @@ def compare(part, prefix, ours_out, ours_grads, theirs_out, theirs_grads, names,
                         allowance=allowance)
 
 
+def against_torch(impl, part, dtype, op, args, torch_fn, inputs, dout, names, *, label=None,
+                  kwargs=None, check=None):
+    """The body the oracles share.  Part "forward": ``impl.<op>_forward(*args, **kwargs)``
+    against ``torch_fn(**inputs)``; part "backward": ``impl.<op>_backward(dout, cache)``
+    against torch's gradients of ``names`` (in the backward's order; None: an output that is
+    not compared), after ``check(grads)`` -- a variant's assertion on the backward's outputs.
+    ``label`` names the op in a red (default ``op``)."""
+    label = label or op
+    out, cache = getattr(impl, f"{op}_forward")(*args, **(kwargs or {}))
+    t_out, t_grads = to.vjp(torch_fn, inputs, dout, tuple(n for n in names if n))
+    s_in = to.inputs_scale(inputs, dout)
+    if part == "forward":
+        return compare_forward(label, out, t_out, dtype, s_in)
+    grads = getattr(impl, f"{op}_backward")(dout, cache)
+    if check is not None:
+        check(grads)
+    compare(part, label, out, grads, t_out, t_grads, names, dtype, s_in)
+
+
 # --------------------------------------------------------------------------- embeddings
 @oracle("embedding", ("embedding",), dict(dtype=DTYPE_AXIS),
         dict(B=side, T=side, V=st.integers(1, 6), H=side, seed=seeds, data=st.data()))
@@ -113,13 +132,8 @@ def embedding(impl, part, dtype, B, T, V, H, seed, data):
     rng = np.random.default_rng(seed)
     W = gaussian(rng, (V, H), dtype)
     dout = upstream(rng, (B, T, H), dtype)
-    out, cache = impl.embedding_forward(ids, W)
-    t_out, t_grads = to.vjp(to.embedding, dict(ids=ids, W=W), dout, ("W",))
-    s_in = to.inputs_scale(dict(ids=ids, W=W), dout)
-    if part == "forward":
-        return compare_forward("embedding", out, t_out, dtype, s_in)
-    grads = impl.embedding_backward(dout, cache)
-    compare(part, "embedding", out, grads, t_out, t_grads, ("W",), dtype, s_in)
+    return against_torch(impl, part, dtype, "embedding", (ids, W), to.embedding,
+                         dict(ids=ids, W=W), dout, ("W",))
 
 
 @oracle("position_embedding", ("position_embedding",), dict(dtype=DTYPE_AXIS),
@@ -129,13 +143,8 @@ def learned_position(impl, part, dtype, B, T, extra, H, seed, data):
     rng = np.random.default_rng(seed)
     W_pos = gaussian(rng, (T + extra, H), dtype)  # unused rows must get exactly zero gradient
     dout = upstream(rng, (B, T, H), dtype)
-    out, cache = impl.position_embedding_forward(x, W_pos)
-    t_out, t_grads = to.vjp(to.learned_position, dict(x=x, W_pos=W_pos), dout, ("x", "W_pos"))
-    s_in = to.inputs_scale(dict(x=x, W_pos=W_pos), dout)
-    if part == "forward":
-        return compare_forward("position_embedding", out, t_out, dtype, s_in)
-    grads = impl.position_embedding_backward(dout, cache)
-    compare(part, "position_embedding", out, grads, t_out, t_grads, ("x", "W_pos"), dtype, s_in)
+    return against_torch(impl, part, dtype, "position_embedding", (x, W_pos), to.learned_position,
+                         dict(x=x, W_pos=W_pos), dout, ("x", "W_pos"))
 
 
 @oracle("sinusoidal_encoding", ("sinusoidal_position",), dict(dtype=DTYPE_AXIS),
@@ -151,13 +160,8 @@ def sinusoidal_table(impl, part, dtype, T, d):
 def sinusoidal_position(impl, part, dtype, B, T, H, seed, data):
     x = data.draw(values((B, T, H))).astype(dtype)
     dout = upstream(np.random.default_rng(seed), (B, T, H), dtype)
-    out, cache = impl.sinusoidal_position_forward(x)
-    t_out, t_grads = to.vjp(to.sinusoidal_position, dict(x=x), dout, ("x",))
-    s_in = to.inputs_scale(dict(x=x), dout)
-    if part == "forward":
-        return compare_forward("sinusoidal_position", out, t_out, dtype, s_in)
-    grads = impl.sinusoidal_position_backward(dout, cache)
-    compare(part, "sinusoidal_position", out, grads, t_out, t_grads, ("x",), dtype, s_in)
+    return against_torch(impl, part, dtype, "sinusoidal_position", (x,),
+                         to.sinusoidal_position, dict(x=x), dout, ("x",))
 
 
 # --------------------------------------------------------------------------- linear
@@ -167,21 +171,26 @@ def sinusoidal_position(impl, part, dtype, B, T, H, seed, data):
              data=st.data()))
 def linear(impl, part, dtype, bias, lead, n_in, n_out, seed, data):
     x = data.draw(values(tuple(lead) + (n_in,))).astype(dtype)
+    return _weight_bias(impl, part, dtype, "linear", "x", x, n_in, n_out, tuple(lead), bias,
+                        seed)
+
+
+def _weight_bias(impl, part, dtype, op, x_name, x, n_in, n_out, lead_out, bias, seed):
+    """linear and pooler: ``op``(x, W, b) with a random W [n_in, n_out] and b [n_out] (None
+    without a bias) against torch; the upstream gradient is [*lead_out, n_out]."""
     rng = np.random.default_rng(seed)
     W = gaussian(rng, (n_in, n_out), dtype)
     b = gaussian(rng, (n_out,), dtype) if bias else None
-    dy = upstream(rng, tuple(lead) + (n_out,), dtype)
-    out, cache = impl.linear_forward(x, W, b)
-    t_out, t_grads = to.vjp(to.linear, dict(x=x, W=W, b=b), dy,
-                            ("x", "W", "b") if bias else ("x", "W"))
-    s_in = to.inputs_scale(dict(x=x, W=W, b=b), dy)
-    if part == "forward":
-        return compare_forward("linear", out, t_out, dtype, s_in)
-    dx, dW, db = impl.linear_backward(dy, cache)
-    if not bias:
-        assert db is None, "linear_backward: expected db None without a bias"
-    compare(part, "linear", out, (dx, dW, db), t_out, t_grads, ("x", "W", "b" if bias else None),
-            dtype, s_in)
+    dy = upstream(rng, lead_out + (n_out,), dtype)
+
+    def check(grads):
+        dx, dW, db = grads
+        if not bias:
+            assert db is None, f"{op}_backward: expected db None without a bias"
+
+    return against_torch(impl, part, dtype, op, (x, W, b), getattr(to, op),
+                         {x_name: x, "W": W, "b": b}, dy, (x_name, "W", "b" if bias else None),
+                         check=check)
 
 
 # --------------------------------------------------------------------------- layernorm
@@ -211,18 +220,15 @@ def layernorm(impl, part, dtype, B, T, N, eps, seed, data, affine=True):
         gamma = beta = None
     names = ("x", "gamma", "beta") if affine else ("x", None, None)
     dy = upstream(rng, (B, T, N), dtype)
-    out, cache = impl.layernorm_forward(x, gamma, beta, eps)
-    t_out, t_grads = to.vjp(to.layernorm, dict(x=x, gamma=gamma, beta=beta, eps=eps), dy,
-                            tuple(n for n in names if n))
-    s_in = to.inputs_scale(dict(x=x, gamma=gamma, beta=beta, eps=eps), dy)
-    if part == "forward":
-        return compare_forward("layernorm", out, t_out, dtype, s_in)
-    grads = impl.layernorm_backward(dy, cache)
-    if not affine:
-        assert grads[1] is None and grads[2] is None, (
-            "layernorm_backward: expected dgamma, dbeta None without gamma and beta, got "
-            f"{type(grads[1]).__name__}, {type(grads[2]).__name__}")
-    compare(part, "layernorm", out, grads, t_out, t_grads, names, dtype, s_in)
+
+    def check(grads):
+        if not affine:
+            assert grads[1] is None and grads[2] is None, (
+                "layernorm_backward: expected dgamma, dbeta None without gamma and beta, got "
+                f"{type(grads[1]).__name__}, {type(grads[2]).__name__}")
+
+    return against_torch(impl, part, dtype, "layernorm", (x, gamma, beta, eps), to.layernorm,
+                         dict(x=x, gamma=gamma, beta=beta, eps=eps), dy, names, check=check)
 
 
 # --------------------------------------------------------------------------- softmax
@@ -237,13 +243,8 @@ def softmax(impl, part, dtype, masked, B, T, n, seed, data):
         keep = data.draw(hnp.arrays(np.int64, (B, T), elements=st.integers(0, n - 1)))
         np.put_along_axis(mask, keep[..., None], True, axis=-1)  # one kept entry per row
     dp = upstream(np.random.default_rng(seed), (B, T, n), dtype)
-    out, cache = impl.softmax_forward(x, mask)
-    t_out, t_grads = to.vjp(to.softmax, dict(x=x, mask=mask), dp, ("x",))
-    s_in = to.inputs_scale(dict(x=x, mask=mask), dp)
-    if part == "forward":
-        return compare_forward("softmax", out, t_out, dtype, s_in)
-    grads = impl.softmax_backward(dp, cache)
-    compare(part, "softmax", out, grads, t_out, t_grads, ("x",), dtype, s_in)
+    return against_torch(impl, part, dtype, "softmax", (x, mask), to.softmax,
+                         dict(x=x, mask=mask), dp, ("x",))
 
 
 # --------------------------------------------------------------------------- relu / tanh
@@ -252,13 +253,7 @@ def softmax(impl, part, dtype, masked, B, T, n, seed, data):
 def relu(impl, part, dtype, shape, seed, data):
     x = data.draw(away_from_zero(tuple(shape))).astype(dtype)
     dy = upstream(np.random.default_rng(seed), tuple(shape), dtype)
-    out, cache = impl.relu_forward(x)
-    t_out, t_grads = to.vjp(to.relu, dict(x=x), dy, ("x",))
-    s_in = to.inputs_scale(dict(x=x), dy)
-    if part == "forward":
-        return compare_forward("relu", out, t_out, dtype, s_in)
-    grads = impl.relu_backward(dy, cache)
-    compare(part, "relu", out, grads, t_out, t_grads, ("x",), dtype, s_in)
+    return against_torch(impl, part, dtype, "relu", (x,), to.relu, dict(x=x), dy, ("x",))
 
 
 @oracle("tanh", ("tanh",), dict(dtype=DTYPE_AXIS),
@@ -266,13 +261,7 @@ def relu(impl, part, dtype, shape, seed, data):
 def tanh(impl, part, dtype, shape, seed, data):
     x = data.draw(values(tuple(shape), -4.0, 4.0)).astype(dtype)
     dy = upstream(np.random.default_rng(seed), tuple(shape), dtype)
-    out, cache = impl.tanh_forward(x)
-    t_out, t_grads = to.vjp(to.tanh, dict(x=x), dy, ("x",))
-    s_in = to.inputs_scale(dict(x=x), dy)
-    if part == "forward":
-        return compare_forward("tanh", out, t_out, dtype, s_in)
-    grads = impl.tanh_backward(dy, cache)
-    compare(part, "tanh", out, grads, t_out, t_grads, ("x",), dtype, s_in)
+    return against_torch(impl, part, dtype, "tanh", (x,), to.tanh, dict(x=x), dy, ("x",))
 
 
 # --------------------------------------------------------------------------- attention
@@ -333,17 +322,17 @@ def attention(impl, part, dtype, bias, masked, B, T, A, d_k, seed, data, W_o=Non
     names = tuple(n if p.get(n) is not None else None for n in ATTN)
     names = ("x",) + names
     kw = {"causal": True} if causal else {}
-    out, cache = impl.attention_forward(x, *(p.get(n) for n in ATTN), n_heads=A, mask=mask, **kw)
-    t_out, t_grads = to.vjp(to.attention, dict(x=x, **p, n_heads=A, mask=mask, **kw), dy,
-                            tuple(n for n in names if n))
-    s_in = to.inputs_scale(dict(x=x, **p, n_heads=A, mask=mask), dy)
-    if part == "forward":
-        return compare_forward(f"attention[A={A}, d_k={d_k}]", out, t_out, dtype, s_in)
-    grads = impl.attention_backward(dy, cache)
-    wrong = [ATTN[i - 1] for i, (n, g) in enumerate(zip(names, grads))
-             if i and n is None and g is not None]
-    assert not wrong, f"attention_backward: expected None for the absent {wrong}, got arrays"
-    compare(part, f"attention[A={A}, d_k={d_k}]", out, grads, t_out, t_grads, names, dtype, s_in)
+
+    def check(grads):
+        wrong = [ATTN[i - 1] for i, (n, g) in enumerate(zip(names, grads))
+                 if i and n is None and g is not None]
+        assert not wrong, f"attention_backward: expected None for the absent {wrong}, got arrays"
+
+    # (causal True is no magnitude: the inputs' scale is the same with or without it)
+    return against_torch(impl, part, dtype, "attention", (x, *(p.get(n) for n in ATTN)),
+                         to.attention, dict(x=x, **p, n_heads=A, mask=mask, **kw), dy, names,
+                         label=f"attention[A={A}, d_k={d_k}]",
+                         kwargs=dict(n_heads=A, mask=mask, **kw), check=check)
 
 
 # --------------------------------------------------------------------------- ffn / block
@@ -374,16 +363,15 @@ def ffn(impl, part, dtype, B, T, H, I, seed, data, b_2=True):
     assume(float(pre.abs().min()) > KINK_MARGIN)
     dy = upstream(rng, (B, T, H), dtype)
     names = ("x", "W_1", "b_1", "W_2", "b_2" if b_2 else None)
-    out, cache = impl.ffn_forward(x, *(p[n] for n in ("W_1", "b_1", "W_2", "b_2")))
-    t_out, t_grads = to.vjp(to.ffn, dict(x=x, **p), dy, tuple(n for n in names if n))
-    s_in = to.inputs_scale(dict(x=x, **p), dy)
-    if part == "forward":
-        return compare_forward("ffn", out, t_out, dtype, s_in)
-    grads = impl.ffn_backward(dy, cache)
-    if not b_2:
-        assert grads[4] is None, ("ffn_backward: expected db_2 None without b_2, got "
-                                  f"{type(grads[4]).__name__}")
-    compare(part, "ffn", out, grads, t_out, t_grads, names, dtype, s_in)
+
+    def check(grads):
+        if not b_2:
+            assert grads[4] is None, ("ffn_backward: expected db_2 None without b_2, got "
+                                      f"{type(grads[4]).__name__}")
+
+    return against_torch(impl, part, dtype, "ffn",
+                         (x, *(p[n] for n in ("W_1", "b_1", "W_2", "b_2"))), to.ffn,
+                         dict(x=x, **p), dy, names, check=check)
 
 
 def block_params(rng, H, I, dtype, attn_bias, norm="post"):
@@ -482,21 +470,7 @@ def block(impl, part, dtype, attn_bias, masked, B, T, A, d_k, I, eps, seed, data
         dict(B=side, T=side, H=side, seed=seeds, data=st.data()))
 def pooler(impl, part, dtype, bias, B, T, H, seed, data):
     h = data.draw(values((B, T, H))).astype(dtype)
-    rng = np.random.default_rng(seed)
-    W = gaussian(rng, (H, H), dtype)
-    b = gaussian(rng, (H,), dtype) if bias else None
-    dy = upstream(rng, (B, H), dtype)
-    out, cache = impl.pooler_forward(h, W, b)
-    t_out, t_grads = to.vjp(to.pooler, dict(h=h, W=W, b=b), dy,
-                            ("h", "W", "b") if bias else ("h", "W"))
-    s_in = to.inputs_scale(dict(h=h, W=W, b=b), dy)
-    if part == "forward":
-        return compare_forward("pooler", out, t_out, dtype, s_in)
-    dh, dW, db = impl.pooler_backward(dy, cache)
-    if not bias:
-        assert db is None, "pooler_backward: expected db None without a bias"
-    compare(part, "pooler", out, (dh, dW, db), t_out, t_grads, ("h", "W", "b" if bias else None),
-            dtype, s_in)
+    return _weight_bias(impl, part, dtype, "pooler", "h", h, H, H, (B,), bias, seed)
 
 
 # --------------------------------------------------------------------------- losses
@@ -649,13 +623,8 @@ def mse(impl, part, dtype, shape, seed, data):
     y_hat = data.draw(values(tuple(shape))).astype(dtype)
     y = data.draw(values(tuple(shape))).astype(dtype)
     dloss = upstream(np.random.default_rng(seed), (), dtype)
-    out, cache = impl.mse_forward(y_hat, y)
-    t_out, t_grads = to.vjp(to.mse, dict(y_hat=y_hat, y=y), dloss, ("y_hat", "y"))
-    s_in = to.inputs_scale(dict(y_hat=y_hat, y=y), dloss)
-    if part == "forward":
-        return compare_forward("mse", out, t_out, dtype, s_in)
-    grads = impl.mse_backward(dloss, cache)
-    compare(part, "mse", out, grads, t_out, t_grads, ("y_hat", "y"), dtype, s_in)
+    return against_torch(impl, part, dtype, "mse", (y_hat, y), to.mse, dict(y_hat=y_hat, y=y),
+                         dloss, ("y_hat", "y"))
 
 
 # --------------------------------------------------------------------------- BERT ops
@@ -688,14 +657,9 @@ def token_type(impl, part, dtype, B, T, n_types, H, seed, data):
     rng = np.random.default_rng(seed)
     W_type = gaussian(rng, (n_types, H), dtype)
     dout = upstream(rng, (B, T, H), dtype)
-    out, cache = impl.token_type_embedding_forward(x, type_ids, W_type)
-    t_out, t_grads = to.vjp(to.token_type, dict(x=x, type_ids=type_ids, W_type=W_type), dout,
-                            ("x", "W_type"))
-    s_in = to.inputs_scale(dict(x=x, type_ids=type_ids, W_type=W_type), dout)
-    if part == "forward":
-        return compare_forward("token_type", out, t_out, dtype, s_in)
-    grads = impl.token_type_embedding_backward(dout, cache)
-    compare(part, "token_type", out, grads, t_out, t_grads, ("x", "W_type"), dtype, s_in)
+    return against_torch(impl, part, dtype, "token_type_embedding", (x, type_ids, W_type),
+                         to.token_type, dict(x=x, type_ids=type_ids, W_type=W_type), dout,
+                         ("x", "W_type"), label="token_type")
 
 
 @oracle("embedding_ln", ("embedding_ln",), dict(dtype=DTYPE_AXIS),
@@ -713,14 +677,9 @@ def embedding_ln(impl, part, dtype, B, T, V, n_types, H, eps, seed, data):
     assume(np.all(e.astype(np.float64).std(axis=-1) > LN_MIN_STD))
     dy = upstream(rng, (B, T, H), dtype)
     names = ("W_word", "W_pos", "W_type", "gamma", "beta")
-    out, cache = impl.embedding_ln_forward(ids, type_ids, *(p[n] for n in names), eps)
-    t_out, t_grads = to.vjp(to.embedding_ln, dict(ids=ids, type_ids=type_ids, **p, eps=eps), dy,
-                            names)
-    s_in = to.inputs_scale(dict(ids=ids, type_ids=type_ids, **p, eps=eps), dy)
-    if part == "forward":
-        return compare_forward("embedding_ln", out, t_out, dtype, s_in)
-    grads = impl.embedding_ln_backward(dy, cache)
-    compare(part, "embedding_ln", out, grads, t_out, t_grads, names, dtype, s_in)
+    return against_torch(impl, part, dtype, "embedding_ln",
+                         (ids, type_ids, *(p[n] for n in names), eps), to.embedding_ln,
+                         dict(ids=ids, type_ids=type_ids, **p, eps=eps), dy, names)
 
 
 @oracle("mlm_head", ("mlm_head", "gelu"), dict(dtype=DTYPE_AXIS,
@@ -741,14 +700,10 @@ def mlm_head(impl, part, dtype, activation, lead, H, V, seed, data):
     assume(float(a.std(dim=-1, unbiased=False).min()) > LN_MIN_STD)
     dl = upstream(rng, tuple(lead) + (V,), dtype)
     names = ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec")
-    out, cache = impl.mlm_head_forward(h, *(p[n] for n in names[1:]), activation=activation)
-    t_out, t_grads = to.vjp(lambda **kw: to.mlm_head(**kw, activation=activation),
-                            dict(h=h, **p), dl, names)
-    s_in = to.inputs_scale(dict(h=h, **p), dl)
-    if part == "forward":
-        return compare_forward(f"mlm_head[{activation}]", out, t_out, dtype, s_in)
-    grads = impl.mlm_head_backward(dl, cache)
-    compare(part, f"mlm_head[{activation}]", out, grads, t_out, t_grads, names, dtype, s_in)
+    return against_torch(impl, part, dtype, "mlm_head", (h, *(p[n] for n in names[1:])),
+                         lambda **kw: to.mlm_head(**kw, activation=activation),
+                         dict(h=h, **p), dl, names, label=f"mlm_head[{activation}]",
+                         kwargs=dict(activation=activation))
 
 
 @oracle("classifier", ("classifier", "pooler"), dict(dtype=DTYPE_AXIS),
@@ -760,10 +715,5 @@ def classifier(impl, part, dtype, B, T, H, C, seed, data):
          "W_c": gaussian(rng, (H, C), dtype), "b_c": gaussian(rng, (C,), dtype)}
     dl = upstream(rng, (B, C), dtype)
     names = ("h", "W_p", "b_p", "W_c", "b_c")
-    out, cache = impl.classifier_forward(h, *(p[n] for n in names[1:]))
-    t_out, t_grads = to.vjp(to.classifier, dict(h=h, **p), dl, names)
-    s_in = to.inputs_scale(dict(h=h, **p), dl)
-    if part == "forward":
-        return compare_forward("classifier", out, t_out, dtype, s_in)
-    grads = impl.classifier_backward(dl, cache)
-    compare(part, "classifier", out, grads, t_out, t_grads, names, dtype, s_in)
+    return against_torch(impl, part, dtype, "classifier", (h, *(p[n] for n in names[1:])),
+                         to.classifier, dict(h=h, **p), dl, names)
