@@ -228,16 +228,20 @@ def layernorm(impl, part, dtype, B, T, N, eps, seed, data, affine=True):
                 "layernorm_backward: expected dgamma, dbeta None without gamma and beta, got "
                 f"{type(grads[1]).__name__}, {type(grads[2]).__name__}")
 
-    # dx = (g - mean(g) - x_hat mean(g x_hat)) / sigma, g = gamma dy: its terms are |g| / sigma
-    # (x_hat^2 <= 1 for N = 2), up to 10x the inputs at sigma >= LN_MIN_STD, and they cancel
-    # when x_hat^2 -> 1 (N = 2, dx eps-sized): both sides carry the rounding of those terms
-    # (found by the deep profile: 4.8e-14 apart on dx = -8.9e-9 at eps = 1e-11)
-    x64 = x.astype(np.float64)
-    sigma_min = float(np.sqrt(x64.var(axis=-1) + eps).min())
-    g_max = float(np.abs(dy).max()) * (1.0 if gamma is None else float(np.abs(gamma).max()))
     return against_torch(impl, part, dtype, "layernorm", (x, gamma, beta, eps), to.layernorm,
                          dict(x=x, gamma=gamma, beta=beta, eps=eps), dy, names, check=check,
-                         backward_scale=2.0 * g_max / sigma_min)
+                         backward_scale=layernorm_backward_scale(x, gamma, dy, eps))
+
+
+def layernorm_backward_scale(x, gamma, dy, eps) -> float:
+    """The magnitude of the terms LayerNorm's dx sums, for its rounding floor:
+    dx = (g - mean(g) - x_hat mean(g x_hat)) / sigma with g = gamma dy, so terms of |g| / sigma
+    (x_hat^2 <= 1 for N = 2), up to 10x the inputs at sigma >= LN_MIN_STD.  They cancel when
+    x_hat^2 -> 1 (N = 2: dx is eps-sized), and both sides carry the rounding of those terms
+    (found by the deep profile: 4.8e-14 apart on dx = -8.9e-9 at eps = 1e-11)."""
+    sigma_min = float(np.sqrt(np.asarray(x, np.float64).var(axis=-1) + eps).min())
+    g_max = float(np.abs(dy).max()) * (1.0 if gamma is None else float(np.abs(gamma).max()))
+    return 2.0 * g_max / sigma_min
 
 
 # --------------------------------------------------------------------------- softmax
