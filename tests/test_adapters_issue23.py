@@ -28,7 +28,7 @@ NAMED = re.compile(r"index \([0-9, ]*\):? (got|ours|analytic|code) [-+0-9.e]+,? 
 
 
 def _verdicts(report):
-    return {op: report.verdict(cells) for op, cells in report.grid().items()}
+    return report.verdicts()
 
 
 # ----------------------------------------------------------------- the examples

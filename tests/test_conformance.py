@@ -21,7 +21,7 @@ EXAMPLES = r"\.example\b"  # the fixed-seed checks (spec/suite/checks/examples.p
 def verdicts(impl, ops=None, **kw) -> dict[str, str]:
     """op -> verdict of the fixed-seed example checks (or of ``kw``'s selection)."""
     report = check_implementation(impl, ops=ops, **({"match": EXAMPLES} | kw))
-    return {op: report.verdict(cells) for op, cells in report.grid().items()}
+    return report.verdicts()
 
 
 def report_of(impl, op, **kw):

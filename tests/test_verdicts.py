@@ -33,7 +33,7 @@ FAST = ["-k", r"\.example\b", "--oracle", "off"]  # the fixed-seed checks: secon
 
 def verdicts(impl, ops=None, **kw) -> dict[str, str]:
     report = check_implementation(impl, ops=ops, **kw)
-    return {op: report.verdict(cells) for op, cells in report.grid().items()}
+    return report.verdicts()
 
 
 def _cli(capsys, *args):
@@ -298,7 +298,7 @@ BUGGY = [(m, op) for m, ops in REALSTYLE.items() for op in sorted(ops)
 def test_realstyle_implementation_is_green_in_every_row_it_provides(module, monkeypatch):
     monkeypatch.setattr(module, "BUGS", set())
     report = check_implementation(module)
-    got = {op: report.verdict(cells) for op, cells in report.grid().items()}
+    got = report.verdicts()
     assert {op for op, v in got.items() if v == "ok"} == REALSTYLE[module], {
         r.id: r.message for r in report.failures()}
     assert {op for op, v in got.items() if v == "n/a"} == set(got) - REALSTYLE[module]
@@ -309,7 +309,7 @@ def test_realstyle_implementation_is_green_in_every_row_it_provides(module, monk
 def test_a_bug_in_one_op_makes_only_that_row_red(module, bug, monkeypatch):
     monkeypatch.setattr(module, "BUGS", {bug})
     report = check_implementation(module, ops=REALSTYLE[module], match=r"\.example\b|^fd\[")
-    got = {op: report.verdict(cells) for op, cells in report.grid().items()}
+    got = report.verdicts()
     assert [op for op, v in got.items() if v == "FAIL"] == [bug]
 
 

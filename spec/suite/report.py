@@ -94,6 +94,10 @@ class Report:
         seen = {op for r in self.results for op in r.ops}
         return [op for op in OPS if op in seen]
 
+    def verdicts(self) -> dict[str, str]:
+        """op -> its row's verdict (:meth:`verdict` of its cells), in the op table's order."""
+        return {op: self.verdict(cells) for op, cells in self.grid().items()}
+
     @staticmethod
     def verdict(cells: Mapping[str, Cell]) -> str:
         statuses = {c.status for c in cells.values()}
@@ -123,8 +127,7 @@ class Report:
         checked (it does not load, provides nothing, a check could not run)."""
         if self.load_error is not None:
             return EXIT_NOT_RUN
-        grid = self.grid()
-        verdicts = {op: self.verdict(cells) for op, cells in grid.items()}
+        verdicts = self.verdicts()
         if any(v == "FAIL" for v in verdicts.values()):
             return EXIT_FAIL
         if not any(v in ("ok", "error") for v in verdicts.values()):
@@ -138,7 +141,7 @@ class Report:
         code = self.exit_code()
         if self.load_error is not None:
             return f"could not run: {self.load_error}"
-        verdicts = {op: self.verdict(c) for op, c in self.grid().items()}
+        verdicts = self.verdicts()
         failed = [op for op, v in verdicts.items() if v == "FAIL"]
         if failed:
             return f"{len(failed)} op(s) fail: {', '.join(failed)}"
