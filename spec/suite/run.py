@@ -128,9 +128,13 @@ def check_settings(*, database=None, max_examples: int | None = None,
         database = None  # derandomized: the same examples every run, nothing to replay
     if not shrink:
         kw["phases"] = [p for p in parent.phases if p is not Phase.shrink]
+    # filter_too_much: the checks assume() kinks and near-constant rows away, and under a
+    # random profile a run of rejected draws raised FailedHealthCheck -- a red on a correct
+    # implementation.  Not a verdict: a check that can satisfy none still ends Unsatisfiable
     return settings(parent, deadline=None, report_multiple_bugs=False, database=database,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.differing_executors], **kw)
+                                           HealthCheck.differing_executors,
+                                           HealthCheck.filter_too_much], **kw)
 
 
 @contextmanager
