@@ -5,12 +5,11 @@ Private: it registers no equation."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import sympy as sp
 
 from spec.equations import Numeric
+from spec.equations._cache import maps_cache
 from spec.equations._sym import arr, forward_backward_maps
 
 KINK = 1e-3  # SymPy <-> code samples keep ReLU inputs this far from 0 (spec.tolerances.KINK_MARGIN)
@@ -52,7 +51,7 @@ def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
     kwargs = dict(kwargs or {})
     shapes = ((2, 3), (1, 4))
 
-    @cache
+    @maps_cache(name=f"elementwise.{fn.__name__}.{attr_f}.{sorted(kwargs.items())}")
     def fns(shape):
         x, dy = arr("x", *shape), arr("dy", *shape)
         y = np.vectorize(fn, otypes=[object])(x)

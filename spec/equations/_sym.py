@@ -216,15 +216,23 @@ def first_difference(pairs) -> str:
 def lambdify_map(inputs: Mapping[str, np.ndarray], outputs: Sequence[np.ndarray],
                  aux: Mapping | None = None):
     """fn(**arrays) -> tuple of float arrays shaped like ``outputs``, from object arrays of
-    symbols (``inputs``) and expressions (``outputs``; aux symbols replaced first)."""
+    symbols (``inputs``) and expressions (``outputs``; aux symbols replaced first).  The map
+    carries ``cache_spec``, the generated source it runs (spec/equations/_cache.py keeps it on
+    disk; :func:`map_from_spec` rebuilds the map from it)."""
     aux = dict(aux or {})
     names = list(inputs)
     syms = [s for n in names for s in np.ravel(inputs[n])]
     flat = [sp.sympify(e).xreplace(aux).replace(Exp, sp.exp) for o in outputs
             for e in np.ravel(o)]
     f = sp.lambdify(syms, flat, "numpy", cse=True)
-    shapes = [np.shape(o) for o in outputs]
+    shapes = [list(np.shape(o)) for o in outputs]
+    call = _map_call(f, names, shapes)
+    call.cache_spec = _source_spec(f, names, shapes)
+    return call
 
+
+def _map_call(f, names: Sequence[str], shapes: Sequence[Sequence[int]]):
+    """The map over named arrays around the lambdified ``f`` of their flattened elements."""
     def call(**arrays):
         args = [float(v) for n in names for v in np.ravel(np.asarray(arrays[n], dtype=float))]
         vals = np.asarray(f(*args), dtype=float)
@@ -235,6 +243,66 @@ def lambdify_map(inputs: Mapping[str, np.ndarray], outputs: Sequence[np.ndarray]
             k += n
         return tuple(out)
 
+    return call
+
+
+def _lambdify_namespace() -> dict:
+    """The namespace lambdify gives every "numpy" function (built once: ~1 ms)."""
+    global _NAMESPACE
+    if _NAMESPACE is None:
+        _NAMESPACE = dict(sp.lambdify([], 0, "numpy").__globals__)
+    return _NAMESPACE
+
+
+_NAMESPACE = None
+
+
+def _code_names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def _source_spec(f, names, shapes) -> dict | None:
+    """What rebuilds ``f``: its generated source, and where each global it uses beyond
+    lambdify's numpy namespace comes from (``erf`` from math...); None when one cannot be
+    named (the map is then not cached)."""
+    import importlib
+    import inspect
+
+    try:
+        source = inspect.getsource(f)
+    except (OSError, TypeError):
+        return None
+    base, extras = _lambdify_namespace(), {}
+    for name in sorted(_code_names(f.__code__)):
+        value = f.__globals__.get(name)
+        if name in base and base[name] is value:
+            continue
+        module, attr = getattr(value, "__module__", None), getattr(value, "__name__", None)
+        try:
+            if getattr(importlib.import_module(module), attr) is not value:
+                return None
+        except (ImportError, TypeError, AttributeError, ValueError):
+            return None
+        extras[name] = [module, attr]
+    return {"names": list(names), "shapes": [list(s) for s in shapes], "source": source,
+            "function": f.__name__, "extras": extras}
+
+
+def map_from_spec(spec: Mapping):
+    """The map :func:`lambdify_map` built, from its ``cache_spec``."""
+    import importlib
+
+    namespace = dict(_lambdify_namespace())
+    for name, (module, attr) in spec["extras"].items():
+        namespace[name] = getattr(importlib.import_module(module), attr)
+    exec(compile(spec["source"], f"<cached lambdified map {spec['function']}>", "exec"),
+         namespace)
+    call = _map_call(namespace[spec["function"]], spec["names"], spec["shapes"])
+    call.cache_spec = dict(spec)
     return call
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._sym import (
     arr,
     compare,
@@ -313,7 +314,7 @@ def _prove_blog_no_wo() -> Proof:
 GRAD_NAMES = ("dx", "dW_q", "dW_k", "dW_v", "dW_o", "db_q", "db_k", "db_v", "db_o")
 
 
-@cache
+@maps_cache
 def _head_fns(size):
     """A head's map and its sympy.diff gradients (E = exp(score) put back), lambdified:
     (Q, K, V, dC) -> (C, dQ, dK, dV)."""

@@ -4,12 +4,11 @@ The block's SymPy <-> code check (``block_forward``) also checks ``residual.forw
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._nn import KINK, ln_row, relu_expr
 from spec.equations._sym import Stage, arr, chain_equal, floats, fmt_array, is_zero, lambdify_map
 from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
@@ -104,7 +103,7 @@ def _prove_preln_label() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _block_stages(size):
     """The post-LN block's stages as lambdified SymPy forward maps (A = 1, no attention biases):
     attention, LayerNorm of one row, FFN.  Lambdifying the composed expression is far too slow

@@ -3,12 +3,11 @@ b_p) W_c + b_c, trained with cross-entropy over the classes (loss.ce.*)."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._nn import forward_backward_code
 from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.sources import BLOG
@@ -40,7 +39,7 @@ def _prove() -> Proof:
     return Proof("proven", (B, T, H, C))
 
 
-@cache
+@maps_cache
 def _fns(size):
     ins, dl, _, logits = _map(*size)
     names = ("h", "W_p", "b_p", "W_c", "b_c")

@@ -7,11 +7,10 @@ SymPy <-> code check feeds O = onehot(ids) for the ids it drew.
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._nn import forward_backward_code
 from spec.equations._sym import arr, first_difference, forward_backward_maps, is_zero, vjp
 from spec.sources import BLOG, MINIBERT, SLIDES
@@ -58,7 +57,7 @@ def _prove_lookup_backward() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def lookup_maps(n: int, H: int, B: int, T: int, added: bool = False):
     """The forward and backward maps of a [n, H] table's lookup at [B, T], ids as a one-hot
     O [B, T, n]: onehot(ids) @ W, its gradient w.r.t. W; ``added``: x + onehot(ids) @ W (the

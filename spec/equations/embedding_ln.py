@@ -10,11 +10,10 @@ the whole composite (LayerNorm included) checked against the code by the SymPy <
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
 from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.equations.embedding import onehot, scatter_add_rows
@@ -45,7 +44,7 @@ def _prove() -> Proof:
     return Proof("proven", (V, n, H, T_max), "dE scattered to each table by its own ids")
 
 
-@cache
+@maps_cache
 def _fns(size):
     V, n, H, B, T, T_max = size
     O_w, O_t = arr("Ow", B, T, V), arr("Ot", B, T, n)

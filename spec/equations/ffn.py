@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._nn import KINK, relu_expr
 from spec.equations._sym import arr, compare, lambdify_map, vjp
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
@@ -40,7 +39,7 @@ def _prove_ffn() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _token_ffn(H: int, I: int):
     """One token's FFN and its sympy.diff gradients, lambdified."""
     x, W1, b1, W2, b2, dy = arr("x", H), arr("W_1", H, I), arr("b_1", I), arr("W_2", I, H), \

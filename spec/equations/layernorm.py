@@ -15,6 +15,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
 from spec.sources import MINIBERT, SEED001
 
@@ -133,7 +134,7 @@ def _prove_dsigma() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _row_fn(N: int):
     """The proofs' per-row derivation (s = sqrt(var + eps) put back), lambdified with eps as an
     input: (x, gamma, beta, dy, eps) -> (y, dx, dgamma_row, dbeta_row)."""

@@ -9,6 +9,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._sym import arr, compare, fmt_array, lambdify_map, vjp
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001
 
@@ -71,7 +72,7 @@ def _prove_literal_3d() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _fns(size):
     r = layer(size)
     inputs = dict(x=r["x"], W=r["W"], b=r["b"], dy=r["dy"])

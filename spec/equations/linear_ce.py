@@ -17,6 +17,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
 from spec.equations.loss import ce
 from spec.protocol import IGNORE_INDEX
@@ -91,7 +92,7 @@ def _prove_backward() -> Proof:
 SIZES = ((3, 2, 3), (4, 3, 2))  # (n, n_in, V)
 
 
-@cache
+@maps_cache
 def _fns(size, reduction):
     n, n_in, V = size
     x, W, b = arr("x", n, n_in), arr("W", n_in, V), arr("b", V)

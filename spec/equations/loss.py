@@ -7,12 +7,11 @@ m = (label != IGNORE_INDEX).
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._sym import (
     arr,
     compare,
@@ -108,7 +107,7 @@ def _prove_mse(which: str) -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _ce_fns(size, reduction):
     n, V = size
     z, O, m = arr("z", n, V), arr("O", n, V), arr("m", n)
@@ -159,7 +158,7 @@ def _ce_numeric(reduction, which):
                                                        else ()))
 
 
-@cache
+@maps_cache
 def _mse_fns(shape):
     y_hat, x = arr("yh", *shape), arr("y", *shape)
     L = np.array([sp.Add(*((y_hat - x) ** 2).ravel()) / int(np.prod(shape))], dtype=object)

@@ -12,11 +12,10 @@ included) against the code.
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
 from spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from spec.equations.embedding import onehot
@@ -58,7 +57,7 @@ def _prove_tied() -> Proof:
     return Proof("proven", (V, H), "dW = onehot^T dE (lookup) + dlogits^T n (decoder)")
 
 
-@cache
+@maps_cache
 def _fns(size):
     N, H, V = size
     h, W_t, b_t = arr("h", N, H), arr("W_t", H, H), arr("b_t", H)

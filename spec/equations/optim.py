@@ -6,11 +6,14 @@ code adapters below assume the call signatures written next to them.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import fmt_values
+from spec.equations._cache import maps_cache
+from spec.equations._sym import fmt_values, lambdify_map
 from spec.sources import MINIBERT, SEED001, SLIDES
 
 PROJECT = "project convention (BERT's optimizer; not in the five documents)"
@@ -84,6 +87,7 @@ def _prove_sgd() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
+@maps_cache
 def _adam_sympy(size, wd=0):
     """Three Adam steps on a vector, lambdified: (params, g1, g2, g3) -> params after step 3
     (AdamW with decoupled decay ``wd`` when it is not 0)."""
@@ -99,8 +103,9 @@ def _adam_sympy(size, wd=0):
             m, v = adam_moments([gs[k][i] for k in range(step)], hyper["beta1"], hyper["beta2"])
             theta = adam_update(theta, m, v, step, wd=wd, **hyper)
         out.append(theta)
-    f = sp.lambdify([th, *gs], out, "numpy")
-    return lambda theta, g1, g2, g3: (np.asarray(f(theta, g1, g2, g3), dtype=float),)
+    vec = functools.partial(np.array, dtype=object)
+    return lambdify_map(dict(theta=vec(th), g1=vec(gs[0]), g2=vec(gs[1]), g3=vec(gs[2])),
+                        [vec(out)])
 
 
 def _adam_code(impl, size, theta, g1, g2, g3, **decay):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._sym import arr, compare, lambdify_map, vjp
 from spec.sources import BLOG
 
@@ -38,7 +37,7 @@ def _prove_pooler_orientation() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _pooler_fn(size):
     B, T, H = size
     h, W, b = arr("h", B, T, H), arr("W", H, H), arr("b", H)

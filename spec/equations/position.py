@@ -3,12 +3,11 @@ sinusoidal (no parameters; each frequency's (sin, cos) pair rotates with the pos
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._nn import forward_backward_code
 from spec.equations._sym import arr, compare, forward_backward_maps, lambdify_map, vjp
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
@@ -58,7 +57,7 @@ def _prove_sinusoidal() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _pos_fns(size):
     B, T, T_max, H = size
     x, P, dout = arr("x", B, T, H), arr("P", T_max, H), arr("dout", B, T, H)
@@ -77,7 +76,7 @@ _pos_code = forward_backward_code("position_embedding_forward", "position_embedd
                                   ("x", "W_pos"), "dout")
 
 
-@cache
+@maps_cache
 def _pe_fn(size):
     T, d = size
     pe = np.empty((T, d), dtype=object)

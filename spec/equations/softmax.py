@@ -11,6 +11,7 @@ import numpy as np
 import sympy as sp
 
 from spec.equations import Equation, Numeric, Proof, register
+from spec.equations._cache import maps_cache
 from spec.equations._sym import (
     arr,
     compare,
@@ -109,7 +110,7 @@ def _prove_rowdot_reading() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _row_fns(N: int):
     """The proofs' per-row derivation (E = exp(x) put back), lambdified."""
     r = row(N)

@@ -54,6 +54,16 @@ MAX_D_K = 3
 
 
 # --------------------------------------------------------------------------- building blocks
+@functools.lru_cache(maxsize=4096)
+def np_arrays(dtype, shape, elements=None, fill=None) -> st.SearchStrategy[np.ndarray]:
+    """``hypothesis.extra.numpy.arrays``, one strategy object per distinct arguments: a fresh
+    strategy is validated on its first draw, and that validation cost more than drawing
+    (~12% of ``minibert check``) when every example built its strategies anew.  The same
+    strategy draws the same values: no example changes."""
+    return hnp.arrays(dtype, shape, elements=elements, fill=fill)
+
+
+@functools.lru_cache(maxsize=1024)
 def floats(lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND) -> st.SearchStrategy[float]:
     return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False,
                      width=64)
@@ -62,11 +72,11 @@ def floats(lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND) -> st.SearchStrate
 def arrays(shape, lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND,
            elements: st.SearchStrategy | None = None) -> st.SearchStrategy[np.ndarray]:
     """float64 array of ``shape``, every element drawn from a bounded finite strategy."""
-    return hnp.arrays(np.float64, tuple(shape),
-                      elements=elements if elements is not None else floats(lo, hi),
-                      fill=st.nothing())
+    return np_arrays(np.float64, tuple(shape),
+                     elements if elements is not None else floats(lo, hi), st.nothing())
 
 
+@functools.lru_cache(maxsize=1024)
 def away_from_zero(margin: float = KINK_MARGIN, bound: float = VALUE_BOUND):
     """Scalar floats with margin < |v| <= bound."""
     return floats(-bound, bound).filter(lambda v: abs(v) > margin)
@@ -142,8 +152,7 @@ def relu_inputs(shape) -> st.SearchStrategy[np.ndarray]:
 def token_ids(draw, shape, vocab: int) -> np.ndarray:
     """int64 ids in [0, vocab) with at least one repeated id whenever there are two positions
     (a scatter-add that keeps only one of repeated ids is caught)."""
-    ids = draw(hnp.arrays(np.int64, tuple(shape), elements=st.integers(0, vocab - 1),
-                          fill=st.nothing()))
+    ids = draw(np_arrays(np.int64, tuple(shape), st.integers(0, vocab - 1), st.nothing()))
     if ids.size >= 2:
         i, j = draw(st.lists(st.integers(0, ids.size - 1), min_size=2, max_size=2,
                              unique=True))
@@ -154,7 +163,7 @@ def token_ids(draw, shape, vocab: int) -> np.ndarray:
 @st.composite
 def row_masks(draw, shape) -> np.ndarray:
     """bool mask over the last axis, each row with one to all entries True."""
-    m = draw(hnp.arrays(np.bool_, tuple(shape), elements=st.booleans(), fill=st.nothing()))
+    m = draw(np_arrays(np.bool_, tuple(shape), st.booleans(), st.nothing()))
     rows = m.reshape(-1, shape[-1])
     for r in range(rows.shape[0]):
         if not rows[r].any():
@@ -170,12 +179,10 @@ def key_masks(B: int, T: int) -> st.SearchStrategy[np.ndarray]:
 @st.composite
 def ce_labels(draw, shape, vocab: int, ignore_index: int = IGNORE_INDEX) -> np.ndarray:
     """Labels in [0, vocab) at one to all positions, ``ignore_index`` elsewhere."""
-    predicted = draw(hnp.arrays(np.bool_, tuple(shape), elements=st.booleans(),
-                                fill=st.nothing()))
+    predicted = draw(np_arrays(np.bool_, tuple(shape), st.booleans(), st.nothing()))
     if not predicted.any():
         predicted.flat[draw(st.integers(0, predicted.size - 1))] = True
-    labels = draw(hnp.arrays(np.int64, tuple(shape), elements=st.integers(0, vocab - 1),
-                             fill=st.nothing()))
+    labels = draw(np_arrays(np.int64, tuple(shape), st.integers(0, vocab - 1), st.nothing()))
     return np.where(predicted, labels, ignore_index)
 
 
@@ -650,8 +657,7 @@ def cross_entropy_cases(draw, reduction: str, layout: str | None = None) -> OpCa
     V = draw(sizes(1, 6))
     inputs = {"logits": draw(arrays(lead + (V,), -4.0, 4.0))}
     labels = (draw(ce_labels(lead, V)) if layout is None else
-              draw(hnp.arrays(np.int64, lead, elements=st.integers(0, V - 1),
-                              fill=st.nothing())))
+              draw(np_arrays(np.int64, tuple(lead), st.integers(0, V - 1), st.nothing())))
     fixed = {"labels": labels, "reduction": reduction}
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
 
@@ -685,8 +691,7 @@ def cross_entropy_probs_cases(draw, reduction: str, input: str,  # noqa: A002 (t
     p = np.exp(z - z.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     labels = (draw(ce_labels(lead, V)) if ignore_index else
-              draw(hnp.arrays(np.int64, lead, elements=st.integers(0, V - 1),
-                              fill=st.nothing())))
+              draw(np_arrays(np.int64, tuple(lead), st.integers(0, V - 1), st.nothing())))
     fixed = {"labels": labels, "reduction": reduction, "input": input}
     return OpCase({"logits": p}, fixed, draw(scalar_upstream()), draw(_seed()))
 

@@ -12,6 +12,8 @@ loaded.
 
 from __future__ import annotations
 
+import functools
+
 import hypothesis.extra.numpy as hnp
 import numpy as np
 from hypothesis import assume
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 from spec.guards import cross_entropy_adjustment, declared
 from spec.protocol import IGNORE_INDEX, OPS, capabilities
 from spec.suite.registry import check, grid, lazy_module
-from spec.suite.strategies import ce_labels, layernorm_eps, variant_kwargs
+from spec.suite.strategies import ce_labels, layernorm_eps, np_arrays, variant_kwargs
 from spec.tolerances import KINK_MARGIN
 
 to = lazy_module("spec.suite.torch_oracle")
@@ -62,10 +64,11 @@ side = st.integers(1, 4)
 
 def values(shape, lo=-2.0, hi=2.0):
     """A float64 array of ``shape`` with bounded, finite entries."""
-    return hnp.arrays(np.float64, shape,
-                      elements=st.floats(lo, hi, allow_nan=False, allow_infinity=False))
+    return np_arrays(np.float64, tuple(shape),
+                     st.floats(lo, hi, allow_nan=False, allow_infinity=False))
 
 
+@functools.lru_cache(maxsize=1024)
 def away_from_zero(shape, margin=KINK_MARGIN, hi=2.0):
     """Entries in [-hi, -margin] U [margin, hi]: a kink at 0 is never on the sample."""
     return hnp.arrays(np.float64, shape, elements=st.one_of(

@@ -46,6 +46,13 @@ def _arrays(spec: dict):
     return st.fixed_dictionaries(out)
 
 
+@functools.cache
+def _inputs_strategy(eq_id, size):
+    """One strategy object per equation and size (a fresh one is validated on its first
+    draw, which cost more than the draw: spec.suite.strategies.np_arrays)."""
+    return _arrays(EQUATIONS[eq_id].numeric.inputs(size))
+
+
 def _error(a, b, allow=0.0) -> float:
     """max |a - b| (less a declared guard's ``allow``) over max(|a|, |b|, SYMPY_CODE_FLOOR)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -99,7 +106,7 @@ def sympy_matches_code(impl, eq_id, data):
                             f"{num.other_convention!r}, another reading of this equation (its "
                             "oracle check compares that reading)")
     size = data.draw(st.sampled_from(num.sizes), label="size")
-    arrays = data.draw(_arrays(num.inputs(size)), label="inputs")
+    arrays = data.draw(_inputs_strategy(eq_id, size), label="inputs")
     if num.accept is not None:
         assume(num.accept(size, **arrays))
     expected = sympy_map(eq_id, size)(**arrays)

@@ -1,0 +1,140 @@
+"""Lambdified SymPy maps kept on disk: ``sympy.diff`` and ``lambdify`` of the larger derivations
+take seconds each (~25 s for every map of the SymPy <-> code checks), and every process that
+checks an implementation needed them again.  A builder decorated with :func:`maps_cache` is
+run once per machine: what it returns -- lambdified maps (:func:`spec.equations._sym.lambdify_map`),
+alone or in tuples, lists and dicts -- is written as the generated Python source of each map,
+and read back by later processes in milliseconds.
+
+The key is a digest of the equations' source (every file of this package: a map is built from
+helpers of other modules too) with SymPy's, NumPy's and Python's versions, the builder's name
+and its arguments: editing an equation rebuilds its maps, nothing stale is ever read.  The
+directory is ``$XDG_CACHE_HOME/minibert-spec/sympy`` (default ``~/.cache``).  Each entry is
+written atomically (a temporary file renamed over it: two processes writing the same entry at
+once both leave a whole file); an entry that does not parse or does not rebuild is ignored
+(the maps are built again and the entry rewritten); a directory that cannot be written only
+costs the rebuild.  Private: it registers no equation.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+FORMAT = 1  # bump when the entry layout changes
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/minibert-spec/sympy`` (``~/.cache`` when unset or not absolute, as the
+    XDG base directory specification says)."""
+    root = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(root) if os.path.isabs(root) else Path.home() / ".cache"
+    return base / "minibert-spec" / "sympy"
+
+
+@functools.cache
+def source_digest() -> str:
+    """sha256 of every file of the equations package and of the library versions the
+    generated code depends on."""
+    import numpy
+    import sympy
+
+    h = hashlib.sha256(f"{FORMAT} {sympy.__version__} {numpy.__version__} "
+                       f"{sys.version_info[:2]}".encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def entry_path(name: str, args: tuple) -> Path:
+    key = hashlib.sha256(f"{source_digest()}|{name}|{args!r}".encode()).hexdigest()
+    return cache_dir() / f"{key[:40]}.json"
+
+
+# --------------------------------------------------------------------------- (de)serialising
+def _dump(value):
+    """A JSON tree of ``value`` (maps in tuples, lists, dicts), or None if some part is not a
+    lambdified map (such a value is not cached)."""
+    spec = getattr(value, "cache_spec", None)
+    if spec is not None:
+        return {"map": spec}
+    if isinstance(value, (tuple, list)):
+        parts = [_dump(v) for v in value]
+        return None if any(p is None for p in parts) else {type(value).__name__: parts}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        parts = {k: _dump(v) for k, v in value.items()}
+        return None if any(p is None for p in parts.values()) else {"dict": parts}
+    return None
+
+
+def _load(tree):
+    from spec.equations._sym import map_from_spec
+
+    (kind, body), = tree.items()
+    if kind == "map":
+        return map_from_spec(body)
+    if kind == "tuple":
+        return tuple(_load(v) for v in body)
+    if kind == "list":
+        return [_load(v) for v in body]
+    if kind == "dict":
+        return {k: _load(v) for k, v in body.items()}
+    raise ValueError(f"unknown entry kind {kind!r}")
+
+
+def read(path: Path):
+    """The value stored at ``path``, or None (absent, unreadable, corrupt: rebuilt)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT or data.get("digest") != source_digest():
+            return None
+        return _load(data["value"])
+    except Exception:  # noqa: BLE001 -- a corrupt entry of any shape is a cache miss
+        return None
+
+
+def write(path: Path, name: str, value) -> bool:
+    """Store ``value`` if it is made of lambdified maps; False if it is not, or the directory
+    cannot be written (the cache is an optimisation: never an error)."""
+    tree = _dump(value)
+    if tree is None:
+        return False
+    from reference.train.fileio import atomic_write
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(path), json.dumps({"format": FORMAT, "digest": source_digest(),
+                                            "builder": name, "value": tree}))
+    except OSError:
+        return False
+    return True
+
+
+_BUILDERS: dict = {}
+
+
+def maps_cache(fn=None, *, name: str | None = None):
+    """``functools.cache`` for a builder of lambdified maps, backed by the disk cache.
+    ``name`` tells apart builders that share a qualified name (closures made per call)."""
+    if fn is None:
+        return functools.partial(maps_cache, name=name)
+    label = name or f"{fn.__module__}.{fn.__qualname__}"
+    if _BUILDERS.setdefault(label, fn) is not fn:  # two builders, one key: wrong maps read
+        raise ValueError(f"maps_cache: two builders are named {label!r}; pass name= to tell "
+                         "them apart")
+
+    @functools.cache
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        path = entry_path(label, args + tuple(sorted(kwargs.items())))
+        value = read(path)
+        if value is None:
+            value = fn(*args, **kwargs)
+            write(path, label, value)
+        return value
+
+    wrapper.builder = fn  # the uncached build (tests compare the two)
+    return wrapper

@@ -1,0 +1,91 @@
+"""Compare two ``minibert check --format json`` reports: the same check ids, the same outcome
+per check, the same verdict per op, and for every failed check the same failing tensor (the
+part of its message that names what failed, before the index and values: those follow the
+example Hypothesis shrank to, which may change with the shrink budget while the failure does
+not).  Checks that one report did not run (``not run``: stopped at the first red) are listed,
+never counted as agreeing.
+
+    python tests/benchmarks/compare_verdicts.py BEFORE.json AFTER.json [--messages]
+
+Exit status 0 when they agree, 1 otherwise (each difference on a line).  ``--messages`` also
+requires every failed check's first message line to be identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+# the start of the part of a failure's first line that follows the example, not the failure
+_EXAMPLE_DETAIL = re.compile(
+    r"\s*(?:\(worst\b|worst\b|:?\s*error\s+\d|at index\b|at size\b|\(localised\b|:\s*got\b)")
+
+
+def failing_tensor(message: str) -> str:
+    """What a failure names: its first line up to the index, values or example it found,
+    each ``;``-separated finding kept (an invariant reports several)."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    parts = []
+    for finding in re.split(r";\s+(?=[a-z_.]+:)", first):
+        m = _EXAMPLE_DETAIL.search(finding)
+        parts.append((finding[:m.start()] if m else finding).strip(" :;,("))
+    return "; ".join(parts)
+
+
+def load(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def compare(before: dict, after: dict, *, messages: bool = False) -> list[str]:
+    """Every difference, one line each (empty: the verdicts agree)."""
+    out = []
+    b = {r["id"]: r for r in before["results"]}
+    a = {r["id"]: r for r in after["results"]}
+    for i in sorted(set(b) - set(a)):
+        out.append(f"{i}: only in the first report ({b[i]['outcome']})")
+    for i in sorted(set(a) - set(b)):
+        out.append(f"{i}: only in the second report ({a[i]['outcome']})")
+    for i in sorted(set(a) & set(b)):
+        ob, oa = b[i]["outcome"], a[i]["outcome"]
+        if ob != oa:
+            out.append(f"{i}: {ob} -> {oa}")
+        elif ob == "failed":
+            tb, ta = failing_tensor(b[i]["message"]), failing_tensor(a[i]["message"])
+            if tb != ta:
+                out.append(f"{i}: fails on {tb!r} -> {ta!r}")
+            elif messages and b[i]["message"].splitlines()[0] != a[i]["message"].splitlines()[0]:
+                out.append(f"{i}: message {b[i]['message'].splitlines()[0]!r} -> "
+                           f"{a[i]['message'].splitlines()[0]!r}")
+    vb = {o["op"]: o["verdict"] for o in before["ops"]}
+    va = {o["op"]: o["verdict"] for o in after["ops"]}
+    for op in sorted(set(vb) | set(va)):
+        if vb.get(op) != va.get(op):
+            out.append(f"op {op}: verdict {vb.get(op)} -> {va.get(op)}")
+    if before.get("exit_code") != after.get("exit_code"):
+        out.append(f"exit code {before.get('exit_code')} -> {after.get('exit_code')}")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("before")
+    p.add_argument("after")
+    p.add_argument("--messages", action="store_true",
+                   help="also require identical first message lines of failed checks")
+    args = p.parse_args(argv)
+    before, after = load(args.before), load(args.after)
+    diffs = compare(before, after, messages=args.messages)
+    n = len({r["id"] for r in before["results"]} | {r["id"] for r in after["results"]})
+    for line in diffs:
+        print(line)
+    failed = sum(r["outcome"] == "failed" for r in after["results"])
+    print(f"{n} checks, {failed} failed in the second report: "
+          + ("the verdicts agree" if not diffs else f"{len(diffs)} difference(s)"))
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The on-disk cache of lambdified SymPy maps (spec/equations/_cache.py): a map read back runs
+the very code that was generated (bit-identical results, including a global lambdify took from
+``math``), the directory honours XDG_CACHE_HOME, a corrupt entry is rebuilt, two writers at once
+never leave a partial entry, and the key follows the equations' source."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from spec.equations import _cache
+from spec.equations.gelu import ERF_FWD
+from spec.equations.layernorm import _row_fn
+from spec.equations.optim import _adam_sympy
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_the_cache_lives_under_xdg_cache_home(cache_home, monkeypatch):
+    assert _cache.cache_dir() == cache_home / "minibert-spec" / "sympy"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # not absolute: ignored (XDG spec)
+    assert _cache.cache_dir().parent.parent.name == ".cache"
+
+
+@pytest.mark.parametrize("builder, args", [(_row_fn, (3,)), (_adam_sympy, ((3,),))],
+                         ids=["layernorm_row", "adam"])
+def test_a_map_read_back_gives_bit_identical_results(cache_home, builder, args):
+    built = builder.builder(*args)
+    path = _cache.entry_path("test." + builder.__name__, args)
+    assert _cache.write(path, "test", built)
+    assert path.parent.parent.parent == cache_home
+    read = _cache.read(path)
+    assert read is not None
+    rng = np.random.default_rng(0)
+    spec = built.cache_spec
+    for _ in range(3):
+        arrays = {n: rng.uniform(0.5, 1.5, s)
+                  for n, s in zip(spec["names"], _input_shapes(builder, args))}
+        for a, b in zip(built(**arrays), read(**arrays)):
+            assert np.array_equal(a, b)
+
+
+def _input_shapes(builder, args):
+    if builder is _row_fn:
+        n = args[0]
+        return [(n,), (n,), (n,), (n,), (1,)]
+    return [args[0]] * 4
+
+
+def test_a_global_from_math_survives_the_round_trip(cache_home):
+    """GELU's erf is not in lambdify's numpy namespace (it comes from math): the entry names
+    where it comes from, and the map read back computes the same values."""
+    size = ERF_FWD.sizes[0]
+    fresh = ERF_FWD.sympy(size)
+    spec = fresh.cache_spec
+    assert spec["extras"].get("erf") == ["math", "erf"]
+    path = _cache.entry_path("test.gelu", (size,))
+    _cache.write(path, "test", fresh)
+    x = np.linspace(-2, 2, int(np.prod(size))).reshape(size)
+    dy = np.ones(size)
+    np.testing.assert_array_equal(_cache.read(path)(x=x, dy=dy)[0], fresh(x=x, dy=dy)[0])
+
+
+def test_a_corrupt_entry_is_ignored_and_rewritten(cache_home):
+    calls = []
+
+    @_cache.maps_cache(name="test.corrupt")
+    def build(n):
+        calls.append(n)
+        return _row_fn.builder(n)
+
+    path = _cache.entry_path("test.corrupt", (2,))
+    for junk in ("", "{not json", json.dumps({"format": _cache.FORMAT,
+                                              "digest": _cache.source_digest(),
+                                              "value": {"map": {"source": "def ("}}})):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(junk)
+        build.cache_clear()
+        assert build(2) is not None
+        assert _cache.read(path) is not None  # rebuilt and written whole
+    assert calls == [2, 2, 2]
+    build.cache_clear()
+    build(2)
+    assert calls == [2, 2, 2]  # a good entry is read, not rebuilt
+    _cache._BUILDERS.pop("test.corrupt")
+
+
+def test_two_builders_with_one_name_are_refused():
+    with pytest.raises(ValueError, match="two builders"):
+        _cache.maps_cache(name="layernorm.row")(lambda n: n)
+        _cache.maps_cache(name="layernorm.row")(lambda n: n)
+    _cache._BUILDERS.pop("layernorm.row")
+
+
+def test_the_key_follows_the_source_and_the_arguments(cache_home, monkeypatch):
+    one = _cache.entry_path("x", (3,))
+    assert _cache.entry_path("x", (4,)) != one
+    assert _cache.entry_path("y", (3,)) != one
+    monkeypatch.setattr(_cache, "source_digest", lambda: "an edited equation")
+    assert _cache.entry_path("x", (3,)) != one
+
+
+def test_two_processes_writing_one_entry_at_once_leave_a_whole_entry(cache_home):
+    """Two writers racing on the same entry, a reader meanwhile: every read is either absent
+    or a whole map (atomic rename), never a truncated file."""
+    script = textwrap.dedent("""
+        from spec.equations import _cache
+        from spec.equations.layernorm import _row_fn
+        m = _row_fn.builder(3)
+        p = _cache.entry_path("test.race", (3,))
+        for _ in range(40):
+            assert _cache.write(p, "race", m)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(2)]
+    path = _cache.entry_path("test.race", (3,))
+    seen = 0
+    while any(p.poll() is None for p in procs):
+        if path.exists():
+            assert _cache.read(path) is not None
+            seen += 1
+    assert [p.wait() for p in procs] == [0, 0]
+    assert _cache.read(path) is not None
+    leftovers = [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert not leftovers
