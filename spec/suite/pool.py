@@ -15,6 +15,7 @@ single-threaded BLAS, no Hypothesis database, no bytecode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -27,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from spec.paths import HOME
+from spec.suite.forkserver import ForkedProcess, ForkServer
 from spec.suite.registry import Check
 from spec.suite.report import Report
 from spec.suite.run import DEFAULT_TIMEOUT, Result
@@ -38,27 +40,41 @@ LOAD_SECONDS = 120.0  # a worker must load the implementation within this
 
 
 class _Worker:
-    def __init__(self, job: dict, env: dict, cwd: str, log_dir: str, n: int):
-        r, w = os.pipe()
+    def __init__(self, job: dict, env: dict, cwd: str, log_dir: str, n: int,
+                 server: ForkServer | None = None):
+        r, w = os.pipe()  # results: the worker's records
+        cr, cw = os.pipe()  # commands: the job, then one check per line
         self.log_path = Path(log_dir) / f"worker-{n}.log"
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spec.suite.worker"], stdin=subprocess.PIPE,
-            stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(w,), cwd=cwd, env=env,
-            start_new_session=True)
+        try:
+            if server is not None:  # forked with the libraries already imported
+                self.proc = ForkedProcess(server, server.spawn(n, (cr, w, self.log.fileno()),
+                                                               cwd))
+            else:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "spec.suite.worker"], stdin=cr, stdout=self.log,
+                    stderr=subprocess.STDOUT, pass_fds=(w,), cwd=cwd, env=env,
+                    start_new_session=True)
+        except BaseException:
+            for fd in (r, w, cr, cw):
+                os.close(fd)
+            self.log.close()
+            raise
         os.close(w)
+        os.close(cr)
+        self.stdin = os.fdopen(cw, "wb")
         self.results = os.fdopen(r, "r", encoding="utf-8")
         self.buffer = ""
-        self.proc.stdin.write((json.dumps({**job, "fd": w}) + "\n").encode())
-        self.proc.stdin.flush()
+        self.stdin.write((json.dumps({**job, "fd": w}) + "\n").encode())
+        self.stdin.flush()
         self.loaded = False
         self.check: Check | None = None  # the check in flight
         self.since = time.monotonic()
 
     def send(self, check: Check, hung: dict) -> None:
         self.check, self.since = check, time.monotonic()
-        self.proc.stdin.write((json.dumps({"id": check.id, "hung": hung}) + "\n").encode())
-        self.proc.stdin.flush()
+        self.stdin.write((json.dumps({"id": check.id, "hung": hung}) + "\n").encode())
+        self.stdin.flush()
 
     def lines(self) -> list[dict] | None:
         """Complete JSON records available now; None at end of file."""
@@ -82,18 +98,26 @@ class _Worker:
     def kill(self) -> None:
         try:
             os.killpg(self.proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:  # a forked worker not yet the leader of its session
+            try:
+                os.kill(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+        except PermissionError:
             pass
 
     def close(self) -> None:
-        for f in (self.proc.stdin, self.results, self.log):
+        for f in (self.stdin, self.results, self.log):
             try:
                 f.close()
             except OSError:
                 pass
         if self.proc.poll() is None:
             self.kill()
-        self.proc.wait()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _tail(path: Path) -> str:
@@ -113,6 +137,36 @@ def worker_env() -> dict:
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
     return env
+
+
+# what the fork server imports for a requirement of the selected checks, beyond the suite
+PRELOAD = ("numpy", "hypothesis", "threadpoolctl", "spec.suite.worker")
+REQUIREMENT_PRELOAD = {"torch": ("torch",),
+                       "transformers": ("transformers", "transformers.models.bert.modeling_bert")}
+
+
+def preload_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:
+    """The modules the fork server imports for ``checks``: the suite's, and the extras the
+    selected checks will import -- none of the oracle's with ``oracle="off"`` (its checks
+    then import nothing), torch only when a selected check requires it."""
+    needed = {m for c in checks if not (c.oracle and oracle == "off") for m in c.requires}
+    out = list(PRELOAD)
+    for requirement in sorted(needed):
+        out += REQUIREMENT_PRELOAD.get(requirement, (requirement,))
+    return out
+
+
+def _start_server(checks, oracle, env, tmp) -> ForkServer | None:
+    """A fork server for the run (None where fork or the server is unavailable: the workers
+    are then started as fresh interpreters, as before)."""
+    if os.environ.get("MINIBERT_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
+        return None
+    try:
+        with open(Path(tmp) / "forkserver.log", "wb") as log:
+            return ForkServer.start(preload_for(checks, oracle), env=env, cwd=tmp, log=log,
+                                    timeout=LOAD_SECONDS)
+    except (OSError, ValueError):
+        return None
 
 
 def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
@@ -136,9 +190,22 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
     sel = selectors.DefaultSelector()
     pool: list[_Worker] = []
     limit = None if timeout is None else timeout + GRACE_SECONDS
-    with tempfile.TemporaryDirectory(prefix="minibert-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="minibert-check-") as tmp, \
+            contextlib.ExitStack() as stack:
+        server = _start_server(checks, oracle, env, tmp)
+        if server is not None:
+            stack.callback(server.close)
+
         def spawn():
-            w = _Worker(job, env, tmp, tmp, len(pool) + restarts)
+            nonlocal server
+            n = len(pool) + restarts
+            try:
+                w = _Worker(job, env, tmp, tmp, n, server)
+            except OSError:
+                if server is None:
+                    raise
+                server = None  # the fork server went away: fresh interpreters from now on
+                w = _Worker(job, env, tmp, tmp, n)
             sel.register(w.results, selectors.EVENT_READ, w)
             pool.append(w)
             return w

@@ -1,8 +1,10 @@
 """A worker process of ``minibert check``: loads the implementation once, then runs the checks
-the parent sends, one at a time, and writes each result as a JSON line on a file descriptor of
-its own (the implementation may print anything on stdout/stderr: it cannot corrupt the
-results).  The parent (spec.suite.pool) kills and replaces a worker whose check outlives its
-time limit by more than a grace period, or that dies: that check is a failure, the others go on.
+the parent sends, one at a time (started as ``python -m spec.suite.worker``, or forked by
+spec.suite.forkserver with the libraries already imported: both run :func:`serve`), and
+writes each result as a JSON line on a file descriptor of its own (the implementation may
+print anything on stdout/stderr: it cannot corrupt the results).  The parent
+(spec.suite.pool) kills and replaces a worker whose check outlives its time limit by more
+than a grace period, or that dies: that check is a failure, the others go on.
 
 Protocol.  stdin, first line: the job ``{"impl", "paths", "timeout", "oracle", "max_examples",
 "seed", "fd"}``; then one line per check ``{"id", "hung": {name: check id}}``; EOF ends the worker.
@@ -38,9 +40,27 @@ def _throttled(fn, seconds: float = 1.0):
     return call
 
 
+def limit_threads() -> None:
+    """One thread for every pool this process has or will have: BLAS (threadpoolctl) and
+    torch's intra-op pool -- set explicitly, not left to the environment the worker was
+    started with (a forked worker inherits the server's libraries already loaded)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 def main() -> int:
     job = json.loads(sys.stdin.readline())
-    out = os.fdopen(int(job["fd"]), "w", encoding="utf-8")
+    return serve(job, os.fdopen(int(job["fd"]), "w", encoding="utf-8"), sys.stdin)
+
+
+def serve(job: dict, out, commands) -> int:
+    """Load the implementation of ``job``, then run each check named on ``commands`` (one JSON
+    line each) and write the records on ``out``."""
+    limit_threads()
     for path in job.get("paths", ()):  # the caller's modules, after the standard library
         if path not in sys.path:
             sys.path.append(path)
@@ -67,7 +87,7 @@ def main() -> int:
     settings = check_settings(database=None, max_examples=job.get("max_examples"),
                               derandomize=False if seed is not None else None)
     hung = object.__getattribute__(proxy, "_impl_hung")
-    for line in sys.stdin:
+    for line in commands:
         if not line.strip():
             break
         command = json.loads(line)
