@@ -53,6 +53,9 @@ def register(sub) -> None:
                    help="Hypothesis examples per check (default: the suite's, 10)")
     g.add_argument("--seed", type=int, help="draw every check's examples from this seed (default: "
                                             "derandomized, the same examples every run)")
+    g.add_argument("-x", "--first-red", action="store_true",
+                   help="stop at the first failing check (the checks run cheapest and most "
+                        "decisive first); the report lists the checks not run")
     g.add_argument("--format", choices=("table", "json", "html"), default="table")
     g.add_argument("-o", "--output", help="write the report there (json: the file; table: "
                                           "also print it, as JSON; html: a folder, required)")
@@ -90,6 +93,18 @@ def import_root(module_name: str, cwd: str) -> str | None:
 
 
 def run(args) -> int:
+    from spec.suite.pool import launch_server
+
+    # the workers' fork server imports the suite while this process selects the checks
+    server = launch_server() if args.impl and not args.list else None
+    try:
+        return _run(args, server)
+    finally:
+        if server is not None:
+            server.close()  # run_isolated closed it already, or the run ended before it
+
+
+def _run(args, server) -> int:
     from spec.suite import selected_checks
     from spec.suite.pool import run_isolated
 
@@ -141,7 +156,7 @@ def run(args) -> int:
         report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
                               total_timeout=args.total_timeout, oracle=args.oracle,
                               paths=paths, max_examples=args.max_examples, seed=args.seed,
-                              on_result=progress)
+                              first_red=args.first_red, on_result=progress, server=server)
     finally:
         done()
     report.bad_input = args.bad_input
@@ -234,11 +249,11 @@ def _print_table(report, data) -> None:
     for col in data["columns"]:
         table.add_column(col["heading"])
     table.add_column("verdict")
-    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red"}
+    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow"}
 
     def cell(c):
         short = {"ok": c["detail"].split(",")[0], "FAIL": "see below", "n/a": "",
-                 "error": "see below"}[c["status"]]
+                 "error": "see below", "not run": ""}[c["status"]]
         return f"[{style[c['status']]}]{c['status']}[/] {escape(short)}".rstrip()
 
     for row in data["ops"]:
@@ -256,6 +271,12 @@ def _print_table(report, data) -> None:
             word = "FAIL" if r.outcome != "error" else "could not run"
             console.print(f"[red]{word} {escape(r.id)} ({', '.join(r.ops)}): "
                           f"{escape(r.message)}[/]")
+    skipped = report.not_run()
+    if skipped:
+        console.print(f"[yellow]{len(skipped)} check(s) not run: stopped at the first red "
+                      f"(--first-red): {escape(', '.join(r.id for r in skipped[:8]))}"
+                      + (f" and {len(skipped) - 8} more" if len(skipped) > 8 else "")
+                      + " (all listed in the JSON report)[/]")
     for note in report.notes:
         console.print(f"[red]{escape(note)}[/]")
     colour = "green" if report.exit_code() == 0 else "red"

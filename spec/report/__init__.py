@@ -58,12 +58,14 @@ STATUS: dict[str, Status] = {
                                "died, the time limit): never a pass"),
     "n/a": Status("#6b7280", "nothing was checked here, for the reason given (a name the "
                              "implementation lacks, a column that was not run)"),
+    "not run": Status("#a16207", "checks here were not run: the run stopped at its first red "
+                                 "(--first-red); never a pass"),
 }
 RED = frozenset({"gap", "regression"})
 # the words each report's legend explains
 AUDIT_STATUSES = ("verified", "proven", "confirmed", "refuted", "convention",
                   "not reproducible", "gap", "regression")
-CHECK_STATUSES = ("ok", "FAIL", "error", "n/a")
+CHECK_STATUSES = ("ok", "FAIL", "error", "not run", "n/a")
 
 
 def slug(status: str) -> str:

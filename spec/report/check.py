@@ -27,7 +27,7 @@ RED_CELLS = ("FAIL", "error")  # the cells that link to their failures
 REPRODUCE = "\nreproduce: "  # spec.suite.run.failure_message puts the reproduction after it
 # a check's outcome (spec.suite.run.Result) -> the cell word whose colour shows it
 OUTCOME_STATUS = {"passed": "ok", "xfailed": "ok", "failed": "FAIL", "xpassed": "FAIL",
-                  "error": "error", "n/a": "n/a"}
+                  "error": "error", "n/a": "n/a", "not run": "not run"}
 
 
 def anchor(*parts: str) -> str:

@@ -156,11 +156,12 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          oracle: str = "require", timeout: float | None = DEFAULT_TIMEOUT,
                          expected_failed_checks: Mapping[str, str] | None = None,
                          progress: Callable[[Result], object] | None = None,
-                         settings=None) -> Report:
+                         settings=None, first_red: bool = False) -> Report:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
     :class:`Report`.  ``settings``: Hypothesis settings for every check (default
-    :func:`spec.suite.run.check_settings`)."""
+    :func:`spec.suite.run.check_settings`).  ``first_red``: the checks run cheapest and most
+    decisive first, and the run stops at the first failure (the rest are ``not run``)."""
     import time
 
     from spec.protocol import ImplLoadError
@@ -171,12 +172,18 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
         proxy = as_proxy(impl, label)
     except ImplLoadError as e:
         return Report(str(impl), [], oracle, bad_input, load_error=str(e))
-    results = []
-    for c in selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input):
+    from spec.suite.run import first_red_order, stopped_results
+
+    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input)
+    done: dict[str, Result] = {}
+    for c in first_red_order(checks) if first_red else checks:
         r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings)
-        results.append(r)
+        done[c.id] = r
         if progress is not None:
             progress(r)
+        if first_red and r.outcome == "failed" and c.id not in (expected_failed_checks or {}):
+            break
+    results = [done.get(c.id) or stopped_results([c])[0] for c in checks]
     results = apply_expectations(results, expected_failed_checks)
     return Report(proxy._impl_label, results, oracle, bad_input,
                   seconds=time.perf_counter() - start)

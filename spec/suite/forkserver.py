@@ -16,8 +16,12 @@ before ``fork`` deadlocks the child); each worker then sets its thread counts ex
 
 Protocol (a SOCK_SEQPACKET socket pair, one JSON message each way, file descriptors attached):
 
-* pool -> server: ``{"preload": [module, ...]}`` first; the server answers ``{"ready": true,
-  "failed": {module: error}}``.
+* pool -> server: ``{"preload": [module, ...]}`` first; the server imports them and answers
+  ``{"ready": true, "failed": {module: error}}``.
+* pool -> server: ``{"warm": [module, ...]}`` once the first workers are forked: the server
+  imports those (torch, transformers: seconds, while the first workers run the cheap checks)
+  and says ``{"warmed": true, "failed": {...}}``; the pool then replaces each worker, at its
+  next check boundary, by one forked with them loaded.
 * pool -> server: ``{"spawn": n, "cwd": dir}`` with fds [commands (read end), results (write
   end), log]; the server answers ``{"spawned": n, "pid": pid}``.
 * server -> pool, unprompted: ``{"exit": pid, "code": code}`` when a worker ends (``code``
@@ -32,10 +36,12 @@ import importlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 MAX_MESSAGE = 1 << 16
@@ -49,28 +55,45 @@ class ForkServer:
     def __init__(self, proc: subprocess.Popen, sock: socket.socket, failed: dict):
         self.proc, self.sock, self.failed = proc, sock, failed
         self.exits: dict[int, int] = {}
+        self.warmed = False  # the :meth:`warm` modules are imported
+        self.ready = self.closed = False
+        self.home: str | None = None
 
     @classmethod
-    def start(cls, preload, *, env: dict, cwd: str, log, timeout: float) -> ForkServer:
-        """Start a server that imports ``preload``; raises OSError if it does not answer
-        within ``timeout`` seconds (the caller starts workers the plain way instead)."""
+    def launch(cls, preload, *, env: dict) -> ForkServer:
+        """Start a server that imports ``preload`` (:meth:`wait_ready` waits for it), in a
+        directory of its own (``python -m`` puts the working directory first on sys.path: a
+        stray ``numpy.py`` there must shadow nothing)."""
+        home = tempfile.mkdtemp(prefix="minibert-forkserver-")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "spec.suite.forkserver", str(theirs.fileno())],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(theirs.fileno(),), cwd=cwd, env=env, start_new_session=True)
+            with open(os.path.join(home, "forkserver.log"), "wb") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "spec.suite.forkserver", str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    pass_fds=(theirs.fileno(),), cwd=home, env=env, start_new_session=True)
+        except BaseException:
+            ours.close()
+            shutil.rmtree(home, ignore_errors=True)
+            raise
         finally:
             theirs.close()
         server = cls(proc, ours, {})
+        server.home = home
         try:
             ours.sendall(json.dumps({"preload": list(preload)}).encode())
-            reply = server._receive(lambda m: "ready" in m, timeout)
-        except BaseException:
+        except OSError:
             server.close()
             raise
-        server.failed = reply.get("failed", {})
         return server
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the preload; OSError if the server does not answer within ``timeout``."""
+        if self.ready:
+            return
+        reply = self._receive(lambda m: "ready" in m, timeout)
+        self.failed.update(reply.get("failed", {}))
+        self.ready = True
 
     def _receive(self, wanted, timeout: float) -> dict:
         """The next message that ``wanted(message)`` accepts; exit notices on the way are
@@ -78,10 +101,10 @@ class ForkServer:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise OSError("the fork server did not answer in time")
-            ready, _, _ = select.select([self.sock], [], [], left)
+            ready, _, _ = select.select([self.sock], [], [], max(left, 0.0))
             if not ready:
+                if left <= 0:
+                    raise OSError("the fork server did not answer in time")
                 continue
             data = self.sock.recv(MAX_MESSAGE)
             if not data:
@@ -89,8 +112,22 @@ class ForkServer:
             message = json.loads(data)
             if "exit" in message:
                 self.exits[message["exit"]] = message["code"]
+            if message.get("warmed"):
+                self.warmed = True
+                self.failed.update(message.get("failed", {}))
             if wanted(message):
                 return message
+
+    def warm(self, modules) -> None:
+        """Ask the server to import ``modules`` now (it says when: :attr:`warmed`)."""
+        self.sock.send(json.dumps({"warm": list(modules)}).encode())
+
+    def pending(self) -> None:
+        """Read whatever the server has said (exit notices, warmed), without waiting."""
+        try:
+            self._receive(lambda m: False, 0.0)
+        except OSError:
+            pass
 
     def spawn(self, n: int, fds, cwd: str, timeout: float = 30.0) -> int:
         """Fork a worker with ``fds`` = (commands read end, results write end, log); its pid."""
@@ -115,18 +152,22 @@ class ForkServer:
         return self.exits.get(pid)
 
     def close(self) -> None:
+        """End the server now (it holds nothing: an import in progress is abandoned); the
+        workers it forked live in sessions of their own and are the pool's to end.  Once."""
+        if self.closed:
+            return
+        self.closed = True
         try:
-            self.sock.close()  # the server sees the end of its socket and exits
+            self.sock.close()
         except OSError:
             pass
         try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.proc.wait()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 class ForkedProcess:
@@ -223,6 +264,10 @@ def main(fd: int) -> int:
         if not data:  # the pool closed its end: done (workers end on their closed pipes)
             return 0
         request = json.loads(data)
+        if "warm" in request:
+            failed = _preload(request["warm"])
+            sock.send(json.dumps({"warmed": True, "failed": failed}).encode())
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

@@ -16,6 +16,7 @@ single-threaded BLAS, no Hypothesis database, no bytecode.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import selectors
@@ -31,7 +32,7 @@ from spec.paths import HOME
 from spec.suite.forkserver import ForkedProcess, ForkServer
 from spec.suite.registry import Check
 from spec.suite.report import Report
-from spec.suite.run import DEFAULT_TIMEOUT, Result
+from spec.suite.run import DEFAULT_TIMEOUT, Result, first_red_order, stopped_results
 
 GRACE_SECONDS = 15.0  # beyond a check's own limit before its worker is killed
 DEFAULT_TOTAL_TIMEOUT = 900.0  # the whole run, seconds
@@ -68,6 +69,7 @@ class _Worker:
         self.stdin.write((json.dumps({**job, "fd": w}) + "\n").encode())
         self.stdin.flush()
         self.loaded = False
+        self.stale = False  # replace at the next check boundary (the server has more loaded)
         self.check: Check | None = None  # the check in flight
         self.since = time.monotonic()
 
@@ -90,7 +92,7 @@ class _Worker:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.kill()
-            code = self.proc.wait()
+            code = self.proc.wait(timeout=60)
         tail = _tail(self.log_path)
         what = (f"killed by signal {-code}" if code < 0 else f"exited with status {code}")
         return what + (f": {tail}" if tail else "")
@@ -112,12 +114,13 @@ class _Worker:
                 f.close()
             except OSError:
                 pass
+        if isinstance(self.proc, ForkedProcess):  # the server reaps it: nothing to wait for
+            if self.proc.poll() is None:  # (an exit the server reported: its pid may be reused)
+                self.kill()
+            return
         if self.proc.poll() is None:
             self.kill()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        self.proc.wait()
 
 
 def _tail(path: Path) -> str:
@@ -149,38 +152,60 @@ def preload_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:
     """The modules the fork server imports for ``checks``: the suite's, and the extras the
     selected checks will import -- none of the oracle's with ``oracle="off"`` (its checks
     then import nothing), torch only when a selected check requires it."""
+    return list(PRELOAD) + extras_for(checks, oracle)
+
+
+def extras_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:
+    """The extras' modules of :func:`preload_for` (imported by the server once the first
+    workers run: the cheap checks come first and need none of them)."""
     needed = {m for c in checks if not (c.oracle and oracle == "off") for m in c.requires}
-    out = list(PRELOAD)
+    out: list[str] = []
     for requirement in sorted(needed):
         out += REQUIREMENT_PRELOAD.get(requirement, (requirement,))
     return out
 
 
-def _start_server(checks, oracle, env, tmp) -> ForkServer | None:
-    """A fork server for the run (None where fork or the server is unavailable: the workers
-    are then started as fresh interpreters, as before)."""
+def launch_server(env: dict | None = None) -> ForkServer | None:
+    """Start a fork server importing the suite (it works while the caller selects checks;
+    :func:`run_isolated` takes it and waits for it).  None where fork or the server is
+    unavailable: the workers are then started as fresh interpreters, as before."""
     if os.environ.get("MINIBERT_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
         return None
     try:
-        with open(Path(tmp) / "forkserver.log", "wb") as log:
-            return ForkServer.start(preload_for(checks, oracle), env=env, cwd=tmp, log=log,
-                                    timeout=LOAD_SECONDS)
+        return ForkServer.launch(PRELOAD, env=env or worker_env())
     except (OSError, ValueError):
         return None
+
+
+def _ready(server: ForkServer | None) -> ForkServer | None:
+    if server is None:
+        return None
+    try:
+        server.wait_ready(LOAD_SECONDS)
+    except (OSError, ValueError):
+        server.close()
+        return None
+    return server
 
 
 def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                  timeout: float | None = DEFAULT_TIMEOUT,
                  total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT, oracle: str = "require",
                  paths: Sequence[str] = (), max_examples: int | None = None,
-                 seed: int | None = None,
-                 on_result: Callable[[Result], object] | None = None) -> Report:
+                 seed: int | None = None, first_red: bool = False,
+                 on_result: Callable[[Result], object] | None = None,
+                 server: ForkServer | None = None) -> Report:
     """Run ``checks`` on the implementation ``impl`` (``pkg.mod[:obj]``) in ``workers``
-    processes and return the :class:`Report` (results in the checks' order)."""
+    processes and return the :class:`Report` (results in the checks' order).  The checks are
+    sent cheapest and most decisive first (:func:`~spec.suite.run.first_red_order`);
+    ``first_red``: at the first failure the workers are stopped, and every check not
+    finished is ``not run`` (never a pass).  ``server``: a fork server from
+    :func:`launch_server` (default: one started here), closed at the end."""
     start = time.monotonic()
     job = {"impl": impl, "paths": list(paths), "timeout": timeout, "oracle": oracle,
            "max_examples": max_examples, "seed": seed}
-    queue = deque(checks)
+    queue = deque(first_red_order(checks))
+    stopped = False
     results: dict[str, Result] = {}
     hung: dict[str, str] = {}
     notes: list[str] = []
@@ -192,13 +217,18 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
     limit = None if timeout is None else timeout + GRACE_SECONDS
     with tempfile.TemporaryDirectory(prefix="minibert-check-") as tmp, \
             contextlib.ExitStack() as stack:
-        server = _start_server(checks, oracle, env, tmp)
+        if server is None:
+            server = launch_server(env)
         if server is not None:
             stack.callback(server.close)
+        server = _ready(server)
+
+        serial = itertools.count()
+        recycled = False  # the workers forked before the server imported the extras replaced
 
         def spawn():
             nonlocal server
-            n = len(pool) + restarts
+            n = next(serial)
             try:
                 w = _Worker(job, env, tmp, tmp, n, server)
             except OSError:
@@ -216,19 +246,40 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
             w.close()
 
         def record(r: Result):
+            nonlocal stopped
             results[r.id] = r
             if on_result is not None:
                 on_result(r)
+            if first_red and r.outcome == "failed" and not stopped:
+                stopped = True
+                queue.clear()
 
         def dispatch(w: _Worker):
-            if queue and load_error is None:
+            if queue and load_error is None and w.stale:  # a fresh fork has the extras
+                w.check = None
+                retire(w)
+                spawn()
+            elif queue and load_error is None:
                 w.send(queue.popleft(), hung)
             else:
                 w.check = None
 
         for _ in range(max(1, min(workers, len(queue)))):
             spawn()
+        if server is not None and extras_for(checks, oracle):
+            server.warm(extras_for(checks, oracle))
         while pool:
+            if server is not None and not recycled:
+                server.pending()
+                if server.warmed:
+                    recycled = True
+                    for w in pool:
+                        w.stale = True
+            if stopped:  # the first red: the checks in flight are not waited for
+                for w in list(pool):
+                    w.kill()
+                    retire(w)
+                break
             now = time.monotonic()
             if total_timeout is not None and now - start > total_timeout:
                 notes.append(f"the run did not finish within {total_timeout:g} s "
@@ -301,7 +352,9 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                         spawn()
     ordered = [results[c.id] for c in checks if c.id in results]
     missing = [c for c in checks if c.id not in results]
-    if missing and load_error is None:
+    if missing and stopped:
+        ordered = [results.get(c.id) or stopped_results([c])[0] for c in checks]
+    elif missing and load_error is None:
         ordered += [Result(c.id, c.kind, c.ops, "error", "not run (see the run's notes)")
                     for c in missing]
         if not notes:

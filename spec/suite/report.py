@@ -3,9 +3,11 @@ a grid of op x column cells, an exit status, and the JSON that CI keeps as an ar
 table and any HTML rendering are drawn from that JSON: one source of truth).
 
 A cell is ``FAIL`` when any of its checks failed, ``error`` when one could not run (a required
-extra missing, a worker that died, the run's time limit), ``ok`` when at least one passed and
-none failed, ``n/a`` (with the reason) otherwise.  A column that was not run at all (the oracle
-turned off, bad input not asked for) says so in every cell: nothing is silently absent.
+extra missing, a worker that died, the run's time limit), ``not run`` when the run stopped at
+its first red before some of its checks (``--first-red``: never counted as passed), ``ok``
+when at least one passed and none failed, ``n/a`` (with the reason) otherwise.  A column
+that was not run at all (the oracle turned off, bad input not asked for) says so in every
+cell: nothing is silently absent.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 from spec.protocol import OPS
 from spec.suite.registry import COLUMNS, KINDS
-from spec.suite.run import Result, one_line
+from spec.suite.run import NOT_RUN, Result, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
 SCHEMA = "minibert-check/1"
@@ -23,7 +25,7 @@ SCHEMA = "minibert-check/1"
 
 @dataclass
 class Cell:
-    status: str  # ok | FAIL | error | n/a
+    status: str  # ok | FAIL | error | not run | n/a
     detail: str = ""
     checks: list[str] = field(default_factory=list)  # the ids that decided it
     ran: int = 0  # checks that passed or failed
@@ -48,6 +50,11 @@ def _cell(results: list[Result], off_reason: str | None) -> Cell:
         return Cell("error", f"{len(errors)} check{'s' if len(errors) != 1 else ''} could not run: "
                              f"{one_line(errors[0].message)}",
                     [r.id for r in errors], len(ran))
+    stopped = [r for r in results if r.outcome == NOT_RUN]
+    if stopped:
+        return Cell(NOT_RUN, f"{len(stopped)} check{'s' if len(stopped) != 1 else ''} not run "
+                             f"({len(ran)} ran): {one_line(stopped[0].message)}",
+                    [r.id for r in stopped], len(ran))
     if ran:
         na = len(results) - len(ran)
         xf = sum(r.outcome == "xfailed" for r in results)
@@ -101,7 +108,7 @@ class Report:
     @staticmethod
     def verdict(cells: Mapping[str, Cell]) -> str:
         statuses = {c.status for c in cells.values()}
-        for s in ("FAIL", "error", "ok"):
+        for s in ("FAIL", "error", NOT_RUN, "ok"):
             if s in statuses:
                 return s
         return "n/a"
@@ -132,7 +139,7 @@ class Report:
             return EXIT_FAIL
         if not any(v in ("ok", "error") for v in verdicts.values()):
             return EXIT_NOT_RUN
-        if self.notes or any(v == "error" for v in verdicts.values()):
+        if self.notes or any(v in ("error", NOT_RUN) for v in verdicts.values()):
             return EXIT_NOT_RUN
         return EXIT_OK
 
@@ -156,6 +163,10 @@ class Report:
                     "selected ops: nothing to check (see spec/protocol.py)")
         ok = [op for op, v in verdicts.items() if v == "ok"]
         return f"{len(ok)} op(s) conform"
+
+    def not_run(self) -> list[Result]:
+        """The checks the run did not reach (it stopped at its first red)."""
+        return [r for r in self.results if r.outcome == NOT_RUN]
 
     def failures(self) -> list[Result]:
         return [r for r in self.results if r.outcome in ("failed", "xpassed")]
