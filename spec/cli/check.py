@@ -266,8 +266,17 @@ def _print_table(report, data) -> None:
             console.print(f"[dim]n/a {row['op']}: {escape('; '.join(sorted(reasons))[:200])}[/]")
         for line in row["conventions"]:
             console.print(f"[yellow]convention {row['op']}: {escape(line)}[/]")
+    grouped = {}  # check id -> its group, for the reds after a group's first
+    for g in data["groups"]:
+        console.print(f"[red]same cause, {g['count']} checks ({', '.join(g['ops'])}): "
+                      f"{escape(g['cause'])}: {escape(', '.join(g['checks']))}[/]")
+        grouped.update({i: g for i in g["checks"][1:]})
     for r in report.results:
-        if r.outcome in ("failed", "xpassed", "error"):
+        if r.id in grouped:
+            console.print(f"[red]FAIL {escape(r.id)} ({', '.join(r.ops)}): same cause as "
+                          f"{escape(grouped[r.id]['checks'][0])}: "
+                          f"{escape(r.message.splitlines()[0][:160])}[/]")
+        elif r.outcome in ("failed", "xpassed", "error"):
             word = "FAIL" if r.outcome != "error" else "could not run"
             console.print(f"[red]{word} {escape(r.id)} ({', '.join(r.ops)}): "
                           f"{escape(r.message)}[/]")

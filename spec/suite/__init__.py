@@ -173,11 +173,13 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     except ImplLoadError as e:
         return Report(str(impl), [], oracle, bad_input, load_error=str(e))
     from spec.suite.run import first_red_order, stopped_results
+    from spec.suite.shrink import ShrinkBudget
 
+    budget = ShrinkBudget()  # one for the run
     checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input)
     done: dict[str, Result] = {}
     for c in first_red_order(checks) if first_red else checks:
-        r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings)
+        r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings, shrink=budget)
         done[c.id] = r
         if progress is not None:
             progress(r)

@@ -33,6 +33,7 @@ from spec.suite.forkserver import ForkedProcess, ForkServer
 from spec.suite.registry import Check
 from spec.suite.report import Report
 from spec.suite.run import DEFAULT_TIMEOUT, Result, first_red_order, stopped_results
+from spec.suite.shrink import ShrinkBudget
 
 GRACE_SECONDS = 15.0  # beyond a check's own limit before its worker is killed
 DEFAULT_TOTAL_TIMEOUT = 900.0  # the whole run, seconds
@@ -73,9 +74,11 @@ class _Worker:
         self.check: Check | None = None  # the check in flight
         self.since = time.monotonic()
 
-    def send(self, check: Check, hung: dict) -> None:
+    def send(self, check: Check, hung: dict, shrink: ShrinkBudget) -> None:
         self.check, self.since = check, time.monotonic()
-        self.stdin.write((json.dumps({"id": check.id, "hung": hung}) + "\n").encode())
+        command = {"id": check.id, "hung": hung,
+                   "shrink": {"seconds": shrink.seconds, "shrunk": sorted(shrink.shrunk)}}
+        self.stdin.write((json.dumps(command) + "\n").encode())
         self.stdin.flush()
 
     def lines(self) -> list[dict] | None:
@@ -206,6 +209,7 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
            "max_examples": max_examples, "seed": seed}
     queue = deque(first_red_order(checks))
     stopped = False
+    shrink = ShrinkBudget()  # one for the run: each worker is told what is left
     results: dict[str, Result] = {}
     hung: dict[str, str] = {}
     notes: list[str] = []
@@ -260,7 +264,7 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                 retire(w)
                 spawn()
             elif queue and load_error is None:
-                w.send(queue.popleft(), hung)
+                w.send(queue.popleft(), hung, shrink)
             else:
                 w.check = None
 
@@ -324,6 +328,9 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                     elif rec["event"] == "result":
                         for name in rec.pop("hung", []):
                             hung.setdefault(name, rec["id"])
+                        shrink.seconds = max(0.0, shrink.seconds - rec.pop("shrink_spent", 0.0))
+                        if rec["outcome"] == "failed" and rec.get("cause"):
+                            shrink.shrunk.add(rec["cause"])
                         rec.pop("event")
                         rec["ops"] = tuple(rec["ops"])
                         record(Result(**rec))

@@ -164,6 +164,20 @@ class Report:
         ok = [op for op, v in verdicts.items() if v == "ok"]
         return f"{len(ok)} op(s) conform"
 
+    def groups(self) -> list[dict]:
+        """The reds that share a cause (spec.suite.shrink.cause_of: an exception raised on one
+        line of the implementation, one dtype promotion), largest first: ``{"cause", "count",
+        "checks": [every id], "ops": [...]}``.  Only how the report reads: each check keeps
+        its own result and every op its verdict."""
+        by: dict[str, list[Result]] = {}
+        for r in self.failures():
+            if r.cause:
+                by.setdefault(r.cause, []).append(r)
+        out = [{"cause": cause, "count": len(rs), "checks": [r.id for r in rs],
+                "ops": [op for op in OPS if any(op in r.ops for r in rs)]}
+               for cause, rs in by.items() if len(rs) > 1]
+        return sorted(out, key=lambda g: -g["count"])
+
     def not_run(self) -> list[Result]:
         """The checks the run did not reach (it stopped at its first red)."""
         return [r for r in self.results if r.outcome == NOT_RUN]
@@ -180,7 +194,7 @@ class Report:
             "seconds": round(self.seconds, 2), "notes": self.notes,
             "load_error": self.load_error, "provenance": self.provenance,
             "columns": [{"key": k, "heading": h} for k, h in COLUMNS],
-            "counts": self.counts(),
+            "counts": self.counts(), "groups": self.groups(),
             "ops": [{"op": op, "verdict": self.verdict(cells),
                      "cells": {k: c.to_json() for k, c in cells.items()},
                      "conventions": self.conventions().get(op, [])}

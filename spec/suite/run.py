@@ -51,9 +51,6 @@ DEFAULT_TIMEOUT = 30.0
 # The suite's own Hypothesis settings when the caller has not chosen a profile: every run of
 # one implementation draws the same examples (derandomized: two runs give one verdict).
 DEFAULT_MAX_EXAMPLES = 10
-# Hypothesis shrinking per failing check, seconds (its default is 300): a red arrives in
-# bounded time; the example found before shrinking already reproduces the failure.
-SHRINK_SECONDS = 5
 ORACLE_MODES = ("require", "off")
 NOT_RUN = "not run"
 STOPPED = "not run: stopped at the first red (--first-red)"
@@ -72,6 +69,8 @@ class Result:
     message: str = ""
     seconds: float = 0.0
     conventions: list[str] = field(default_factory=list)
+    # what the red shares with other reds (spec.suite.shrink.cause_of; "" for its own finding)
+    cause: str = ""
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -113,7 +112,8 @@ def check_settings(*, database=None, max_examples: int | None = None,
     profile).  Inherited from the profile the caller loaded (their ``max_examples``,
     ``derandomize``...); when none was chosen (Hypothesis's own ``default``), the suite's:
     DEFAULT_MAX_EXAMPLES, derandomized.  Always: no deadline (a whole-model check takes
-    seconds), one failure reported (the first, shrunk within SHRINK_SECONDS), the given
+    seconds), one failure reported (the first, shrunk within the run's budget:
+    spec.suite.shrink), the given
     ``database`` (None: no database; none either when derandomized, which draws the same
     examples every run).  ``shrink=False``: a failure is reported as found (the verdict is the
     same; only its example is not minimised)."""
@@ -139,20 +139,6 @@ def check_settings(*, database=None, max_examples: int | None = None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.differing_executors,
                                            HealthCheck.filter_too_much], **kw)
-
-
-@contextmanager
-def bounded_shrinking(seconds: float = SHRINK_SECONDS):
-    """Hypothesis shrinks a failure for at most ``seconds`` (a module constant of its engine;
-    restored afterwards)."""
-    from hypothesis.internal.conjecture import engine
-
-    before = engine.MAX_SHRINKING_SECONDS
-    engine.MAX_SHRINKING_SECONDS = seconds
-    try:
-        yield
-    finally:
-        engine.MAX_SHRINKING_SECONDS = before
 
 
 def database_for(impl_label: str, root=None):
@@ -287,13 +273,15 @@ def unavailable(check: Check, oracle: str = "require") -> Result | None:
 
 
 def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFAULT_TIMEOUT,
-              oracle: str = "require", heartbeat=None, seed: int | None = None) -> Result:
+              oracle: str = "require", heartbeat=None, seed: int | None = None,
+              shrink=None) -> Result:
     """Run ``check`` on ``impl`` (a proxy, module, object or spec string) and return its
     :class:`Result`; never raises for anything the implementation does (a real Ctrl-C
     excepted).  ``timeout`` bounds each example (one call of the check's body: a hang is
     caught within it whatever the number of examples); ``heartbeat()`` is called before each
     example (the worker's sign of life, the plugin's hard deadline re-armed).  ``seed``:
-    examples drawn from that seed instead of the settings' (derandomized by default)."""
+    examples drawn from that seed instead of the settings' (derandomized by default).
+    ``shrink``: the run's :class:`~spec.suite.shrink.ShrinkBudget` (default: this process's)."""
     from spec import protocol
 
     if oracle not in ORACLE_MODES:
@@ -315,25 +303,35 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             return Result(check.id, check.kind, check.ops, "n/a",
                           not_claimed_message(proxy._impl_label, reason))
 
+    from spec.suite import shrink as shrinking
+
+    tracker = None
+
     @contextmanager
     def each_call():  # the time limit of one example, and the caller's sign of life
         if heartbeat is not None:
             heartbeat()
-        with time_limit(timeout, f"{check.id}: an example"):
-            yield
+        try:
+            with time_limit(timeout, f"{check.id}: an example"):
+                yield
+        except Exception as e:
+            if tracker is not None and shrinking.is_failure(e):
+                tracker.saw(e)  # the first failure's cause decides its shrinking
+            raise
 
     if settings is None:
         settings = check_settings(derandomize=False if seed is not None else None)
     test = check.hypothesis_test(proxy, settings, each_call=each_call, seed=seed)
     start = time.perf_counter()
     conventions: list[str] = []
-    outcome, message = "passed", ""
+    outcome, message, cause = "passed", "", ""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             # single-threaded BLAS: the checks' matrices are small, and OpenBLAS threads that
             # spin beside other work made a whole-model FD check 25x slower (1.2 s -> 30 s)
-            with bounded_shrinking(), threadpool_limits(limits=1, user_api="blas"):
+            with shrinking.bounded(shrink or shrinking.PROCESS_BUDGET) as tracker, \
+                    threadpool_limits(limits=1, user_api="blas"):
                 test()
         except NotApplicable as e:
             outcome, message = "n/a", str(e)
@@ -349,6 +347,7 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             outcome, message = "failed", str(e)
         except BaseException as e:  # noqa: BLE001 -- anything else is the check's failure
             outcome, message = "failed", failure_message(e)
+            cause = shrinking.cause_of(e)
     for w in caught:
         text = _convention_text(w)
         if text is not None and text not in conventions:
@@ -362,4 +361,4 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             message = "failed without a message"  # never an empty red (spec/suite/run.py)
         message += "\n" + reproduction(check, proxy._impl_label)
     return Result(check.id, check.kind, check.ops, outcome, message,
-                  round(time.perf_counter() - start, 3), conventions)
+                  round(time.perf_counter() - start, 3), conventions, cause)

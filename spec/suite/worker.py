@@ -7,11 +7,12 @@ print anything on stdout/stderr: it cannot corrupt the results).  The parent
 than a grace period, or that dies: that check is a failure, the others go on.
 
 Protocol.  stdin, first line: the job ``{"impl", "paths", "timeout", "oracle", "max_examples",
-"seed", "fd"}``; then one line per check ``{"id", "hung": {name: check id}}``; EOF ends the worker.
+"seed", "fd"}``; then one line per check ``{"id", "hung": {name: check id}, "shrink": {"seconds",
+"shrunk"}}`` (the run's shrink budget left, the causes shrunk); EOF ends the worker.
 Results fd: ``{"event": "loaded", "label"}`` or ``{"event": "load_error", "message"}``; then per
 check ``{"event": "start", "id"}``, ``{"event": "alive"}`` before its examples (at most once a
 second: the parent's hard deadline runs from the last sign of life) and ``{"event": "result",
-...Result, "hung": [names]}``.
+...Result, "hung": [names], "shrink_spent": seconds}``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def serve(job: dict, out, commands) -> int:
     )
     from spec.suite.registry import get
     from spec.suite.run import check_settings, run_check
+    from spec.suite.shrink import ShrinkBudget
 
     install_interrupt_flag()
     try:
@@ -87,18 +89,24 @@ def serve(job: dict, out, commands) -> int:
     settings = check_settings(database=None, max_examples=job.get("max_examples"),
                               derandomize=False if seed is not None else None)
     hung = object.__getattribute__(proxy, "_impl_hung")
+    budget = ShrinkBudget()  # the run's, as the parent says before each check
     for line in commands:
         if not line.strip():
             break
         command = json.loads(line)
         hung.update(command.get("hung", {}))
+        if "shrink" in command:
+            budget.seconds = command["shrink"]["seconds"]
+            budget.shrunk.update(command["shrink"]["shrunk"])
         check = get(command["id"])
         _emit(out, event="start", id=check.id)
-        before = set(hung)
+        before, left = set(hung), budget.seconds
         result = run_check(check, proxy, settings=settings, timeout=job.get("timeout"),
                            oracle=job.get("oracle", "require"), seed=seed,
-                           heartbeat=_throttled(lambda: _emit(out, event="alive")))
-        _emit(out, event="result", hung=sorted(set(hung) - before), **result.to_json())
+                           heartbeat=_throttled(lambda: _emit(out, event="alive")),
+                           shrink=budget)
+        _emit(out, event="result", hung=sorted(set(hung) - before),
+              shrink_spent=left - budget.seconds, **result.to_json())
     return 0
 
 

@@ -1,0 +1,161 @@
+"""What shrinking costs a run: one budget of seconds for the whole run (not a cap per failing
+check), and each cause of failure shrunk once.
+
+Why: on real buggy code one cause -- a float32 -> float64 promotion, an exception raised on one
+line of the implementation -- fails many checks, and each of them shrank its counterexample
+for seconds: most of a run went to shrinking the same cause again.  The verdict never depends
+on shrinking (the example Hypothesis found first already fails); only the example a red shows
+is smaller when shrunk.
+
+How shrinking stops: through Hypothesis's own shrinker stop (``StopShrinking``, what it does
+when shrinking stalls: the best example so far is reported, the explain phase skipped).  The
+suite used to lower the engine's ``MAX_SHRINKING_SECONDS`` (300 s) to 5 s instead, which ended
+shrinking through the engine's "very slow shrinking" abort -- and that abort prints "Hypothesis
+has spent more than five minutes working to shrink a failing test case ... PLEASE REPORT THIS"
+whatever the limit: once per failing check, and false (no five minutes were spent).  The
+engine's limit is now left as Hypothesis ships it.
+
+A cause (:func:`cause_of`): an exception raised by the implementation is its type and the
+file:line it was raised at; a dtype promotion is the dtypes named.  A disagreement found by a
+check's own assertion (a wrong value at an index) has no cause in common with another check's:
+each is shrunk within the budget.  The report groups the reds of one cause
+(spec.suite.report.Report.groups); the verdicts are unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+# Seconds of shrinking for a whole run (``minibert check``, one check_implementation call, one
+# pytest process): enough to minimise the first few reds; later reds show the example found.
+RUN_SHRINK_SECONDS = 10.0
+
+_SPEC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the spec package
+# "float32 in -> float32 out (got float64)", "float32 inputs gave float64 (a silent cast)"
+_PROMOTION = re.compile(r"\b(float16|float32)\b[^;\n]*?\b(?:gave|got|promoted to)\b[^;\n]*?"
+                        r"\b(float64|float32)\b")
+# "linear forward: dtype float64, expected float32" (the oracle's comparison)
+_PROMOTION_EXPECTED = re.compile(r"\bdtype (float64|float32), expected (float16|float32)\b")
+
+
+@dataclass
+class ShrinkBudget:
+    """The run's shrinking: ``seconds`` left, and the causes already shrunk."""
+
+    seconds: float = RUN_SHRINK_SECONDS
+    shrunk: set = field(default_factory=set)
+
+
+def is_failure(e: BaseException) -> bool:
+    """An exception Hypothesis counts as the test failing (and shrinks): not its own control
+    flow (``assume``, an exhausted draw) nor a check found not applicable."""
+    from hypothesis.errors import HypothesisException
+
+    from spec.protocol import NotApplicable
+
+    return isinstance(e, Exception) and not isinstance(e, (HypothesisException, NotApplicable))
+
+
+def cause_of(e: BaseException) -> str:
+    """The cause a red shares with others ("" when it is the check's own finding): a dtype
+    promotion named in the message, or an exception raised in the implementation (its type
+    and the file:line of the innermost frame outside the suite)."""
+    text = str(e)
+    m = _PROMOTION.search(text)
+    found = (m.group(1), m.group(2)) if m else None
+    m = _PROMOTION_EXPECTED.search(text)
+    found = found or ((m.group(2), m.group(1)) if m else None)
+    if found and found[0] != found[1]:
+        return f"dtype promotion: {found[0]} in, {found[1]} out"
+    if isinstance(e, AssertionError) and _innermost(e, outside_spec=False)[0].startswith(_SPEC):
+        return ""  # the check's own assertion: a value at an index, this check's finding
+    where = _innermost(e, outside_spec=True)
+    if where[0] == "":
+        return ""
+    return f"{type(e).__name__} raised at {os.path.basename(where[0])}:{where[1]} ({where[2]})"
+
+
+def _innermost(e: BaseException, *, outside_spec: bool) -> tuple[str, int, str]:
+    """(file, line, function) of the innermost frame of ``e``'s traceback (``outside_spec``:
+    the innermost one outside the suite and the libraries it calls through)."""
+    tb, found = e.__traceback__, ("", 0, "")
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = os.path.abspath(code.co_filename)
+        if not outside_spec or not (path.startswith(_SPEC) or "site-packages" in path
+                                    or path.startswith("<")):
+            found = (path, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    return found
+
+
+class _Tracker:
+    """One check's shrinking under the run's budget (see :func:`bounded`)."""
+
+    def __init__(self, budget: ShrinkBudget):
+        self.budget = budget
+        self.cause: str | None = None  # of the first failing example
+        self.failed_at: float | None = None
+
+    def saw(self, e: BaseException) -> None:
+        if self.failed_at is None:
+            self.failed_at = time.perf_counter()
+            self.cause = cause_of(e)
+
+    def stop_now(self) -> bool:
+        if self.failed_at is None:
+            return False
+        if self.cause and self.cause in self.budget.shrunk:
+            return True  # shrunk once already: this red shows the example found
+        return time.perf_counter() - self.failed_at > self.budget.seconds
+
+    def spent(self) -> float:
+        return 0.0 if self.failed_at is None else time.perf_counter() - self.failed_at
+
+
+_ACTIVE: list[_Tracker] = []  # the check running now (innermost last)
+
+
+def _install() -> None:
+    """Wrap Hypothesis's ``Shrinker.check_calls`` (once per process): inside a check run by
+    :func:`bounded`, shrinking stops as a stalled shrink does; elsewhere (a user's own
+    Hypothesis tests) it is Hypothesis's own."""
+    from hypothesis.internal.conjecture.shrinker import Shrinker, StopShrinking
+
+    original = Shrinker.check_calls
+    if getattr(original, "minibert_budget", False):
+        return
+
+    def check_calls(self):
+        if _ACTIVE and _ACTIVE[-1].stop_now():
+            raise StopShrinking
+        return original(self)
+
+    check_calls.minibert_budget = True
+    Shrinker.check_calls = check_calls
+
+
+@contextmanager
+def bounded(budget: ShrinkBudget):
+    """Run one check with its shrinking under ``budget``; yields the tracker, whose
+    :meth:`_Tracker.saw` the check calls with each exception an example raised.  Afterwards
+    the time spent shrinking is taken from the budget, and the cause marked shrunk."""
+    _install()
+    tracker = _Tracker(budget)
+    _ACTIVE.append(tracker)
+    try:
+        yield tracker
+    finally:
+        _ACTIVE.pop()
+        if tracker.failed_at is not None:
+            budget.seconds = max(0.0, budget.seconds - tracker.spent())
+            if tracker.cause:
+                budget.shrunk.add(tracker.cause)
+
+
+# the budget of this process when the caller gives none (one pytest process, one script)
+PROCESS_BUDGET = ShrinkBudget()
