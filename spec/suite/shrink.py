@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 # Seconds of shrinking for a whole run (``minibert check``, one check_implementation call, one
 # pytest process): enough to minimise the first few reds; later reds show the example found.
-RUN_SHRINK_SECONDS = 10.0
+RUN_SHRINK_SECONDS = 5.0
 
 _SPEC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the spec package
 # "float32 in -> float32 out (got float64)", "float32 inputs gave float64 (a silent cast)"
