@@ -31,6 +31,7 @@ from spec.mutation import MutantResult, ordered_test_files, run_suite, score, se
 from spec.suite import check_implementation
 from spec.suite.registry import get
 from spec.suite.registry import select as select_checks
+from tests.unshrunk import check_implementation as unshrunk_check_implementation
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +44,9 @@ def reference():
 
 
 def op_verdict(impl, op: str) -> str:
-    """The verdict of the op's fixed-seed example checks (spec/suite/checks/examples.py)."""
-    report = check_implementation(impl, ops=[op], match=r"\.example\b")
+    """The verdict of the op's fixed-seed example checks (spec/suite/checks/examples.py),
+    stopped at the first red (the verdict is FAIL as soon as one fails; a pass runs all)."""
+    report = check_implementation(impl, ops=[op], match=r"\.example\b", first_red=True)
     return report.verdict(report.grid()[op])
 
 
@@ -227,8 +229,8 @@ def test_variant_mutant_caught_by_its_variant_checks(reference, name):
     report = check_implementation(reference, match=match)
     assert report.results and report.counts() == {"passed": len(report.results)}, \
         report.summary()
-    with applied(name):
-        report = check_implementation(reference, match=match)
+    with applied(name):  # one red is the verdict: stop there, unshrunk
+        report = unshrunk_check_implementation(reference, match=match, first_red=True)
     assert report.counts().get("failed"), f"{name} survived {match}"
     assert all(CATALOG[name].equation in c.equations
                for c in select_checks(match=match)), f"{match}: not tagged {CATALOG[name].equation}"

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,3 +132,33 @@ def test_two_processes_writing_one_entry_at_once_leave_a_whole_entry(cache_home)
     assert _cache.read(path) is not None
     leftovers = [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
     assert not leftovers
+
+
+def test_a_proof_is_kept_per_module_source(cache_home):
+    """A registered equation's proof outcome is read back (status, sizes, detail, the time it
+    took); a synthetic equation (no module file) is never cached; the key follows the
+    module's source and what it imports, not the other equation modules."""
+    from spec.equations import EQUATIONS, Equation, Proof, load
+
+    load()
+    eq = EQUATIONS["layernorm.backward.dx"]
+    eq._proof_cache = None
+    first = eq.run_proof()
+    assert _cache.read_proof(eq) == {"status": first.status, "sizes": list(first.sizes),
+                                     "detail": first.detail, "seconds": first.seconds}
+    eq._proof_cache = None
+    again = eq.run_proof()
+    assert (again.status, again.sizes, again.detail) == (first.status, first.sizes, first.detail)
+    synthetic = Equation("x.y", "t", (), "x", lambda: Proof("refuted", (1,)))
+    assert synthetic.run_proof().status == "refuted" and _cache.read_proof(synthetic) is None
+    import spec.equations.layernorm as ln
+    import spec.equations.linear as lin
+    import spec.equations.mlm_head as head
+
+    assert _cache.module_digest(ln.__file__) != _cache.module_digest(lin.__file__)
+    # mlm_head builds on the helpers of _nn and _sym and on gelu: its key covers them;
+    # linear's does not cover _nn (editing the LayerNorm helper re-proves no linear proof)
+    names = {p.name for p in _cache.module_closure(head.__file__)}
+    assert {"mlm_head.py", "_nn.py", "_sym.py", "gelu.py", "__init__.py"} <= names
+    assert "_nn.py" not in {p.name for p in _cache.module_closure(lin.__file__)}
+    assert all(isinstance(p, Path) for p in _cache.module_closure(ln.__file__))

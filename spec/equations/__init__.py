@@ -127,15 +127,31 @@ class Equation:
         return f"{self.file}:{self.line}" if self.file else ""
 
     def run_proof(self) -> Proof:
-        """Run (once per process) and time the SymPy check."""
+        """Run (once per machine and source: spec/equations/_cache.py keeps the outcome, keyed
+        by the source of the equation's module and what it imports) and time the SymPy check;
+        ``seconds`` is the time the proof took when it ran."""
         if self._proof_cache is None:
             if self.proof is None:
                 raise ValueError(f"{self.id}: no SymPy proof or refutation")
+            from spec.equations import _cache
+
+            stored = _cache.read_proof(self)
+            if stored is not None:
+                self._proof_cache = Proof(stored["status"], _tuples(stored["sizes"]),
+                                          stored["detail"], stored["seconds"])
+                return self._proof_cache
             start = time.perf_counter()
             result = self.proof()
             result.seconds = time.perf_counter() - start
             self._proof_cache = result
+            _cache.write_proof(self, {"status": result.status, "sizes": result.sizes,
+                                      "detail": result.detail, "seconds": result.seconds})
         return self._proof_cache
+
+
+def _tuples(v):
+    """JSON lists back to the tuples a Proof's sizes were."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
 EQUATIONS: dict[str, Equation] = {}

@@ -1,9 +1,11 @@
-"""Lambdified SymPy maps kept on disk: ``sympy.diff`` and ``lambdify`` of the larger derivations
-take seconds each (~25 s for every map of the SymPy <-> code checks), and every process that
-checks an implementation needed them again.  A builder decorated with :func:`maps_cache` is
-run once per machine: what it returns -- lambdified maps (:func:`spec.equations._sym.lambdify_map`),
-alone or in tuples, lists and dicts -- is written as the generated Python source of each map,
-and read back by later processes in milliseconds.
+"""Lambdified SymPy maps, and the outcomes of the SymPy proofs, kept on disk.
+
+``sympy.diff`` and ``lambdify`` of the larger derivations take seconds each (~25 s for every
+map of the SymPy <-> code checks), and every process that checks an implementation needed
+them again.  A builder decorated with :func:`maps_cache` is run once per machine: what it
+returns -- lambdified maps (spec.equations._sym.lambdify_map), alone or in tuples, lists and
+dicts -- is written as the generated Python source of each map, and read back by later
+processes in milliseconds.
 
 The key is a digest of the equations' source (every file of this package: a map is built from
 helpers of other modules too) with SymPy's, NumPy's and Python's versions, the builder's name
@@ -12,7 +14,9 @@ directory is ``$XDG_CACHE_HOME/minibert-spec/sympy`` (default ``~/.cache``).  Ea
 written atomically (a temporary file renamed over it: two processes writing the same entry at
 once both leave a whole file); an entry that does not parse or does not rebuild is ignored
 (the maps are built again and the entry rewritten); a directory that cannot be written only
-costs the rebuild.  Private: it registers no equation.
+costs the rebuild.  A proof's outcome (Equation.run_proof) is kept the same way, keyed by its
+module's source and the modules it imports (:func:`module_digest`).  Private: it registers no
+equation.
 """
 
 from __future__ import annotations
@@ -47,6 +51,95 @@ def source_digest() -> str:
     for path in sorted(Path(__file__).parent.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def module_digest(path: str | Path) -> str:
+    """sha256 of an equation module's source and of every module of the ``spec`` package it
+    imports, the equation modules followed transitively (a proof is built from their
+    helpers), with the library versions: the key of that module's proofs (editing one
+    equation re-proves its module and the modules built on it, not all of them)."""
+    return _module_digest(str(Path(path).resolve()))
+
+
+@functools.cache
+def _module_digest(path: str) -> str:
+    import numpy
+    import sympy
+
+    spec_root = Path(__file__).parent.parent
+    h = hashlib.sha256(f"{FORMAT} {sympy.__version__} {numpy.__version__} "
+                       f"{sys.version_info[:2]}".encode())
+    for p in sorted(module_closure(path)):
+        h.update(str(p.relative_to(spec_root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def module_closure(path: str | Path) -> set[Path]:
+    """The files of ``spec`` an equation module imports: the equation modules followed
+    transitively, any other module of ``spec`` by its own file."""
+    import ast
+
+    here = Path(__file__).parent
+    spec_root = here.parent
+    seen: set[Path] = set()
+    todo = [Path(path).resolve()]
+    while todo:
+        p = todo.pop()
+        if p in seen or not p.exists():
+            continue
+        seen.add(p)
+        if p.parent != here:
+            continue  # a module of spec outside the equations: its own source only
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                if name.split(".")[0] != "spec":
+                    continue
+                rel = Path(*name.split(".")[1:])
+                for cand in (spec_root / rel.with_suffix(".py"), spec_root / rel / "__init__.py"):
+                    if cand.exists():
+                        todo.append(cand)
+    return seen
+
+
+def read_proof(eq) -> dict | None:
+    """The stored outcome of ``eq``'s proof (``{"status", "sizes", "detail", "seconds"}``),
+    or None."""
+    path = _proof_path(eq)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT or data.get("id") != eq.id:
+            return None
+        return data["proof"]
+    except Exception:  # noqa: BLE001 -- absent or corrupt: proved again
+        return None
+
+
+def write_proof(eq, proof: dict) -> None:
+    from reference.train.fileio import atomic_write
+
+    path = _proof_path(eq)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(path), json.dumps({"format": FORMAT, "id": eq.id, "proof": proof}))
+    except (OSError, TypeError, ValueError):
+        pass  # a directory that cannot be written, a detail that is no JSON: proved again
+
+
+def _proof_path(eq) -> Path | None:
+    """Where the proof of a registered equation is kept (None for one built elsewhere, as the
+    tests' synthetic equations are: their proof is no file's source)."""
+    file = Path(eq.file).resolve() if eq.file else None
+    if file is None or file.parent != Path(__file__).parent or not file.exists():
+        return None
+    key = hashlib.sha256(f"{module_digest(eq.file)}|proof|{eq.id}".encode()).hexdigest()
+    return cache_dir() / f"proof-{key[:40]}.json"
 
 
 def entry_path(name: str, args: tuple) -> Path:
