@@ -18,6 +18,7 @@ run (a collection error: not a kill).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -232,30 +233,44 @@ def evidence_file(nodeid: str, root: Path = ROOT) -> str:
     if "[" not in nodeid:
         return file
     check_id = nodeid.split("[", 1)[1][:-1]
+    return _check_file(check_id, str(root.resolve())) or file
+
+
+@functools.cache
+def _check_file(check_id: str, root: str) -> str | None:
+    """The file defining a registered check, relative to ``root`` (once per process: the
+    fingerprints of the ~90 mutants ask for the same checks, and finding a function's source
+    costs milliseconds)."""
     from spec.suite.registry import all_checks
 
     for c in all_checks():
         if c.id == check_id:
-            return Path(c.source[0]).resolve().relative_to(root.resolve()).as_posix()
-    return file
+            return Path(c.source[0]).resolve().relative_to(root).as_posix()
+    return None
 
 
-def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
-    """The helper modules (``tests/x.py`` or ``spec/suite/x.py``, not ``test_*``) a test or
-    check module imports by name."""
+@functools.lru_cache(maxsize=512)
+def _imported_names(source: str) -> frozenset:
+    """Every dotted name a module's source imports (parsed once per distinct source)."""
     import ast
 
-    try:
-        tree = ast.parse(test_file.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return []
     names = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
             names.update(f"{node.module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
+    return frozenset(names)
+
+
+def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
+    """The helper modules (``tests/x.py`` or ``spec/suite/x.py``, not ``test_*``) a test or
+    check module imports by name."""
+    try:
+        names = _imported_names(test_file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return []
     out = []
     suite_dir = ROOT / "spec" / "suite"
     for dotted in sorted(names):
