@@ -85,3 +85,19 @@ def test_a_forked_worker_runs_one_thread_per_pool(tmp_path):
                            "--ops", "relu", "--kinds", "oracle", "fd"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_a_dead_fork_server_leaves_the_plain_workers():
+    """The server killed before it answered: the run starts its workers as fresh
+    interpreters and comes to the same verdict."""
+    import signal
+
+    from spec.suite.pool import launch_server, run_isolated
+
+    checks = select(match=r"^fd\[(relu|linear)\.example\]$")
+    server = launch_server()
+    assert server is not None
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    report = run_isolated("reference", checks, oracle="off", server=server)
+    assert report.counts() == {"passed": len(checks)} and report.exit_code() == 0
+    assert server.closed

@@ -95,9 +95,13 @@ class _Worker:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.kill()
-            code = self.proc.wait(timeout=60)
+            try:
+                code = self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # a forked worker whose server went away
+                code = None
         tail = _tail(self.log_path)
-        what = (f"killed by signal {-code}" if code < 0 else f"exited with status {code}")
+        what = ("ended (its exit status is unknown)" if code is None else
+                f"killed by signal {-code}" if code < 0 else f"exited with status {code}")
         return what + (f": {tail}" if tail else "")
 
     def kill(self) -> None:
@@ -347,7 +351,8 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                 elif w.check is not None and limit is not None and now - w.since > limit:
                     c = w.check
                     w.kill()
-                    w.proc.wait()
+                    if not isinstance(w.proc, ForkedProcess):  # (the server reaps a fork)
+                        w.proc.wait()
                     record(Result(c.id, c.kind, c.ops, "failed",
                                   f"{c.id}: an example did not finish within {timeout:g} s and "
                                   f"did not respond to its time limit (a hang inside compiled "
