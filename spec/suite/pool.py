@@ -151,7 +151,9 @@ def worker_env() -> dict:
 
 # what the fork server imports for a requirement of the selected checks, beyond the suite
 PRELOAD = ("numpy", "hypothesis", "threadpoolctl", "spec.suite.worker")
-REQUIREMENT_PRELOAD = {"torch": ("torch",),
+# (torch._dynamo: what torch.optim imports on its first use, 1.3 s of the first Adam check;
+# imported, never run: no torch operation happens in the server)
+REQUIREMENT_PRELOAD = {"torch": ("torch", "torch._dynamo"),
                        "transformers": ("transformers", "transformers.models.bert.modeling_bert")}
 
 

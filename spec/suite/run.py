@@ -218,14 +218,15 @@ KIND_ORDER = ("bad_input", "fd", "invariant", "sympy", "oracle.backward", "oracl
 
 
 def first_red_order(checks):
-    """``checks`` in the order that finds a red soonest: the fixed-seed checks (one example,
-    decisive: each names the tensor at once) before the drawn ones, and within each, finite
-    differences on small shapes, invariants, SymPy, the oracle; the checks of the composite
-    ops (the whole model, the block: seconds each) last.  Stable: the registry's order within
-    a rank.  Only the order they run in: every check's verdict is its own (each draws from a
-    seed derived from its id)."""
+    """``checks`` in the order that finds a red soonest: the suite's own checks before the
+    oracle's (finite differences, invariants and SymPy need no torch: they run while the fork
+    server imports it), the fixed-seed checks (one example, decisive: each names the tensor at
+    once) before the drawn ones, finite differences on small shapes, then invariants, then
+    SymPy; the checks of the composite ops (the whole model, the block: seconds each) last.
+    Stable: the registry's order within a rank.  Only the order they run in: every check's
+    verdict is its own (each draws from a seed derived from its id)."""
     def rank(c):
-        return (bool(COMPOSITE_OPS & set(c.ops)), c.given is not None,
+        return (bool(COMPOSITE_OPS & set(c.ops)), c.oracle, c.given is not None,
                 KIND_ORDER.index(c.kind) if c.kind in KIND_ORDER else len(KIND_ORDER))
     return sorted(checks, key=rank)
 
