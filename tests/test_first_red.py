@@ -18,14 +18,19 @@ from tests.unshrunk import check_implementation
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_fixed_seed_checks_first_and_the_composite_ops_last():
+def test_fixed_seed_checks_first_the_oracle_after_and_the_composite_ops_last():
     order = first_red_order(selected_checks())
-    fixed = [i for i, c in enumerate(order) if c.given is None and not COMPOSITE_OPS & set(c.ops)]
-    drawn = [i for i, c in enumerate(order) if c.given is not None
-             and not COMPOSITE_OPS & set(c.ops)]
-    composite = [i for i, c in enumerate(order) if COMPOSITE_OPS & set(c.ops)]
-    assert fixed and drawn and composite
-    assert max(fixed) < min(drawn) and max(drawn) < min(composite)
+
+    def where(pred):
+        return [i for i, c in enumerate(order) if pred(c)]
+
+    own = [c for c in order if not c.oracle and not COMPOSITE_OPS & set(c.ops)]
+    fixed = where(lambda c: c in own and c.given is None)
+    drawn = where(lambda c: c in own and c.given is not None)
+    oracle = where(lambda c: c.oracle and not COMPOSITE_OPS & set(c.ops))
+    composite = where(lambda c: COMPOSITE_OPS & set(c.ops))
+    assert fixed and drawn and oracle and composite
+    assert max(fixed) < min(drawn) and max(drawn) < min(oracle) and max(oracle) < min(composite)
     assert sorted(c.id for c in order) == sorted(c.id for c in selected_checks())
 
 
