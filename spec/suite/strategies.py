@@ -54,6 +54,22 @@ MAX_D_K = 3
 
 
 # --------------------------------------------------------------------------- building blocks
+def reused(fn):
+    """One strategy object per distinct arguments of the strategy function ``fn`` (a fresh
+    strategy is validated on its first draw: see :func:`np_arrays`); with an unhashable
+    argument (a list), a fresh one as before.  The same strategy draws the same values."""
+    cached = functools.lru_cache(maxsize=4096)(fn)
+
+    @functools.wraps(fn)
+    def strategy(*args, **kwargs):
+        try:
+            return cached(*args, **kwargs)
+        except TypeError:  # an unhashable argument
+            return fn(*args, **kwargs)
+
+    return strategy
+
+
 @functools.lru_cache(maxsize=4096)
 def np_arrays(dtype, shape, elements=None, fill=None) -> st.SearchStrategy[np.ndarray]:
     """``hypothesis.extra.numpy.arrays``, one strategy object per distinct arguments: a fresh
@@ -86,18 +102,21 @@ def sizes(lo: int = 1, hi: int = 4) -> st.SearchStrategy[int]:
     return st.integers(lo, hi)
 
 
+@reused
 @st.composite
 def batch_seq(draw, max_B: int = MAX_B, max_T: int = MAX_T) -> tuple[int, int]:
     """(B, T) with B >= 1, T >= 1."""
     return draw(sizes(1, max_B)), draw(sizes(1, max_T))
 
 
+@reused
 @st.composite
 def head_dims(draw, max_heads: int = MAX_HEADS, max_d_k: int = MAX_D_K) -> tuple[int, int]:
     """(A, d_k) with d_k = 1 allowed; H = A * d_k."""
     return draw(sizes(1, max_heads)), draw(sizes(1, max_d_k))
 
 
+@reused
 @st.composite
 def upstream(draw, shape) -> np.ndarray:
     """A random upstream gradient: never all ones, never constant (a rescaled all-ones)."""
@@ -114,6 +133,7 @@ def scalar_upstream() -> st.SearchStrategy[float]:
     return floats(-2.0, 2.0).filter(lambda v: abs(v) > 0.1 and v != 1.0)
 
 
+@reused
 @st.composite
 def gammas(draw, n: int, margin: float = 0.0) -> np.ndarray:
     """LayerNorm gamma: random, not all ones, varying across features when n > 1 (a backward
@@ -128,6 +148,7 @@ def gammas(draw, n: int, margin: float = 0.0) -> np.ndarray:
     return g
 
 
+@reused
 @st.composite
 def betas(draw, n: int) -> np.ndarray:
     b = draw(arrays((n,), -1.0, 1.0))
@@ -135,6 +156,7 @@ def betas(draw, n: int) -> np.ndarray:
     return b
 
 
+@reused
 @st.composite
 def layernorm_inputs(draw, shape) -> np.ndarray:
     """Rows (last axis, length >= 2) with variance >= LN_MIN_VAR: LayerNorm is smooth there."""
@@ -148,6 +170,7 @@ def relu_inputs(shape) -> st.SearchStrategy[np.ndarray]:
     return arrays(shape, elements=away_from_zero())
 
 
+@reused
 @st.composite
 def token_ids(draw, shape, vocab: int) -> np.ndarray:
     """int64 ids in [0, vocab) with at least one repeated id whenever there are two positions
@@ -160,6 +183,7 @@ def token_ids(draw, shape, vocab: int) -> np.ndarray:
     return ids
 
 
+@reused
 @st.composite
 def row_masks(draw, shape) -> np.ndarray:
     """bool mask over the last axis, each row with one to all entries True."""
@@ -176,6 +200,7 @@ def key_masks(B: int, T: int) -> st.SearchStrategy[np.ndarray]:
     return row_masks((B, T))
 
 
+@reused
 @st.composite
 def ce_labels(draw, shape, vocab: int, ignore_index: int = IGNORE_INDEX) -> np.ndarray:
     """Labels in [0, vocab) at one to all positions, ``ignore_index`` elsewhere."""
@@ -320,6 +345,7 @@ def _lead_shapes(max_rank: int = 3):
 
 
 @cases("embedding")
+@reused
 @st.composite
 def embedding_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -330,6 +356,7 @@ def embedding_cases(draw) -> OpCase:
 
 
 @cases("position_embedding")
+@reused
 @st.composite
 def position_embedding_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -340,6 +367,7 @@ def position_embedding_cases(draw) -> OpCase:
 
 
 @cases("sinusoidal_position")
+@reused
 @st.composite
 def sinusoidal_position_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -349,6 +377,7 @@ def sinusoidal_position_cases(draw) -> OpCase:
 
 @cases("linear", "bias", bias=True)
 @cases("linear", "nobias", bias=False, omit=("db",))
+@reused
 @st.composite
 def linear_cases(draw, bias: bool) -> OpCase:
     lead = draw(_lead_shapes())
@@ -368,6 +397,7 @@ def layernorm_eps() -> st.SearchStrategy[float]:
 @cases("layernorm", needs={"layernorm.affine": True}, resolve=("layernorm.eps",))
 # the affine-free family checks dgamma and dbeta too: that they come back None
 @cases("layernorm", "plain", needs={"layernorm.affine": False}, resolve=("layernorm.eps",))
+@reused
 @st.composite
 def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
                     eps: bool = True) -> OpCase:
@@ -384,6 +414,7 @@ def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
 
 @cases("softmax", masked=False)
 @cases("softmax", "masked", masked=True)
+@reused
 @st.composite
 def softmax_cases(draw, masked: bool) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 5)),)
@@ -393,6 +424,7 @@ def softmax_cases(draw, masked: bool) -> OpCase:
 
 
 @cases("relu")
+@reused
 @st.composite
 def relu_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
@@ -400,6 +432,7 @@ def relu_cases(draw) -> OpCase:
 
 
 @cases("tanh")
+@reused
 @st.composite
 def tanh_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
@@ -410,6 +443,7 @@ ATTENTION_WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
 ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 
+@reused
 @st.composite
 def attention_params(draw, H: int, bias: bool, W_o: bool = True) -> dict:
     """W_q, W_k, W_v, W_o [H, H] and b_q.. [H] (None without biases; W_o and b_o None without
@@ -422,6 +456,7 @@ def attention_params(draw, H: int, bias: bool, W_o: bool = True) -> dict:
     return p
 
 
+@reused
 @st.composite
 def causal_key_masks(draw, B: int, T: int) -> np.ndarray:
     """A key padding mask that a causal attention can take: key 0 always attendable (the first
@@ -451,6 +486,7 @@ _FOLLOW = ("attention_bias", "key_mask")  # biases and masks as the implementati
        needs={"attention.W_o": False}, resolve=("attention.causal",) + _FOLLOW)
 @cases("attention", "causal", also=("heads",), needs={"attention.causal": True},
        resolve=("attention.W_o",) + _FOLLOW)
+@reused
 @st.composite
 def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
                     causal: bool = False) -> OpCase:
@@ -468,6 +504,7 @@ def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
+@reused
 @st.composite
 def ffn_params(draw, H: int, I: int) -> dict:
     """W_1 [H, I], b_1 [I] (kept off 0 so a zero input is not at the kink), W_2 [I, H], b_2."""
@@ -482,6 +519,7 @@ def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray) -> bo
 
 @cases("ffn", needs={"ffn.b_2": True})
 @cases("ffn", "nob2", needs={"ffn.b_2": False})
+@reused
 @st.composite
 def ffn_cases(draw, b_2: bool = True) -> OpCase:
     """``b_2`` False: the FFN without its second bias (b_2 = None)."""
@@ -594,6 +632,7 @@ def _block_needs(bias: bool, masked: bool) -> dict:
        resolve=("block.causal",) + _FOLLOW, **_BLOCK)
 @cases("block", "causal", omit=_POST, needs={"block.causal": True},
        resolve=("block.norm",) + _FOLLOW, **_BLOCK)
+@reused
 @st.composite
 def block_cases(draw, bias: bool, masked: bool, norm: str = "post",
                 causal: bool = False) -> OpCase:
@@ -624,6 +663,7 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post",
 
 @cases("pooler")
 @cases("pooler", "nobias", bias=False)
+@reused
 @st.composite
 def pooler_cases(draw, bias: bool = True) -> OpCase:
     B, T = draw(batch_seq())
@@ -645,6 +685,7 @@ _IGNORING = {"cross_entropy.ignore_index": True}
 @cases("cross_entropy", "rows_sum", reduction="sum", layout="rows", omit=("mean",) + _PROBS)
 @cases("cross_entropy", "batch_mean", reduction="mean", layout="batch", omit=("sum",) + _PROBS)
 @cases("cross_entropy", "batch_sum", reduction="sum", layout="batch", omit=("mean",) + _PROBS)
+@reused
 @st.composite
 def cross_entropy_cases(draw, reduction: str, layout: str | None = None) -> OpCase:
     """``layout`` None: any leading shape, ignored positions marked IGNORE_INDEX; "rows"
@@ -679,6 +720,7 @@ def _probs(form: str, reduction: str) -> dict:
 @cases("cross_entropy", "probs_sum", **_probs("probabilities", "sum"))
 @cases("cross_entropy", "probs_dlogits_mean", **_probs("probabilities_dlogits", "mean"))
 @cases("cross_entropy", "probs_dlogits_sum", **_probs("probabilities_dlogits", "sum"))
+@reused
 @st.composite
 def cross_entropy_probs_cases(draw, reduction: str, input: str,  # noqa: A002 (the keyword)
                               ignore_index: bool = True) -> OpCase:
@@ -698,6 +740,7 @@ def cross_entropy_probs_cases(draw, reduction: str, input: str,  # noqa: A002 (t
 
 @cases("linear_cross_entropy", "mean", reduction="mean")
 @cases("linear_cross_entropy", "sum", reduction="sum")
+@reused
 @st.composite
 def linear_cross_entropy_cases(draw, reduction: str) -> OpCase:
     """The fused head + loss: x [..., n_in] (one to three leading axes), W, b (or None), labels
@@ -712,6 +755,7 @@ def linear_cross_entropy_cases(draw, reduction: str) -> OpCase:
 
 
 @cases("mse")
+@reused
 @st.composite
 def mse_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
@@ -722,6 +766,7 @@ def mse_cases(draw) -> OpCase:
 # --------------------------------------------------------------------------- BERT ops
 @cases("gelu", "erf", approximate="none", omit=("tanh",))
 @cases("gelu", "tanh", approximate="tanh", omit=("erf",))
+@reused
 @st.composite
 def gelu_cases(draw, approximate: str) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
@@ -730,6 +775,7 @@ def gelu_cases(draw, approximate: str) -> OpCase:
 
 
 @cases("token_type")
+@reused
 @st.composite
 def token_type_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -751,6 +797,7 @@ def embedding_ln_smooth(impl, case: OpCase) -> bool:
 # rounding noise in float32, so the float32-vs-float64 comparison needs H >= 3
 @cases("embedding_ln", smooth=embedding_ln_smooth,
        f32_ok=lambda case: case.inputs["W_word"].shape[1] >= 3)
+@reused
 @st.composite
 def embedding_ln_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -775,6 +822,7 @@ def mlm_head_smooth(impl, case: OpCase) -> bool:
        f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
 @cases("mlm_head", "gelu_tanh", activation="gelu_tanh", smooth=mlm_head_smooth,
        f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
+@reused
 @st.composite
 def mlm_head_cases(draw, activation: str) -> OpCase:
     lead = draw(_lead_shapes(3).filter(len))
@@ -787,6 +835,7 @@ def mlm_head_cases(draw, activation: str) -> OpCase:
 
 
 @cases("classifier")
+@reused
 @st.composite
 def classifier_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
