@@ -110,7 +110,61 @@ def collect_items(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | No
                   timeout: float = 600) -> list[dict]:
     """``pytest --collect-only`` on ``tests_dir`` in a fresh interpreter, with this module as a
     plugin: one record per collected item.  Any collection error (or an unusable tests
-    directory) raises :class:`CollectionError` with pytest's output -- never an empty list."""
+    directory) raises :class:`CollectionError` with pytest's output -- never an empty list.
+    The project's own tests/ are collected once per source: the records are kept on disk
+    (:func:`_collection_path`: keyed by every source file of the checkout, the interpreter,
+    pytest's version, ``impl_spec`` and the MINIBERT_* environment), ~10 s each time."""
+    import json
+
+    cached = _collection_path(Path(tests_dir), impl_spec)
+    if cached is not None:
+        try:
+            return json.loads(cached.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+    records = _collect_items(tests_dir, impl_spec=impl_spec, timeout=timeout)
+    if cached is not None:
+        from reference.train.fileio import atomic_write
+
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(str(cached), json.dumps(records))
+        except OSError:
+            pass  # a cache that cannot be written: collected again next time
+    return records
+
+
+def _collection_path(tests_dir: Path, impl_spec: str | None) -> Path | None:
+    """Where the collection of the project's own tests/ is kept (None for any other
+    directory: a scratch or synthetic tests folder is always collected)."""
+    import hashlib
+    import os
+    import sys
+
+    import pytest
+
+    from spec.equations._cache import cache_root
+
+    tests_dir = tests_dir.resolve()
+    if tests_dir != (ROOT / "tests").resolve() or not tests_dir.is_dir():
+        return None
+    h = hashlib.sha256(f"{sys.executable}|{pytest.__version__}|{impl_spec}".encode())
+    for k in sorted(os.environ):
+        if k.startswith("MINIBERT_") and k != "MINIBERT_REPORT":
+            h.update(f"{k}={os.environ[k]}".encode())
+    files = [ROOT / "conftest.py", ROOT / "pyproject.toml"]
+    for part in ("spec", "reference", "tests"):
+        files += sorted((ROOT / part).rglob("*.py"))
+    for f in files:
+        try:
+            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+        except OSError:
+            h.update(str(f).encode() + b"<missing>")
+    return cache_root() / "collect" / f"{h.hexdigest()[:40]}.json"
+
+
+def _collect_items(tests_dir: Path | str, *, impl_spec: str | None, timeout: float
+                   ) -> list[dict]:
     import json
     import os
     import subprocess

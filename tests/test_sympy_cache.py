@@ -162,3 +162,27 @@ def test_a_proof_is_kept_per_module_source(cache_home):
     assert {"mlm_head.py", "_nn.py", "_sym.py", "gelu.py", "__init__.py"} <= names
     assert "_nn.py" not in {p.name for p in _cache.module_closure(lin.__file__)}
     assert all(isinstance(p, Path) for p in _cache.module_closure(ln.__file__))
+
+
+def test_the_collection_of_the_projects_tests_is_kept_per_source(cache_home, monkeypatch,
+                                                                 tmp_path):
+    """The audit's pytest collection of tests/ (~10 s) is read back while no source file
+    changed; another tests folder is always collected; an edited source is a new key."""
+    from spec import audit
+
+    calls = []
+    monkeypatch.setattr(audit, "_collect_items",
+                        lambda tests_dir, **kw: calls.append(tests_dir) or [{"nodeid": "t"}])
+    assert audit.collect_items() == [{"nodeid": "t"}]
+    assert audit.collect_items() == [{"nodeid": "t"}] and len(calls) == 1
+    path = audit._collection_path(audit.ROOT / "tests", None)
+    assert path.parent.parent == cache_home / "minibert-spec"
+    assert audit._collection_path(audit.ROOT / "tests", "pkg.mod") != path
+    monkeypatch.setenv("MINIBERT_MUTANT", "linear_db_mean")
+    assert audit._collection_path(audit.ROOT / "tests", None) != path
+    other = tmp_path / "tests"
+    other.mkdir()
+    assert audit._collection_path(other, None) is None
+    path.write_text("{corrupt")
+    monkeypatch.delenv("MINIBERT_MUTANT")
+    assert audit.collect_items() == [{"nodeid": "t"}] and len(calls) == 2

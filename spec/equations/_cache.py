@@ -31,12 +31,17 @@ from pathlib import Path
 FORMAT = 1  # bump when the entry layout changes
 
 
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/minibert-spec/sympy`` (``~/.cache`` when unset or not absolute, as the
-    XDG base directory specification says)."""
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/minibert-spec`` (``~/.cache`` when unset or not absolute, as the XDG
+    base directory specification says)."""
     root = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(root) if os.path.isabs(root) else Path.home() / ".cache"
-    return base / "minibert-spec" / "sympy"
+    return base / "minibert-spec"
+
+
+def cache_dir() -> Path:
+    """Where the maps and proofs are kept: ``cache_root() / "sympy"``."""
+    return cache_root() / "sympy"
 
 
 @functools.cache
