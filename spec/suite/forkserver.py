@@ -18,10 +18,10 @@ Protocol (a SOCK_SEQPACKET socket pair, one JSON message each way, file descript
 
 * pool -> server: ``{"preload": [module, ...]}`` first; the server imports them and answers
   ``{"ready": true, "failed": {module: error}}``.
-* pool -> server: ``{"warm": [module, ...]}`` once the first workers are forked: the server
-  imports those (torch, transformers: seconds, while the first workers run the cheap checks)
-  and says ``{"warmed": true, "failed": {...}}``; the pool then replaces each worker, at its
-  next check boundary, by one forked with them loaded.
+* pool -> server: ``{"warm": [[module, ...], ...]}`` once the first workers are forked: the
+  server imports each group in turn (torch, then transformers: seconds each, while the first
+  workers run the cheap checks) and says ``{"warmed": n, "failed": {...}}`` after the n-th;
+  the pool then replaces each worker, at its next check boundary, by one forked with them.
 * pool -> server: ``{"spawn": n, "cwd": dir}`` with fds [commands (read end), results (write
   end), log]; the server answers ``{"spawned": n, "pid": pid}``.
 * server -> pool, unprompted: ``{"exit": pid, "code": code}`` when a worker ends (``code``
@@ -55,7 +55,7 @@ class ForkServer:
     def __init__(self, proc: subprocess.Popen, sock: socket.socket, failed: dict):
         self.proc, self.sock, self.failed = proc, sock, failed
         self.exits: dict[int, int] = {}
-        self.warmed = False  # the :meth:`warm` modules are imported
+        self.warmed = 0  # how many groups of the :meth:`warm` modules are imported
         self.ready = self.closed = False
         self.home: str | None = None
 
@@ -113,14 +113,15 @@ class ForkServer:
             if "exit" in message:
                 self.exits[message["exit"]] = message["code"]
             if message.get("warmed"):
-                self.warmed = True
+                self.warmed = max(self.warmed, message["warmed"])
                 self.failed.update(message.get("failed", {}))
             if wanted(message):
                 return message
 
-    def warm(self, modules) -> None:
-        """Ask the server to import ``modules`` now (it says when: :attr:`warmed`)."""
-        self.sock.send(json.dumps({"warm": list(modules)}).encode())
+    def warm(self, groups) -> None:
+        """Ask the server to import each group of modules now, in turn (it says after each:
+        :attr:`warmed` counts them)."""
+        self.sock.send(json.dumps({"warm": [list(g) for g in groups]}).encode())
 
     def pending(self) -> None:
         """Read whatever the server has said (exit notices, warmed), without waiting."""
@@ -265,8 +266,10 @@ def main(fd: int) -> int:
             return 0
         request = json.loads(data)
         if "warm" in request:
-            failed = _preload(request["warm"])
-            sock.send(json.dumps({"warmed": True, "failed": failed}).encode())
+            for n, group in enumerate(request["warm"], 1):
+                failed = _preload(group)
+                sock.send(json.dumps({"warmed": n, "failed": failed}).encode())
+                _reap(sock, children)
             continue
         sys.stdout.flush()
         sys.stderr.flush()

@@ -167,11 +167,15 @@ def preload_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:
 def extras_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:
     """The extras' modules of :func:`preload_for` (imported by the server once the first
     workers run: the cheap checks come first and need none of them)."""
+    return [m for group in extra_groups(checks, oracle) for m in group]
+
+
+def extra_groups(checks: Sequence[Check], oracle: str = "require") -> list[tuple[str, ...]]:
+    """:func:`extras_for` by requirement (torch first: most oracle checks need it alone)."""
     needed = {m for c in checks if not (c.oracle and oracle == "off") for m in c.requires}
-    out: list[str] = []
-    for requirement in sorted(needed):
-        out += REQUIREMENT_PRELOAD.get(requirement, (requirement,))
-    return out
+    order = list(REQUIREMENT_PRELOAD)
+    return [REQUIREMENT_PRELOAD.get(r, (r,)) for r in
+            sorted(needed, key=lambda r: (order.index(r) if r in order else len(order), r))]
 
 
 def launch_server(env: dict | None = None) -> ForkServer | None:
@@ -234,7 +238,7 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
         server = _ready(server)
 
         serial = itertools.count()
-        recycled = False  # the workers forked before the server imported the extras replaced
+        recycled = 0  # the groups of extras the workers forked since have imported
 
         def spawn():
             nonlocal server
@@ -276,13 +280,14 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
 
         for _ in range(max(1, min(workers, len(queue)))):
             spawn()
-        if server is not None and extras_for(checks, oracle):
-            server.warm(extras_for(checks, oracle))
+        groups = extra_groups(checks, oracle)
+        if server is not None and groups:
+            server.warm(groups)
         while pool:
-            if server is not None and not recycled:
+            if server is not None and recycled < len(groups):
                 server.pending()
-                if server.warmed:
-                    recycled = True
+                if server.warmed > recycled:  # a fresh fork has more imported
+                    recycled = server.warmed
                     for w in pool:
                         w.stale = True
             if stopped:  # the first red: the checks in flight are not waited for

@@ -115,8 +115,8 @@ def check_settings(*, database=None, max_examples: int | None = None,
     seconds), one failure reported (the first, shrunk within the run's budget:
     spec.suite.shrink), the given
     ``database`` (None: no database; none either when derandomized, which draws the same
-    examples every run).  ``shrink=False``: a failure is reported as found (the verdict is the
-    same; only its example is not minimised)."""
+    examples every run), no explain phase.  ``shrink=False``: a failure is reported as found (the
+    verdict is the same; only its example is not minimised)."""
     from hypothesis import HealthCheck, Phase, settings
 
     parent = settings.default
@@ -130,8 +130,11 @@ def check_settings(*, database=None, max_examples: int | None = None,
         kw["derandomize"] = derandomize
     if kw.get("derandomize", parent.derandomize):
         database = None  # derandomized: the same examples every run, nothing to replay
-    if not shrink:
-        kw["phases"] = [p for p in parent.phases if p is not Phase.shrink]
+    # no explain phase: after shrinking, Hypothesis re-ran the example up to 500 times per
+    # argument under a coverage tracer to annotate it ("or any other generated value"): ~5 s
+    # per red, outside any shrink budget, for a comment on the example
+    dropped = (Phase.explain,) if shrink else (Phase.shrink, Phase.explain)
+    kw["phases"] = [p for p in parent.phases if p not in dropped]
     # filter_too_much: the checks assume() kinks and near-constant rows away, and under a
     # random profile a run of rejected draws raised FailedHealthCheck -- a red on a correct
     # implementation.  Not a verdict: a check that can satisfy none still ends Unsatisfiable

@@ -8,7 +8,9 @@ on shrinking (the example Hypothesis found first already fails); only the exampl
 is smaller when shrunk.
 
 How shrinking stops: through Hypothesis's own shrinker stop (``StopShrinking``, what it does
-when shrinking stalls: the best example so far is reported, the explain phase skipped).  The
+when shrinking stalls: the best example so far is reported).  Hypothesis's explain phase,
+which re-ran a shrunk example hundreds of times under a coverage tracer (~5 s per red), is
+off (spec.suite.run.check_settings).  The
 suite used to lower the engine's ``MAX_SHRINKING_SECONDS`` (300 s) to 5 s instead, which ended
 shrinking through the engine's "very slow shrinking" abort -- and that abort prints "Hypothesis
 has spent more than five minutes working to shrink a failing test case ... PLEASE REPORT THIS"
