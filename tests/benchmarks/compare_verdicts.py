@@ -2,8 +2,8 @@
 per check, the same verdict per op, and for every failed check the same failing tensor (the
 part of its message that names what failed, before the index and values: those follow the
 example Hypothesis shrank to, which may change with the shrink budget while the failure does
-not).  Checks that one report did not run (``not run``: stopped at the first red) are listed,
-never counted as agreeing.
+not).  Checks that one report did not run (``not run``: stopped at the first red) are counted apart
+("not compared"): neither a difference nor an agreement.
 
     python tests/benchmarks/compare_verdicts.py BEFORE.json AFTER.json [--messages]
 
@@ -17,6 +17,8 @@ import argparse
 import json
 import re
 import sys
+
+NOT_RUN = "not run"  # spec.suite.run.NOT_RUN (this script reads JSON only: no import of spec)
 
 # the start of the part of a failure's first line that follows the example, not the failure
 _EXAMPLE_DETAIL = re.compile(
@@ -39,16 +41,25 @@ def load(path: str) -> dict:
         return json.load(fh)
 
 
+def not_compared(before: dict, after: dict) -> list[str]:
+    """The checks one report did not run (``not run``: it stopped at its first red): listed,
+    neither a difference nor an agreement."""
+    b = {r["id"]: r["outcome"] for r in before["results"]}
+    a = {r["id"]: r["outcome"] for r in after["results"]}
+    return sorted(i for i in set(a) & set(b) if NOT_RUN in (a[i], b[i]))
+
+
 def compare(before: dict, after: dict, *, messages: bool = False) -> list[str]:
-    """Every difference, one line each (empty: the verdicts agree)."""
+    """Every difference, one line each (empty: the verdicts agree on every check both ran)."""
     out = []
     b = {r["id"]: r for r in before["results"]}
     a = {r["id"]: r for r in after["results"]}
+    skipped = set(not_compared(before, after))
     for i in sorted(set(b) - set(a)):
         out.append(f"{i}: only in the first report ({b[i]['outcome']})")
     for i in sorted(set(a) - set(b)):
         out.append(f"{i}: only in the second report ({a[i]['outcome']})")
-    for i in sorted(set(a) & set(b)):
+    for i in sorted(set(a) & set(b) - skipped):
         ob, oa = b[i]["outcome"], a[i]["outcome"]
         if ob != oa:
             out.append(f"{i}: {ob} -> {oa}")
@@ -62,9 +73,9 @@ def compare(before: dict, after: dict, *, messages: bool = False) -> list[str]:
     vb = {o["op"]: o["verdict"] for o in before["ops"]}
     va = {o["op"]: o["verdict"] for o in after["ops"]}
     for op in sorted(set(vb) | set(va)):
-        if vb.get(op) != va.get(op):
+        if vb.get(op) != va.get(op) and NOT_RUN not in (vb.get(op), va.get(op)):
             out.append(f"op {op}: verdict {vb.get(op)} -> {va.get(op)}")
-    if before.get("exit_code") != after.get("exit_code"):
+    if before.get("exit_code") != after.get("exit_code") and not skipped:
         out.append(f"exit code {before.get('exit_code')} -> {after.get('exit_code')}")
     return out
 
@@ -82,8 +93,10 @@ def main(argv=None) -> int:
     for line in diffs:
         print(line)
     failed = sum(r["outcome"] == "failed" for r in after["results"])
-    print(f"{n} checks, {failed} failed in the second report: "
-          + ("the verdicts agree" if not diffs else f"{len(diffs)} difference(s)"))
+    skipped = not_compared(before, after)
+    print(f"{n} checks, {failed} failed in the second report"
+          + (f", {len(skipped)} not run in one of them (not compared)" if skipped else "")
+          + ": " + ("the verdicts agree" if not diffs else f"{len(diffs)} difference(s)"))
     return 1 if diffs else 0
 
 
