@@ -1,5 +1,5 @@
 """minibert-spec specification: what must be true.
 
-``spec.gradcheck`` and ``spec.tolerances`` hold the checking machinery (NumPy only); the SymPy
-equations and the claims ledger live beside them.
+``spec.numerics`` (finite differences, identities) and ``spec.tolerances`` hold the checking
+machinery (NumPy only); the SymPy equations and the claims ledger live beside them.
 """

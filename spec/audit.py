@@ -10,8 +10,8 @@
   ``pytest.param(marks=...)``, the op table in ``spec/protocol.py``).  A collection error fails
   the audit loudly.  A tagged case is oracle evidence if it carries ``oracle``;
   finite-difference evidence if not, and its function reaches the FD machinery
-  (``spec.gradcheck``'s checks) through its own body or the helpers it calls (an AST walk of
-  the test's module and the ``tests/`` modules it imports from).
+  (``spec.numerics.finite_differences``'s checks) through its own body or the helpers it
+  calls (an AST walk of the test's module and the ``tests/`` modules it imports from).
 
 A *gap* is missing evidence; a *regression* is evidence that contradicts the record (a proof
 whose outcome differs from the recorded verdict, a claim whose verdict changed).  Both fail the

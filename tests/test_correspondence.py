@@ -140,7 +140,7 @@ def synthetic_tests(tmp_path_factory):
     _write(tests, "__init__.py", "")
     _write(tests, "fdhelp.py", """
         import pytest
-        from spec.gradcheck import elementwise_check
+        from spec.numerics.finite_differences import elementwise_check
 
         class Op:
             def __init__(self, name, equations):
@@ -159,7 +159,7 @@ def synthetic_tests(tmp_path_factory):
         import os
 
         import pytest
-        from spec.gradcheck import directional_check
+        from spec.numerics.finite_differences import directional_check
         from tests.fdhelp import OPS, check_op, op_params
 
         IDS = ("eq.c",)
