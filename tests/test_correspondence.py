@@ -22,17 +22,16 @@ import pytest
 
 from spec.audit import (
     ROOT,
-    CollectionError,
     ImplRef,
     TaggedTest,
     collect_implementations,
-    collect_items,
     join,
     scan_tests,
     tagged_tests,
 )
 from spec.components import COMPONENTS
 from spec.equations import Equation, Proof, load
+from spec.evidence import CollectionError, collect_items
 
 EQUATIONS = load()
 

@@ -173,8 +173,9 @@ def report_data(report, prov: dict) -> dict:
 def run(args) -> int:
     from rich.console import Console
 
-    from spec.audit import ROOT, CollectionError, run_audit
+    from spec.audit import ROOT, run_audit
     from spec.cli._provenance import provenance, provenance_line
+    from spec.evidence import CollectionError
 
     console = Console()
     if not console.is_terminal:  # CI logs: wide enough for the matrix
