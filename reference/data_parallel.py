@@ -4,7 +4,10 @@
 the arguments of ``reference.model``'s and return the same results (the package exports these):
 each checks its arguments once, cuts the batch into one contiguous shard of sequences per worker
 (``reference.parallel``), runs the model's unchecked body on every shard concurrently and joins
-the pieces in shard order.  With one worker (the default) or one sequence there is one shard:
+the pieces in shard order.  It uses the model's seam only: ``check_inputs``,
+``check_loss_inputs``, ``check_backward`` and the unchecked bodies ``run_forward``,
+``run_backward``, ``run_loss``, ``run_loss_backward`` (the batch's head kind says how
+its loss is weighted).  With one worker (the default) or one sequence there is one shard:
 the model's own computation, in the calling thread.
 
 How the shards' losses make the batch's: the loss is a sum over sequences divided by a
@@ -47,12 +50,13 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
             token_type_ids=None, inputs_embeds=None):
     """``reference.model.forward`` on batch shards: the outputs concatenated; the cache a
     ModelCache (one shard) or a ShardedCache."""
-    batch = model._check_batch(params, config, input_ids, attention_mask, token_type_ids,
-                               inputs_embeds)
+    batch = model.check_inputs(params, config, input_ids, attention_mask,
+                               token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
     shards = parallel.row_shards(batch.size)
     if len(shards) == 1:
-        return model._forward(params, config, batch)
-    pieces = parallel.pmap(lambda rows: model._forward(params, config, batch.rows(rows)), shards)
+        return model.run_forward(params, config, batch)
+    pieces = parallel.pmap(lambda rows: model.run_forward(params, config, batch.rows(rows)),
+                           shards)
     out = np.concatenate([o for o, _ in pieces])
     caches = tuple(c for _, c in pieces)
     pooled = None if caches[0].pooled is None else np.concatenate([c.pooled for c in caches])
@@ -63,14 +67,14 @@ def backward(dout, cache, d_pooled=None):
     """``reference.model.backward`` of either cache: a ShardedCache's shards run their
     backwards concurrently, their gradients summed in shard order and their d_embeddings
     concatenated."""
-    model._check_backward(dout, cache, d_pooled)
+    model.check_backward(dout, cache, d_pooled)
     if not isinstance(cache, ShardedCache):
-        return model._backward(dout, cache, d_pooled)
+        return model.run_backward(dout, cache, d_pooled)
 
     def shard(i):
         rows = cache.shards[i]
-        return model._backward(dout[rows], cache.caches[i],
-                               None if d_pooled is None else d_pooled[rows])
+        return model.run_backward(dout[rows], cache.caches[i],
+                                  None if d_pooled is None else d_pooled[rows])
 
     pieces = parallel.pmap(shard, range(len(cache.shards)))
     return _sum_grads([g for g, _ in pieces]), np.concatenate([d for _, d in pieces])
@@ -80,8 +84,10 @@ def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=Non
          attention_mask=None, token_type_ids=None, inputs_embeds=None, reduction: str = "mean",
          ignore_index: int = IGNORE_INDEX):
     """``reference.model.loss`` on batch shards."""
-    batch = _checked(params, config, input_ids, labels, targets, attention_mask, token_type_ids,
-                     inputs_embeds, reduction, ignore_index)
+    batch = model.check_loss_inputs(params, config, input_ids, labels=labels, targets=targets,
+                                    attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                    inputs_embeds=inputs_embeds, reduction=reduction,
+                                    ignore_index=ignore_index)
     return _sharded_loss(params, config, batch, reduction, ignore_index, grads=False)
 
 
@@ -89,8 +95,10 @@ def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, t
                    attention_mask=None, token_type_ids=None, inputs_embeds=None,
                    reduction: str = "mean", ignore_index: int = IGNORE_INDEX):
     """``reference.model.loss_and_grads`` on batch shards: (loss, grads, d_embeddings)."""
-    batch = _checked(params, config, input_ids, labels, targets, attention_mask, token_type_ids,
-                     inputs_embeds, reduction, ignore_index)
+    batch = model.check_loss_inputs(params, config, input_ids, labels=labels, targets=targets,
+                                    attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                    inputs_embeds=inputs_embeds, reduction=reduction,
+                                    ignore_index=ignore_index)
     return _sharded_loss(params, config, batch, reduction, ignore_index, grads=True)
 
 
@@ -99,21 +107,15 @@ def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
                              ignore_index: int = IGNORE_INDEX):
     """``reference.model.masked_lm_loss_and_grads`` on batch shards (a shard may have nothing
     to predict: it contributes zero loss and only zero head gradients)."""
-    model._check_fused_head(config, input_ids)
-    batch = _checked(params, config, input_ids, labels, None, attention_mask, token_type_ids,
-                     None, reduction, ignore_index)
+    batch = model.check_loss_inputs(params, config, input_ids, labels=labels,
+                                    attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                    reduction=reduction, ignore_index=ignore_index,
+                                    labelled_rows_only=True)
     return _sharded_loss(params, config, batch, reduction, ignore_index, grads=True,
                          predicted_only=True)
 
 
 # --------------------------------------------------------------------------- the shards
-def _checked(params, config, input_ids, labels, targets, attention_mask, token_type_ids,
-             inputs_embeds, reduction, ignore_index) -> model.Batch:
-    batch = model._check_batch(params, config, input_ids, attention_mask, token_type_ids,
-                               inputs_embeds)
-    return model._with_targets(batch, config, labels, targets, reduction, ignore_index)
-
-
 def _sharded_loss(params, config: BertConfig, batch: model.Batch, reduction: str,
                   ignore_index: int, *, grads: bool, predicted_only: bool = False):
     """The batch's loss (and with ``grads`` its gradients and d_embeddings) from its shards:
@@ -123,16 +125,15 @@ def _sharded_loss(params, config: BertConfig, batch: model.Batch, reduction: str
     if len(shards) == 1:
         shard_reduction, k, denom = reduction, [1.0], 1.0
     else:
-        shard_reduction, k, denom = _shard_weights(config, batch, shards, reduction, ignore_index)
+        shard_reduction, k, denom = _shard_weights(batch, shards, reduction, ignore_index)
     dtype = batch.dtype
 
     def shard(i):
-        value, cache = model._loss_forward(params, config, batch.rows(shards[i]),
-                                           shard_reduction, ignore_index, grad=grads,
-                                           predicted_only=predicted_only)
+        value, cache = model.run_loss(params, config, batch.rows(shards[i]), shard_reduction,
+                                      ignore_index, grad=grads, predicted_only=predicted_only)
         if not grads:
             return value, None, None
-        return (value, *model._loss_backward(dtype.type(k[i] / denom), cache))
+        return (value, *model.run_loss_backward(dtype.type(k[i] / denom), cache))
 
     pieces = parallel.pmap(shard, range(len(shards)))
     if len(pieces) == 1:
@@ -146,13 +147,12 @@ def _sharded_loss(params, config: BertConfig, batch: model.Batch, reduction: str
     return value, _sum_grads([p[1] for p in pieces]), d_embeddings
 
 
-def _shard_weights(config: BertConfig, batch: model.Batch, shards, reduction: str,
-                   ignore_index: int):
+def _shard_weights(batch: model.Batch, shards, reduction: str, ignore_index: int):
     """(the shards' reduction, k_s per shard, the denominator): the batch's loss is
     sum_s k_s loss_s / denominator.  Cross-entropy: each shard's sum, over the batch's predicted
     positions ("mean") or 1 ("sum"); MSE (always a mean): each shard's mean times its
     elements, over every target element."""
-    if config.head == "none":
+    if batch.head.target == "targets":  # the MSE
         return "mean", [float(batch.targets[rows].size) for rows in shards], batch.targets.size
     denom = (int(np.count_nonzero(batch.labels != ignore_index)) if reduction == "mean"
              else 1)

@@ -5,14 +5,21 @@ Parameters are one flat ``dict[str, ndarray]`` with stable dotted names; ``backw
 dict with exactly the same keys, shapes and dtypes, plus the gradient w.r.t. the input
 embeddings (the sum of token and position embeddings fed to the first block).
 
-Each entry point checks its arguments once (``_check_batch``) and runs an unchecked body on the
-checked :class:`Batch`; the bodies call the ops' kernels (``reference.ops``) and nothing else.
-The model runs in the calling thread: ``reference.data_parallel`` runs the same bodies on batch
-shards, from outside (the package's public ``forward``, ``loss``, ... are its wrappers).
+The head is chosen once per config, by :func:`head_kind`, from the table :data:`HEADS`: each
+kind is a :class:`HeadKind` record of its parameters, its output shape, what its loss compares
+with, and its forward / backward / loss functions.  Nothing else asks which head a config has.
+
+Each entry point checks its arguments once (``check_inputs`` / ``check_loss_inputs``) and runs
+an unchecked body (``run_forward``, ``run_backward``, ``run_loss``, ``run_loss_backward``) on
+the checked :class:`Batch`; the bodies call the ops' kernels (``reference.ops``) and nothing
+else.  Those six functions are the seam ``reference.data_parallel`` composes: it runs the same
+bodies on batch shards, from outside (the package's public ``forward``, ``loss``, ... are its
+wrappers).  The model runs in the calling thread.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -57,18 +64,7 @@ def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     if config.final_layernorm:
         shapes["final_ln.gamma"] = (H,)
         shapes["final_ln.beta"] = (H,)
-    if config.head == "mlm" and config.mlm_style == "linear":
-        shapes["mlm.W"] = (H, V)
-        shapes["mlm.b"] = (V,)
-    elif config.head == "mlm":  # BERT: transform + LayerNorm; the decoder is embeddings.token.W
-        shapes.update({"mlm.transform.W": (H, H), "mlm.transform.b": (H,),
-                       "mlm.ln.gamma": (H,), "mlm.ln.beta": (H,), "mlm.b": (V,)})
-    if config.head == "classifier" or (config.head == "none" and config.pooler):
-        shapes["pooler.W"] = (H, H)
-        shapes["pooler.b"] = (H,)
-    if config.head == "classifier":
-        shapes["classifier.W"] = (H, config.num_labels)
-        shapes["classifier.b"] = (config.num_labels,)
+    shapes.update(head_kind(config).param_shapes(config))
     return shapes
 
 
@@ -117,17 +113,19 @@ def _layer_params(params, i: int) -> dict[str, np.ndarray]:
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
 
 
+
 class Batch(NamedTuple):
-    """The entry points' arguments after their checks (``_check_batch``, ``_with_targets``):
+    """The entry points' arguments after their checks (``check_inputs``, ``check_loss_inputs``):
     what the unchecked bodies take.  ``rows`` cuts a batch shard."""
 
     dtype: np.dtype  # of every parameter
+    head: HeadKind  # the config's head, chosen once (head_kind)
     input_ids: np.ndarray | None  # [B, T]; None when inputs_embeds replace the embeddings
     inputs_embeds: np.ndarray | None  # [B, T, H]
     attention_mask: np.ndarray | None  # bool [B, T]; None: every key attended
     token_type_ids: np.ndarray | None  # [B, T]; None without token types
-    labels: np.ndarray | None = None  # [B, T] (head "mlm") or [B] ("classifier")
-    targets: np.ndarray | None = None  # [B, T, H] (head "none")
+    labels: np.ndarray | None = None  # [B, T] (token labels) or [B] (class labels)
+    targets: np.ndarray | None = None  # [B, T, H] (MSE targets of the hidden states)
 
     @property
     def size(self) -> int:
@@ -137,7 +135,7 @@ class Batch(NamedTuple):
     def rows(self, rows: slice) -> Batch:
         """The sequences ``rows`` of every array."""
         return self._replace(**{k: None if v is None else v[rows]
-                                for k, v in self._asdict().items() if k != "dtype"})
+                                for k, v in self._asdict().items() if k not in ("dtype", "head")})
 
 
 class EmbeddingsCache(NamedTuple):
@@ -152,13 +150,14 @@ class ModelCache(NamedTuple):
     embeddings: EmbeddingsCache | None  # None when inputs_embeds replaced the tables
     blocks: list  # one ops.BlockCache per layer, in forward order
     final_ln: ops.LayerNormCache | None  # None without config.final_layernorm
-    head: object  # LinearCache / MLMHeadCache / ClassifierCache; None: no head ran
-    pooler: ops.PoolerCache | None  # head "none" with config.pooler
-    pooled: np.ndarray | None  # the pooler's output [B, H] (head "none" with config.pooler)
+    head_kind: HeadKind | None  # the head that ran; None: the caller ran it fused with its loss
+    head: object  # its cache: LinearCache / MLMHeadCache / ClassifierCache / PoolerCache / None
+    pooled: np.ndarray | None  # the pooler's output [B, H] (the pooled hidden-states head)
     out_shape: tuple
 
 
 class LossCache(NamedTuple):
+    head: HeadKind  # whose loss ran (its loss_backward runs the backward)
     model: ModelCache  # the encoder's cache (fused MLM head) or the whole model's
     loss: object  # CrossEntropyCache / MSECache / LinearCrossEntropyCache
     rows: np.ndarray | None  # the [B*T] rows the fused head ran on (predicted only), or None
@@ -185,10 +184,11 @@ def _check_token_types(token_type_ids, config: BertConfig, shape):
                           high=config.type_vocab_size)
 
 
-def _check_batch(params, config: BertConfig, input_ids, attention_mask, token_type_ids,
-                 inputs_embeds) -> Batch:
-    """Every argument of ``forward`` checked once: the Batch the bodies run on (the attention
-    mask as bool, or None when it attends everywhere; token types with their default)."""
+def check_inputs(params, config: BertConfig, input_ids=None, attention_mask=None, *,
+                 token_type_ids=None, inputs_embeds=None) -> Batch:
+    """Every argument of ``forward`` checked once: the Batch the bodies run on (the config's
+    head kind, the attention mask as bool or None when it attends everywhere, token types with
+    their default).  Raises ValueError naming the argument."""
     dtype = check_params(params, config)
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("input_ids, inputs_embeds: expected exactly one of them, got "
@@ -220,37 +220,44 @@ def _check_batch(params, config: BertConfig, input_ids, attention_mask, token_ty
         token_type_ids = _check_token_types(token_type_ids, config, (B, T))
     elif token_type_ids is not None:
         raise ValueError("token_type_ids: inputs_embeds already holds the token types")
-    return Batch(dtype, input_ids, inputs_embeds, attention_mask, token_type_ids)
+    return Batch(dtype, head_kind(config), input_ids, inputs_embeds, attention_mask,
+                 token_type_ids)
 
 
-def _out_shape(config: BertConfig, B: int, T: int) -> tuple:
-    if config.head == "mlm":
-        return (B, T, config.vocab_size)
-    if config.head == "classifier":
-        return (B, config.num_labels)
-    return (B, T, config.hidden)
-
-
-def _with_targets(batch: Batch, config: BertConfig, labels, targets, reduction,
-                  ignore_index) -> Batch:
-    """``batch`` with its checked labels (heads "mlm", "classifier") or targets (head "none"),
-    and the reduction checked."""
+def check_loss_inputs(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
+                      attention_mask=None, token_type_ids=None, inputs_embeds=None,
+                      reduction: str = "mean", ignore_index: int = IGNORE_INDEX,
+                      labelled_rows_only: bool = False) -> Batch:
+    """Every argument of ``loss`` / ``loss_and_grads`` checked once: ``check_inputs``' Batch
+    with the labels or targets its head's loss compares with, and the reduction checked.
+    ``labelled_rows_only``: for ``masked_lm_loss_and_grads``, whose head must be able to run on
+    the labelled positions alone (the Mini-BERT head) from input ids."""
+    if labelled_rows_only:
+        if not head_kind(config).labelled_rows_only:
+            raise ValueError(f"config: expected head 'mlm' with mlm_style 'linear', got "
+                             f"head={config.head!r}, mlm_style={config.mlm_style!r}")
+        if input_ids is None:
+            raise ValueError("input_ids: expected an integer array [B, T], got None")
+    batch = check_inputs(params, config, input_ids, attention_mask,
+                         token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
     x = batch.input_ids if batch.input_ids is not None else batch.inputs_embeds
-    out_shape = _out_shape(config, *x.shape[:2])
-    if config.head in ("mlm", "classifier"):
+    out_shape = batch.head.out_shape(config, *x.shape[:2])
+    if batch.head.target == "labels":
         if labels is None:
             raise ValueError(f"labels: required for head {config.head!r}, got None")
         ops._check_ce_labels(labels, out_shape[:-1], out_shape[-1], ignore_index, reduction)
         return batch._replace(labels=labels)
     if targets is None:
-        raise ValueError("targets: required for head 'none', got None")
+        raise ValueError(f"targets: required for head {config.head!r}, got None")
     as_float_array("targets", targets, shape=out_shape, dtype=batch.dtype)
     return batch._replace(targets=targets)
 
 
-def _check_backward(dout, cache, d_pooled) -> None:
+def check_backward(dout, cache, d_pooled=None) -> None:
+    """``backward``'s arguments against the forward's cache (a ModelCache, or anything with its
+    ``out_shape``, ``dtype`` and ``pooled``)."""
     as_float_array("dout", dout, shape=cache.out_shape, dtype=cache.dtype)
     if d_pooled is not None:
         if cache.pooled is None:
@@ -258,19 +265,195 @@ def _check_backward(dout, cache, d_pooled) -> None:
         as_float_array("d_pooled", d_pooled, shape=cache.pooled.shape, dtype=cache.dtype)
 
 
-def _check_fused_head(config: BertConfig, input_ids) -> None:
-    """masked_lm_loss_and_grads needs the Mini-BERT head and input ids."""
-    if not _fused_head(config):
-        raise ValueError(f"config: expected head 'mlm' with mlm_style 'linear', got "
-                         f"head={config.head!r}, mlm_style={config.mlm_style!r}")
-    if input_ids is None:
-        raise ValueError("input_ids: expected an integer array [B, T], got None")
+# --------------------------------------------------------------------------- the heads
+# What sits on the last hidden states h [B, T, H].  Each head is a forward/backward pair and a
+# loss pair, unchecked like the ops' kernels.  A head's forward returns (out, its cache, the
+# pooled output or None); its backward (dh [B, T, H], the gradients of its parameters).  A
+# head's loss returns (value, LossCache); its loss_backward (grads, d_embeddings), the model's
+# backward included.
+def _linear_head_forward(params, config: BertConfig, h):
+    """Mini-BERT's head: one untied linear layer to the vocabulary, logits [B, T, V]."""
+    out, c_head = ops._linear_forward(h, params["mlm.W"], params["mlm.b"])  # [B, T, V]
+    return out, c_head, None
 
 
-def _fused_head(config: BertConfig) -> bool:
-    """The Mini-BERT head (one linear layer to the vocabulary): its loss is the fused
-    linear + cross-entropy op pair on the hidden states."""
-    return config.head == "mlm" and config.mlm_style == "linear"
+def _linear_head_backward(dout, c_head, d_pooled):
+    dh, dW, db = ops._linear_backward(dout, c_head)
+    return dh, {"mlm.W": dW, "mlm.b": db}
+
+
+def _bert_mlm_head_forward(params, config: BertConfig, h):
+    """BERT's MLM head: dense -> activation -> LayerNorm -> the decoder tied to the word
+    embeddings, logits [B, T, V]."""
+    out, c_head = ops._mlm_head_forward(
+        h, params["mlm.transform.W"], params["mlm.transform.b"], params["mlm.ln.gamma"],
+        params["mlm.ln.beta"], params["embeddings.token.W"], params["mlm.b"],
+        eps=config.ln_eps, activation=config.activation)  # [B, T, V], tied decoder
+    return out, c_head, None
+
+
+def _bert_mlm_head_backward(dout, c_head, d_pooled):
+    """The decoder's share of the word-embedding table's gradient comes back under the table's
+    name: ``run_backward`` adds it to the lookup's share."""
+    (dh, dW_t, db_t, dgamma, dbeta, dW_decoder, db_dec) = ops._mlm_head_backward(dout, c_head)
+    return dh, {"mlm.transform.W": dW_t, "mlm.transform.b": db_t, "mlm.ln.gamma": dgamma,
+                "mlm.ln.beta": dbeta, "mlm.b": db_dec, "embeddings.token.W": dW_decoder}
+
+
+def _classifier_head_forward(params, config: BertConfig, h):
+    """The tanh pooler on [CLS] and a linear classifier: class logits [B, num_labels]."""
+    out, c_head = ops._classifier_forward(h, params["pooler.W"], params["pooler.b"],
+                                          params["classifier.W"], params["classifier.b"])
+    return out, c_head, None
+
+
+def _classifier_head_backward(dout, c_head, d_pooled):
+    dh, dW_p, db_p, dW_c, db_c = ops._classifier_backward(dout, c_head)
+    return dh, {"pooler.W": dW_p, "pooler.b": db_p, "classifier.W": dW_c, "classifier.b": db_c}
+
+
+def _hidden_states_forward(params, config: BertConfig, h):
+    """No head: the last hidden states [B, T, H] are the output."""
+    return h, None, None
+
+
+def _hidden_states_backward(dout, c_head, d_pooled):
+    return dout, {}
+
+
+def _pooled_hidden_states_forward(params, config: BertConfig, h):
+    """The last hidden states [B, T, H], and the tanh pooler's output [B, H] beside them
+    (BertModel's pooler_output)."""
+    pooled, c_pool = ops._pooler_forward(h, params["pooler.W"], params["pooler.b"])
+    return h, c_pool, pooled
+
+
+def _pooled_hidden_states_backward(dout, c_pool, d_pooled):
+    """dh: the hidden states' own gradient plus the pooler's (d_pooled default 0)."""
+    if d_pooled is None:
+        d_pooled = np.zeros_like(c_pool.tanh.y)  # [B, H], the pooled output's dtype
+    dh_pool, dW, db = ops._pooler_backward(d_pooled, c_pool)
+    return dout + dh_pool, {"pooler.W": dW, "pooler.b": db}
+
+
+def _fused_linear_ce_loss(params, config: BertConfig, batch: Batch, reduction: str,
+                          ignore_index: int, *, grad: bool = True, predicted_only: bool = False):
+    """Mini-BERT's head fused with its cross-entropy (``ops._linear_cross_entropy_forward``: no
+    second [B, T, V] array), on every position or, ``predicted_only``, on the positions with a
+    label (the others contribute nothing to the loss, nor get a gradient: 85% of the head's
+    work in MLM training; original BERT gathers the masked positions the same way).  ``grad``
+    False: the loss alone (its cache cannot run the backward)."""
+    h, cache = run_forward(params, config, batch, head=False)  # [B, T, H]
+    h_rows, labels = ops._rows(h), batch.labels.reshape(-1)  # [B*T, H], [B*T]
+    rows = None
+    if predicted_only:
+        rows = np.flatnonzero(labels != ignore_index)
+        h_rows, labels = h_rows[rows], labels[rows]
+    value, c_loss = ops._linear_cross_entropy_forward(
+        h_rows, params["mlm.W"], params["mlm.b"], labels, ignore_index=ignore_index,
+        reduction=reduction, grad=grad)
+    return value, LossCache(batch.head, cache, c_loss, rows)
+
+
+def _fused_linear_ce_loss_backward(dloss, cache: LossCache):
+    dh_rows, dW, db = ops._linear_cross_entropy_backward(dloss, cache.loss)
+    B, T, H = cache.model.out_shape
+    if cache.rows is not None:  # the rows the head skipped get no gradient
+        dh = np.zeros((B * T, H), dtype=dh_rows.dtype)
+        dh[cache.rows] = dh_rows
+        dh_rows = dh
+    grads, d_embeddings = run_backward(dh_rows.reshape(B, T, H), cache.model)
+    grads["mlm.W"], grads["mlm.b"] = dW, db
+    return {name: grads[name] for name in param_shapes(cache.model.config)}, d_embeddings
+
+
+def _cross_entropy_loss(params, config: BertConfig, batch: Batch, reduction: str,
+                        ignore_index: int, *, grad: bool = True, predicted_only: bool = False):
+    """Cross-entropy of the head's logits vs the labels ([B, T] token or [B] class labels)."""
+    out, cache = run_forward(params, config, batch)
+    value, c_loss = ops._cross_entropy_forward(out, batch.labels, ignore_index=ignore_index,
+                                               reduction=reduction)
+    return value, LossCache(batch.head, cache, c_loss, None)
+
+
+def _cross_entropy_loss_backward(dloss, cache: LossCache):
+    (dout,) = ops._cross_entropy_backward(dloss, cache.loss)
+    return run_backward(dout, cache.model)
+
+
+def _mse_loss(params, config: BertConfig, batch: Batch, reduction: str, ignore_index: int, *,
+              grad: bool = True, predicted_only: bool = False):
+    """MSE of the last hidden states vs the targets [B, T, H] (always a mean)."""
+    out, cache = run_forward(params, config, batch)
+    value, c_loss = ops._mse_forward(out, batch.targets)
+    return value, LossCache(batch.head, cache, c_loss, None)
+
+
+def _mse_loss_backward(dloss, cache: LossCache):
+    dout, _ = ops._mse_backward(dloss, cache.loss)
+    return run_backward(dout, cache.model)
+
+
+class HeadKind(NamedTuple):
+    """One row of :data:`HEADS`: everything the model needs to know about a head."""
+
+    name: str
+    param_shapes: Callable  # (config) -> {name: shape} of the head's own parameters
+    out_shape: Callable  # (config, B, T) -> the shape of forward's output
+    target: str  # what the loss compares with: "labels" (cross-entropy) or "targets" (MSE)
+    forward: Callable  # (params, config, h) -> (out, head cache, pooled or None)
+    backward: Callable  # (dout, head cache, d_pooled) -> (dh, head grads)
+    loss: Callable  # (params, config, batch, reduction, ignore_index, *, grad, predicted_only)
+    loss_backward: Callable  # (dloss, LossCache) -> (grads, d_embeddings)
+    labelled_rows_only: bool = False  # its loss can run on the labelled positions alone
+
+
+def _vocab_logits_shape(config: BertConfig, B: int, T: int) -> tuple:
+    return (B, T, config.vocab_size)
+
+
+def _hidden_shape(config: BertConfig, B: int, T: int) -> tuple:
+    return (B, T, config.hidden)
+
+
+def _pooler_shapes(config: BertConfig) -> dict:
+    return {"pooler.W": (config.hidden, config.hidden), "pooler.b": (config.hidden,)}
+
+
+HEADS: dict[str, HeadKind] = {kind.name: kind for kind in (
+    HeadKind("mlm_linear",  # Mini-BERT (the Mini-BERT derivation): its loss runs fused
+             lambda c: {"mlm.W": (c.hidden, c.vocab_size), "mlm.b": (c.vocab_size,)},
+             _vocab_logits_shape, "labels", _linear_head_forward, _linear_head_backward,
+             _fused_linear_ce_loss, _fused_linear_ce_loss_backward, labelled_rows_only=True),
+    HeadKind("mlm_bert",  # BERT: transform + LayerNorm; the decoder is embeddings.token.W
+             lambda c: {"mlm.transform.W": (c.hidden, c.hidden), "mlm.transform.b": (c.hidden,),
+                        "mlm.ln.gamma": (c.hidden,), "mlm.ln.beta": (c.hidden,),
+                        "mlm.b": (c.vocab_size,)},
+             _vocab_logits_shape, "labels", _bert_mlm_head_forward, _bert_mlm_head_backward,
+             _cross_entropy_loss, _cross_entropy_loss_backward),
+    HeadKind("classifier",  # the BERT-base blog's tanh pooler + classifier
+             lambda c: {**_pooler_shapes(c), "classifier.W": (c.hidden, c.num_labels),
+                        "classifier.b": (c.num_labels,)},
+             lambda c, B, T: (B, c.num_labels), "labels", _classifier_head_forward,
+             _classifier_head_backward, _cross_entropy_loss, _cross_entropy_loss_backward),
+    HeadKind("hidden_states",  # the NumPy-Transformer document's MSE reconstruction
+             lambda c: {}, _hidden_shape, "targets", _hidden_states_forward,
+             _hidden_states_backward, _mse_loss, _mse_loss_backward),
+    HeadKind("pooled_hidden_states",  # BertModel: hidden states + pooler_output
+             _pooler_shapes, _hidden_shape, "targets", _pooled_hidden_states_forward,
+             _pooled_hidden_states_backward, _mse_loss, _mse_loss_backward),
+)}
+
+
+def head_kind(config: BertConfig) -> HeadKind:
+    """The config's head, the one place that reads ``head``, ``mlm_style`` and ``pooler``
+    (``mlm_style`` matters for head "mlm" only, ``pooler`` for head "none" only: the
+    classifier always pools)."""
+    if config.head == "mlm":
+        return HEADS["mlm_linear" if config.mlm_style == "linear" else "mlm_bert"]
+    if config.head == "classifier":
+        return HEADS["classifier"]
+    return HEADS["pooled_hidden_states" if config.pooler else "hidden_states"]
 
 
 # --------------------------------------------------------------------------- the forward
@@ -296,9 +479,10 @@ def _embed(params, config: BertConfig, input_ids, token_type_ids=None):
     return x, EmbeddingsCache(token=c_tok, position=c_pos, token_type=c_type)
 
 
-def _forward(params, config: BertConfig, batch: Batch, *, head: bool = True):
-    """embeddings -> L post-LN blocks -> final LayerNorm -> head (``head`` False: the last
-    hidden states [B, T, H], for a head fused with its loss)."""
+def run_forward(params, config: BertConfig, batch: Batch, *, head: bool = True):
+    """``forward``'s body on a checked Batch: embeddings -> L post-LN blocks -> final LayerNorm
+    -> the batch's head (``head`` False: the last hidden states [B, T, H], for a head fused with
+    its loss).  Returns (out, ModelCache)."""
     c_emb = None
     if batch.input_ids is not None:
         x, c_emb = _embed(params, config, batch.input_ids, batch.token_type_ids)  # [B, T, H]
@@ -315,96 +499,39 @@ def _forward(params, config: BertConfig, batch: Batch, *, head: bool = True):
     if config.final_layernorm:
         h, c_final = ops._layernorm_forward(h, params["final_ln.gamma"],
                                             params["final_ln.beta"], config.ln_eps)
-    out, c_head, c_pool, pooled = h, None, None, None
+    out, kind, c_head, pooled = h, None, None, None
     if head:
-        out, c_head, c_pool, pooled = _head_forward(params, config, h)
+        kind = batch.head
+        out, c_head, pooled = kind.forward(params, config, h)
     return out, ModelCache(config=config, dtype=batch.dtype, embeddings=c_emb, blocks=c_blocks,
-                           final_ln=c_final, head=c_head, pooler=c_pool, pooled=pooled,
+                           final_ln=c_final, head_kind=kind, head=c_head, pooled=pooled,
                            out_shape=out.shape)
 
 
-def _head_forward(params, config: BertConfig, h):
-    """The head on the last hidden states h [B, T, H]: (out, head cache, pooler cache, pooled
-    output); out is h itself for head "none"."""
-    if config.head == "mlm" and config.mlm_style == "linear":
-        out, c_head = ops._linear_forward(h, params["mlm.W"], params["mlm.b"])  # [B, T, V]
-        return out, c_head, None, None
-    if config.head == "mlm":
-        out, c_head = ops._mlm_head_forward(
-            h, params["mlm.transform.W"], params["mlm.transform.b"], params["mlm.ln.gamma"],
-            params["mlm.ln.beta"], params["embeddings.token.W"], params["mlm.b"],
-            eps=config.ln_eps, activation=config.activation)  # [B, T, V], tied decoder
-        return out, c_head, None, None
-    if config.head == "classifier":
-        out, c_head = ops._classifier_forward(h, params["pooler.W"], params["pooler.b"],
-                                              params["classifier.W"], params["classifier.b"])
-        return out, c_head, None, None
-    if config.pooler:
-        pooled, c_pool = ops._pooler_forward(h, params["pooler.W"], params["pooler.b"])
-        return h, None, c_pool, pooled
-    return h, None, None, None
-
-
-def _loss_forward(params, config: BertConfig, batch: Batch, reduction: str, ignore_index: int,
-                  *, grad: bool = True, predicted_only: bool = False):
-    """The scalar loss and its cache: head "mlm": masked cross-entropy of the logits vs the
-    labels [B, T]; "classifier": cross-entropy of the class logits vs the labels [B]; "none":
-    MSE of the hidden states vs the targets [B, T, H].
-
-    The Mini-BERT head runs fused with its loss (``ops._linear_cross_entropy_forward``: no
-    second [B, T, V] array), on every position or, ``predicted_only``, on the positions with a
-    label (the others contribute nothing to the loss, nor get a gradient: 85% of the head's
-    work in MLM training; original BERT gathers the masked positions the same way).  ``grad``
-    False: the loss alone (its cache cannot run the backward)."""
-    if _fused_head(config):
-        h, cache = _forward(params, config, batch, head=False)  # [B, T, H]
-        h_rows, labels = ops._rows(h), batch.labels.reshape(-1)  # [B*T, H], [B*T]
-        rows = None
-        if predicted_only:
-            rows = np.flatnonzero(labels != ignore_index)
-            h_rows, labels = h_rows[rows], labels[rows]
-        value, c_loss = ops._linear_cross_entropy_forward(
-            h_rows, params["mlm.W"], params["mlm.b"], labels, ignore_index=ignore_index,
-            reduction=reduction, grad=grad)
-        return value, LossCache(cache, c_loss, rows)
-    out, cache = _forward(params, config, batch)
-    if config.head == "none":
-        value, c_loss = ops._mse_forward(out, batch.targets)
-    else:
-        value, c_loss = ops._cross_entropy_forward(out, batch.labels, ignore_index=ignore_index,
-                                                   reduction=reduction)
-    return value, LossCache(cache, c_loss, None)
+def run_loss(params, config: BertConfig, batch: Batch, reduction: str, ignore_index: int, *,
+             grad: bool = True, predicted_only: bool = False):
+    """``loss``'s body on a checked Batch (``check_loss_inputs``): the scalar loss of the
+    batch's head and its LossCache.  ``predicted_only`` (a head with ``labelled_rows_only``):
+    the head runs on the labelled positions alone; ``grad`` False: the loss alone, whose cache
+    may not run the backward."""
+    return batch.head.loss(params, config, batch, reduction, ignore_index, grad=grad,
+                           predicted_only=predicted_only)
 
 
 # --------------------------------------------------------------------------- the backward
 @implements("mlm_head.tied", "model.backward")
-def _backward(dout, cache, d_pooled=None):
-    """The forward's kernels in reverse order.  Returns (grads, d_embeddings [B, T, H]); grads
-    in ``param_shapes`` order, without the head's tensors when the forward ran without it.
+def run_backward(dout, cache, d_pooled=None):
+    """``backward``'s body: the forward's kernels in reverse order.  Returns (grads,
+    d_embeddings [B, T, H]); grads in ``param_shapes`` order, without the head's tensors when
+    the forward ran without it.
 
     With the BERT MLM head the word-embedding table is used twice, by the lookup and by the
     decoder: its gradient is the sum of both shares."""
     config = cache.config
+    dh, head_grads = dout, {}
+    if cache.head_kind is not None:  # None: the caller ran the head fused with its loss
+        dh, head_grads = cache.head_kind.backward(dout, cache.head, d_pooled)
     grads: dict[str, np.ndarray] = {}
-    dh = dout
-    dW_decoder = None
-    if cache.head is None:  # head "none", or a head the caller ran fused with its loss
-        pass
-    elif config.head == "mlm" and config.mlm_style == "linear":
-        dh, grads["mlm.W"], grads["mlm.b"] = ops._linear_backward(dout, cache.head)
-    elif config.head == "mlm":
-        (dh, grads["mlm.transform.W"], grads["mlm.transform.b"], grads["mlm.ln.gamma"],
-         grads["mlm.ln.beta"], dW_decoder, grads["mlm.b"]) = ops._mlm_head_backward(
-            dout, cache.head)
-    elif config.head == "classifier":
-        (dh, grads["pooler.W"], grads["pooler.b"], grads["classifier.W"],
-         grads["classifier.b"]) = ops._classifier_backward(dout, cache.head)
-    if cache.pooler is not None:
-        if d_pooled is None:
-            d_pooled = np.zeros(cache.pooled.shape, dtype=cache.dtype)
-        dh_pool, grads["pooler.W"], grads["pooler.b"] = ops._pooler_backward(d_pooled,
-                                                                             cache.pooler)
-        dh = dout + dh_pool
     if cache.final_ln is not None:
         dh, grads["final_ln.gamma"], grads["final_ln.beta"] = ops._layernorm_backward(
             dh, cache.final_ln)
@@ -435,30 +562,16 @@ def _backward(dout, cache, d_pooled=None):
     if config.pad_token_id is not None and cache.embeddings is not None:
         # nn.Embedding(padding_idx): the padding token's row gets no gradient from the lookup
         grads["embeddings.token.W"][config.pad_token_id] = 0
-    if dW_decoder is not None:  # the tied table: lookup share + decoder share
-        grads["embeddings.token.W"] = grads["embeddings.token.W"] + dW_decoder
+    for name, share in head_grads.items():
+        # a table the head shares with the encoder (the tied decoder): lookup share + head share
+        grads[name] = grads[name] + share if name in grads else share
     return {name: grads[name] for name in shapes if name in grads}, d_embeddings
 
 
-def _loss_backward(dloss, cache: LossCache):
+def run_loss_backward(dloss, cache: LossCache):
     """The gradients of ``dloss`` times the loss (``dloss`` a scalar of the parameters'
     dtype): (grads, d_embeddings), the loss's backward then the model's."""
-    config = cache.model.config
-    if not _fused_head(config):
-        if config.head == "none":
-            dout, _ = ops._mse_backward(dloss, cache.loss)
-        else:
-            (dout,) = ops._cross_entropy_backward(dloss, cache.loss)
-        return _backward(dout, cache.model)
-    dh_rows, dW, db = ops._linear_cross_entropy_backward(dloss, cache.loss)
-    B, T, H = cache.model.out_shape
-    if cache.rows is not None:  # the rows the head skipped get no gradient
-        dh = np.zeros((B * T, H), dtype=dh_rows.dtype)
-        dh[cache.rows] = dh_rows
-        dh_rows = dh
-    grads, d_embeddings = _backward(dh_rows.reshape(B, T, H), cache.model)
-    grads["mlm.W"], grads["mlm.b"] = dW, db
-    return {name: grads[name] for name in param_shapes(config)}, d_embeddings
+    return cache.head.loss_backward(dloss, cache)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -483,38 +596,42 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
     ``attention_mask`` [B, T]: 1 for tokens that may be attended, 0 for padding.
     Every argument is checked here, once; the layers below run unchecked kernels.
     """
-    batch = _check_batch(params, config, input_ids, attention_mask, token_type_ids,
-                         inputs_embeds)
-    return _forward(params, config, batch)
+    batch = check_inputs(params, config, input_ids, attention_mask,
+                         token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
+    return run_forward(params, config, batch)
 
 
 def backward(dout, cache, d_pooled=None):
     """dout: gradient w.r.t. forward's output; ``d_pooled`` [B, H]: w.r.t. the pooler's output
     (head "none" with config.pooler; default 0).  Returns (grads, d_embeddings [B, T, H])."""
-    _check_backward(dout, cache, d_pooled)
-    return _backward(dout, cache, d_pooled)
+    check_backward(dout, cache, d_pooled)
+    return run_backward(dout, cache, d_pooled)
 
 
 def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
          attention_mask=None, token_type_ids=None, inputs_embeds=None, reduction: str = "mean",
          ignore_index: int = IGNORE_INDEX):
-    """The scalar training loss, forward only (what finite differences evaluate): head "mlm"
-    or "classifier" with ``labels``, head "none" with ``targets`` (see ``_loss_forward``)."""
-    batch = _with_targets(_check_batch(params, config, input_ids, attention_mask,
-                                       token_type_ids, inputs_embeds),
-                          config, labels, targets, reduction, ignore_index)
-    return _loss_forward(params, config, batch, reduction, ignore_index, grad=False)[0]
+    """The scalar training loss, forward only (what finite differences evaluate): head "mlm":
+    masked cross-entropy of the logits vs the labels [B, T]; "classifier": cross-entropy of
+    the class logits vs the labels [B]; "none": MSE of the hidden states vs the targets
+    [B, T, H]."""
+    batch = check_loss_inputs(params, config, input_ids, labels=labels, targets=targets,
+                              attention_mask=attention_mask, token_type_ids=token_type_ids,
+                              inputs_embeds=inputs_embeds, reduction=reduction,
+                              ignore_index=ignore_index)
+    return run_loss(params, config, batch, reduction, ignore_index, grad=False)[0]
 
 
 def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
                    attention_mask=None, token_type_ids=None, inputs_embeds=None,
                    reduction: str = "mean", ignore_index: int = IGNORE_INDEX):
     """One forward + backward of ``loss``.  Returns (loss, grads, d_embeddings)."""
-    batch = _with_targets(_check_batch(params, config, input_ids, attention_mask,
-                                       token_type_ids, inputs_embeds),
-                          config, labels, targets, reduction, ignore_index)
-    value, cache = _loss_forward(params, config, batch, reduction, ignore_index)
-    return (value, *_loss_backward(batch.dtype.type(1.0), cache))
+    batch = check_loss_inputs(params, config, input_ids, labels=labels, targets=targets,
+                              attention_mask=attention_mask, token_type_ids=token_type_ids,
+                              inputs_embeds=inputs_embeds, reduction=reduction,
+                              ignore_index=ignore_index)
+    value, cache = run_loss(params, config, batch, reduction, ignore_index)
+    return (value, *run_loss_backward(batch.dtype.type(1.0), cache))
 
 
 def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
@@ -523,10 +640,9 @@ def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
     """``loss_and_grads`` for the Mini-BERT MLM head, computing the head only where a label is
     predicted: the same loss and gradients up to summation order, without the logits of the
     positions that contribute nothing.  Returns (loss, grads, d_embeddings)."""
-    _check_fused_head(config, input_ids)
-    batch = _with_targets(_check_batch(params, config, input_ids, attention_mask,
-                                       token_type_ids, None),
-                          config, labels, None, reduction, ignore_index)
-    value, cache = _loss_forward(params, config, batch, reduction, ignore_index,
-                                 predicted_only=True)
-    return (value, *_loss_backward(batch.dtype.type(1.0), cache))
+    batch = check_loss_inputs(params, config, input_ids, labels=labels,
+                              attention_mask=attention_mask, token_type_ids=token_type_ids,
+                              reduction=reduction, ignore_index=ignore_index,
+                              labelled_rows_only=True)
+    value, cache = run_loss(params, config, batch, reduction, ignore_index, predicted_only=True)
+    return (value, *run_loss_backward(batch.dtype.type(1.0), cache))

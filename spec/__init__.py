@@ -1,5 +1,8 @@
-"""minibert-spec specification: what must be true.
+"""minibert-spec specification: what must be true, and the suite that judges an implementation.
 
-``spec.gradcheck`` and ``spec.tolerances`` hold the checking machinery (NumPy only); the SymPy
-equations and the claims ledger live beside them.
+Layered, top to bottom (each layer imports only the layers below it; the contract, with a
+comment per layer, is ``[tool.importlinter]`` in pyproject.toml, checked by ``lint-imports``):
+``cli`` -> ``report`` -> ``audit | mutation`` -> ``evidence`` -> ``claims | mutants`` ->
+``benchproc`` -> ``bench`` -> ``suite`` -> ``equations | costs`` -> ``numerics`` -> ``protocol``
+-> ``documents | components | tolerances | paths`` -> ``sources``.
 """

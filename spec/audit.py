@@ -4,14 +4,14 @@
 * implementations: functions of the implementation under test that carry ``__equations__``
   (set by ``reference.registry.implements``), found by walking the package -- no registry
   object is needed, so another implementation only has to tag its functions;
-* tests: ``pytest --collect-only`` of ``tests/`` in a subprocess with this module as a plugin
-  (``pytest_collection_finish``): every collected case's nodeid and the IDs of its
+* tests: ``pytest --collect-only`` of ``tests/`` in a subprocess with ``spec.evidence`` as a
+  plugin (``spec.evidence.collect_items``): every collected case's nodeid and the IDs of its
   ``equation`` markers, wherever they come from (decorator, class, ``pytestmark``,
   ``pytest.param(marks=...)``, the op table in ``spec/protocol.py``).  A collection error fails
   the audit loudly.  A tagged case is oracle evidence if it carries ``oracle``;
   finite-difference evidence if not, and its function reaches the FD machinery
-  (``spec.gradcheck``'s checks) through its own body or the helpers it calls (an AST walk of
-  the test's module and the ``tests/`` modules it imports from).
+  (``spec.numerics.finite_differences``'s checks) through its own body or the helpers it
+  calls (an AST walk of the test's module and the ``tests/`` modules it imports from).
 
 A *gap* is missing evidence; a *regression* is evidence that contradicts the record (a proof
 whose outcome differs from the recorded verdict, a claim whose verdict changed).  Both fail the
@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from spec.evidence import collect_items, fingerprint, read_matrix
 from spec.paths import HOME
 
 FD_NAMES = frozenset({"directional_check", "elementwise_check", "check_gradients",
@@ -39,9 +40,6 @@ ROOT = HOME
 
 
 # --------------------------------------------------------------------------- tests (pytest)
-COLLECT_ENV = "MINIBERT_AUDIT_COLLECT"  # where the collection plugin writes its JSON
-
-
 @dataclass(frozen=True)
 class TaggedTest:
     """One collected test case and the equation IDs its markers declare."""
@@ -58,139 +56,6 @@ class TaggedTest:
     def function_id(self) -> str:
         """The nodeid without the parametrization: file::Class::test_name."""
         return f"{self.file}::{self.function.replace('.', '::')}"
-
-
-def pytest_collection_finish(session) -> None:
-    """Collection plugin (``-p spec.audit``): every collected item's nodeid, file, function,
-    line, equation IDs and oracle flag, as JSON to $MINIBERT_AUDIT_COLLECT."""
-    import json
-    import os
-
-    import pytest
-
-    out = os.environ.get(COLLECT_ENV)
-    if not out:
-        return
-    root = Path(session.config.rootpath)
-    records = []
-    for item in session.items:
-        classes = [n.name for n in item.listchain() if isinstance(n, pytest.Class)]
-        name = getattr(item, "originalname", None) or item.name.split("[")[0]
-        try:
-            file = Path(item.path).resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            file = str(item.path)
-        record = {
-            "nodeid": item.nodeid, "file": file, "function": ".".join([*classes, name]),
-            "line": (item.location[1] or 0) + 1,
-            "ids": sorted({str(a) for m in item.iter_markers("equation") for a in m.args}),
-            "oracle": any(True for _ in item.iter_markers("oracle"))}
-        check = item.get_closest_marker("suite_check")
-        if check is not None:  # a check of the judging suite: where it is defined, its kind
-            from spec.suite.registry import get
-
-            c = get(check.args[0])
-            src, line = c.source
-            try:
-                src = Path(src).resolve().relative_to(root.resolve().parent).as_posix()
-            except ValueError:
-                pass
-            record.update(check=c.id, kind=c.kind, ids=sorted(set(record["ids"])
-                                                              | set(c.equations)),
-                          oracle=record["oracle"] or c.oracle, source=src, source_line=line)
-        records.append(record)
-    Path(out).write_text(json.dumps(records), encoding="utf-8")
-
-
-class CollectionError(RuntimeError):
-    """pytest could not collect the tests: the audit cannot say what they cover."""
-
-
-def collect_items(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | None = None,
-                  timeout: float = 600) -> list[dict]:
-    """``pytest --collect-only`` on ``tests_dir`` in a fresh interpreter, with this module as a
-    plugin: one record per collected item.  Any collection error (or an unusable tests
-    directory) raises :class:`CollectionError` with pytest's output -- never an empty list.
-    The project's own tests/ are collected once per source: the records are kept on disk
-    (:func:`_collection_path`: keyed by every source file of the checkout, the interpreter,
-    pytest's version, ``impl_spec`` and the MINIBERT_* environment), ~10 s each time."""
-    import json
-
-    cached = _collection_path(Path(tests_dir), impl_spec)
-    if cached is not None:
-        try:
-            return json.loads(cached.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pass
-    records = _collect_items(tests_dir, impl_spec=impl_spec, timeout=timeout)
-    if cached is not None:
-        from reference.train.fileio import atomic_write
-
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(str(cached), json.dumps(records))
-        except OSError:
-            pass  # a cache that cannot be written: collected again next time
-    return records
-
-
-def _collection_path(tests_dir: Path, impl_spec: str | None) -> Path | None:
-    """Where the collection of the project's own tests/ is kept (None for any other
-    directory: a scratch or synthetic tests folder is always collected)."""
-    import hashlib
-    import os
-    import sys
-
-    import pytest
-
-    from spec.equations._cache import cache_root
-
-    tests_dir = tests_dir.resolve()
-    if tests_dir != (ROOT / "tests").resolve() or not tests_dir.is_dir():
-        return None
-    h = hashlib.sha256(f"{sys.executable}|{pytest.__version__}|{impl_spec}".encode())
-    for k in sorted(os.environ):
-        if k.startswith("MINIBERT_") and k != "MINIBERT_REPORT":
-            h.update(f"{k}={os.environ[k]}".encode())
-    files = [ROOT / "conftest.py", ROOT / "pyproject.toml"]
-    for part in ("spec", "reference", "tests"):
-        files += sorted((ROOT / part).rglob("*.py"))
-    for f in files:
-        try:
-            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
-        except OSError:
-            h.update(str(f).encode() + b"<missing>")
-    return cache_root() / "collect" / f"{h.hexdigest()[:40]}.json"
-
-
-def _collect_items(tests_dir: Path | str, *, impl_spec: str | None, timeout: float
-                   ) -> list[dict]:
-    import json
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
-    tests_dir = Path(tests_dir).resolve()
-    if not tests_dir.is_dir():
-        raise CollectionError(f"tests directory {tests_dir} does not exist")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_ADDOPTS", "MINIBERT_REPORT", "PYTEST_PLUGINS")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
-    if impl_spec:
-        env["MINIBERT_IMPL"] = impl_spec  # what --impl defaults to (conftest.py)
-    with tempfile.TemporaryDirectory(prefix="minibert-audit-") as tmp:
-        env[COLLECT_ENV] = out = str(Path(tmp) / "items.json")
-        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-               "-p", __name__, f"--rootdir={tests_dir.parent}", str(tests_dir)]
-        proc = subprocess.run(cmd, cwd=tests_dir.parent, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-        # 0: collected; 5: nothing to collect (a directory without tests)
-        if proc.returncode not in (0, 5) or not Path(out).is_file():
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-40:]
-            raise CollectionError(f"pytest --collect-only {tests_dir} exited {proc.returncode}:"
-                                  "\n" + "\n".join(tail))
-        return json.loads(Path(out).read_text(encoding="utf-8"))
 
 
 class _Module:
@@ -448,7 +313,6 @@ def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | N
     without a current matrix record (missing, or its fingerprint -- edits, tagged node ids,
     their files -- changed); tagged tests that kill none of the equation's mutants."""
     from spec.mutants import CATALOG
-    from spec.mutation import fingerprint
 
     names = sorted(n for n, m in CATALOG.items() if m.equation == row.id)
     if not names:
@@ -643,7 +507,7 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
               claims: bool = True, measure: bool = True) -> Report:
     """The whole audit: proofs, implementation tags, test tags (pytest collection, run in a
     subprocess while the proofs run; ``impl_spec`` is passed on as the tests' ``--impl``),
-    claims ledger.  A collection error raises :class:`CollectionError`."""
+    claims ledger.  A collection error raises ``spec.evidence.CollectionError``."""
     from concurrent.futures import ThreadPoolExecutor
 
     from spec.equations import load
@@ -665,10 +529,7 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
     # mutation evidence: the catalog mutates the bundled reference, checked by these tests
     mutation = getattr(impl, "__name__", None) == "reference" and \
         Path(tests_dir).resolve() == (ROOT / "tests").resolve()
-    matrix = None
-    if mutation:
-        from spec.mutation import read_matrix
-        matrix = read_matrix()
+    matrix = read_matrix() if mutation else None
     from spec.components import COMPONENTS
 
     rows = join(equations, collect_implementations(impl), tests, impl=impl,

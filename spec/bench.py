@@ -2,19 +2,22 @@
 and batch, each side alone in its own process (``spec.benchproc``: one fresh interpreter per
 side, thread count and round, the sides alternating process by process; timing two libraries in
 one process distorts both), with medians over rounds, p10/p90 and ratios; FLOP counts from the
-claims ledger's closed forms; the FLOP floor measured by an sgemm of the same work in each
-process; peak RSS; the BLAS library and the thread count actually used (threadpoolctl).
+architecture's closed forms (``spec.costs``); the FLOP floor measured by an sgemm of the same
+work in each process; peak RSS; the BLAS library and the thread count actually used
+(threadpoolctl); and what each side times (``bench_sides``: a child of the harness builds its
+timed calls with it).
 
 A measurement checks itself (``plausibility``, in every process): a load average above the core
 count, an sgemm far below what the process's own 1-thread probe predicts (or whose rounds spread
 widely), or a time faster than its FLOP floor means the machine was busy and the figures are not
 a measurement of the code.  ``minibert bench`` then says so, judges no target and exits
 non-zero (unless ``--allow-noisy``); the audit's timing claims say "not measured (busy)"
-(``claim_timings``, ``timing_verdict``).
+(``spec.claims.timing``).
 
 NumPy + threadpoolctl here; the torch side is ``tests/benchmarks/torch_side.py`` (``spec`` never
 imports torch itself), loaded by path when torch is installed.  The claims ledger's timing
-claims (the visual guide's) are measured here too, with the same harness (``claim_timings``).
+claims (the visual guide's) are measured with the same primitives and harness
+(``spec.claims.timing``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from spec.costs import closed_forms
 from spec.paths import HOME
 from spec.protocol import IGNORE_INDEX
 
@@ -184,124 +188,128 @@ def backward_inputs(impl, params, config, ids, labels, mask=None) -> tuple:
     return dout, cache
 
 
-# ---------------------------------------------------------------- the claims ledger's timings
-# The visual guide's timing claims (spec/claims/guide.py) measure here: ``ctx`` is the ledger's
-# spec.claims.Context (the model, its weights and batch; ``smoke`` times a tiny model).  Each
-# side runs alone in its own process (spec.benchproc), the sides alternating, ``ctx.repeats``
-# rounds at most; no round starts after TIMING_BUDGET_S (>= 1 round).
-TIMING_BUDGET_S = 30.0
-CLAIM_KEYS = ("forward", "backward", "step")
-CLAIM_CALLS = 3  # timed calls per key and process, after one warm-up round
+# ---------------------------------------------------------------- what the bench times
+# Each row of ``minibert bench`` (spec/cli/bench.py), on each side, in a child process of the
+# harness (spec.benchproc): the job names BENCH_TASK, the child builds its callables with it.
+BENCH_TASK = f"{__name__}:bench_sides"
 
 
-def impl_spec(impl) -> str | None:
-    """``package.module[:object]`` a child process imports the implementation by: a module's
-    name, or the module-level name an object is bound to; None when it has neither."""
-    import types
-
-    from spec.protocol import unwrap
-
-    obj = unwrap(impl)
-    if isinstance(obj, types.ModuleType):
-        return obj.__name__
-    module = sys.modules.get(getattr(type(obj), "__module__", "") or "")
-    for name, value in (vars(module).items() if module else ()):
-        if value is obj and not name.startswith("_"):
-            return f"{module.__name__}:{name}"
-    return None
+def problem(config, B, T, seed):
+    """(ids, labels, mask) of the bench's batch: ~15% of positions predicted, at least one
+    per row."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, config.vocab_size, size=(B, T))
+    labels = np.where(rng.random((B, T)) < 0.15, ids, IGNORE_INDEX)
+    labels[:, 0] = ids[:, 0]  # at least one predicted position per row
+    return ids, labels, np.ones((B, T), dtype=np.int64)
 
 
-def claim_timings(ctx) -> dict:
-    """Medians (ms) of forward + loss, backward (from the loss's gradient) and
-    forward+loss+backward, float32, B=8, T=64, each side alone in its own process, at the
-    yardstick's thread count (``YARDSTICK_THREADS``, or the cores if fewer; the entry points'
-    policy: that many workers, single-threaded BLAS), with PyTorch eager's medians (keys
-    ``torch_<name>``) when torch is installed; ``threads``; ``unmeasured`` with a reason when
-    no child can import the implementation.  Sets ``ctx.repeats_done``, ``ctx.timing_problems``
-    (every process's self-check) and ``ctx.timing_processes``."""
-    from reference.train.threads import available_cores
-    from spec.benchproc import check_processes, python_path, run_rounds, stats_of
+def reference_side(config, params, ids, labels, mask):
+    """Callables over one mutable state dict: the reference's train steps (loss and gradients,
+    then Adam in place, as torch.optim updates its parameters), forward + loss, backward, Adam.
+    Under the caller's thread policy: the batch shards and Adam's tensors go to the workers."""
+    import reference
+    from reference import optim
 
-    threads = min(available_cores(), YARDSTICK_THREADS)
-    ctx.timing_problems, ctx.timing_processes, ctx.repeats_done = [], [], "0 rounds"
-    spec = getattr(ctx, "impl_spec", None) or impl_spec(ctx.impl)
-    if spec is None:
-        return {"threads": threads, "unmeasured": (
-            "the implementation has no importable name (package.module[:object]) for the "
-            "child processes that time it")}
-    sides = ("ours",)
-    if not ctx.smoke and ctx.config.head == "mlm" and load_torch_side()[0] is not None:
-        sides = ("ours", "torch")
-    job = {"task": "claims", "impl": spec, "smoke": bool(ctx.smoke), "keys": list(CLAIM_KEYS),
-           "repeats": CLAIM_CALLS, "warmup": 1, "check": not ctx.smoke,
-           "sys_path": python_path()}
-    processes = run_rounds(job, sides=sides, threads=[threads], rounds=max(1, ctx.repeats),
-                           budget_s=TIMING_BUDGET_S)
-    if not ctx.smoke:  # a smoke run exercises the measuring only
-        ctx.timing_problems = check_processes(
-            processes, cores=available_cores(), gflop=step_gflop(ctx.config, ctx.B, ctx.T))
-    ctx.timing_processes = processes
-    rounds = len({p.round for p in processes})
-    ctx.repeats_done = (f"{rounds} round(s) x {CLAIM_CALLS} calls, "
-                        + ("each side alone in its own process" if len(sides) > 1
-                           else "in its own process"))
-    out: dict = {"threads": threads}
-    for side in sides:
-        for key in CLAIM_KEYS:
-            st = stats_of(processes, side, threads, key)
-            out[key if side == "ours" else f"torch_{key}"] = st.median_ms
-    return out
+    s = {"params": params, "state": reference.adam_init(params)}
+
+    def step(loss_and_grads):
+        def fn():
+            _, grads, _ = loss_and_grads(s["params"], config, ids, labels=labels,
+                                         attention_mask=mask)
+            s["state"] = optim.adam_step_inplace(s["params"], grads, s["state"], lr=1e-4)
+        return fn
+
+    def forward():  # the scalar loss, forward only
+        reference.loss(s["params"], config, ids, labels=labels, attention_mask=mask)
+
+    def before_backward():  # untimed: the forward whose cache the timed backward consumes
+        s["fwd"] = backward_inputs(reference, s["params"], config, ids, labels, mask)
+
+    def backward():
+        s["grads"], _ = reference.backward(*s["fwd"])
+
+    def optimizer():  # in place, as torch.optim updates its parameters
+        s["state"] = optim.adam_step_inplace(s["params"], s["grads"], s["state"], lr=1e-4)
+
+    s["spare"] = ({k: v.copy() for k, v in params.items()}, reference.adam_init(params))
+
+    def optimizer_out():  # the trainer's: into the step-before's arrays, then swap
+        new = reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4, out=s["spare"])
+        s["spare"], (s["params"], s["state"]) = (s["params"], s["state"]), new
+
+    before_backward()
+    backward()
+    return {"step_full": step(reference.loss_and_grads),
+            "step_masked": step(reference.masked_lm_loss_and_grads),
+            "forward": forward, "backward": backward, "optimizer": optimizer,
+            "optimizer_out": optimizer_out, "_before_backward": before_backward}
 
 
-def claim_side_fns(ctx, side: str):
-    """(fns, before) of one side of the timing claims, for a child process: ``forward`` (the
-    forward and its loss), ``backward`` (from the loss's gradient; its inputs made untimed
-    right before) and ``step`` (forward + loss + backward), on ``ctx``'s model and batch (a
-    tiny model in a smoke run)."""
-    ids, labels = ctx.batch
-    impl, params, config = ctx.impl, ctx.params, ctx.config
-    if ctx.smoke:
-        config = config.replace(vocab_size=64, hidden=16, intermediate=32, max_len=8)
-        params = impl.init_params(config, seed=0, dtype=np.float32)
-        ids, labels = ids[:2, :8] % 64, np.where(labels[:2, :8] >= 0, ids[:2, :8] % 64,
-                                                 IGNORE_INDEX)
-    state = {}
+def torch_side(module, torch, config, params, ids, labels, mask):
+    """torch eager's callables of the same rows (``module``: tests/benchmarks/torch_side.py),
+    each on the same model, weights and batch."""
+    tp, tforward, opt = module.build(params, config)
+    t_ids, t_labels, t_mask = (torch.from_numpy(a) for a in (ids, labels, mask))
+    t_pred = t_labels != IGNORE_INDEX
+    s = {}
+
+    def step(masked):
+        def fn():
+            opt.zero_grad(set_to_none=True)
+            if masked:
+                loss = module.loss(tforward(t_ids, t_mask, t_pred), t_labels[t_pred])
+            else:
+                loss = module.loss(tforward(t_ids, t_mask), t_labels)
+            loss.backward()
+            opt.step()
+        return fn
+
+    def forward():
+        opt.zero_grad(set_to_none=True)
+        s["loss"] = module.loss(tforward(t_ids, t_mask), t_labels)
+
+    def backward():
+        s["loss"].backward()
+
+    def optimizer():
+        opt.step()
+
+    forward()
+    backward()
+    return {"step_full": step(False), "step_masked": step(True), "forward": forward,
+            "backward": backward, "optimizer": optimizer, "optimizer_out": optimizer,
+            "_before_backward": forward}
+
+
+def bench_sides(job: dict, side: str):
+    """(fns, before) of ``side`` for a bench job: the rows ``job["keys"]`` on the preset's
+    model and the job's batch and seed; a timed backward's forward runs untimed before it."""
+    from reference import init_params
+    from reference.config import PRESETS
+
+    config = PRESETS[job["preset"]]()
+    ids, labels, mask = problem(config, job["batch"], job["seq"], job["seed"])
+    params = init_params(config, seed=job["seed"], dtype=np.float32)
     if side == "ours":
-        def before_backward():  # untimed: the cache and the loss's gradient
-            state["ref"] = backward_inputs(impl, params, config, ids, labels)
+        fns = reference_side(config, params, ids, labels, mask)
+    else:
+        import torch
 
-        return ({"forward": lambda: impl.loss(params, config, ids, labels=labels),
-                 "backward": lambda: impl.backward(*state["ref"]),
-                 "step": lambda: impl.loss_and_grads(params, config, ids, labels=labels)},
-                {"backward": before_backward})
-    module, note = load_torch_side()
-    if module is None:
-        raise RuntimeError(note)
-    import torch
-
-    tp, tforward, _ = module.build(params, config)
-    t_ids, t_labels = torch.from_numpy(ids), torch.from_numpy(labels)
-    t_mask = torch.ones_like(t_ids)
-
-    def t_forward():  # the forward and its loss, like the reference's impl.loss
-        for p in tp.values():
-            p.grad = None
-        state["torch"] = module.loss(tforward(t_ids, t_mask), t_labels)
-
-    def t_step():
-        t_forward()
-        state["torch"].backward()
-
-    return ({"forward": t_forward, "backward": lambda: state["torch"].backward(),
-             "step": t_step}, {"backward": t_forward})
+        module, note = load_torch_side()
+        if module is None:
+            raise RuntimeError(note)
+        fns = torch_side(module, torch, config, params, ids, labels, mask)
+    keys = job["keys"]
+    before = {"backward": fns["_before_backward"]} if "backward" in keys else {}
+    return {k: fns[k] for k in keys}, before
 
 
 def step_gflop(config, B: int, T: int, predicted: float | None = None) -> dict[str, float]:
     """Matmul GFLOP of a forward, a backward (2x the forward's matmuls) and a train step, from
-    the claims ledger's closed forms (spec.claims.closed_forms); ``predicted``: the fraction of
-    positions the MLM head runs on (the masked head), None for all."""
-    from spec.claims import closed_forms
-
+    the architecture's closed forms (spec.costs.closed_forms, the claims ledger's too);
+    ``predicted``: the fraction of positions the MLM head runs on (the masked head), None for
+    all."""
     f, s = closed_forms()
     subs = {s["L"]: config.n_layers, s["H"]: config.hidden, s["A"]: config.n_heads,
             s["I"]: config.intermediate, s["T"]: T, s["V"]: config.vocab_size}
@@ -381,53 +389,6 @@ def plausibility(*, cores: int, load_before: float | None, load_after: float | N
             out.append(f"{name} took {vs_floor:.2f}x its FLOP floor, faster than this run's "
                        f"sgemm allows: the floor was measured on a busy machine")
     return out
-
-
-# The guide's timings ("a forward takes about 20 ms") are milliseconds on a machine it does not
-# state, so a time measured here is no verdict on them; a ratio to PyTorch eager is: run alike
-# (same model, batch, threads and policy, each side alone in its own process), both sides slow
-# down together on a slower or busier machine.  So each stated time is read once as a ratio to
-# torch eager on the reference machine (the project's 2-vCPU VM; torch's medians there below,
-# by thread count) and the verdict compares the ratio measured here with that stated ratio, at
-# the yardstick's thread count.  (Before: the ratio was measured at all cores whatever the
-# yardstick's count, and turned back into "ms on the reference machine".)
-# Provenance: tests/benchmarks/torch_yardstick.py --rounds 7 on the idle reference machine
-# (2026-11-25, load 1.25 before and after, each side alone in its own process; the reference
-# alongside: 32.2 / 55.6 / 88.2 ms at 1 thread, 18.4 / 31.0 / 49.0 ms at 2).
-TORCH_REFERENCE_MS = {1: {"forward": 35.7, "backward": 65.6, "step": 101.6},
-                      2: {"forward": 19.5, "backward": 38.9, "step": 55.7}}
-YARDSTICK_THREADS = max(TORCH_REFERENCE_MS)  # the reference machine's cores
-
-
-def timing_verdict(key: str, stated_ms: float, ours_ms: float, torch_ms: float | None, *,
-                   threads: int, problems: list[str], factor: float) -> tuple[str, str, str]:
-    """(obtained, verdict, detail) of a documented timing ("a forward takes ~20 ms").
-
-    The stated time is read as a ratio to torch eager on the reference machine (stated /
-    ``TORCH_REFERENCE_MS[threads][key]``); the verdict compares it with ours / torch measured
-    here alike (each side alone in its own process, same batch and threads), within
-    ``factor``.  A run that failed its self-check gives no verdict ("not measured (busy)"),
-    nor does a run without torch or at a thread count with no yardstick."""
-    if problems:
-        more = f"; {len(problems) - 3} more" if len(problems) > 3 else ""
-        return "not measured (busy)", "not reproducible", "; ".join(problems[:3]) + more
-    here = f"{ours_ms:.2f} ms here"
-    if torch_ms is None:
-        return (here, "not reproducible",
-                "no torch eager timed alike: a raw time on an unstated machine is not a verdict")
-    ratio = ours_ms / torch_ms
-    obtained = f"{ratio:.2f}x torch eager ({here}, torch {torch_ms:.2f})"
-    ref = TORCH_REFERENCE_MS.get(threads, {}).get(key)
-    if ref is None:
-        return (obtained, "not reproducible",
-                f"no torch eager yardstick at {threads} thread(s) (only at "
-                f"{sorted(TORCH_REFERENCE_MS)}): the ratio depends on the thread count")
-    stated_ratio = stated_ms / ref
-    ok = 1 / factor <= ratio / stated_ratio <= factor
-    return (obtained, "confirmed" if ok else "refuted",
-            f"stated {stated_ms:g} ms = {stated_ratio:.2f}x torch eager on the reference machine "
-            f"(torch {ref} ms at {threads} thread(s)); measured x{ratio / stated_ratio:.2f} of "
-            f"that (confirmed within x{factor})")
 
 
 def blas_info() -> list[dict]:

@@ -14,20 +14,37 @@ load average before and after it, its own library's sgemm at 1 and N threads, an
 row against its FLOP floor at that rate (``spec.bench.plausibility``).
 
 The parent reads one JSON line from each child; a child that fails is a ValueError carrying
-its last error line, never a figure.
+its last error line, never a figure.  The harness knows no task: a job names the function that
+builds each side's timed calls (``"task": "package.module:function"``, ``spec.bench.BENCH_TASK``
+for ``minibert bench``, ``spec.claims.timing.CLAIMS_TASK`` for the timing claims), as it names
+the implementation a child imports -- so the harness imports neither the CLI nor the claims
+ledger (the layers of pyproject.toml's ``[tool.importlinter]``).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from spec.bench import (
+    Stats,
+    alternate_raw,
+    blas_info,
+    load_average,
+    load_torch_side,
+    plausibility,
+    sgemm_gflops,
+)
+from spec.protocol import unwrap
 
 SIDES = ("ours", "torch")
 PROBE_ROUNDS = 7  # sgemm probe rounds per process (best and median, at 1 and N threads)
@@ -119,8 +136,6 @@ def run_rounds(job: dict, *, sides: tuple[str, ...], threads: list[int], rounds:
 def stats_of(processes: list[Process], side: str, threads: int, key: str):
     """Stats over rounds: the median of the processes' medians, p10/p90 of those medians, n
     the timed calls in all; None when no process of that side timed ``key``."""
-    from spec.bench import Stats
-
     runs = [p.times[key] for p in processes
             if p.side == side and p.threads == threads and p.times.get(key)]
     return Stats.of_rounds(runs) if runs else None
@@ -132,8 +147,6 @@ def check_processes(processes: list[Process], *, cores: int,
     sgemm probe and rows against its FLOP floor), one line each, naming the process; sets
     ``Process.problems``.  The load before a process counts the run's own threads out when
     an earlier process of the run was running (the 1-minute average still holds them)."""
-    from spec.bench import plausibility
-
     out = []
     for i, p in enumerate(processes):
         rate = p.sgemm.get(p.threads, (None,))[0]
@@ -162,6 +175,19 @@ def median_sgemm(processes: list[Process], side: str) -> tuple[dict[int, float],
             {n: float(np.median([m for _, m in v])) for n, v in sorted(by.items())})
 
 
+def impl_spec(impl) -> str | None:
+    """``package.module[:object]`` a child process imports the implementation by: a module's
+    name, or the module-level name an object is bound to; None when it has neither."""
+    obj = unwrap(impl)
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    module = sys.modules.get(getattr(type(obj), "__module__", "") or "")
+    for name, value in (vars(module).items() if module else ()):
+        if value is obj and not name.startswith("_"):
+            return f"{module.__name__}:{name}"
+    return None
+
+
 def python_path() -> list[str]:
     """The parent's import path, for a child that imports the implementation under test."""
     return [p or os.getcwd() for p in sys.path]
@@ -169,46 +195,25 @@ def python_path() -> list[str]:
 
 # ------------------------------------------------------------------------------ the child
 def _probe_numpy(threads: int) -> dict[int, tuple[float, float]]:
-    from spec.bench import sgemm_gflops
-
     return {n: sgemm_gflops(n, repeats=PROBE_ROUNDS, with_median=True)
             for n in sorted({1, threads})}
 
 
 def _side_fns(job: dict, side: str):
-    """(fns, before) of ``side`` for the job's task: key -> timed callable, key -> untimed
-    callable run right before each timed call."""
-    if job["task"] == "bench":
-        from reference.config import PRESETS
-        from spec.cli.bench import _problem, _reference_side, _torch_side
-
-        config = PRESETS[job["preset"]]()
-        ids, labels, mask = _problem(config, job["batch"], job["seq"], job["seed"])
-        from reference import init_params
-
-        params = init_params(config, seed=job["seed"], dtype=np.float32)
-        if side == "ours":
-            fns = _reference_side(config, params, ids, labels, mask)
-        else:
-            import torch
-
-            from spec.bench import load_torch_side
-
-            module, note = load_torch_side()
-            if module is None:
-                raise RuntimeError(note)
-            fns = _torch_side(module, torch, config, params, ids, labels, mask)
-        keys = job["keys"]
-        before = {"backward": fns["_before_backward"]} if "backward" in keys else {}
-        return {k: fns[k] for k in keys}, before
-    if job["task"] == "claims":
-        from spec.bench import claim_side_fns
-        from spec.claims import Context
-        from spec.protocol import load_impl
-
-        ctx = Context(load_impl(job["impl"]), smoke=bool(job.get("smoke")))
-        return claim_side_fns(ctx, side)
-    raise ValueError(f"unknown task {job['task']!r}")
+    """(fns, before) of ``side``: key -> timed callable, key -> untimed callable run right
+    before each timed call; built by the function the job's ``task`` names
+    (``package.module:function``, called with the job and the side).  The harness knows no task:
+    each caller names its own (``spec.bench.BENCH_TASK``, ``spec.claims.timing.CLAIMS_TASK``),
+    as the job names the implementation a child imports."""
+    task = job.get("task")
+    module, _, name = task.partition(":") if isinstance(task, str) else ("", "", "")
+    if not module or not name:
+        raise ValueError(f"task: expected 'package.module:function' building a side's timed "
+                         f"calls, got {task!r}")
+    build = getattr(importlib.import_module(module), name, None)
+    if not callable(build):
+        raise ValueError(f"task: {module!r} has no function {name!r}")
+    return build(job, side)
 
 
 def run_job(job: dict) -> dict:
@@ -216,7 +221,6 @@ def run_job(job: dict) -> dict:
     from threadpoolctl import threadpool_limits
 
     from reference.train.threads import keep_freed_memory, use_threads
-    from spec.bench import alternate_raw, blas_info, load_average
 
     side, n = job["side"], int(job["threads"])
     if side not in SIDES:
@@ -236,8 +240,6 @@ def run_job(job: dict) -> dict:
         # NumPy's BLAS at one thread and idle: only torch's pool runs in this process
         with threadpool_limits(limits=1, user_api="blas"):
             import torch
-
-            from spec.bench import load_torch_side
 
             module, note = load_torch_side()
             if module is None:

@@ -9,9 +9,11 @@ function) and one or more exact ``(old, new)`` replacements of its source.
 ``old`` must occur exactly once, else :class:`MutantEditError`, so a refactor of the reference can
 never silently turn a mutant into a no-op -- compiles the result in memory in the defining
 module's globals and swaps it into ``reference.ops`` / ``reference.model`` / ... *and* every other
-loaded ``reference*`` module namespace that holds the original object.  Kernels call each other
-through their module's globals, so op-level, composite and model-level code all run the bug;
-:func:`deactivate` restores the very same objects.  Nothing on disk changes.
+loaded ``reference*`` module namespace that holds the original object, and into the records of
+their module-level tables (``reference.model.HEADS``: a head kind is a record of functions).
+Kernels call each other through their module's globals or those tables, so op-level, composite
+and model-level code all run the bug; :func:`deactivate` restores the very same objects.
+Nothing on disk changes.
 
 The module aliases are the ``module`` fields of the op table (``spec.protocol.reference_modules``).
 A mutant whose target module or function does not exist is *not applicable*, never counted as
@@ -197,14 +199,25 @@ def activate(m: Mutant, modules=None) -> list[tuple]:
         for ns in _namespaces(mods):
             for attr, value in list(vars(ns).items()):
                 if value is orig:
-                    patches.append((ns, attr, orig))
+                    patches.append((setattr, ns, attr, orig))
                     setattr(ns, attr, new)
+                elif isinstance(value, dict) and not attr.startswith("__"):
+                    for key, record in list(value.items()):
+                        if _is_record(record) and any(f is orig for f in record):
+                            patches.append((dict.__setitem__, value, key, record))
+                            value[key] = record._replace(**{
+                                k: new for k, f in zip(record._fields, record) if f is orig})
     return patches
 
 
+def _is_record(value) -> bool:
+    """A NamedTuple instance (a row of a table such as reference.model.HEADS)."""
+    return isinstance(value, tuple) and hasattr(value, "_fields") and hasattr(value, "_replace")
+
+
 def deactivate(patches: list[tuple]) -> None:
-    for ns, attr, orig in reversed(patches):
-        setattr(ns, attr, orig)
+    for put, holder, key, orig in reversed(patches):
+        put(holder, key, orig)
 
 
 @contextmanager
@@ -356,7 +369,7 @@ mutant("block_preln_ffn_reads_x", "block.preln",
                                     "_layernorm_forward(x, p[\"ln2.gamma\"]"))
 mutant("model_backward_layer_order", "model.backward",
        "model backward walks the blocks in forward order (layer i's cache for layer L-1-i)",
-       "model._backward", ("cache.blocks[i]", "cache.blocks[::-1][i]"))
+       "model.run_backward", ("cache.blocks[i]", "cache.blocks[::-1][i]"))
 
 # ===================================================================== embeddings
 mutant("embedding_backward_fancy_index", "embedding.backward",
@@ -403,9 +416,9 @@ mutant("mlm_head_dn_skips_layernorm", "mlm_head.backward",
         "_, dgamma, dbeta = _layernorm_backward(dn, cache.ln)\n    da = dn"))
 mutant("tied_decoder_gradient_counted_once", "mlm_head.tied",
        "tied word embeddings: the decoder's share overwrites the lookup's instead of adding",
-       "model._backward",
-       ('grads["embeddings.token.W"] = grads["embeddings.token.W"] + dW_decoder',
-        'grads["embeddings.token.W"] = dW_decoder'), fast=True)
+       "model.run_backward",
+       ("grads[name] = grads[name] + share if name in grads else share",
+        "grads[name] = share"), fast=True)
 mutant("classifier_grad_skips_tanh", "classifier.backward",
        "classifier backward skips the pooler's tanh derivative",
        "ops._pooler_backward", ("(dz,) = _tanh_backward(dy, cache.tanh)", "dz = dy"))
@@ -571,8 +584,9 @@ mutant("embedding_ln_ignores_ln_eps", "embedding_ln.forward",
                         'params["embeddings.ln.beta"])'))
 mutant("mlm_head_ignores_activation", "mlm_head.forward",
        "the BERT MLM head's transform uses the op's default GELU, not the configured activation",
-       "model._head_forward", ("eps=config.ln_eps, activation=config.activation)  # [B, T, V]",
-                               "eps=config.ln_eps)  # [B, T, V]"))
+       "model._bert_mlm_head_forward",
+       ("eps=config.ln_eps, activation=config.activation)  # [B, T, V]",
+        "eps=config.ln_eps)  # [B, T, V]"))
 mutant("hf_gelu_new_loaded_as_erf", "gelu.forward.tanh",
        'config.json hidden_act "gelu_new" (the tanh approximation) loaded as the exact erf GELU',
        "hf.config_from_hf", ("activation=ACTIVATIONS[act]",

@@ -18,7 +18,6 @@ run (a collection error: not a kill).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import os
@@ -31,8 +30,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from spec.evidence import (
+    MATRIX_PATH,
+    collect_items,
+    evidence_file,
+    fingerprint,
+    read_matrix,
+    write_matrix,
+)
 from spec.mutants import CATALOG, activate, applicability
-from spec.paths import HOME, RESULTS
+from spec.paths import HOME
 
 ROOT = HOME
 IMPL_SPEC = "spec.mutation:mutant_impl"
@@ -181,13 +188,11 @@ def score(results: Sequence[MutantResult]) -> tuple[int, int]:
 # =========================================================================== the mutation matrix
 # Per mutant, only the tests *tagged* with the equation it breaks run (no -x: every failing test
 # is recorded).  The audit reads the result: a tag is evidence only if its tests kill at least
-# one mutant of its equation.  The record is keyed by a fingerprint of what decides the outcome
-# -- the mutant's edits, the tagged node ids, the contents of the test files holding them and
-# of the test-side helper modules they import -- so an edited catalog or test makes the record
-# stale (an audit gap) until `minibert mutate --matrix` runs again (it reruns only stale rows).
-MATRIX_PATH = RESULTS / "mutation_matrix.json"
+# one mutant of its equation.  The record (spec/results/mutation_matrix.json) is keyed by a
+# fingerprint of what decides the outcome (spec.evidence, shared with the audit): an edited
+# catalog or test makes the record stale (an audit gap) until `minibert mutate --matrix` runs
+# again (it reruns only stale rows).
 MATRIX_EQUATION_ENV = "MINIBERT_MATRIX_EQUATION"
-MATRIX_VERSION = 1
 
 
 def pytest_configure(config) -> None:
@@ -225,96 +230,8 @@ def pytest_collection_modifyitems(config, items) -> None:
         items[:] = keep
 
 
-def evidence_file(nodeid: str, root: Path = ROOT) -> str:
-    """The file that holds a test's evidence: its own file, or for a check of the judging suite
-    run through ``parametrize_with_checks`` (``...::test_conformance[fd[layernorm]]``) the
-    module that defines the check."""
-    file = nodeid.split("::")[0]
-    if "[" not in nodeid:
-        return file
-    check_id = nodeid.split("[", 1)[1][:-1]
-    return _check_file(check_id, str(root.resolve())) or file
-
-
-@functools.cache
-def _check_file(check_id: str, root: str) -> str | None:
-    """The file defining a registered check, relative to ``root`` (once per process: the
-    fingerprints of the ~90 mutants ask for the same checks, and finding a function's source
-    costs milliseconds)."""
-    from spec.suite.registry import all_checks
-
-    for c in all_checks():
-        if c.id == check_id:
-            return Path(c.source[0]).resolve().relative_to(root).as_posix()
-    return None
-
-
-@functools.lru_cache(maxsize=512)
-def _imported_names(source: str) -> frozenset:
-    """Every dotted name a module's source imports (parsed once per distinct source)."""
-    import ast
-
-    names = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-    return frozenset(names)
-
-
-def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
-    """The helper modules (``tests/x.py`` or ``spec/suite/x.py``, not ``test_*``) a test or
-    check module imports by name."""
-    try:
-        names = _imported_names(test_file.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return []
-    out = []
-    suite_dir = ROOT / "spec" / "suite"
-    for dotted in sorted(names):
-        parts = dotted.split(".")
-        base = tests_dir
-        if parts[0] == tests_dir.name:
-            parts = parts[1:]
-        elif parts[:2] == ["spec", "suite"]:
-            base, parts = suite_dir, parts[2:]
-        if not parts:
-            continue
-        p = base.joinpath(*parts).with_suffix(".py")
-        if p.is_file() and not p.name.startswith("test_") and p != test_file:
-            out.append(p)
-    return out
-
-
-def fingerprint(mutant_name: str, nodeids: Sequence[str], root: Path = ROOT) -> str:
-    """sha256 of the mutant's definition, the tagged node ids and the files they live in (plus
-    the helper modules those files import)."""
-    import hashlib
-
-    m = CATALOG[mutant_name]
-    h = hashlib.sha256()
-    h.update(json.dumps([m.name, m.equation, [(e.target, e.old, e.new) for e in m.edits]])
-             .encode())
-    h.update(json.dumps(sorted(nodeids)).encode())
-    tests_dir = root / "tests"
-    files = sorted({root / n.split("::")[0] for n in nodeids}
-                   | {root / evidence_file(n, root) for n in nodeids})
-    helpers = sorted({h_ for f in files for h_ in _helper_files(f, tests_dir)} - set(files))
-    for f in [*files, *helpers]:
-        h.update(f.relative_to(root).as_posix().encode())
-        try:
-            h.update(hashlib.sha256(f.read_bytes()).digest())
-        except OSError:
-            h.update(b"<missing>")
-    return h.hexdigest()
-
-
 def tagged_by_equation(root: Path = ROOT) -> dict[str, list[str]]:
     """Equation ID -> node ids of the collected tests tagged with it (the audit's collection)."""
-    from spec.audit import collect_items
-
     out: dict[str, list[str]] = {}
     for r in collect_items(root / "tests"):
         for eq in r["ids"]:
@@ -373,38 +290,6 @@ def run_tagged(mutant: str, equation: str, nodeids: Sequence[str], *, profile: s
         return "untested", [], f"no test in {files} is tagged {equation}", seconds
     tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
     return "error", [], f"pytest exit {proc.returncode}: " + " | ".join(tail), seconds
-
-
-def read_matrix(path: Path = MATRIX_PATH) -> dict | None:
-    """The recorded matrix ({"version", "rows": {mutant: row dict}}), or None if absent or
-    unreadable."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("version") != MATRIX_VERSION \
-            or not isinstance(data.get("rows"), dict):
-        return None
-    return data
-
-
-def write_matrix(rows: dict[str, dict], path: Path = MATRIX_PATH, **meta) -> None:
-    """Atomically: a temporary file beside ``path``, fsynced, then renamed over it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"version": MATRIX_VERSION, **meta,
-            "rows": {k: rows[k] for k in sorted(rows)}}
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | None = None,

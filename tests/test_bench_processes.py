@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import types
 
@@ -20,8 +21,8 @@ import numpy as np
 import pytest
 
 import spec.benchproc
-from spec.bench import Stats, impl_spec
-from spec.benchproc import Process, check_processes, run_child, run_rounds, stats_of
+from spec.bench import BENCH_TASK, Stats
+from spec.benchproc import Process, check_processes, impl_spec, run_child, run_rounds, stats_of
 
 KEYS = ("step_full", "step_masked", "forward", "backward", "optimizer", "optimizer_out")
 
@@ -51,7 +52,7 @@ class FakeProcesses:
 
 def test_the_sides_alternate_process_by_process():
     fake = FakeProcesses()
-    procs = run_rounds({"task": "bench"}, sides=("ours", "torch"), threads=[1, 2], rounds=3,
+    procs = run_rounds({"task": BENCH_TASK}, sides=("ours", "torch"), threads=[1, 2], rounds=3,
                        runner=fake)
     order = [(j["side"], j["threads"]) for j in fake.jobs]
     assert order == [("ours", 1), ("torch", 1), ("ours", 2), ("torch", 2)] * 3
@@ -188,7 +189,7 @@ def test_each_side_runs_in_a_process_of_its_own(tmp_path):
     distinct from each other and from this one); the reference's process never imports
     torch; torch's runs at the thread count asked for."""
     pytest.importorskip("torch")
-    job = {"task": "bench", "preset": "mini_bert", "batch": 2, "seq": 8, "seed": 0,
+    job = {"task": BENCH_TASK, "preset": "mini_bert", "batch": 2, "seq": 8, "seed": 0,
            "keys": ["forward", "backward"], "repeats": 1, "warmup": 0, "check": False}
     procs = run_rounds(job, sides=("ours", "torch"), threads=[1], rounds=2)
     assert [p.side for p in procs] == ["ours", "torch", "ours", "torch"]
@@ -204,9 +205,17 @@ def test_each_side_runs_in_a_process_of_its_own(tmp_path):
         assert all(b["num_threads"] == 1 for b in p.info["blas"] if b["user_api"] == "blas")
 
 
-def test_a_failing_child_is_an_error_not_a_figure():
-    with pytest.raises(ValueError, match=r"failed \(exit 1\): ValueError: unknown task 'nope'"):
-        run_child({"task": "nope", "side": "ours", "threads": 1, "repeats": 1, "warmup": 0,
+@pytest.mark.parametrize("task, error", [
+    ("nope", "ValueError: task: expected 'package.module:function' building a side's timed "
+             "calls, got 'nope'"),
+    ("spec.bench:no_such_function", "ValueError: task: 'spec.bench' has no function "
+                                    "'no_such_function'"),
+    ("no_such_module:f", "ModuleNotFoundError: No module named 'no_such_module'")])
+def test_a_failing_child_is_an_error_not_a_figure(task, error):
+    """The harness times what the job's task names; a task it cannot build is the child's
+    failure, reported with its last error line -- never a figure."""
+    with pytest.raises(ValueError, match=r"failed \(exit 1\): " + re.escape(error)):
+        run_child({"task": task, "side": "ours", "threads": 1, "repeats": 1, "warmup": 0,
                    "check": False})
 
 

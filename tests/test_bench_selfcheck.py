@@ -13,14 +13,13 @@ import pytest
 from spec.bench import (
     SGEMM_MAX_SPREAD,
     SGEMM_MIN_FRACTION,
-    TORCH_REFERENCE_MS,
     Report,
     Row,
     Stats,
     Target,
     plausibility,
-    timing_verdict,
 )
+from spec.claims.timing import TORCH_REFERENCE_MS, timing_verdict
 
 IDLE = dict(cores=2, load_before=0.3, load_after=2.1, own_threads=2,
             sgemm={1: 176.0, 2: 327.0}, sgemm_median={1: 170.0, 2: 310.0},
@@ -156,8 +155,8 @@ def test_a_ratio_at_a_thread_count_without_a_yardstick_is_no_verdict():
 
 def test_the_claims_time_at_the_yardsticks_thread_count(monkeypatch):
     """claim_timings asks for min(cores, YARDSTICK_THREADS) threads, whatever the cores."""
-    import spec.bench
     import spec.benchproc
+    import spec.claims.timing
     from reference.train import threads as threads_mod
     from spec.claims import Context
 
@@ -169,7 +168,7 @@ def test_the_claims_time_at_the_yardsticks_thread_count(monkeypatch):
                 "times": {k: [0.01] for k in job["keys"]}}
 
     monkeypatch.setattr(spec.benchproc, "run_child", fake)
-    for cores, expected in ((1, 1), (2, 2), (16, spec.bench.YARDSTICK_THREADS)):
+    for cores, expected in ((1, 1), (2, 2), (16, spec.claims.timing.YARDSTICK_THREADS)):
         monkeypatch.setattr(threads_mod, "available_cores", lambda c=cores: c)
         import reference
 

@@ -16,9 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference.config import bert_tiny
-from spec.claims import CLAIMS, VERDICTS, Context, closed_forms, evaluate
+from spec.claims import CLAIMS, VERDICTS, Context, evaluate
 from spec.claims.blog import blog_literal_forward
-from spec.gradcheck import random_params
+from spec.costs import closed_forms
+from spec.numerics.finite_differences import random_params
 
 # Timing entries are measured by ``minibert audit``; here the measuring itself is exercised on a
 # tiny model (smoke), once: speed is never asserted in tests.

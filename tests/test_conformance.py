@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from reference.registry import IMPLEMENTATIONS
-from spec import invariants as inv
 from spec.mutants import OPTIMIZER_EQUATIONS
+from spec.numerics import identities as inv
 from spec.protocol import OPS, ImplProxy, NotApplicable, op_of_equation, provides
 from spec.suite import all_checks, check_implementation, select
 from spec.suite.registry import KINDS

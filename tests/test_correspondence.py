@@ -22,17 +22,16 @@ import pytest
 
 from spec.audit import (
     ROOT,
-    CollectionError,
     ImplRef,
     TaggedTest,
     collect_implementations,
-    collect_items,
     join,
     scan_tests,
     tagged_tests,
 )
 from spec.components import COMPONENTS
 from spec.equations import Equation, Proof, load
+from spec.evidence import CollectionError, collect_items
 
 EQUATIONS = load()
 
@@ -140,7 +139,7 @@ def synthetic_tests(tmp_path_factory):
     _write(tests, "__init__.py", "")
     _write(tests, "fdhelp.py", """
         import pytest
-        from spec.gradcheck import elementwise_check
+        from spec.numerics.finite_differences import elementwise_check
 
         class Op:
             def __init__(self, name, equations):
@@ -159,7 +158,7 @@ def synthetic_tests(tmp_path_factory):
         import os
 
         import pytest
-        from spec.gradcheck import directional_check
+        from spec.numerics.finite_differences import directional_check
         from tests.fdhelp import OPS, check_op, op_params
 
         IDS = ("eq.c",)

@@ -15,8 +15,8 @@ import pytest
 import reference
 from reference import data_parallel, model, parallel
 from reference.config import BertConfig, bert_tiny, mini_bert
-from spec.gradcheck import loss_kwargs, random_batch, random_params
-from spec.invariants import close, require
+from spec.numerics.finite_differences import loss_kwargs, random_batch, random_params
+from spec.numerics.identities import close, require
 from spec.protocol import IGNORE_INDEX
 from spec.tolerances import F64_IDENTITY_RTOL
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from reference.config import mini_bert
-from spec.gradcheck import random_params
+from spec.numerics.finite_differences import random_params
 from spec.protocol import IGNORE_INDEX
 
 TINY = mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=6, vocab_size=11)

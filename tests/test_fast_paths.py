@@ -18,7 +18,7 @@ from reference import ops, optim, parallel
 from reference.config import BertConfig, mini_bert
 from reference.train import loop
 from reference.validate import all_finite, check_all_finite, non_finite
-from spec.gradcheck import random_batch, random_params
+from spec.numerics.finite_differences import random_batch, random_params
 from spec.protocol import IGNORE_INDEX
 from spec.tolerances import F64_IDENTITY_RTOL
 

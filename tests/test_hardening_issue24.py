@@ -25,7 +25,7 @@ def test_ln_eps_must_be_a_finite_positive_number(make, eps):
 def test_ln_eps_zero_config_json_is_refused(tmp_path):
     pytest.importorskip("safetensors")
     config = bert_tiny(n_layers=1, vocab_size=20, max_len=8)
-    from spec.gradcheck import random_params
+    from spec.numerics.finite_differences import random_params
 
     reference.save_pretrained(random_params(reference, config, seed=0), config, tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
@@ -120,7 +120,7 @@ def test_adam_init_refuses_non_arrays():
 def hf_dir(tmp_path):
     pytest.importorskip("tokenizers")
     pytest.importorskip("safetensors")
-    from spec.gradcheck import random_params
+    from spec.numerics.finite_differences import random_params
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
     config = bert_tiny(vocab_size=len(vocab), pad_token_id=0)

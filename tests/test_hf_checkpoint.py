@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file  # noqa: E402
 
 import reference  # noqa: E402
 from reference.config import bert_tiny  # noqa: E402
-from spec.gradcheck import random_params  # noqa: E402
+from spec.numerics.finite_differences import random_params  # noqa: E402
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ pytest.importorskip("safetensors")
 import reference  # noqa: E402
 from reference.hf.tokenizer import encode, load_tokenizer  # noqa: E402
 from spec.cli import main  # noqa: E402
-from spec.gradcheck import random_params  # noqa: E402
+from spec.numerics.finite_differences import random_params  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "##s", "big", ".", "park", "in"]

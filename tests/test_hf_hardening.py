@@ -18,7 +18,7 @@ pytest.importorskip("safetensors")
 import reference  # noqa: E402
 import reference.hf.checkpoint as hfc  # noqa: E402
 from reference.config import bert_tiny  # noqa: E402
-from spec.gradcheck import random_params  # noqa: E402
+from spec.numerics.finite_differences import random_params  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # BertConfig's own names: an error that shows one speaks the reference's language, not the file's

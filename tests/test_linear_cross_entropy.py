@@ -23,8 +23,8 @@ import pytest
 
 import reference
 from reference import ops
-from spec.gradcheck import random_batch, random_params
-from spec.invariants import close, require
+from spec.numerics.finite_differences import random_batch, random_params
+from spec.numerics.identities import close, require
 from spec.protocol import IGNORE_INDEX
 from spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
 

@@ -1,8 +1,8 @@
-"""Mutation-verified evidence (spec/audit.py ``mutation_evidence``, spec/mutation.py's matrix):
-a tag counts only if the tests carrying it kill a mutant of its equation, per the recorded
-matrix; a missing or stale record, a gradient equation without a mutant, and tagged tests that
-kill nothing are gaps; the matrix runner runs exactly the tagged tests and records every
-failing one."""
+"""Mutation-verified evidence (spec/audit.py ``mutation_evidence``, the matrix spec/mutation.py
+runs and spec/evidence.py keeps): a tag counts only if the tests carrying it kill a mutant of
+its equation, per the recorded matrix; a missing or stale record, a gradient equation without a
+mutant, and tagged tests that kill nothing are gaps; the matrix runner runs exactly the tagged
+tests and records every failing one."""
 
 from __future__ import annotations
 
@@ -12,14 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from spec.audit import Row, mutation_evidence
+from spec.evidence import MATRIX_VERSION, fingerprint, read_matrix, write_matrix
 from spec.mutants import CATALOG
-from spec.mutation import (
-    MATRIX_VERSION,
-    fingerprint,
-    read_matrix,
-    run_tagged,
-    write_matrix,
-)
+from spec.mutation import run_tagged
 
 EQ = "softmax.jacobian"  # one catalog mutant: softmax_jacobian_transposed_term
 MUTANT = "softmax_jacobian_transposed_term"

@@ -168,7 +168,7 @@ def test_the_collection_of_the_projects_tests_is_kept_per_source(cache_home, mon
                                                                  tmp_path):
     """The audit's pytest collection of tests/ (~10 s) is read back while no source file
     changed; another tests folder is always collected; an edited source is a new key."""
-    from spec import audit
+    from spec import evidence as audit
 
     calls = []
     monkeypatch.setattr(audit, "_collect_items",

@@ -5,7 +5,12 @@ import numpy as np
 import pytest
 
 from reference.config import mini_bert
-from spec.gradcheck import assert_all_passed, check_gradients, random_batch, random_params
+from spec.numerics.finite_differences import (
+    assert_all_passed,
+    check_gradients,
+    random_batch,
+    random_params,
+)
 from spec.tolerances import ORACLE_RTOL_F64
 
 CFG = mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=29)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from spec.cli import main as minibert
-from spec.gradcheck import directional_check, elementwise_check
+from spec.numerics.finite_differences import directional_check, elementwise_check
 from spec.protocol import ImplementationExit, ImplProxy, NotApplicable
 from spec.suite.run import CheckTimeout, time_limit
 from tests.examples import (

@@ -10,7 +10,10 @@ means), the ten-line test file of the README and a ``pyproject.toml`` of its own
 * with the ``oracle`` extra: ``pytest`` on the ten-line file is red on the buggy module naming
   only LayerNorm's checks and green on the fixed one; ``minibert check`` exits 1 / 0 on them,
   and its failed check ids are exactly pytest's; the plugin changes nothing in a session that
-  does not use it (same collection, no option of its own in effect);
+  does not use it (same collection, no option of its own in effect) and loads nothing there:
+  ``sys.modules`` of that session with the plugin enabled and with ``-p no:minibert`` differ
+  by the plugin's own module alone (no module of ``spec`` or ``reference``, nothing it
+  imported);
 * without torch: ``minibert check`` exits 2 saying how to install the oracle, and 0 with
   ``--oracle off``, whose report says the oracle was off.
 
@@ -86,6 +89,16 @@ impl = __import__(os.environ.get("MYBERT", "mybert_fixed"))
 @parametrize_with_checks(impl)
 def test_mybert(check):
     check()
+'''
+
+# a conftest of the user's that records what a session imported
+MODULES_CONFTEST = '''\
+import json, os, sys
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["MODULES_OUT"], "w") as f:
+        json.dump(sorted(sys.modules), f)
 '''
 
 OTHER_TESTS = '''\
@@ -229,17 +242,28 @@ def main() -> int:
         # the plugin is inert unless used: a session of other tests is the same with it
         # installed as with it disabled (same tests, same Hypothesis profile and database)
         (repo / "test_other.py").write_text(OTHER_TESTS)
-        seen = []
-        for extra in ([], ["-p", "no:minibert"]):
+        (repo / "conftest.py").write_text(MODULES_CONFTEST)
+        seen, modules = [], []
+        for i, extra in enumerate(([], ["-p", "no:minibert"])):
+            out = tmp / f"modules-{i}.json"
             proc, _ = run([str(full / "python"), "-m", "pytest", "-q", "-s", *extra,
-                           "test_other.py"], repo, user_env(full))
+                           "test_other.py"], repo, user_env(full, MODULES_OUT=str(out)))
             lines = [x for x in proc.stdout.splitlines() if x.startswith("settings:")]
             seen.append((proc.returncode, lines))
+            modules.append(set(json.loads(out.read_text())) if out.exists() else set())
         if seen[0] != seen[1] or seen[0][0] != 0:
             fail(f"the plugin changed a session that does not use it: {seen}")
+        loaded = sorted(modules[0] - modules[1])
+        project = [m for m in loaded if m.split(".")[0] in ("spec", "reference")
+                   and m not in ("spec", "spec._pytestplugin")]
+        if project or loaded != ["spec", "spec._pytestplugin"]:
+            fail(f"the plugin loaded modules in a session that does not use it: project "
+                 f"{project}, all {loaded}")
         print(f"a session not using the suite, plugin installed vs disabled: identical "
-              f"({seen[0][1][0]})")
+              f"({seen[0][1][0]}); modules loaded because of the plugin: {loaded} (of "
+              f"{len(modules[0])})")
         (repo / "test_other.py").unlink()
+        (repo / "conftest.py").unlink()
         proc, _ = run([str(full / "python"), "-m", "pytest", "--minibert-impl=mybert_buggy",
                        "-q", "-k", "layernorm and fd"], repo, user_env(full))
         if proc.returncode != 1 or "fd[layernorm]" not in proc.stdout:

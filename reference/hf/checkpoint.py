@@ -19,6 +19,7 @@ import numpy as np
 
 from reference.config import BertConfig
 from reference.model import param_shapes
+from reference.train.fileio import read_user_json
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "relu": "relu"}
@@ -179,32 +180,6 @@ class Stored:
     shape: tuple[int, ...]
 
 
-def read_json(path: Path, what: str) -> dict:
-    """A JSON object from ``path``; every failure (unreadable, empty, not UTF-8, not JSON, not
-    an object) is one ValueError naming the file."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ValueError(f"{path}: expected {what}, got an unreadable file ({e.strerror})") \
-            from None
-    if not data.strip():
-        raise ValueError(f"{path}: expected {what} (a JSON object), got an empty file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: expected {what} in UTF-8 JSON, got undecodable bytes at "
-                         f"offset {e.start}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: expected {what} in valid JSON, got {e.msg} at line "
-                         f"{e.lineno} column {e.colno}") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{path}: expected {what} (a JSON object), got a JSON "
-                         f"{type(obj).__name__}")
-    return obj
-
-
 def _header(file: Path) -> dict[str, Stored]:
     """The tensors a safetensors file declares (its header, validated by ``safetensors``)."""
     from safetensors import safe_open
@@ -228,7 +203,7 @@ def _stored_tensors(path: Path) -> dict[str, Stored]:
     if single.is_file():
         return _header(single)
     if index.is_file():
-        weight_map = read_json(index, "a sharded checkpoint index").get("weight_map")
+        weight_map = read_user_json(index, "a sharded checkpoint index").get("weight_map")
         if not isinstance(weight_map, dict) or not all(
                 isinstance(v, str) for v in weight_map.values()):
             raise ValueError(f"{index}: weight_map: expected an object of tensor name -> "
@@ -343,7 +318,7 @@ def load_pretrained(path, dtype=np.float32) -> tuple[BertConfig, dict[str, np.nd
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise ValueError(f"{path}: no config.json")
-    hf = read_json(cfg_file, "a Hugging Face BERT config")
+    hf = read_user_json(cfg_file, "a Hugging Face BERT config")
     raw = {_strip(k): t for k, t in _stored_tensors(path).items()
            if k.rsplit(".", 1)[-1] not in BUFFERS}
     for old, new in ((".gamma", ".weight"), (".beta", ".bias")):  # original TF-converted names

@@ -7,10 +7,11 @@ truncation settings are never used: only ``vocab.txt`` is read."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
+
+from reference.train.fileio import read_user_json, read_user_text
 
 
 def load_tokenizer(path, *, max_len: int = 512):
@@ -21,12 +22,20 @@ def load_tokenizer(path, *, max_len: int = 512):
     vocab = path / "vocab.txt"
     if not vocab.is_file():
         raise ValueError(f"{path}: no vocab.txt (the WordPiece vocabulary of the checkpoint)")
+    # read here first: the file tokenizers reads next is UTF-8 text, not empty, of a sane size
+    read_user_text(vocab, "a WordPiece vocabulary (one token per line)")
     lowercase = True
     cfg = path / "tokenizer_config.json"
-    if cfg.is_file():
-        lowercase = bool(json.loads(cfg.read_text()).get("do_lower_case", True))
-    tok = BertWordPieceTokenizer(str(vocab), lowercase=lowercase, strip_accents=None,
-                                 clean_text=True, handle_chinese_chars=True)
+    if cfg.exists():
+        lowercase = read_user_json(cfg, "a tokenizer config").get("do_lower_case", True)
+        if not isinstance(lowercase, bool):
+            raise ValueError(f"{cfg}: do_lower_case: expected true or false, got {lowercase!r}")
+    try:
+        tok = BertWordPieceTokenizer(str(vocab), lowercase=lowercase, strip_accents=None,
+                                     clean_text=True, handle_chinese_chars=True)
+    except Exception as e:  # noqa: BLE001 -- tokenizers raises a bare Exception
+        raise ValueError(f"{vocab}: expected a WordPiece vocabulary, got one tokenizers cannot "
+                         f"read ({str(e)[:120]})") from None
     for special in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"):
         if tok.token_to_id(special) is None:
             raise ValueError(f"{vocab}: the special token {special} is missing")

@@ -19,6 +19,8 @@ import re
 import sysconfig
 from collections.abc import Iterable
 
+from reference.train.fileio import read_user_text
+
 # Directories of the standard library whose docstrings are not prose worth learning from.
 _SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "idlelib", "lib2to3",
               "__pycache__", "turtledemo", "ensurepip", "venv"}
@@ -95,10 +97,8 @@ def default_corpus() -> list[str]:
 
 def read_corpus(paths: Iterable[str]) -> list[str]:
     """Deduplicated prose paragraphs of the text files the user names (UTF-8)."""
-    texts = []
-    for p in paths:
-        with open(p, encoding="utf-8") as fh:
-            texts.append(fh.read())
+    texts = [read_user_text(p, "a UTF-8 text file (--files)", max_bytes=None, empty_ok=True)
+             for p in paths]
     paras = paragraphs(texts)
     if not paras:
         raise ValueError(f"paths: expected text files with prose paragraphs, found none in "

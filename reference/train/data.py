@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference.ops import IGNORE_INDEX
-from reference.train.fileio import atomic_write, loads_json, read_text
+from reference.train.fileio import atomic_write, loads_json, read_user_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
@@ -87,7 +87,7 @@ def load_or_train_tokenizer(path: str, paragraphs, vocab_size: int = 8192):
     import os
 
     if os.path.exists(path):
-        return tokenizer_from_json(read_text(path, path), name=path)
+        return tokenizer_from_json(read_user_text(path, "a tokenizers JSON file"), name=path)
     tok = train_tokenizer(paragraphs, vocab_size)
     atomic_write(path, tokenizer_to_json(tok))
     return tok

@@ -1,4 +1,6 @@
-"""Files of a run directory: atomic writes, content hashes, the run lock, strict JSON.
+"""Files of a run directory: atomic writes, content hashes, the run lock; and the one guarded
+reader of the files a user hands over (``read_user_text``, ``read_user_json``: size, encoding
+and JSON-depth limits, every problem one line naming the file).
 
 Every file the trainer writes goes through ``atomic_write`` (a temporary file in the same
 directory, flushed and fsync'ed, then renamed over the target, then the directory fsync'ed): a
@@ -70,31 +72,91 @@ def atomic_write_json(path: str, obj) -> None:
     atomic_write(path, json.dumps(obj, allow_nan=False))
 
 
-def loads_json(name: str, text, *, expect=dict):
-    """json.loads with a named ValueError (never a bare JSONDecodeError / TypeError)."""
+# What a file the user hands over may be (a Hugging Face config.json or sharded index,
+# tokenizer_config.json, vocab.txt, a tokenizer.json, a checkpoint's JSON metadata): far above
+# any real one -- bert-base's tokenizer.json is 0.7 MB, a multilingual vocab.txt 1 MB, and
+# their JSON nests under 10 levels -- and far below what exhausts memory or Python's JSON
+# decoder, whose recursion ends in a RecursionError near 1000 levels.
+MAX_TEXT_BYTES = 64 * 2**20
+MAX_JSON_DEPTH = 100
+_JSON_NAMES = {dict: "object", list: "array", str: "string"}
+
+
+def read_user_text(path, what: str, *, max_bytes: int | None = MAX_TEXT_BYTES,
+                   empty_ok: bool = False) -> str:
+    """The UTF-8 text of a file the user hands over, ``what`` naming what it should be.  Every
+    problem is one ValueError naming the file: unreadable (missing, a directory...), larger
+    than ``max_bytes`` (None: no limit, for a corpus), empty or blank (unless ``empty_ok``),
+    not UTF-8.  The one reader of such files: ``read_user_json`` parses through it."""
+    path = os.fspath(path)
+    limit = "" if max_bytes is None else f" (the limit is {max_bytes} bytes)"
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                raise ValueError(f"{path}: expected {what}, got a file of {size} bytes{limit}")
+            data = fh.read() if max_bytes is None else fh.read(max_bytes + 1)
+    except OSError as e:
+        raise ValueError(f"{path}: expected {what}, got an unreadable file "
+                         f"({e.strerror or type(e).__name__})") from None
+    if max_bytes is not None and len(data) > max_bytes:  # a file that grew, a device
+        raise ValueError(f"{path}: expected {what}, got more than {max_bytes} bytes{limit}")
+    if not empty_ok and not data.strip():
+        raise ValueError(f"{path}: expected {what}, got an empty file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: expected {what} in UTF-8, got undecodable bytes at offset "
+                         f"{e.start}") from None
+
+
+def read_user_json(path, what: str, *, expect=dict):
+    """A JSON document (a JSON ``expect``, None: any) from a file the user hands over: the
+    limits of ``read_user_text`` and ``loads_json``, every problem one ValueError naming the
+    file."""
+    return loads_json(os.fspath(path), read_user_text(path, what), expect=expect, what=what)
+
+
+def loads_json(name: str, text, *, expect=dict, what: str | None = None):
+    """json.loads where every failure is one ValueError naming ``name`` (a file, or a field of
+    one) and ``what`` was expected: not text, not valid JSON, nested deeper than
+    MAX_JSON_DEPTH, not a JSON ``expect`` (None: any) -- never a bare JSONDecodeError,
+    TypeError or RecursionError."""
+    what = what or "JSON"
     if not isinstance(text, (str, bytes)):
-        raise ValueError(f"{name}: expected a JSON string, got {type(text).__name__}")
+        raise ValueError(f"{name}: expected {what} as JSON text, got {type(text).__name__}")
+    too_deep = f"{name}: expected {what} nested at most {MAX_JSON_DEPTH} levels deep, got "
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{name}: expected valid JSON, got {e.msg} at line {e.lineno} "
-                         f"column {e.colno}") from None
+        raise ValueError(f"{name}: expected {what} in valid JSON, got {e.msg} at line "
+                         f"{e.lineno} column {e.colno}") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{name}: expected UTF-8 JSON, got undecodable bytes ({e.reason} "
-                         f"at offset {e.start})") from None
+        raise ValueError(f"{name}: expected {what} in UTF-8 JSON, got undecodable bytes "
+                         f"({e.reason} at offset {e.start})") from None
+    except RecursionError:
+        raise ValueError(too_deep + "more than the JSON decoder can follow") from None
+    depth = json_depth(obj)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(too_deep + f"{depth}")
     if expect is not None and not isinstance(obj, expect):
-        raise ValueError(f"{name}: expected a JSON {expect.__name__}, got "
-                         f"{type(obj).__name__}")
+        raise ValueError(f"{name}: expected {what} (a JSON {_JSON_NAMES.get(expect, expect)}), "
+                         f"got a JSON {_JSON_NAMES.get(type(obj), type(obj).__name__)}")
     return obj
 
 
-def read_text(name: str, path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{name}: expected a UTF-8 text file, got undecodable bytes in "
-                         f"{path!r} at offset {e.start}") from None
+def json_depth(obj, stop: int = MAX_JSON_DEPTH) -> int:
+    """How deep ``obj``'s arrays and objects nest (a scalar 0, ``{}`` 1), iteratively; counting
+    stops just past ``stop``."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, (dict, list)):
+            deepest = max(deepest, d)
+            if deepest > stop:
+                break
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return deepest
 
 
 def stale_temporaries(directory: str, names) -> list[str]:

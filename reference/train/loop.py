@@ -30,7 +30,7 @@ import numpy as np
 
 from reference.model import param_shapes
 from reference.train import data as D
-from reference.train.fileio import atomic_write, atomic_write_json, read_text, sha256_text
+from reference.train.fileio import atomic_write, atomic_write_json, read_user_text, sha256_text
 from reference.validate import non_finite
 
 
@@ -395,7 +395,7 @@ def load_or_build_corpus(run_dir: str, files=None, *, expected_sha256: str | Non
 
     cpath = os.path.join(run_dir, "corpus.txt")
     if os.path.exists(cpath):
-        text = read_text(cpath, cpath)
+        text = read_user_text(cpath, "the run's corpus", max_bytes=None, empty_ok=True)
         digest = sha256_text(text)
         if expected_sha256 is not None and digest != expected_sha256:
             raise ValueError(f"corpus.txt: expected the corpus the checkpoint was trained on "
@@ -436,7 +436,8 @@ def prepare_corpus_data(run_dir: str, *, files=None, seq_len: int, vocab_size: i
     tpath = os.path.join(run_dir, "tokenizer.json")
     if tokenizer_json is not None:
         tok = D.tokenizer_from_json(tokenizer_json, name="checkpoint tokenizer")
-        on_disk = read_text(tpath, tpath) if os.path.exists(tpath) else None
+        on_disk = (read_user_text(tpath, "the run's tokenizer", empty_ok=True)
+                   if os.path.exists(tpath) else None)
         if on_disk != tokenizer_json:
             what = "differs from" if on_disk is not None else "is missing; restored from"
             log(f"tokenizer: {tpath} {what} the checkpoint's copy, which this run uses")

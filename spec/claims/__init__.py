@@ -1,8 +1,9 @@
 """The claims ledger: every numeric claim of the five documents, with the value the project
 obtains and a verdict.  One module per document (``minibert``, ``guide``, ``seed001``,
 ``slides``, ``blog``) registers its claims with :func:`claim`; this module holds the ledger's
-machinery (the closed forms, the shared :class:`Context`, the verdict rules, evaluation) and
-imports them in that order.  The timing claims measure with ``spec.bench.claim_timings``.
+machinery (the shared :class:`Context`, the verdict rules, evaluation) and imports them in
+that order.  The closed forms the counts come from are ``spec.costs``'s; the timing claims
+measure with ``spec.claims.timing.claim_timings``.
 
 Each :class:`Claim` restates the claim in our words, cites its source, gives the stated value,
 and an ``obtain(ctx)`` that computes the project's value -- from SymPy closed forms in
@@ -33,6 +34,7 @@ from functools import cached_property
 
 import numpy as np
 
+from spec.costs import closed_forms
 from spec.paths import RESULTS
 from spec.protocol import IGNORE_INDEX
 
@@ -43,28 +45,6 @@ TRAINING_RESULT = (RESULTS
 
 MB = 1e6  # the documents' MB/KB are decimal (18 MB = 4.5M x 4 bytes)
 KB = 1e3
-
-
-# --------------------------------------------------------------------------- closed forms
-def closed_forms():
-    """SymPy closed forms in L, H, A, I, T, V, B for the Mini-BERT architecture as the
-    derivation describes it (§2: unbiased Q/K/V/O, biased FFN, two LayerNorms per layer, a
-    final LayerNorm, a biased MLM head).  MACs count multiply-adds of the matmuls per sequence;
-    FLOPs = 2 MACs."""
-    import sympy as sp
-    L, H, A, I, T, V, B = sp.symbols("L H A I T V B", positive=True, integer=True)
-    per_layer = 4 * H ** 2 + (H * I + I) + (I * H + H) + 2 * (2 * H)
-    f = dict(
-        token=V * H, position=T * H, per_layer=per_layer, layers=L * per_layer,
-        final_ln=2 * H, head=H * V + V,
-        attn_macs=4 * T * H ** 2 + 2 * T ** 2 * H,  # Q, K, V, O projections; QK^T and PV
-        ffn_macs=2 * T * H * I, head_macs=T * H * V,
-        emb_values=B * T * H, score_values=B * A * T ** 2 * L, ffn_values=B * T * I * L,
-    )
-    f["total"] = f["token"] + f["position"] + f["layers"] + f["final_ln"] + f["head"]
-    f["layer_macs"] = f["attn_macs"] + f["ffn_macs"]
-    f["model_macs"] = L * f["layer_macs"] + f["head_macs"]
-    return f, dict(L=L, H=H, A=A, I=I, T=T, V=V, B=B)
 
 
 # --------------------------------------------------------------------------- context
@@ -163,11 +143,21 @@ class Context:
 
     @cached_property
     def timings(self) -> dict:
-        """The timing claims' medians (ms), measured by spec.bench.claim_timings (the bench's
-        harness: each side alone in its own process); sets ``repeats_done``."""
-        from spec.bench import claim_timings
+        """The timing claims' medians (ms), measured by spec.claims.timing.claim_timings (the
+        bench's harness: each side alone in its own process); sets ``repeats_done``."""
+        from spec.claims.timing import claim_timings
 
         return claim_timings(self)
+
+
+def claim_sides(job: dict, side: str):
+    """What a child process of the timing claims times (``spec.claims.timing.CLAIMS_TASK``):
+    (fns, before) of ``side`` on a fresh :class:`Context` of the implementation the job names."""
+    from spec.claims.timing import claim_side_fns
+    from spec.protocol import load_impl
+
+    ctx = Context(load_impl(job["impl"]), smoke=bool(job.get("smoke")))
+    return claim_side_fns(ctx, side)
 
 
 def _root(a: np.ndarray) -> np.ndarray:

@@ -97,7 +97,7 @@ def _blog_literal_differences(ctx) -> dict[str, float]:
     """max |h_variant - h_BERT| / max |h_BERT| of the last hidden states on the same random
     BERT weights (bert_tiny's architecture, 4 layers, H=32, float64, B=2, T=12)."""
     from reference.config import bert_tiny
-    from spec.gradcheck import random_params
+    from spec.numerics.finite_differences import random_params
 
     config = bert_tiny(n_layers=4, hidden=32, n_heads=4, intermediate=64, head="none")
     params = random_params(ctx.impl, config, seed=11)

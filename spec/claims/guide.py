@@ -1,6 +1,6 @@
 """Claims of the visual guide: rounded parameter storage and memory (§8), the worked MLM
 example (§6), the attention picture (§4), shapes (§2-3, §5, §7, §9) and timings (§8, measured
-by spec.bench.claim_timings: machine-dependent)."""
+by spec.claims.timing.claim_timings: machine-dependent)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def _guide_ffn(ctx):
 # ---- timings (machine-dependent)
 def _timing(key, stated_ms):
     def obtain(ctx):
-        from spec.bench import timing_verdict
+        from spec.claims.timing import timing_verdict
 
         if not ctx.measure:
             return Result("not measured", "not reproducible", "measurement disabled")

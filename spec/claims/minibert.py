@@ -304,7 +304,7 @@ def _fd_eps(ctx):
        "the document's measure", f"{MINIBERT} §9.1", "< 1e-4", "confirmed")
 def _fd_typical(ctx):
     from spec.equations.gradcheck import doc_error
-    from spec.gradcheck import model_gradcheck
+    from spec.numerics.finite_differences import model_gradcheck
     # the Mini-BERT architecture (3 post-LN layers, 4 heads, final LN, MLM head) at small
     # widths: the full 8192 x 192 float64 model takes ~20 s, and the claim is about the method
     config = ctx.config.replace(hidden=16, intermediate=32, vocab_size=32, max_len=8)

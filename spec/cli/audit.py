@@ -21,7 +21,8 @@ def register(sub) -> None:
                    help="also write the report in this format (to --output); html: a static "
                         "site (the blueprint) in a folder, opened from the file system")
     a.add_argument("--output", "-o", type=Path, default=None,
-                   help="report path (default: audit.md / audit.json / the folder blueprint)")
+                   help="report path (default: audit.md / audit.json; --format html: the "
+                        "folder for the site, required)")
     a.add_argument("--run-dir", type=Path, default=None,
                    help="with --format html: a `minibert train` run directory whose loss curve "
                         "and attention maps the site shows")
@@ -173,14 +174,16 @@ def report_data(report, prov: dict) -> dict:
 def run(args) -> int:
     from rich.console import Console
 
-    from spec.audit import ROOT, CollectionError, run_audit
+    from spec.audit import ROOT, run_audit
     from spec.cli._provenance import provenance, provenance_line
+    from spec.evidence import CollectionError
 
     console = Console()
     if not console.is_terminal:  # CI logs: wide enough for the matrix
         console = Console(width=180)
-    out = args.output or (Path("blueprint") if args.format == "html" else Path(
-        f"audit.{'md' if args.format == 'markdown' else 'json'}"))
+    if args.format == "html" and args.output is None:  # refuse before the audit's work
+        raise ValueError("--format html: expected -o DIR, the folder to write the site into")
+    out = args.output or Path(f"audit.{'md' if args.format == 'markdown' else 'json'}")
     if args.run_dir is not None and args.format != "html":
         raise ValueError("--run-dir: only --format html shows a run's plots")
     if args.format == "html":  # refuse a bad destination before the audit's work

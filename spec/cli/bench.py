@@ -53,93 +53,6 @@ def register(sub) -> None:
     b.set_defaults(func=run)
 
 
-def _problem(config, B, T, seed):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, config.vocab_size, size=(B, T))
-    labels = np.where(rng.random((B, T)) < 0.15, ids, IGNORE_INDEX)
-    labels[:, 0] = ids[:, 0]  # at least one predicted position per row
-    return ids, labels, np.ones((B, T), dtype=np.int64)
-
-
-def _reference_side(config, params, ids, labels, mask):
-    """Callables over one mutable state dict: the reference's train steps (loss and gradients,
-    then Adam in place, as torch.optim updates its parameters), forward + loss, backward, Adam.
-    Under the caller's thread policy: the batch shards and Adam's tensors go to the workers."""
-    import reference
-    from reference import optim
-    from spec.bench import backward_inputs
-
-    s = {"params": params, "state": reference.adam_init(params)}
-
-    def step(loss_and_grads):
-        def fn():
-            _, grads, _ = loss_and_grads(s["params"], config, ids, labels=labels,
-                                         attention_mask=mask)
-            s["state"] = optim.adam_step_inplace(s["params"], grads, s["state"], lr=1e-4)
-        return fn
-
-    def forward():  # the scalar loss, forward only
-        reference.loss(s["params"], config, ids, labels=labels, attention_mask=mask)
-
-    def before_backward():  # untimed: the forward whose cache the timed backward consumes
-        s["fwd"] = backward_inputs(reference, s["params"], config, ids, labels, mask)
-
-    def backward():
-        s["grads"], _ = reference.backward(*s["fwd"])
-
-    def optimizer():  # in place, as torch.optim updates its parameters
-        s["state"] = optim.adam_step_inplace(s["params"], s["grads"], s["state"], lr=1e-4)
-
-    s["spare"] = ({k: v.copy() for k, v in params.items()}, reference.adam_init(params))
-
-    def optimizer_out():  # the trainer's: into the step-before's arrays, then swap
-        new = reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4, out=s["spare"])
-        s["spare"], (s["params"], s["state"]) = (s["params"], s["state"]), new
-
-    before_backward()
-    backward()
-    return {"step_full": step(reference.loss_and_grads),
-            "step_masked": step(reference.masked_lm_loss_and_grads),
-            "forward": forward, "backward": backward, "optimizer": optimizer,
-            "optimizer_out": optimizer_out, "_before_backward": before_backward}
-
-
-def _torch_side(module, torch, config, params, ids, labels, mask):
-    tp, tforward, opt = module.build(params, config)
-    t_ids, t_labels, t_mask = (torch.from_numpy(a) for a in (ids, labels, mask))
-    t_pred = t_labels != IGNORE_INDEX
-    s = {}
-
-    def step(masked):
-        def fn():
-            opt.zero_grad(set_to_none=True)
-            if masked:
-                loss = module.loss(tforward(t_ids, t_mask, t_pred), t_labels[t_pred])
-            else:
-                loss = module.loss(tforward(t_ids, t_mask), t_labels)
-            loss.backward()
-            opt.step()
-        return fn
-
-    def forward():
-        opt.zero_grad(set_to_none=True)
-        s["loss"] = module.loss(tforward(t_ids, t_mask), t_labels)
-
-    def backward():
-        s["loss"].backward()
-
-    def optimizer():
-        opt.step()
-
-    forward()
-    backward()
-    return {"step_full": step(False), "step_masked": step(True), "forward": forward,
-            "backward": backward, "optimizer": optimizer, "optimizer_out": optimizer,
-            "_before_backward": forward}
-
-
 BENCH_PRESETS = ("mini_bert",)
 ROWS = (("step_full", "train step, full head", "step", None),
         ("step_masked", "train step, masked head", "step", 0.15),
@@ -174,6 +87,7 @@ def measure(args):
     from reference.config import PRESETS
     from reference.train.threads import available_cores
     from spec.bench import (
+        BENCH_TASK,
         Report,
         Row,
         blas_info,
@@ -181,6 +95,7 @@ def measure(args):
         load_torch_side,
         peak_rss_mib,
         plausibility,
+        problem,
         step_gflop,
         train_rate,
     )
@@ -192,7 +107,7 @@ def measure(args):
     if T > config.max_len:
         raise ValueError(f"--seq: expected at most the preset's max_len={config.max_len}, "
                          f"got {T}")
-    _, labels, _ = _problem(config, B, T, args.seed)
+    _, labels, _ = problem(config, B, T, args.seed)
     module, note = load_torch_side()
     sides = ("ours", "torch") if module is not None else ("ours",)
     report = Report(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
@@ -203,7 +118,7 @@ def measure(args):
     gflops = {key: (step_gflop(config, B, T, predicted if frac else None)[flops] if flops
                     else 0.0) for key, _, flops, frac in ROWS}
     # each side alone in its own process, alternating process by process (spec.benchproc)
-    job = {"task": "bench", "preset": args.preset, "batch": B, "seq": T, "seed": args.seed,
+    job = {"task": BENCH_TASK, "preset": args.preset, "batch": B, "seq": T, "seed": args.seed,
            "keys": [key for key, *_ in ROWS], "repeats": args.repeats, "warmup": args.warmup,
            "check": True}
     processes = run_rounds(job, sides=sides, threads=threads, rounds=args.rounds,

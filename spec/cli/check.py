@@ -8,10 +8,11 @@ DIR`` renders that same JSON as a page (spec.report.check): the grid, each red c
 its failures.  The format never changes the exit status.
 
 Exit status: 0 every op the implementation provides conforms; 1 a check failed (an op raised,
-ran past its time limit, or disagreed); 2 it could not be checked: it does not load, provides
-nothing, the oracle is required but torch is not installed (``--oracle off`` to run without
-it, said in the report), a check could not run, or the run passed its time limit.  Every
-reason is one line.
+ran past its time limit, or disagreed; an ``--xfail`` check passed); 2 it could not be checked:
+it does not load (its import, run first in a child process, raises, exits, crashes or hangs),
+provides nothing, an ``--xfail`` id names no check, the oracle is required but torch is not
+installed (``--oracle off`` to run without it, said in the report), a check could not run, or
+the run passed its time limit.  Every reason is one line.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def register(sub) -> None:
     g.add_argument("--format", choices=("table", "json", "html"), default="table")
     g.add_argument("-o", "--output", help="write the report there (json: the file; table: "
                                           "also print it, as JSON; html: a folder, required)")
+    g.add_argument("--xfail", action="append", default=[], metavar="ID[=REASON]",
+                   help="a check expected to fail (repeatable; strict: a pass fails the run); "
+                        "an unknown id is refused")
     g.add_argument("--list", action="store_true", help="list the selected checks and exit")
     g.set_defaults(func=run)
 
@@ -107,6 +111,9 @@ def run(args) -> int:
 def _run(args, server) -> int:
     from spec.suite import selected_checks
     from spec.suite.pool import run_isolated
+    from spec.suite.probe import probe_import
+    from spec.suite.registry import resolve_expected_failures
+    from spec.suite.report import apply_expectations, expectations_from_args
 
     for flag, value in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
         if value is not None and value <= 0:
@@ -121,6 +128,10 @@ def _run(args, server) -> int:
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
     _check_selection(args)
+    try:
+        expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail")
+    except ValueError as e:
+        return _fail(str(e))
     if args.format == "html" and not args.list:  # refuse before any check runs
         if not args.output:
             return _fail("--format html: expected -o DIR, the folder to write the report into")
@@ -151,6 +162,9 @@ def _run(args, server) -> int:
                          "torch==2.13.0), or pass --oracle off to check without it")
     cwd = os.getcwd()
     paths = [p for p in dict.fromkeys([cwd, import_root(module, cwd)]) if p]
+    reason = probe_import(args.impl, args.timeout, paths=paths)  # an exit, crash or hang
+    if reason is not None:
+        return _fail(f"could not run: {reason}")
     progress, done = _progress(len(checks))
     try:
         report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
@@ -160,6 +174,7 @@ def _run(args, server) -> int:
     finally:
         done()
     report.bad_input = args.bad_input
+    report.results = apply_expectations(report.results, expected)
     if report.load_error is not None:  # one line, nothing else
         return _fail(f"could not run: {report.load_error}", report.exit_code())
     from spec.cli._provenance import provenance

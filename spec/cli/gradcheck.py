@@ -29,7 +29,7 @@ def _gradcheck(model_gradcheck, impl, config, **kw):
     The other tensors are still checked (the bad ones stand in as zeros there)."""
     import numpy as np
 
-    from spec.gradcheck import CheckResult, random_batch, random_params
+    from spec.numerics.finite_differences import CheckResult, random_batch, random_params
     from spec.tolerances import FD_RTOL
 
     params = random_params(impl, config, kw["seed"])
@@ -78,7 +78,7 @@ def run(args) -> int:
     import reference
     from reference.config import PRESETS
     from spec.cli._provenance import provenance_line
-    from spec.gradcheck import model_gradcheck
+    from spec.numerics.finite_differences import model_gradcheck
 
     console = Console()
     console.print(provenance_line(), markup=False, highlight=False)

@@ -213,7 +213,7 @@ def run_seed001(args) -> int:
 
 
 def run_mlm(args) -> int:
-    from reference.train.fileio import RunLock, read_text
+    from reference.train.fileio import RunLock, read_user_text
 
     ckpt = os.path.join(args.run_dir, "checkpoint.safetensors")
     # every check that can fail on the user's input runs before the first file is written
@@ -222,8 +222,8 @@ def run_mlm(args) -> int:
     if args.tokenizer and not args.resume:
         from reference.train import data as D
 
-        tok_json = read_text("--tokenizer", args.tokenizer) if os.path.isfile(
-            args.tokenizer) else None
+        tok_json = read_user_text(args.tokenizer, "a tokenizers JSON file (--tokenizer)") \
+            if os.path.isfile(args.tokenizer) else None
         if tok_json is None:
             raise ValueError(f"--tokenizer: expected an existing tokenizer.json, got "
                              f"{args.tokenizer!r}")

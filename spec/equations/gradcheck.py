@@ -1,6 +1,7 @@
 """Gradient checking (Mini-BERT derivation §9.1): the central difference and the error measure.
 
-Implemented by the checking machinery itself (``spec.gradcheck``), not by the reference."""
+Implemented by the checking machinery itself (``spec.numerics.finite_differences``), not by
+the reference."""
 
 from __future__ import annotations
 
@@ -68,19 +69,21 @@ def _rel_sympy(size):
 
 
 def _rel_code(impl, size, a, b):
-    from spec.gradcheck import relative_error  # the checking machinery, not the implementation
+    from spec.numerics.finite_differences import (
+        relative_error,  # the checking machinery, not the implementation
+    )
     return (relative_error(a, b),)
 
 
 register(Equation(
     "gradcheck.central_difference", "Central finite difference", (f"{MINIBERT} §9.1",),
     r"f'(x) \approx \frac{f(x + \epsilon) - f(x - \epsilon)}{2 \epsilon}", _prove_central,
-    impl_hint="spec.gradcheck:directional_check",
+    impl_hint="spec.numerics.finite_differences:directional_check",
     numeric_na="the FD machinery is what the FD tests run; its own behaviour is checked by them"))
 register(Equation(
     "gradcheck.relative_error", "Error measure with an absolute floor", (f"{MINIBERT} §9.1",),
     r"e = \frac{|a - n|}{\max(|a|, |n|, \mathrm{floor})}", _prove_relative_error,
-    impl_hint="spec.gradcheck:relative_error",
+    impl_hint="spec.numerics.finite_differences:relative_error",
     numeric=Numeric(((3,), (6,)), lambda s: dict(a=("float", s, 2e-3), b=("float", s, 2e-3)),
                     _rel_sympy, _rel_code),
     note="the project's replacement for the document's measure (below)",

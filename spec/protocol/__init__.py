@@ -128,7 +128,7 @@ all derive from it: adding an op is one row (and its ``_DOCS`` entry) plus its m
 
 An entry's ``example`` builds small fixed-seed inputs (NumPy only) from which ``minibert check``
 runs the op's backward against finite differences without any op-specific code; op-specific
-identities attach to the op by name (``@invariant("op")`` in :mod:`spec.invariants`).
+identities attach to the op by name (``@invariant("op")`` in :mod:`spec.numerics.identities`).
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def _pair(stem: str) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- fixed-seed inputs
 # Small float64 inputs for the suite's fixed-seed FD checks (spec/suite/checks/examples.py);
-# the op's identities get the same inputs (spec/invariants.py).
+# the op's identities get the same inputs (spec/numerics/identities.py).
 def _away_from_zero(rng, shape, low=0.1, high=2.0):
     return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(low, high, size=shape)
 

@@ -121,6 +121,13 @@ def check_output(out: Path) -> None:
                          f"report ({MARKER} missing); pass a new or empty folder")
 
 
+def _umask() -> int:
+    """This process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class Site:
     """A report folder under construction: pages render into a hidden staging folder beside
     ``out``; leaving the ``with`` block without an error swaps it into place (the old report
@@ -139,6 +146,9 @@ class Site:
     def __enter__(self) -> Site:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        # mkdtemp makes it 0700 (private); the report folder it becomes gets the mode mkdir
+        # would give it (0755 under the usual umask): a report is for reading
+        os.chmod(self.staging, 0o777 & ~_umask())
         (self.staging / "assets").mkdir()
         self.write("assets/style.css", self.env.get_template("style.css").render())
         (self.staging / MARKER).write_text("written by minibert; safe to replace\n")

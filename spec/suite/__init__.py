@@ -15,15 +15,20 @@ model)::
 From a script or notebook: ``report = check_implementation(mybert)`` (``report.exit_code()``,
 ``report.summary()``, ``report.to_json()``).  From a shell: ``minibert check mybert`` (each
 check in a worker process, time-limited, with a per-op table and ``--format json``).  From
-pytest without writing a file: ``pytest --minibert-impl mybert`` (the ``pytest11`` plugin in
-spec.suite.plugin, inert unless that option is given).
+pytest without writing a file: ``pytest --minibert-impl mybert`` (the ``pytest11`` plugin,
+``spec._pytestplugin``, inert unless that option is given; spec.suite.plugin does the work).
+
+Every entry point given ``"pkg.mod[:obj]"`` imports it in a child process first
+(spec.suite.probe): an import that exits, crashes or hangs is refused with its reason, never a
+verdict.  Every entry point refuses an unknown expected-failure id the same way
+(spec.suite.registry.resolve_expected_failures).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from spec.suite.registry import COLUMNS, KINDS, Check, all_checks, select
+from spec.suite.registry import COLUMNS, KINDS, Check, all_checks, resolve_expected_failures, select
 from spec.suite.report import Report, apply_expectations
 from spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
 
@@ -79,7 +84,7 @@ class BoundCheck:
         for c in r.conventions:
             import warnings
 
-            from spec.invariants import ConventionWarning
+            from spec.numerics.identities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{r.id}: {c}"), stacklevel=2)
         if r.outcome == "n/a":
@@ -122,15 +127,15 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     passing fails the run, so the list cannot go stale).  ``oracle="off"`` turns the PyTorch
     comparisons into skips that say so; by default a missing torch fails them.  ``database``:
     "auto" keeps each implementation's Hypothesis examples apart under ``.hypothesis/minibert``
-    in the current directory (None: no database)."""
+    in the current directory (None: no database).  An unknown id in ``expected_failed_checks``
+    is a ValueError naming the closest known ids; a ``"pkg.mod[:obj]"`` whose import exits,
+    crashes or hangs (within ``timeout``) is an ImplLoadError naming why."""
     import pytest
 
     checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input)
-    expected = dict(expected_failed_checks or {})
-    unknown = sorted(set(expected) - {c.id for c in all_checks()})
-    if unknown:
-        raise ValueError(f"expected_failed_checks: no checks {unknown[:5]} (see "
-                         "`minibert check --list`)")
+    expected = resolve_expected_failures(expected_failed_checks)
+    if isinstance(impl, str):
+        _probe(impl, timeout, raise_it=True)
     proxy = as_proxy(impl)
     if database == "auto":
         from hypothesis import settings
@@ -163,13 +168,20 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     ``minibert check`` command runs the same checks in worker processes) and return the
     :class:`Report`.  ``settings``: Hypothesis settings for every check (default
     :func:`spec.suite.run.check_settings`).  ``first_red``: the checks run cheapest and most
-    decisive first, and the run stops at the first failure (the rest are ``not run``)."""
+    decisive first, and the run stops at the first failure (the rest are ``not run``).  An
+    unknown id in ``expected_failed_checks`` is a ValueError naming the closest known ids; an
+    implementation that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits,
+    crashes or hangs) is a report that could not run (exit status 2) with the reason."""
     import time
 
     from spec.protocol import ImplLoadError
 
+    expected_failed_checks = resolve_expected_failures(expected_failed_checks)
     start = time.perf_counter()
     label = impl if isinstance(impl, str) else None
+    reason = _probe(impl, timeout) if isinstance(impl, str) else None
+    if reason is not None:
+        return Report(impl, [], oracle, bad_input, load_error=reason)
     try:
         proxy = as_proxy(impl, label)
     except ImplLoadError as e:
@@ -191,3 +203,15 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     results = apply_expectations(results, expected_failed_checks)
     return Report(proxy._impl_label, results, oracle, bad_input,
                   seconds=time.perf_counter() - start)
+
+
+def _probe(spec: str, timeout: float | None, *, raise_it: bool = False) -> str | None:
+    """spec.suite.probe.probe_import: the reason ``spec`` cannot be imported safely, or None;
+    ``raise_it``: as an ImplLoadError."""
+    from spec.protocol import ImplLoadError
+    from spec.suite.probe import probe_import
+
+    reason = probe_import(spec, timeout)
+    if reason is not None and raise_it:
+        raise ImplLoadError(reason)
+    return reason

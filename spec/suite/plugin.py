@@ -1,18 +1,15 @@
-"""The pytest plugin of minibert-spec (entry point ``pytest11``: loaded in every pytest session
-where the package is installed, and inert unless used).
+"""What the pytest plugin does once ``--minibert-impl`` is given.
 
-It only registers the ``suite_check`` marker that :func:`spec.suite.parametrize_with_checks`
-puts on its parameters, and these options, all prefixed::
-
-    --minibert-impl=pkg.mod[:obj]   run the shipped suite on that implementation (collects
-                                    spec/suite/test_implementation.py beside your tests)
-    --minibert-oracle=require|off   the PyTorch oracle (default require: no torch is a failure)
-    --minibert-bad-input            also run the bad-input checks
-    --minibert-timeout=SECONDS      per check (default spec.suite.run.DEFAULT_TIMEOUT)
+The hooks pytest calls live in ``spec._pytestplugin`` (the ``pytest11`` entry point), which
+imports nothing else of the project and calls :func:`configure` only when the
+option is given.  It imports the implementation in a child process first
+(:func:`spec.suite.probe.probe_import`): an import that exits, crashes or hangs stops the
+session at once with its reason in one line and a non-zero status, as does one that raises, an
+unknown ``--minibert-xfail`` id or a declaration the protocol refuses.  Then it adds the shipped
+suite module (``test_implementation.py``) to the session.
 
 It never loads a Hypothesis profile: checks inherit the profile the user loaded, or the suite's
-own settings when none was (spec.suite.run.check_settings), applied per check.  Without
-``--minibert-impl`` it collects nothing, changes no setting and adds no fixture.
+own settings when none was (spec.suite.run.check_settings), applied per check.
 """
 
 from __future__ import annotations
@@ -22,43 +19,29 @@ from pathlib import Path
 SUITE_MODULE = Path(__file__).with_name("test_implementation.py")
 
 
-def pytest_addoption(parser):
-    from spec.suite.run import DEFAULT_TIMEOUT, ORACLE_MODES
+def configure(config) -> None:
+    """Load ``--minibert-impl`` (child process first), resolve ``--minibert-xfail`` and collect
+    the suite module; any failure is a ``pytest.UsageError`` of one line."""
+    import pytest
 
-    group = parser.getgroup("minibert", "minibert-spec: check a NumPy BERT implementation")
-    group.addoption("--minibert-impl", default=None, metavar="PKG.MOD[:OBJ]",
-                    help="run the minibert-spec judging suite on this implementation")
-    group.addoption("--minibert-oracle", default="require", choices=ORACLE_MODES,
-                    help="require (default): the PyTorch oracle checks run and fail without "
-                         "torch; off: they are skipped, saying so")
-    group.addoption("--minibert-bad-input", action="store_true", default=False,
-                    help="also run the bad-input checks")
-    group.addoption("--minibert-timeout", type=float, default=DEFAULT_TIMEOUT,
-                    metavar="SECONDS", help=f"per check (default {DEFAULT_TIMEOUT:g})")
+    from spec.protocol import ImplLoadError, capabilities
+    from spec.suite.probe import probe_import
+    from spec.suite.registry import resolve_expected_failures
+    from spec.suite.report import expectations_from_args
+    from spec.suite.run import as_proxy
 
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "suite_check(id, kind, ops, equations): a check of the minibert-spec "
-                   "judging suite (set by spec.suite.parametrize_with_checks)")
-    spec = config.getoption("minibert_impl", None)
-    if spec:
-        import pytest
-
-        from spec.protocol import ImplLoadError, capabilities
-        from spec.suite.run import as_proxy
-
-        try:  # an implementation that does not load stops the session at once, one line
-            config._minibert_proxy = as_proxy(spec)
-            capabilities(config._minibert_proxy)
-        except (ImplLoadError, ValueError) as e:
-            raise pytest.UsageError(f"--minibert-impl {spec}: {e}") from None
-        config.args.append(str(SUITE_MODULE))
-
-
-def pytest_ignore_collect(collection_path, config):
-    """The shipped suite module is collected only with --minibert-impl (a `pytest --pyargs
-    spec` or a run over site-packages must not pick it up without it)."""
-    if Path(collection_path) == SUITE_MODULE and not config.getoption("minibert_impl", None):
-        return True
-    return None
+    spec = config.getoption("minibert_impl")
+    try:
+        config._minibert_expected = resolve_expected_failures(
+            expectations_from_args(config.getoption("minibert_xfail")), "--minibert-xfail")
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    reason = probe_import(spec, config.getoption("minibert_timeout"))
+    if reason is not None:
+        raise pytest.UsageError(f"--minibert-impl {spec}: {reason}")
+    try:  # an implementation that does not load stops the session at once, one line
+        config._minibert_proxy = as_proxy(spec)
+        capabilities(config._minibert_proxy)
+    except (ImplLoadError, ValueError) as e:
+        raise pytest.UsageError(f"--minibert-impl {spec}: {e}") from None
+    config.args.append(str(SUITE_MODULE))

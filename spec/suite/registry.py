@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from spec.protocol import OPS, NotApplicable, op_of_equation
 
 __all__ = ["Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
-           "NotApplicable", "CHECK_MODULES", "lazy_module"]
+           "NotApplicable", "CHECK_MODULES", "lazy_module", "resolve_expected_failures"]
 
 # kind -> the report column it fills (spec.suite.report); the columns in table order
 COLUMNS = (("forward", "forward vs oracle"), ("oracle_backward", "backward vs oracle"),
@@ -291,4 +291,34 @@ def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None =
     if match is not None:
         rx = re.compile(match)
         out = [c for c in out if rx.search(c.id)]
+    return out
+
+
+def resolve_expected_failures(expected: Mapping[str, str] | None,
+                              what: str = "expected_failed_checks") -> dict[str, str]:
+    """A user's expected failures (check id -> reason) with every id resolved to a registered
+    check; the one rule for ``parametrize_with_checks``, ``check_implementation``, the pytest
+    plugin (``--minibert-xfail``) and ``minibert check --xfail``.  An id that names no check is
+    refused -- ValueError naming ``what``, each unknown id and its closest known ids -- because
+    an expectation that can never match would let a typo pass silently."""
+    import difflib
+
+    known = {c.id for c in all_checks()}
+    out: dict[str, str] = {}
+    unknown = []
+    for check_id, reason in dict(expected or {}).items():
+        if check_id in known:
+            out[check_id] = reason
+            continue
+        # (an id renamed since a release resolves here, through the alias map, before it
+        # counts as unknown)
+        unknown.append(check_id)
+    if unknown:
+        def hint(check_id) -> str:
+            close = difflib.get_close_matches(str(check_id), sorted(known), n=3, cutoff=0.5)
+            return f"{check_id!r} (closest: {', '.join(close) if close else 'none'})"
+
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ValueError(f"{what}: no check {'; '.join(hint(u) for u in unknown[:5])}{more} "
+                         "(`minibert check --list` lists the ids)")
     return out

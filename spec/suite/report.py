@@ -219,3 +219,16 @@ def apply_expectations(results: Iterable[Result], expected: Mapping[str, str] | 
                                                "remove it from expected_failed_checks")
         out.append(r)
     return out
+
+
+def expectations_from_args(values: Iterable[str]) -> dict[str, str]:
+    """``ID`` or ``ID=REASON`` strings (``minibert check --xfail``, ``--minibert-xfail``) as
+    expected failures (id -> reason).  An id ends at its closing bracket, so a reason may hold
+    ``=``; without one the reason says where the expectation came from."""
+    out = {}
+    for value in values:
+        check_id, sep, reason = value.partition("]=")
+        if sep:
+            check_id += "]"
+        out[check_id.strip()] = reason.strip() or "expected to fail (given on the command line)"
+    return out

@@ -203,7 +203,7 @@ def one_line(message: str) -> str:
 
 
 def _convention_text(w: warnings.WarningMessage) -> str | None:
-    from spec.invariants import ConventionWarning
+    from spec.numerics.identities import ConventionWarning
 
     text = str(w.message)
     if issubclass(w.category, ConventionWarning):

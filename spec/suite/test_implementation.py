@@ -13,6 +13,7 @@ def pytest_generate_tests(metafunc):
     if spec is None or "check" not in metafunc.fixturenames:
         return
     mark = parametrize_with_checks(config._minibert_proxy,  # loaded by the plugin
+                                   config._minibert_expected,  # --minibert-xfail, resolved
                                    bad_input=config.getoption("minibert_bad_input"),
                                    oracle=config.getoption("minibert_oracle"),
                                    timeout=config.getoption("minibert_timeout"))

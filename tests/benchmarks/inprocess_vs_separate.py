@@ -33,22 +33,22 @@ import torch
 from reference import init_params
 from reference.config import PRESETS
 from reference.train.threads import keep_freed_memory, use_threads
-from spec.bench import alternate_raw, load_torch_side, sgemm_gflops
-from spec.cli.bench import _problem, _reference_side, _torch_side
+from spec.bench import alternate_raw, load_torch_side, problem, reference_side, sgemm_gflops
+from spec.bench import torch_side
 job = json.loads(sys.argv[1])
 n = job["threads"]
 keep_freed_memory()
 for k in sorted({1, n}):  # the old harness probed first, in the same process
     sgemm_gflops(k, with_median=True)
 config = PRESETS["mini_bert"]()
-ids, labels, mask = _problem(config, job["batch"], job["seq"], 0)
+ids, labels, mask = problem(config, job["batch"], job["seq"], 0)
 module, _ = load_torch_side()
 out = {}
 with use_threads(n):
     torch.set_num_threads(n)
     params = init_params(config, seed=0, dtype=np.float32)
-    ours = _reference_side(config, params, ids, labels, mask)
-    theirs = _torch_side(module, torch, config, params, ids, labels, mask)
+    ours = reference_side(config, params, ids, labels, mask)
+    theirs = torch_side(module, torch, config, params, ids, labels, mask)
     for key in job["keys"]:
         before = ({"ours": ours["_before_backward"], "torch": theirs["_before_backward"]}
                   if key == "backward" else {})
@@ -68,11 +68,12 @@ def in_process(job: dict) -> dict:
 
 
 def separate(job: dict) -> dict:
+    from spec.bench import BENCH_TASK
     from spec.benchproc import run_child
 
     out: dict = {}
     for side in ("ours", "torch"):
-        data = run_child({**job, "task": "bench", "preset": "mini_bert", "seed": 0,
+        data = run_child({**job, "task": BENCH_TASK, "preset": "mini_bert", "seed": 0,
                           "side": side, "check": False})
         for key, times in data["times"].items():
             out.setdefault(key, {})[side] = float(np.median(times)) * 1e3

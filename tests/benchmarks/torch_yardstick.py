@@ -1,4 +1,4 @@
-"""Measure ``spec.bench.TORCH_REFERENCE_MS`` on this machine: torch eager's medians for the
+"""Measure ``spec.claims.timing.TORCH_REFERENCE_MS`` on this machine: torch eager's medians for the
 timing claims' forward + loss, backward and step (the visual guide's model and batch), at 1 and
 2 threads, with the claims' own harness (each side alone in its own process, alternating with
 the reference's, every process self-checked).  A run that fails its self-check prints the
@@ -20,9 +20,10 @@ if ROOT not in sys.path:
 
 def main() -> int:
     from reference.train.threads import available_cores
-    from spec.bench import CLAIM_CALLS, CLAIM_KEYS, load_average, step_gflop
+    from spec.bench import load_average, step_gflop
     from spec.benchproc import check_processes, python_path, run_rounds, stats_of
     from spec.claims import Context
+    from spec.claims.timing import CLAIM_CALLS, CLAIM_KEYS, CLAIMS_TASK
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,7 +33,7 @@ def main() -> int:
     import reference
 
     ctx = Context(reference)
-    job = {"task": "claims", "impl": "reference", "smoke": False, "keys": list(CLAIM_KEYS),
+    job = {"task": CLAIMS_TASK, "impl": "reference", "smoke": False, "keys": list(CLAIM_KEYS),
            "repeats": CLAIM_CALLS, "warmup": 1, "check": True, "sys_path": python_path()}
     load = load_average()
     procs = run_rounds(job, sides=("ours", "torch"), threads=args.threads, rounds=args.rounds,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from spec.numerics.asserts import worst
 from spec.protocol import OPS, NotApplicable
-from spec.suite.asserts import worst
 from spec.suite.registry import check
 from spec.tolerances import F64_IDENTITY_RTOL
 

@@ -10,8 +10,8 @@ import re
 import numpy as np
 
 from reference.config import mini_bert, seed001
+from spec.numerics.asserts import raises as _raises
 from spec.protocol import IGNORE_INDEX
-from spec.suite.asserts import raises as _raises
 from spec.suite.registry import check
 
 rng = np.random.default_rng(0)
@@ -450,7 +450,7 @@ def clip_rejects_a_zero_max_norm(impl):
 def accumulation_rejects_a_batch_without_masked_tokens(impl):
     """A logical batch that predicts nothing (mean undefined) and an empty list are refused,
     naming micro_batches."""
-    from spec.gradcheck import random_params, split_batch, uneven_mlm_batch
+    from spec.numerics.finite_differences import random_params, split_batch, uneven_mlm_batch
     from spec.suite.checks.model import TINY
 
     params = random_params(impl, TINY, seed=0)

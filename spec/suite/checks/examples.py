@@ -1,9 +1,9 @@
 """Fixed-seed checks derived from the op table alone: every op pair's backward against finite
 differences on its table ``example`` (spec.protocol), the op-pair contract (inputs untouched,
-float32 kept), the identities registered for the op (``@invariant("op")`` in spec.invariants),
-and bespoke checks for what the table cannot drive (a block's params dict, whole models,
-gradient accumulation).  They need no Hypothesis draw, so they are the first and fastest
-evidence on a new implementation (and what a mutant trips first).
+float32 kept), the identities registered for the op (``@invariant("op")`` in
+spec.numerics.identities), and bespoke checks for what the table cannot drive (a block's params
+dict, whole models, gradient accumulation).  They need no Hypothesis draw, so they are the first
+and fastest evidence on a new implementation (and what a mutant trips first).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import copy
 
 import numpy as np
 
-from spec import invariants as inv
-from spec.gradcheck import assert_all_passed, check_gradients, model_gradcheck
-from spec.invariants import require
+from spec.numerics import identities as inv
+from spec.numerics.finite_differences import assert_all_passed, check_gradients, model_gradcheck
+from spec.numerics.identities import require
 from spec.protocol import IGNORE_INDEX, OPS, NotApplicable, attention_example, capabilities
 from spec.protocol.capabilities import VARIANTS, resolve_variant
 from spec.suite.registry import check
@@ -278,7 +278,7 @@ def model_example_fd(impl, config_name):
        ops=("model",), equations=_MODEL_EQUATIONS)
 def model_example_bookkeeping(impl, config_name):
     """Gradient keys, shapes and dtypes equal the parameters' (float64 and float32)."""
-    from spec.gradcheck import random_batch, random_params
+    from spec.numerics.finite_differences import random_batch, random_params
 
     config = tiny_configs()[config_name]
     batch = random_batch(config, 2, 6, seed=2)
@@ -296,7 +296,7 @@ def model_example_bookkeeping(impl, config_name):
 def accumulation_example(impl):
     """Micro-batches with uneven numbers of predicted tokens (one with none), on both heads:
     the accumulated loss and gradient equal the full batch's."""
-    from spec.gradcheck import random_params, split_batch, uneven_mlm_batch
+    from spec.numerics.finite_differences import random_params, split_batch, uneven_mlm_batch
 
     configs = tiny_configs()
     mlm, mse = configs["mini_bert"], configs["seed001"]

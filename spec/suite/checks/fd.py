@@ -2,7 +2,7 @@
 
 The scalar checked is sum(out * dout) with a random upstream gradient dout (never all ones), so
 the gradient of each differentiable input is exactly what the backward returns for dout.  Every
-output of every backward is compared (``spec.suite.fdcheck``): element by element on tiny
+output of every backward is compared (``spec.numerics.fdcheck``): element by element on tiny
 tensors, along random directions otherwise, with the tolerances of ``spec.tolerances``.
 """
 
@@ -12,12 +12,12 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from spec import invariants as inv
-from spec.gradcheck import elementwise_check
-from spec.invariants import require
+from spec.numerics import identities as inv
+from spec.numerics.fdcheck import check_op, objective
+from spec.numerics.finite_differences import elementwise_check
+from spec.numerics.identities import require
 from spec.protocol import capabilities
 from spec.suite import strategies as S
-from spec.suite.fdcheck import check_op, objective
 from spec.suite.registry import check
 from spec.tolerances import FD_FLOOR, FD_RTOL
 
@@ -57,9 +57,9 @@ def backward_matches_finite_differences(impl, family, data):
                              .needs))
 def key_bias_gradient_is_exactly_zero(impl, masked, data):
     """Softmax is invariant to adding a constant to a row of scores, and b_k adds q_i . b_k to
-    every score of row i: dL/db_k = 0 exactly (spec.invariants, relative to the other gradients
-    of the call), on cases where the key path does carry gradient (dW_k is not ~0).  The FD
-    check alone judges db_k in absolute terms (FD_RTOL * FD_FLOOR): it is shown to reject a
+    every score of row i: dL/db_k = 0 exactly (spec.numerics.identities, relative to the other
+    gradients of the call), on cases where the key path does carry gradient (dW_k is not ~0).
+    The FD check alone judges db_k in absolute terms (FD_RTOL * FD_FLOOR): it is shown to reject a
     key-bias gradient just above that bound."""
     family = FAMILIES["attention_bias" + ("_mask" if masked else "")]
     case = data.draw(family.cases(), label="case")

@@ -16,13 +16,13 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from reference.config import PRESETS
-from spec import invariants as inv
-from spec.gradcheck import random_batch, random_params
-from spec.invariants import require
+from spec.numerics import identities as inv
+from spec.numerics.fdcheck import assert_f32_close, max_abs, run_op
+from spec.numerics.finite_differences import random_batch, random_params
+from spec.numerics.identities import require
 from spec.protocol import OPS, capabilities
 from spec.suite import strategies as S
 from spec.suite.checks.fd import FAMILIES, draw_case, family_cases, family_needs
-from spec.suite.fdcheck import assert_f32_close, max_abs, run_op
 from spec.suite.registry import check
 from spec.tolerances import F64_IDENTITY_RTOL
 
@@ -146,7 +146,7 @@ def float32_path_agrees_with_float64(impl, family, data):
 
 
 # --------------------------------------------------------------------------- op-specific
-# The identities are spec.invariants' (shared with ``minibert check``); here they get drawn
+# The identities are spec.numerics.identities' (shared with ``minibert check``); here they get drawn
 # inputs.  Equation marks come from the protocol's op table.
 @check("invariant", "embedding.scatter_adds", equations=("embedding.backward",),
        given={"case": S.embedding_cases()})

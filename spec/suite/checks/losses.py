@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from reference.config import mini_bert
-from spec.gradcheck import random_params
 from spec.guards import cross_entropy_adjustment, declared, guarded_nll
+from spec.numerics.asserts import assert_close, assert_rel
+from spec.numerics.finite_differences import random_params
 from spec.protocol import IGNORE_INDEX
-from spec.suite.asserts import assert_close, assert_rel
 from spec.suite.registry import check, grid
 from spec.tolerances import F64_IDENTITY_RTOL, ORACLE_RTOL_F32
 

@@ -1,6 +1,6 @@
 """The whole model: directional finite differences of every parameter tensor and of the input
-embeddings (spec.gradcheck.model_gradcheck), every small preset, float64; the two CE
-reductions; the inputs_embeds path against the input_ids path; gradient accumulation."""
+embeddings (spec.numerics.finite_differences.model_gradcheck), every small preset, float64;
+the two CE reductions; the inputs_embeds path against the input_ids path; gradient accumulation."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from reference.config import PRESETS, mini_bert, seed001
-from spec import invariants as inv
-from spec.gradcheck import (
+from spec.numerics import identities as inv
+from spec.numerics.finite_differences import (
     assert_all_passed,
     check_gradients,
     model_gradcheck,
@@ -18,7 +18,7 @@ from spec.gradcheck import (
     split_batch,
     uneven_mlm_batch,
 )
-from spec.invariants import require
+from spec.numerics.identities import require
 from spec.protocol import IGNORE_INDEX
 from spec.suite.registry import check
 from spec.tolerances import F64_IDENTITY_RTOL
@@ -249,7 +249,7 @@ def token_types_default_to_zero_and_matter(impl):
     np.testing.assert_array_equal(h0, h_zero, err_msg="default token types are not all 0")
     assert h0.shape == (2, 5, config.hidden), f"hidden states {h0.shape}"
     assert np.abs(h0 - h_one).max() > 1e-3, "token type 1 does not change the output"
-    from spec.suite.asserts import raises
+    from spec.numerics.asserts import raises
 
     with raises(ValueError, match="token_type_ids"):
         impl.forward(params, config, ids, token_type_ids=np.full_like(ids, 2))
@@ -263,7 +263,7 @@ def pooled_output_gradient_reaches_every_tensor(impl):
     """head "none" with the pooler: backward(dH, cache, d_pooled) adds the pooler's path; the
     directional derivative of <h, dH> + <pooled, dP> matches central differences."""
     from reference.config import bert_tiny
-    from spec.gradcheck import directional_check
+    from spec.numerics.finite_differences import directional_check
 
     config = bert_tiny(head="none", pooler=True, n_layers=1)
     params = random_params(impl, config, seed=6)

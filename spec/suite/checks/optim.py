@@ -9,11 +9,11 @@ import warnings
 
 import numpy as np
 
-from spec import invariants as inv
 from spec.guards import clip_guard, clipped_norm, undeclared_clip_message
-from spec.invariants import ConventionWarning, require
+from spec.numerics import identities as inv
+from spec.numerics.asserts import assert_close, assert_rel
+from spec.numerics.identities import ConventionWarning, require
 from spec.protocol import capabilities
-from spec.suite.asserts import assert_close, assert_rel
 from spec.suite.registry import NotApplicable, check
 from spec.tolerances import ORACLE_RTOL_F64
 

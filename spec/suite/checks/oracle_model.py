@@ -4,9 +4,10 @@ F.layer_norm, F.linear, F.cross_entropy / F.mse_loss) and differentiated by torc
 
 Compared: the output (MLM logits or hidden states), the loss, every parameter gradient and the
 gradient w.r.t. the input embeddings (token + position sum).  Random gamma/beta/biases
-(spec.gradcheck.random_params), batch > 1 with repeated ids, a padding mask and ignored labels
-(spec.gradcheck.random_batch); within ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of each tensor's
-magnitude (torch_oracle.allowed_error says why that, and not entry by entry).
+(spec.numerics.finite_differences.random_params), batch > 1 with repeated ids, a padding
+mask and ignored labels (spec.numerics.finite_differences.random_batch); within ORACLE_RTOL_F64
+/ ORACLE_RTOL_F32 of each tensor's magnitude (torch_oracle.allowed_error says why that, and not
+entry by entry).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference.config import mini_bert, seed001
-from spec.gradcheck import random_batch, random_params
+from spec.numerics.finite_differences import random_batch, random_params
 from spec.protocol import IGNORE_INDEX, OPS
 from spec.suite.registry import check, lazy_module
 

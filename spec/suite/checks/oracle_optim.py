@@ -6,9 +6,9 @@ torch.nn.utils.clip_grad_norm_.  torch is imported inside each check (the ``orac
 from __future__ import annotations
 
 from spec.guards import clip_guard
+from spec.numerics.asserts import assert_close
 from spec.optim_contract import accepts
 from spec.protocol import capabilities
-from spec.suite.asserts import assert_close
 from spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
 from spec.suite.registry import check, grid
 from spec.tolerances import ORACLE_RTOL_F64
@@ -123,7 +123,7 @@ def clip_call(impl):
         return {"eps": TORCH_CLIP_EPS}, TORCH_CLIP_EPS
     import warnings
 
-    from spec.invariants import ConventionWarning
+    from spec.numerics.identities import ConventionWarning
 
     eps = clip_guard(impl)
     warnings.warn(ConventionWarning(

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from spec.equations import load
-from spec.gradcheck import assert_all_passed, elementwise_check
+from spec.numerics.asserts import worst
+from spec.numerics.finite_differences import assert_all_passed, elementwise_check
 from spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, op_of_equation
-from spec.suite.asserts import worst
 from spec.suite.registry import check
 from spec.tolerances import ORACLE_RTOL_F64, SYMPY_CODE_FLOOR, SYMPY_CODE_RTOL
 
@@ -121,7 +121,7 @@ def sympy_matches_code(impl, eq_id, data):
         if err > SYMPY_CODE_RTOL and num.convention is not None and err <= num.convention[0]:
             import warnings
 
-            from spec.invariants import ConventionWarning
+            from spec.numerics.identities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{eq_id}: {num.convention[1]} changes output {k} "
                                             f"by {err:.1e} relative"), stacklevel=2)

@@ -76,8 +76,8 @@ def close(op: str, name: str, got, want, scale: float = 0.0,
     Relative to the magnitude of the whole tensor (``scale``: of the terms that cancelled into
     it), not entry by entry: an entry's rounding error is ~u times the magnitudes summed into
     it, not times its own value (spec/suite/torch_oracle.allowed_error gives the same rule).
-    A failure names the worst index and both values (spec.suite.asserts.worst)."""
-    from spec.suite.asserts import worst
+    A failure names the worst index and both values (spec.numerics.asserts.worst)."""
+    from spec.numerics.asserts import worst
 
     a = np.asarray(got, dtype=np.float64)
     b = np.asarray(want, dtype=np.float64)
@@ -108,7 +108,7 @@ def holds(op: str, name: str, condition, detail: str = "") -> Finding:
 def exact(op: str, name: str, got, want) -> Finding:
     """``got == want`` entry by entry (an identity that holds exactly: a masked entry, an
     ignored position); a failure names the worst index and both values."""
-    from spec.suite.asserts import worst
+    from spec.numerics.asserts import worst
 
     a = np.asarray(got, dtype=np.float64)
     b = np.broadcast_to(np.asarray(want, dtype=np.float64), a.shape)

@@ -4,21 +4,27 @@ A case family (``@cases`` in spec/suite/strategies.py) is a row of ``spec.protoc
 protocol names and equation IDs) with the strategy drawing its cases and, for composite ops
 whose smoothness depends on the forward itself (the block), a filter run on the
 implementation's own protocol ops.  ``check_op`` compares every output of the backward with
-central finite differences of ``sum(out * dout)`` in float64 (``spec.gradcheck``).
+central finite differences of ``sum(out * dout)`` in float64 (``spec.numerics.finite_differences``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from spec.gradcheck import assert_all_passed, directional_check, elementwise_check, localise
-from spec.suite.asserts import assert_close
-from spec.suite.strategies import CaseFamily, OpCase
+from spec.numerics.asserts import assert_close
+from spec.numerics.finite_differences import (
+    assert_all_passed,
+    directional_check,
+    elementwise_check,
+    localise,
+)
 from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
 
 
-def run_op(impl, family: CaseFamily, case: OpCase, inputs=None, dout=None):
-    """forward + backward; returns (out, grads tuple aligned with the differentiable inputs)."""
+def run_op(impl, family, case, inputs=None, dout=None):
+    """forward + backward; returns (out, grads tuple aligned with the differentiable inputs).
+    ``family`` / ``case``: a ``CaseFamily`` and one of its ``OpCase`` s (spec/suite/strategies.py;
+    this layer takes them as they come, it does not import the suite)."""
     forward, backward = family.bind(impl)
     inputs = case.inputs if inputs is None else inputs
     out, cache = forward(**inputs, **case.fixed)
@@ -32,7 +38,7 @@ def objective(forward, inputs, fixed, dout) -> float:
     return float(np.sum(np.asarray(out) * dout))
 
 
-def check_op(impl, family: CaseFamily, case: OpCase) -> dict:
+def check_op(impl, family, case) -> dict:
     """FD check of every output of the backward; returns {input name: gradient}."""
     forward, _ = family.bind(impl)
     out, grads = run_op(impl, family, case)

@@ -1,0 +1,78 @@
+"""The pytest plugin of minibert-spec (entry point ``pytest11``), inert unless used.
+
+pytest loads it in every session of every environment where the package is installed, so it
+imports nothing else of the project, and nothing pytest has not already imported, until it is
+used: ``--minibert-impl`` given (then :mod:`spec.suite.plugin` does the work) or a test module
+calling ``spec.suite.parametrize_with_checks`` (which imports what it needs itself).  It sits
+directly under ``spec``, whose ``__init__`` imports nothing (tests/test_plugin_inert.py), so
+loading it adds exactly ``spec`` and ``spec._pytestplugin`` to ``sys.modules`` (the repository's
+top level is fixed: no top-level module as Hypothesis's ``_hypothesis_pytestplugin``).
+Its options, all prefixed::
+
+    --minibert-impl=pkg.mod[:obj]   run the shipped suite on that implementation (collects
+                                    spec/suite/test_implementation.py beside your tests)
+    --minibert-oracle=require|off   the PyTorch oracle (default require: no torch is a failure)
+    --minibert-bad-input            also run the bad-input checks
+    --minibert-timeout=SECONDS      per check, and for importing the implementation (default 30)
+    --minibert-xfail=ID[=REASON]    an expected failure (repeatable; strict, as
+                                    parametrize_with_checks' expected_failed_checks)
+
+It never loads a Hypothesis profile and, without ``--minibert-impl``, collects nothing, changes
+no setting and adds no fixture: it registers the ``suite_check`` marker and its options.
+"""
+
+from __future__ import annotations
+
+# spec.suite.run's ORACLE_MODES and DEFAULT_TIMEOUT, written out so that adding the options
+# imports nothing (tests/test_plugin_inert.py checks that they agree)
+ORACLE_MODES = ("require", "off")
+DEFAULT_TIMEOUT = 30.0
+SUITE_CHECK_MARKER = ("suite_check(id, kind, ops, equations): a check of the minibert-spec "
+                      "judging suite (set by spec.suite.parametrize_with_checks)")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("minibert", "minibert-spec: check a NumPy BERT implementation")
+    group.addoption("--minibert-impl", default=None, metavar="PKG.MOD[:OBJ]",
+                    help="run the minibert-spec judging suite on this implementation")
+    group.addoption("--minibert-oracle", default="require", choices=ORACLE_MODES,
+                    help="require (default): the PyTorch oracle checks run and fail without "
+                         "torch; off: they are skipped, saying so")
+    group.addoption("--minibert-bad-input", action="store_true", default=False,
+                    help="also run the bad-input checks")
+    group.addoption("--minibert-timeout", type=float, default=DEFAULT_TIMEOUT,
+                    metavar="SECONDS", help=f"per check, and for importing the implementation "
+                                            f"(default {DEFAULT_TIMEOUT:g})")
+    group.addoption("--minibert-xfail", action="append", default=[], metavar="ID[=REASON]",
+                    help="a check expected to fail (repeatable); an unknown id is refused")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", SUITE_CHECK_MARKER)
+    if config.getoption("minibert_impl", None):
+        from spec.suite.plugin import configure
+
+        configure(config)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The shipped suite module is collected only with --minibert-impl (a `pytest --pyargs
+    spec` or a run over site-packages must not pick it up without it)."""
+    if (collection_path.name == "test_implementation.py"
+            and not config.getoption("minibert_impl", None)
+            and collection_path.resolve() == _suite_module()):
+        return True
+    return None
+
+
+def _suite_module():
+    """spec/suite/test_implementation.py of the installed package, found without importing
+    ``spec`` (None when it cannot be found)."""
+    import importlib.util
+    from pathlib import Path
+
+    found = importlib.util.find_spec("spec")
+    if found is None or not found.submodule_search_locations:
+        return None
+    package = Path(next(iter(found.submodule_search_locations))).resolve()
+    return package / "suite" / "test_implementation.py"
