@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec.guards import loss_floor
 from spec.protocol import IGNORE_INDEX, Example, capabilities, op_registrar
+from spec.protocol.capabilities import ConventionWarning
+from spec.protocol.guards import loss_floor
 from spec.tolerances import F64_IDENTITY_RTOL
 
 
@@ -42,11 +43,6 @@ INVARIANTS: dict[str, list[Callable]] = {}
 
 # @invariant("op", ...) registers f(impl, example, rng) -> list[Finding] as a fixed-seed check
 invariant = op_registrar(INVARIANTS, "invariant")
-
-
-class ConventionWarning(UserWarning):
-    """A documented convention the implementation follows (lr(0) = 0, a float64 loss, a
-    divisor guard): not a failure; the report lists it with the number it changes."""
 
 
 def require(findings: list[Finding]) -> None:
@@ -642,12 +638,12 @@ def schedule_shape(impl, *, peak: float, warmup: int, total: int) -> list[Findin
 def clip_global_norm(impl, grads: dict, max_norm: float) -> list[Finding]:
     """The norm is the 2-norm of all gradients; above max_norm every tensor is scaled by the same
     factor to norm max_norm -- exactly, or max_norm * norm / (norm + eps) under a declared
-    divisor guard (spec/guards.py: CAPABILITIES["guards"]["clip_eps"]); below it nothing
+    divisor guard (spec/protocol/guards.py: CAPABILITIES["guards"]["clip_eps"]); below it nothing
     changes.  An undeclared guard is a failure naming the eps it implies."""
-    from spec.guards import clip_guard, clipped_norm, undeclared_clip_message
+    from spec.protocol.guards import clip_guard, clipped_norm, undeclared_clip_message
 
     op = "clip"
-    eps = clip_guard(impl)
+    eps = clip_guard(capabilities(impl)["guards"])
     norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
     found = [close(op, "global_grad_norm is the 2-norm of all gradients",
                    impl.global_grad_norm(grads), norm)]

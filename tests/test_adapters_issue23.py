@@ -257,8 +257,8 @@ def test_no_check_fails_with_an_empty_message(how):
 def test_adapter_new_lists_every_name_and_capability_and_imports(tmp_path, capsys,
                                                                  monkeypatch):
     from spec.cli.adapter import CAPABILITY_HELP
-    from spec.guards import GUARDS
     from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
+    from spec.protocol.guards import GUARDS
 
     assert minibert(["adapter", "new", "mybert_xyz"]) == 0
     text = capsys.readouterr().out

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spec.protocol.guards import GUARDS, MAX_GUARD
+
 DEFAULT_CAPABILITIES = {"attention_bias": True, "key_mask": True, "weight_decay": True,
                         "ranks": {}, "conventions": (), "guards": {}}
 # conventions an implementation may declare (CAPABILITIES["conventions"])
@@ -107,12 +109,33 @@ def capabilities(impl) -> dict:
     reject_unknown("CAPABILITIES", "keys", caps,
                    sorted(DEFAULT_CAPABILITIES) + sorted(VARIANTS))
     reject_unknown("CAPABILITIES", "conventions", caps["conventions"], sorted(CONVENTIONS))
-    from spec.guards import validate_guards  # numerical guards: spec/guards.py (issue 23)
-
-    validate_guards(caps["guards"])
+    _validate_guards(caps["guards"])
     for op, options in VARIANTS.items():
         caps[op] = _variant_values(op, caps.get(op, {}), options)
     return caps
+
+
+def _validate_guards(guards) -> None:
+    """CAPABILITIES["guards"]: a dict of known guard names (spec/protocol/guards.py) to numbers
+    in [0, MAX_GUARD]."""
+    if not isinstance(guards, Mapping):
+        raise ValueError(f"CAPABILITIES['guards']: expected a dict like {{'log_eps': 1e-12}}, "
+                         f"got {guards!r}")
+    reject_unknown("CAPABILITIES['guards']", "guards", guards, sorted(GUARDS))
+    for k, v in guards.items():
+        if not isinstance(v, (int, float)) or not 0 <= float(v) <= MAX_GUARD:
+            raise ValueError(f"CAPABILITIES['guards'][{k!r}]: expected a number in "
+                             f"[0, {MAX_GUARD:g}], got {v!r}")
+
+
+def declared_guards(impl) -> dict:
+    """The numerical guards the implementation declares (CAPABILITIES["guards"])."""
+    return dict(capabilities(impl)["guards"])
+
+
+class ConventionWarning(UserWarning):
+    """A documented convention the implementation follows (lr(0) = 0, a float64 loss, a
+    divisor guard): not a failure; the report lists it with the number it changes."""
 
 
 def reject_unknown(where: str, what: str, given, known: list) -> None:

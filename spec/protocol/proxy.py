@@ -200,7 +200,7 @@ class ImplProxy:
                           if k not in ("weight_decay", "no_decay")}
                 return args, kwargs, None
         elif name == "adam_step":  # no no_decay keyword: the suite applies the rule (issue 23)
-            from spec.optim_contract import adam_step_adapter
+            from spec.protocol.optim_contract import adam_step_adapter
 
             adapt = adam_step_adapter(fn)
 

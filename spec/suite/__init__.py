@@ -79,7 +79,7 @@ class BoundCheck:
         for c in r.conventions:
             import warnings
 
-            from spec.invariants import ConventionWarning
+            from spec.protocol.capabilities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{r.id}: {c}"), stacklevel=2)
         if r.outcome == "n/a":

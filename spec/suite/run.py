@@ -210,7 +210,7 @@ def one_line(message: str) -> str:
 
 
 def _convention_text(w: warnings.WarningMessage) -> str | None:
-    from spec.invariants import ConventionWarning
+    from spec.protocol.capabilities import ConventionWarning
 
     text = str(w.message)
     if issubclass(w.category, ConventionWarning):

@@ -132,7 +132,7 @@ def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0,
                  inputs_scale: float = 0.0, allowance=0.0) -> None:
     """``ours`` within ``allowed_error`` of torch's ``theirs``, with the dtype and shape of
     ``theirs``; the message names the tensor, the worst index and both values.  ``allowance``
-    (scalar or per entry) is added for a declared guard (spec/guards.py), derived from its
+    (scalar or per entry) is added for a declared guard (spec/protocol/guards.py), derived from its
     value -- never a widened tolerance for everyone."""
     if ours is None:
         raise AssertionError(f"{name}: got None, torch has an array of shape {np.shape(theirs)}")

@@ -12,8 +12,9 @@ import numpy as np
 
 from reference.config import mini_bert
 from spec.gradcheck import random_params
-from spec.guards import cross_entropy_adjustment, declared, guarded_nll
 from spec.protocol import IGNORE_INDEX
+from spec.protocol.capabilities import declared_guards
+from spec.protocol.guards import cross_entropy_adjustment, guarded_nll
 from spec.suite.asserts import assert_close, assert_rel
 from spec.suite.registry import check, grid
 from spec.tolerances import F64_IDENTITY_RTOL, ORACLE_RTOL_F32
@@ -29,9 +30,9 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def _expected(logits, labels, ignore_index, reduction, guards=None):
     """(loss, dlogits, dlogits allowance) in float64: -sum log p[label] over the predicted rows
-    (/ N for the mean) -- under the implementation's declared guard (spec/guards.py), if any;
-    softmax - onehot on predicted rows, 0 on ignored ones, and how far a guarded gradient may
-    be from it (0 without a guard)."""
+    (/ N for the mean) -- under the implementation's declared guard (spec/protocol/guards.py),
+    if any; softmax - onehot on predicted rows, 0 on ignored ones, and how far a guarded
+    gradient may be from it (0 without a guard)."""
     logp = _log_softmax(logits)
     valid = labels != ignore_index
     safe = np.where(valid, labels, 0)
@@ -68,7 +69,7 @@ def cross_entropy_is_stable_at_large_logits(impl, dtype, reduction):
     loss, cache = impl.cross_entropy_forward(logits, labels, reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
     want_loss, want_grad, allow = _expected(logits, labels, IGNORE_INDEX, reduction,
-                                            declared(impl))
+                                            declared_guards(impl))
     rtol = F64_IDENTITY_RTOL if dtype == np.float64 else ORACLE_RTOL_F32
     assert np.isfinite(loss), f"loss {loss!r} at logits of magnitude 1e4"
     assert np.all(np.isfinite(dlogits)), "non-finite dlogits at logits of magnitude 1e4"
@@ -95,7 +96,7 @@ def cross_entropy_honours_ignore_index(impl, ignore_index, reduction):
                                              reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
     want_loss, want_grad, allow = _expected(logits, np.where(ignored, IGNORE_INDEX, labels),
-                                            IGNORE_INDEX, reduction, declared(impl))
+                                            IGNORE_INDEX, reduction, declared_guards(impl))
     assert_rel(loss, want_loss, F64_IDENTITY_RTOL, "loss")
     assert_close(dlogits, want_grad, rtol=F64_IDENTITY_RTOL, atol=1e-15 + allow, what="dlogits")
 

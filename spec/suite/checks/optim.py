@@ -10,9 +10,10 @@ import warnings
 import numpy as np
 
 from spec import invariants as inv
-from spec.guards import clip_guard, clipped_norm, undeclared_clip_message
-from spec.invariants import ConventionWarning, require
+from spec.invariants import require
 from spec.protocol import capabilities
+from spec.protocol.capabilities import ConventionWarning, declared_guards
+from spec.protocol.guards import clip_guard, clipped_norm, undeclared_clip_message
 from spec.suite.asserts import assert_close, assert_rel
 from spec.suite.registry import NotApplicable, check
 from spec.tolerances import ORACLE_RTOL_F64
@@ -113,9 +114,9 @@ def schedule_first_step_nonzero_peak_and_end(impl):
 def clip_exact_norm_and_passthrough(impl):
     """global_grad_norm is the 2-norm over every tensor; clipping scales every tensor by one
     factor to max_norm (to max_norm * norm / (norm + eps) under a declared divisor guard,
-    spec/guards.py); a norm below max_norm passes through as copies."""
+    spec/protocol/guards.py); a norm below max_norm passes through as copies."""
     g = _grads(0)
-    eps = clip_guard(impl)
+    eps = clip_guard(declared_guards(impl))
     norm = impl.global_grad_norm(g)
     expected = np.sqrt(sum(float(np.sum(v * v)) for v in g.values()))
     assert_rel(norm, expected, ORACLE_RTOL_F64, "global_grad_norm")

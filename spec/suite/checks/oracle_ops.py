@@ -17,8 +17,9 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from spec.guards import cross_entropy_adjustment, declared
 from spec.protocol import IGNORE_INDEX, OPS, capabilities
+from spec.protocol.capabilities import declared_guards as declared
+from spec.protocol.guards import cross_entropy_adjustment
 from spec.suite.registry import check, grid, lazy_module
 from spec.suite.strategies import ce_labels, layernorm_eps, variant_kwargs
 from spec.tolerances import KINK_MARGIN
@@ -514,8 +515,8 @@ def cross_entropy(impl, part, dtype, reduction, lead, V, seed, data):
                             ("logits",))
     s_in = to.inputs_scale(dict(logits=logits, labels=labels, reduction=reduction,
                                  ignore_index=ignore_index), dloss)
-    # a declared loss guard (spec/guards.py): torch's loss plus the guard's exact shift, and
-    # dlogits within |guarded - unguarded gradient|
+    # a declared loss guard (spec/protocol/guards.py): torch's loss plus the guard's exact
+    # shift, and dlogits within |guarded - unguarded gradient|
     shift, allow, _ = cross_entropy_adjustment(declared(impl), logits, labels, ignore_index,
                                                reduction, dloss)
     if part == "forward":
@@ -543,7 +544,7 @@ def cross_entropy_gathered(impl, part, dtype, reduction, layout, N, V, seed, dat
                                                    reduction=reduction), dloss, ("logits",))
     s_in = to.inputs_scale(dict(logits=logits), dloss)
     what = f"cross_entropy[{reduction}, {layout} {list(logits.shape)}]"
-    # a declared loss guard, as in the standard check (spec/guards.py); no label is ignored
+    # a declared loss guard, as in the standard check (spec/protocol/guards.py); no label is ignored
     shift, allow, _ = cross_entropy_adjustment(declared(impl), logits, labels, IGNORE_INDEX,
                                                reduction, dloss)
     if part == "forward":

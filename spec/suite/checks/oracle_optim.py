@@ -5,9 +5,9 @@ torch.nn.utils.clip_grad_norm_.  torch is imported inside each check (the ``orac
 
 from __future__ import annotations
 
-from spec.guards import clip_guard
-from spec.optim_contract import accepts
 from spec.protocol import capabilities
+from spec.protocol.guards import clip_guard
+from spec.protocol.optim_contract import accepts
 from spec.suite.asserts import assert_close
 from spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
 from spec.suite.registry import check, grid
@@ -123,9 +123,9 @@ def clip_call(impl):
         return {"eps": TORCH_CLIP_EPS}, TORCH_CLIP_EPS
     import warnings
 
-    from spec.invariants import ConventionWarning
+    from spec.protocol.capabilities import ConventionWarning, declared_guards
 
-    eps = clip_guard(impl)
+    eps = clip_guard(declared_guards(impl))
     warnings.warn(ConventionWarning(
         f"clip_by_global_norm has no eps keyword: torch's clipping is run with its declared "
         f"guard norm + {eps:g} (CAPABILITIES['guards']['clip_eps']; torch's own is 1e-6)"),
@@ -152,7 +152,7 @@ def torch_clip(tensors, max_norm, eps):
 def clip_matches_torch(impl, max_norm):
     """clip_by_global_norm(eps=1e-6) equals torch.nn.utils.clip_grad_norm_ (its 1e-6 guard),
     norm and clipped gradients, on five gradient sets; an implementation without the eps
-    keyword is compared with torch run with its declared guard (spec/guards.py)."""
+    keyword is compared with torch run with its declared guard (spec/protocol/guards.py)."""
     import torch
 
     kw, eps = clip_call(impl)

@@ -54,10 +54,11 @@ def _error(a, b, allow=0.0) -> float:
 
 
 def _guarded(impl, eq_id, arrays, expected):
-    """(expected, allowance) under a declared cross-entropy guard (spec/guards.py): the loss
-    shifted by the guard's exact effect, the gradient allowed |guarded - unguarded|."""
+    """(expected, allowance) under a declared cross-entropy guard (spec/protocol/guards.py): the
+    loss shifted by the guard's exact effect, the gradient allowed |guarded - unguarded|."""
     from spec.equations.loss import _ce_labels
-    from spec.guards import ce_guard, cross_entropy_adjustment, declared
+    from spec.protocol.capabilities import declared_guards as declared
+    from spec.protocol.guards import ce_guard, cross_entropy_adjustment
 
     guards = declared(impl)
     if op_of_equation(eq_id) != "cross_entropy" or ce_guard(guards) is None:
@@ -114,7 +115,7 @@ def sympy_matches_code(impl, eq_id, data):
         if err > SYMPY_CODE_RTOL and num.convention is not None and err <= num.convention[0]:
             import warnings
 
-            from spec.invariants import ConventionWarning
+            from spec.protocol.capabilities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{eq_id}: {num.convention[1]} changes output {k} "
                                             f"by {err:.1e} relative"), stacklevel=2)

@@ -73,6 +73,6 @@ def adam_step_adapter(fn):
 
 
 def _convention():
-    from spec.invariants import ConventionWarning
+    from spec.protocol.capabilities import ConventionWarning
 
     return ConventionWarning
