@@ -51,6 +51,9 @@ def register(sub) -> None:
                    help=f"worker processes (default {DEFAULT_WORKERS})")
     g.add_argument("--max-examples", type=int,
                    help="Hypothesis examples per check (default: the suite's, 10)")
+    g.add_argument("--quick", action="store_true",
+                   help="the quick run: each check on its fixed examples alone, nothing drawn "
+                        "(seconds: the first evidence on a new implementation)")
     g.add_argument("--seed", type=int, help="draw every check's examples from this seed (default: "
                                             "derandomized, the same examples every run)")
     g.add_argument("--format", choices=("table", "json", "html"), default="table")
@@ -90,7 +93,7 @@ def import_root(module_name: str, cwd: str) -> str | None:
 
 
 def run(args) -> int:
-    from spec.suite import selected_checks
+    from spec.suite import QUICK, selected_checks
     from spec.suite.pool import run_isolated
 
     for flag, value in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
@@ -100,9 +103,11 @@ def run(args) -> int:
         return _fail(f"--workers: expected a positive integer, got {args.workers}")
     if args.max_examples is not None and args.max_examples < 1:
         return _fail(f"--max-examples: expected a positive integer, got {args.max_examples}")
+    if args.quick and args.max_examples is not None:
+        return _fail("--quick runs the fixed examples alone: --max-examples does not apply")
     try:
         checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
-                                 bad_input=args.bad_input)
+                                 bad_input=args.bad_input, quick=args.quick)
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
     _check_selection(args)
@@ -140,7 +145,8 @@ def run(args) -> int:
     try:
         report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
                               total_timeout=args.total_timeout, oracle=args.oracle,
-                              paths=paths, max_examples=args.max_examples, seed=args.seed,
+                              paths=paths, seed=args.seed,
+                              max_examples=QUICK if args.quick else args.max_examples,
                               on_result=progress)
     finally:
         done()

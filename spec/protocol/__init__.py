@@ -121,17 +121,15 @@ The op table
 names, its differentiable inputs (the order of the backward's gradients), the equation IDs it
 realises, its parameter names and the ``reference`` module that defines it.  The conformance
 checker, the finite-difference, invariant and oracle tests, the mutation catalog and the audit
-all derive from it: adding an op is one row (and its ``_DOCS`` entry) plus its maths
-(``reference``), its SymPy file (``spec/equations/<prefix>.py``) and its strategies
-(``spec/suite/strategies.py``).
-
-An entry's ``example`` builds small fixed-seed inputs (NumPy only) from which ``minibert check``
-runs the op's backward against finite differences without any op-specific code; op-specific
-identities attach to the op by name (``@invariant("op")`` in :mod:`spec.invariants`).
+all derive from it: adding an op is one row (with its contract in words) plus its maths
+(``reference``), its SymPy file (``spec/equations/<prefix>.py``) and its case family with its
+fixed-seed cases and its torch twin (``spec/suite/strategies.py``): the finite-difference,
+oracle and generic invariant checks then run it without op-specific code.
 """
 
 from __future__ import annotations
 
+from reference.ops import IGNORE_INDEX
 from spec.protocol.capabilities import (
     CONVENTIONS,
     DEFAULT_CAPABILITIES,
@@ -156,20 +154,16 @@ from spec.protocol.proxy import (
 )
 from spec.protocol.table import (
     EQUATION_OPS,
-    IGNORE_INDEX,
     OPS,
-    Example,
     Op,
-    attention_example,
     op_of_equation,
     op_of_name,
-    op_registrar,
     protocol_markdown,
     reference_modules,
 )
 
-__all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation",
-           "op_of_name", "op_registrar", "reference_modules", "attention_example",
+__all__ = ["IGNORE_INDEX", "OPS", "Op", "EQUATION_OPS", "op_of_equation",
+           "op_of_name", "reference_modules",
            "protocol_markdown", "NotApplicable", "ImplProxy", "ImplementationAbort",
            "ImplementationExit", "ImplementationHung", "load_impl",
            "ImplLoadError", "resolve", "provides", "unwrap", "label_of", "not_applicable_message",

@@ -31,8 +31,8 @@ OUTCOME_STATUS = {"passed": "ok", "xfailed": "ok", "failed": "FAIL", "xpassed": 
 
 
 def anchor(*parts: str) -> str:
-    """An element id from op names, column keys and check ids ('fd[layernorm.example]' ->
-    'fd-layernorm.example-'): no space, bracket or slash in a URL fragment."""
+    """An element id from op names, column keys and check ids ('invariant[layernorm.normalises]' ->
+    'invariant-layernorm.normalises-'): no space, bracket or slash in a URL fragment."""
     return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "-", p) for p in parts)
 
 

@@ -34,13 +34,22 @@ __all__ = ["Check", "Result", "Report", "COLUMNS", "KINDS", "all_checks", "selec
 
 def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
                     ops: Iterable[str] | None = None, match: str | None = None,
-                    bad_input: bool = False) -> list[Check]:
+                    bad_input: bool = False, quick: bool = False) -> list[Check]:
     """The checks a run covers: everything (bad-input checks only with ``bad_input``),
-    narrowed by ids, kinds, ops or a regular expression on the id."""
+    narrowed by ids, kinds, ops or a regular expression on the id; ``quick``: the checks with
+    fixed examples (run on those alone, :data:`QUICK`)."""
     checks = select(ids=ids, kinds=kinds, ops=ops, match=match)
     if not bad_input and ids is None:
         checks = [c for c in checks if c.kind != "bad_input"]
+    if quick:
+        checks = [c for c in checks if c.in_quick_run]
     return checks
+
+
+# ``max_examples`` of the quick run: every check's explicit examples (the case families'
+# fixed-seed cases) and the fixed checks marked quick, nothing drawn -- seconds, the first
+# evidence on a new implementation and what a mutant trips first
+QUICK = 0
 
 
 class BoundCheck:
@@ -49,9 +58,9 @@ class BoundCheck:
     pytest shows as the parameter of ``test_conformance(check)``."""
 
     def __init__(self, check: Check, proxy, *, timeout: float | None, oracle: str,
-                 database=None):
+                 database=None, quick: bool = False):
         self.check, self.proxy, self.timeout, self.oracle = check, proxy, timeout, oracle
-        self.database = database
+        self.database, self.quick = database, quick
 
     def __repr__(self) -> str:
         return self.check.id
@@ -71,7 +80,8 @@ class BoundCheck:
 
         try:
             r = run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
-                          settings=check_settings(database=self.database),
+                          settings=check_settings(database=self.database,
+                                                  max_examples=QUICK if self.quick else None),
                           heartbeat=heartbeat if self.timeout else None)
         finally:
             if self.timeout:
@@ -115,17 +125,20 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
                             ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
                             ops: Iterable[str] | None = None, match: str | None = None,
                             bad_input: bool = False, oracle: str = "require",
-                            timeout: float | None = DEFAULT_TIMEOUT, database="auto"):
+                            timeout: float | None = DEFAULT_TIMEOUT, database="auto",
+                            quick: bool = False):
     """``@pytest.mark.parametrize("check", ...)`` over every selected check bound to ``impl``
     (a module, an object, or ``"pkg.mod:obj"``), each with its id (``pytest -k`` selects by
     it).  ``expected_failed_checks`` maps ids to reasons: strict xfails (a check that starts
     passing fails the run, so the list cannot go stale).  ``oracle="off"`` turns the PyTorch
     comparisons into skips that say so; by default a missing torch fails them.  ``database``:
     "auto" keeps each implementation's Hypothesis examples apart under ``.hypothesis/minibert``
-    in the current directory (None: no database)."""
+    in the current directory (None: no database).  ``quick``: the quick run (each check on
+    its fixed examples alone)."""
     import pytest
 
-    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input)
+    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
+                             quick=quick)
     expected = dict(expected_failed_checks or {})
     unknown = sorted(set(expected) - {c.id for c in all_checks()})
     if unknown:
@@ -146,7 +159,8 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
         if c.id in expected:
             marks.append(pytest.mark.xfail(strict=True, reason=expected[c.id]))
         params.append(pytest.param(BoundCheck(c, proxy, timeout=timeout, oracle=oracle,
-                                              database=database), id=c.id, marks=marks))
+                                              database=database, quick=quick),
+                                   id=c.id, marks=marks))
     return pytest.mark.parametrize("check", params)
 
 
@@ -156,11 +170,12 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          oracle: str = "require", timeout: float | None = DEFAULT_TIMEOUT,
                          expected_failed_checks: Mapping[str, str] | None = None,
                          progress: Callable[[Result], object] | None = None,
-                         settings=None) -> Report:
+                         settings=None, quick: bool = False) -> Report:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
     :class:`Report`.  ``settings``: Hypothesis settings for every check (default
-    :func:`spec.suite.run.check_settings`)."""
+    :func:`spec.suite.run.check_settings`); ``quick``: the quick run (each check on its fixed
+    examples alone)."""
     import time
 
     from spec.protocol import ImplLoadError
@@ -171,8 +186,11 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
         proxy = as_proxy(impl, label)
     except ImplLoadError as e:
         return Report(str(impl), [], oracle, bad_input, load_error=str(e))
+    if quick and settings is None:
+        settings = check_settings(max_examples=QUICK)
     results = []
-    for c in selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input):
+    for c in selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
+                             quick=quick):
         r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings)
         results.append(r)
         if progress is not None:

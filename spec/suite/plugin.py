@@ -8,6 +8,7 @@ puts on its parameters, and these options, all prefixed::
                                     spec/suite/test_implementation.py beside your tests)
     --minibert-oracle=require|off   the PyTorch oracle (default require: no torch is a failure)
     --minibert-bad-input            also run the bad-input checks
+    --minibert-quick                the quick run: each check on its fixed examples alone
     --minibert-timeout=SECONDS      per check (default spec.suite.run.DEFAULT_TIMEOUT)
 
 It never loads a Hypothesis profile: checks inherit the profile the user loaded, or the suite's
@@ -33,6 +34,8 @@ def pytest_addoption(parser):
                          "torch; off: they are skipped, saying so")
     group.addoption("--minibert-bad-input", action="store_true", default=False,
                     help="also run the bad-input checks")
+    group.addoption("--minibert-quick", action="store_true", default=False,
+                    help="the quick run: each check on its fixed examples alone")
     group.addoption("--minibert-timeout", type=float, default=DEFAULT_TIMEOUT,
                     metavar="SECONDS", help=f"per check (default {DEFAULT_TIMEOUT:g})")
 

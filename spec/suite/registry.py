@@ -49,7 +49,12 @@ class Check:
     equations: the equation IDs it is evidence for (the audit and mutation matrix read them)
     func:      ``func(impl, **kwargs, **drawn)``
     kwargs:    its fixed arguments
-    given:     Hypothesis strategies by keyword (drawn per example), or None: run once
+    given:     Hypothesis strategies by keyword (drawn per example), or a function of the
+               implementation's CAPABILITIES returning them (a case family's strategy follows
+               the variant the implementation declares), or None: run once
+    examples:  ``caps -> [{keyword: value}]``: explicit examples, run before anything is drawn
+               (Hypothesis's explicit phase) -- the case families' fixed-seed cases
+    quick:     a check without ``given`` that belongs to the quick run (see :func:`quick`)
     requires:  modules it imports beyond the core install (torch, transformers)
     """
 
@@ -69,6 +74,14 @@ class Check:
     # "layernorm.affine": False, ...}, spec.protocol.capabilities.unmet): decided before the
     # check runs or draws anything, so no check is skipped by the chance of a draw
     needs: Mapping = field(default_factory=dict, compare=False, repr=False)
+    examples: Callable | None = field(default=None, compare=False, repr=False)
+    quick: bool = field(default=False, compare=False, repr=False)
+
+    @property
+    def in_quick_run(self) -> bool:
+        """The quick run (``minibert check --quick``) runs this check: its explicit examples
+        alone, or its one fixed run."""
+        return self.examples is not None if self.given is not None else self.quick
 
     @property
     def column(self) -> str:
@@ -106,15 +119,33 @@ class Check:
         the body (each example): the time limit is per example, so it bounds a hang without
         limiting how many examples a profile asks for.  ``seed``: draw from this seed (combined
         with the id) instead of the settings' own choice."""
+        completed = []
+
         def run(drawn):
             if each_call is None:
-                return self.call(impl, drawn)
-            with each_call():
-                return self.call(impl, drawn)
+                out = self.call(impl, drawn)
+            else:
+                with each_call():
+                    out = self.call(impl, drawn)
+            completed.append(True)  # not rejected by assume(): a quick run counts these
+            return out
 
         if self.given is None:
-            return functools.partial(run, None)
-        from hypothesis import given
+            test = functools.partial(run, None)
+            test.completed = completed
+            return test
+        from hypothesis import example, given
+
+        caps = None
+        if callable(self.given) or self.examples is not None:
+            from spec.protocol import capabilities
+
+            caps = capabilities(impl)
+        strategies = self.given(caps) if callable(self.given) else self.given
+        explicit = self.examples(caps) if self.examples is not None else []
+        if settings is not None and is_quick(settings) and not explicit:
+            raise NotApplicable(f"not applicable: {self.id} has no fixed example for this "
+                                "implementation (the quick run draws nothing)")
 
         def body(**drawn):
             return run(drawn)
@@ -122,11 +153,13 @@ class Check:
         body.__name__ = body.__qualname__ = re.sub(r"\W+", "_", self.id).strip("_")
         body.__module__ = self.func.__module__
         body.__signature__ = inspect.Signature(
-            [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in self.given])
+            [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in strategies])
         # Hypothesis keys its database and derandomized seed by a digest of the function:
         # add the id, so every check (and every parametrization of one function) has its own
         body._hypothesis_internal_add_digest = self.id.encode()
-        test = given(**self.given)(body)
+        test = given(**strategies)(body)
+        for kw in reversed(explicit):  # run in the order given
+            test = example(**kw)(test)
         if seed is not None:
             import hashlib
 
@@ -134,7 +167,16 @@ class Check:
 
             digest = hashlib.sha256(f"{seed}:{self.id}".encode()).digest()
             test = use_seed(int.from_bytes(digest[:8], "big"))(test)
-        return settings(test) if settings is not None else test
+        test = settings(test) if settings is not None else test
+        test.completed = completed
+        return test
+
+
+def is_quick(settings) -> bool:
+    """Settings of a quick run: the explicit phase alone (``check_settings(max_examples=0)``)."""
+    from hypothesis import Phase
+
+    return tuple(settings.phases) == (Phase.explicit,)
 
 
 def lazy_module(name: str):
@@ -187,7 +229,8 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
           ops: Iterable[str] | Callable | None = None,
           equations: Iterable[str] | Callable | None = None, given: Mapping | None = None,
           requires: Iterable[str] = (), kinds_arg: str | None = None,
-          prepare: Callable | None = None, needs: Mapping | Callable | None = None):
+          prepare: Callable | None = None, needs: Mapping | Callable | None = None,
+          examples: Callable | None = None, quick: bool | Callable = False):
     """Register the decorated function as one check, or one per case.
 
     ``kind`` is a key of :data:`KINDS`, or several separated by ``|`` (``"oracle.forward|
@@ -199,7 +242,9 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     rows of ``equations`` (every ID belongs to one op of the table).  ``prepare(**case
     kwargs)`` runs before the check's time limit starts (the suite's own set-up).  ``needs``
     (a mapping, or a callable of the case's kwargs) is what the implementation must declare
-    (:attr:`Check.needs`).
+    (:attr:`Check.needs`).  ``given`` and ``examples`` may be callables of the case's kwargs
+    returning what :class:`Check` takes (a function of the CAPABILITIES); ``quick`` (or a
+    callable of the case's kwargs) puts a check without ``given`` in the quick run.
     """
     kinds = kind.split("|")
     for k in kinds:
@@ -224,10 +269,13 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
                 unknown = [r for r in rows if r not in OPS]
                 if unknown:
                     raise ValueError(f"check {label}: ops {unknown} are not rows of the op table")
-                c = Check(f"{k}[{label}]", k, rows, eqs, fn, kw, given, tuple(requires),
+                c = Check(f"{k}[{label}]", k, rows, eqs, fn, kw,
+                          _per_case(given, kwargs, "given"), tuple(requires),
                           inspect.getdoc(fn) or "",
                           None if prepare is None else functools.partial(prepare, **kwargs),
-                          dict(needs(kwargs) if callable(needs) else needs or {}))
+                          dict(needs(kwargs) if callable(needs) else needs or {}),
+                          _per_case(examples, kwargs, "examples"),
+                          bool(quick(kwargs) if callable(quick) else quick))
                 if not _ID.match(c.id):
                     raise ValueError(f"check: malformed id {c.id!r}")
                 if c.id in _REGISTRY and _REGISTRY[c.id].func is not fn:
@@ -238,10 +286,19 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     return register
 
 
+def _per_case(value, kwargs: dict, what: str):
+    """``given`` / ``examples`` of one case: a mapping as it is, a callable taking ``kwargs``
+    (the case's) called with them -- it returns the mapping, or a function of the
+    CAPABILITIES."""
+    if value is None or not callable(value):
+        return value
+    return value(kwargs)
+
+
 # the modules that register checks (imported by all_checks, in this order: the report lists
 # checks in registration order)
 CHECK_MODULES = (
-    "spec.suite.checks.fd", "spec.suite.checks.examples", "spec.suite.checks.invariants",
+    "spec.suite.checks.fd", "spec.suite.checks.invariants",
     "spec.suite.checks.model", "spec.suite.checks.losses", "spec.suite.checks.optim",
     "spec.suite.checks.sympy_code", "spec.suite.checks.bad_input",
     "spec.suite.checks.oracle_ops", "spec.suite.checks.oracle_model",

@@ -34,8 +34,8 @@ class Cell:
 
 
 def _cell(results: list[Result], off_reason: str | None) -> Cell:
-    if off_reason is not None and not results:
-        return Cell("n/a", off_reason)
+    if off_reason is not None and all(r.outcome == "n/a" for r in results):
+        return Cell("n/a", off_reason, [r.id for r in results])
     failed = [r for r in results if r.outcome in ("failed", "xpassed")]
     ran = [r for r in results if r.outcome in ("passed", "failed", "xfailed", "xpassed")]
     if failed:

@@ -15,6 +15,7 @@ def pytest_generate_tests(metafunc):
     mark = parametrize_with_checks(config._minibert_proxy,  # loaded by the plugin
                                    bad_input=config.getoption("minibert_bad_input"),
                                    oracle=config.getoption("minibert_oracle"),
+                                   quick=config.getoption("minibert_quick"),
                                    timeout=config.getoption("minibert_timeout"))
     metafunc.parametrize(*mark.args, **mark.kwargs)
 

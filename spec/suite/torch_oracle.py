@@ -258,9 +258,14 @@ def layernorm(x, gamma, beta, eps=1e-12):
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
 
 
+def _keep(mask):
+    """A mask as torch booleans, True = kept (the protocol also takes 0/1 integers)."""
+    return None if mask is None else mask.bool()
+
+
 def softmax(x, mask=None):
     if mask is not None:
-        x = x.masked_fill(~mask, float("-inf"))
+        x = x.masked_fill(~_keep(mask), float("-inf"))
     return F.softmax(x, dim=-1)
 
 
@@ -293,7 +298,8 @@ def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, 
     q = x.transpose(0, 1)  # torch wants [T, B, H]
     y, _ = F.multi_head_attention_forward(
         q, q, q, H, n_heads, None, in_proj_bias, None, None, False, 0.0, W_out, b_o,
-        training=False, key_padding_mask=None if mask is None else ~mask, need_weights=False,
+        training=False, key_padding_mask=None if mask is None else ~_keep(mask),
+        need_weights=False,
         attn_mask=causal_mask(x.shape[1]) if causal else None,
         use_separate_proj_weight=True, q_proj_weight=weight(W_q), k_proj_weight=weight(W_k),
         v_proj_weight=weight(W_v))
@@ -327,13 +333,19 @@ def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, no
         "norm1.weight": p["ln1.gamma"], "norm1.bias": p["ln1.beta"],
         "norm2.weight": p["ln2.gamma"], "norm2.bias": p["ln2.beta"],
     }
-    key_padding_mask = None if mask is None else ~mask
+    key_padding_mask = None if mask is None else ~_keep(mask)
     out = torch.func.functional_call(
         layer, state, (x,), {"src_key_padding_mask": key_padding_mask,
                              "src_mask": causal_mask(x.shape[1]) if causal else None})
     if norm == "pre_final":
         out = F.layer_norm(out, (H,), p["ln_f.gamma"], p["ln_f.beta"], eps)
     return out
+
+
+def block_flat(x, *, n_heads, mask=None, eps=1e-12, norm="post", causal=False, **p):
+    """:func:`block` with the parameters as keywords (the block's case family passes each
+    parameter as a differentiable input of its own)."""
+    return block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm, causal=causal)
 
 
 _LAYERS: dict = {}
@@ -387,11 +399,41 @@ def cross_entropy(logits, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"
                            reduction=reduction)
 
 
-def cross_entropy_of_probabilities(p, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"):
-    """The loss of softmax output p: F.nll_loss of log p (its gradient is dL/dp)."""
-    V = p.shape[-1]
-    return F.nll_loss(torch.log(p).reshape(-1, V), labels.reshape(-1),
+def cross_entropy_probabilities(logits, labels, *, ignore_index=IGNORE_INDEX, reduction="mean",
+                                input="probabilities"):  # noqa: A002 (the protocol's keyword)
+    """The loss of softmax output p (passed as ``logits``, the protocol's first argument):
+    F.nll_loss of log p, its gradient dL/dp."""
+    V = logits.shape[-1]
+    return F.nll_loss(torch.log(logits).reshape(-1, V), labels.reshape(-1),
                       ignore_index=ignore_index, reduction=reduction)
+
+
+class _LogPassingLogitGradient(torch.autograd.Function):
+    """log p whose backward hands the gradient on unchanged: the gradient reaching p is then
+    dL/d(log p), the logit gradient (softmax(log p) = p)."""
+
+    @staticmethod
+    def forward(ctx, p):
+        return torch.log(p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def cross_entropy_probabilities_dlogits(logits, labels, *, ignore_index=IGNORE_INDEX,
+                                        reduction="mean",
+                                        input="probabilities_dlogits"):  # noqa: A002
+    """The composed form: p in (as ``logits``), F.cross_entropy of the logits log p, and its
+    gradient w.r.t. those logits (p - onehot) handed back as the gradient of p."""
+    return cross_entropy(_LogPassingLogitGradient.apply(logits), labels,
+                         ignore_index=ignore_index, reduction=reduction)
+
+
+def linear_cross_entropy(x, W, b, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"):
+    """F.linear then F.cross_entropy: the fused op's unfused torch counterpart."""
+    return cross_entropy(linear(x, W, b), labels, ignore_index=ignore_index,
+                         reduction=reduction)
 
 
 def mse(y_hat, y):
