@@ -1,16 +1,24 @@
 """What an implementation declares it does not support (``CAPABILITIES``), and the conventions it
 may follow: the defaults, the validation of a declaration, and the rank adaptation of the ops
-that act on the last axis alone."""
+that act on the last axis alone.  The claims and variants themselves are declared in
+:mod:`spec.protocol.variants`."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from spec.protocol.guards import GUARDS, MAX_GUARD
+from spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary, re-exported)
+    CLAIMS,
+    VARIANTS,
+    declared_variants,
+    resolve_variant,
+    unmet,
+    variant_text,
+)
 
 DEFAULT_CAPABILITIES = {"attention_bias": True, "key_mask": True, "weight_decay": True,
                         "ranks": {}, "conventions": (), "guards": {}}
@@ -22,81 +30,7 @@ RANK_ADAPTABLE = {"linear": ("x",), "layernorm": ("x",), "softmax": ("x", "mask"
                   "relu": ("x",), "tanh": ("x",), "ffn": ("x",),
                   "cross_entropy": ("logits", "labels"), "mse": ("y_hat", "y"),
                   "linear_cross_entropy": ("x", "labels")}
-FORWARD_ARGS = {"linear": ("x", "W", "b"), "layernorm": ("x", "gamma", "beta", "eps"),
-                 "softmax": ("x", "mask"), "relu": ("x",), "tanh": ("x",),
-                 "ffn": ("x", "W_1", "b_1", "W_2", "b_2"), "cross_entropy": ("logits", "labels"),
-                 "mse": ("y_hat", "y"), "linear_cross_entropy": ("x", "W", "b", "labels")}
 
-
-# --------------------------------------------------------------------------- variants
-@dataclass(frozen=True)
-class Option:
-    """One variant option of an op: its values (the first is the protocol's standard form),
-    what each value means (the verdict prints it), and how the suite reaches it: ``argument``
-    names the forward's keyword that selects it (passed to an implementation that declares
-    several values, left out for one that declares a single one), None where the checks pass
-    None for an absent input (a piece the implementation lacks) or the proxy adapts the call."""
-
-    values: tuple
-    meaning: Mapping
-    argument: str | None = None
-
-    @property
-    def default(self):
-        return self.values[0]
-
-
-# op -> option -> Option.  An implementation declares the values it supports under its op's
-# name in CAPABILITIES (one value or a tuple); an undeclared option supports its default only.
-VARIANTS: dict[str, dict[str, Option]] = {
-    "layernorm": {
-        "affine": Option((True, False), {True: "with gamma and beta",
-                                         False: "without gamma/beta: the suite passes None "
-                                                "for both and expects None gradients"}),
-        "eps": Option((True, False), {True: "with eps inside the square root",
-                                      False: "without eps: the suite passes eps=0 (rows are "
-                                             "kept away from constant)"}),
-    },
-    "ffn": {
-        "b_2": Option((True, False), {True: "with b_2",
-                                      False: "without b_2: the suite passes b_2=None and "
-                                             "expects db_2 None"}),
-    },
-    "attention": {
-        "W_o": Option((True, False), {True: "with the output projection W_o",
-                                      False: "without W_o: y = merge(C); the suite passes "
-                                             "W_o=None, b_o=None and expects None gradients"}),
-        "causal": Option((False, True), {False: "bidirectional", True: "causal: position i "
-                                         "attends keys j <= i"}, argument="causal"),
-        "heads": Option(("fused", "per_head"),
-                        {"fused": "W_q, W_k, W_v, W_o [H, H] (head a owns columns a*d_k..)",
-                         "per_head": "per-head projections: W_q, W_k, W_v [A, H, d_k], b_q.. "
-                                     "[A, d_k], W_o [A, d_k, H] (the suite converts the "
-                                     "protocol's [H, H] and back; FD indices stay [H, H])"}),
-    },
-    "block": {
-        "norm": Option(("post", "pre", "pre_final"),
-                       {"post": "post-LN (BERT): LN2(h + FFN(h)), h = LN1(x + MHA(x))",
-                        "pre": "pre-LN (GPT-2): h + FFN(LN2(h)), h = x + MHA(LN1(x))",
-                        "pre_final": "pre-LN followed by its final LayerNorm LN_f (p has "
-                                     "ln_f.gamma, ln_f.beta)"}, argument="norm"),
-        "causal": Option((False, True), {False: "bidirectional attention",
-                                         True: "causal attention"}, argument="causal"),
-    },
-    "cross_entropy": {
-        "ignore_index": Option((True, False), {
-            True: "labels may hold ignore_index",
-            False: "without ignore_index: it takes the predicted rows only; checked on "
-                   "gathered rows in both layouts [N, V] and [1, N, V]"}),
-        "input": Option(("logits", "probabilities", "probabilities_dlogits"), {
-            "logits": "logits in",
-            "probabilities": "softmax output in, dL/dp out: checked alone and composed with "
-                             "the protocol's softmax",
-            "probabilities_dlogits": "softmax output in, the logit gradient of softmax + CE "
-                                     "out: checked alone and as the composed loss of logits"},
-            argument="input"),
-    },
-}
 
 
 def capabilities(impl) -> dict:
@@ -161,67 +95,6 @@ def _variant_values(op: str, declared, options: dict) -> dict:
             raise ValueError(f"CAPABILITIES[{op!r}][{name!r}]: expected values among "
                              f"{list(option.values)}, got {v!r}")
         out[name] = tuple(x for x in option.values if x in values)  # in the table's order
-    return out
-
-
-def supports(caps: dict, op: str, option: str, value) -> bool:
-    return value in caps[op][option]
-
-
-def resolve_variant(caps: dict, op: str, fixed: Mapping | None = None) -> dict:
-    """Every option of ``op`` for one check: the ``fixed`` values it is about, the others at
-    the implementation's standard form where it supports it, else its first declared value.
-    Raises LookupError naming what the implementation does not declare."""
-    fixed = dict(fixed or {})
-    out = {}
-    for name, option in VARIANTS[op].items():
-        values = caps[op][name]
-        if name in fixed:
-            if fixed[name] not in values:
-                raise LookupError(variant_text(op, name, fixed[name]))
-            out[name] = fixed[name]
-        else:
-            out[name] = option.default if option.default in values else values[0]
-    return out
-
-
-def variant_text(op: str, option: str, value) -> str:
-    """What one option's value means, for a verdict: "layernorm without gamma/beta..."."""
-    return f"{op} {VARIANTS[op][option].meaning[value]}"
-
-
-# capabilities that are claims, not variants: what a check needing them says when unmet
-_CLAIMS = {"attention_bias": "attention_bias (an attention with biases)",
-           "key_mask": "key_mask (a masked attention)",
-           "weight_decay": "weight_decay (AdamW)"}
-
-
-def unmet(caps: dict, needs: Mapping) -> str | None:
-    """The first of a check's ``needs`` the implementation does not declare, in words (None:
-    all met).  ``needs`` maps a claim ("key_mask") to True, or "op.option" to a value."""
-    for key, value in needs.items():
-        if key in _CLAIMS:
-            if value and not caps[key]:
-                return _CLAIMS[key]
-            continue
-        op, option = key.split(".")
-        if value not in caps[op][option]:
-            declared = "|".join(map(str, caps[op][option]))
-            return f"{variant_text(op, option, value)} (it declares {op}.{option}={declared})"
-    return None
-
-
-def declared_variants(caps: dict) -> dict[str, list[str]]:
-    """op -> what each option declared without its standard form changes (the verdict's
-    convention lines; an implementation that also has the standard form is checked in both)."""
-    out: dict[str, list[str]] = {}
-    for op, options in VARIANTS.items():
-        for name, option in options.items():
-            values = caps[op][name]
-            if option.default not in values:  # it lacks the standard form: say what it has
-                out.setdefault(op, []).append(
-                    f"variant {op}.{name}={'|'.join(map(str, values))}: "
-                    + "; ".join(option.meaning[v] for v in values if v != option.default))
     return out
 
 

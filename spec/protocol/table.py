@@ -5,6 +5,7 @@ the lookups derived from it.  An op's inputs to check come from its case familie
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, block_param_names
@@ -35,6 +36,12 @@ class Op:
     backward_doc: str = field(default="", compare=False)
 
     @property
+    def args(self) -> tuple[str, ...]:
+        """The forward's positional arguments, in order (the proxy names a call's arguments by
+        them): read from the reference's own signature, their one definition."""
+        return forward_args(self.module, self.pair[0]) if self.pair else ()
+
+    @property
     def pair(self) -> tuple[str, str] | None:
         """(forward name, backward name) of an op pair, else None."""
         fwd = next((n for n in self.names if n.endswith("_forward")), None)
@@ -50,6 +57,16 @@ class Op:
             return ""
         return "(" + ", ".join(f"d{n}" for n in self.inputs) + ("," if len(self.inputs) == 1
                                                                  else "") + ")"
+
+
+@functools.cache
+def forward_args(module: str, name: str) -> tuple[str, ...]:
+    import importlib
+    import inspect
+
+    params = inspect.signature(getattr(importlib.import_module(f"reference.{module}"),
+                                       name)).parameters.values()
+    return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
 
 
 def _pair(stem: str) -> tuple[str, str]:

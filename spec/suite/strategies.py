@@ -38,8 +38,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from spec.protocol import IGNORE_INDEX, OPS
-from spec.protocol.capabilities import resolve_variant
 from spec.protocol.guards import cross_entropy_adjustment
+from spec.protocol.variants import CLAIMS, resolve_variant, strategy_keyword
 from spec.tolerances import KINK_MARGIN, LN_MIN_VAR, layernorm_backward_scale
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
@@ -322,22 +322,19 @@ def upstream_like(rng, shape) -> np.ndarray | float:
     return float(rng.standard_normal()) if shape == () else rng.standard_normal(shape)
 
 
-# capability -> the strategy keyword that carries it
-_CAPABILITY_KWARGS = {"attention_bias": "bias", "key_mask": "masked"}
-
-
 def variant_kwargs(op: str, needs: dict, resolve: tuple, caps: dict) -> dict:
-    """Strategy keywords of one check: the ``needs`` of ``op``'s own options, then each
-    ``resolve`` key at the value the implementation declares (its standard form when it has
-    it).  Called after the needs were met (spec.suite.run checks them first)."""
-    kw = {k.split(".", 1)[1]: v for k, v in needs.items() if k.startswith(op + ".")}
+    """Strategy keywords of one check (each claim's and option's own, spec.protocol.variants):
+    the ``needs`` of ``op``'s own options, then each ``resolve`` key at the value the
+    implementation declares (its standard form when it has it).  Called after the needs were
+    met (spec.suite.run checks them first)."""
+    kw = {strategy_keyword(k): v for k, v in needs.items() if k.startswith(op + ".")}
     for key in resolve:
-        if key in _CAPABILITY_KWARGS:
-            kw[_CAPABILITY_KWARGS[key]] = bool(caps[key])
+        if key in CLAIMS:
+            kw[strategy_keyword(key)] = bool(caps[key])
             continue
         row, option = key.split(".")
         fixed = {k.split(".", 1)[1]: v for k, v in needs.items() if k.startswith(row + ".")}
-        kw[option] = resolve_variant(caps, row, fixed)[option]
+        kw[strategy_keyword(key)] = resolve_variant(caps, row, fixed)[option]
     return kw
 
 
