@@ -104,7 +104,7 @@ class Target:
 
 
 @dataclass
-class Report:
+class BenchReport:
     preset: str
     batch: int
     seq: int

@@ -15,7 +15,7 @@ QUICK = ["--quick"]  # the run's selection, as `minibert check` arguments
 
 @cache
 def check_report():
-    """The :class:`spec.suite.report.Report` of the run, with its provenance."""
+    """The :class:`spec.suite.report.CheckReport` of the run, with its provenance."""
     from spec.cli._provenance import provenance
     from spec.suite import check_implementation
 

@@ -1,7 +1,7 @@
 """`minibert check --format html`: the page says what the JSON says, cell by cell.
 
 On a real run (tests/check_site.py: the broken LayerNorm), the page is read back with an HTML
-parser and compared with ``Report.to_json()``: every cell's status, colour class and reason,
+parser and compared with ``CheckReport.to_json()``: every cell's status, colour class and reason,
 every red cell's link to the failures of exactly the check ids the JSON names (their messages
 and reproductions whole), the per-op verdicts, every check's outcome, and the run's notes.
 The browser's view of the same page: tests/test_check_html_browser.py."""

@@ -59,7 +59,7 @@ def test_check_ids_are_unique_and_stable():
     assert len(ids) == len(set(ids))
     for expected in ("fd[layernorm]", "oracle.backward[attention_bias_mask-f64]",
                      "invariant[softmax.rows_sum_to_one]", "fd[linear_bias]",
-                     "bad_input[linear_W_shape]", "sympy[layernorm.backward.dx]"):
+                     "bad_input[linear.W_shape]", "sympy[layernorm.backward.dx]"):
         assert expected in ids, expected
 
 

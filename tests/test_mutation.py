@@ -175,7 +175,8 @@ def _killers():
         "wordpiece_alphabet_ties_by_insertion": lambda r: WP.test_the_worked_example(),
         "softmax_jacobian_transposed_term": _jacobian_is_p_i_delta_minus_p_j,
         "ce_log_softmax_no_max_shift": by_id("invariant[cross_entropy.large_logits-f64-sum]"),
-        "ce_ignores_ignore_index_argument": by_id("invariant[cross_entropy.ignore_index--1-mean]"),
+        "ce_ignores_ignore_index_argument":
+            by_id("invariant[cross_entropy.ignore_index-neg1-mean]"),
         "evaluate_mean_of_batch_means":
             lambda r: test_evaluate.test_evaluate_is_the_loss_over_every_held_out_token(r, 4),
         "layernorm_eps_outside_sqrt": by_id("invariant[layernorm.eps_inside_sqrt-0.001]"),

@@ -59,13 +59,29 @@ def register(sub) -> None:
     g.add_argument("--format", choices=("table", "json", "html"), default="table")
     g.add_argument("-o", "--output", help="write the report there (json: the file; table: "
                                           "also print it, as JSON; html: a folder, required)")
-    g.add_argument("--list", action="store_true", help="list the selected checks and exit")
+    g.add_argument("--list", action="store_true",
+                   help="list the selected checks (id, kind, ops, file:line of the function "
+                        "that defines it) and exit")
     g.set_defaults(func=run)
 
 
 def _fail(msg: str, code: int = EXIT_NOT_RUN) -> int:
     print(f"minibert check: {msg}", file=sys.stderr)
     return code
+
+
+def _where(check) -> str:
+    """``file:line`` of the function that defines the check (relative to the directory holding
+    the spec package: spec/suite/checks/fd.py:61)."""
+    import spec
+
+    file, line = check.source
+    root = Path(spec.__file__).resolve().parent.parent
+    try:
+        file = Path(file).resolve().relative_to(root).as_posix()
+    except ValueError:
+        pass
+    return f"{file}:{line}"
 
 
 def import_root(module_name: str, cwd: str) -> str | None:
@@ -105,11 +121,17 @@ def run(args) -> int:
         return _fail(f"--max-examples: expected a positive integer, got {args.max_examples}")
     if args.quick and args.max_examples is not None:
         return _fail("--quick runs the fixed examples alone: --max-examples does not apply")
+    import warnings
+
     try:
-        checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
-                                 bad_input=args.bad_input, quick=args.quick)
+        with warnings.catch_warnings(record=True) as renames:
+            warnings.simplefilter("always", DeprecationWarning)
+            checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
+                                     bad_input=args.bad_input, quick=args.quick)
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
+    for w in renames:  # -k naming a former id: said, one line each
+        print(f"minibert check: deprecated: {w.message}", file=sys.stderr)
     _check_selection(args)
     if args.format == "html" and not args.list:  # refuse before any check runs
         if not args.output:
@@ -123,7 +145,7 @@ def run(args) -> int:
             return _fail(str(e))
     if args.list:
         for c in checks:
-            print(f"{c.id}\t{c.kind}\t{','.join(c.ops)}")
+            print(f"{c.id}\t{c.kind}\t{','.join(c.ops)}\t{_where(c)}")
         return 0
     if not args.impl:
         return _fail("impl: expected package.module[:object] (or --list)")

@@ -1,7 +1,7 @@
 """The conformance grid of one implementation as a page: ``minibert check MODULE --format html
 -o DIR``.
 
-Rendered from the check's JSON data alone (:meth:`spec.suite.report.Report.to_json`, the very
+Rendered from the check's JSON data alone (:meth:`spec.suite.report.CheckReport.to_json`, the very
 dict ``--format json`` writes, copied into the site as ``check.json``), so the page and the
 JSON cannot disagree: every cell's status, reason and check ids come from ``ops[].cells``,
 every failure's text from ``results[].message``.  What the renderer adds is presentation: the

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from spec.suite.registry import COLUMNS, KINDS, Check, all_checks, select
-from spec.suite.report import Report, apply_expectations
+from spec.suite.registry import COLUMNS, KINDS, Check, all_checks, renamed, select
+from spec.suite.report import CheckReport, apply_expectations
 from spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
 
-__all__ = ["Check", "Result", "Report", "COLUMNS", "KINDS", "all_checks", "select",
+__all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
            "DEFAULT_TIMEOUT"]
 
@@ -139,7 +139,7 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
 
     checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
                              quick=quick)
-    expected = dict(expected_failed_checks or {})
+    expected = {renamed(k, stacklevel=2): v for k, v in (expected_failed_checks or {}).items()}
     unknown = sorted(set(expected) - {c.id for c in all_checks()})
     if unknown:
         raise ValueError(f"expected_failed_checks: no checks {unknown[:5]} (see "
@@ -170,10 +170,10 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          oracle: str = "require", timeout: float | None = DEFAULT_TIMEOUT,
                          expected_failed_checks: Mapping[str, str] | None = None,
                          progress: Callable[[Result], object] | None = None,
-                         settings=None, quick: bool = False) -> Report:
+                         settings=None, quick: bool = False) -> CheckReport:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
-    :class:`Report`.  ``settings``: Hypothesis settings for every check (default
+    :class:`CheckReport`.  ``settings``: Hypothesis settings for every check (default
     :func:`spec.suite.run.check_settings`); ``quick``: the quick run (each check on its fixed
     examples alone)."""
     import time
@@ -185,7 +185,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     try:
         proxy = as_proxy(impl, label)
     except ImplLoadError as e:
-        return Report(str(impl), [], oracle, bad_input, load_error=str(e))
+        return CheckReport(str(impl), [], oracle, bad_input, load_error=str(e))
     if quick and settings is None:
         settings = check_settings(max_examples=QUICK)
     results = []
@@ -196,5 +196,5 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
         if progress is not None:
             progress(r)
     results = apply_expectations(results, expected_failed_checks)
-    return Report(proxy._impl_label, results, oracle, bad_input,
+    return CheckReport(proxy._impl_label, results, oracle, bad_input,
                   seconds=time.perf_counter() - start)

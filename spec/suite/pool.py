@@ -28,7 +28,7 @@ from pathlib import Path
 
 from spec.paths import HOME
 from spec.suite.registry import Check
-from spec.suite.report import Report
+from spec.suite.report import CheckReport
 from spec.suite.run import DEFAULT_TIMEOUT, Result
 
 GRACE_SECONDS = 15.0  # beyond a check's own limit before its worker is killed
@@ -120,9 +120,9 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                  total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT, oracle: str = "require",
                  paths: Sequence[str] = (), max_examples: int | None = None,
                  seed: int | None = None,
-                 on_result: Callable[[Result], object] | None = None) -> Report:
+                 on_result: Callable[[Result], object] | None = None) -> CheckReport:
     """Run ``checks`` on the implementation ``impl`` (``pkg.mod[:obj]``) in ``workers``
-    processes and return the :class:`Report` (results in the checks' order)."""
+    processes and return the :class:`CheckReport` (results in the checks' order)."""
     start = time.monotonic()
     job = {"impl": impl, "paths": list(paths), "timeout": timeout, "oracle": oracle,
            "max_examples": max_examples, "seed": seed}
@@ -239,6 +239,6 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                     for c in missing]
         if not notes:
             notes.append(f"{len(missing)} checks were not run")
-    report = Report(impl, ordered if load_error is None else [], oracle, notes=notes,
+    report = CheckReport(impl, ordered if load_error is None else [], oracle, notes=notes,
                     seconds=time.monotonic() - start, load_error=load_error)
     return report

@@ -7,10 +7,26 @@ tensor, the index and both values), and is *not applicable* by raising :class:`N
 :func:`check` beside the maths they exercise (``spec/suite/checks/*.py``) and selected by id,
 kind or op; :func:`all_checks` imports every check module once and returns the registry.
 
-Ids are ``kind[name]``: ``fd[layernorm]``, ``oracle.backward[attention-f32-bias-mask]``,
-``invariant[softmax.rows_sum_to_one]``.  They are stable: a user's ``expected_failed_checks``,
-``pytest -k`` and the mutation matrix refer to them.  The kinds and the report columns they
-fill are :data:`KINDS`.
+The id grammar, one for every check: ``kind[subject]`` or ``kind[subject.property]``, then
+optional ``-case`` labels::
+
+    fd[linear_nobias]                        oracle.backward[layernorm-f32]
+    invariant[layernorm.zero_upstream]       invariant[layernorm.eps_inside_sqrt-1e-05]
+    bad_input[layernorm.gamma_shape]         fd[model-mini_bert-B2-T1-sum]
+
+* ``kind`` is a key of :data:`KINDS` (the report column it fills);
+* ``subject`` (``[a-z0-9_]+``) is a case family (``linear_nobias``, spec/suite/strategies.py)
+  or a row of the op table (``layernorm``, ``model``); for ``sympy`` checks the bracket holds
+  the equation ID itself (``sympy[layernorm.backward.dx]``: subject = its file in
+  spec/equations);
+* ``property`` (letters, digits, ``_``; dotted only in equation IDs) names what is checked;
+* ``case`` labels (letters, digits, ``_``, ``.``) tell apart the cases of one check: the dtype
+  (``f64``/``f32``), a preset, a value (``1e-05``; a negative one written ``neg1``).
+
+Ids are stable: a user's ``expected_failed_checks``, ``pytest -k`` and the mutation matrix refer
+to them.  An id that changed keeps its old name for one release (:data:`ALIASES`, declared with
+``check(..., was=...)`` beside the check that took it): selecting or expecting a check by the
+old name still works and warns (``DeprecationWarning``) naming the new one.
 """
 
 from __future__ import annotations
@@ -22,10 +38,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from spec.protocol import OPS, NotApplicable, op_of_equation
+from spec.protocol import EQUATION_OPS, OPS, NotApplicable, op_of_equation
 
 __all__ = ["Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
-           "NotApplicable", "CHECK_MODULES", "lazy_module"]
+           "NotApplicable", "CHECK_MODULES", "lazy_module", "ALIASES", "renamed"]
 
 # kind -> the report column it fills (spec.suite.report); the columns in table order
 COLUMNS = (("forward", "forward vs oracle"), ("oracle_backward", "backward vs oracle"),
@@ -36,7 +52,9 @@ KINDS = {"oracle.forward": "forward", "oracle.backward": "oracle_backward", "fd"
 # the extras a check needs beyond the core install, by the module it imports
 EXTRAS = {"torch": "oracle", "transformers": "oracle"}
 
-_ID = re.compile(r"^[a-z_.]+\[[^\[\]]+\]$")
+_ID = re.compile(r"^(?P<kind>[a-z_]+(\.[a-z_]+)?)\[(?P<subject>[a-z0-9_]+)"
+                 r"(\.(?P<property>[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*))?"
+                 r"(?P<cases>(-[A-Za-z0-9_.]+)*)\]$")
 
 
 @dataclass(frozen=True)
@@ -98,9 +116,11 @@ class Check:
 
     @property
     def source(self) -> tuple[str, int]:
-        """(file, line) of the check's function."""
+        """(file, line) of the check's function: its ``def`` line (below its decorators)."""
         fn = inspect.unwrap(self.func)
-        return inspect.getsourcefile(fn) or "?", inspect.getsourcelines(fn)[1]
+        lines, start = inspect.getsourcelines(fn)
+        offset = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
+        return inspect.getsourcefile(fn) or "?", start + offset
 
     def missing_requirements(self) -> list[str]:
         """The modules of :attr:`requires` that cannot be imported here."""
@@ -230,7 +250,8 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
           equations: Iterable[str] | Callable | None = None, given: Mapping | None = None,
           requires: Iterable[str] = (), kinds_arg: str | None = None,
           prepare: Callable | None = None, needs: Mapping | Callable | None = None,
-          examples: Callable | None = None, quick: bool | Callable = False):
+          examples: Callable | None = None, quick: bool | Callable = False,
+          was: str | Iterable[str] | Callable | None = None):
     """Register the decorated function as one check, or one per case.
 
     ``kind`` is a key of :data:`KINDS`, or several separated by ``|`` (``"oracle.forward|
@@ -244,7 +265,9 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     (a mapping, or a callable of the case's kwargs) is what the implementation must declare
     (:attr:`Check.needs`).  ``given`` and ``examples`` may be callables of the case's kwargs
     returning what :class:`Check` takes (a function of the CAPABILITIES); ``quick`` (or a
-    callable of the case's kwargs) puts a check without ``given`` in the quick run.
+    callable of the case's kwargs) puts a check without ``given`` in the quick run.  ``was``
+    (the bracket part of the id(s) a check had before a rename, or a callable of the case's
+    kwargs returning them) keeps the old names for one release (:data:`ALIASES`).
     """
     kinds = kind.split("|")
     for k in kinds:
@@ -276,14 +299,52 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
                           dict(needs(kwargs) if callable(needs) else needs or {}),
                           _per_case(examples, kwargs, "examples"),
                           bool(quick(kwargs) if callable(quick) else quick))
-                if not _ID.match(c.id):
-                    raise ValueError(f"check: malformed id {c.id!r}")
+                _validate_id(c.id)
                 if c.id in _REGISTRY and _REGISTRY[c.id].func is not fn:
                     raise ValueError(f"check: id {c.id!r} registered twice")
                 _REGISTRY[c.id] = c
+                old = was(kwargs) if callable(was) else was
+                for former in ([old] if isinstance(old, str) else old or ()):
+                    ALIASES[f"{k}[{former}]"] = c.id
         return fn
 
     return register
+
+
+def _validate_id(check_id: str) -> None:
+    """The id follows the grammar of this module's docstring (its subject a case family, an op
+    of the table, or for ``sympy`` an equation ID's file)."""
+    m = _ID.match(check_id)
+    if m is None:
+        raise ValueError(f"check: malformed id {check_id!r} (expected kind[subject.property-"
+                         "case], see spec/suite/registry.py)")
+    from spec.suite.strategies import FAMILIES
+
+    subject = m["subject"]
+    known = (set(OPS) | {f.name for f in FAMILIES} if m["kind"] != "sympy" else
+             {e.split(".")[0] for e in EQUATION_OPS})
+    if subject not in known:
+        raise ValueError(f"check: {check_id!r}: subject {subject!r} is not "
+                         + ("an equation file" if m["kind"] == "sympy"
+                            else "a case family or an op of the table"))
+
+
+# old id -> new id, for one release (``check(..., was=...)``)
+ALIASES: dict[str, str] = {}
+
+
+def renamed(check_id: str, *, stacklevel: int = 2) -> str:
+    """The current id of ``check_id``: itself, or the new name of a renamed check (with a
+    DeprecationWarning naming it)."""
+    all_checks()
+    new = ALIASES.get(check_id)
+    if new is None:
+        return check_id
+    import warnings
+
+    warnings.warn(f"check id {check_id!r} is now {new!r}: the old name goes in the next "
+                  "release", DeprecationWarning, stacklevel=stacklevel + 1)
+    return new
 
 
 def _per_case(value, kwargs: dict, what: str):
@@ -321,6 +382,7 @@ def all_checks() -> tuple[Check, ...]:
 
 def get(check_id: str) -> Check:
     checks = {c.id: c for c in all_checks()}
+    check_id = renamed(check_id)
     if check_id not in checks:
         raise KeyError(f"no check {check_id!r}")
     return checks[check_id]
@@ -330,10 +392,11 @@ def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None =
            kinds: Iterable[str] | None = None, ops: Iterable[str] | None = None,
            match: str | None = None) -> list[Check]:
     """Checks filtered by exact ids, kinds (``oracle`` matches both oracle kinds), ops, or a
-    regular expression searched in the id."""
+    regular expression searched in the id.  An old id (:data:`ALIASES`) selects its check and
+    warns; so does a pattern that matches no current id but old ones."""
     out = list(all_checks() if checks is None else checks)
     if ids is not None:
-        wanted = list(ids)
+        wanted = [renamed(i, stacklevel=3) for i in ids]
         known = {c.id for c in out}
         unknown = [i for i in wanted if i not in known]
         if unknown:
@@ -347,5 +410,8 @@ def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None =
         out = [c for c in out if os_ & set(c.ops)]
     if match is not None:
         rx = re.compile(match)
-        out = [c for c in out if rx.search(c.id)]
+        found = {c.id for c in out if rx.search(c.id)}
+        if not any(rx.search(c.id) for c in all_checks()):  # it names old ids, if any
+            found = {renamed(old, stacklevel=3) for old in ALIASES if rx.search(old)}
+        out = [c for c in out if c.id in found]
     return out

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from spec.protocol import OPS
-from spec.suite.registry import COLUMNS, KINDS
+from spec.suite.registry import COLUMNS, KINDS, renamed
 from spec.suite.run import Result, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
@@ -60,7 +60,7 @@ def _cell(results: list[Result], off_reason: str | None) -> Cell:
 
 
 @dataclass
-class Report:
+class CheckReport:
     """Everything one run found: the results, what was not run and why, and the run's own
     failures (a worker that crashed the process, the time limit)."""
 
@@ -180,10 +180,12 @@ class Report:
 
 def apply_expectations(results: Iterable[Result], expected: Mapping[str, str] | None
                        ) -> list[Result]:
-    """Expected failures (id -> reason), strict: a failure becomes ``xfailed`` (reason kept),
-    a pass becomes ``xpassed`` (a failure of the expectation)."""
+    """Expected failures (id -> reason; a former id names its renamed check, with a
+    DeprecationWarning), strict: a failure becomes ``xfailed`` (reason kept), a pass becomes
+    ``xpassed`` (a failure of the expectation)."""
     if not expected:
         return list(results)
+    expected = {renamed(k, stacklevel=3): v for k, v in expected.items()}
     out = []
     for r in results:
         reason = expected.get(r.id)

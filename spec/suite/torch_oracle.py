@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from spec.protocol import IGNORE_INDEX
+from spec.suite.asserts import assert_close
 from spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
 # Checks run one process per core (xdist, minibert check's workers): torch's own thread pool
@@ -128,8 +129,8 @@ def allowed_error(theirs: np.ndarray, dtype, scale: float = 0.0,
                                          rounding_floor(dtype, inputs_scale)))
 
 
-def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0,
-                 inputs_scale: float = 0.0, allowance=0.0) -> None:
+def assert_oracle(name: str, ours, theirs, dtype=None, scale: float = 0.0,
+                  inputs_scale: float = 0.0, allowance=0.0) -> None:
     """``ours`` within ``allowed_error`` of torch's ``theirs``, with the dtype and shape of
     ``theirs``; the message names the tensor, the worst index and both values.  ``allowance``
     (scalar or per entry) is added for a declared guard (spec/protocol/guards.py), derived from its
@@ -157,19 +158,12 @@ def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0,
         raise AssertionError(f"{name}: non-finite value {a[bad]} at index {bad}")
     allowed = allowed_error(b, dtype, scale, inputs_scale) + allowance
     _record(name, dtype, a, b, scale, allowed)
-    excess = np.abs(a - b) - allowed
-    if np.any(excess > 0):
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape))
-        d = deviation(a, b)
-        rel = abs(a[idx] - b[idx]) / abs(b[idx]) if b[idx] else float("inf")
-        raise AssertionError(
-            f"{name} ({dtype}) differs from torch: worst at index {idx}: ours {a[idx]:.12e}, "
-            f"torch {b[idx]:.12e}; |difference| {abs(a[idx] - b[idx]):.3e} > allowed "
-            f"{allowed[idx]:.1e} (relative {rel:.2e}); "
-            f"{int(np.sum(excess > 0))} of {a.size} entries outside "
-            f"(rtol {tolerance(dtype):.0e} of the scale, floor "
-            f"{rounding_floor(dtype, inputs_scale):.1e}); max abs {d['max_abs']:.3e}, max |torch| "
-            f"{d['scale']:.3e}, call scale {scale:.3e}")
+    d = deviation(a, b)
+    assert_close(a, b, rtol=0.0, atol=allowed, what=f"{name} ({dtype}) differs from torch",
+                 got_name="ours", want_name="torch",
+                 rule=f"rtol {tolerance(dtype):.0e} of the scale, floor "
+                      f"{rounding_floor(dtype, inputs_scale):.1e}; max abs {d['max_abs']:.3e}, "
+                      f"max |torch| {d['scale']:.3e}, call scale {scale:.3e}")
 
 
 def inputs_scale(*values) -> float:

@@ -105,7 +105,7 @@ def backward_is_linear_in_upstream(impl, family, case):
                                    err_msg=f"{family.name}: d{name} is not linear in dout")
 
 
-@on_families("invariant", "bit_identical_and_pure")
+@on_families("invariant", "bit_identical_and_pure", heir=True)
 def identical_calls_are_bit_identical_and_pure(impl, family, case):
     """The forward leaves its inputs untouched, the backward leaves dout and the forward's
     inputs untouched, and two identical calls give the same bits."""
@@ -214,6 +214,7 @@ def softmax_is_stable_far_from_zero(impl, case, shift):
 
 
 @check("invariant", "softmax_jacobian.structure", equations=("softmax.jacobian",),
+       was="softmax_jacobian.example",
        given={"p": S.probability_rows()},
        examples=lambda _: lambda caps: [{"p": p} for p in S.fixed_cases(S.probability_rows)])
 def softmax_jacobian_is_symmetric_with_zero_column_sums(impl, p):
@@ -234,6 +235,7 @@ def tanh_is_odd_and_bounded(impl, case):
 
 
 @check("invariant", "heads.inverse_and_adjoint", equations=OPS["heads"].equations,
+       was="heads.example",
        given={"case": S.heads_cases()},
        examples=lambda _: lambda caps: [{"case": c} for c in S.fixed_cases(S.heads_cases)])
 def merge_heads_inverts_and_is_adjoint_of_split_heads(impl, case):
@@ -285,7 +287,8 @@ def attention_scores_are_scaled_by_sqrt_d_k(impl, case):
     require(inv.attention_scaled_by_sqrt_d_k(impl, case.inputs))
 
 
-@on_family("block_nobias_mask", "padding_ignored", equations=("block.postln",))
+@on_family("block_nobias_mask", "padding_ignored", equations=("block.postln",),
+           was="block.example")
 def block_ignores_padded_keys(impl, case):
     """Changing the tokens at masked key positions leaves every unpadded output of the block
     unchanged, and the gradients are keyed like p."""

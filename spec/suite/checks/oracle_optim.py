@@ -26,7 +26,7 @@ def _torch_params(params):
     return {k: torch.nn.Parameter(torch.tensor(v, dtype=torch.float64)) for k, v in params.items()}
 
 
-def _assert_close(ours, theirs, what):
+def _assert_each_close(ours, theirs, what):
     for k in theirs:
         assert k in ours, f"{what}: no entry {k!r}"
         assert_close(ours[k], theirs[k], rtol=ORACLE_RTOL_F64, what=f"{what}[{k!r}] vs torch")
@@ -59,15 +59,16 @@ def adam_matches_torch(impl, betas, eps):
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
         opt.step()
-        _assert_close(params, _to_np(tp), f"params after step {step}")
-        _assert_close(state["m"], {k: opt.state[p]["exp_avg"].numpy() for k, p in tp.items()},
-                      f"state['m'] after step {step}")
-        _assert_close(state["v"], {k: opt.state[p]["exp_avg_sq"].numpy() for k, p in tp.items()},
-                      f"state['v'] after step {step}")
+        _assert_each_close(params, _to_np(tp), f"params after step {step}")
+        for moment, torch_name in (("m", "exp_avg"), ("v", "exp_avg_sq")):
+            _assert_each_close(state[moment], {k: opt.state[p][torch_name].numpy()
+                                               for k, p in tp.items()},
+                               f"state[{moment!r}] after step {step}")
     assert state["step"] == K_STEPS, f"state['step'] = {state['step']}, expected {K_STEPS}"
 
 
-@check("oracle.forward", "adamw.no_decay_groups", equations=("optim.adamw",), requires=TORCH)
+@check("oracle.forward", "adam.no_decay_groups", equations=("optim.adamw",), requires=TORCH,
+       was="adamw.no_decay_groups")
 def adamw_matches_torch_with_no_decay_groups(impl):
     """AdamW with BERT's default no-decay rule equals torch.optim.AdamW with two parameter
     groups (decayed weights; biases, LayerNorm and embeddings undecayed)."""
@@ -83,7 +84,7 @@ def adamw_matches_torch_with_no_decay_groups(impl):
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
         opt.step()
-        _assert_close(params, _to_np(tp), f"params after step {step}")
+        _assert_each_close(params, _to_np(tp), f"params after step {step}")
 
 
 @check("oracle.forward", "schedule", equations=("schedule.warmup_linear",), requires=TORCH,
@@ -165,11 +166,11 @@ def clip_matches_torch(impl, max_norm):
         clipped, norm = impl.clip_by_global_norm(g, max_norm, **kw)
         assert_close(norm, float(norm_t), rtol=ORACLE_RTOL_F64,
                      what=f"global norm (gradient set {seed}) vs torch")
-        _assert_close(clipped, {k: p.grad.numpy() for k, p in tp.items()},
+        _assert_each_close(clipped, {k: p.grad.numpy() for k, p in tp.items()},
                       f"clipped (gradient set {seed}, guard norm + {eps:g})")
 
 
-@check("oracle.forward", "optimizer_pipeline", requires=TORCH,
+@check("oracle.forward", "adam.pipeline", requires=TORCH, was="optimizer_pipeline",
        equations=("optim.adamw", "schedule.warmup_linear", "clip.global_norm"))
 def clip_schedule_adamw_pipeline_matches_torch(impl):
     """clip_grad_norm_ -> AdamW (no-decay groups) -> LambdaLR, step by step, vs ours.  LambdaLR
@@ -198,4 +199,4 @@ def clip_schedule_adamw_pipeline_matches_torch(impl):
         torch_clip(list(tp.values()), 1.0, eps)
         opt.step()
         sched.step()
-        _assert_close(params, _to_np(tp), f"params after step {step}")
+        _assert_each_close(params, _to_np(tp), f"params after step {step}")
