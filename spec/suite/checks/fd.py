@@ -37,17 +37,17 @@ def family_cases(fd_only: bool = False, property: str = ""):  # noqa: A002 (the 
 
 
 def on_families(kind: str, property: str = "", *, fd_only: bool = False,  # noqa: A002
-                heir: bool = False, **kw):
+                heir: tuple[str, ...] = (), **kw):
     """``@check(kind, ...)`` over every case family (``kind[family]`` or
     ``kind[family.property]``), drawing its cases (``case``) from the family's strategy in the
     variant the implementation declares, its fixed-seed cases first; what the family needs is
     decided before anything is drawn.  Former ids (one release): ``kind[property-family]``,
-    and with ``heir`` (or for FD) the op's ``kind[<op>.example]`` on its heir family."""
+    and for FD (or the ops in ``heir``) the op's ``kind[<op>.example]`` on its heir family."""
     def was(c):
         name = c["family"].name
         old = [f"{property}-{name}"] if property else []
-        return old + ([f"{_HEIRS[name]}.example"] if (heir or not property) and name in _HEIRS
-                      else [])
+        return old + ([f"{_HEIRS[name]}.example"] if name in _HEIRS and (
+            not property or _HEIRS[name] in heir) else [])
 
     return check(kind, "", cases=family_cases(fd_only, property),
                  equations=lambda c: c["family"].equations, ops=lambda c: (c["family"].op,),

@@ -105,7 +105,10 @@ def backward_is_linear_in_upstream(impl, family, case):
                                    err_msg=f"{family.name}: d{name} is not linear in dout")
 
 
-@on_families("invariant", "bit_identical_and_pure", heir=True)
+# the former invariant[<op>.example] of the ops whose example checked the contract alone (the
+# others' is the check of the identities it checked, below)
+@on_families("invariant", "bit_identical_and_pure",
+             heir=("position_embedding", "ffn", "pooler", "mlm_head"))
 def identical_calls_are_bit_identical_and_pure(impl, family, case):
     """The forward leaves its inputs untouched, the backward leaves dout and the forward's
     inputs untouched, and two identical calls give the same bits."""
@@ -156,20 +159,21 @@ def float32_path_agrees_with_float64(impl, family, case):
 
 # --------------------------------------------------------------------------- op-specific
 # The identities are spec.invariants'; here they get a family's drawn and fixed-seed cases.
-@on_family("embedding", "scatter_adds", equations=("embedding.backward",))
+@on_family("embedding", "scatter_adds", was="embedding.example", equations=("embedding.backward",))
 def embedding_backward_sums_repeated_ids(impl, case):
     """dW[v] accumulates dout of every position holding id v (ids repeat by construction)."""
     require(inv.embedding_scatter_adds(impl, case.fixed["ids"], case.inputs["W"], case.dout))
 
 
-@on_family("sinusoidal_position", "table", equations=("position.sinusoidal",))
+@on_family("sinusoidal_position", "table",
+           was="sinusoidal_position.example", equations=("position.sinusoidal",))
 def sinusoidal_table_identities(impl, case):
     """The table is 0 / 1 at position 0, feature 0 is sin(position), values in [-1, 1], and the
     forward adds it."""
     require(inv.sinusoidal_identities(impl, case.inputs["x"]))
 
 
-@on_family("linear_bias", "xw_plus_b", equations=("linear.forward",))
+@on_family("linear_bias", "xw_plus_b", was="linear.example", equations=("linear.forward",))
 def linear_is_xw_plus_b(impl, case):
     """The forward is x @ W + b, and db is None without a bias."""
     require(inv.linear_identities(impl, *case.inputs.values(), case.dout))
@@ -180,6 +184,7 @@ def _layernorm_variant(caps) -> dict:
 
 
 @check("invariant", "layernorm.normalises", equations=("layernorm.forward",),
+       was="layernorm.example",
        given=lambda _: lambda caps: {
            "case": S.layernorm_cases(gamma_margin=0.1, **_layernorm_variant(caps)),
            "scale": S.floats(0.25, 4.0), "shift": S.floats(-3.0, 3.0)},
@@ -194,7 +199,8 @@ def layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
             + inv.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
 
 
-@on_family("softmax_masked", "rows_sum_to_one", equations=("softmax.forward",),
+@on_family("softmax_masked", "rows_sum_to_one",
+           was="softmax.example", equations=("softmax.forward",),
            given={"shift": S.floats(-5.0, 5.0)}, example={"shift": 1.7})
 def softmax_rows_sum_to_one_masked_exactly_zero_and_shift_invariant(impl, case, shift):
     """Rows sum to 1, masked entries are exactly 0, adding a constant to a row changes
@@ -222,13 +228,13 @@ def softmax_jacobian_is_symmetric_with_zero_column_sums(impl, p):
     require(inv.softmax_jacobian_identities(impl, p))
 
 
-@on_family("relu", "zero_below_zero", equations=OPS["relu"].equations)
+@on_family("relu", "zero_below_zero", was="relu.example", equations=OPS["relu"].equations)
 def relu_output_and_gradient_vanish_below_zero(impl, case):
     """output >= 0, and dx is exactly 0 where x < 0."""
     require(inv.relu_identities(impl, case.inputs["x"], case.dout))
 
 
-@on_family("tanh", "odd_and_bounded", equations=("tanh.forward",))
+@on_family("tanh", "odd_and_bounded", was="tanh.example", equations=("tanh.forward",))
 def tanh_is_odd_and_bounded(impl, case):
     """|tanh x| <= 1 and tanh(-x) = -tanh(x)."""
     require(inv.tanh_identities(impl, case.inputs["x"]))
@@ -248,7 +254,8 @@ _ATTENTION_FORWARD = ("attention.qkv", "attention.scores", "attention.context",
                       "attention.output")
 
 
-@on_family("attention_bias_mask", "permutation_and_key_bias", equations=_ATTENTION_FORWARD)
+@on_family("attention_bias_mask", "permutation_and_key_bias",
+           was="attention.example", equations=_ATTENTION_FORWARD)
 def attention_is_permutation_equivariant_and_ignores_b_k(impl, case):
     """Without positions, permuting the sequence (and its mask) permutes the output; and b_k
     shifts every score of a row by the same q_i . b_k, which softmax ignores (the permutation
@@ -299,7 +306,7 @@ def block_ignores_padded_keys(impl, case):
                                  eps=f["eps"]))
 
 
-@on_family("cross_entropy_mean", "sum_is_n_times_mean",
+@on_family("cross_entropy_mean", "sum_is_n_times_mean", was="cross_entropy.example",
            equations=("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
                       "loss.ce.backward.sum"))
 def cross_entropy_sum_is_n_times_mean(impl, case):
@@ -311,7 +318,7 @@ def cross_entropy_sum_is_n_times_mean(impl, case):
             + inv.cross_entropy_shift_invariant(impl, logits, labels, 800.0, ignore))
 
 
-@on_family("linear_cross_entropy_mean", "composition-mean",
+@on_family("linear_cross_entropy_mean", "composition-mean", was="linear_cross_entropy.example",
            equations=OPS["linear_cross_entropy"].equations)
 @on_family("linear_cross_entropy_sum", "composition-sum",
            equations=OPS["linear_cross_entropy"].equations)
@@ -323,34 +330,38 @@ def linear_cross_entropy_is_linear_then_cross_entropy(impl, case):
         impl, *case.inputs.values(), f["labels"], f["reduction"], case.dout, f["ignore_index"]))
 
 
-@on_family("mse", "target_gradient", equations=("loss.mse.backward",))
+@on_family("mse", "target_gradient", was="mse.example", equations=("loss.mse.backward",))
 def mse_target_gradient_is_minus_prediction_gradient(impl, case):
     """dy = -dy_hat; loss >= 0, 0 at y_hat = y, symmetric."""
     require(inv.mse_identities(impl, case.inputs["y_hat"], case.inputs["y"], case.dout))
 
 
-@on_family("gelu_erf", "odd_part", equations=("gelu.forward.erf", "gelu.forward.tanh"),
+@on_family("gelu_erf", "odd_part",
+           was="gelu.example", equations=("gelu.forward.erf", "gelu.forward.tanh"),
            given={"tanh": st.booleans()}, example=[{"tanh": False}, {"tanh": True}])
 def gelu_odd_part_is_identity(impl, case, tanh):
     """GELU(x) - GELU(-x) = x (the odd part of x Phi(x) is x / 2, twice)."""
     require(inv.gelu_identities(impl, case.inputs["x"], "tanh" if tanh else "none", case.dout))
 
 
-@on_family("token_type", "scatter_adds", equations=("token_type.backward",))
+@on_family("token_type", "scatter_adds",
+           was="token_type.example", equations=("token_type.backward",))
 def token_type_gradient_scatter_adds_per_segment(impl, case):
     """dW_type[s] sums the upstream gradient over the positions of segment s."""
     require(inv.token_type_identities(impl, case.inputs["x"], case.fixed["type_ids"],
                                       case.inputs["W_type"], case.dout))
 
 
-@on_family("embedding_ln", "column_sums", equations=("embedding_ln.backward",))
+@on_family("embedding_ln", "column_sums",
+           was="embedding_ln.example", equations=("embedding_ln.backward",))
 def embedding_ln_tables_share_column_sums(impl, case):
     """The three tables' gradients have the same total (each position feeds each table once)."""
     require(inv.embedding_ln_identities(impl, case.inputs, case.fixed["ids"],
                                         case.fixed["type_ids"], case.dout))
 
 
-@on_family("classifier", "gradient_only_at_cls", equations=("classifier.backward",))
+@on_family("classifier", "gradient_only_at_cls",
+           was="classifier.example", equations=("classifier.backward",))
 def classifier_gradient_only_reaches_cls(impl, case):
     """Only h[:, 0] enters the classifier: dh is exactly 0 at every other position."""
     require(inv.classifier_gradient_only_at_cls(impl, case.inputs, case.dout))
