@@ -165,6 +165,8 @@ def run_case(impl, arch, dtype, part, act="gelu"):
     return config
 
 
+# hand-written, not a case family's oracle: the twin is a transformers checkpoint (its names, its
+# config and its padding convention), not a torch function of the op's inputs
 @check("oracle.forward|oracle.backward", "model.bert", kinds_arg="part", ops=("model",),
        requires=("torch", "transformers"), equations=lambda kw: EQUATIONS[kw["arch"]],
        cases=[(f"{a}-{dl}", {"arch": a, "dtype": dt}) for a in LAYOUTS for dl, dt in DTYPES],

@@ -113,6 +113,8 @@ def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
                              + "\n".join(failures))
 
 
+# hand-written, not a case family's oracle: a whole model is a config, a flat parameter dict and a
+# batch through embeddings, blocks, head and loss -- no op pair with inputs to draw
 @check("oracle.forward|oracle.backward", "model.loss", kinds_arg="part", ops=("model",),
        equations=MODEL_EQUATIONS + LOSS_EQUATIONS, requires=("torch",),
        cases=[(f"{cid}-{dl}", dict(dtype=dt, name=c[0], config=c[1], B=c[2], T=c[3], seed=c[4],

@@ -41,6 +41,8 @@ def _groups(tp, weight_decay):
             {"params": [tp[k] for k in SHAPES if k not in DECAYED], "weight_decay": 0.0}]
 
 
+# hand-written, not case families' oracles: the optimizer is a state machine over steps (state,
+# parameter groups, schedules) compared with torch.optim, not an op pair with a backward
 @check("oracle.forward", "adam", equations=("optim.adam",), requires=TORCH,
        cases=[("default", {"betas": (0.9, 0.999), "eps": 1e-8}),
               ("b0.8-eps1e-3", {"betas": (0.8, 0.95), "eps": 1e-3})])

@@ -159,6 +159,8 @@ def softmax_jacobian_finite_differences(impl, x, seed):
     assert_all_passed(results)
 
 
+# hand-written, not a case family's oracle: softmax_jacobian is a function of p alone, no op pair
+# (its twin is torch.autograd.functional.jacobian)
 @check("oracle.forward", "softmax_jacobian", equations=("softmax.jacobian",), requires=("torch",),
        given={"x": ROWS})
 def softmax_jacobian_matches_torch(impl, x):
