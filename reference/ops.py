@@ -353,14 +353,16 @@ def _linear_backward(dy, cache):
     return dx, dW, db
 
 
-def _check_linear(x, W, b) -> None:
-    as_float_array("x", x, min_ndim=1)
-    as_float_array("W", W, ndim=2, dtype=x.dtype)
+def _check_linear(x, W, b, names=("x", "W", "b")) -> None:
+    """x [..., n_in], W [n_in, n_out], b [n_out] or None; ``names`` as the caller calls them."""
+    x_name, W_name, b_name = names
+    as_float_array(x_name, x, min_ndim=1)
+    as_float_array(W_name, W, ndim=2, dtype=x.dtype)
     if x.shape[-1] != W.shape[0]:
-        raise ValueError(
-            f"W: expected shape ({x.shape[-1]}, *) to match x's last axis, got {W.shape}")
+        raise ValueError(f"{W_name}: expected shape ({x.shape[-1]}, *) to match "
+                         f"{x_name}'s last axis, got {W.shape}")
     if b is not None:
-        as_float_array("b", b, shape=(W.shape[1],), dtype=x.dtype)
+        as_float_array(b_name, b, shape=(W.shape[1],), dtype=x.dtype)
 
 
 def linear_forward(x, W, b=None):
@@ -1198,7 +1200,7 @@ def _classifier_backward(dlogits, cache):
 def classifier_forward(h, W_p, b_p, W_c, b_c):
     """h [B, T, H], W_p [H, H], b_p [H], W_c [H, C], b_c [C] -> logits [B, C]."""
     as_float_array("h", h, ndim=3)
-    _check_linear(h[:, 0], W_p, b_p)
+    _check_linear(h[:, 0], W_p, b_p, names=("h", "W_p", "b_p"))
     as_float_array("W_c", W_c, shape=(h.shape[2], None), dtype=h.dtype)
     as_float_array("b_c", b_c, shape=(W_c.shape[1],), dtype=h.dtype)
     return _classifier_forward(h, W_p, b_p, W_c, b_c)

@@ -232,9 +232,10 @@ class CaseFamily:
     needs: tuple = ()
     resolve: tuple[str, ...] = ()
     fd: bool = True  # the backward is the gradient of the forward (not a composed one)
-    # the torch twin: the name of a function of spec.suite.torch_oracle taking the forward's
-    # keywords (inputs and fixed), resolved when an oracle check runs (torch is imported then)
-    torch: str | None = None
+    # the torch twin, taking the forward's keywords (inputs and fixed): the name of a function
+    # of spec.suite.torch_oracle, or ``to -> function`` given that module; resolved when an
+    # oracle check runs (torch is imported then)
+    torch: str | Callable | None = None
     # the oracle's rules beyond torch_oracle.allowed_error: ``allowance(guards, case) ->
     # (forward shift, backward allowance)`` for a declared guard (spec/protocol/guards.py);
     # ``backward_scale(case)``: the magnitude of the terms the backward sums when it exceeds
@@ -288,10 +289,12 @@ class CaseFamily:
         return [{"case": c} for c in self.examples(caps)]
 
     def twin(self) -> Callable:
-        """The torch twin (imports torch)."""
+        """The torch twin (imports torch): ``torch`` names a function of spec.suite.torch_oracle,
+        or is ``to -> function`` given that module (``to.F`` is torch.nn.functional)."""
         import importlib
 
-        return getattr(importlib.import_module("spec.suite.torch_oracle"), self.torch)
+        to = importlib.import_module("spec.suite.torch_oracle")
+        return self.torch(to) if callable(self.torch) else getattr(to, self.torch)
 
 
 EXAMPLE_SEED = 0

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import assume
 
 from spec import invariants as inv
-from spec.gradcheck import elementwise_check
+from spec.gradcheck import assert_all_passed, elementwise_check
 from spec.invariants import require
 from spec.suite import strategies as S
 from spec.suite.fdcheck import check_op, objective
@@ -112,6 +112,33 @@ def key_bias_gradient_is_exactly_zero(impl, masked, case):
                                                .standard_normal(grads["b_k"].shape))
     assert not elementwise_check(f, case.inputs["b_k"], wrong).passed, (
         "the absolute check cannot tell a zero key-bias gradient from a wrong one")
+
+
+_COMPOSED = {r: FAMILIES[f"cross_entropy_probs_dlogits_{r}"] for r in ("mean", "sum")}
+
+
+@check("fd", "cross_entropy.probs_dlogits_composed", cases=[(r, {"reduction": r})
+                                                             for r in _COMPOSED],
+       equations=("loss.ce.probs_dlogits",), given=lambda kw: _COMPOSED[kw["reduction"]].given,
+       examples=lambda kw: _COMPOSED[kw["reduction"]].explicit,
+       needs=lambda kw: dict(_COMPOSED[kw["reduction"]].needs))
+def composed_loss_gradient_matches_finite_differences(impl, reduction, case):
+    """The composed form takes p and returns dL/dlogits: the gradient, w.r.t. z, of
+    CE(softmax(z)) at z = log p (softmax(log p) = p; the protocol's softmax, reference.ops, the
+    one definition), against central differences over z."""
+    from reference.ops import _softmax_forward
+
+    forward, backward = _COMPOSED[reduction].bind(impl)
+    p = case.inputs["logits"]
+    _, cache = forward(logits=p, **case.fixed)
+    (dz,) = backward(case.dout, cache)
+
+    def f(z):
+        return objective(forward, {"logits": _softmax_forward(z)[0]}, case.fixed, case.dout)
+
+    assert_all_passed([elementwise_check(f, np.log(p), np.asarray(dz),
+                                         op="cross_entropy[probabilities_dlogits]",
+                                         tensor="logits")])
 
 
 @on_family("position_embedding", "unused_rows_zero", kind="fd",
