@@ -51,6 +51,8 @@ __all__ = [
     "linear_backward",
     "layernorm_forward",
     "layernorm_backward",
+    "rmsnorm_forward",
+    "rmsnorm_backward",
     "softmax_forward",
     "softmax_backward",
     "softmax_jacobian",
@@ -471,6 +473,45 @@ def layernorm_forward(x, gamma, beta, eps: float = 1e-12):
 def layernorm_backward(dy, cache):
     as_float_array("dy", dy, shape=cache.x_hat.shape, dtype=cache.x_hat.dtype)
     return _layernorm_backward(dy, cache)
+
+
+# --------------------------------------------------------------------------- RMSNorm
+class RMSNormCache(NamedTuple):
+    x_hat: np.ndarray  # x / rms  [..., N]
+    rstd: np.ndarray  # 1 / rms = 1 / sqrt(mean(x^2) + eps)  [..., 1]
+    gamma: np.ndarray  # [N]
+
+
+@implements("rmsnorm.forward")
+def _rmsnorm_forward(x, gamma, eps: float = 1e-6):
+    """y = gamma * x / rms(x), rms = sqrt(mean(x^2) + eps) over the last axis: LayerNorm without
+    the mean and without beta (LLaMA, T5; torch.nn.functional.rms_norm)."""
+    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + x.dtype.type(eps))  # [..., 1]
+    x_hat = x * rstd
+    return x_hat * gamma, RMSNormCache(x_hat, rstd, gamma)
+
+
+@implements("rmsnorm.backward.dx", "rmsnorm.backward.dgamma")
+def _rmsnorm_backward(dy, cache):
+    """dx = rstd * (g - x_hat * mean(g * x_hat)) with g = dy * gamma; dgamma = sum dy x_hat."""
+    x_hat, rstd = cache.x_hat, cache.rstd
+    g = dy * cache.gamma  # dL/dx_hat  [..., N]
+    dx = g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+    dx *= rstd
+    return dx, _sum_to_last(dy * x_hat)
+
+
+def rmsnorm_forward(x, gamma, eps: float = 1e-6):
+    """x [..., N], gamma [N] -> gamma * x / sqrt(mean(x^2) + eps) [..., N]."""
+    as_float_array("x", x, min_ndim=1)
+    as_float_array("gamma", gamma, shape=(x.shape[-1],), dtype=x.dtype)
+    _check_eps(eps)
+    return _rmsnorm_forward(x, gamma, eps)
+
+
+def rmsnorm_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.x_hat.shape, dtype=cache.x_hat.dtype)
+    return _rmsnorm_backward(dy, cache)
 
 
 # --------------------------------------------------------------------------- softmax

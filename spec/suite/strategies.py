@@ -498,6 +498,37 @@ def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
                   draw(upstream(lead + (N,))), draw(_seed()))
 
 
+# --------------------------------------------------------------------------- RMSNorm
+def _rmsnorm_example(rng):
+    x = rng.standard_normal((2, 3, 6)) * 2 + 1
+    return OpCase({"x": x, "gamma": _gamma_beta(rng, 6)[0]}, {"eps": 1e-6},
+                  upstream_like(rng, (2, 3, 6)))
+
+
+def _rmsnorm_scale(case: OpCase) -> float:
+    """dx sums terms of |gamma dy| / rms (the LayerNorm rule, spec.tolerances.
+    layernorm_backward_scale, without the mean): they cancel for N = 1, where x_hat = +-1."""
+    x = np.asarray(case.inputs["x"], np.float64)
+    rms = float(np.sqrt((x * x).mean(axis=-1) + case.fixed["eps"]).min())
+    return 2.0 * float(np.abs(case.dout).max() * np.abs(case.inputs["gamma"]).max()) / rms
+
+
+@cases("rmsnorm", backward_scale=_rmsnorm_scale,
+       torch=lambda to: lambda x, gamma, eps: to.F.rms_norm(x, (x.shape[-1],), gamma, eps),
+       f32_ok=lambda case: case.inputs["x"].shape[-1] >= 2)  # N = 1: dx is eps-sized
+@fixed_examples(_rmsnorm_example)
+@st.composite
+def rmsnorm_cases(draw) -> OpCase:
+    """Rows whose mean square is >= LN_MIN_VAR (RMSNorm is smooth away from x = 0), eps from
+    1e-12 to 1e-3, a gamma that varies across features."""
+    lead = draw(_lead_shapes())
+    N = draw(sizes(1, 6))
+    x = draw(arrays(lead + (N,)))
+    assume(np.min((x * x).mean(axis=-1)) >= LN_MIN_VAR)
+    return OpCase({"x": x, "gamma": draw(gammas(N))}, {"eps": draw(layernorm_eps())},
+                  draw(upstream(lead + (N,))), draw(_seed()))
+
+
 # --------------------------------------------------------------------------- softmax
 def _softmax_example(rng, masked: bool):
     x = rng.standard_normal((2, 3, 5)) * 2

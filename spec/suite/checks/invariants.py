@@ -199,6 +199,22 @@ def layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
             + inv.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
 
 
+@on_family("rmsnorm", "scale_invariant", equations=("rmsnorm.forward", "rmsnorm.backward.dx"),
+           given={"scale": S.floats(0.25, 4.0)}, example={"scale": 1.7})
+def rmsnorm_ignores_the_scale_of_a_row(impl, case, scale):
+    """At eps = 0 RMSNorm(c x) = RMSNorm(x) for c > 0 (the rms scales with the row), so dx is
+    orthogonal to x per row (the scale direction changes nothing)."""
+    x, gamma = case.inputs["x"], case.inputs["gamma"]
+    y, cache = impl.rmsnorm_forward(x, gamma, 0.0)
+    (dx, _) = impl.rmsnorm_backward(case.dout, cache)
+    # the terms dx sums are ~ gamma dy / rms (dx itself may be ~0 by cancellation: N = 1)
+    terms = float(np.abs(gamma * case.dout).max() / np.sqrt((x * x).mean(-1)).min())
+    require([inv.close("rmsnorm", "invariant to c x per row", impl.rmsnorm_forward(
+                 scale * x, gamma, 0.0)[0], y),
+             inv.close("rmsnorm", "dx is orthogonal to x per row", (dx * x).sum(-1),
+                       np.zeros(x.shape[:-1]), terms * float(np.abs(x).max()) * x.shape[-1])])
+
+
 @on_family("softmax_masked", "rows_sum_to_one",
            was="softmax.example", equations=("softmax.forward",),
            given={"shift": S.floats(-5.0, 5.0)}, example={"shift": 1.7})
