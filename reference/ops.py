@@ -62,6 +62,8 @@ __all__ = [
     "tanh_backward",
     "gelu_forward",
     "gelu_backward",
+    "silu_forward",
+    "silu_backward",
     "token_type_embedding_forward",
     "token_type_embedding_backward",
     "embedding_ln_forward",
@@ -722,6 +724,39 @@ def gelu_forward(x, approximate: str = "none"):
 def gelu_backward(dy, cache):
     as_float_array("dy", dy, shape=cache.x.shape, dtype=cache.x.dtype)
     return _gelu_backward(dy, cache)
+
+
+# --------------------------------------------------------------------------- SiLU
+class SiLUCache(NamedTuple):
+    x: np.ndarray  # the input [...]
+    s: np.ndarray  # sigmoid(x)
+
+
+@implements("silu.forward")
+def _silu_forward(x):
+    """x sigmoid(x) (swish, LLaMA's gate activation; torch.nn.functional.silu), sigmoid(x) =
+    1 / (1 + exp(-x)): exp(-x) overflows to inf for x << 0, and then s = 0, as it should."""
+    with np.errstate(over="ignore"):
+        s = 1 / (1 + np.exp(-x))
+    return x * s, SiLUCache(x, s)
+
+
+@implements("silu.backward")
+def _silu_backward(dy, cache):
+    """dx = dy * s (1 + x (1 - s)), s = sigmoid(x) (s' = s (1 - s))."""
+    x, s = cache.x, cache.s
+    return (dy * (s * (1 + x * (1 - s))),)
+
+
+def silu_forward(x):
+    """x [...] -> x sigmoid(x)."""
+    as_float_array("x", x)
+    return _silu_forward(x)
+
+
+def silu_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.x.shape, dtype=cache.x.dtype)
+    return _silu_backward(dy, cache)
 
 
 def _activation_forward(x, activation: str):

@@ -374,7 +374,7 @@ mutant("sinusoidal_concatenated", "position.sinusoidal",
        ("pe[:, 1::2] = np.cos", "pe[:, angle.shape[1]:] = np.cos"))
 
 
-# ===================================================================== RMSNorm
+# ===================================================================== RMSNorm / SiLU
 mutant("rmsnorm_subtracts_the_mean", "rmsnorm.forward",
        "RMSNorm computed as LayerNorm without beta: the row mean subtracted before the rms",
        "ops._rmsnorm_forward",
@@ -394,6 +394,12 @@ mutant("rmsnorm_dgamma_unnormalised", "rmsnorm.backward.dgamma",
        "RMSNorm dgamma sums dy * x instead of dy * x_hat",
        "ops._rmsnorm_backward",
        ("_sum_to_last(dy * x_hat)", "_sum_to_last(dy * x_hat / rstd)"))
+mutant("silu_derivative_sigmoid_only", "silu.backward",
+       "SiLU derivative taken as sigmoid(x) alone: the x sigmoid'(x) term of the product rule "
+       "is lost", "ops._silu_backward", ("(s * (1 + x * (1 - s)))", "s"))
+mutant("silu_sigmoid_sign_flipped", "silu.forward",
+       "SiLU's sigmoid written 1 / (1 + exp(x)): x sigmoid(-x)",
+       "ops._silu_forward", ("s = 1 / (1 + np.exp(-x))", "s = 1 / (1 + np.exp(x))"))
 
 
 # ===================================================================== BERT ops

@@ -79,6 +79,7 @@ CAUGHT_BY = {
     "tanh_backward_missing_square": "tanh",
     **dict.fromkeys(["rmsnorm_subtracts_the_mean", "rmsnorm_eps_outside_sqrt",
                      "rmsnorm_dx_missing_xhat_term", "rmsnorm_dgamma_unnormalised"], "rmsnorm"),
+    **dict.fromkeys(["silu_derivative_sigmoid_only", "silu_sigmoid_sign_flipped"], "silu"),
     **dict.fromkeys(["attention_dQ_missing_scale", "attention_dK_missing_scale",
                      "attention_dK_missing_transpose", "attention_dV_missing_transpose",
                      "attention_merge_without_transpose", "attention_dx_drops_value_branch",

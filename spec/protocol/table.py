@@ -139,6 +139,8 @@ _TABLE = (
                                        "gelu.forward.tanh", "gelu.backward.tanh"),
        doc='gelu_forward(x, approximate="none"|"tanh") -> x Phi(x) (erf) or its tanh '
            "approximation (Hugging Face gelu_new)"),
+    Op("silu", _pair("silu"), ("x",), ("silu.forward", "silu.backward"),
+       doc="silu_forward(x) -> x sigmoid(x) (swish, LLaMA's gate activation)"),
     Op("token_type", _pair("token_type_embedding"), ("x", "W_type"),
        ("token_type.forward", "token_type.backward"),
        doc="token_type_embedding_forward(x [B,T,H], type_ids [B,T] int, W_type [n_types,H]) -> x "

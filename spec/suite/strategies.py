@@ -1062,6 +1062,16 @@ def gelu_cases(draw, approximate: str) -> OpCase:
                   draw(upstream(shape)), draw(_seed()))
 
 
+@cases("silu", torch=lambda to: lambda x: to.F.silu(x))
+@fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((2, 3, 4)) * 2}, {},
+                                   upstream_like(rng, (2, 3, 4))))
+@st.composite
+def silu_cases(draw) -> OpCase:
+    shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
+    return OpCase({"x": draw(arrays(shape, -4.0, 4.0))}, {}, draw(upstream(shape)),
+                  draw(_seed()))
+
+
 def _token_type_example(rng):
     type_ids = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]])  # repeated ids; segment 2 unused
     return OpCase({"x": rng.standard_normal((2, 5, 4)), "W_type": rng.standard_normal((3, 4))},

@@ -360,6 +360,24 @@ def gelu_odd_part_is_identity(impl, case, tanh):
     require(inv.gelu_identities(impl, case.inputs["x"], "tanh" if tanh else "none", case.dout))
 
 
+@on_family("silu", "x_sigmoid_x", equations=("silu.forward", "silu.backward"))
+def silu_is_x_times_sigmoid(impl, case):
+    """At fixed points SiLU(x) = x / (1 + e^-x) (math.exp, float64) with SiLU'(0) = 1/2; on the
+    case, SiLU(x) - SiLU(-x) = x (sigmoid(x) + sigmoid(-x) = 1)."""
+    import math
+
+    points = np.array([-6.0, -2.0, -0.5, 0.0, 0.5, 1.0, 3.0])
+    y, _ = impl.silu_forward(points)
+    _, c0 = impl.silu_forward(np.zeros(2))
+    (d0,) = impl.silu_backward(np.ones(2), c0)
+    x = case.inputs["x"]
+    require([inv.close("silu", "SiLU(x) = x sigmoid(x) at fixed points", y,
+                       np.array([p / (1 + math.exp(-p)) for p in points])),
+             inv.close("silu", "SiLU'(0) = 1/2", d0, np.full(2, 0.5)),
+             inv.close("silu", "SiLU(x) - SiLU(-x) = x", impl.silu_forward(x)[0]
+                       - impl.silu_forward(-x)[0], x)])
+
+
 @on_family("token_type", "scatter_adds",
            was="token_type.example", equations=("token_type.backward",))
 def token_type_gradient_scatter_adds_per_segment(impl, case):
