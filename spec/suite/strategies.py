@@ -582,11 +582,13 @@ ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 @st.composite
 def attention_params(draw, H: int, bias: bool, W_o: bool = True) -> dict:
-    """W_q, W_k, W_v, W_o [H, H] and b_q.. [H] (None without biases; W_o and b_o None without
-    the output projection), in the forward's order."""
-    p = {name: draw(arrays((H, H), -1.0, 1.0)) for name in ATTENTION_WEIGHTS}
-    p.update({name: draw(arrays((H,), -1.0, 1.0)) if bias else None
-              for name in ATTENTION_BIASES})
+    """W_q, W_k, W_v, W_o [H, H] and b_q.. [H] in [-1, 1] (None without biases; W_o and b_o None
+    without the output projection), in the forward's order, from one drawn seed: eight tensors
+    drawn element by element were most of the time of the attention's oracle checks (x, the
+    mask and the upstream gradient stay drawn element by element, and shrink)."""
+    rng = np.random.default_rng(draw(_seed()))
+    p = {name: rng.uniform(-1.0, 1.0, (H, H)) for name in ATTENTION_WEIGHTS}
+    p.update({name: rng.uniform(-1.0, 1.0, H) if bias else None for name in ATTENTION_BIASES})
     if not W_o:
         p["W_o"] = p["b_o"] = None
     return p
