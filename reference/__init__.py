@@ -72,9 +72,11 @@ def save_pretrained(params, config, path):
 # implementation declaring one of them.
 CAPABILITIES = {
     "layernorm": {"affine": (True, False), "eps": (True, False)},
-    "ffn": {"b_2": (True, False)},
+    "ffn": {"b_1": (True, False), "b_2": (True, False),
+            "activation": ("relu", "gelu", "gelu_tanh")},
     "attention": {"W_o": (True, False), "causal": (False, True)},
-    "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True)},
+    "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True),
+              "normalization": ("layernorm", "rmsnorm")},
     "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},
 }
 

@@ -33,7 +33,7 @@ from reference.validate import (
     as_float_array,
     as_index_array,
     as_mask,
-    check_all_finite,
+    check_param_dict,
 )
 
 
@@ -48,19 +48,9 @@ def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     if config.embedding_layernorm:
         shapes["embeddings.ln.gamma"] = (H,)
         shapes["embeddings.ln.beta"] = (H,)
+    block = ops.block_param_shapes(ops.block_param_names(config.attn_bias), H, I)
     for i in range(config.n_layers):
-        for name in ops.block_param_names(config.attn_bias):
-            if name.startswith("attn.W"):
-                shape = (H, H)
-            elif name in ("ffn.W_1",):
-                shape = (H, I)
-            elif name in ("ffn.b_1",):
-                shape = (I,)
-            elif name in ("ffn.W_2",):
-                shape = (I, H)
-            else:  # attention biases, b_2, LayerNorm gamma/beta
-                shape = (H,)
-            shapes[f"layers.{i}.{name}"] = shape
+        shapes.update({f"layers.{i}.{name}": shape for name, shape in block.items()})
     if config.final_layernorm:
         shapes["final_ln.gamma"] = (H,)
         shapes["final_ln.beta"] = (H,)
@@ -70,6 +60,13 @@ def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
 
 def init_params(config: BertConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
     """BERT initialisation: weights ~ N(0, init_std^2), biases 0, LayerNorm gamma 1 / beta 0."""
+    return init_from_shapes(param_shapes(config), config.init_std, seed, dtype)
+
+
+def init_from_shapes(shapes: dict, init_std: float, seed: int = 0,
+                     dtype=np.float32) -> dict[str, np.ndarray]:
+    """Parameters of ``shapes`` (name -> shape, in order): weights ~ N(0, init_std^2), biases
+    0 (last name component ``b`` or ``b_*``), gamma 1, beta 0."""
     dtype = np.dtype(dtype)
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
@@ -77,34 +74,21 @@ def init_params(config: BertConfig, seed: int = 0, dtype=np.float32) -> dict[str
         raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     params = {}
-    for name, shape in param_shapes(config).items():
+    for name, shape in shapes.items():
         leaf = name.rsplit(".", 1)[1]
         if leaf == "gamma":
             value = np.ones(shape)
         elif leaf == "beta" or leaf.startswith("b"):
             value = np.zeros(shape)
         else:
-            value = rng.normal(0.0, config.init_std, size=shape)
+            value = rng.normal(0.0, init_std, size=shape)
         params[name] = value.astype(dtype)
     return params
 
 
 def check_params(params, config: BertConfig) -> np.dtype:
     """Exactly the expected names and shapes, one float dtype, finite values."""
-    if not isinstance(params, dict):
-        raise ValueError(f"params: expected a dict of arrays, got {type(params).__name__}")
-    expected = param_shapes(config)
-    missing = sorted(set(expected) - set(params))
-    extra = sorted(set(params) - set(expected))
-    if missing or extra:
-        raise ValueError(f"params: expected the keys of param_shapes(config); "
-                         f"missing {missing}, unexpected {extra}")
-    dtype = None
-    for name, shape in expected.items():
-        as_float_array(f"params[{name!r}]", params[name], shape=shape, dtype=dtype, finite=False)
-        dtype = params[name].dtype
-    check_all_finite({f"params[{name!r}]": params[name] for name in expected})
-    return dtype
+    return check_param_dict(params, param_shapes(config))
 
 
 def _layer_params(params, i: int) -> dict[str, np.ndarray]:

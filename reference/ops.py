@@ -80,6 +80,7 @@ __all__ = [
     "ffn_forward",
     "ffn_backward",
     "block_param_names",
+    "block_param_shapes",
     "block_forward",
     "block_backward",
     "pooler_forward",
@@ -962,8 +963,8 @@ class FFNCache(NamedTuple):
 
 @implements("ffn.forward")
 def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
-    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU; ``b_2 = None``: no
-    second bias (its gradient is then None)."""
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU; ``b_1 = None`` or
+    ``b_2 = None``: without that bias (its gradient is then None)."""
     h, c_1 = _linear_forward(x, W_1, b_1)  # [..., I]
     a, c_act = _activation_forward(h, activation)  # [..., I]
     y, c_2 = _linear_forward(a, W_2, b_2)  # [..., H]
@@ -979,20 +980,23 @@ def _ffn_backward(dy, cache):
     return dx, dW_1, db_1, dW_2, db_2
 
 
-def _check_ffn_params(H: int, dtype, W_1, b_1, W_2, b_2, *, b_2_optional=False) -> None:
+def _check_ffn_params(H: int, dtype, W_1, b_1, W_2, b_2, *, b_1_optional=False,
+                      b_2_optional=False) -> None:
     as_float_array("W_1", W_1, shape=(H, None), dtype=dtype)
     I = W_1.shape[1]
-    as_float_array("b_1", b_1, shape=(I,), dtype=dtype)
+    if b_1 is not None or not b_1_optional:
+        as_float_array("b_1", b_1, shape=(I,), dtype=dtype)
     as_float_array("W_2", W_2, shape=(I, H), dtype=dtype)
     if b_2 is not None or not b_2_optional:
         as_float_array("b_2", b_2, shape=(H,), dtype=dtype)
 
 
 def ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
-    """x [..., H], W_1 [H, I], b_1 [I], W_2 [I, H], b_2 [H] or None -> [..., H];
+    """x [..., H], W_1 [H, I], b_1 [I] or None, W_2 [I, H], b_2 [H] or None -> [..., H];
     ``activation`` relu, gelu or gelu_tanh."""
     as_float_array("x", x, min_ndim=1)
-    _check_ffn_params(x.shape[-1], x.dtype, W_1, b_1, W_2, b_2, b_2_optional=True)
+    _check_ffn_params(x.shape[-1], x.dtype, W_1, b_1, W_2, b_2, b_1_optional=True,
+                      b_2_optional=True)
     _check_activation(activation)
     return _ffn_forward(x, W_1, b_1, W_2, b_2, activation)
 
@@ -1008,42 +1012,105 @@ def ffn_backward(dy, cache):
 # the residual stream never normalised) and "pre_final" (pre-LN followed by the final
 # LayerNorm ln_f that a pre-LN stack needs before its head: a one-block GPT)
 BLOCK_NORMS = ("post", "pre", "pre_final")
+# which normalisation a block's ln1 / ln2 / ln_f are: LayerNorm (gamma, beta) or RMSNorm
+# (gamma only: LLaMA)
+BLOCK_NORMALIZATIONS = ("layernorm", "rmsnorm")
+# a block's parts and the prefix of their parameters in its dict ``p`` (the op table's rows)
+BLOCK_PARTS = {"attention": "attn.", "ffn": "ffn."}
 
 
-def block_param_names(attn_bias: bool, norm: str = "post") -> tuple[str, ...]:
-    """Local parameter names of one block, in a fixed order (``ln_f.*`` for "pre_final")."""
-    attn = ATTENTION_PARAMS if attn_bias else ATTENTION_PARAMS[:4]
-    return (tuple(f"attn.{n}" for n in attn) + ("ln1.gamma", "ln1.beta")
-            + tuple(f"ffn.{n}" for n in FFN_PARAMS) + ("ln2.gamma", "ln2.beta")
-            + (("ln_f.gamma", "ln_f.beta") if norm == "pre_final" else ()))
+def block_param_names(attn_bias: bool = True, norm: str = "post", *, W_o: bool = True,
+                      b_1: bool = True, b_2: bool = True,
+                      normalization: str = "layernorm") -> tuple[str, ...]:
+    """Local parameter names of one block, in a fixed order: what its parts declare -- the
+    attention's biases (``attn_bias``) and output projection (``W_o``), the FFN's biases
+    (``b_1``, ``b_2``), LayerNorm's beta (absent for RMSNorm) -- and ``ln_f.*`` for
+    "pre_final".  The one definition: the block's check, the model's parameters and the
+    suite's strategies read it."""
+    attn = ("W_q", "W_k", "W_v") + (("W_o",) if W_o else ())
+    if attn_bias:
+        attn += ("b_q", "b_k", "b_v") + (("b_o",) if W_o else ())
+    ffn = ("W_1",) + (("b_1",) if b_1 else ()) + ("W_2",) + (("b_2",) if b_2 else ())
+    affine = ("gamma",) if normalization == "rmsnorm" else ("gamma", "beta")
+    lns = ("ln1", "ln2") + (("ln_f",) if norm == "pre_final" else ())
+    ln = {name: tuple(f"{name}.{a}" for a in affine) for name in lns}
+    return (tuple(f"attn.{n}" for n in attn) + ln["ln1"] + tuple(f"ffn.{n}" for n in ffn)
+            + ln["ln2"] + ln.get("ln_f", ()))
+
+
+def block_param_shapes(names: tuple, H: int, I: int) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of a block's parameters ``names`` (block_param_names): the attention's
+    weights [H, H], the FFN's W_1 [H, I], b_1 [I], W_2 [I, H]; every other one [H]."""
+    shapes = {"ffn.W_1": (H, I), "ffn.b_1": (I,), "ffn.W_2": (I, H)}
+    return {n: shapes.get(n, (H, H) if n.startswith("attn.W") else (H,)) for n in names}
+
+
+def _block_variant(p: dict) -> dict:
+    """The pieces a block's ``p`` carries, as ``block_param_names``' keywords (RMSNorm has no
+    beta: with ``normalization`` "rmsnorm" there is none to look for)."""
+    return {"attn_bias": "attn.b_q" in p, "W_o": "attn.W_o" in p, "b_1": "ffn.b_1" in p,
+            "b_2": "ffn.b_2" in p}
+
+
+def _norm_forward(x, p: dict, name: str, eps: float, normalization: str):
+    """The block's normalisation ``name`` (ln1, ln2, ln_f): LayerNorm or RMSNorm."""
+    if normalization == "rmsnorm":
+        return _rmsnorm_forward(x, p[f"{name}.gamma"], eps)
+    return _layernorm_forward(x, p[f"{name}.gamma"], p[f"{name}.beta"], eps)
+
+
+def _norm_backward(dy, cache, name: str):
+    """(dx, {name.gamma: .., name.beta: ..}) of one of the block's normalisations."""
+    if isinstance(cache, RMSNormCache):
+        dx, dgamma = _rmsnorm_backward(dy, cache)
+        return dx, {f"{name}.gamma": dgamma}
+    dx, dgamma, dbeta = _layernorm_backward(dy, cache)
+    return dx, {f"{name}.gamma": dgamma, f"{name}.beta": dbeta}
+
+
+def _attention_of(p: dict) -> list:
+    """The attention's arguments from ``p``, in the op's order (None for absent pieces)."""
+    return [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]
+
+
+def _ffn_of(p: dict) -> list:
+    """The FFN's parameters from ``p``, in the op's order (None for an absent bias)."""
+    return [p.get(f"ffn.{n}") for n in FFN_PARAMS]
+
+
+def _part_grads(prefix: str, names: tuple, grads) -> dict:
+    return {f"{prefix}{n}": g for n, g in zip(names, grads)}
 
 
 class BlockCache(NamedTuple):
     attn: AttentionCache
-    ln1: LayerNormCache
+    ln1: LayerNormCache | RMSNormCache
     ffn: FFNCache
-    ln2: LayerNormCache
+    ln2: LayerNormCache | RMSNormCache
     names: tuple  # the keys of p, sorted
 
 
 @implements("block.postln", "residual.forward")
 def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
-                   activation: str = "relu", norm: str = "post", causal: bool = False):
+                   activation: str = "relu", norm: str = "post", causal: bool = False,
+                   normalization: str = "layernorm"):
     """Post-LN encoder block (Mini-BERT derivation §2.5, BERT):
 
     h = LN1(x + MHA(x));  out = LN2(h + FFN(h)).
-    ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays.  ``norm`` "pre" or
-    "pre_final": the pre-LN block (``_preln_block_forward``); ``causal``: causal attention.
+    ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays; a piece its parts
+    leave out (``attn.W_o``, a bias) is absent.  ``norm`` "pre" or "pre_final": the pre-LN
+    block (``_preln_block_forward``); ``causal``: causal attention; ``normalization``
+    "rmsnorm": every LN is an RMSNorm.
     """
     if norm != "post":
         return _preln_block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps,
-                                    activation=activation, causal=causal)
-    attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]  # None for absent biases
-    a, c_attn = _attention_forward(x, *attn_args, n_heads=n_heads, mask=mask,
+                                    activation=activation, causal=causal,
+                                    normalization=normalization)
+    a, c_attn = _attention_forward(x, *_attention_of(p), n_heads=n_heads, mask=mask,
                                    causal=causal)  # [B, T, H]
-    h, c_ln1 = _layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)
-    f, c_ffn = _ffn_forward(h, *(p[f"ffn.{n}"] for n in FFN_PARAMS), activation)
-    out, c_ln2 = _layernorm_forward(h + f, p["ln2.gamma"], p["ln2.beta"], eps)
+    h, c_ln1 = _norm_forward(x + a, p, "ln1", eps, normalization)
+    f, c_ffn = _ffn_forward(h, *_ffn_of(p), activation)
+    out, c_ln2 = _norm_forward(h + f, p, "ln2", eps, normalization)
     return out, BlockCache(attn=c_attn, ln1=c_ln1, ffn=c_ffn, ln2=c_ln2, names=tuple(sorted(p)))
 
 
@@ -1056,45 +1123,46 @@ def _block_backward(dout, cache):
     """
     if isinstance(cache, PreLNBlockCache):
         return _preln_block_backward(dout, cache)
-    dr2, dg2, db2 = _layernorm_backward(dout, cache.ln2)  # d(h + FFN(h))
+    dr2, g2 = _norm_backward(dout, cache.ln2, "ln2")  # d(h + FFN(h))
     dh_ffn, *dffn = _ffn_backward(dr2, cache.ffn)
     dh = dr2 + dh_ffn  # skip + FFN branch
-    dr1, dg1, db1 = _layernorm_backward(dh, cache.ln1)  # d(x + MHA(x))
+    dr1, g1 = _norm_backward(dh, cache.ln1, "ln1")  # d(x + MHA(x))
     dx_attn, *dattn = _attention_backward(dr1, cache.attn)
     dx = dr1 + dx_attn  # skip + attention branch
-    grads = {f"attn.{n}": g for n, g in zip(ATTENTION_PARAMS, dattn)}
-    grads.update({f"ffn.{n}": g for n, g in zip(FFN_PARAMS, dffn)})
-    grads.update({"ln1.gamma": dg1, "ln1.beta": db1, "ln2.gamma": dg2, "ln2.beta": db2})
+    grads = {**_part_grads("attn.", ATTENTION_PARAMS, dattn),
+             **_part_grads("ffn.", FFN_PARAMS, dffn), **g1, **g2}
     return dx, {n: grads[n] for n in cache.names}
 
 
 class PreLNBlockCache(NamedTuple):
-    ln1: LayerNormCache
+    ln1: LayerNormCache | RMSNormCache
     attn: AttentionCache
-    ln2: LayerNormCache
+    ln2: LayerNormCache | RMSNormCache
     ffn: FFNCache
-    ln_f: LayerNormCache | None  # the final LayerNorm ("pre_final"), else None
+    ln_f: LayerNormCache | RMSNormCache | None  # the final LayerNorm ("pre_final"), else None
     names: tuple  # the keys of p, sorted
 
 
 @implements("block.preln")
 def _preln_block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
-                         activation: str = "relu", causal: bool = False):
+                         activation: str = "relu", causal: bool = False,
+                         normalization: str = "layernorm"):
     """Pre-LN block (GPT-2; torch's ``norm_first=True``): each sublayer reads a LayerNorm of the
     residual stream and adds to it, the stream itself is never normalised:
 
     h = x + MHA(LN1(x));  out = h + FFN(LN2(h));  with ``ln_f.*`` in ``p``: out = LN_f(out).
+    ``normalization`` "rmsnorm": LLaMA's block, every LN an RMSNorm.
     """
-    attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]  # None for absent biases
-    n1, c_ln1 = _layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)
-    a, c_attn = _attention_forward(n1, *attn_args, n_heads=n_heads, mask=mask, causal=causal)
+    n1, c_ln1 = _norm_forward(x, p, "ln1", eps, normalization)
+    a, c_attn = _attention_forward(n1, *_attention_of(p), n_heads=n_heads, mask=mask,
+                                   causal=causal)
     h = x + a  # [B, T, H]
-    n2, c_ln2 = _layernorm_forward(h, p["ln2.gamma"], p["ln2.beta"], eps)
-    f, c_ffn = _ffn_forward(n2, *(p[f"ffn.{n}"] for n in FFN_PARAMS), activation)
+    n2, c_ln2 = _norm_forward(h, p, "ln2", eps, normalization)
+    f, c_ffn = _ffn_forward(n2, *_ffn_of(p), activation)
     out = h + f
     c_lnf = None
     if "ln_f.gamma" in p:
-        out, c_lnf = _layernorm_forward(out, p["ln_f.gamma"], p["ln_f.beta"], eps)
+        out, c_lnf = _norm_forward(out, p, "ln_f", eps, normalization)
     return out, PreLNBlockCache(ln1=c_ln1, attn=c_attn, ln2=c_ln2, ffn=c_ffn, ln_f=c_lnf,
                                 names=tuple(sorted(p)))
 
@@ -1105,48 +1173,61 @@ def _preln_block_backward(dout, cache):
     dh = dout + LN2^T(FFN^T(dout)), dx = dh + LN1^T(MHA^T(dh)) (after LN_f^T with ``ln_f``)."""
     grads = {}
     if cache.ln_f is not None:
-        dout, grads["ln_f.gamma"], grads["ln_f.beta"] = _layernorm_backward(dout, cache.ln_f)
+        dout, g_f = _norm_backward(dout, cache.ln_f, "ln_f")
+        grads.update(g_f)
     dn2, *dffn = _ffn_backward(dout, cache.ffn)
-    dr2, dg2, db2 = _layernorm_backward(dn2, cache.ln2)
+    dr2, g2 = _norm_backward(dn2, cache.ln2, "ln2")
     dh = dout + dr2  # skip + FFN branch
     dn1, *dattn = _attention_backward(dh, cache.attn)
-    dr1, dg1, db1 = _layernorm_backward(dn1, cache.ln1)
+    dr1, g1 = _norm_backward(dn1, cache.ln1, "ln1")
     dx = dh + dr1  # skip + attention branch
-    grads.update({f"attn.{n}": g for n, g in zip(ATTENTION_PARAMS, dattn)})
-    grads.update({f"ffn.{n}": g for n, g in zip(FFN_PARAMS, dffn)})
-    grads.update({"ln1.gamma": dg1, "ln1.beta": db1, "ln2.gamma": dg2, "ln2.beta": db2})
+    grads.update({**_part_grads("attn.", ATTENTION_PARAMS, dattn),
+                  **_part_grads("ffn.", FFN_PARAMS, dffn), **g1, **g2})
     return dx, {n: grads[n] for n in cache.names}
 
 
-def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False):
+def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False,
+                 normalization="layernorm"):
     """Checks block_forward's arguments; returns the mask as bool [B, T] (or None)."""
     if not isinstance(p, dict):
         raise ValueError(f"p: expected a dict of block parameters, got {type(p).__name__}")
     if norm not in BLOCK_NORMS:
         raise ValueError(f"norm: expected one of {BLOCK_NORMS}, got {norm!r}")
-    expected = set(block_param_names(attn_bias="attn.b_q" in p, norm=norm))
+    if normalization not in BLOCK_NORMALIZATIONS:
+        raise ValueError(f"normalization: expected one of {BLOCK_NORMALIZATIONS}, got "
+                         f"{normalization!r}")
+    variant = _block_variant(p)
+    expected = set(block_param_names(norm=norm, normalization=normalization, **variant))
     if set(p) != expected:
-        raise ValueError(f"p: expected the keys of block_param_names(norm={norm!r}); missing "
+        keywords = ", ".join(f"{k}={v}" for k, v in variant.items())
+        raise ValueError(f"p: expected the keys of block_param_names({keywords}, norm={norm!r}, "
+                         f"normalization={normalization!r}); missing "
                          f"{sorted(expected - set(p))}, unexpected {sorted(set(p) - expected)}")
-    mask = _check_attention(x, *(p.get(f"attn.{n}") for n in ATTENTION_PARAMS), n_heads, mask,
-                            causal)
+    mask = _check_attention(x, *_attention_of(p), n_heads, mask, causal)
     H = x.shape[-1]
     for ln in ("ln1", "ln2") + (("ln_f",) if norm == "pre_final" else ()):
-        _check_layernorm_params(H, x.dtype, p[f"{ln}.gamma"], p[f"{ln}.beta"], eps)
-    _check_ffn_params(H, x.dtype, *(p[f"ffn.{n}"] for n in FFN_PARAMS))
+        if normalization == "rmsnorm":
+            as_float_array(f"{ln}.gamma", p[f"{ln}.gamma"], shape=(H,), dtype=x.dtype)
+            _check_eps(eps)
+        else:
+            _check_layernorm_params(H, x.dtype, p[f"{ln}.gamma"], p[f"{ln}.beta"], eps)
+    _check_ffn_params(H, x.dtype, *_ffn_of(p), b_1_optional=True, b_2_optional=True)
     return mask
 
 
 def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
-                  activation: str = "relu", norm: str = "post", causal: bool = False):
-    """x [B, T, H], ``p`` a dict with the keys of ``block_param_names(bias, norm)`` -> [B, T,
-    H]; the FFN's ``activation`` relu (default), gelu or gelu_tanh; ``norm`` "post" (BERT),
-    "pre" or "pre_final" (GPT-2, the latter with its final LayerNorm ``ln_f``); ``causal``
-    attention."""
-    mask = _check_block(x, p, n_heads, mask, eps, norm, causal)
+                  activation: str = "relu", norm: str = "post", causal: bool = False,
+                  normalization: str = "layernorm"):
+    """x [B, T, H], ``p`` a dict with the keys of ``block_param_names(...)`` (the pieces its
+    parts have: without ``attn.W_o``/``attn.b_o``, attention biases, ``ffn.b_1``/``ffn.b_2``
+    where they are absent) -> [B, T, H]; the FFN's ``activation`` relu (default), gelu or
+    gelu_tanh; ``norm`` "post" (BERT), "pre" or "pre_final" (GPT-2, the latter with its final
+    LayerNorm ``ln_f``); ``causal`` attention; ``normalization`` "layernorm" or "rmsnorm"
+    (LLaMA: gamma only)."""
+    mask = _check_block(x, p, n_heads, mask, eps, norm, causal, normalization)
     _check_activation(activation)
     return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, activation=activation,
-                          norm=norm, causal=bool(causal))
+                          norm=norm, causal=bool(causal), normalization=normalization)
 
 
 def block_backward(dout, cache):

@@ -73,6 +73,24 @@ def check_all_finite(named: dict) -> None:
         _raise_non_finite(bad[0], named[bad[0]])
 
 
+def check_param_dict(params, expected: dict) -> np.dtype:
+    """A model's parameters: a dict with exactly the names of ``expected`` (name -> shape), each
+    of its shape, all of one float dtype, finite.  Returns the dtype."""
+    if not isinstance(params, dict):
+        raise ValueError(f"params: expected a dict of arrays, got {type(params).__name__}")
+    missing = sorted(set(expected) - set(params))
+    extra = sorted(set(params) - set(expected))
+    if missing or extra:
+        raise ValueError(f"params: expected the keys of param_shapes(config); "
+                         f"missing {missing}, unexpected {extra}")
+    dtype = None
+    for name, shape in expected.items():
+        as_float_array(f"params[{name!r}]", params[name], shape=shape, dtype=dtype, finite=False)
+        dtype = params[name].dtype
+    check_all_finite({f"params[{name!r}]": params[name] for name in expected})
+    return dtype
+
+
 def _check_nonempty(name, x) -> None:
     """No axis of size 0: an empty axis makes a reduction (mean, max, softmax) undefined."""
     if x.size == 0:

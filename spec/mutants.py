@@ -354,19 +354,19 @@ mutant("block_drops_ffn_residual", "residual.backward",
        "ops._block_backward", ("dh = dr2 + dh_ffn", "dh = dh_ffn"), fast=True)
 mutant("block_backward_ln1_with_ln2_cache", "block.backward",
        "block backward runs LN1's backward on LN2's cache (the wrong stage's statistics)",
-       "ops._block_backward", ("_layernorm_backward(dh, cache.ln1)",
-                               "_layernorm_backward(dh, cache.ln2)"))
+       "ops._block_backward", ("_norm_backward(dh, cache.ln1,",
+                               "_norm_backward(dh, cache.ln2,"))
 mutant("block_preln_drops_ffn_residual", "block.preln_backward",
        "pre-LN block backward drops the skip around the FFN: dh = LN2^T(FFN^T(dout)) only",
        "ops._preln_block_backward", ("dh = dout + dr2", "dh = dr2"))
 mutant("block_preln_ln2_backward_on_ln1_cache", "block.preln_backward",
        "pre-LN block backward runs LN2's backward on LN1's cache (the stream before attention)",
-       "ops._preln_block_backward", ("_layernorm_backward(dn2, cache.ln2)",
-                                     "_layernorm_backward(dn2, cache.ln1)"))
+       "ops._preln_block_backward", ("_norm_backward(dn2, cache.ln2,",
+                                     "_norm_backward(dn2, cache.ln1,"))
 mutant("block_preln_ffn_reads_x", "block.preln",
        "pre-LN block normalises x instead of h = x + MHA(LN1(x)) before the FFN",
-       "ops._preln_block_forward", ("_layernorm_forward(h, p[\"ln2.gamma\"]",
-                                    "_layernorm_forward(x, p[\"ln2.gamma\"]"))
+       "ops._preln_block_forward", ("_norm_forward(h, p, \"ln2\"",
+                                    "_norm_forward(x, p, \"ln2\""))
 mutant("model_backward_layer_order", "model.backward",
        "model backward walks the blocks in forward order (layer i's cache for layer L-1-i)",
        "model.run_backward", ("cache.blocks[i]", "cache.blocks[::-1][i]"))

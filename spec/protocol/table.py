@@ -121,8 +121,9 @@ _TABLE = (
            "the keys that may be attended; variants: causal=True, W_o = b_o = None (no output "
            "projection), per-head weights [A,H,d_k]"),
     Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward"), FFN_PARAMS,
-       doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H]) -> ReLU(x W_1 + b_1) W_2 + "
-           "b_2; variant: b_2 = None"),
+       doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H], activation=\"relu\") -> "
+           "act(x W_1 + b_1) W_2 + b_2; variants: b_1 = None, b_2 = None, activation="
+           "\"gelu\"|\"gelu_tanh\""),
     Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
                                             "residual.backward", "block.backward",
                                             "block.preln", "block.preln_backward"),
@@ -131,7 +132,9 @@ _TABLE = (
            "+ FFN(h)), h = LN1(x + MHA(x)); p is a dict keyed attn.W_q .. attn.b_o, ln1.gamma, "
            'ln1.beta, ffn.W_1 .. ffn.b_2, ln2.gamma, ln2.beta; variants: norm="pre" (h + '
            'FFN(LN2(h)), h = x + MHA(LN1(x))), norm="pre_final" (then LN_f, keys ln_f.gamma, '
-           "ln_f.beta), causal=True",
+           'ln_f.beta), causal=True, normalization="rmsnorm" (no *.beta), and its parts\' own '
+           "(reference.ops.block_param_names): no attn.W_o/attn.b_o, no attn.b_*, no ffn.b_1 / "
+           "ffn.b_2, activation=",
        backward_doc="(dx, grads) with grads keyed like p"),
     Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",),
        doc="pooler_forward(h [B,T,H], W [H,H], b [H]) -> tanh(h[:, 0] W + b) [B,H]"),

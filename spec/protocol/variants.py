@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reference.ops import IGNORE_INDEX, SoftmaxCache, _softmax_backward, _softmax_forward
+from reference.ops import (
+    BLOCK_PARTS,
+    IGNORE_INDEX,
+    SoftmaxCache,
+    _softmax_backward,
+    _softmax_forward,
+)
 from spec.protocol.table import OPS
 
 Layer = Callable[[tuple, dict], tuple]
@@ -253,15 +259,24 @@ VARIANTS: dict[str, dict[str, Option]] = {
                       pieces=("eps",), absent=(None, 0), absent_ok=True),
     },
     "ffn": {
+        "b_1": Option((True, False), {True: "with b_1",
+                                      False: "without b_1: the suite passes b_1=None and "
+                                             "expects db_1 None"}, pieces=("b_1",),
+                      also=("block",)),
         "b_2": Option((True, False), {True: "with b_2",
                                       False: "without b_2: the suite passes b_2=None and "
-                                             "expects db_2 None"}, pieces=("b_2",)),
+                                             "expects db_2 None"}, pieces=("b_2",),
+                      also=("block",)),
+        "activation": Option(("relu", "gelu", "gelu_tanh"),
+                             {"relu": "ReLU", "gelu": "exact GELU (erf)",
+                              "gelu_tanh": "GELU's tanh approximation (GPT-2's gelu_new)"},
+                             argument="activation", also=("block",)),
     },
     "attention": {
         "W_o": Option((True, False), {True: "with the output projection W_o",
                                       False: "without W_o: y = merge(C); the suite passes "
                                              "W_o=None, b_o=None and expects None gradients"},
-                      pieces=("W_o",)),
+                      pieces=("W_o",), also=("block",)),
         "causal": Option((False, True), {False: "bidirectional", True: "causal: position i "
                                          "attends keys j <= i"}, argument="causal"),
         "heads": Option(("fused", "per_head"),
@@ -279,6 +294,10 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                      "ln_f.gamma, ln_f.beta)"}, argument="norm"),
         "causal": Option((False, True), {False: "bidirectional attention",
                                          True: "causal attention"}, argument="causal"),
+        "normalization": Option(("layernorm", "rmsnorm"),
+                                {"layernorm": "LayerNorms (gamma, beta)",
+                                 "rmsnorm": "RMSNorms (LLaMA: ln1.gamma, ln2.gamma, no beta)"},
+                                argument="normalization"),
     },
     "cross_entropy": {
         "ignore_index": Option((True, False), {
@@ -321,6 +340,12 @@ def put(op: str, args: tuple, kwargs: dict, name: str, value) -> tuple[tuple, di
     return args, {**kwargs, name: value}
 
 
+def reaches(key: str, op: str) -> bool:
+    """The option ``key`` ("ffn.b_2") is ``op``'s own or reaches it as a part's (``also``)."""
+    owner, option = key.split(".")
+    return owner == op or op in VARIANTS[owner][option].also
+
+
 def variant_text(op: str, option: str, value) -> str:
     """What one option's value means, for a verdict: "layernorm without gamma/beta..."."""
     return f"{op} {VARIANTS[op][option].meaning[value]}"
@@ -334,7 +359,10 @@ def options_of(op: str) -> dict[tuple[str, str], Option]:
 
 def layers(op: str, name: str, caps: dict, not_claimed: Callable[[str], None]) -> list[Layer]:
     """The adaptation layers of one protocol function under the implementation's claims and
-    options, in the order of the tables above."""
+    options, in the order of the tables above.  An option of a part (``also``: the FFN's b_2,
+    the attention's W_o) reaches a composite op the same way: its piece is the part's key in
+    the composite's parameter dict (``ffn.b_2``, reference.ops.BLOCK_PARTS), its keyword the
+    composite's keyword of the same name."""
     forward = name.endswith("_forward")
     out: list[Layer] = []
     for claim, c in CLAIMS.items():
@@ -342,10 +370,10 @@ def layers(op: str, name: str, caps: dict, not_claimed: Callable[[str], None]) -
             out.append(_claim_layer(op, c, not_claimed))
     for (owner, option_name), option in options_of(op).items():
         declared = caps[owner][option_name]
-        if forward and option.pieces and owner == op:
-            out.append(_piece_layer(op, option_name, option, declared, not_claimed))
-        if forward and option.argument and owner == op and option.convert is None:
-            out.append(_keyword_layer(op, option_name, option, declared, not_claimed))
+        if forward and option.pieces and option.convert is None:
+            out.append(_piece_layer(op, owner, option_name, option, declared, not_claimed))
+        if forward and option.argument and option.convert is None:
+            out.append(_keyword_layer(op, owner, option_name, option, declared, not_claimed))
         if option.convert is not None:
             layer = option.convert(op, forward, declared, not_claimed)
             if layer is not None:
@@ -364,9 +392,17 @@ def _claim_layer(op: str, claim: Claim, not_claimed) -> Layer:
     return layer
 
 
-def _piece_layer(op: str, name: str, option: Option, declared: tuple, not_claimed) -> Layer:
-    """A piece the checks pass as None (or 0) when absent: gamma, eps, b_2, W_o."""
-    first = option.pieces[0]
+def part_key(op: str, owner: str, piece: str) -> str:
+    """The name of an option's piece in ``op``'s arguments: the piece itself for the option's
+    own op, the part's key in a composite's parameter dict otherwise (``ffn.b_2``)."""
+    return piece if owner == op else BLOCK_PARTS[owner] + piece
+
+
+def _piece_layer(op: str, owner: str, name: str, option: Option, declared: tuple,
+                 not_claimed) -> Layer:
+    """A piece the checks pass as None (or 0) when absent: gamma, eps, b_2, W_o; in a
+    composite's parameter dict, a key left out (``ffn.b_2``)."""
+    first = part_key(op, owner, option.pieces[0])
 
     def layer(args, kwargs):
         value = get(op, args, kwargs, first)
@@ -374,7 +410,7 @@ def _piece_layer(op: str, name: str, option: Option, declared: tuple, not_claime
                                        np.ndim(value) == 0 and value == a)
                         for a in option.absent)
         if given not in declared and not (option.absent_ok and not given):
-            not_claimed(variant_text(op, name, given) + " (the call "
+            not_claimed(variant_text(owner, name, given) + " (the call "
                         + (f"passes {first}" + (f"={value}" if np.ndim(value) == 0 else "")
                            if given else f"leaves out {first}") + ")")
         return args, kwargs, None
@@ -382,12 +418,14 @@ def _piece_layer(op: str, name: str, option: Option, declared: tuple, not_claime
     return layer
 
 
-def _keyword_layer(op: str, name: str, option: Option, declared: tuple, not_claimed) -> Layer:
-    """An option selected by a keyword (causal, norm, input)."""
+def _keyword_layer(op: str, owner: str, name: str, option: Option, declared: tuple,
+                   not_claimed) -> Layer:
+    """An option selected by a keyword (causal, norm, input; a part's activation reaching a
+    composite)."""
     def layer(args, kwargs):
         value = kwargs.get(option.argument, option.default)
         if value not in declared:
-            not_claimed(variant_text(op, name, value))
+            not_claimed(variant_text(owner, name, value))
         if len(declared) == 1:  # a single form: the keyword carries nothing
             kwargs = {k: x for k, x in kwargs.items() if k != option.argument}
         return args, kwargs, None

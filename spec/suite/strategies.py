@@ -39,7 +39,7 @@ from hypothesis.extra import numpy as hnp
 
 from spec.protocol import IGNORE_INDEX, OPS
 from spec.protocol.guards import cross_entropy_adjustment
-from spec.protocol.variants import CLAIMS, resolve_variant, strategy_keyword
+from spec.protocol.variants import CLAIMS, VARIANTS, reaches, resolve_variant, strategy_keyword
 from spec.tolerances import KINK_MARGIN, LN_MIN_VAR, layernorm_backward_scale
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
@@ -362,7 +362,8 @@ def variant_kwargs(op: str, needs: dict, resolve: tuple, caps: dict) -> dict:
     the ``needs`` of ``op``'s own options, then each ``resolve`` key at the value the
     implementation declares (its standard form when it has it).  Called after the needs were
     met (spec.suite.run checks them first)."""
-    kw = {strategy_keyword(k): v for k, v in needs.items() if k.startswith(op + ".")}
+    kw = {strategy_keyword(k): v for k, v in needs.items() if k.split(".")[0] in VARIANTS
+          and reaches(k, op)}
     for key in resolve:
         if key in CLAIMS:
             kw[strategy_keyword(key)] = bool(caps[key])
@@ -723,68 +724,78 @@ def ffn_params(draw, H: int, I: int) -> dict:
             "W_2": draw(arrays((I, H))), "b_2": draw(arrays((H,)))}
 
 
-def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray) -> bool:
+def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray | None) -> bool:
     """The FFN's ReLU pre-activation x W_1 + b_1 is at least KINK_MARGIN from 0 everywhere."""
-    return bool(np.min(np.abs(x @ W_1 + b_1)) > KINK_MARGIN)
+    return bool(np.min(np.abs(x @ W_1 + (0 if b_1 is None else b_1))) > KINK_MARGIN)
 
 
-def _ffn_example(rng, b_2: bool = True):
+def _ffn_example(rng, b_1: bool = True, b_2: bool = True, activation: str = "relu"):
     for _ in range(100):  # keep every ReLU pre-activation away from the kink
-        x, W_1, b_1 = (rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 8)),
-                       0.3 * rng.standard_normal(8))
-        if np.min(np.abs(x @ W_1 + b_1)) > 100 * KINK_MARGIN:
+        x, W_1, b_1_ = (rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 8)),
+                        0.3 * rng.standard_normal(8))
+        if np.min(np.abs(x @ W_1 + (b_1_ if b_1 else 0))) > 100 * KINK_MARGIN:
             break
-    inputs = {"x": x, "W_1": W_1, "b_1": b_1, "W_2": rng.standard_normal((8, 4)),
+    inputs = {"x": x, "W_1": W_1, "b_1": b_1_ if b_1 else None,
+              "W_2": rng.standard_normal((8, 4)),
               "b_2": 0.3 * rng.standard_normal(4) if b_2 else None}
-    return OpCase(inputs, {}, upstream_like(rng, (2, 3, 4)))
+    fixed = {} if activation == "relu" else {"activation": activation}
+    return OpCase(inputs, fixed, upstream_like(rng, (2, 3, 4)))
 
 
-@cases("ffn", needs={"ffn.b_2": True}, also=("relu",), torch="ffn")
-@cases("ffn", "nob2", needs={"ffn.b_2": False}, also=("relu",), torch="ffn")
+@cases("ffn", needs={"ffn.b_2": True}, resolve=("ffn.b_1", "ffn.activation"), also=("relu",),
+       torch="ffn")
+@cases("ffn", "nob2", needs={"ffn.b_2": False}, resolve=("ffn.b_1", "ffn.activation"),
+       also=("relu",), torch="ffn")
+@cases("ffn", "nobias", needs={"ffn.b_1": False, "ffn.b_2": False},
+       resolve=("ffn.activation",), also=("relu",), torch="ffn")
 @fixed_examples(_ffn_example)
 @st.composite
-def ffn_cases(draw, b_2: bool = True) -> OpCase:
-    """``b_2`` False: the FFN without its second bias (b_2 = None)."""
+def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu") -> OpCase:
+    """``b_1``/``b_2`` False: the FFN without that bias (None); ``activation`` as the
+    implementation declares it (passed when not ReLU)."""
     B, T = draw(batch_seq())
     H, I = draw(sizes(1, 4)), draw(sizes(1, 5))
     inputs = {"x": draw(arrays((B, T, H))), **draw(ffn_params(H, I))}
+    if not b_1:
+        inputs["b_1"] = None
     if not b_2:
         inputs["b_2"] = None
-    assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
-    return OpCase(inputs, {}, draw(upstream((B, T, H))), draw(_seed()))
+    if activation == "relu":
+        assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
+    fixed = {} if activation == "relu" else {"activation": activation}
+    return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
-def _block_weights(seed: int, H: int, I: int, bias: bool) -> dict:
-    """A block's attention and FFN weights from one drawn seed, bounded as the attention and
-    FFN families draw them element by element (|W_q..| <= 1, |W_1..| <= 2, b_1 off ReLU's
-    kink): drawing the ~15 tensors of a block element by element was most of the time of its
-    oracle checks, and a block's failure is localised by its ops' own families, not by
-    shrinking its weights."""
+def _block_weights(seed: int, H: int, I: int, names: tuple) -> dict:
+    """A block's attention and FFN weights (those of ``names``) from one drawn seed, bounded as
+    the attention and FFN families draw them element by element (|W_q..| <= 1, |W_1..| <= 2,
+    b_1 off ReLU's kink): drawing the ~15 tensors of a block element by element was most of
+    the time of its oracle checks, and a block's failure is localised by its ops' own
+    families, not by shrinking its weights."""
     rng = np.random.default_rng(seed)
     p = {n: rng.uniform(-1.0, 1.0, (H, H)) for n in ATTENTION_WEIGHTS}
-    if bias:
+    if "attn.b_q" in names:
         p.update({n: rng.uniform(-1.0, 1.0, H) for n in ATTENTION_BIASES})
     p = {f"attn.{k}": v for k, v in p.items()}
     p.update({"ffn.W_1": rng.uniform(-2.0, 2.0, (H, I)),
               "ffn.b_1": rng.choice([-1.0, 1.0], I) * rng.uniform(2 * KINK_MARGIN, 2.0, I),
               "ffn.W_2": rng.uniform(-2.0, 2.0, (I, H)), "ffn.b_2": rng.uniform(-2.0, 2.0, H)})
-    return p
+    return {n: p[n] for n in names if n in p}
 
 
-def block_param_names(attn_bias: bool, norm: str = "post") -> tuple[str, ...]:
-    """Local names of one block's parameters (the protocol's ``p`` dict); ``ln_f.*`` for the
-    pre-LN block with its final LayerNorm."""
-    attn = ATTENTION_WEIGHTS + (ATTENTION_BIASES if attn_bias else ())
-    return (tuple(f"attn.{n}" for n in attn) + ("ln1.gamma", "ln1.beta")
-            + tuple(f"ffn.{n}" for n in ("W_1", "b_1", "W_2", "b_2")) + ("ln2.gamma", "ln2.beta")
-            + (("ln_f.gamma", "ln_f.beta") if norm == "pre_final" else ()))
+def block_variant(bias: bool = True, norm: str = "post", W_o: bool = True, b_1: bool = True,
+                  b_2: bool = True, normalization: str = "layernorm") -> dict:
+    """The keywords of reference.ops.block_param_names (the one definition of a block's
+    names) for a block family's variant parameters."""
+    return dict(attn_bias=bias, norm=norm, W_o=W_o, b_1=b_1, b_2=b_2,
+                normalization=normalization)
 
 
 def block_adapter(impl):
     """block_forward(x, p, ...) with p a dict -> forward(x, **p) and a tuple backward."""
 
     def forward(x, *, n_heads, mask=None, eps=1e-12, **p):
-        variant = {k: p.pop(k) for k in ("norm", "causal") if k in p}
+        variant = {k: p.pop(k) for k in BLOCK_KEYWORDS if k in p}
         out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, **variant)
         return out, (cache, tuple(p))
 
@@ -799,23 +810,34 @@ def block_adapter(impl):
     return forward, backward
 
 
+# the keywords a block's variant passes to block_forward (its own options' and its parts'),
+# each only when not the standard form
+BLOCK_STANDARD = {"norm": "post", "causal": False, "activation": "relu",
+                  "normalization": "layernorm"}
+BLOCK_KEYWORDS = tuple(BLOCK_STANDARD)
+
+
 def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, norm="post",
-                       eps=1e-12) -> tuple[float, float]:
-    """(smallest LayerNorm input row variance, smallest |ReLU pre-activation|) through one block,
-    computed with the protocol's reference ops (float64): where the block is smooth."""
+                       eps=1e-12, activation="relu",
+                       normalization="layernorm") -> tuple[float, float]:
+    """(smallest row variance of a LayerNorm input -- the mean square of an RMSNorm input --,
+    smallest |ReLU pre-activation|, inf for a smooth activation) through one block, computed
+    with the protocol's reference ops (float64): where the block is smooth."""
     from reference import ops  # the one definition of each op (a filter, not a judgement)
 
     attn = [p.get(f"attn.{n}") for n in ATTENTION_WEIGHTS + ATTENTION_BIASES]
-    ffn = [p[f"ffn.{n}"] for n in ("W_1", "b_1", "W_2", "b_2")]
+    ffn = [p.get(f"ffn.{n}") for n in ("W_1", "b_1", "W_2", "b_2")]
     variances, kinks = [], []
 
     def ln(v, name):
-        variances.append(float(np.min(v.var(axis=-1))))
-        return ops._layernorm_forward(v, p[f"{name}.gamma"], p[f"{name}.beta"], eps)[0]
+        centred = v if normalization == "rmsnorm" else v - v.mean(axis=-1, keepdims=True)
+        variances.append(float(np.min((centred * centred).mean(axis=-1))))
+        return ops._norm_forward(v, p, name, eps, normalization)[0]
 
     def ffn_of(v):
-        kinks.append(float(np.min(np.abs(v @ ffn[0] + ffn[1]))))
-        return ops._ffn_forward(v, *ffn)[0]
+        pre = v @ ffn[0] + (0 if ffn[1] is None else ffn[1])
+        kinks.append(float(np.min(np.abs(pre))) if activation == "relu" else np.inf)
+        return ops._ffn_forward(v, *ffn, activation)[0]
 
     def mha(v):
         return ops._attention_forward(v, *attn, n_heads=n_heads, mask=mask, causal=causal)[0]
@@ -832,18 +854,28 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
 
 
 def block_smooth(case: OpCase) -> bool:
-    """Every LayerNorm input has row variance >= LN_MIN_VAR and the FFN's ReLU pre-activation
-    is >= KINK_MARGIN from 0 (computed with the protocol's reference ops: the filter never
-    calls the implementation in a form it does not declare)."""
+    """Every normalisation input has row variance (RMSNorm: mean square) >= LN_MIN_VAR and the
+    FFN's ReLU pre-activation is >= KINK_MARGIN from 0 (computed with the protocol's reference
+    ops: the filter never calls the implementation in a form it does not declare)."""
     p, f = case.inputs, case.fixed
     mask = None if f["mask"] is None else np.asarray(f["mask"], bool)
-    var, kink = block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=mask,
-                                   causal=f.get("causal", False), norm=f.get("norm", "post"),
-                                   eps=f["eps"])
+    var, kink = block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=mask, eps=f["eps"],
+                                   **{k: f[k] for k in BLOCK_KEYWORDS if k in f})
     return var >= LN_MIN_VAR and kink > KINK_MARGIN
 
 
-def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False):
+def _block_fixed(n_heads: int, mask, eps: float, **variant) -> dict:
+    """A block case's fixed arguments: each keyword of the variant only when it is not the
+    standard form (an implementation with one form is called without it)."""
+    return {"n_heads": n_heads, "mask": mask, "eps": eps,
+            **{k: v for k, v in variant.items() if v != BLOCK_STANDARD[k]}}
+
+
+def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
+                   W_o: bool = True, b_1: bool = True, b_2: bool = True,
+                   activation: str = "relu", normalization: str = "layernorm"):
+    from reference.ops import block_param_names
+
     H, I = 6, 12
     a = _attention_example_params(rng, H, bias=True)
     p = {f"attn.{k}": v for k, v in a.items() if k != "x"}
@@ -852,10 +884,10 @@ def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bo
     p["ffn.W_2"], p["ffn.b_2"] = 0.5 * rng.standard_normal((I, H)), 0.2 * rng.standard_normal(H)
     p["ln2.gamma"], p["ln2.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
     p["ln_f.gamma"], p["ln_f.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
-    inputs = {"x": a["x"], **{n: p[n] for n in block_param_names(bias, norm)}}
-    fixed = {"n_heads": 2, "mask": _example_mask(3) if masked else None,
-             "eps": 1e-12, **({"norm": norm} if norm != "post" else {}),
-             **({"causal": True} if causal else {})}
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization))
+    inputs = {"x": a["x"], **{n: p[n] for n in names}}
+    fixed = _block_fixed(2, _example_mask(3) if masked else None, 1e-12, norm=norm,
+                         causal=causal, activation=activation, normalization=normalization)
     return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
 
 
@@ -868,6 +900,9 @@ _BLOCK = dict(
     elementwise_max=0, n_dirs=2)  # ~20 tensors through a whole block: directional only
 _POST = ("block.preln", "block.preln_backward")  # the pre-LN block's IDs: not exercised
 _PRE = ("block.postln", "block.backward")  # the post-LN block's
+# the options of a block's parts (and its own normalisation) that every block family takes as
+# the implementation declares them: a block is checked as the variants its parts declare
+_PARTS = ("attention.W_o", "ffn.b_1", "ffn.b_2", "ffn.activation", "block.normalization")
 
 
 def _block_needs(bias: bool, masked: bool) -> dict:
@@ -875,46 +910,68 @@ def _block_needs(bias: bool, masked: bool) -> dict:
             **({"attention_bias": True} if bias else {}), **({"key_mask": True} if masked else {})}
 
 
+def _but(*keys: str) -> tuple[str, ...]:
+    """The block's followed options except those a family fixes."""
+    return tuple(k for k in ("block.norm", "block.causal") + _PARTS if k not in keys) + _FOLLOW
+
+
 @cases("block", "nobias", bias=False, masked=False, omit=_POST,
-       needs=_block_needs(False, False), **_BLOCK)
+       needs=_block_needs(False, False), resolve=_PARTS, **_BLOCK)
 @cases("block", "nobias_mask", bias=False, masked=True, omit=_POST,
-       needs=_block_needs(False, True), **_BLOCK)
+       needs=_block_needs(False, True), resolve=_PARTS, **_BLOCK)
 @cases("block", "bias", bias=True, masked=False, omit=_POST, needs=_block_needs(True, False),
-       **_BLOCK)
+       resolve=_PARTS, **_BLOCK)
 @cases("block", "bias_mask", bias=True, masked=True, omit=_POST,
-       needs=_block_needs(True, True), **_BLOCK)
-@cases("block", "preln", omit=_PRE, needs={"block.norm": "pre"},
-       resolve=("block.causal",) + _FOLLOW, **_BLOCK)
+       needs=_block_needs(True, True), resolve=_PARTS, **_BLOCK)
+@cases("block", "preln", omit=_PRE, needs={"block.norm": "pre"}, resolve=_but("block.norm"),
+       **_BLOCK)
 @cases("block", "preln_final", omit=_PRE, needs={"block.norm": "pre_final"},
-       resolve=("block.causal",) + _FOLLOW, **_BLOCK)
+       resolve=_but("block.norm"), **_BLOCK)
 @cases("block", "causal", omit=_POST, needs={"block.causal": True},
-       resolve=("block.norm",) + _FOLLOW, **_BLOCK)
+       resolve=_but("block.causal"), **_BLOCK)
+# the parts' own variants, each checked inside a block: no W_o and no FFN biases (bias-free
+# linears); GPT-2's block (causal, pre-LN with its final LN, gelu_new); RMSNorm's
+@cases("block", "lean", omit=_POST,
+       needs={"attention.W_o": False, "ffn.b_1": False, "ffn.b_2": False},
+       resolve=_but("attention.W_o", "ffn.b_1", "ffn.b_2"), **_BLOCK)
+@cases("block", "gpt2", omit=_PRE,
+       needs={"block.norm": "pre_final", "block.causal": True, "ffn.activation": "gelu_tanh"},
+       resolve=_but("block.norm", "block.causal", "ffn.activation"), **_BLOCK)
+@cases("block", "rmsnorm", omit=_PRE,
+       needs={"block.norm": "pre_final", "block.normalization": "rmsnorm"},
+       resolve=_but("block.norm", "block.normalization"), **_BLOCK)
 @fixed_examples(_block_example)
 @st.composite
-def block_cases(draw, bias: bool, masked: bool, norm: str = "post",
-                causal: bool = False) -> OpCase:
-    """x plus every block parameter as a differentiable input named by its local name;
-    ``norm`` and ``causal`` select the variant (passed as keywords when not the standard).
+def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
+                W_o: bool = True, b_1: bool = True, b_2: bool = True, activation: str = "relu",
+                normalization: str = "layernorm") -> OpCase:
+    """x plus every block parameter as a differentiable input named by its local name; the
+    variant (``norm``, ``causal``, ``normalization``; the parts' ``W_o``, ``b_1``, ``b_2``,
+    ``activation``) decides the names (reference.ops.block_param_names, the one definition)
+    and the keywords passed when not the standard.
 
     The ReLU and LayerNorm conditions depend on the attention output, so the strategy filters
     them (``block_smooth`` above)."""
+    from reference.ops import block_param_names
+
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
     H = A * d_k
     assume(H >= 2)  # a LayerNorm over one feature is constant: nothing to differentiate
     I = draw(sizes(1, 5))
-    p = _block_weights(draw(_seed()), H, I, bias)
-    p.update({"ln1.gamma": draw(gammas(H)), "ln1.beta": draw(betas(H))})
-    p.update({"ln2.gamma": draw(gammas(H)), "ln2.beta": draw(betas(H))})
-    if norm == "pre_final":
-        p.update({"ln_f.gamma": draw(gammas(H)), "ln_f.beta": draw(betas(H))})
-    inputs = {"x": draw(arrays((B, T, H))), **{n: p[n] for n in block_param_names(bias, norm)}}
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization))
+    p = _block_weights(draw(_seed()), H, I, names)
+    for ln in ("ln1", "ln2", "ln_f"):
+        if f"{ln}.gamma" in names:
+            p[f"{ln}.gamma"] = draw(gammas(H))
+        if f"{ln}.beta" in names:
+            p[f"{ln}.beta"] = draw(betas(H))
+    inputs = {"x": draw(arrays((B, T, H))), **{n: p[n] for n in names}}
     mask = None
     if masked:
         mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
-    fixed = {"n_heads": A, "mask": mask, "eps": draw(layernorm_eps()),
-             **({"norm": norm} if norm != "post" else {}),
-             **({"causal": True} if causal else {})}
+    fixed = _block_fixed(A, mask, draw(layernorm_eps()), norm=norm, causal=causal,
+                         activation=activation, normalization=normalization)
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 

@@ -300,17 +300,33 @@ def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, 
     return y.transpose(0, 1)  # [B, T, H]
 
 
-def ffn(x, W_1, b_1, W_2, b_2):
-    return F.linear(F.relu(F.linear(x, weight(W_1), b_1)), weight(W_2), b_2)
+def activation_of(x, activation: str):
+    """The protocol's activations as torch has them (relu, gelu, gelu_tanh)."""
+    if activation == "relu":
+        return F.relu(x)
+    return F.gelu(x, approximate="tanh" if activation == "gelu_tanh" else "none")
+
+
+def ffn(x, W_1, b_1, W_2, b_2, activation="relu"):
+    return F.linear(activation_of(F.linear(x, weight(W_1), b_1), activation), weight(W_2), b_2)
+
+
+_STANDARD_BLOCK = ("attn.W_o", "ffn.b_1", "ffn.b_2", "ln1.beta")
 
 
 def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, norm="post",
-          causal=False):
+          causal=False, activation="relu", normalization="layernorm"):
     """torch's own encoder layer (``nn.TransformerEncoderLayer``, ReLU, no dropout; post-LN, or
     ``norm_first=True`` for norm "pre" / "pre_final", the latter followed by F.layer_norm with
     ``ln_f.*``, as ``nn.TransformerEncoder(norm=...)`` ends a pre-LN stack) run with our
     parameters (``torch.func.functional_call``); ``causal``: its causal ``src_mask``.
-    Unbiased attention is torch's attention with zero biases."""
+    Unbiased attention is torch's attention with zero biases.  A block the encoder layer cannot
+    be (GELU, RMSNorm, no W_o, no FFN bias) is composed from torch's functions instead
+    (:func:`composed_block`)."""
+    if activation != "relu" or normalization != "layernorm" or any(
+            k not in p for k in _STANDARD_BLOCK):
+        return composed_block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm,
+                              causal=causal, activation=activation, normalization=normalization)
     H = x.shape[-1]
     I = p["ffn.W_1"].shape[1]
     layer = _encoder_layer(H, n_heads, I, eps, x.dtype, norm_first=norm != "post")
@@ -336,10 +352,41 @@ def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, no
     return out
 
 
-def block_flat(x, *, n_heads, mask=None, eps=1e-12, norm="post", causal=False, **p):
+def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12,
+                   norm="post", causal=False, activation="relu", normalization="layernorm"):
+    """A block of any declared variant from torch's functions: :func:`attention` (torch's
+    multi-head attention; W_o absent: the identity), F.linear and the activation,
+    F.layer_norm or F.rms_norm; the residual sums where ``norm`` puts them."""
+    H = x.shape[-1]
+
+    def normed(v, name):
+        if normalization == "rmsnorm":
+            return F.rms_norm(v, (H,), p[f"{name}.gamma"], eps)
+        return F.layer_norm(v, (H,), p[f"{name}.gamma"], p[f"{name}.beta"], eps)
+
+    def mha(v):
+        return attention(v, *(p.get(f"attn.{n}") for n in ("W_q", "W_k", "W_v", "W_o", "b_q",
+                                                             "b_k", "b_v", "b_o")),
+                         n_heads=n_heads, mask=mask, causal=causal)
+
+    def mlp(v):
+        return ffn(v, p["ffn.W_1"], p.get("ffn.b_1"), p["ffn.W_2"], p.get("ffn.b_2"),
+                   activation)
+
+    if norm == "post":
+        h = normed(x + mha(x), "ln1")
+        return normed(h + mlp(h), "ln2")
+    h = x + mha(normed(x, "ln1"))
+    out = h + mlp(normed(h, "ln2"))
+    return normed(out, "ln_f") if norm == "pre_final" else out
+
+
+def block_flat(x, *, n_heads, mask=None, eps=1e-12, norm="post", causal=False,
+               activation="relu", normalization="layernorm", **p):
     """:func:`block` with the parameters as keywords (the block's case family passes each
     parameter as a differentiable input of its own)."""
-    return block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm, causal=causal)
+    return block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm, causal=causal,
+                 activation=activation, normalization=normalization)
 
 
 _LAYERS: dict = {}
@@ -376,9 +423,7 @@ def embedding_ln(ids, type_ids, W_word, W_pos, W_type, gamma, beta, eps=1e-12):
 
 def mlm_head(h, W_t, b_t, gamma, beta, W_word, b_dec, *, eps=1e-12, activation="gelu"):
     """The tied decoder is F.linear with the [V, H] table itself as torch's [out, in] weight."""
-    z = F.linear(h, weight(W_t), b_t)
-    a = F.relu(z) if activation == "relu" else F.gelu(
-        z, approximate="tanh" if activation == "gelu_tanh" else "none")
+    a = activation_of(F.linear(h, weight(W_t), b_t), activation)
     n = F.layer_norm(a, (h.shape[-1],), gamma, beta, eps)
     return F.linear(n, W_word, b_dec)
 

@@ -11,7 +11,9 @@ version (``build(style, buggy)``):
 * ``ffn_no_b2``: an FFN without its second bias;
 * ``per_head_attention``: attention built from per-head projection layers, without W_o;
 * ``gpt_block``: a GPT-style causal, pre-LN block with its final LayerNorm (attention causal
-  only, a layer norm, per-head-free fused projections).
+  only, a layer norm, per-head-free fused projections);
+* ``lean_block``: a block whose parts declare their own variants (attention without W_o, an
+  FFN without biases and with exact GELU, RMSNorm): the block row is checked as they declare.
 
 Each buggy version has one realistic bug in code its op alone uses; tests/suite/test_variants.py
 checks that the correct one is green in every row it provides (n/a elsewhere) and the buggy
@@ -237,6 +239,78 @@ class GPTBlock:
         return dx, grads
 
 
+class LeanBlock:
+    """A post-norm block built from lean parts, each declared on its own op: attention without
+    an output projection (heads concatenated), an FFN without biases and with exact GELU,
+    RMSNorm for both norms -- the block row is checked as these parts declare."""
+
+    def __init__(self, p, n_heads, eps, buggy=False):
+        self.p, self.A, self.eps, self.buggy = p, n_heads, eps, buggy
+
+    def _rms(self, x, name):
+        rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + x.dtype.type(self.eps))
+        return x * rstd * self.p[f"{name}.gamma"], (x * rstd, rstd, name)
+
+    def _rms_back(self, dy, c, grads):
+        x_hat, rstd, name = c
+        grads[f"{name}.gamma"] = (dy * x_hat).reshape(-1, dy.shape[-1]).sum(0)
+        g = dy * self.p[f"{name}.gamma"]
+        if self.buggy:  # bug: the rms treated as a constant (the x_hat mean(g x_hat) term lost)
+            return g * rstd
+        return (g - x_hat * (g * x_hat).mean(-1, keepdims=True)) * rstd
+
+    def _gelu(self, z):
+        return 0.5 * z * (1 + erf(z * z.dtype.type(np.sqrt(0.5))))
+
+    def forward(self, x):
+        p, A = self.p, self.A
+        B, T, H = x.shape
+        d = H // A
+        qkv = [x @ p[f"attn.W_{n}"] + p.get(f"attn.b_{n}", 0) for n in "qkv"]
+        q, k, v = (t.reshape(B, T, A, d).transpose(0, 2, 1, 3) for t in qkv)
+        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(x.dtype.type(d))
+        e = np.exp(s - s.max(-1, keepdims=True))
+        P = e / e.sum(-1, keepdims=True)
+        a = (P @ v).transpose(0, 2, 1, 3).reshape(B, T, H)
+        h, c1 = self._rms(x + a, "ln1")
+        pre = h @ p["ffn.W_1"]
+        out, c2 = self._rms(h + self._gelu(pre) @ p["ffn.W_2"], "ln2")
+        self.cache = (x, q, k, v, P, c1, h, pre, c2)
+        return out
+
+    def backward(self, dy):
+        p, grads = self.p, {}
+        x, q, k, v, P, c1, h, pre, c2 = self.cache
+        B, T, H = x.shape
+        I = pre.shape[-1]
+        dr2 = self._rms_back(dy, c2, grads)
+        grads["ffn.W_2"] = self._gelu(pre).reshape(-1, I).T @ dr2.reshape(-1, H)
+        pdf = np.exp(-pre * pre / 2) * pre.dtype.type(1 / np.sqrt(2 * np.pi))
+        cdf = 0.5 * (1 + erf(pre * pre.dtype.type(np.sqrt(0.5))))
+        dpre = (dr2 @ p["ffn.W_2"].T) * (cdf + pre * pdf)
+        grads["ffn.W_1"] = h.reshape(-1, H).T @ dpre.reshape(-1, I)
+        dr1 = self._rms_back(dr2 + dpre @ p["ffn.W_1"].T, c1, grads)
+        dctx = dr1.reshape(B, T, self.A, -1).transpose(0, 2, 1, 3)
+        dv = P.transpose(0, 1, 3, 2) @ dctx
+        dP = dctx @ v.transpose(0, 1, 3, 2)
+        ds = P * (dP - (P * dP).sum(-1, keepdims=True)) / np.sqrt(x.dtype.type(q.shape[-1]))
+        dx = dr1
+        for n, dt in zip("qkv", (ds @ k, ds.transpose(0, 1, 3, 2) @ q, dv)):
+            dt = dt.transpose(0, 2, 1, 3).reshape(B, T, H)
+            grads[f"attn.W_{n}"] = x.reshape(-1, H).T @ dt.reshape(-1, H)
+            if f"attn.b_{n}" in p:
+                grads[f"attn.b_{n}"] = dt.reshape(-1, H).sum(0)
+            dx = dx + dt @ p[f"attn.W_{n}"].T
+        return dx, grads
+
+
+def erf(x):
+    """erf to float64 precision (Abramowitz-Stegun is too coarse for FD at 1e-6)."""
+    from math import erf as scalar_erf
+
+    return np.vectorize(scalar_erf, otypes=[x.dtype])(x)
+
+
 # ----------------------------------------------------------------------------- the adapters
 def _probs_loss(buggy, logit_grad):
     def cross_entropy_forward(p, labels, *, reduction="mean"):
@@ -309,17 +383,29 @@ def _per_head_attention(buggy):
                 CAPABILITIES={"attention": {"W_o": False, "heads": "per_head"}})
 
 
-def _gpt_block(buggy):
-    def block_forward(x, p, *, n_heads, mask=None, eps=1e-12):
-        block = GPTBlock(p, n_heads, eps, buggy)
-        return block.forward(x), block
+def _block_style(cls, capabilities: dict):
+    """The adapter of a class-based block (a fresh object per forward is the cache)."""
+    def make(buggy):
+        def block_forward(x, p, *, n_heads, mask=None, eps=1e-12):
+            block = cls(p, n_heads, eps, buggy)
+            return block.forward(x), block
 
-    def block_backward(dout, block):
-        return block.backward(dout)
+        def block_backward(dout, block):
+            return block.backward(dout)
 
-    return dict(block_forward=block_forward, block_backward=block_backward,
-                CAPABILITIES={"key_mask": False,
-                              "block": {"norm": "pre_final", "causal": True}})
+        return dict(block_forward=block_forward, block_backward=block_backward,
+                    CAPABILITIES=capabilities)
+
+    return make
+
+
+_gpt_block = _block_style(GPTBlock, {"key_mask": False,
+                                     "block": {"norm": "pre_final", "causal": True}})
+# declared on the parts: the block's dict has no attn.W_o / attn.b_o, ffn.b_1, ffn.b_2
+_lean_block = _block_style(LeanBlock, {"key_mask": False, "attention": {"W_o": False},
+                                       "ffn": {"b_1": False, "b_2": False,
+                                               "activation": "gelu"},
+                                       "block": {"normalization": "rmsnorm"}})
 
 
 STYLES = {
@@ -330,6 +416,7 @@ STYLES = {
     "ffn_no_b2": (_ffn_no_b2, "ffn"),
     "per_head_attention": (_per_head_attention, "attention"),
     "gpt_block": (_gpt_block, "block"),
+    "lean_block": (_lean_block, "block"),
 }
 
 

@@ -75,6 +75,35 @@ def test_the_gpt_block_is_reached_and_the_post_ln_checks_say_why_not():
         post.message
 
 
+def test_a_block_is_checked_as_the_variants_its_parts_declare():
+    """The lean block declares nothing on the block row itself: its attention has no W_o, its
+    FFN no biases and exact GELU, its norms are RMSNorms.  Every block family draws p as those
+    parts declare (reference.ops.block_param_names), and a call carrying a piece a part does
+    not declare is n/a, naming the part."""
+    from spec.suite.strategies import families
+
+    impl = build("lean_block")
+    caps = capabilities(impl)
+    by_name = {f.name: f for f in families()}
+    for name in ("block_nobias", "block_bias", "block_lean"):
+        case = by_name[name].examples(caps)[0]
+        assert not {"attn.W_o", "attn.b_o", "ffn.b_1", "ffn.b_2", "ln1.beta", "ln2.beta"} & set(
+            case.inputs), (name, sorted(case.inputs))
+        assert {"attn.W_q", "ffn.W_1", "ffn.W_2", "ln1.gamma", "ln2.gamma"} <= set(case.inputs)
+        assert case.fixed.get("activation") == "gelu" and case.fixed["normalization"] == "rmsnorm"
+    case = by_name["block_bias"].examples(caps)[0]
+    p = {k: v for k, v in case.inputs.items() if k != "x"}
+    proxy = ImplProxy(impl, "lean")
+    with pytest.raises(NotApplicable, match=r"ffn with b_2 \(the call passes ffn\.b_2\)"):
+        proxy.block_forward(case.inputs["x"], {**p, "ffn.b_2": np.zeros(6)}, n_heads=2,
+                            activation="gelu", normalization="rmsnorm")
+    with pytest.raises(NotApplicable, match=r"block LayerNorms"):
+        proxy.block_forward(case.inputs["x"], p, n_heads=2, activation="gelu")
+    out, _ = proxy.block_forward(case.inputs["x"], p, n_heads=2, activation="gelu",
+                                 normalization="rmsnorm")  # single forms: keywords left out
+    assert out.shape == case.inputs["x"].shape
+
+
 # --------------------------------------------------------------------------- no skip by chance
 def test_variant_checks_are_decided_before_any_draw():
     """A check that needs what an implementation does not declare is n/a before it runs: its
@@ -129,7 +158,8 @@ def test_the_reference_declares_and_passes_every_variant_it_implements():
                     assert caps[op][name] == (True,)
                 else:
                     assert caps[op][name] == option.values, (op, name)
-    assert resolve_variant(caps, "block") == {"norm": "post", "causal": False}
+    assert resolve_variant(caps, "block") == {"norm": "post", "causal": False,
+                                              "normalization": "layernorm"}
     assert unmet(caps, {"block.norm": "pre_final", "attention.causal": True}) is None
     lines = declared_variants(capabilities(build("gpt_block")))
     assert any("block.norm=pre_final" in line for line in lines["block"])
