@@ -7,13 +7,28 @@ float32 and float64 go through the same code.
 """
 
 from reference.accumulation import accumulate_gradients
-from reference.config import BertConfig, bert_base, bert_tiny, mini_bert, seed001
+from reference.config import (
+    BertConfig,
+    DecoderConfig,
+    bert_base,
+    bert_tiny,
+    gpt2,
+    llama,
+    mini_bert,
+    seed001,
+)
 from reference.data_parallel import (  # the model's entry points on batch shards
     backward,
     forward,
     loss,
     loss_and_grads,
     masked_lm_loss_and_grads,
+)
+from reference.decoder import (  # the causal decoder (GPT-2 and LLaMA forms)
+    decoder_backward,
+    decoder_forward,
+    decoder_loss,
+    decoder_loss_and_grads,
 )
 from reference.model import embed, init_params, param_shapes
 from reference.optim import (
@@ -26,6 +41,13 @@ from reference.optim import (
 
 __all__ = [
     "BertConfig",
+    "DecoderConfig",
+    "gpt2",
+    "llama",
+    "decoder_forward",
+    "decoder_backward",
+    "decoder_loss",
+    "decoder_loss_and_grads",
     "bert_base",
     "bert_tiny",
     "load_pretrained",
@@ -78,6 +100,7 @@ CAPABILITIES = {
     "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True),
               "normalization": ("layernorm", "rmsnorm")},
     "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},
+    "decoder": {"tied": (True, False)},
 }
 
 # The op pairs are part of the implementation protocol: tests reach them as ``impl.<name>``.

@@ -51,17 +51,13 @@ class BertConfig:
     pad_token_id: int | None = None
 
     def __post_init__(self):
-        for name in ("n_layers", "hidden", "n_heads", "intermediate", "max_len", "vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        # sizes, the Literal fields (position, head, activation, mlm_style); ln_eps = 0 divides
+        # a constant row's zero deviation by zero: NaN, silently
+        _check_fields(self, ("n_layers", "hidden", "n_heads", "intermediate", "max_len",
+                             "vocab_size"), (), ("ln_eps", "init_std"))
         if self.hidden % self.n_heads:
             raise ValueError(f"n_heads: expected a divisor of hidden={self.hidden}, "
                              f"got {self.n_heads} (remainder {self.hidden % self.n_heads})")
-        for name, options in choices().items():  # position, head, activation, mlm_style
-            if getattr(self, name) not in options:
-                listed = ", ".join(map(repr, options[:-1])) + f" or {options[-1]!r}"
-                raise ValueError(f"{name}: expected {listed}, got {getattr(self, name)!r}")
         for name in ("type_vocab_size", "num_labels"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -75,12 +71,6 @@ class BertConfig:
             raise ValueError("embedding_layernorm: needs type_vocab_size >= 1 and learned "
                              f"positions, got type_vocab_size={self.type_vocab_size}, "
                              f"position={self.position!r}")
-        # ln_eps = 0 divides a constant row's zero deviation by zero: NaN, silently
-        for name in ("ln_eps", "init_std"):
-            value = getattr(self, name)
-            if not (isinstance(value, numbers.Real) and not isinstance(value, bool)
-                    and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
 
     @property
     def d_k(self) -> int:
@@ -111,12 +101,36 @@ RETIRED_FIELDS = {"blog_literal": False}
 
 
 @cache
-def choices() -> dict[str, tuple]:
-    """Field -> its allowed values, for the fields annotated with a ``Literal`` (the one list
-    of each: validation and the tests that try every value read it)."""
-    hints = get_type_hints(BertConfig)
-    return {f.name: get_args(hints[f.name]) for f in fields(BertConfig)
+def choices(cls=None) -> dict[str, tuple]:
+    """Field -> its allowed values, for the fields of a config class (default BertConfig)
+    annotated with a ``Literal`` (the one list of each: validation and the tests that try
+    every value read it)."""
+    cls = BertConfig if cls is None else cls
+    hints = get_type_hints(cls)
+    return {f.name: get_args(hints[f.name]) for f in fields(cls)
             if getattr(hints[f.name], "__origin__", None) is Literal}
+
+
+def _check_fields(config, positive: tuple[str, ...], flags: tuple[str, ...],
+                  reals: tuple[str, ...]) -> None:
+    """A config's fields: ``positive`` integers >= 1, ``flags`` bools, ``reals`` finite > 0,
+    every ``Literal`` field one of its values; a ValueError naming the field otherwise."""
+    for name in positive:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    for name in flags:
+        if not isinstance(getattr(config, name), bool):
+            raise ValueError(f"{name}: expected True or False, got {getattr(config, name)!r}")
+    for name, options in choices(type(config)).items():
+        if getattr(config, name) not in options:
+            listed = ", ".join(map(repr, options[:-1])) + f" or {options[-1]!r}"
+            raise ValueError(f"{name}: expected {listed}, got {getattr(config, name)!r}")
+    for name in reals:
+        value = getattr(config, name)
+        if not (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
 
 
 def mini_bert(**overrides) -> BertConfig:
@@ -160,3 +174,80 @@ def bert_tiny(**overrides) -> BertConfig:
 
 PRESETS = {"mini_bert": mini_bert, "seed001": seed001, "bert_base": bert_base,
            "bert_tiny": bert_tiny}
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Hyper-parameters of a causal decoder (reference.decoder): token embedding (+ learned
+    positions) -> L pre-norm causal blocks -> final norm -> LM head -> next-token
+    cross-entropy.  The two forms real code takes are presets: :func:`gpt2` and :func:`llama`.
+
+    normalization:   "layernorm" (GPT-2: gamma, beta) or "rmsnorm" (LLaMA: gamma only)
+    position:        "learned" (GPT-2's wpe table) or "rope" (rotary q/k, LLaMA; no table)
+    ffn:             "mlp" (W_2 act(x W_1 + b_1) + b_2) or "swiglu" (LLaMA's gated FFN)
+    activation:      the MLP's nonlinearity: "gelu_tanh" (GPT-2's gelu_new), "gelu", "relu"
+    attn_bias:       biased Q/K/V/O projections (GPT-2) or not (LLaMA)
+    mlp_bias:        biased FFN projections (GPT-2) or not (LLaMA)
+    tie_embeddings:  the LM head is the token embedding table (logits = h W_E^T, GPT-2) or a
+                     matrix of its own ``lm_head.W`` [V, H] (LLaMA's usual)
+    rope_convention: which features RoPE rotates together: "half" (i, i + d/2; Hugging Face)
+                     or "interleaved" (2i, 2i+1; Meta's original)
+    """
+
+    n_layers: int = 2  # L
+    hidden: int = 16  # H
+    n_heads: int = 2  # A
+    intermediate: int = 64  # I
+    max_len: int = 16  # T_max (the learned position table's rows)
+    vocab_size: int = 32  # V
+    normalization: Literal["layernorm", "rmsnorm"] = "layernorm"
+    position: Literal["learned", "rope"] = "learned"
+    ffn: Literal["mlp", "swiglu"] = "mlp"
+    activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu_tanh"
+    attn_bias: bool = True
+    mlp_bias: bool = True
+    tie_embeddings: bool = True
+    ln_eps: float = 1e-5
+    rope_base: float = 10000.0
+    rope_convention: Literal["half", "interleaved"] = "half"
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        _check_fields(self, ("n_layers", "hidden", "n_heads", "intermediate", "max_len",
+                             "vocab_size"), ("attn_bias", "mlp_bias", "tie_embeddings"),
+                      ("ln_eps", "rope_base", "init_std"))
+        if self.hidden % self.n_heads:
+            raise ValueError(f"n_heads: expected a divisor of hidden={self.hidden}, "
+                             f"got {self.n_heads} (remainder {self.hidden % self.n_heads})")
+        if self.position == "rope" and self.d_k % 2:
+            raise ValueError(f"n_heads: RoPE rotates pairs of a head's features, so d_k = "
+                             f"hidden / n_heads must be even, got d_k={self.d_k}")
+
+    @property
+    def d_k(self) -> int:
+        return self.hidden // self.n_heads
+
+    def replace(self, **changes) -> DecoderConfig:
+        return DecoderConfig(**{**asdict(self), **changes})
+
+
+def gpt2(**overrides) -> DecoderConfig:
+    """GPT-2's form (Hugging Face GPT2LMHeadModel): learned positions, pre-LN blocks with
+    LayerNorm eps 1e-5, causal biased attention, a gelu_new MLP of 4H, the final LayerNorm
+    ln_f and the LM head tied to the token embedding.  Tiny sizes by default (GPT-2 small:
+    n_layers=12, hidden=768, n_heads=12, intermediate=3072, max_len=1024, vocab_size=50257)."""
+    return DecoderConfig(**overrides)
+
+
+def llama(**overrides) -> DecoderConfig:
+    """LLaMA's form (Hugging Face LlamaForCausalLM): no position table (RoPE on q and k,
+    half-split pairs as Hugging Face stores the weights), pre-RMSNorm blocks (eps 1e-6) without
+    biases, a SwiGLU FFN, the final RMSNorm and an LM head of its own (``tie_embeddings``
+    declares the tied one).  Tiny sizes by default."""
+    base = dict(normalization="rmsnorm", position="rope", ffn="swiglu", activation="gelu_tanh",
+                attn_bias=False, mlp_bias=False, tie_embeddings=False, ln_eps=1e-6,
+                intermediate=48)
+    return DecoderConfig(**{**base, **overrides})
+
+
+DECODER_PRESETS = {"gpt2": gpt2, "llama": llama}

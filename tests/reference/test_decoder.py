@@ -1,0 +1,99 @@
+"""The reference's causal decoder (reference/decoder.py): its parameters follow the config's
+parts, every entry point refuses bad input with a ValueError naming the argument, and the
+next-token loss reads position t's logits against label t + 1 only.  Its gradients are judged
+by the suite's decoder row (finite differences, transformers; tests/suite/test_suite_reference.py
+runs them on the reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reference import decoder as D
+from reference.config import DecoderConfig, gpt2, llama
+from reference.ops import IGNORE_INDEX
+
+TINY = gpt2(n_layers=1, hidden=8, n_heads=2, intermediate=12, max_len=6, vocab_size=7)
+
+
+def _params(config=TINY, dtype=np.float64):
+    return D.init_params(config, seed=0, dtype=dtype)
+
+
+def test_parameters_follow_the_parts():
+    names = set(D.param_shapes(TINY))
+    assert {"embeddings.token.W", "embeddings.position.W", "layers.0.attn.b_q",
+            "layers.0.ffn.b_2", "final_ln.beta"} <= names and "lm_head.W" not in names
+    lean = TINY.replace(attn_bias=False, mlp_bias=False, normalization="rmsnorm",
+                        tie_embeddings=False)
+    names = set(D.param_shapes(lean))
+    assert "lm_head.W" in names and D.param_shapes(lean)["lm_head.W"] == (7, 8)
+    assert not any(n.endswith(("beta", ".b_q", ".b_1", ".b_2")) for n in names), sorted(names)
+    # a layer is a block row's p: the same names as reference.ops.block_param_names
+    from reference.ops import block_param_names
+
+    layer = {n[len("layers.0."):] for n in names if n.startswith("layers.0.")}
+    assert layer == set(block_param_names(False, "pre", b_1=False, b_2=False,
+                                          normalization="rmsnorm"))
+    assert "embeddings.position.W" not in D.param_shapes(llama(intermediate=12))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda p, ids: D.decoder_forward(p, object(), ids), "config: expected a reference"),
+    (lambda p, ids: D.decoder_forward(p, TINY, ids + 7), r"input_ids: .*\[0, 7\)"),
+    (lambda p, ids: D.decoder_forward(p, TINY, np.zeros((1, 7), int)),
+     r"input_ids: sequence length 7 exceeds config.max_len=6"),
+    (lambda p, ids: D.decoder_forward({k: v for k, v in p.items() if k != "final_ln.beta"},
+                                      TINY, ids), r"params: .*missing \['final_ln.beta'\]"),
+    (lambda p, ids: D.decoder_forward({**p, "final_ln.beta": p["final_ln.beta"]
+                                       .astype(np.float32)}, TINY, ids),
+     r"params\['final_ln.beta'\]: expected dtype float64"),
+    (lambda p, ids: D.decoder_loss(p, TINY, ids[:, :1]), r"input_ids: a next-token loss needs "
+                                                         r"T >= 2"),
+    (lambda p, ids: D.decoder_loss(p, TINY, ids, ids[:, :2]), r"labels: expected shape"),
+    (lambda p, ids: D.decoder_loss(p, TINY, ids, np.full_like(ids, IGNORE_INDEX)),
+     r"labels: the mean needs at least one position"),
+    (lambda p, ids: D.decoder_backward(np.zeros((2, 4, 7)), D.decoder_forward(p, TINY, ids)[1]),
+     r"dlogits: expected shape \(2, 5, 7\)"),
+])
+def test_bad_input_is_a_value_error_naming_the_argument(call, match):
+    ids = np.random.default_rng(0).integers(0, 7, size=(2, 5))
+    with pytest.raises(ValueError, match=match):
+        call(_params(), ids)
+
+
+def test_config_refuses_what_no_decoder_is():
+    with pytest.raises(ValueError, match="normalization: expected 'layernorm' or 'rmsnorm'"):
+        DecoderConfig(normalization="batchnorm")
+    with pytest.raises(ValueError, match="d_k = hidden / n_heads must be even"):
+        llama(hidden=6, n_heads=2)
+    with pytest.raises(ValueError, match="tie_embeddings: expected True or False"):
+        gpt2(tie_embeddings=1)
+
+
+def test_the_last_position_predicts_nothing_and_labels_are_shifted():
+    """Changing the label at position 0 (no position predicts it) or the logits' input at the
+    last position's label slot changes nothing; the loss is the mean over labels[:, 1:]."""
+    p = _params()
+    ids = np.array([[1, 2, 3, 4], [4, 3, 2, 1]])
+    base = D.decoder_loss(p, TINY, ids)
+    assert D.decoder_loss(p, TINY, ids, np.where(np.arange(4) == 0, 6, ids)) == base
+    logits, _ = D.decoder_forward(p, TINY, ids)
+    z = logits[:, :-1] - logits[:, :-1].max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    want = -np.take_along_axis(logp, ids[:, 1:, None], -1).mean()
+    np.testing.assert_allclose(base, want, rtol=1e-13)
+    # the next-token loss's gradient of the last position's logits is exactly 0: its row of
+    # the tied table's head share gets nothing from position T-1
+    labels = np.array([[IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, 5], [IGNORE_INDEX] * 4])
+    loss, grads = D.decoder_loss_and_grads(p, TINY, ids, labels)
+    assert np.isfinite(loss) and set(grads) == set(p)
+
+
+def test_float32_stays_float32():
+    p = _params(dtype=np.float32)
+    ids = np.array([[1, 2, 3]])
+    logits, _ = D.decoder_forward(p, TINY, ids)
+    loss, grads = D.decoder_loss_and_grads(p, TINY, ids)
+    assert logits.dtype == np.float32 and np.asarray(loss).dtype == np.float32
+    assert {g.dtype for g in grads.values()} == {np.dtype(np.float32)}
