@@ -371,6 +371,29 @@ mutant("model_backward_layer_order", "model.backward",
        "model backward walks the blocks in forward order (layer i's cache for layer L-1-i)",
        "model.run_backward", ("cache.blocks[i]", "cache.blocks[::-1][i]"))
 
+# ===================================================================== the causal decoder
+mutant("decoder_backward_loop_drops_dx", "decoder.backward",
+       "the decoder's backward loop never hands the residual stream's gradient on: every block "
+       "gets the top gradient and the embeddings get the final norm's (dx not reassigned)",
+       "decoder.run_backward", ("dx, g = ops._block_backward(dx, cache.blocks[i])",
+                                "_, g = ops._block_backward(dx, cache.blocks[i])"))
+mutant("decoder_final_norm_backward_skipped", "decoder.backward",
+       "the final norm's backward is skipped: the blocks get the head's gradient dh as it is "
+       "(ln_f's own gamma/beta gradients still computed)",
+       "decoder.run_backward", ('dx, grads = ops._norm_backward(dh, cache.final, "final_ln")',
+                                '_, grads = ops._norm_backward(dh, cache.final, "final_ln")\n'
+                                '    dx = dh'))
+mutant("decoder_tied_gradient_counted_once", "decoder.tied",
+       "the tied token table gets the LM head's share of its gradient only (the lookup's share "
+       "overwritten)",
+       "decoder.run_backward", ('grads["embeddings.token.W"] = grads["embeddings.token.W"] + '
+                                'head_share', 'grads["embeddings.token.W"] = head_share'))
+mutant("decoder_blocks_not_causal", "decoder.causal",
+       "the decoder runs its blocks without the causal mask: every position reads the later "
+       "tokens it is meant to predict",
+       "decoder._block_keywords", ("causal=True", "causal=False"))
+
+
 # ===================================================================== embeddings
 mutant("embedding_backward_fancy_index", "embedding.backward",
        "dW[ids] += dout: buffered fancy indexing keeps one of several repeated ids",

@@ -217,17 +217,26 @@ def assert_all_passed(results: Iterable[CheckResult]) -> None:
 def random_params(impl, config, seed: int = 0) -> dict[str, np.ndarray]:
     """float64 parameters away from their initial values: random gamma (not 1), beta and biases
     (not 0), so that a backward that only works at initialisation is caught."""
+    return randomized(impl.init_params(config, seed=seed, dtype=np.float64), seed)
+
+
+def randomized(params: Mapping[str, np.ndarray], seed: int = 0,
+               weight_scale: float = 5.0) -> dict[str, np.ndarray]:
+    """``params`` (an initialisation, float64) moved away from it: gamma ~ 1 + 0.5 N(0, 1),
+    beta and biases (last component ``b`` or ``b_*``) ~ 0.1 N(0, 1), weights scaled by
+    ``weight_scale`` (larger than init_std, so attention is not uniform and ReLUs are not all
+    ~0)."""
     rng = np.random.default_rng(seed + 1)
-    params = impl.init_params(config, seed=seed, dtype=np.float64)
+    out = {}
     for name, value in params.items():
         leaf = name.rsplit(".", 1)[1]
         if leaf == "gamma":
-            params[name] = 1.0 + 0.5 * rng.standard_normal(value.shape)
+            out[name] = 1.0 + 0.5 * rng.standard_normal(value.shape)
         elif leaf == "beta" or leaf.startswith("b"):
-            params[name] = 0.1 * rng.standard_normal(value.shape)
-        else:  # larger than init_std so attention is not uniform and ReLUs are not all ~0
-            params[name] = value * 5.0
-    return params
+            out[name] = 0.1 * rng.standard_normal(value.shape)
+        else:
+            out[name] = value * weight_scale
+    return out
 
 
 def random_batch(config, B: int, T: int, seed: int = 0, *,

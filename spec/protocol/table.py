@@ -189,6 +189,20 @@ _TABLE = (
            "inputs_embeds) -> (out, cache), backward(dout, cache, d_pooled=None) -> (grads, "
            "d_embeddings), loss(...), loss_and_grads(...) -> (loss, grads, d_embeddings); params "
            "a flat dict of dotted names"),
+    Op("decoder", ("decoder_forward", "decoder_backward", "decoder_loss_and_grads"), (),
+       ("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
+       module="decoder",
+       doc="decoder_forward(params, config, input_ids [B,T]) -> (logits [B,T,V], cache), a causal "
+           "decoder of reference.config.DecoderConfig (presets gpt2(), llama()): token (+ learned "
+           "position) embeddings -> pre-norm causal blocks -> final norm -> LM head (tied: logits "
+           "= h W_E^T); decoder_loss_and_grads(params, config, input_ids, labels=None, *, "
+           "ignore_index=-100) -> (loss, grads), next-token cross-entropy (labels default to the "
+           "ids, shifted: logits[:, t] predict labels[:, t+1]); params: embeddings.token.W [V,H], "
+           "embeddings.position.W [T_max,H], layers.{i}.<a pre-LN block's p>, final_ln.gamma "
+           "(.beta), lm_head.W [V,H] when untied (reference.decoder.param_shapes; "
+           "reference/hf/decoder.py maps each to Hugging Face's GPT-2 / LLaMA names)",
+       backward_doc="decoder_backward(dlogits, cache) -> grads, keyed like params (a tied table: "
+                    "both uses summed)"),
     Op("adam", ("adam_init", "adam_step"), (), ("optim.adam", "optim.adamw"), module="optim",
        doc="adam_init(params) -> state {step, m, v}; adam_step(params, grads, state, *, lr, "
            "beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, no_decay) -> (params, state), "

@@ -299,6 +299,12 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                  "rmsnorm": "RMSNorms (LLaMA: ln1.gamma, ln2.gamma, no beta)"},
                                 argument="normalization"),
     },
+    "decoder": {
+        "tied": Option((True, False), {
+            True: "the LM head tied to the token embedding (logits = h W_E^T; W_E's gradient "
+                  "sums both uses)",
+            False: "an LM head of its own (lm_head.W [V, H])"}),
+    },
     "cross_entropy": {
         "ignore_index": Option((True, False), {
             True: "labels may hold ignore_index",

@@ -365,6 +365,7 @@ CHECK_MODULES = (
     "spec.suite.checks.sympy_code", "spec.suite.checks.bad_input",
     "spec.suite.checks.oracle_ops", "spec.suite.checks.oracle_model",
     "spec.suite.checks.oracle_optim", "spec.suite.checks.oracle_bert",
+    "spec.suite.checks.decoder", "spec.suite.checks.oracle_decoder",
     "spec.suite.checks.adapters",
 )
 

@@ -166,6 +166,31 @@ def assert_oracle(name: str, ours, theirs, dtype=None, scale: float = 0.0,
                       f"max |torch| {d['scale']:.3e}, call scale {scale:.3e}")
 
 
+def assert_gradients(label: str, ours: Mapping, theirs: Mapping, order, dtype,
+                     exactly_zero: Callable[[str], bool], against: str = "torch") -> None:
+    """Every gradient of ``order`` (backward order) against the oracle's: each relative to its
+    own magnitude and not identically 0 on the oracle's side, except those whose exact value is
+    0 (``exactly_zero``: rounding noise on both sides, judged against the scale of the whole
+    backward).  Every tensor is checked and the failures listed in that order, so the first
+    names where the gradient first goes wrong."""
+    order = list(order)
+    call_scale = grad_scale(theirs[n] for n in order)
+    failures = []
+    for name in order:
+        zero = exactly_zero(name)
+        try:
+            assert_oracle(f"{label} d{name}", ours[name], theirs[name], dtype,
+                          call_scale if zero else 0.0)
+            if not zero:
+                assert_nontrivial(f"{label} d{name}", theirs[name], dtype)
+        except AssertionError as e:
+            failures.append(str(e))
+    if failures:
+        raise AssertionError(f"{label}: {len(failures)} of {len(order)} gradients differ from "
+                             f"{against} (backward order, the first is where it starts):\n"
+                             + "\n".join(failures))
+
+
 def inputs_scale(*values) -> float:
     """The largest |entry| among an op's array inputs (and upstream gradient): the magnitude
     of what it computes with, for :func:`rounding_floor`."""

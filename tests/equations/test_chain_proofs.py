@@ -1,6 +1,6 @@
-"""The chain-rule proofs of block.backward and model.backward (arbitrary stages as undefined
-SymPy functions) refute a wrongly wired backward: each bug below is one a hand-written
-backward can have, and each is caught."""
+"""The chain-rule proofs of block.backward, model.backward and decoder.backward (arbitrary
+stages as undefined SymPy functions) refute a wrongly wired backward: each bug below is one a
+hand-written backward can have, and each is caught."""
 
 from __future__ import annotations
 
@@ -89,3 +89,34 @@ def test_partials_keep_different_partials_apart():
     b = sp.diff(f(x, y), y).subs({x: y ** 2})
     assert chain_equal(a, a) and not chain_equal(a, b)
     assert not chain_equal(sp.diff(f(x, y), x).subs({x: 1}), sp.diff(f(x, y), x).subs({x: 2}))
+
+
+def _decoder(p, emb, blocks, final, head, ell, *, chain=True, final_norm=True, tied=True):
+    """decoder.backward's composition with one switch per bug: ``chain`` False hands every
+    block the top gradient (dx not reassigned), ``final_norm`` False skips LN_f's backward,
+    ``tied`` False drops the lookup's share of the token table."""
+    from spec.equations.decoder import N, decoder_forward_staged
+
+    logits, xs, h = decoder_forward_staged(emb, blocks, final, head)
+    u = sp.symbols(f"z0:{N}", real=True)
+    dlogits = [sp.diff(ell(*u), uk).subs(dict(zip(u, logits))) for uk in u]
+    dh, (d_head,) = head.vjp(h, dlogits)
+    dx, (d_norm,) = final.vjp(xs[-1], dh)
+    dx = dx if final_norm else dh
+    grads, top = {"p_norm": d_norm}, dx
+    for i in reversed(range(len(blocks))):
+        dxi, (grads[f"p_{i + 1}"],) = blocks[i].vjp(xs[i], dx if chain else top)
+        dx = dxi if chain else top
+    for name in ("p_tok", "p_pos"):
+        grads[name] = sp.Add(*[dx[j] * sp.diff(emb[j], p[name]) for j in range(N)])
+    grads["p_tok"] = grads["p_tok"] + d_head if tied else d_head
+    return grads
+
+
+def test_decoder_proof_refutes_the_catalog_bugs():
+    from spec.equations.decoder import prove_decoder_backward
+
+    assert prove_decoder_backward().status == "proven"
+    assert prove_decoder_backward(lambda *a: _decoder(*a)).status == "proven"  # the copy
+    for bug in (dict(chain=False), dict(final_norm=False), dict(tied=False)):
+        assert prove_decoder_backward(lambda *a, b=bug: _decoder(*a, **b)).status == "refuted", bug

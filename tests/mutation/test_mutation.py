@@ -118,6 +118,9 @@ CAUGHT_BY = {
     "tied_decoder_gradient_counted_once": "model",
     "classifier_grad_skips_tanh": "classifier",
     "linear_ce_dW_ignores_dloss": "linear_cross_entropy",
+    **dict.fromkeys(["decoder_backward_loop_drops_dx", "decoder_final_norm_backward_skipped",
+                     "decoder_tied_gradient_counted_once", "decoder_blocks_not_causal"],
+                    "decoder"),
 }
 
 

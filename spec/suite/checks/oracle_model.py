@@ -93,25 +93,11 @@ def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
     goes wrong.
     """
     assert list(grads) == list(params), f"{label}: gradient keys differ from the params' keys"
-    call_scale = to.grad_scale(list(theirs["grads"].values()) + [theirs["d_embeddings"]])
     ours = dict(grads, **{"(input embeddings)": d_emb})
     reference = dict(theirs["grads"], **{"(input embeddings)": theirs["d_embeddings"]})
     order = [n for n in reversed(list(params)) if not n.startswith("embeddings.")]
     order += ["(input embeddings)"] + [n for n in params if n.startswith("embeddings.")]
-    failures = []
-    for name in order:
-        zero = exactly_zero(name, T)
-        try:
-            to.assert_oracle(f"{label} d{name}", ours[name], reference[name], dtype,
-                            call_scale if zero else 0.0)
-            if not zero:
-                to.assert_nontrivial(f"{label} d{name}", reference[name], dtype)
-        except AssertionError as e:
-            failures.append(str(e))
-    if failures:
-        raise AssertionError(f"{label}: {len(failures)} of {len(order)} gradients differ from "
-                             "torch (backward order, the first is where it starts):\n"
-                             + "\n".join(failures))
+    to.assert_gradients(label, ours, reference, order, dtype, lambda n: exactly_zero(n, T))
 
 
 # hand-written, not a case family's oracle: a whole model is a config, a flat parameter dict and a

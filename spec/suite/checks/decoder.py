@@ -1,0 +1,247 @@
+"""The causal decoder row (reference/decoder.py; ``decoder_forward``, ``decoder_backward``,
+``decoder_loss_and_grads``): directional finite differences of every parameter through the
+whole model (its forward/backward under a random upstream gradient, and its next-token loss),
+float64, random weights; the gradient's bookkeeping, causality, the tied table's two shares,
+purity and float32.  Fixed checks written by hand, as the encoder's (a model is no op pair
+with a case family); the transformers oracle is spec/suite/checks/oracle_decoder.py.
+
+A decoder is checked as its parts declare: each *form* (GPT-2, LLaMA) is a preset of
+reference.config, some of whose options it needs (GPT-2's gelu_new MLP, LayerNorm, the tied
+head: :data:`FORMS`) and the others it takes from the implementation's declarations, through
+the one variant table (:func:`decoder_config`): a GPT-2 without biases declares
+``attention_bias: False`` and ``ffn: {b_1: False, b_2: False}`` and is checked without them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference.config import DecoderConfig, gpt2
+from reference.decoder import init_params
+from spec.numerics.asserts import assert_close
+from spec.numerics.fdcheck import assert_f32_close, max_abs
+from spec.numerics.finite_differences import assert_all_passed, check_gradients, randomized
+from spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, not_claimed_message
+from spec.protocol.capabilities import resolve_variant, unmet
+from spec.suite.registry import check
+from spec.tolerances import F64_IDENTITY_RTOL
+
+# form -> (preset, what the form needs declared): the rest follows the declarations
+FORMS = {
+    "gpt2": (gpt2, {"ffn.activation": "gelu_tanh", "block.normalization": "layernorm",
+                    "decoder.tied": True}),
+}
+# small enough for finite differences of every tensor in milliseconds, every piece present:
+# d_k even (RoPE), H >= 3 (a LayerNorm over 2 features has a zero Jacobian), repeated ids
+SIZES = dict(n_layers=2, hidden=8, n_heads=2, intermediate=12, max_len=8, vocab_size=11)
+CASES = [("B2-T6", dict(B=2, T=6, seed=0)), ("B3-T2", dict(B=3, T=2, seed=1))]
+EQUATIONS = ("decoder.forward", "decoder.backward", "decoder.tied")
+
+
+def decoder_config(impl, form: str, **changes) -> DecoderConfig:
+    """The form's preset at SIZES with what the implementation declares: attention biases
+    (the attention_bias claim) and FFN biases (ffn.b_1 and b_2, both or neither) as it has
+    them, in its standard form where it has that."""
+    preset, _ = FORMS[form]
+    caps = capabilities(impl)
+    ffn = resolve_variant(caps, "ffn")
+    mlp_bias = bool(ffn["b_1"] and ffn["b_2"])
+    missing = unmet(caps, {"ffn.b_1": mlp_bias, "ffn.b_2": mlp_bias})
+    if missing:
+        raise NotApplicable(not_claimed_message(_label(impl), missing + " (a decoder's FFN "
+                                                "has both biases or neither)"))
+    return preset(**{**SIZES, "attn_bias": bool(caps["attention_bias"]), "mlp_bias": mlp_bias,
+                     **changes})
+
+
+def _label(impl) -> str:
+    from spec.protocol import label_of
+
+    return label_of(impl)
+
+
+def decoder_params(config: DecoderConfig, seed: int = 0, dtype=np.float64,
+                   weight_scale: float = 15.0) -> dict[str, np.ndarray]:
+    """Random parameters of the protocol's names (reference.decoder.param_shapes): gamma != 1,
+    biases != 0, weights ~ N(0, (0.02 * weight_scale)^2) so attention is far from uniform."""
+    p = randomized(init_params(config, seed=seed, dtype=np.float64), seed, weight_scale)
+    return {k: v.astype(dtype) for k, v in p.items()}
+
+
+def decoder_batch(config: DecoderConfig, B: int, T: int, seed: int = 0):
+    """(ids [B, T] with repeated ids, labels: the ids with ~1/4 of the positions ignored, at
+    least one predicted position 1..T-1 per batch)."""
+    rng = np.random.default_rng(seed + 2)
+    ids = rng.integers(0, min(config.vocab_size, max(2, B * T // 2)), size=(B, T))
+    labels = np.where(rng.random((B, T)) < 0.25, IGNORE_INDEX, ids)
+    labels[0, T - 1] = ids[0, T - 1]  # something to predict
+    return ids, labels
+
+
+def _cases(forms=FORMS):
+    return [(f"{form}-{label}", dict(form=form, **kw)) for form in forms for label, kw in CASES]
+
+
+def _quick(kw) -> bool:
+    return kw.get("seed", 0) == 0
+
+
+# --------------------------------------------------------------------------- finite differences
+@check("fd", "decoder", cases=_cases(), ops=("decoder",), equations=EQUATIONS,
+       needs=lambda kw: FORMS[kw["form"]][1], quick=_quick)
+def decoder_gradients_match_finite_differences(impl, form, B, T, seed):
+    """Every parameter tensor through the whole model: decoder_backward(dlogits) against
+    central differences of sum(logits * dlogits), float64, a random upstream gradient on
+    every position (the last included), random weights."""
+    config = decoder_config(impl, form)
+    params = decoder_params(config, seed)
+    ids, _ = decoder_batch(config, B, T, seed)
+    logits, cache = impl.decoder_forward(params, config, ids)
+    dlogits = np.random.default_rng(seed + 3).standard_normal(np.shape(logits))
+    grads = impl.decoder_backward(dlogits, cache)
+    _same_keys(grads, params)
+
+    def objective(**p):
+        return float(np.sum(np.asarray(impl.decoder_forward(p, config, ids)[0]) * dlogits))
+
+    assert_all_passed(check_gradients(objective, params, grads, n_dirs=2, op=f"decoder[{form}]",
+                                      rng=np.random.default_rng(seed + 4)))
+
+
+@check("fd", "decoder.loss", cases=_cases(), ops=("decoder",), equations=EQUATIONS,
+       needs=lambda kw: FORMS[kw["form"]][1])
+def decoder_loss_gradients_match_finite_differences(impl, form, B, T, seed):
+    """The next-token loss (labels with ignored positions) and its gradients: every parameter
+    tensor against central differences of the loss, float64."""
+    config = decoder_config(impl, form)
+    params = decoder_params(config, seed)
+    ids, labels = decoder_batch(config, B, T, seed)
+    _, grads = impl.decoder_loss_and_grads(params, config, ids, labels)
+    _same_keys(grads, params)
+
+    def loss(**p):
+        return float(impl.decoder_loss_and_grads(p, config, ids, labels)[0])
+
+    assert_all_passed(check_gradients(loss, params, grads, n_dirs=2,
+                                      op=f"decoder[{form}] loss",
+                                      rng=np.random.default_rng(seed + 5)))
+
+
+def _same_keys(grads, params) -> None:
+    if not isinstance(grads, dict) or set(grads) != set(params):
+        got = sorted(grads) if isinstance(grads, dict) else type(grads).__name__
+        raise AssertionError(f"decoder gradients: keys {got} differ from the parameters' "
+                             f"{sorted(params)}")
+
+
+# --------------------------------------------------------------------------- invariants
+@check("invariant", "decoder.gradient_bookkeeping",
+       cases=[(f"{form}-{d}", dict(form=form, dtype=t)) for form in FORMS
+              for d, t in (("f64", np.float64), ("f32", np.float32))],
+       ops=("decoder",), equations=("decoder.backward",), needs=lambda kw: FORMS[kw["form"]][1])
+def decoder_grads_match_params_keys_shapes_dtypes(impl, form, dtype):
+    """The gradients have exactly the parameters' keys, shapes and dtypes, are finite, and
+    every tensor takes part (a name mismatch that zeroes a gradient fails); the loss keeps the
+    dtype (a float64 scalar from float32 is the documented convention)."""
+    config = decoder_config(impl, form)
+    params = decoder_params(config, 1, dtype)
+    ids, labels = decoder_batch(config, 2, 5, 1)
+    loss, grads = impl.decoder_loss_and_grads(params, config, ids, labels)
+    _same_keys(grads, params)
+    for name, p in params.items():
+        g = np.asarray(grads[name])
+        assert g.shape == p.shape and g.dtype == p.dtype, (
+            f"d{name}: shape {g.shape} dtype {g.dtype}, expected {p.shape} {p.dtype}")
+        assert np.all(np.isfinite(g)), f"d{name}: non-finite entries"
+        rows = g[:ids.shape[1]] if name == "embeddings.position.W" else g  # later rows: 0
+        assert np.any(rows != 0), f"d{name}: identically zero"
+    assert np.asarray(loss).dtype in (dtype, np.float64), f"loss dtype {np.asarray(loss).dtype}"
+
+
+@check("invariant", "decoder.causal", cases=[(form, dict(form=form)) for form in FORMS],
+       ops=("decoder",), equations=("decoder.causal",), needs=lambda kw: FORMS[kw["form"]][1],
+       quick=True)
+def decoder_logits_read_earlier_ids_only(impl, form):
+    """Changing the ids from position t on leaves the logits of positions < t unchanged (a
+    causal mask in the wrong direction, or none, changes them) and changes those at t (the
+    model does read its own token)."""
+    config = decoder_config(impl, form)
+    params = decoder_params(config, 2)
+    ids, _ = decoder_batch(config, 2, 6, 2)
+    logits = np.asarray(impl.decoder_forward(params, config, ids)[0])
+    scale = max_abs(logits)
+    for t in (1, 3, 5):
+        later = ids.copy()
+        later[:, t:] = (ids[:, t:] + 1 + np.arange(ids.shape[1] - t)) % config.vocab_size
+        changed = np.asarray(impl.decoder_forward(params, config, later)[0])
+        assert_close(changed[:, :t], logits[:, :t], rtol=0, atol=F64_IDENTITY_RTOL * scale,
+                     what=f"decoder[{form}]: logits[:, :{t}] after ids[:, {t}:] changed (the "
+                          "earlier positions must not see later tokens)",
+                     got_name="after", want_name="before")
+        assert np.abs(changed[:, t] - logits[:, t]).max() > 1e-6 * scale, (
+            f"decoder[{form}]: logits[:, {t}] did not change when ids[:, {t}] did")
+
+
+@check("invariant", "decoder.tied", cases=[(form, dict(form=form)) for form in FORMS],
+       ops=("decoder",), equations=("decoder.tied",), needs=lambda kw: FORMS[kw["form"]][1])
+def tied_gradient_is_the_sum_of_both_uses(impl, form):
+    """The tied table's gradient equals the untied model's two gradients at the same values
+    (lm_head.W = embeddings.token.W): the lookup's share plus the head's, each nonzero."""
+    missing = unmet(capabilities(impl), {"decoder.tied": False})
+    if missing:
+        raise NotApplicable(not_claimed_message(_label(impl), missing + ": the two uses are "
+                                                "told apart by the untied model"))
+    tied = decoder_config(impl, form, tie_embeddings=True)
+    untied = tied.replace(tie_embeddings=False)
+    params = decoder_params(tied, 3)
+    ids, labels = decoder_batch(tied, 2, 5, 3)
+    _, g_tied = impl.decoder_loss_and_grads(params, tied, ids, labels)
+    twin = {**params, "lm_head.W": params["embeddings.token.W"].copy()}
+    _, g_untied = impl.decoder_loss_and_grads(twin, untied, ids, labels)
+    lookup, head = g_untied["embeddings.token.W"], g_untied["lm_head.W"]
+    assert np.any(lookup != 0) and np.any(head != 0), "a share of the table is identically 0"
+    assert_close(g_tied["embeddings.token.W"], lookup + head, rtol=0,
+                 atol=F64_IDENTITY_RTOL * max_abs(lookup, head),
+                 what=f"decoder[{form}] d embeddings.token.W (tied) vs the lookup's share + the "
+                      "head's (untied)", got_name="tied", want_name="sum")
+
+
+@check("invariant", "decoder.bit_identical_and_pure",
+       cases=[(form, dict(form=form)) for form in FORMS], ops=("decoder",),
+       needs=lambda kw: FORMS[kw["form"]][1])
+def decoder_calls_are_bit_identical_and_pure(impl, form):
+    """Two identical loss_and_grads calls give the same bits and leave params untouched."""
+    config = decoder_config(impl, form)
+    params = decoder_params(config, 4)
+    before = {k: v.copy() for k, v in params.items()}
+    ids, labels = decoder_batch(config, 2, 5, 4)
+    l1, g1 = impl.decoder_loss_and_grads(params, config, ids, labels)
+    l2, g2 = impl.decoder_loss_and_grads(params, config, ids, labels)
+    assert np.asarray(l1).tobytes() == np.asarray(l2).tobytes(), f"loss {l1!r} vs {l2!r}"
+    for name in g1:
+        assert np.asarray(g1[name]).tobytes() == np.asarray(g2[name]).tobytes(), (
+            f"d{name} differs between two identical calls")
+    for name, v in params.items():
+        assert np.array_equal(v, before[name]), f"params[{name!r}] was modified"
+
+
+@check("invariant", "decoder.float32_vs_float64",
+       cases=[(form, dict(form=form)) for form in FORMS], ops=("decoder",),
+       needs=lambda kw: FORMS[kw["form"]][1])
+def decoder_float32_agrees_with_float64(impl, form):
+    """float32 parameters through the same code: logits, loss and every gradient agree with
+    the float64 run on the same (rounded) values."""
+    config = decoder_config(impl, form)
+    p32 = decoder_params(config, 5, np.float32)
+    p64 = {k: v.astype(np.float64) for k, v in p32.items()}
+    ids, labels = decoder_batch(config, 2, 5, 5)
+    out64 = np.asarray(impl.decoder_forward(p64, config, ids)[0])
+    out32 = np.asarray(impl.decoder_forward(p32, config, ids)[0])
+    assert_f32_close(out32, out64, max_abs(out64), f"decoder[{form}] logits")
+    l64, g64 = impl.decoder_loss_and_grads(p64, config, ids, labels)
+    l32, g32 = impl.decoder_loss_and_grads(p32, config, ids, labels)
+    assert_f32_close(l32, l64, abs(float(l64)), f"decoder[{form}] loss")
+    scale = max_abs(*g64.values())
+    for name in g64:
+        assert_f32_close(g32[name], g64[name], scale, f"decoder[{form}] d{name}")
+

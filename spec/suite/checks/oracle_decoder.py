@@ -1,0 +1,129 @@
+"""The causal decoder against ``transformers``: GPT2LMHeadModel (and LlamaForCausalLM) built
+from a config with random weights (no hub access: ``HF_HUB_OFFLINE=1``, nothing downloaded),
+dropout 0, eager attention, float64 and float32; our random parameters copied into it through
+the one name map (reference/hf/decoder.py), and its gradients read back through it.
+
+Compared: the logits at every position, the next-token loss (labels with ignored positions)
+and every parameter gradient -- the tied table's is the single ``wte.weight.grad``, where
+torch accumulates both uses -- within ORACLE_RTOL_F64 (1e-10) / ORACLE_RTOL_F32 of each
+tensor's magnitude (spec/suite/torch_oracle.allowed_error).  The key bias's exact gradient is 0
+(softmax is shift invariant along the keys): it is rounding noise on both sides, judged against
+the scale of the whole backward.
+
+The loss is Hugging Face's own shift (position t predicts label t + 1; a label of -100 is not
+predicted) taken on the model's logits in the case's dtype: ``ForCausalLMLoss`` upcasts the
+logits to float32 (``logits.float()``), so ``model(labels=...)``'s loss of a float64 model is
+float32 -- 1e-7 off, which would hide nothing and fail everything.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from reference.hf.decoder import from_hf, to_hf
+from spec.protocol import IGNORE_INDEX
+from spec.suite.checks.decoder import FORMS, decoder_batch, decoder_config, decoder_params
+from spec.suite.registry import check, lazy_module
+
+torch = lazy_module("torch")
+transformers = lazy_module("transformers")
+to = lazy_module("spec.suite.torch_oracle")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+DTYPES = (("f64", np.float64), ("f32", np.float32))
+# what transformers' model of each form can be: GPT-2 always has biases
+ORACLE_NEEDS = {"gpt2": {"attention_bias": True, "ffn.b_1": True, "ffn.b_2": True}}
+
+
+def hf_model(config, params: dict, dtype):
+    """The transformers model of ``config``'s form with our parameters: GPT2LMHeadModel
+    (learned positions) or LlamaForCausalLM (RoPE), dropout 0, eager attention, tied as the
+    config says."""
+    common = dict(vocab_size=config.vocab_size, attn_implementation="eager",
+                  tie_word_embeddings=config.tie_embeddings, bos_token_id=0, eos_token_id=0)
+    if config.position == "learned":
+        hf_config = transformers.GPT2Config(
+            n_positions=config.max_len, n_embd=config.hidden, n_layer=config.n_layers,
+            n_head=config.n_heads, n_inner=config.intermediate,
+            activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[
+                config.activation], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            layer_norm_epsilon=config.ln_eps, **common)
+        model = transformers.GPT2LMHeadModel(hf_config)
+    else:
+        hf_config = transformers.LlamaConfig(
+            hidden_size=config.hidden, intermediate_size=config.intermediate,
+            num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
+            num_key_value_heads=config.n_heads, max_position_embeddings=config.max_len,
+            rms_norm_eps=config.ln_eps, attention_bias=config.attn_bias,
+            mlp_bias=config.mlp_bias, attention_dropout=0.0, hidden_act="silu",
+            rope_parameters={"rope_type": "default", "rope_theta": config.rope_base}, **common)
+        model = transformers.LlamaForCausalLM(hf_config)
+    assert model.config._attn_implementation == "eager", (
+        f"transformers chose {model.config._attn_implementation!r} attention, not eager")
+    model = model.to(torch.float64 if dtype == np.float64 else torch.float32).eval()
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in to_hf(params,
+                                                                            config).items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    allowed = {"lm_head.weight"} if config.tie_embeddings else set()
+    assert not unexpected and set(missing) <= allowed, (
+        f"the name map does not cover transformers' model: missing {missing}, unexpected "
+        f"{unexpected}")
+    return model
+
+
+def hf_shift_loss(logits, labels):
+    """transformers' causal-LM loss (ForCausalLMLoss: labels padded with -100 and shifted
+    left, mean over the predicted positions) in the logits' own dtype."""
+    F = torch.nn.functional
+    shifted = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
+def transformers_run(config, params: dict, ids, labels, dtype) -> dict:
+    """logits, loss and every parameter gradient under our names, from transformers."""
+    model = hf_model(config, params, dtype)
+    out = model(input_ids=torch.from_numpy(ids))
+    loss = hf_shift_loss(out.logits, torch.from_numpy(labels))
+    loss.backward()
+    named = dict(model.named_parameters())
+    grads = {n: (torch.zeros_like(t) if t.grad is None else t.grad).numpy()
+             for n, t in named.items()}
+    if config.tie_embeddings:  # one tensor: lm_head.weight is wte/embed_tokens itself
+        grads.setdefault("lm_head.weight", grads[next(iter(named))])
+    return dict(logits=out.logits.detach().numpy(), loss=loss.detach().numpy(),
+                grads=from_hf(grads, config))
+
+
+def exactly_zero(name: str) -> bool:
+    """The key bias: softmax is shift invariant along the keys, its gradient is exactly 0."""
+    return name.endswith("attn.b_k")
+
+
+@check("oracle.forward|oracle.backward", "decoder.hf", kinds_arg="part", ops=("decoder",),
+       requires=("torch", "transformers"),
+       equations=("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
+       needs=lambda kw: {**FORMS[kw["form"]][1], **ORACLE_NEEDS.get(kw["form"], {})},
+       cases=[(f"{form}-{d}", dict(form=form, dtype=t)) for form in FORMS for d, t in DTYPES])
+def decoder_against_transformers(impl, part, form, dtype):
+    """Random weights copied into transformers' model of the form: logits (every position)
+    and the next-token loss ("forward"), every parameter gradient ("backward")."""
+    config = decoder_config(impl, form)
+    params = decoder_params(config, 6, dtype, weight_scale=15.0)
+    ids, labels = decoder_batch(config, 3, 7, 6)
+    theirs = transformers_run(config, params, ids, labels, dtype)
+    label = f"decoder[{form}]"
+    if part == "forward":
+        logits, _ = impl.decoder_forward(params, config, ids)
+        to.assert_oracle(f"{label} logits", logits, theirs["logits"], dtype)
+        loss, _ = impl.decoder_loss_and_grads(params, config, ids, labels)
+        to.assert_oracle(f"{label} loss", np.asarray(loss), theirs["loss"], dtype)
+        return
+    _, grads = impl.decoder_loss_and_grads(params, config, ids, labels)
+    assert set(grads) == set(params), (
+        f"{label}: gradient keys {sorted(grads)} differ from the parameters' {sorted(params)}")
+    to.assert_gradients(label, grads, theirs["grads"], reversed(list(params)), dtype,
+                        exactly_zero, against="transformers")
