@@ -72,6 +72,7 @@ def save_pretrained(params, config, path):
 # implementation declaring one of them.
 CAPABILITIES = {
     "layernorm": {"affine": (True, False), "eps": (True, False)},
+    "rope": {"convention": ("interleaved", "half")},
     "ffn": {"b_2": (True, False)},
     "attention": {"W_o": (True, False), "causal": (False, True)},
     "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True)},

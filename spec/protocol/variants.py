@@ -252,6 +252,13 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                              "kept away from constant)"},
                       pieces=("eps",), absent=(None, 0), absent_ok=True),
     },
+    "rope": {
+        "convention": Option(("interleaved", "half"), {
+            "interleaved": "interleaved pairs (2i, 2i+1) (RoFormer, Meta's LLaMA complex form, "
+                           "GPT-J)",
+            "half": "half-split pairs (i, i + d/2) (Hugging Face rotate_half)"},
+            argument="convention"),
+    },
     "ffn": {
         "b_2": Option((True, False), {True: "with b_2",
                                       False: "without b_2: the suite passes b_2=None and "

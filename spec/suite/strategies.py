@@ -268,6 +268,8 @@ class CaseFamily:
     # of spec.suite.torch_oracle, or ``to -> function`` given that module; resolved when an
     # oracle check runs (torch is imported then)
     torch: str | Callable | None = None
+    # modules the twin imports beyond torch (transformers' LLaMA rotary embedding)
+    torch_requires: tuple[str, ...] = ()
     # the oracle's rules beyond torch_oracle.allowed_error: ``allowance(guards, case) ->
     # (forward shift, backward allowance)`` for a declared guard (spec/protocol/guards.py);
     # ``backward_scale(case)``: the magnitude of the terms the backward sums when it exceeds
@@ -378,11 +380,12 @@ FAMILIES: list[CaseFamily] = []
 
 def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None, smooth=None,
           f32_ok=None, elementwise_max=None, n_dirs=None, needs=None, resolve=(), fd=True,
-          torch=None, allowance=None, backward_scale=None, torch_float64=False,
-          **strategy_kwargs):
+          torch=None, torch_requires=(), allowance=None, backward_scale=None,
+          torch_float64=False, **strategy_kwargs):
     """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
     of ``op`` (check name ``op_variant``, or ``op`` without a variant); ``torch`` names its
-    twin in spec.suite.torch_oracle (the oracle checks run every family that has one).
+    twin in spec.suite.torch_oracle (the oracle checks run every family that has one), and
+    ``torch_requires`` the modules it imports beyond torch.
     Stacked decorators register in the order they are written."""
 
     def register(fn):
@@ -394,7 +397,8 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
                             functools.partial(fn, **strategy_kwargs), fn, tuple(omit),
                             tuple(also), adapter, smooth, f32_ok, **sizes_,
                             needs=tuple((needs or {}).items()), resolve=tuple(resolve), fd=fd,
-                            torch=torch, allowance=allowance, backward_scale=backward_scale,
+                            torch=torch, torch_requires=tuple(torch_requires),
+                            allowance=allowance, backward_scale=backward_scale,
                             torch_float64=torch_float64)
         if any(f.name == family.name for f in FAMILIES):
             raise ValueError(f"cases: case family {family.name!r} is registered twice")
@@ -465,6 +469,53 @@ def sinusoidal_position_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
     H = draw(sizes(1, 6))
     return OpCase({"x": draw(arrays((B, T, H)))}, {}, draw(upstream((B, T, H))), draw(_seed()))
+
+
+# --------------------------------------------------------------------------- RoPE
+MAX_POSITION = 40  # drawn positions: 0..40 (angles up to 40 rad: every pair turns past 2 pi)
+
+
+@reused
+@st.composite
+def rope_positions(draw, T: int):
+    """The protocol's positions argument: None (0..T-1), a start position (Meta's start_pos,
+    decoding after a prompt), or one position per token -- any order, repeats allowed (a packed
+    or left-padded batch)."""
+    kind = draw(st.sampled_from(["none", "start", "array"]))
+    if kind == "none":
+        return None
+    if kind == "start":
+        return draw(st.integers(0, MAX_POSITION))
+    return draw(np_arrays(np.int64, (T,), st.integers(0, MAX_POSITION), st.nothing()))
+
+
+def rope_bases() -> st.SearchStrategy[float]:
+    """rope_theta: 10000 (RoFormer, LLaMA 1-2), 500000 (LLaMA 3), and from 2 to 1e6."""
+    return st.one_of(st.sampled_from([10000.0, 500000.0]),
+                     st.floats(0.3, 6.0).map(lambda e: float(10.0 ** e)))
+
+
+def _rope_example(rng, convention: str):
+    x = rng.standard_normal((2, 3, 5, 6))  # [B, A, T, d]: the layout of an attention's q and k
+    fixed = {"positions": np.array([0, 1, 2, 7, 3]), "base": 10000.0, "convention": convention}
+    return OpCase({"x": x}, fixed, upstream_like(rng, x.shape))
+
+
+@cases("rope", "interleaved", needs={"rope.convention": "interleaved"}, omit=("half",),
+       torch="rope_interleaved")
+@cases("rope", "half", needs={"rope.convention": "half"}, omit=("interleaved",),
+       torch="rope_half", torch_requires=("transformers",))
+@fixed_examples(_rope_example)
+@st.composite
+def rope_cases(draw, convention: str) -> OpCase:
+    """x [..., T, d] with no, one or two leading axes, d even (2 to 8), the three forms of
+    positions, base from 2 to 1e6; ``convention`` passed as the keyword."""
+    lead = draw(_lead_shapes(3))
+    T, d = draw(sizes(1, 4)), 2 * draw(sizes(1, 4))
+    fixed = {"positions": draw(rope_positions(T)), "base": draw(rope_bases()),
+             "convention": convention}
+    return OpCase({"x": draw(arrays(lead + (T, d)))}, fixed, draw(upstream(lead + (T, d))),
+                  draw(_seed()))
 
 
 # --------------------------------------------------------------------------- linear / LN

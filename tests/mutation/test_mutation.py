@@ -82,6 +82,8 @@ CAUGHT_BY = {
     **dict.fromkeys(["rmsnorm_subtracts_the_mean", "rmsnorm_eps_outside_sqrt",
                      "rmsnorm_dx_missing_xhat_term", "rmsnorm_dgamma_unnormalised"], "rmsnorm"),
     **dict.fromkeys(["silu_derivative_sigmoid_only", "silu_sigmoid_sign_flipped"], "silu"),
+    **dict.fromkeys(["rope_rotation_sign_flipped", "rope_frequency_exponent_halved",
+                     "rope_backward_not_transposed", "rope_backward_ignores_convention"], "rope"),
     **dict.fromkeys(["attention_dQ_missing_scale", "attention_dK_missing_scale",
                      "attention_dK_missing_transpose", "attention_dV_missing_transpose",
                      "attention_merge_without_transpose", "attention_dx_drops_value_branch",
