@@ -74,6 +74,7 @@ CAPABILITIES = {
     "layernorm": {"affine": (True, False), "eps": (True, False)},
     "rope": {"convention": ("interleaved", "half")},
     "ffn": {"b_2": (True, False)},
+    "swiglu": {"bias": (False, True)},
     "attention": {"W_o": (True, False), "causal": (False, True)},
     "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True)},
     "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, block_param_names
+from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS, block_param_names
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,11 @@ _TABLE = (
     Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward"), FFN_PARAMS,
        doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H]) -> ReLU(x W_1 + b_1) W_2 + "
            "b_2; variant: b_2 = None"),
+    Op("swiglu", _pair("swiglu"), ("x", *SWIGLU_PARAMS), ("swiglu.forward", "swiglu.backward"),
+       SWIGLU_PARAMS,
+       doc="swiglu_forward(x [...,H], W_1 [H,I], W_2 [I,H], W_3 [H,I], b_1 [I], b_2 [H], b_3 [I] "
+           "or None) -> (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2 (LLaMA's FFN: W_1 gate, "
+           "W_3 up, W_2 down); variant: the biases (standard: none, as LLaMA)"),
     Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
                                             "residual.backward", "block.backward",
                                             "block.preln", "block.preln_backward"),

@@ -264,6 +264,12 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                       False: "without b_2: the suite passes b_2=None and "
                                              "expects db_2 None"}, pieces=("b_2",)),
     },
+    "swiglu": {
+        "bias": Option((False, True), {
+            False: "without biases (LLaMA): the suite passes b_1 = b_2 = b_3 = None and "
+                   "expects None gradients",
+            True: "with biases b_1, b_2, b_3"}, pieces=("b_1",)),
+    },
     "attention": {
         "W_o": Option((True, False), {True: "with the output projection W_o",
                                       False: "without W_o: y = merge(C); the suite passes "

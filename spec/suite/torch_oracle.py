@@ -368,6 +368,30 @@ def ffn(x, W_1, b_1, W_2, b_2):
     return F.linear(F.relu(F.linear(x, weight(W_1), b_1)), weight(W_2), b_2)
 
 
+@functools.cache
+def _llama_mlp(H: int, I: int, bias: bool):
+    """transformers' own LlamaMLP (gate, up and down projections, SiLU), from a random small
+    config (nothing downloaded); ``mlp_bias`` when the biases are given."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    config = LlamaConfig(hidden_size=H, intermediate_size=I, mlp_bias=bias, hidden_act="silu",
+                         num_attention_heads=1, num_hidden_layers=1, vocab_size=8)
+    return LlamaMLP(config)
+
+
+def swiglu(x, W_1, W_2, W_3, b_1=None, b_2=None, b_3=None):
+    """LlamaMLP, down(silu(gate(x)) * up(x)), run with our weights (functional_call): W_1 is
+    its gate_proj, W_3 its up_proj, W_2 its down_proj."""
+    H, I = W_1.shape
+    bias = b_1 is not None
+    state = {"gate_proj.weight": weight(W_1), "up_proj.weight": weight(W_3),
+             "down_proj.weight": weight(W_2)}
+    if bias:
+        state.update({"gate_proj.bias": b_1, "up_proj.bias": b_3, "down_proj.bias": b_2})
+    return torch.func.functional_call(_llama_mlp(int(H), int(I), bias), state, (x,))
+
+
 def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, norm="post",
           causal=False):
     """torch's own encoder layer (``nn.TransformerEncoderLayer``, ReLU, no dropout; post-LN, or
