@@ -91,6 +91,8 @@ __all__ = [
     "pooler_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
+    "next_token_cross_entropy_forward",
+    "next_token_cross_entropy_backward",
     "linear_cross_entropy_forward",
     "linear_cross_entropy_backward",
     "mse_forward",
@@ -1576,6 +1578,54 @@ def cross_entropy_backward(dloss, cache):
     if isinstance(cache, ProbsCrossEntropyCache):
         return _cross_entropy_probs_backward(_scalar("dloss", dloss, cache.p.dtype), cache)
     return _cross_entropy_backward(_scalar("dloss", dloss, cache.e.dtype), cache)
+
+
+# ------------------------------------------------------- next-token (shifted) cross-entropy
+class NextTokenCache(NamedTuple):
+    ce: CrossEntropyCache  # the cross-entropy of logits[..., :-1, :] against ids[..., 1:]
+    shape: tuple  # the logits' [..., T, V]
+
+
+@implements("next_token.forward")
+def _next_token_cross_entropy_forward(logits, ids, *, ignore_index: int = IGNORE_INDEX,
+                                      reduction: str = "mean"):
+    """A causal language model's loss: position t predicts token t + 1, so the cross-entropy of
+    logits[..., :-1, :] against ids[..., 1:] (GPT-2, LLaMA); the last position predicts
+    nothing, and the first token is never a target.  "mean" over the predicted positions."""
+    loss, ce = _cross_entropy_forward(logits[..., :-1, :], ids[..., 1:],
+                                      ignore_index=ignore_index, reduction=reduction)
+    return loss, NextTokenCache(ce, logits.shape)
+
+
+@implements("next_token.backward")
+def _next_token_cross_entropy_backward(dloss, cache):
+    """dlogits[..., :-1, :] is the cross-entropy's gradient; the last position's is exactly 0
+    (its logits enter no term of the loss)."""
+    dlogits = np.zeros(cache.shape, dtype=cache.ce.e.dtype)  # [..., T, V]
+    (dlogits[..., :-1, :],) = _cross_entropy_backward(dloss, cache.ce)
+    return (dlogits,)
+
+
+def next_token_cross_entropy_forward(logits, ids, *, ignore_index: int = IGNORE_INDEX,
+                                     reduction: str = "mean"):
+    """logits [..., T, V], ids [..., T] int (the sequence itself; ignore_index where a position
+    is no target: padding) -> the cross-entropy of each position's logits against the next
+    token, a scalar ("mean" divides by the predicted positions 1..T-1 whose id is not
+    ignore_index)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
+    as_float_array("logits", logits, min_ndim=2)
+    as_index_array("ids", ids, shape=logits.shape[:-1], low=0, high=logits.shape[-1],
+                   allow=(ignore_index,))
+    if reduction == "mean" and not np.any(ids[..., 1:] != ignore_index):
+        raise ValueError(f"ids: the mean needs a next token != ignore_index ({ignore_index}) at "
+                         f"some position 1..T-1, got none (ids shape {ids.shape})")
+    return _next_token_cross_entropy_forward(logits, ids, ignore_index=ignore_index,
+                                             reduction=reduction)
+
+
+def next_token_cross_entropy_backward(dloss, cache):
+    return _next_token_cross_entropy_backward(_scalar("dloss", dloss, cache.ce.e.dtype), cache)
 
 
 # ------------------------------------------------------- linear + cross-entropy, fused

@@ -205,6 +205,20 @@ FORWARD_CASES = [
     ("ce float labels", "labels", lambda m: m.cross_entropy_forward(X, np.zeros((B, T)))),
     ("ce logits nan", "logits",
      lambda m: m.cross_entropy_forward(with_nan(X), np.zeros((B, T), int))),
+    ("next_token T = 1, mean", "ids",
+     lambda m: m.next_token_cross_entropy_forward(X[:, :1], np.zeros((B, 1), int))),
+    ("next_token nothing predicted", "ids", lambda m: m.next_token_cross_entropy_forward(
+        X, np.array([[0, -100, -100], [1, -100, -100]]))),
+    ("next_token ids shape", "ids",
+     lambda m: m.next_token_cross_entropy_forward(X, np.zeros((B, T + 1), int))),
+    ("next_token ids >= V", "ids",
+     lambda m: m.next_token_cross_entropy_forward(X, np.full((B, T), H))),
+    ("next_token float ids", "ids",
+     lambda m: m.next_token_cross_entropy_forward(X, np.zeros((B, T)))),
+    ("next_token logits rank 1", "logits",
+     lambda m: m.next_token_cross_entropy_forward(VEC, np.zeros(H, int))),
+    ("next_token bad reduction", "reduction", lambda m: m.next_token_cross_entropy_forward(
+        X, np.zeros((B, T), int), reduction="max")),
     ("mse shape", "y", lambda m: m.mse_forward(X, X[:, :2])),
     ("mse broadcast", "y", lambda m: m.mse_forward(X, X[:1])),
     ("mse dtypes", "y", lambda m: m.mse_forward(X, f32(X))),
@@ -214,7 +228,8 @@ FORWARD_CASES = [
 
 # the op of a forward case: its label's first word
 _PREFIX_OPS = {"position": "position_embedding", "sinusoidal": "sinusoidal_position",
-               "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy"}
+               "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy",
+               "next_token": "next_token_cross_entropy"}
 
 
 def _former(label: str) -> str:
