@@ -42,6 +42,8 @@ from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_
 __all__ = [
     "embedding_forward",
     "embedding_backward",
+    "tied_embedding_forward",
+    "tied_embedding_backward",
     "position_embedding_forward",
     "position_embedding_backward",
     "sinusoidal_encoding",
@@ -154,6 +156,43 @@ def embedding_forward(ids, W):
 def embedding_backward(dout, cache):
     as_float_array("dout", dout, shape=cache.ids.shape + (cache.W_shape[1],), dtype=cache.dtype)
     return _embedding_backward(dout, cache)
+
+
+class TiedEmbeddingCache(NamedTuple):
+    lookup: EmbeddingCache  # e = W_E[ids]
+    head: LinearCache  # logits = h W_E^T, h = e + x (the linear kernel with W = W_E^T)
+
+
+@implements("tied_embedding.forward")
+def _tied_embedding_forward(ids, x, W_E):
+    """One table used twice, as GPT-2 ties it: the token lookup e = W_E[ids] and the LM head
+    logits = (e + x) W_E^T; x is what the body between them adds to the residual stream."""
+    e, c_lookup = _embedding_forward(ids, W_E)  # [B, T, H]
+    logits, c_head = _linear_forward(e + x, W_E.T)  # [B, T, V]
+    return logits, TiedEmbeddingCache(c_lookup, c_head)
+
+
+@implements("tied_embedding.backward")
+def _tied_embedding_backward(dlogits, cache):
+    """Returns (dx, dW_E): dh = dlogits W_E reaches x and, scattered by id, the lookup's rows;
+    the head's share is dlogits^T h.  One table, two uses: dW_E is the sum of both shares."""
+    dh, dW_head_T, _ = _linear_backward(dlogits, cache.head)  # [B, T, H], [H, V]
+    (dW_lookup,) = _embedding_backward(dh, cache.lookup)  # [V, H]
+    return dh, dW_lookup + dW_head_T.T
+
+
+def tied_embedding_forward(ids, x, W_E):
+    """ids [B, T] int in [0, V), x [B, T, H], W_E [V, H] -> (W_E[ids] + x) W_E^T [B, T, V]."""
+    as_float_array("W_E", W_E, ndim=2)
+    as_index_array("ids", ids, ndim=2, low=0, high=W_E.shape[0])
+    as_float_array("x", x, shape=ids.shape + (W_E.shape[1],), dtype=W_E.dtype)
+    return _tied_embedding_forward(ids, x, W_E)
+
+
+def tied_embedding_backward(dlogits, cache):
+    as_float_array("dlogits", dlogits, shape=cache.lookup.ids.shape + (cache.lookup.W_shape[0],),
+                   dtype=cache.lookup.dtype)
+    return _tied_embedding_backward(dlogits, cache)
 
 
 class PositionEmbeddingCache(NamedTuple):

@@ -83,6 +83,11 @@ _ATTENTION_EQUATIONS = (
 _TABLE = (
     Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward"),
        doc="embedding_forward(ids [B,T] int, W [V,H]) -> W[ids] [B,T,H]"),
+    Op("tied_embedding", _pair("tied_embedding"), ("x", "W_E"),
+       ("tied_embedding.forward", "tied_embedding.backward"),
+       doc="tied_embedding_forward(ids [B,T] int, x [B,T,H], W_E [V,H]) -> (W_E[ids] + x) W_E^T "
+           "[B,T,V]: one table as GPT-2's token lookup and LM head, x what the body adds between "
+           "them; dW_E sums both uses"),
     Op("position_embedding", _pair("position_embedding"), ("x", "W_pos"),
        ("position.learned.forward", "position.learned.backward"),
        doc="position_embedding_forward(x [B,T,H], W_pos [T_max,H]) -> x + W_pos[:T]"),

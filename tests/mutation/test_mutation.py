@@ -88,6 +88,8 @@ CAUGHT_BY = {
                      "swiglu_dx_drops_up_branch"], "swiglu"),
     **dict.fromkeys(["next_token_target_not_shifted", "next_token_gradient_shifted_the_wrong_way",
                      "next_token_default_ignore_index"], "next_token_cross_entropy"),
+    **dict.fromkeys(["tied_embedding_counted_once_lookup", "tied_embedding_counted_once_head",
+                     "tied_embedding_head_skips_residual"], "tied_embedding"),
     **dict.fromkeys(["attention_dQ_missing_scale", "attention_dK_missing_scale",
                      "attention_dK_missing_transpose", "attention_dV_missing_transpose",
                      "attention_merge_without_transpose", "attention_dx_drops_value_branch",
