@@ -94,8 +94,10 @@ def save_pretrained(params, config, path):
 # implementation declaring one of them.
 CAPABILITIES = {
     "layernorm": {"affine": (True, False), "eps": (True, False)},
+    "rope": {"convention": ("interleaved", "half")},
     "ffn": {"b_1": (True, False), "b_2": (True, False),
             "activation": ("relu", "gelu", "gelu_tanh")},
+    "swiglu": {"bias": (False, True)},
     "attention": {"W_o": (True, False), "causal": (False, True)},
     "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True),
               "normalization": ("layernorm", "rmsnorm")},

@@ -42,11 +42,16 @@ from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_
 __all__ = [
     "embedding_forward",
     "embedding_backward",
+    "tied_embedding_forward",
+    "tied_embedding_backward",
     "position_embedding_forward",
     "position_embedding_backward",
     "sinusoidal_encoding",
     "sinusoidal_position_forward",
     "sinusoidal_position_backward",
+    "rope_forward",
+    "rope_backward",
+    "ROPE_CONVENTIONS",
     "linear_forward",
     "linear_backward",
     "layernorm_forward",
@@ -79,6 +84,8 @@ __all__ = [
     "attention_backward",
     "ffn_forward",
     "ffn_backward",
+    "swiglu_forward",
+    "swiglu_backward",
     "block_param_names",
     "block_param_shapes",
     "block_forward",
@@ -87,6 +94,8 @@ __all__ = [
     "pooler_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
+    "next_token_cross_entropy_forward",
+    "next_token_cross_entropy_backward",
     "linear_cross_entropy_forward",
     "linear_cross_entropy_backward",
     "mse_forward",
@@ -94,6 +103,7 @@ __all__ = [
     "IGNORE_INDEX",
     "ATTENTION_PARAMS",
     "FFN_PARAMS",
+    "SWIGLU_PARAMS",
 ]
 
 IGNORE_INDEX = -100
@@ -147,6 +157,43 @@ def embedding_forward(ids, W):
 def embedding_backward(dout, cache):
     as_float_array("dout", dout, shape=cache.ids.shape + (cache.W_shape[1],), dtype=cache.dtype)
     return _embedding_backward(dout, cache)
+
+
+class TiedEmbeddingCache(NamedTuple):
+    lookup: EmbeddingCache  # e = W_E[ids]
+    head: LinearCache  # logits = h W_E^T, h = e + x (the linear kernel with W = W_E^T)
+
+
+@implements("tied_embedding.forward")
+def _tied_embedding_forward(ids, x, W_E):
+    """One table used twice, as GPT-2 ties it: the token lookup e = W_E[ids] and the LM head
+    logits = (e + x) W_E^T; x is what the body between them adds to the residual stream."""
+    e, c_lookup = _embedding_forward(ids, W_E)  # [B, T, H]
+    logits, c_head = _linear_forward(e + x, W_E.T)  # [B, T, V]
+    return logits, TiedEmbeddingCache(c_lookup, c_head)
+
+
+@implements("tied_embedding.backward")
+def _tied_embedding_backward(dlogits, cache):
+    """Returns (dx, dW_E): dh = dlogits W_E reaches x and, scattered by id, the lookup's rows;
+    the head's share is dlogits^T h.  One table, two uses: dW_E is the sum of both shares."""
+    dh, dW_head_T, _ = _linear_backward(dlogits, cache.head)  # [B, T, H], [H, V]
+    (dW_lookup,) = _embedding_backward(dh, cache.lookup)  # [V, H]
+    return dh, dW_lookup + dW_head_T.T
+
+
+def tied_embedding_forward(ids, x, W_E):
+    """ids [B, T] int in [0, V), x [B, T, H], W_E [V, H] -> (W_E[ids] + x) W_E^T [B, T, V]."""
+    as_float_array("W_E", W_E, ndim=2)
+    as_index_array("ids", ids, ndim=2, low=0, high=W_E.shape[0])
+    as_float_array("x", x, shape=ids.shape + (W_E.shape[1],), dtype=W_E.dtype)
+    return _tied_embedding_forward(ids, x, W_E)
+
+
+def tied_embedding_backward(dlogits, cache):
+    as_float_array("dlogits", dlogits, shape=cache.lookup.ids.shape + (cache.lookup.W_shape[0],),
+                   dtype=cache.lookup.dtype)
+    return _tied_embedding_backward(dlogits, cache)
 
 
 class PositionEmbeddingCache(NamedTuple):
@@ -241,6 +288,92 @@ def sinusoidal_position_forward(x):
 def sinusoidal_position_backward(dout, cache):
     as_float_array("dout", dout, shape=cache.x_shape, dtype=cache.dtype)
     return _sinusoidal_position_backward(dout, cache)
+
+
+# --------------------------------------------------------------------------- RoPE
+# which features a rotary embedding rotates together: "interleaved" pairs (2i, 2i+1) (the
+# RoFormer paper, Meta's LLaMA as complex numbers, GPT-J), "half" pairs (i, i + d/2) (Hugging
+# Face's rotate_half); pair i turns by the angle m theta_i at position m either way
+ROPE_CONVENTIONS = ("interleaved", "half")
+
+
+class RoPECache(NamedTuple):
+    cos: np.ndarray  # cos(m theta_i)  [T, d/2], x's dtype
+    sin: np.ndarray  # sin(m theta_i)  [T, d/2]
+    convention: str  # which features pair up
+    x_shape: tuple  # [..., T, d]
+
+
+def _rope_angles(positions, d: int, base: float) -> np.ndarray:
+    """m theta_i with theta_i = base^(-2i/d), i < d/2, in float64 (cast once, after cos and
+    sin: the float32 and float64 rotations agree to rounding).  [T, d/2]"""
+    theta = float(base) ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # [d/2]
+    return positions.astype(np.float64)[:, None] * theta[None, :]
+
+
+def _rope_pairs(d: int, convention: str) -> tuple[slice, slice]:
+    """The first and second member of every rotated pair, as slices of the feature axis."""
+    if convention == "interleaved":
+        return slice(0, d, 2), slice(1, d, 2)
+    return slice(0, d // 2), slice(d // 2, d)
+
+
+def _rotate(x, cos, sin, convention: str):
+    """Each pair (x_a, x_b) turned by its angle: (x_a cos - x_b sin, x_a sin + x_b cos)."""
+    a, b = _rope_pairs(x.shape[-1], convention)
+    x_a, x_b = x[..., a], x[..., b]  # [..., T, d/2] each
+    y = np.empty_like(x)
+    y[..., a] = x_a * cos - x_b * sin
+    y[..., b] = x_a * sin + x_b * cos
+    return y
+
+
+@implements("rope.forward.interleaved", "rope.forward.half")
+def _rope_forward(x, positions, base: float = 10000.0, convention: str = "interleaved"):
+    """y = R(m theta) x per position m: a rotation of each feature pair (RoFormer §3.2)."""
+    angle = _rope_angles(positions, x.shape[-1], base)  # [T, d/2]
+    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    return _rotate(x, cos, sin, convention), RoPECache(cos, sin, convention, x.shape)
+
+
+@implements("rope.backward.interleaved", "rope.backward.half")
+def _rope_backward(dy, cache):
+    """dx = R(m theta)^T dy: a rotation is orthogonal, its transpose turns by the opposite
+    angle (sin -> -sin)."""
+    return (_rotate(dy, cache.cos, -cache.sin, cache.convention),)
+
+
+def _rope_positions(positions, T: int) -> np.ndarray:
+    """None -> 0..T-1; an int p0 -> p0..p0+T-1 (Meta's start_pos); else an int array [T]."""
+    if positions is None:
+        return np.arange(T)
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
+        if positions < 0:
+            raise ValueError(f"positions: expected a start position >= 0, got {positions}")
+        return np.arange(int(positions), int(positions) + T)
+    return as_index_array("positions", positions, shape=(T,), low=0)
+
+
+def rope_forward(x, positions=None, *, base: float = 10000.0, convention: str = "interleaved"):
+    """x [..., T, d] (d even), positions [T] int >= 0, a start position, or None (0..T-1) ->
+    x with each feature pair rotated by m base^(-2i/d) at position m [..., T, d]."""
+    as_float_array("x", x, min_ndim=2)
+    T, d = x.shape[-2:]
+    if d % 2:
+        raise ValueError(f"x: expected an even feature size d (RoPE rotates pairs), got shape "
+                         f"{x.shape}")
+    positions = _rope_positions(positions, T)
+    if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)) \
+            or not (np.isfinite(base) and base > 1):
+        raise ValueError(f"base: expected a finite number > 1, got {base!r}")
+    if convention not in ROPE_CONVENTIONS:
+        raise ValueError(f"convention: expected one of {ROPE_CONVENTIONS}, got {convention!r}")
+    return _rope_forward(x, positions, base, convention)
+
+
+def rope_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.x_shape, dtype=cache.cos.dtype)
+    return _rope_backward(dy, cache)
 
 
 # ----------------------------------------------------------- BERT embeddings (token types, LN)
@@ -1007,6 +1140,66 @@ def ffn_backward(dy, cache):
     return _ffn_backward(dy, cache)
 
 
+# --------------------------------------------------------------------------- SwiGLU FFN
+# Meta's LLaMA names: W_1 the gate (Hugging Face gate_proj), W_3 the up projection (up_proj),
+# W_2 the down projection (down_proj); the biases are optional (LLaMA has none)
+SWIGLU_PARAMS = ("W_1", "W_2", "W_3", "b_1", "b_2", "b_3")
+
+
+class SwiGLUCache(NamedTuple):
+    gate: LinearCache  # h_1 = x W_1 + b_1  [..., I]
+    act: SiLUCache  # silu(h_1)
+    s: np.ndarray  # silu(h_1)  [..., I]
+    up: LinearCache  # h_3 = x W_3 + b_3  [..., I]
+    h_3: np.ndarray  # [..., I]
+    down: LinearCache  # y = (s * h_3) W_2 + b_2  [..., H]
+
+
+@implements("swiglu.forward")
+def _swiglu_forward(x, W_1, W_2, W_3, b_1=None, b_2=None, b_3=None):
+    """SwiGLU(x) = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2 (Shazeer 2020; LLaMA's FFN):
+    the protocol's linear and SiLU kernels composed."""
+    h_1, c_gate = _linear_forward(x, W_1, b_1)  # [..., I]
+    h_3, c_up = _linear_forward(x, W_3, b_3)  # [..., I]
+    s, c_act = _silu_forward(h_1)
+    y, c_down = _linear_forward(s * h_3, W_2, b_2)  # [..., H]
+    return y, SwiGLUCache(c_gate, c_act, s, c_up, h_3, c_down)
+
+
+@implements("swiglu.backward")
+def _swiglu_backward(dy, cache):
+    """Returns (dx, dW_1, dW_2, dW_3, db_1, db_2, db_3): dg = dy W_2^T splits at the product,
+    dh_3 = dg * silu(h_1) and dh_1 = silu'(h_1) (dg * h_3); x feeds both branches, so dx sums
+    them."""
+    dg, dW_2, db_2 = _linear_backward(dy, cache.down)  # [..., I]
+    dh_3 = dg * cache.s
+    (dh_1,) = _silu_backward(dg * cache.h_3, cache.act)
+    dx_gate, dW_1, db_1 = _linear_backward(dh_1, cache.gate)  # [..., H]
+    dx_up, dW_3, db_3 = _linear_backward(dh_3, cache.up)
+    return dx_gate + dx_up, dW_1, dW_2, dW_3, db_1, db_2, db_3
+
+
+def swiglu_forward(x, W_1, W_2, W_3, b_1=None, b_2=None, b_3=None):
+    """x [..., H], W_1, W_3 [H, I], W_2 [I, H], b_1, b_3 [I] and b_2 [H] or None ->
+    (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2 [..., H]."""
+    as_float_array("x", x, min_ndim=1)
+    H, dtype = x.shape[-1], x.dtype
+    as_float_array("W_1", W_1, shape=(H, None), dtype=dtype)
+    I = W_1.shape[1]
+    as_float_array("W_2", W_2, shape=(I, H), dtype=dtype)
+    as_float_array("W_3", W_3, shape=(H, I), dtype=dtype)
+    for name, b, n in (("b_1", b_1, I), ("b_2", b_2, H), ("b_3", b_3, I)):
+        if b is not None:
+            as_float_array(name, b, shape=(n,), dtype=dtype)
+    return _swiglu_forward(x, W_1, W_2, W_3, b_1, b_2, b_3)
+
+
+def swiglu_backward(dy, cache):
+    x = cache.gate.x
+    as_float_array("dy", dy, shape=x.shape, dtype=x.dtype)
+    return _swiglu_backward(dy, cache)
+
+
 # --------------------------------------------------------------------------- blocks
 # where a block's LayerNorms sit: "post" (BERT, the documents), "pre" (GPT-2: x + MHA(LN1(x)),
 # the residual stream never normalised) and "pre_final" (pre-LN followed by the final
@@ -1505,6 +1698,54 @@ def cross_entropy_backward(dloss, cache):
     if isinstance(cache, ProbsCrossEntropyCache):
         return _cross_entropy_probs_backward(_scalar("dloss", dloss, cache.p.dtype), cache)
     return _cross_entropy_backward(_scalar("dloss", dloss, cache.e.dtype), cache)
+
+
+# ------------------------------------------------------- next-token (shifted) cross-entropy
+class NextTokenCache(NamedTuple):
+    ce: CrossEntropyCache  # the cross-entropy of logits[..., :-1, :] against ids[..., 1:]
+    shape: tuple  # the logits' [..., T, V]
+
+
+@implements("next_token.forward")
+def _next_token_cross_entropy_forward(logits, ids, *, ignore_index: int = IGNORE_INDEX,
+                                      reduction: str = "mean"):
+    """A causal language model's loss: position t predicts token t + 1, so the cross-entropy of
+    logits[..., :-1, :] against ids[..., 1:] (GPT-2, LLaMA); the last position predicts
+    nothing, and the first token is never a target.  "mean" over the predicted positions."""
+    loss, ce = _cross_entropy_forward(logits[..., :-1, :], ids[..., 1:],
+                                      ignore_index=ignore_index, reduction=reduction)
+    return loss, NextTokenCache(ce, logits.shape)
+
+
+@implements("next_token.backward")
+def _next_token_cross_entropy_backward(dloss, cache):
+    """dlogits[..., :-1, :] is the cross-entropy's gradient; the last position's is exactly 0
+    (its logits enter no term of the loss)."""
+    dlogits = np.zeros(cache.shape, dtype=cache.ce.e.dtype)  # [..., T, V]
+    (dlogits[..., :-1, :],) = _cross_entropy_backward(dloss, cache.ce)
+    return (dlogits,)
+
+
+def next_token_cross_entropy_forward(logits, ids, *, ignore_index: int = IGNORE_INDEX,
+                                     reduction: str = "mean"):
+    """logits [..., T, V], ids [..., T] int (the sequence itself; ignore_index where a position
+    is no target: padding) -> the cross-entropy of each position's logits against the next
+    token, a scalar ("mean" divides by the predicted positions 1..T-1 whose id is not
+    ignore_index)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
+    as_float_array("logits", logits, min_ndim=2)
+    as_index_array("ids", ids, shape=logits.shape[:-1], low=0, high=logits.shape[-1],
+                   allow=(ignore_index,))
+    if reduction == "mean" and not np.any(ids[..., 1:] != ignore_index):
+        raise ValueError(f"ids: the mean needs a next token != ignore_index ({ignore_index}) at "
+                         f"some position 1..T-1, got none (ids shape {ids.shape})")
+    return _next_token_cross_entropy_forward(logits, ids, ignore_index=ignore_index,
+                                             reduction=reduction)
+
+
+def next_token_cross_entropy_backward(dloss, cache):
+    return _next_token_cross_entropy_backward(_scalar("dloss", dloss, cache.ce.e.dtype), cache)
 
 
 # ------------------------------------------------------- linear + cross-entropy, fused

@@ -45,6 +45,21 @@ def forward_backward_code(forward, backward, args, upstream, *fixed, **kwargs):
     return code
 
 
+def per_token_fns(token_map, size):
+    """The (forward, backward) maps of an op acting on each token alone, from its lambdified
+    one-token map ``token_map(x=[H], dy=[H], **params) -> (y, dx, *dparams)``: the map per
+    position of x [B, T, H]; the parameters' gradients add up over positions."""
+    B, T, H = size[:3]
+
+    def run(x, dy, **p):
+        outs = [token_map(x=x[b, t], dy=dy[b, t], **p) for b in range(B) for t in range(T)]
+        y = np.stack([o[0] for o in outs]).reshape(B, T, H)
+        dx = np.stack([o[1] for o in outs]).reshape(B, T, H)
+        return y, (dx, *(sum(o[k] for o in outs) for k in range(2, len(outs[0]))))
+
+    return (lambda **a: (run(**a)[0],), lambda **a: run(**a)[1])
+
+
 def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
     """The forward and backward SymPy <-> code checks of y = fn(x) elementwise against
     impl.<attr_f>(x, **kwargs) -> (y, cache) and impl.<attr_b>(dy, cache)."""

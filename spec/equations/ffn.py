@@ -6,7 +6,7 @@ import numpy as np
 
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._cache import maps_cache
-from spec.equations._nn import KINK, relu_expr
+from spec.equations._nn import KINK, per_token_fns, relu_expr
 from spec.equations._sym import arr, compare, lambdify_map, vjp
 from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
@@ -50,18 +50,8 @@ def _token_ffn(H: int, I: int):
 
 
 def _ffn_fns(size):
-    """The FFN acts on each token alone: the token map per position; parameter gradients add
-    up over positions."""
-    B, T, H, I = size
-    f = _token_ffn(H, I)
-
-    def run(x, dy, **p):
-        outs = [f(x=x[b, t], dy=dy[b, t], **p) for b in range(B) for t in range(T)]
-        y = np.stack([o[0] for o in outs]).reshape(B, T, H)
-        dx = np.stack([o[1] for o in outs]).reshape(B, T, H)
-        return y, (dx, *(sum(o[k] for o in outs) for k in range(2, 6)))
-
-    return (lambda **a: (run(**a)[0],), lambda **a: run(**a)[1])
+    """The FFN acts on each token alone (spec.equations._nn.per_token_fns)."""
+    return per_token_fns(_token_ffn(*size[2:]), size)
 
 
 def _ffn_inputs(size):

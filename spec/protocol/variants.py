@@ -258,6 +258,13 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                              "kept away from constant)"},
                       pieces=("eps",), absent=(None, 0), absent_ok=True),
     },
+    "rope": {
+        "convention": Option(("interleaved", "half"), {
+            "interleaved": "interleaved pairs (2i, 2i+1) (RoFormer, Meta's LLaMA complex form, "
+                           "GPT-J)",
+            "half": "half-split pairs (i, i + d/2) (Hugging Face rotate_half)"},
+            argument="convention"),
+    },
     "ffn": {
         "b_1": Option((True, False), {True: "with b_1",
                                       False: "without b_1: the suite passes b_1=None and "
@@ -271,6 +278,12 @@ VARIANTS: dict[str, dict[str, Option]] = {
                              {"relu": "ReLU", "gelu": "exact GELU (erf)",
                               "gelu_tanh": "GELU's tanh approximation (GPT-2's gelu_new)"},
                              argument="activation", also=("block",)),
+    },
+    "swiglu": {
+        "bias": Option((False, True), {
+            False: "without biases (LLaMA): the suite passes b_1 = b_2 = b_3 = None and "
+                   "expects None gradients",
+            True: "with biases b_1, b_2, b_3"}, pieces=("b_1",)),
     },
     "attention": {
         "W_o": Option((True, False), {True: "with the output projection W_o",

@@ -154,7 +154,8 @@ PRELOAD = ("numpy", "hypothesis", "threadpoolctl", "spec.suite.worker")
 # (torch._dynamo: what torch.optim imports on its first use, 1.3 s of the first Adam check;
 # imported, never run: no torch operation happens in the server)
 REQUIREMENT_PRELOAD = {"torch": ("torch", "torch._dynamo"),
-                       "transformers": ("transformers", "transformers.models.bert.modeling_bert")}
+                       "transformers": ("transformers", "transformers.models.bert.modeling_bert",
+                                        "transformers.models.llama.modeling_llama")}
 
 
 def preload_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:

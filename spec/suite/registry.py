@@ -249,7 +249,7 @@ def _label(value) -> str:
 def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | None = None,
           ops: Iterable[str] | Callable | None = None,
           equations: Iterable[str] | Callable | None = None, given: Mapping | None = None,
-          requires: Iterable[str] = (), kinds_arg: str | None = None,
+          requires: Iterable[str] | Callable = (), kinds_arg: str | None = None,
           prepare: Callable | None = None, needs: Mapping | Callable | None = None,
           examples: Callable | None = None, quick: bool | Callable = False,
           was: str | Iterable[str] | Callable | None = None):
@@ -260,15 +260,16 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     ``kinds_arg`` (e.g. ``side="forward"``).  ``name`` is the id's bracket part (default: the
     function's name); with ``cases`` (``(suffix, kwargs)`` pairs, see :func:`grid`) each case
     is a check named ``name-suffix`` (or ``suffix`` when name is ""), called with its kwargs.
-    ``ops`` and ``equations`` may be callables of the case's kwargs; ``ops`` defaults to the
-    rows of ``equations`` (every ID belongs to one op of the table).  ``prepare(**case
-    kwargs)`` runs before the check's time limit starts (the suite's own set-up).  ``needs``
-    (a mapping, or a callable of the case's kwargs) is what the implementation must declare
-    (:attr:`Check.needs`).  ``given`` and ``examples`` may be callables of the case's kwargs
-    returning what :class:`Check` takes (a function of the CAPABILITIES); ``quick`` (or a
-    callable of the case's kwargs) puts a check without ``given`` in the quick run.  ``was``
-    (the bracket part of the id(s) a check had before a rename, or a callable of the case's
-    kwargs returning them) keeps the old names for one release (:data:`ALIASES`).
+    ``ops``, ``equations`` and ``requires`` may be callables of the case's kwargs; ``ops``
+    defaults to the rows of ``equations`` (every ID belongs to one op of the table).
+    ``prepare(**case kwargs)`` runs before the check's time limit starts (the suite's own
+    set-up).  ``needs`` (a mapping, or a callable of the case's kwargs) is what the
+    implementation must declare (:attr:`Check.needs`).  ``given`` and ``examples`` may be
+    callables of the case's kwargs returning what :class:`Check` takes (a function of the
+    CAPABILITIES); ``quick`` (or a callable of the case's kwargs) puts a check without
+    ``given`` in the quick run.  ``was`` (the bracket part of the id(s) a check had before a
+    rename, or a callable of the case's kwargs returning them) keeps the old names for one
+    release (:data:`ALIASES`).
     """
     kinds = kind.split("|")
     for k in kinds:
@@ -294,7 +295,8 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
                 if unknown:
                     raise ValueError(f"check {label}: ops {unknown} are not rows of the op table")
                 c = Check(f"{k}[{label}]", k, rows, eqs, fn, kw,
-                          _per_case(given, kwargs, "given"), tuple(requires),
+                          _per_case(given, kwargs, "given"),
+                          tuple(requires(kwargs) if callable(requires) else requires),
                           inspect.getdoc(fn) or "",
                           None if prepare is None else functools.partial(prepare, **kwargs),
                           dict(needs(kwargs) if callable(needs) else needs or {}),

@@ -268,6 +268,8 @@ class CaseFamily:
     # of spec.suite.torch_oracle, or ``to -> function`` given that module; resolved when an
     # oracle check runs (torch is imported then)
     torch: str | Callable | None = None
+    # modules the twin imports beyond torch (transformers' LLaMA rotary embedding)
+    torch_requires: tuple[str, ...] = ()
     # the oracle's rules beyond torch_oracle.allowed_error: ``allowance(guards, case) ->
     # (forward shift, backward allowance)`` for a declared guard (spec/protocol/guards.py);
     # ``backward_scale(case)``: the magnitude of the terms the backward sums when it exceeds
@@ -379,11 +381,12 @@ FAMILIES: list[CaseFamily] = []
 
 def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None, smooth=None,
           f32_ok=None, elementwise_max=None, n_dirs=None, needs=None, resolve=(), fd=True,
-          torch=None, allowance=None, backward_scale=None, torch_float64=False,
-          **strategy_kwargs):
+          torch=None, torch_requires=(), allowance=None, backward_scale=None,
+          torch_float64=False, **strategy_kwargs):
     """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
     of ``op`` (check name ``op_variant``, or ``op`` without a variant); ``torch`` names its
-    twin in spec.suite.torch_oracle (the oracle checks run every family that has one).
+    twin in spec.suite.torch_oracle (the oracle checks run every family that has one), and
+    ``torch_requires`` the modules it imports beyond torch.
     Stacked decorators register in the order they are written."""
 
     def register(fn):
@@ -395,7 +398,8 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
                             functools.partial(fn, **strategy_kwargs), fn, tuple(omit),
                             tuple(also), adapter, smooth, f32_ok, **sizes_,
                             needs=tuple((needs or {}).items()), resolve=tuple(resolve), fd=fd,
-                            torch=torch, allowance=allowance, backward_scale=backward_scale,
+                            torch=torch, torch_requires=tuple(torch_requires),
+                            allowance=allowance, backward_scale=backward_scale,
                             torch_float64=torch_float64)
         if any(f.name == family.name for f in FAMILIES):
             raise ValueError(f"cases: case family {family.name!r} is registered twice")
@@ -445,6 +449,25 @@ def embedding_cases(draw) -> OpCase:
     return OpCase({"W": W}, {"ids": ids}, draw(upstream((B, T, H))), draw(_seed()))
 
 
+def _tied_embedding_example(rng):
+    ids = np.array([[0, 3, 3, 1], [3, 2, 0, 0]])  # repeated ids; row 4 of W_E only in the head
+    return OpCase({"x": rng.standard_normal((2, 4, 3)), "W_E": rng.standard_normal((5, 3))},
+                  {"ids": ids}, upstream_like(rng, (2, 4, 5)))
+
+
+@cases("tied_embedding", torch="tied_embedding")
+@fixed_examples(_tied_embedding_example)
+@st.composite
+def tied_embedding_cases(draw) -> OpCase:
+    """ids with a repeat whenever there are two positions, rows of W_E no id uses (their
+    gradient is the head's share alone), x the body's residual contribution."""
+    B, T = draw(batch_seq())
+    V, H = draw(sizes(1, 5)), draw(sizes(1, 4))
+    inputs = {"x": draw(arrays((B, T, H))), "W_E": draw(arrays((V, H)))}
+    return OpCase(inputs, {"ids": draw(token_ids((B, T), V))}, draw(upstream((B, T, V))),
+                  draw(_seed()))
+
+
 @cases("position_embedding", torch="learned_position")
 @fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((3, 4, 5)),
                                     "W_pos": rng.standard_normal((6, 5))}, {},
@@ -466,6 +489,53 @@ def sinusoidal_position_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
     H = draw(sizes(1, 6))
     return OpCase({"x": draw(arrays((B, T, H)))}, {}, draw(upstream((B, T, H))), draw(_seed()))
+
+
+# --------------------------------------------------------------------------- RoPE
+MAX_POSITION = 40  # drawn positions: 0..40 (angles up to 40 rad: every pair turns past 2 pi)
+
+
+@reused
+@st.composite
+def rope_positions(draw, T: int):
+    """The protocol's positions argument: None (0..T-1), a start position (Meta's start_pos,
+    decoding after a prompt), or one position per token -- any order, repeats allowed (a packed
+    or left-padded batch)."""
+    kind = draw(st.sampled_from(["none", "start", "array"]))
+    if kind == "none":
+        return None
+    if kind == "start":
+        return draw(st.integers(0, MAX_POSITION))
+    return draw(np_arrays(np.int64, (T,), st.integers(0, MAX_POSITION), st.nothing()))
+
+
+def rope_bases() -> st.SearchStrategy[float]:
+    """rope_theta: 10000 (RoFormer, LLaMA 1-2), 500000 (LLaMA 3), and from 2 to 1e6."""
+    return st.one_of(st.sampled_from([10000.0, 500000.0]),
+                     st.floats(0.3, 6.0).map(lambda e: float(10.0 ** e)))
+
+
+def _rope_example(rng, convention: str):
+    x = rng.standard_normal((2, 3, 5, 6))  # [B, A, T, d]: the layout of an attention's q and k
+    fixed = {"positions": np.array([0, 1, 2, 7, 3]), "base": 10000.0, "convention": convention}
+    return OpCase({"x": x}, fixed, upstream_like(rng, x.shape))
+
+
+@cases("rope", "interleaved", needs={"rope.convention": "interleaved"}, omit=("half",),
+       torch="rope_interleaved")
+@cases("rope", "half", needs={"rope.convention": "half"}, omit=("interleaved",),
+       torch="rope_half", torch_requires=("transformers",))
+@fixed_examples(_rope_example)
+@st.composite
+def rope_cases(draw, convention: str) -> OpCase:
+    """x [..., T, d] with no, one or two leading axes, d even (2 to 8), the three forms of
+    positions, base from 2 to 1e6; ``convention`` passed as the keyword."""
+    lead = draw(_lead_shapes(3))
+    T, d = draw(sizes(1, 4)), 2 * draw(sizes(1, 4))
+    fixed = {"positions": draw(rope_positions(T)), "base": draw(rope_bases()),
+             "convention": convention}
+    return OpCase({"x": draw(arrays(lead + (T, d)))}, fixed, draw(upstream(lead + (T, d))),
+                  draw(_seed()))
 
 
 # --------------------------------------------------------------------------- linear / LN
@@ -764,6 +834,35 @@ def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu"
         assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
     fixed = {} if activation == "relu" else {"activation": activation}
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
+
+
+def _swiglu_example(rng, bias: bool = False):
+    H, I = 4, 6
+    inputs = {"x": rng.standard_normal((2, 3, H)), "W_1": 0.7 * rng.standard_normal((H, I)),
+              "W_2": 0.7 * rng.standard_normal((I, H)), "W_3": 0.7 * rng.standard_normal((H, I)),
+              "b_1": 0.3 * rng.standard_normal(I) if bias else None,
+              "b_2": 0.3 * rng.standard_normal(H) if bias else None,
+              "b_3": 0.3 * rng.standard_normal(I) if bias else None}
+    return OpCase(inputs, {}, upstream_like(rng, (2, 3, H)))
+
+
+_SWIGLU = dict(also=("silu",), torch="swiglu", torch_requires=("transformers",))
+
+
+@cases("swiglu", needs={"swiglu.bias": False}, **_SWIGLU)
+@cases("swiglu", "bias", needs={"swiglu.bias": True}, **_SWIGLU)
+@fixed_examples(_swiglu_example)
+@st.composite
+def swiglu_cases(draw, bias: bool = False) -> OpCase:
+    """x [..., H] (one to three leading axes), W_1, W_3 [H, I], W_2 [I, H] in [-1.5, 1.5];
+    ``bias``: b_1, b_2, b_3 too (None without: LLaMA's form)."""
+    lead = draw(_lead_shapes(3).filter(len))
+    H, I = draw(sizes(1, 4)), draw(sizes(1, 5))
+    inputs = {"x": draw(arrays(lead + (H,))), "W_1": draw(arrays((H, I), -1.5, 1.5)),
+              "W_2": draw(arrays((I, H), -1.5, 1.5)), "W_3": draw(arrays((H, I), -1.5, 1.5))}
+    inputs.update({n: draw(arrays((k,), -1.0, 1.0)) if bias else None
+                   for n, k in (("b_1", I), ("b_2", H), ("b_3", I))})
+    return OpCase(inputs, {}, draw(upstream(lead + (H,))), draw(_seed()))
 
 
 def _block_weights(seed: int, H: int, I: int, names: tuple) -> dict:
@@ -1136,6 +1235,38 @@ def linear_cross_entropy_cases(draw, reduction: str) -> OpCase:
     fixed = {"labels": draw(ce_labels(lead, V, ignore_index)), "ignore_index": ignore_index,
              "reduction": reduction}
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
+
+
+def _next_token_example(rng, reduction: str):
+    """Two sequences of 5 tokens: a padded tail and an ignored first token (never a target
+    anyway); ignore_index -1 for the sum (a loss masking with the default -100 scores them)."""
+    ignore = IGNORE_INDEX if reduction == "mean" else -1
+    ids = np.array([[3, 1, 4, 1, 5], [ignore, 2, 6, ignore, ignore]])
+    return OpCase({"logits": rng.standard_normal((2, 5, 7)) * 2},
+                  {"ids": ids, "ignore_index": ignore, "reduction": reduction},
+                  upstream_like(rng, ()))
+
+
+_NEXT = dict(torch="next_token_cross_entropy", torch_requires=("transformers",))
+
+
+@cases("next_token_cross_entropy", "mean", reduction="mean", **_NEXT)
+@cases("next_token_cross_entropy", "sum", reduction="sum", **_NEXT)
+@fixed_examples(_next_token_example)
+@st.composite
+def next_token_cross_entropy_cases(draw, reduction: str) -> OpCase:
+    """logits [T, V] or [B, T, V] (T >= 2: a mean needs a target), ids with repeats and with
+    ignore_index (-100 or -1, passed) at some positions, at least one target among positions
+    1..T-1."""
+    lead = () if draw(st.booleans()) else (draw(sizes(1, MAX_B)),)
+    T, V = draw(sizes(2, 5)), draw(sizes(1, 6))
+    ignore_index = draw(st.sampled_from([IGNORE_INDEX, -1]))
+    ids = draw(ce_labels(lead + (T,), V, ignore_index))
+    if not np.any(ids[..., 1:] != ignore_index):
+        ids[(0,) * len(lead) + (T - 1,)] = draw(st.integers(0, V - 1))
+    fixed = {"ids": ids, "ignore_index": ignore_index, "reduction": reduction}
+    return OpCase({"logits": draw(arrays(lead + (T, V), -4.0, 4.0))}, fixed,
+                  draw(scalar_upstream()), draw(_seed()))
 
 
 @cases("mse", torch="mse")

@@ -18,6 +18,7 @@ from torch (every comparison the oracle checks make, both dtypes)::
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -249,6 +250,12 @@ def embedding(ids, W):
     return F.embedding(ids, W)
 
 
+def tied_embedding(ids, x, W_E):
+    """One tensor as F.embedding's table and F.linear's weight ([V, H] is torch's [out, in]
+    already): what GPT-2's tie_weights makes of wte and lm_head -- autograd sums both uses."""
+    return F.linear(F.embedding(ids, W_E) + x, W_E)
+
+
 def learned_position(x, W_pos):
     positions = torch.arange(x.shape[1])
     return x + F.embedding(positions, W_pos)[None]
@@ -267,6 +274,69 @@ def sinusoidal_table(T: int, d: int, dtype=torch.float64) -> torch.Tensor:
 
 def sinusoidal_position(x):
     return x + sinusoidal_table(x.shape[1], x.shape[2], x.dtype)[None]
+
+
+def _positions(positions, T: int) -> torch.Tensor:
+    """The protocol's positions argument as a [T] int64 tensor: None -> 0..T-1, an int p0 ->
+    p0..p0+T-1, else the positions themselves (plumbing, not RoPE's maths)."""
+    if positions is None:
+        return torch.arange(T)
+    if isinstance(positions, int):
+        return torch.arange(positions, positions + T)
+    return positions
+
+
+@functools.cache
+def _llama_rotary(d: int, base: float):
+    """transformers' own LlamaRotaryEmbedding for head dimension d and rope_theta = base, from a
+    random small config (nothing downloaded)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = LlamaConfig(hidden_size=2 * d, num_attention_heads=2, head_dim=d, rope_theta=base,
+                         intermediate_size=4, num_hidden_layers=1, vocab_size=8)
+    return LlamaRotaryEmbedding(config)
+
+
+def rope_half(x, positions=None, *, base=10000.0, convention="half"):
+    """Half-split RoPE as transformers' LLaMA applies it: cos and sin from LlamaRotaryEmbedding,
+    then apply_rotary_pos_emb (``q cos + rotate_half(q) sin``) over x [..., T, d].
+
+    LlamaRotaryEmbedding computes its frequencies and angles in float32 whatever the input's
+    dtype (``.float()``): in float64 the twin forms the same angles, position times its
+    inv_freq buffer's formula, in float64 (that formula is checked against the module's own
+    float32 buffer here) -- a float32 angle would be the inaccurate side, as GELU's is."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    T, d = x.shape[-2:]
+    rotary = _llama_rotary(int(d), float(base))
+    pos = _positions(positions, T)
+    if x.dtype == torch.float32:
+        cos, sin = rotary(x, pos[None])  # [1, T, d]
+    else:
+        inv_freq = 1.0 / (float(base) ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        if not torch.allclose(inv_freq.float(), rotary.inv_freq, rtol=1e-6, atol=0):
+            raise AssertionError(f"rope_half: LlamaRotaryEmbedding's inv_freq "
+                                 f"{rotary.inv_freq.tolist()} is not 1 / base^(2i/d)")
+        freqs = pos.to(torch.float64)[:, None] * inv_freq[None]
+        emb = torch.cat((freqs, freqs), dim=-1)[None]  # [1, T, d], as the module forms it
+        cos, sin = emb.cos(), emb.sin()
+    lead = x.reshape(-1, T, d)  # apply_rotary_pos_emb broadcasts cos [1, T, d] over dim 1
+    q, _ = apply_rotary_pos_emb(lead[None], lead[None], cos, sin, unsqueeze_dim=1)
+    return q[0].reshape(x.shape)
+
+
+def rope_interleaved(x, positions=None, *, base=10000.0, convention="interleaved"):
+    """Interleaved RoPE as Meta's LLaMA code writes it: feature pairs (2i, 2i+1) viewed as
+    complex numbers (``torch.view_as_complex``) times ``torch.polar(1, m theta_i)``
+    (``precompute_freqs_cis``, ``apply_rotary_emb``), autograd through the complex product."""
+    T, d = x.shape[-2:]
+    freqs = 1.0 / (float(base) ** (torch.arange(0, d, 2, dtype=torch.float64)[: d // 2] / d))
+    angles = torch.outer(_positions(positions, T).to(torch.float64), freqs)  # [T, d/2]
+    freqs_cis = torch.polar(torch.ones_like(angles), angles).to(
+        torch.complex64 if x.dtype == torch.float32 else torch.complex128)
+    x_c = torch.view_as_complex(x.reshape(*x.shape[:-1], d // 2, 2))
+    return torch.view_as_real(x_c * freqs_cis).reshape(x.shape)
 
 
 def linear(x, W, b=None):
@@ -337,6 +407,30 @@ def ffn(x, W_1, b_1, W_2, b_2, activation="relu"):
 
 
 _STANDARD_BLOCK = ("attn.W_o", "ffn.b_1", "ffn.b_2", "ln1.beta")
+
+
+@functools.cache
+def _llama_mlp(H: int, I: int, bias: bool):
+    """transformers' own LlamaMLP (gate, up and down projections, SiLU), from a random small
+    config (nothing downloaded); ``mlp_bias`` when the biases are given."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    config = LlamaConfig(hidden_size=H, intermediate_size=I, mlp_bias=bias, hidden_act="silu",
+                         num_attention_heads=1, num_hidden_layers=1, vocab_size=8)
+    return LlamaMLP(config)
+
+
+def swiglu(x, W_1, W_2, W_3, b_1=None, b_2=None, b_3=None):
+    """LlamaMLP, down(silu(gate(x)) * up(x)), run with our weights (functional_call): W_1 is
+    its gate_proj, W_3 its up_proj, W_2 its down_proj."""
+    H, I = W_1.shape
+    bias = b_1 is not None
+    state = {"gate_proj.weight": weight(W_1), "up_proj.weight": weight(W_3),
+             "down_proj.weight": weight(W_2)}
+    if bias:
+        state.update({"gate_proj.bias": b_1, "up_proj.bias": b_3, "down_proj.bias": b_2})
+    return torch.func.functional_call(_llama_mlp(int(H), int(I), bias), state, (x,))
 
 
 def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, norm="post",
@@ -498,6 +592,23 @@ def linear_cross_entropy(x, W, b, labels, *, ignore_index=IGNORE_INDEX, reductio
     """F.linear then F.cross_entropy: the fused op's unfused torch counterpart."""
     return cross_entropy(linear(x, W, b), labels, ignore_index=ignore_index,
                          reduction=reduction)
+
+
+def next_token_cross_entropy(logits, ids, *, ignore_index=IGNORE_INDEX, reduction="mean"):
+    """The causal language model's loss as transformers computes it.  float32: its own
+    ForCausalLMLoss (LlamaForCausalLM's: ids padded with ignore_index and shifted left, every
+    position's logits flattened; ``num_items_in_batch=1`` turns its sum into the plain sum).
+    float64: ForCausalLMLoss rounds the logits to float32 (``logits.float()``), so the shift as
+    GPT2LMHeadModel writes it, logits[..., :-1, :] against ids[..., 1:], into F.cross_entropy
+    (the float32 side checks that the two shifts agree)."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    V = logits.shape[-1]
+    if logits.dtype == torch.float32:
+        return ForCausalLMLoss(logits, ids, V, ignore_index=ignore_index,
+                               num_items_in_batch=1 if reduction == "sum" else None)
+    return F.cross_entropy(logits[..., :-1, :].reshape(-1, V), ids[..., 1:].reshape(-1),
+                           ignore_index=ignore_index, reduction=reduction)
 
 
 def mse(y_hat, y):

@@ -28,7 +28,7 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.logaddexp.reduce(x, axis=-1, keepdims=True)
 
 
-def _expected(logits, labels, ignore_index, reduction, guards=None):
+def expected_cross_entropy(logits, labels, ignore_index, reduction, guards=None):
     """(loss, dlogits, dlogits allowance) in float64: -sum log p[label] over the predicted rows
     (/ N for the mean) -- under the implementation's declared guard (spec/protocol/guards.py),
     if any; softmax - onehot on predicted rows, 0 on ignored ones, and how far a guarded
@@ -68,8 +68,8 @@ def cross_entropy_is_stable_at_large_logits(impl, dtype, reduction):
     logits, labels = _large_logits(dtype)
     loss, cache = impl.cross_entropy_forward(logits, labels, reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
-    want_loss, want_grad, allow = _expected(logits, labels, IGNORE_INDEX, reduction,
-                                            declared_guards(impl))
+    want_loss, want_grad, allow = expected_cross_entropy(logits, labels, IGNORE_INDEX,
+                                                         reduction, declared_guards(impl))
     rtol = F64_IDENTITY_RTOL if dtype == np.float64 else ORACLE_RTOL_F32
     assert np.isfinite(loss), f"loss {loss!r} at logits of magnitude 1e4"
     assert np.all(np.isfinite(dlogits)), "non-finite dlogits at logits of magnitude 1e4"
@@ -97,8 +97,9 @@ def cross_entropy_honours_ignore_index(impl, ignore_index, reduction):
     loss, cache = impl.cross_entropy_forward(logits, marked, ignore_index=ignore_index,
                                              reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
-    want_loss, want_grad, allow = _expected(logits, np.where(ignored, IGNORE_INDEX, labels),
-                                            IGNORE_INDEX, reduction, declared_guards(impl))
+    want_loss, want_grad, allow = expected_cross_entropy(
+        logits, np.where(ignored, IGNORE_INDEX, labels), IGNORE_INDEX, reduction,
+        declared_guards(impl))
     assert_rel(loss, want_loss, F64_IDENTITY_RTOL, "loss")
     assert_close(dlogits, want_grad, rtol=F64_IDENTITY_RTOL, atol=1e-15 + allow, what="dlogits")
 

@@ -89,7 +89,8 @@ _FORMER = {
 }
 
 
-@check("oracle.forward|oracle.backward", "", kinds_arg="part", requires=TORCH,
+@check("oracle.forward|oracle.backward", "", kinds_arg="part",
+       requires=lambda c: TORCH + c["family"].torch_requires,
        cases=[(f"{f.name}-{label}", {"family": f, "dtype": dtype}) for f in S.families()
               if f.torch for label, dtype in DTYPE_AXIS],
        equations=lambda c: c["family"].equations, ops=lambda c: (c["family"].op,),
