@@ -98,9 +98,10 @@ CAPABILITIES = {
     "ffn": {"b_1": (True, False), "b_2": (True, False),
             "activation": ("relu", "gelu", "gelu_tanh")},
     "swiglu": {"bias": (False, True)},
-    "attention": {"W_o": (True, False), "causal": (False, True)},
+    "attention": {"W_o": (True, False), "causal": (False, True),
+                  "rope": (None, "interleaved", "half")},
     "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True),
-              "normalization": ("layernorm", "rmsnorm")},
+              "normalization": ("layernorm", "rmsnorm"), "ffn": ("mlp", "swiglu")},
     "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},
     "decoder": {"tied": (True, False)},
 }

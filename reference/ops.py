@@ -354,6 +354,12 @@ def _rope_positions(positions, T: int) -> np.ndarray:
     return as_index_array("positions", positions, shape=(T,), low=0)
 
 
+def _check_rope_base(base, name: str = "base") -> None:
+    if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)) \
+            or not (np.isfinite(base) and base > 1):
+        raise ValueError(f"{name}: expected a finite number > 1, got {base!r}")
+
+
 def rope_forward(x, positions=None, *, base: float = 10000.0, convention: str = "interleaved"):
     """x [..., T, d] (d even), positions [T] int >= 0, a start position, or None (0..T-1) ->
     x with each feature pair rotated by m base^(-2i/d) at position m [..., T, d]."""
@@ -363,9 +369,7 @@ def rope_forward(x, positions=None, *, base: float = 10000.0, convention: str = 
         raise ValueError(f"x: expected an even feature size d (RoPE rotates pairs), got shape "
                          f"{x.shape}")
     positions = _rope_positions(positions, T)
-    if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)) \
-            or not (np.isfinite(base) and base > 1):
-        raise ValueError(f"base: expected a finite number > 1, got {base!r}")
+    _check_rope_base(base)
     if convention not in ROPE_CONVENTIONS:
         raise ValueError(f"convention: expected one of {ROPE_CONVENTIONS}, got {convention!r}")
     return _rope_forward(x, positions, base, convention)
@@ -956,6 +960,7 @@ class AttentionCache(NamedTuple):
     qkv: LinearCache  # the fused projection x [W_q | W_k | W_v] + [b_q | b_k | b_v]
     has_b: tuple  # (b_q, b_k, b_v) given or not
     o: LinearCache | None  # the output projection; None without W_o (y = C)
+    rope: RoPECache | None = None  # q_h, k_h turned by RoPE (then q_h, k_h are the turned ones)
 
 
 def _fused_qkv(W_q, W_k, W_v, b_q, b_k, b_v):
@@ -977,7 +982,8 @@ def _causal_mask(T: int) -> np.ndarray:
 @implements("attention.qkv", "attention.scores", "attention.context", "attention.output",
             "attention.causal")
 def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
-                       n_heads: int, mask=None, causal: bool = False):
+                       n_heads: int, mask=None, causal: bool = False, rope: str | None = None,
+                       rope_base: float = 10000.0):
     """Multi-head self-attention.
 
     Q = x W_q + b_q (likewise K, V)                       [B, T, H]
@@ -985,7 +991,9 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
     C = P V_h, y = merge(C) W_o + b_o                     [B, T, H]
     ``mask`` [B, T] bool marks the keys that may be attended (key padding mask); ``causal``
     also hides every later key from each query (GPT's mask: P_ij = 0 for j > i).  ``W_o =
-    None`` (and ``b_o = None``): no output projection, y = merge(C).
+    None`` (and ``b_o = None``): no output projection, y = merge(C).  ``rope`` (a RoPE
+    convention, "half" or "interleaved"): each head's Q_h and K_h turned by their position
+    before the scores (LLaMA), so S_ij reads the positions through i - j only.
     Q, K and V come from one product x [W_q | W_k | W_v] (one GEMM of width 3H).
     """
     B, T, H = x.shape
@@ -993,6 +1001,10 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
     qkv, c_qkv = _linear_forward(x, *_fused_qkv(W_q, W_k, W_v, b_q, b_k, b_v))  # [B, T, 3H]
     q, k, v = qkv[..., :H], qkv[..., H:2 * H], qkv[..., 2 * H:]  # [B, T, H] views
     q_h, k_h, v_h = (_split_heads(t, n_heads) for t in (q, k, v))  # [B, A, T, d_k]
+    c_rope = None
+    if rope is not None:  # one rotation per position, the same for queries and keys
+        q_h, c_rope = _rope_forward(q_h, np.arange(T), rope_base, rope)
+        k_h, _ = _rope_forward(k_h, np.arange(T), rope_base, rope)
     scale = x.dtype.type(1.0 / np.sqrt(d_k))
     scores = q_h @ k_h.transpose(0, 1, 3, 2)  # [B, A, T, T]
     scores *= scale  # S
@@ -1007,7 +1019,7 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
         y, c_o = _linear_forward(ctx, W_o, b_o)  # [B, T, H]
     return y, AttentionCache(n_heads=n_heads, scale=scale, q_h=q_h, k_h=k_h, v_h=v_h, p=p,
                              qkv=c_qkv, has_b=tuple(b is not None for b in (b_q, b_k, b_v)),
-                             o=c_o)
+                             o=c_o, rope=c_rope)
 
 
 @implements("attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
@@ -1031,6 +1043,9 @@ def _attention_backward(dy, cache):
     dscores *= cache.scale  # S = Q_h K_h^T * scale: both dQ_h and dK_h carry the scale
     dq_h = dscores @ cache.k_h  # [B, A, T, d_k]
     dk_h = dscores.transpose(0, 1, 3, 2) @ cache.q_h  # [B, A, T, d_k]
+    if cache.rope is not None:  # back through the rotation of Q_h and K_h: its transpose
+        (dq_h,) = _rope_backward(dq_h, cache.rope)
+        (dk_h,) = _rope_backward(dk_h, cache.rope)
     dqkv = np.concatenate([_merge_heads(t) for t in (dq_h, dk_h, dv_h)], axis=-1)  # [B, T, 3H]
     dx, dW_qkv, db_qkv = _linear_backward(dqkv, cache.qkv)  # x feeds all three projections
     dW_q, dW_k, dW_v = (np.ascontiguousarray(w) for w in np.split(dW_qkv, 3, axis=1))
@@ -1040,10 +1055,17 @@ def _attention_backward(dy, cache):
 
 
 def _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask,
-                     causal=False):
+                     causal=False, rope=None, rope_base=10000.0):
     """Checks attention_forward's arguments; returns the mask as bool [B, T] (or None)."""
     as_float_array("x", x, ndim=3)
     B, T, H = x.shape
+    if rope is not None:
+        if rope not in ROPE_CONVENTIONS:
+            raise ValueError(f"rope: expected None or one of {ROPE_CONVENTIONS}, got {rope!r}")
+        if (H // n_heads if isinstance(n_heads, int) and n_heads > 0 else 1) % 2:
+            raise ValueError(f"n_heads: RoPE turns pairs of a head's features, so d_k = H / "
+                             f"n_heads must be even, got H={H}, n_heads={n_heads}")
+        _check_rope_base(rope_base, "rope_base")
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v), ("W_o", W_o)):
         if W is not None or name != "W_o":
             as_float_array(name, W, shape=(H, H), dtype=x.dtype)
@@ -1069,13 +1091,16 @@ def _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask,
 
 
 def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
-                      n_heads: int, mask=None, causal: bool = False):
+                      n_heads: int, mask=None, causal: bool = False, rope: str | None = None,
+                      rope_base: float = 10000.0):
     """x [B, T, H], W_* [H, H] (W_o may be None: no output projection), b_* [H] or None;
     ``mask`` [B, T] (bool or 0/1) marks the keys that may be attended; ``causal``: each
-    position attends itself and earlier positions only -> [B, T, H]."""
-    mask = _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask, causal)
+    position attends itself and earlier positions only; ``rope`` "half" or "interleaved":
+    queries and keys turned by RoPE (positions 0..T-1, ``rope_base``) -> [B, T, H]."""
+    mask = _check_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads, mask, causal,
+                            rope, rope_base)
     return _attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads=n_heads,
-                              mask=mask, causal=bool(causal))
+                              mask=mask, causal=bool(causal), rope=rope, rope_base=rope_base)
 
 
 def attention_backward(dy, cache):
@@ -1208,33 +1233,43 @@ BLOCK_NORMS = ("post", "pre", "pre_final")
 # which normalisation a block's ln1 / ln2 / ln_f are: LayerNorm (gamma, beta) or RMSNorm
 # (gamma only: LLaMA)
 BLOCK_NORMALIZATIONS = ("layernorm", "rmsnorm")
+# the block's feed-forward part: the FFN (act(x W_1 + b_1) W_2 + b_2) or LLaMA's SwiGLU
+BLOCK_FFNS = ("mlp", "swiglu")
 # a block's parts and the prefix of their parameters in its dict ``p`` (the op table's rows)
-BLOCK_PARTS = {"attention": "attn.", "ffn": "ffn."}
+BLOCK_PARTS = {"attention": "attn.", "ffn": "ffn.", "swiglu": "swiglu."}
 
 
 def block_param_names(attn_bias: bool = True, norm: str = "post", *, W_o: bool = True,
-                      b_1: bool = True, b_2: bool = True,
-                      normalization: str = "layernorm") -> tuple[str, ...]:
+                      b_1: bool = True, b_2: bool = True, normalization: str = "layernorm",
+                      ffn: str = "mlp", swiglu_bias: bool = False) -> tuple[str, ...]:
     """Local parameter names of one block, in a fixed order: what its parts declare -- the
-    attention's biases (``attn_bias``) and output projection (``W_o``), the FFN's biases
-    (``b_1``, ``b_2``), LayerNorm's beta (absent for RMSNorm) -- and ``ln_f.*`` for
-    "pre_final".  The one definition: the block's check, the model's parameters and the
+    attention's biases (``attn_bias``) and output projection (``W_o``), the feed-forward part
+    (``ffn``: the FFN's ``ffn.*`` with its biases ``b_1``, ``b_2``, or SwiGLU's ``swiglu.*``,
+    with biases when ``swiglu_bias``), LayerNorm's beta (absent for RMSNorm) -- and ``ln_f.*``
+    for "pre_final".  The one definition: the block's check, the models' parameters and the
     suite's strategies read it."""
     attn = ("W_q", "W_k", "W_v") + (("W_o",) if W_o else ())
     if attn_bias:
         attn += ("b_q", "b_k", "b_v") + (("b_o",) if W_o else ())
-    ffn = ("W_1",) + (("b_1",) if b_1 else ()) + ("W_2",) + (("b_2",) if b_2 else ())
+    if ffn == "swiglu":
+        mlp = tuple(f"swiglu.{n}" for n in ("W_1", "W_2", "W_3") + (
+            ("b_1", "b_2", "b_3") if swiglu_bias else ()))
+    else:
+        mlp = tuple(f"ffn.{n}" for n in ("W_1",) + (("b_1",) if b_1 else ()) + ("W_2",)
+                    + (("b_2",) if b_2 else ()))
     affine = ("gamma",) if normalization == "rmsnorm" else ("gamma", "beta")
     lns = ("ln1", "ln2") + (("ln_f",) if norm == "pre_final" else ())
     ln = {name: tuple(f"{name}.{a}" for a in affine) for name in lns}
-    return (tuple(f"attn.{n}" for n in attn) + ln["ln1"] + tuple(f"ffn.{n}" for n in ffn)
-            + ln["ln2"] + ln.get("ln_f", ()))
+    return tuple(f"attn.{n}" for n in attn) + ln["ln1"] + mlp + ln["ln2"] + ln.get("ln_f", ())
 
 
 def block_param_shapes(names: tuple, H: int, I: int) -> dict[str, tuple[int, ...]]:
     """Name -> shape of a block's parameters ``names`` (block_param_names): the attention's
-    weights [H, H], the FFN's W_1 [H, I], b_1 [I], W_2 [I, H]; every other one [H]."""
-    shapes = {"ffn.W_1": (H, I), "ffn.b_1": (I,), "ffn.W_2": (I, H)}
+    weights [H, H], the FFN's W_1 [H, I], b_1 [I], W_2 [I, H] (SwiGLU's W_1, W_3 [H, I], b_1,
+    b_3 [I], W_2 [I, H]); every other one [H]."""
+    shapes = {"ffn.W_1": (H, I), "ffn.b_1": (I,), "ffn.W_2": (I, H), "swiglu.W_1": (H, I),
+              "swiglu.W_3": (H, I), "swiglu.W_2": (I, H), "swiglu.b_1": (I,),
+              "swiglu.b_3": (I,)}
     return {n: shapes.get(n, (H, H) if n.startswith("attn.W") else (H,)) for n in names}
 
 
@@ -1242,7 +1277,7 @@ def _block_variant(p: dict) -> dict:
     """The pieces a block's ``p`` carries, as ``block_param_names``' keywords (RMSNorm has no
     beta: with ``normalization`` "rmsnorm" there is none to look for)."""
     return {"attn_bias": "attn.b_q" in p, "W_o": "attn.W_o" in p, "b_1": "ffn.b_1" in p,
-            "b_2": "ffn.b_2" in p}
+            "b_2": "ffn.b_2" in p, "swiglu_bias": "swiglu.b_1" in p}
 
 
 def _norm_forward(x, p: dict, name: str, eps: float, normalization: str):
@@ -1271,6 +1306,22 @@ def _ffn_of(p: dict) -> list:
     return [p.get(f"ffn.{n}") for n in FFN_PARAMS]
 
 
+def _mlp_forward(x, p: dict, activation: str, ffn: str):
+    """The block's feed-forward part: the FFN, or SwiGLU (``ffn`` "swiglu")."""
+    if ffn == "swiglu":
+        return _swiglu_forward(x, *(p.get(f"swiglu.{n}") for n in SWIGLU_PARAMS))
+    return _ffn_forward(x, *_ffn_of(p), activation)
+
+
+def _mlp_backward(dy, cache):
+    """(dx, its gradients keyed like the block's p) of the feed-forward part."""
+    if isinstance(cache, SwiGLUCache):
+        dx, *grads = _swiglu_backward(dy, cache)
+        return dx, _part_grads("swiglu.", SWIGLU_PARAMS, grads)
+    dx, *grads = _ffn_backward(dy, cache)
+    return dx, _part_grads("ffn.", FFN_PARAMS, grads)
+
+
 def _part_grads(prefix: str, names: tuple, grads) -> dict:
     return {f"{prefix}{n}": g for n, g in zip(names, grads)}
 
@@ -1278,7 +1329,7 @@ def _part_grads(prefix: str, names: tuple, grads) -> dict:
 class BlockCache(NamedTuple):
     attn: AttentionCache
     ln1: LayerNormCache | RMSNormCache
-    ffn: FFNCache
+    ffn: FFNCache | SwiGLUCache
     ln2: LayerNormCache | RMSNormCache
     names: tuple  # the keys of p, sorted
 
@@ -1286,23 +1337,24 @@ class BlockCache(NamedTuple):
 @implements("block.postln", "residual.forward")
 def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
                    activation: str = "relu", norm: str = "post", causal: bool = False,
-                   normalization: str = "layernorm"):
+                   normalization: str = "layernorm", ffn: str = "mlp", rope: str | None = None,
+                   rope_base: float = 10000.0):
     """Post-LN encoder block (Mini-BERT derivation §2.5, BERT):
 
     h = LN1(x + MHA(x));  out = LN2(h + FFN(h)).
     ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays; a piece its parts
     leave out (``attn.W_o``, a bias) is absent.  ``norm`` "pre" or "pre_final": the pre-LN
     block (``_preln_block_forward``); ``causal``: causal attention; ``normalization``
-    "rmsnorm": every LN is an RMSNorm.
+    "rmsnorm": every LN is an RMSNorm; ``ffn`` "swiglu": the feed-forward part is SwiGLU
+    (``swiglu.*``); ``rope``: the attention's queries and keys turned by RoPE.
     """
+    attend = dict(n_heads=n_heads, mask=mask, causal=causal, rope=rope, rope_base=rope_base)
     if norm != "post":
-        return _preln_block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps,
-                                    activation=activation, causal=causal,
-                                    normalization=normalization)
-    a, c_attn = _attention_forward(x, *_attention_of(p), n_heads=n_heads, mask=mask,
-                                   causal=causal)  # [B, T, H]
+        return _preln_block_forward(x, p, eps=eps, activation=activation,
+                                    normalization=normalization, ffn=ffn, **attend)
+    a, c_attn = _attention_forward(x, *_attention_of(p), **attend)  # [B, T, H]
     h, c_ln1 = _norm_forward(x + a, p, "ln1", eps, normalization)
-    f, c_ffn = _ffn_forward(h, *_ffn_of(p), activation)
+    f, c_ffn = _mlp_forward(h, p, activation, ffn)
     out, c_ln2 = _norm_forward(h + f, p, "ln2", eps, normalization)
     return out, BlockCache(attn=c_attn, ln1=c_ln1, ffn=c_ffn, ln2=c_ln2, names=tuple(sorted(p)))
 
@@ -1317,13 +1369,12 @@ def _block_backward(dout, cache):
     if isinstance(cache, PreLNBlockCache):
         return _preln_block_backward(dout, cache)
     dr2, g2 = _norm_backward(dout, cache.ln2, "ln2")  # d(h + FFN(h))
-    dh_ffn, *dffn = _ffn_backward(dr2, cache.ffn)
+    dh_ffn, dffn = _mlp_backward(dr2, cache.ffn)
     dh = dr2 + dh_ffn  # skip + FFN branch
     dr1, g1 = _norm_backward(dh, cache.ln1, "ln1")  # d(x + MHA(x))
     dx_attn, *dattn = _attention_backward(dr1, cache.attn)
     dx = dr1 + dx_attn  # skip + attention branch
-    grads = {**_part_grads("attn.", ATTENTION_PARAMS, dattn),
-             **_part_grads("ffn.", FFN_PARAMS, dffn), **g1, **g2}
+    grads = {**_part_grads("attn.", ATTENTION_PARAMS, dattn), **dffn, **g1, **g2}
     return dx, {n: grads[n] for n in cache.names}
 
 
@@ -1331,7 +1382,7 @@ class PreLNBlockCache(NamedTuple):
     ln1: LayerNormCache | RMSNormCache
     attn: AttentionCache
     ln2: LayerNormCache | RMSNormCache
-    ffn: FFNCache
+    ffn: FFNCache | SwiGLUCache
     ln_f: LayerNormCache | RMSNormCache | None  # the final LayerNorm ("pre_final"), else None
     names: tuple  # the keys of p, sorted
 
@@ -1339,19 +1390,20 @@ class PreLNBlockCache(NamedTuple):
 @implements("block.preln")
 def _preln_block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
                          activation: str = "relu", causal: bool = False,
-                         normalization: str = "layernorm"):
+                         normalization: str = "layernorm", ffn: str = "mlp",
+                         rope: str | None = None, rope_base: float = 10000.0):
     """Pre-LN block (GPT-2; torch's ``norm_first=True``): each sublayer reads a LayerNorm of the
     residual stream and adds to it, the stream itself is never normalised:
 
     h = x + MHA(LN1(x));  out = h + FFN(LN2(h));  with ``ln_f.*`` in ``p``: out = LN_f(out).
-    ``normalization`` "rmsnorm": LLaMA's block, every LN an RMSNorm.
+    LLaMA's block: ``normalization`` "rmsnorm", ``ffn`` "swiglu", ``rope``.
     """
     n1, c_ln1 = _norm_forward(x, p, "ln1", eps, normalization)
     a, c_attn = _attention_forward(n1, *_attention_of(p), n_heads=n_heads, mask=mask,
-                                   causal=causal)
+                                   causal=causal, rope=rope, rope_base=rope_base)
     h = x + a  # [B, T, H]
     n2, c_ln2 = _norm_forward(h, p, "ln2", eps, normalization)
-    f, c_ffn = _ffn_forward(n2, *_ffn_of(p), activation)
+    f, c_ffn = _mlp_forward(n2, p, activation, ffn)
     out = h + f
     c_lnf = None
     if "ln_f.gamma" in p:
@@ -1368,35 +1420,35 @@ def _preln_block_backward(dout, cache):
     if cache.ln_f is not None:
         dout, g_f = _norm_backward(dout, cache.ln_f, "ln_f")
         grads.update(g_f)
-    dn2, *dffn = _ffn_backward(dout, cache.ffn)
+    dn2, dffn = _mlp_backward(dout, cache.ffn)
     dr2, g2 = _norm_backward(dn2, cache.ln2, "ln2")
     dh = dout + dr2  # skip + FFN branch
     dn1, *dattn = _attention_backward(dh, cache.attn)
     dr1, g1 = _norm_backward(dn1, cache.ln1, "ln1")
     dx = dh + dr1  # skip + attention branch
-    grads.update({**_part_grads("attn.", ATTENTION_PARAMS, dattn),
-                  **_part_grads("ffn.", FFN_PARAMS, dffn), **g1, **g2})
+    grads.update({**_part_grads("attn.", ATTENTION_PARAMS, dattn), **dffn, **g1, **g2})
     return dx, {n: grads[n] for n in cache.names}
 
 
 def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False,
-                 normalization="layernorm"):
+                 normalization="layernorm", ffn="mlp", rope=None, rope_base=10000.0):
     """Checks block_forward's arguments; returns the mask as bool [B, T] (or None)."""
     if not isinstance(p, dict):
         raise ValueError(f"p: expected a dict of block parameters, got {type(p).__name__}")
-    if norm not in BLOCK_NORMS:
-        raise ValueError(f"norm: expected one of {BLOCK_NORMS}, got {norm!r}")
-    if normalization not in BLOCK_NORMALIZATIONS:
-        raise ValueError(f"normalization: expected one of {BLOCK_NORMALIZATIONS}, got "
-                         f"{normalization!r}")
+    for name, value, allowed in (("norm", norm, BLOCK_NORMS),
+                                 ("normalization", normalization, BLOCK_NORMALIZATIONS),
+                                 ("ffn", ffn, BLOCK_FFNS)):
+        if value not in allowed:
+            raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
     variant = _block_variant(p)
-    expected = set(block_param_names(norm=norm, normalization=normalization, **variant))
+    expected = set(block_param_names(norm=norm, normalization=normalization, ffn=ffn,
+                                     **variant))
     if set(p) != expected:
         keywords = ", ".join(f"{k}={v}" for k, v in variant.items())
         raise ValueError(f"p: expected the keys of block_param_names({keywords}, norm={norm!r}, "
-                         f"normalization={normalization!r}); missing "
+                         f"normalization={normalization!r}, ffn={ffn!r}); missing "
                          f"{sorted(expected - set(p))}, unexpected {sorted(set(p) - expected)}")
-    mask = _check_attention(x, *_attention_of(p), n_heads, mask, causal)
+    mask = _check_attention(x, *_attention_of(p), n_heads, mask, causal, rope, rope_base)
     H = x.shape[-1]
     for ln in ("ln1", "ln2") + (("ln_f",) if norm == "pre_final" else ()):
         if normalization == "rmsnorm":
@@ -1404,23 +1456,32 @@ def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False,
             _check_eps(eps)
         else:
             _check_layernorm_params(H, x.dtype, p[f"{ln}.gamma"], p[f"{ln}.beta"], eps)
-    _check_ffn_params(H, x.dtype, *_ffn_of(p), b_1_optional=True, b_2_optional=True)
+    if ffn == "swiglu":
+        for name, shape in block_param_shapes(tuple(n for n in p if n.startswith("swiglu.")),
+                                              H, p["swiglu.W_1"].shape[-1]).items():
+            as_float_array(name, p[name], shape=shape, dtype=x.dtype)
+    else:
+        _check_ffn_params(H, x.dtype, *_ffn_of(p), b_1_optional=True, b_2_optional=True)
     return mask
 
 
 def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
                   activation: str = "relu", norm: str = "post", causal: bool = False,
-                  normalization: str = "layernorm"):
+                  normalization: str = "layernorm", ffn: str = "mlp", rope: str | None = None,
+                  rope_base: float = 10000.0):
     """x [B, T, H], ``p`` a dict with the keys of ``block_param_names(...)`` (the pieces its
     parts have: without ``attn.W_o``/``attn.b_o``, attention biases, ``ffn.b_1``/``ffn.b_2``
     where they are absent) -> [B, T, H]; the FFN's ``activation`` relu (default), gelu or
     gelu_tanh; ``norm`` "post" (BERT), "pre" or "pre_final" (GPT-2, the latter with its final
     LayerNorm ``ln_f``); ``causal`` attention; ``normalization`` "layernorm" or "rmsnorm"
-    (LLaMA: gamma only)."""
-    mask = _check_block(x, p, n_heads, mask, eps, norm, causal, normalization)
+    (LLaMA: gamma only); ``ffn`` "swiglu" (LLaMA: ``swiglu.W_1``, ``W_2``, ``W_3``, biases
+    optional); ``rope`` "half" or "interleaved" (RoPE on queries and keys, ``rope_base``)."""
+    mask = _check_block(x, p, n_heads, mask, eps, norm, causal, normalization, ffn, rope,
+                        rope_base)
     _check_activation(activation)
     return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, activation=activation,
-                          norm=norm, causal=bool(causal), normalization=normalization)
+                          norm=norm, causal=bool(causal), normalization=normalization, ffn=ffn,
+                          rope=rope, rope_base=rope_base)
 
 
 def block_backward(dout, cache):

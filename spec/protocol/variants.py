@@ -283,7 +283,7 @@ VARIANTS: dict[str, dict[str, Option]] = {
         "bias": Option((False, True), {
             False: "without biases (LLaMA): the suite passes b_1 = b_2 = b_3 = None and "
                    "expects None gradients",
-            True: "with biases b_1, b_2, b_3"}, pieces=("b_1",)),
+            True: "with biases b_1, b_2, b_3"}, pieces=("b_1",), also=("block",)),
     },
     "attention": {
         "W_o": Option((True, False), {True: "with the output projection W_o",
@@ -292,6 +292,13 @@ VARIANTS: dict[str, dict[str, Option]] = {
                       pieces=("W_o",), also=("block",)),
         "causal": Option((False, True), {False: "bidirectional", True: "causal: position i "
                                          "attends keys j <= i"}, argument="causal"),
+        "rope": Option((None, "interleaved", "half"), {
+            None: "without rotary embeddings",
+            "interleaved": "RoPE on queries and keys, interleaved pairs (2i, 2i+1) (Meta's "
+                           "LLaMA): the suite passes rope=\"interleaved\"",
+            "half": "RoPE on queries and keys, half-split pairs (i, i + d_k/2) (Hugging Face's "
+                    "LLaMA): the suite passes rope=\"half\""}, argument="rope",
+            also=("block",)),
         "heads": Option(("fused", "per_head"),
                         {"fused": "W_q, W_k, W_v, W_o [H, H] (head a owns columns a*d_k..)",
                          "per_head": "per-head projections: W_q, W_k, W_v [A, H, d_k], b_q.. "
@@ -311,6 +318,10 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                 {"layernorm": "LayerNorms (gamma, beta)",
                                  "rmsnorm": "RMSNorms (LLaMA: ln1.gamma, ln2.gamma, no beta)"},
                                 argument="normalization"),
+        "ffn": Option(("mlp", "swiglu"), {
+            "mlp": "the FFN act(x W_1 + b_1) W_2 + b_2 (keys ffn.*)",
+            "swiglu": "SwiGLU (LLaMA: keys swiglu.W_1 (gate), swiglu.W_3 (up), swiglu.W_2 "
+                      "(down))"}, argument="ffn"),
     },
     "decoder": {
         "tied": Option((True, False), {
@@ -417,13 +428,25 @@ def part_key(op: str, owner: str, piece: str) -> str:
     return piece if owner == op else BLOCK_PARTS[owner] + piece
 
 
+def _has_part(op: str, owner: str, args: tuple, kwargs: dict) -> bool:
+    """The call has the part ``owner`` (a composite's parameter dict holds a key of its: a
+    block with SwiGLU has no FFN, whose options then do not reach it)."""
+    if owner == op:
+        return True
+    prefix = BLOCK_PARTS[owner]
+    return any(isinstance(v, Mapping) and any(str(k).startswith(prefix) for k in v)
+               for v in list(args) + list(kwargs.values()))
+
+
 def _piece_layer(op: str, owner: str, name: str, option: Option, declared: tuple,
                  not_claimed) -> Layer:
     """A piece the checks pass as None (or 0) when absent: gamma, eps, b_2, W_o; in a
-    composite's parameter dict, a key left out (``ffn.b_2``)."""
+    composite's parameter dict, a key left out (``ffn.b_2``) of a part it has."""
     first = part_key(op, owner, option.pieces[0])
 
     def layer(args, kwargs):
+        if not _has_part(op, owner, args, kwargs):
+            return args, kwargs, None
         value = get(op, args, kwargs, first)
         given = not any(value is a or (a is not None and value is not None and
                                        np.ndim(value) == 0 and value == a)

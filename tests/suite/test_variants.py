@@ -144,8 +144,8 @@ def test_declarations_are_validated_naming_what_is_wrong():
     with pytest.raises(ValueError, match=r"CAPABILITIES\['layernorm'\]\['affine'\].*\[True, "
                                          r"False\]"):
         capabilities(Bad())
-    Bad.CAPABILITIES = {"attention": {"rope": True}}
-    with pytest.raises(ValueError, match="unknown options.*rope"):
+    Bad.CAPABILITIES = {"attention": {"alibi": True}}
+    with pytest.raises(ValueError, match="unknown options.*alibi"):
         capabilities(Bad())
 
 
@@ -159,7 +159,7 @@ def test_the_reference_declares_and_passes_every_variant_it_implements():
                 else:
                     assert caps[op][name] == option.values, (op, name)
     assert resolve_variant(caps, "block") == {"norm": "post", "causal": False,
-                                              "normalization": "layernorm"}
+                                              "normalization": "layernorm", "ffn": "mlp"}
     assert unmet(caps, {"block.norm": "pre_final", "attention.causal": True}) is None
     lines = declared_variants(capabilities(build("gpt_block")))
     assert any("block.norm=pre_final" in line for line in lines["block"])
