@@ -17,8 +17,9 @@ GPT-2's fused ``c_attn``): the map is written once, in reference/hf/decoder.py.
 * ``layers.{i}.<name>``, a pre-LN block's parameters (reference.ops.block_param_names: the
   block's own dict, so a layer is a ``block`` row's ``p``): ``attn.W_q .. attn.W_o`` [H, H]
   (x W: [in, out]) and ``attn.b_*`` [H] (with biases), ``ln1.gamma`` (``ln1.beta`` for
-  LayerNorm), ``ffn.W_1`` [H, I], ``ffn.b_1``, ``ffn.W_2`` [I, H], ``ffn.b_2`` (with biases),
-  ``ln2.*``;
+  LayerNorm), ``ffn.W_1`` [H, I], ``ffn.b_1``, ``ffn.W_2`` [I, H], ``ffn.b_2`` (with biases)
+  or SwiGLU's ``swiglu.W_1`` (gate) and ``swiglu.W_3`` (up) [H, I], ``swiglu.W_2`` (down)
+  [I, H] (``swiglu.b_*`` with biases), ``ln2.*``;
 * ``final_ln.gamma`` (``final_ln.beta``): ln_f / norm;
 * ``lm_head.W`` [V, H] (untied only; stored like the embedding table: logits = h W^T).
 
@@ -50,7 +51,8 @@ __all__ = ["param_shapes", "init_params", "decoder_forward", "decoder_backward",
 def layer_names(config: DecoderConfig) -> tuple[str, ...]:
     """One layer's local parameter names: a pre-LN block of the config's parts."""
     return ops.block_param_names(config.attn_bias, "pre", b_1=config.mlp_bias,
-                                 b_2=config.mlp_bias, normalization=config.normalization)
+                                 b_2=config.mlp_bias, normalization=config.normalization,
+                                 ffn=config.ffn, swiglu_bias=config.mlp_bias)
 
 
 def param_shapes(config: DecoderConfig) -> dict[str, tuple[int, ...]]:
@@ -88,7 +90,7 @@ class DecoderCache(NamedTuple):
 
 class LossCache(NamedTuple):
     model: DecoderCache
-    loss: ops.CrossEntropyCache  # of logits[:, :-1] against labels[:, 1:]
+    loss: ops.NextTokenCache  # of logits[:, :-1] against labels[:, 1:]
 
 
 # --------------------------------------------------------------------------- the bodies
@@ -100,8 +102,10 @@ def _layer_params(params, i: int) -> dict[str, np.ndarray]:
 
 def _block_keywords(config: DecoderConfig) -> dict:
     """What every layer is: a causal pre-LN block of the config's parts."""
+    rope = config.rope_convention if config.position == "rope" else None
     return dict(n_heads=config.n_heads, eps=config.ln_eps, activation=config.activation,
-                norm="pre", causal=True, normalization=config.normalization)
+                norm="pre", causal=True, normalization=config.normalization, ffn=config.ffn,
+                rope=rope, rope_base=config.rope_base)
 
 
 def _head_table(params, config: DecoderConfig) -> np.ndarray:
@@ -154,18 +158,15 @@ def run_loss(params, config: DecoderConfig, input_ids, labels, ignore_index: int
     """Next-token cross-entropy: the logits at position t predict labels[t + 1] (Hugging
     Face's shift), mean over the predicted positions.  Returns (loss, LossCache)."""
     logits, cache = run_forward(params, config, input_ids)
-    value, c_loss = ops._cross_entropy_forward(logits[:, :-1], labels[:, 1:],
-                                               ignore_index=ignore_index)
+    value, c_loss = ops._next_token_cross_entropy_forward(logits, labels,
+                                                          ignore_index=ignore_index)
     return value, LossCache(cache, c_loss)
 
 
 def run_loss_backward(dloss, cache: LossCache) -> dict[str, np.ndarray]:
     """The gradients of ``dloss`` times the loss; the last position predicts nothing, so its
     logits' gradient is exactly 0."""
-    (d_shifted,) = ops._cross_entropy_backward(dloss, cache.loss)  # [B, T-1, V]
-    dlogits = np.zeros(d_shifted.shape[:1] + (d_shifted.shape[1] + 1,) + d_shifted.shape[2:],
-                       dtype=d_shifted.dtype)
-    dlogits[:, :-1] = d_shifted
+    (dlogits,) = ops._next_token_cross_entropy_backward(dloss, cache.loss)  # [B, T, V]
     return run_backward(dlogits, cache.model)
 
 

@@ -57,10 +57,10 @@ def hf_names(config: DecoderConfig) -> dict[str, tuple[str, str]]:
                 names[f"{ours}attn.b_{q}"] = (f"{hf}self_attn.{q}_proj.bias", SAME)
             names[f"{ours}ln1.gamma"] = (f"{hf}input_layernorm.weight", SAME)
             names[f"{ours}ln2.gamma"] = (f"{hf}post_attention_layernorm.weight", SAME)
-            # SwiGLU: W_2 (silu(x W_1) * (x W_3)); an MLP: W_2 act(x W_1)
+            # SwiGLU: (silu(x W_1) * (x W_3)) W_2 (LlamaMLP's gate, up, down)
             for w, n in (("1", "gate_proj"), ("3", "up_proj"), ("2", "down_proj")):
-                names[f"{ours}ffn.W_{w}"] = (f"{hf}mlp.{n}.weight", TRANSPOSED)
-                names[f"{ours}ffn.b_{w}"] = (f"{hf}mlp.{n}.bias", SAME)
+                names[f"{ours}swiglu.W_{w}"] = (f"{hf}mlp.{n}.weight", TRANSPOSED)
+                names[f"{ours}swiglu.b_{w}"] = (f"{hf}mlp.{n}.bias", SAME)
     return {k: names[k] for k in param_shapes(config)}  # every one of ours, in their order
 
 

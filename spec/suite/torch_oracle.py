@@ -298,6 +298,22 @@ def _llama_rotary(d: int, base: float):
     return LlamaRotaryEmbedding(config)
 
 
+def llama_cos_sin(rotary, x, position_ids, d: int, base: float):
+    """cos, sin [B, T, d] of transformers' LlamaRotaryEmbedding ``rotary`` for ``x``'s dtype:
+    the module's own in float32; in float64 the same angles (position times 1 / base^(2i/d),
+    the formula checked against the module's inv_freq buffer) formed in float64, where the
+    module would round them to float32."""
+    if x.dtype == torch.float32:
+        return rotary(x, position_ids)
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    if not torch.allclose(inv_freq.float(), rotary.inv_freq.float(), rtol=1e-6, atol=0):
+        raise AssertionError(f"LlamaRotaryEmbedding's inv_freq {rotary.inv_freq.tolist()} is "
+                             f"not 1 / base^(2i/d)")
+    freqs = position_ids.to(torch.float64)[..., None] * inv_freq  # [B, T, d/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, d], as the module forms it
+    return emb.cos(), emb.sin()
+
+
 def rope_half(x, positions=None, *, base=10000.0, convention="half"):
     """Half-split RoPE as transformers' LLaMA applies it: cos and sin from LlamaRotaryEmbedding,
     then apply_rotary_pos_emb (``q cos + rotate_half(q) sin``) over x [..., T, d].
@@ -311,16 +327,7 @@ def rope_half(x, positions=None, *, base=10000.0, convention="half"):
     T, d = x.shape[-2:]
     rotary = _llama_rotary(int(d), float(base))
     pos = _positions(positions, T)
-    if x.dtype == torch.float32:
-        cos, sin = rotary(x, pos[None])  # [1, T, d]
-    else:
-        inv_freq = 1.0 / (float(base) ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        if not torch.allclose(inv_freq.float(), rotary.inv_freq, rtol=1e-6, atol=0):
-            raise AssertionError(f"rope_half: LlamaRotaryEmbedding's inv_freq "
-                                 f"{rotary.inv_freq.tolist()} is not 1 / base^(2i/d)")
-        freqs = pos.to(torch.float64)[:, None] * inv_freq[None]
-        emb = torch.cat((freqs, freqs), dim=-1)[None]  # [1, T, d], as the module forms it
-        cos, sin = emb.cos(), emb.sin()
+    cos, sin = llama_cos_sin(rotary, x, pos[None], d, float(base))  # [1, T, d]
     lead = x.reshape(-1, T, d)  # apply_rotary_pos_emb broadcasts cos [1, T, d] over dim 1
     q, _ = apply_rotary_pos_emb(lead[None], lead[None], cos, sin, unsqueeze_dim=1)
     return q[0].reshape(x.shape)

@@ -33,9 +33,6 @@ def _state_dict_shapes(config) -> dict:
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_transformers_tensor_is_covered_once(name):
     config = CONFIGS[name]
-    if config.ffn == "swiglu" and "ffn.W_3" not in {n.split(".", 2)[2] for n in
-                                                    D.param_shapes(config) if "layers." in n}:
-        pytest.skip("the SwiGLU FFN comes with the decoder-ops merge")
     theirs = _state_dict_shapes(config)
     names = hf_names(config)
     assert set(names) == set(D.param_shapes(config))
@@ -47,14 +44,31 @@ def test_every_transformers_tensor_is_covered_once(name):
         assert count == 1 or (count == 3 and all(h.startswith("qkv:") for h in how)), (t, how)
 
 
-def test_the_conversions_are_inverses_and_c_attn_is_q_k_v():
-    config = CONFIGS["gpt2"]
+def _round_trip(config):
+    """Random parameters, their state dict, and the check that from_hf(to_hf(p)) is p."""
     p = {k: np.random.default_rng(0).standard_normal(v) for k, v in
          D.param_shapes(config).items()}
     state = to_hf(p, config)
     back = from_hf(state, config)
     assert list(back) == list(p) and all(np.array_equal(back[k], p[k]) for k in p)
+    return p, state
+
+
+def test_the_conversions_are_inverses_and_c_attn_is_q_k_v():
+    config = CONFIGS["gpt2"]
+    p, state = _round_trip(config)
     W = state["transformer.h.0.attn.c_attn.weight"]
     assert W.shape == (8, 24)
     assert np.array_equal(W[:, 8:16], p["layers.0.attn.W_k"])
     assert np.array_equal(state["transformer.h.1.attn.c_attn.bias"][16:], p["layers.1.attn.b_v"])
+
+
+def test_llama_linears_are_transposed_and_swiglu_is_gate_up_down():
+    config = CONFIGS["llama"]
+    p, state = _round_trip(config)
+    mlp = "model.layers.1.mlp."
+    for ours, theirs in (("swiglu.W_1", "gate_proj"), ("swiglu.W_3", "up_proj"),
+                         ("swiglu.W_2", "down_proj")):
+        assert np.array_equal(state[f"{mlp}{theirs}.weight"], p[f"layers.1.{ours}"].T), ours
+    assert np.array_equal(state["model.layers.0.self_attn.o_proj.weight"],
+                          p["layers.0.attn.W_o"].T)

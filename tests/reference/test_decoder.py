@@ -35,7 +35,13 @@ def test_parameters_follow_the_parts():
     layer = {n[len("layers.0."):] for n in names if n.startswith("layers.0.")}
     assert layer == set(block_param_names(False, "pre", b_1=False, b_2=False,
                                           normalization="rmsnorm"))
-    assert "embeddings.position.W" not in D.param_shapes(llama(intermediate=12))
+    shapes = D.param_shapes(llama(hidden=8, intermediate=12))
+    assert "embeddings.position.W" not in shapes and "lm_head.W" in shapes
+    assert {n[len("layers.0."):] for n in shapes if n.startswith("layers.0.")} == set(
+        block_param_names(False, "pre", normalization="rmsnorm", ffn="swiglu"))
+    assert shapes["layers.0.swiglu.W_3"] == (8, 12) and shapes["layers.0.swiglu.W_2"] == (12, 8)
+    biased = D.param_shapes(llama(hidden=8, intermediate=12, mlp_bias=True))
+    assert biased["layers.1.swiglu.b_3"] == (12,)
 
 
 @pytest.mark.parametrize("call, match", [

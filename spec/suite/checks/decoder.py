@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.config import DecoderConfig, gpt2
+from reference.config import DecoderConfig, gpt2, llama
 from reference.decoder import init_params
 from spec.numerics.asserts import assert_close
 from spec.numerics.fdcheck import assert_f32_close, max_abs
@@ -30,6 +30,7 @@ from spec.tolerances import F64_IDENTITY_RTOL
 FORMS = {
     "gpt2": (gpt2, {"ffn.activation": "gelu_tanh", "block.normalization": "layernorm",
                     "decoder.tied": True}),
+    "llama": (llama, {"block.normalization": "rmsnorm", "block.ffn": "swiglu"}),
 }
 # small enough for finite differences of every tensor in milliseconds, every piece present:
 # d_k even (RoPE), H >= 3 (a LayerNorm over 2 features has a zero Jacobian), repeated ids
@@ -40,18 +41,29 @@ EQUATIONS = ("decoder.forward", "decoder.backward", "decoder.tied")
 
 def decoder_config(impl, form: str, **changes) -> DecoderConfig:
     """The form's preset at SIZES with what the implementation declares: attention biases
-    (the attention_bias claim) and FFN biases (ffn.b_1 and b_2, both or neither) as it has
-    them, in its standard form where it has that."""
+    (the attention_bias claim), the feed-forward part's biases as it has them (GPT-2's FFN:
+    ffn.b_1 and b_2, both or neither; LLaMA's SwiGLU: swiglu.bias), and for LLaMA the RoPE
+    convention (Hugging Face's half-split where declared, else the interleaved pairs) and the
+    head (its own where declared, else tied) -- each in its standard form where it has that."""
     preset, _ = FORMS[form]
     caps = capabilities(impl)
-    ffn = resolve_variant(caps, "ffn")
-    mlp_bias = bool(ffn["b_1"] and ffn["b_2"])
-    missing = unmet(caps, {"ffn.b_1": mlp_bias, "ffn.b_2": mlp_bias})
-    if missing:
-        raise NotApplicable(not_claimed_message(_label(impl), missing + " (a decoder's FFN "
-                                                "has both biases or neither)"))
-    return preset(**{**SIZES, "attn_bias": bool(caps["attention_bias"]), "mlp_bias": mlp_bias,
-                     **changes})
+    if form == "llama":
+        conventions = [c for c in ("half", "interleaved") if c in caps["attention"]["rope"]]
+        if not conventions:
+            raise NotApplicable(not_claimed_message(_label(impl), "RoPE (it declares "
+                                                    "attention.rope=None only)"))
+        chosen = dict(mlp_bias=bool(resolve_variant(caps, "swiglu")["bias"]),
+                      rope_convention=conventions[0],
+                      tie_embeddings=False not in caps["decoder"]["tied"])
+    else:
+        ffn = resolve_variant(caps, "ffn")
+        mlp_bias = bool(ffn["b_1"] and ffn["b_2"])
+        missing = unmet(caps, {"ffn.b_1": mlp_bias, "ffn.b_2": mlp_bias})
+        if missing:
+            raise NotApplicable(not_claimed_message(_label(impl), missing + " (a decoder's "
+                                                    "FFN has both biases or neither)"))
+        chosen = dict(mlp_bias=mlp_bias)
+    return preset(**{**SIZES, "attn_bias": bool(caps["attention_bias"]), **chosen, **changes})
 
 
 def _label(impl) -> str:

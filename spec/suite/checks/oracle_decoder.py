@@ -34,8 +34,10 @@ to = lazy_module("spec.suite.torch_oracle")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DTYPES = (("f64", np.float64), ("f32", np.float32))
-# what transformers' model of each form can be: GPT-2 always has biases
-ORACLE_NEEDS = {"gpt2": {"attention_bias": True, "ffn.b_1": True, "ffn.b_2": True}}
+# what transformers' model of each form can be: GPT-2 always has biases; LLaMA rotates
+# Hugging Face's half-split pairs
+ORACLE_NEEDS = {"gpt2": {"attention_bias": True, "ffn.b_1": True, "ffn.b_2": True},
+                "llama": {"attention.rope": "half"}}
 
 
 def hf_model(config, params: dict, dtype):
@@ -63,6 +65,8 @@ def hf_model(config, params: dict, dtype):
         model = transformers.LlamaForCausalLM(hf_config)
     assert model.config._attn_implementation == "eager", (
         f"transformers chose {model.config._attn_implementation!r} attention, not eager")
+    if config.position == "rope" and dtype == np.float64:
+        _llama_in_float64(model, config)
     model = model.to(torch.float64 if dtype == np.float64 else torch.float32).eval()
     state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in to_hf(params,
                                                                             config).items()}
@@ -72,6 +76,37 @@ def hf_model(config, params: dict, dtype):
         f"the name map does not cover transformers' model: missing {missing}, unexpected "
         f"{unexpected}")
     return model
+
+
+def _llama_in_float64(model, config) -> None:
+    """LlamaForCausalLM rounds three things to float32 whatever the model's dtype: RoPE's angles
+    (LlamaRotaryEmbedding), each RMSNorm's statistics (LlamaRMSNorm) and the eager softmax
+    (``softmax(..., dtype=torch.float32)``) -- 1e-6 off in float64, which would hide nothing and
+    fail everything.  For the float64 run the same formulas run in float64: the angles as
+    torch_oracle.llama_cos_sin forms them, torch's F.rms_norm with the module's own weight, and
+    torch's scaled_dot_product_attention (transformers' "sdpa", float64 on the CPU) instead of
+    the eager kernel.  The float32 run is transformers' eager model unchanged."""
+    F = torch.nn.functional
+    rotary = model.model.rotary_emb
+
+    class Rotary64(torch.nn.Module):
+        def forward(self, x, position_ids):
+            return to.llama_cos_sin(rotary, x, position_ids, config.d_k, config.rope_base)
+
+    class RMSNorm64(torch.nn.Module):
+        def __init__(self, norm):
+            super().__init__()
+            self.weight, self.eps = norm.weight, norm.variance_epsilon
+
+        def forward(self, x):
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+
+    model.model.rotary_emb = Rotary64()
+    for name, module in list(model.named_modules()):
+        if type(module).__name__ == "LlamaRMSNorm":
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, RMSNorm64(module))
+    model.set_attn_implementation("sdpa")
 
 
 def hf_shift_loss(logits, labels):
