@@ -1,0 +1,67 @@
+"""The decoder row on a GPT-style NumPy implementation of its own (tests/examples/realstyle_gpt.py,
+GPT-2 and LLaMA forms behind a 30-line adapter): green as written, and each of its realistic
+bugs red on the decoder row in exactly the checks that can see it, naming the tensor, the index
+and both values."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests import ROOT
+from tests.examples import realstyle_gpt
+from tests.unshrunk import check_implementation
+
+pytest.importorskip("transformers")
+
+FORMS = ("gpt2", "llama")
+DTYPES = ("f64", "f32")
+
+
+def _oracle(parts, forms=FORMS):
+    return {f"oracle.{p}[decoder.hf-{f}-{d}]" for p in parts for f in forms for d in DTYPES}
+
+
+def _fd(forms=FORMS):
+    return {f"fd[{row}-{f}-{c}]" for row in ("decoder", "decoder.loss") for f in forms
+            for c in ("B2-T6", "B3-T2")}
+
+
+# bug -> the checks it must fail (every other decoder check passes), what each message names
+BUGS = {
+    "causal": ({f"invariant[decoder.causal-{f}]" for f in FORMS}
+               | _oracle(("forward", "backward")), "decoder["),
+    "final_ln": (_fd() | _oracle(("backward",)), "decoder["),
+    "tied": (_fd(("gpt2",)) | {f"invariant[decoder.tied-{f}]" for f in FORMS}
+             | _oracle(("backward",), ("gpt2",)), "embeddings.token.W"),
+    "rope_sign": (_oracle(("forward", "backward"), ("llama",)), "decoder[llama]"),
+}
+TENSOR = re.compile(r"logits|(embeddings|layers\.\d|final_ln|lm_head)\.\w")
+VALUES = re.compile(r"(ours|analytic|tied|after) -?[\d.]+(e[-+]\d+)?.*(torch|finite difference|"
+                    r"sum|before) -?[\d.]+", re.S)
+
+
+def test_the_adapter_is_at_most_30_lines():
+    text = (ROOT / "tests/examples/realstyle_gpt.py").read_text()
+    adapter = text.split("# " + "-" * 77 + " the adapter\n")[1]
+    assert len(adapter.splitlines()) <= 30
+
+
+def test_the_correct_decoder_is_green(monkeypatch):
+    monkeypatch.setattr(realstyle_gpt, "BUGS", set())
+    report = check_implementation(realstyle_gpt, ops=["decoder"])
+    assert report.verdicts()["decoder"] == "ok", {r.id: r.message for r in report.failures()}
+    assert not report.failures()
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_each_bug_is_red_in_exactly_the_checks_that_see_it(bug, monkeypatch):
+    monkeypatch.setattr(realstyle_gpt, "BUGS", {bug})
+    report = check_implementation(realstyle_gpt, ops=["decoder"])
+    want, tensor = BUGS[bug]
+    assert report.verdicts()["decoder"] == "FAIL"
+    assert {r.id for r in report.failures()} == want
+    for r in report.failures():
+        assert tensor in r.message and "index (" in r.message, (r.id, r.message)
+        assert TENSOR.search(r.message) and VALUES.search(r.message), (r.id, r.message)
