@@ -6,8 +6,8 @@ purity and float32.  Fixed checks written by hand, as the encoder's (a model is 
 with a case family); the transformers oracle is spec/suite/checks/oracle_decoder.py.
 
 A decoder is checked as its parts declare: each *form* (GPT-2, LLaMA) is a preset of
-reference.config, some of whose options it needs (GPT-2's gelu_new MLP, LayerNorm, the tied
-head: :data:`FORMS`) and the others it takes from the implementation's declarations, through
+reference.config, some of whose options it needs (GPT-2's LayerNorm, LLaMA's RMSNorm and
+SwiGLU: :data:`FORMS`) and the others it takes from the implementation's declarations, through
 the one variant table (:func:`decoder_config`): a GPT-2 without biases declares
 ``attention_bias: False`` and ``ffn: {b_1: False, b_2: False}`` and is checked without them.
 """
@@ -28,8 +28,7 @@ from spec.tolerances import F64_IDENTITY_RTOL
 
 # form -> (preset, what the form needs declared): the rest follows the declarations
 FORMS = {
-    "gpt2": (gpt2, {"ffn.activation": "gelu_tanh", "block.normalization": "layernorm",
-                    "decoder.tied": True}),
+    "gpt2": (gpt2, {"block.normalization": "layernorm"}),
     "llama": (llama, {"block.normalization": "rmsnorm", "block.ffn": "swiglu"}),
 }
 # small enough for finite differences of every tensor in milliseconds, every piece present:
@@ -42,9 +41,10 @@ EQUATIONS = ("decoder.forward", "decoder.backward", "decoder.tied")
 def decoder_config(impl, form: str, **changes) -> DecoderConfig:
     """The form's preset at SIZES with what the implementation declares: attention biases
     (the attention_bias claim), the feed-forward part's biases as it has them (GPT-2's FFN:
-    ffn.b_1 and b_2, both or neither; LLaMA's SwiGLU: swiglu.bias), and for LLaMA the RoPE
-    convention (Hugging Face's half-split where declared, else the interleaved pairs) and the
-    head (its own where declared, else tied) -- each in its standard form where it has that."""
+    ffn.b_1 and b_2, both or neither; LLaMA's SwiGLU: swiglu.bias); for GPT-2 the MLP's
+    activation (gelu_new where declared, else its first) and the head (tied where declared);
+    for LLaMA the RoPE convention (Hugging Face's half-split where declared, else the
+    interleaved pairs) and the head (its own where declared, else tied)."""
     preset, _ = FORMS[form]
     caps = capabilities(impl)
     if form == "llama":
@@ -62,7 +62,9 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
         if missing:
             raise NotApplicable(not_claimed_message(_label(impl), missing + " (a decoder's "
                                                     "FFN has both biases or neither)"))
-        chosen = dict(mlp_bias=mlp_bias)
+        acts = caps["ffn"]["activation"]
+        chosen = dict(mlp_bias=mlp_bias, tie_embeddings=True in caps["decoder"]["tied"],
+                      activation="gelu_tanh" if "gelu_tanh" in acts else acts[0])
     return preset(**{**SIZES, "attn_bias": bool(caps["attention_bias"]), **chosen, **changes})
 
 
@@ -199,7 +201,8 @@ def decoder_logits_read_earlier_ids_only(impl, form):
 def tied_gradient_is_the_sum_of_both_uses(impl, form):
     """The tied table's gradient equals the untied model's two gradients at the same values
     (lm_head.W = embeddings.token.W): the lookup's share plus the head's, each nonzero."""
-    missing = unmet(capabilities(impl), {"decoder.tied": False})
+    caps = capabilities(impl)
+    missing = unmet(caps, {"decoder.tied": True}) or unmet(caps, {"decoder.tied": False})
     if missing:
         raise NotApplicable(not_claimed_message(_label(impl), missing + ": the two uses are "
                                                 "told apart by the untied model"))
