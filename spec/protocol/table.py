@@ -223,9 +223,12 @@ _TABLE = (
            "= h W_E^T); decoder_loss_and_grads(params, config, input_ids, labels=None, *, "
            "ignore_index=-100) -> (loss, grads), next-token cross-entropy (labels default to the "
            "ids, shifted: logits[:, t] predict labels[:, t+1]); params: embeddings.token.W [V,H], "
-           "embeddings.position.W [T_max,H], layers.{i}.<a pre-LN block's p>, final_ln.gamma "
+           "embeddings.position.W [T_max,H] (learned positions; LLaMA: RoPE on q, k by "
+           "config.rope_convention), layers.{i}.<a pre-norm block's p: attn.W_q.. [in,out], "
+           "ln1.*, ffn.* or swiglu.W_1 (gate), W_3 (up), W_2 (down), ln2.*>, final_ln.gamma "
            "(.beta), lm_head.W [V,H] when untied (reference.decoder.param_shapes; "
-           "reference/hf/decoder.py maps each to Hugging Face's GPT-2 / LLaMA names)",
+           "reference/hf/decoder.py maps each to Hugging Face's GPT-2 / LLaMA names); the cache "
+           "is the implementation's own (whatever its decoder_backward reads)",
        backward_doc="decoder_backward(dlogits, cache) -> grads, keyed like params (a tied table: "
                     "both uses summed)"),
     Op("adam", ("adam_init", "adam_step"), (), ("optim.adam", "optim.adamw"), module="optim",
