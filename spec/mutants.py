@@ -392,6 +392,20 @@ mutant("decoder_blocks_not_causal", "decoder.causal",
        "the decoder runs its blocks without the causal mask: every position reads the later "
        "tokens it is meant to predict",
        "decoder._block_keywords", ("causal=True", "causal=False"))
+mutant("decoder_llama_without_rope", "decoder.forward",
+       "the LLaMA form's blocks run without RoPE: attention reads no position at all (a model "
+       "consistent with its own backward, so only the oracle can see it)",
+       "decoder._block_keywords", ('rope = config.rope_convention if config.position == "rope" '
+                                   'else None', "rope = None"))
+mutant("attention_rope_keys_unturned", "decoder.forward",
+       "RoPE in attention turns the queries only: the keys keep their raw features, so the "
+       "scores read absolute positions instead of i - j",
+       "ops._attention_forward", ("k_h, _ = _rope_forward(k_h, np.arange(T), rope_base, rope)",
+                                  "k_h = k_h"))
+mutant("attention_rope_backward_skips_keys", "decoder.backward",
+       "RoPE in attention's backward: dK_h is not turned back, it reaches W_k and x in the "
+       "rotated frame",
+       "ops._attention_backward", ("(dk_h,) = _rope_backward(dk_h, cache.rope)", "dk_h = dk_h"))
 
 
 # ===================================================================== embeddings

@@ -127,8 +127,9 @@ CAUGHT_BY = {
     "classifier_grad_skips_tanh": "classifier",
     "linear_ce_dW_ignores_dloss": "linear_cross_entropy",
     **dict.fromkeys(["decoder_backward_loop_drops_dx", "decoder_final_norm_backward_skipped",
-                     "decoder_tied_gradient_counted_once", "decoder_blocks_not_causal"],
-                    "decoder"),
+                     "decoder_tied_gradient_counted_once", "decoder_blocks_not_causal",
+                     "attention_rope_keys_unturned",
+                     "attention_rope_backward_skips_keys"], "decoder"),
 }
 
 
@@ -227,6 +228,8 @@ CAUGHT_BY_VARIANT_CHECKS = {
     "ce_probs_dlogits_missing_onehot":
         r"^oracle\.backward\[cross_entropy_probs_dlogits_mean-f64\]$",
     "ce_probs_mean_over_all_positions": r"^oracle\.forward\[cross_entropy_probs_mean-f64\]$",
+    # a LLaMA without RoPE is a consistent model of its own: only transformers' LLaMA sees it
+    "decoder_llama_without_rope": r"^oracle\.forward\[decoder\.hf-llama-f64\]$",
 }
 
 
