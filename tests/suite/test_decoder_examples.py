@@ -65,3 +65,27 @@ def test_each_bug_is_red_in_exactly_the_checks_that_see_it(bug, monkeypatch):
     for r in report.failures():
         assert tensor in r.message and "index (" in r.message, (r.id, r.message)
         assert TENSOR.search(r.message) and VALUES.search(r.message), (r.id, r.message)
+
+
+def test_a_decoder_is_checked_as_its_parts_declare(monkeypatch):
+    """The forms take what the implementation declares: GPT-2 with a ReLU MLP, an untied head
+    and no biases is that GPT-2; a LLaMA needs RoPE declared and says so when it is not."""
+    from spec.protocol import NotApplicable
+    from spec.suite.checks.decoder import decoder_config
+
+    monkeypatch.setattr(realstyle_gpt, "CAPABILITIES", {
+        "attention_bias": False, "ffn": {"activation": ("relu",), "b_1": (False,),
+                                         "b_2": (False,)},
+        "decoder": {"tied": (False,)}})
+    config = decoder_config(realstyle_gpt, "gpt2")
+    assert (config.activation, config.tie_embeddings, config.attn_bias, config.mlp_bias) == (
+        "relu", False, False, False)
+    with pytest.raises(NotApplicable, match=r"RoPE \(it declares attention.rope=None only\)"):
+        decoder_config(realstyle_gpt, "llama")
+    monkeypatch.setattr(realstyle_gpt, "CAPABILITIES", {
+        "attention": {"rope": ("interleaved",)}, "swiglu": {"bias": (True,)},
+        "decoder": {"tied": (True, False)}})
+    config = decoder_config(realstyle_gpt, "llama")
+    assert (config.rope_convention, config.mlp_bias, config.tie_embeddings, config.attn_bias) == (
+        "interleaved", True, False, True)
+    assert (config.normalization, config.ffn, config.position) == ("rmsnorm", "swiglu", "rope")
