@@ -137,13 +137,19 @@ def check_submission(submission: dict, argv: Sequence[str], *, timeout: float,
             row["report"] = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             lines = [x for x in err.decode("utf-8", "replace").splitlines() if x.strip()]
-            row["reason"] = (lines[-1].strip()[:300] if lines else
+            row["reason"] = (_reason(lines[-1]) if lines else
                              f"minibert check ended with status {proc.returncode} and no "
                              "report")
             if proc.returncode == 0:  # no report is never a pass
                 row["exit_code"] = 2
     row["seconds"] = round(time.monotonic() - start, 2)
     return row
+
+
+def _reason(line: str) -> str:
+    """minibert check's one line without its prefixes ("minibert check: could not run: ")."""
+    line = line.strip().removeprefix("minibert check:").strip()
+    return line.removeprefix("could not run:").strip()[:300]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
