@@ -51,6 +51,8 @@ __all__ = [
     "linear_backward",
     "layernorm_forward",
     "layernorm_backward",
+    "rmsnorm_forward",
+    "rmsnorm_backward",
     "softmax_forward",
     "softmax_backward",
     "softmax_jacobian",
@@ -60,6 +62,8 @@ __all__ = [
     "tanh_backward",
     "gelu_forward",
     "gelu_backward",
+    "silu_forward",
+    "silu_backward",
     "token_type_embedding_forward",
     "token_type_embedding_backward",
     "embedding_ln_forward",
@@ -353,14 +357,16 @@ def _linear_backward(dy, cache):
     return dx, dW, db
 
 
-def _check_linear(x, W, b) -> None:
-    as_float_array("x", x, min_ndim=1)
-    as_float_array("W", W, ndim=2, dtype=x.dtype)
+def _check_linear(x, W, b, names=("x", "W", "b")) -> None:
+    """x [..., n_in], W [n_in, n_out], b [n_out] or None; ``names`` as the caller calls them."""
+    x_name, W_name, b_name = names
+    as_float_array(x_name, x, min_ndim=1)
+    as_float_array(W_name, W, ndim=2, dtype=x.dtype)
     if x.shape[-1] != W.shape[0]:
-        raise ValueError(
-            f"W: expected shape ({x.shape[-1]}, *) to match x's last axis, got {W.shape}")
+        raise ValueError(f"{W_name}: expected shape ({x.shape[-1]}, *) to match "
+                         f"{x_name}'s last axis, got {W.shape}")
     if b is not None:
-        as_float_array("b", b, shape=(W.shape[1],), dtype=x.dtype)
+        as_float_array(b_name, b, shape=(W.shape[1],), dtype=x.dtype)
 
 
 def linear_forward(x, W, b=None):
@@ -469,6 +475,45 @@ def layernorm_forward(x, gamma, beta, eps: float = 1e-12):
 def layernorm_backward(dy, cache):
     as_float_array("dy", dy, shape=cache.x_hat.shape, dtype=cache.x_hat.dtype)
     return _layernorm_backward(dy, cache)
+
+
+# --------------------------------------------------------------------------- RMSNorm
+class RMSNormCache(NamedTuple):
+    x_hat: np.ndarray  # x / rms  [..., N]
+    rstd: np.ndarray  # 1 / rms = 1 / sqrt(mean(x^2) + eps)  [..., 1]
+    gamma: np.ndarray  # [N]
+
+
+@implements("rmsnorm.forward")
+def _rmsnorm_forward(x, gamma, eps: float = 1e-6):
+    """y = gamma * x / rms(x), rms = sqrt(mean(x^2) + eps) over the last axis: LayerNorm without
+    the mean and without beta (LLaMA, T5; torch.nn.functional.rms_norm)."""
+    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + x.dtype.type(eps))  # [..., 1]
+    x_hat = x * rstd
+    return x_hat * gamma, RMSNormCache(x_hat, rstd, gamma)
+
+
+@implements("rmsnorm.backward.dx", "rmsnorm.backward.dgamma")
+def _rmsnorm_backward(dy, cache):
+    """dx = rstd * (g - x_hat * mean(g * x_hat)) with g = dy * gamma; dgamma = sum dy x_hat."""
+    x_hat, rstd = cache.x_hat, cache.rstd
+    g = dy * cache.gamma  # dL/dx_hat  [..., N]
+    dx = g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+    dx *= rstd
+    return dx, _sum_to_last(dy * x_hat)
+
+
+def rmsnorm_forward(x, gamma, eps: float = 1e-6):
+    """x [..., N], gamma [N] -> gamma * x / sqrt(mean(x^2) + eps) [..., N]."""
+    as_float_array("x", x, min_ndim=1)
+    as_float_array("gamma", gamma, shape=(x.shape[-1],), dtype=x.dtype)
+    _check_eps(eps)
+    return _rmsnorm_forward(x, gamma, eps)
+
+
+def rmsnorm_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.x_hat.shape, dtype=cache.x_hat.dtype)
+    return _rmsnorm_backward(dy, cache)
 
 
 # --------------------------------------------------------------------------- softmax
@@ -679,6 +724,39 @@ def gelu_forward(x, approximate: str = "none"):
 def gelu_backward(dy, cache):
     as_float_array("dy", dy, shape=cache.x.shape, dtype=cache.x.dtype)
     return _gelu_backward(dy, cache)
+
+
+# --------------------------------------------------------------------------- SiLU
+class SiLUCache(NamedTuple):
+    x: np.ndarray  # the input [...]
+    s: np.ndarray  # sigmoid(x)
+
+
+@implements("silu.forward")
+def _silu_forward(x):
+    """x sigmoid(x) (swish, LLaMA's gate activation; torch.nn.functional.silu), sigmoid(x) =
+    1 / (1 + exp(-x)): exp(-x) overflows to inf for x << 0, and then s = 0, as it should."""
+    with np.errstate(over="ignore"):
+        s = 1 / (1 + np.exp(-x))
+    return x * s, SiLUCache(x, s)
+
+
+@implements("silu.backward")
+def _silu_backward(dy, cache):
+    """dx = dy * s (1 + x (1 - s)), s = sigmoid(x) (s' = s (1 - s))."""
+    x, s = cache.x, cache.s
+    return (dy * (s * (1 + x * (1 - s))),)
+
+
+def silu_forward(x):
+    """x [...] -> x sigmoid(x)."""
+    as_float_array("x", x)
+    return _silu_forward(x)
+
+
+def silu_backward(dy, cache):
+    as_float_array("dy", dy, shape=cache.x.shape, dtype=cache.x.dtype)
+    return _silu_backward(dy, cache)
 
 
 def _activation_forward(x, activation: str):
@@ -1198,7 +1276,7 @@ def _classifier_backward(dlogits, cache):
 def classifier_forward(h, W_p, b_p, W_c, b_c):
     """h [B, T, H], W_p [H, H], b_p [H], W_c [H, C], b_c [C] -> logits [B, C]."""
     as_float_array("h", h, ndim=3)
-    _check_linear(h[:, 0], W_p, b_p)
+    _check_linear(h[:, 0], W_p, b_p, names=("h", "W_p", "b_p"))
     as_float_array("W_c", W_c, shape=(h.shape[2], None), dtype=h.dtype)
     as_float_array("b_c", b_c, shape=(W_c.shape[1],), dtype=h.dtype)
     return _classifier_forward(h, W_p, b_p, W_c, b_c)

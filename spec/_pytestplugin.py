@@ -13,6 +13,7 @@ Its options, all prefixed::
                                     spec/suite/test_implementation.py beside your tests)
     --minibert-oracle=require|off   the PyTorch oracle (default require: no torch is a failure)
     --minibert-bad-input            also run the bad-input checks
+    --minibert-quick                the quick run: each check on its fixed examples alone
     --minibert-timeout=SECONDS      per check, and for importing the implementation (default 30)
     --minibert-xfail=ID[=REASON]    an expected failure (repeatable; strict, as
                                     parametrize_with_checks' expected_failed_checks)
@@ -23,10 +24,16 @@ no setting and adds no fixture: it registers the ``suite_check`` marker and its 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest  # loaded already: pytest is what loads this plugin
+
 # spec.suite.run's ORACLE_MODES and DEFAULT_TIMEOUT, written out so that adding the options
 # imports nothing (tests/test_plugin_inert.py checks that they agree)
 ORACLE_MODES = ("require", "off")
 DEFAULT_TIMEOUT = 30.0
+# spec/suite/test_implementation.py, found without importing spec.suite
+SUITE_MODULE = Path(__file__).resolve().parent / "suite" / "test_implementation.py"
 SUITE_CHECK_MARKER = ("suite_check(id, kind, ops, equations): a check of the minibert-spec "
                       "judging suite (set by spec.suite.parametrize_with_checks)")
 
@@ -40,6 +47,8 @@ def pytest_addoption(parser):
                          "torch; off: they are skipped, saying so")
     group.addoption("--minibert-bad-input", action="store_true", default=False,
                     help="also run the bad-input checks")
+    group.addoption("--minibert-quick", action="store_true", default=False,
+                    help="the quick run: each check on its fixed examples alone")
     group.addoption("--minibert-timeout", type=float, default=DEFAULT_TIMEOUT,
                     metavar="SECONDS", help=f"per check, and for importing the implementation "
                                             f"(default {DEFAULT_TIMEOUT:g})")
@@ -55,24 +64,21 @@ def pytest_configure(config):
         configure(config)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before ``-k`` deselects: checks of the suite answer to their former ids (one release).
+    Nothing is imported unless the session holds checks of the suite."""
+    if any(item.get_closest_marker("suite_check") for item in items):
+        from spec.suite.plugin import answer_to_former_ids
+
+        answer_to_former_ids(config, items)
+
+
 def pytest_ignore_collect(collection_path, config):
     """The shipped suite module is collected only with --minibert-impl (a `pytest --pyargs
     spec` or a run over site-packages must not pick it up without it)."""
     if (collection_path.name == "test_implementation.py"
             and not config.getoption("minibert_impl", None)
-            and collection_path.resolve() == _suite_module()):
+            and collection_path.resolve() == SUITE_MODULE):
         return True
     return None
-
-
-def _suite_module():
-    """spec/suite/test_implementation.py of the installed package, found without importing
-    ``spec`` (None when it cannot be found)."""
-    import importlib.util
-    from pathlib import Path
-
-    found = importlib.util.find_spec("spec")
-    if found is None or not found.submodule_search_locations:
-        return None
-    package = Path(next(iter(found.submodule_search_locations))).resolve()
-    return package / "suite" / "test_implementation.py"

@@ -460,7 +460,7 @@ def component_rows(components: Mapping, by_id: Mapping[str, list[TaggedTest]], *
 
 # --------------------------------------------------------------------------- the report
 @dataclass
-class Report:
+class AuditReport:
     rows: list[Row]
     claims: list  # spec.claims.Outcome
     seconds: float
@@ -504,7 +504,7 @@ class Report:
 
 def run_audit(impl=None, *, impl_spec: str | None = None,
               tests_dir: Path | str = ROOT / "tests", run_proofs: bool = True,
-              claims: bool = True, measure: bool = True) -> Report:
+              claims: bool = True, measure: bool = True) -> AuditReport:
     """The whole audit: proofs, implementation tags, test tags (pytest collection, run in a
     subprocess while the proofs run; ``impl_spec`` is passed on as the tests' ``--impl``),
     claims ledger.  A collection error raises ``spec.evidence.CollectionError``."""
@@ -538,4 +538,4 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
     if claims:
         from spec.claims import evaluate_all
         outcomes = evaluate_all(impl, measure=measure, impl_spec=impl_spec)
-    return Report(rows, outcomes, time.perf_counter() - start, len(records), len(tests))
+    return AuditReport(rows, outcomes, time.perf_counter() - start, len(records), len(tests))

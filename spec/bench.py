@@ -108,7 +108,7 @@ class Target:
 
 
 @dataclass
-class Report:
+class BenchReport:
     preset: str
     batch: int
     seq: int

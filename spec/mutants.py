@@ -387,6 +387,34 @@ mutant("sinusoidal_concatenated", "position.sinusoidal",
        ("pe[:, 1::2] = np.cos", "pe[:, angle.shape[1]:] = np.cos"))
 
 
+# ===================================================================== RMSNorm / SiLU
+mutant("rmsnorm_subtracts_the_mean", "rmsnorm.forward",
+       "RMSNorm computed as LayerNorm without beta: the row mean subtracted before the rms",
+       "ops._rmsnorm_forward",
+       ("rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True)",
+        "x = x - x.mean(axis=-1, keepdims=True)\n    "
+        "rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True)"))
+mutant("rmsnorm_eps_outside_sqrt", "rmsnorm.forward",
+       "RMSNorm divides by sqrt(mean(x^2)) + eps instead of sqrt(mean(x^2) + eps)",
+       "ops._rmsnorm_forward",
+       ("np.sqrt((x * x).mean(axis=-1, keepdims=True) + x.dtype.type(eps))",
+        "(np.sqrt((x * x).mean(axis=-1, keepdims=True)) + x.dtype.type(eps))"))
+mutant("rmsnorm_dx_missing_xhat_term", "rmsnorm.backward.dx",
+       "RMSNorm dx drops the x_hat mean(g x_hat) term: the rms treated as a constant",
+       "ops._rmsnorm_backward",
+       ("dx = g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)", "dx = g.copy()"))
+mutant("rmsnorm_dgamma_unnormalised", "rmsnorm.backward.dgamma",
+       "RMSNorm dgamma sums dy * x instead of dy * x_hat",
+       "ops._rmsnorm_backward",
+       ("_sum_to_last(dy * x_hat)", "_sum_to_last(dy * x_hat / rstd)"))
+mutant("silu_derivative_sigmoid_only", "silu.backward",
+       "SiLU derivative taken as sigmoid(x) alone: the x sigmoid'(x) term of the product rule "
+       "is lost", "ops._silu_backward", ("(s * (1 + x * (1 - s)))", "s"))
+mutant("silu_sigmoid_sign_flipped", "silu.forward",
+       "SiLU's sigmoid written 1 / (1 + exp(x)): x sigmoid(-x)",
+       "ops._silu_forward", ("s = 1 / (1 + np.exp(-x))", "s = 1 / (1 + np.exp(x))"))
+
+
 # ===================================================================== BERT ops
 mutant("gelu_derivative_missing_x_pdf", "gelu.backward.erf",
        "GELU derivative taken as Phi(x) alone: the x phi(x) term of the product rule is lost",

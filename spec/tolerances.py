@@ -43,6 +43,21 @@ ORACLE_RTOL_F64 = 1e-10
 # every catalog mutant changes results by >= 1e-3 relative.  The floor never drops below the
 # smallest normal number (denormal results: 0.0 vs 2.8e-45 is no disagreement).
 ORACLE_FLOOR_ULPS = 64
+
+
+def layernorm_backward_scale(x, gamma, dy, eps) -> float:
+    """The magnitude of the terms LayerNorm's dx sums, the scale of its oracle rounding floor
+    (above the inputs' when sigma is small): dx = (g - mean(g) - x_hat mean(g x_hat)) / sigma
+    with g = gamma dy, so terms of |g| / sigma (x_hat^2 <= 1 for N = 2), up to 10x the inputs at
+    sigma >= 0.1.  They cancel when x_hat^2 -> 1 (N = 2: dx is eps-sized), and both sides carry
+    the rounding of those terms (found by the deep profile: 4.8e-14 apart on dx = -8.9e-9 at
+    eps = 1e-11; tests/test_oracle_floor.py).  NumPy only."""
+    import numpy as np
+
+    sigma_min = float(np.sqrt(np.asarray(x, np.float64).var(axis=-1) + eps).min())
+    g_max = float(np.abs(dy).max()) * (1.0 if gamma is None else float(np.abs(gamma).max()))
+    return 2.0 * g_max / sigma_min
+
 # PyTorch oracle, float32: unit roundoff 6e-8, times the depth of the longest reduction chain
 # (8192-way logsumexp, 768-wide matmuls, 3 layers) gives a few 1e-5 relative; gradients pass
 # through ~30 ops, so 1e-4 relative to the tensor's magnitude.

@@ -1,7 +1,7 @@
 """A real `minibert check` run and its HTML page, once per test process, for
 tests/test_check_html*.py: the deliberately broken LayerNorm (tests/examples/broken_impl.py)
-on a few ops, the fixed-example checks plus one Hypothesis check (its failure carries a
-reproduction), the oracle off (its columns say so).  ~4 s."""
+on a few ops, the quick run (every check on its fixed-seed cases: a failure carries its
+reproduction, the explicit example), the oracle off (its columns say so).  ~4 s."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from pathlib import Path
 
 IMPL = "tests.examples.broken_impl"
 OPS = ("linear", "layernorm", "softmax", "relu", "cross_entropy")
-MATCH = r"\.example\b|^fd\[layernorm\]$"
+QUICK = ["--quick"]  # the run's selection, as `minibert check` arguments
 
 
 @cache
 def check_report():
-    """The :class:`spec.suite.report.Report` of the run, with its provenance."""
+    """The :class:`spec.suite.report.CheckReport` of the run, with its provenance."""
     from spec.cli._provenance import provenance
     from spec.suite import check_implementation
 
-    report = check_implementation(IMPL, ops=OPS, match=MATCH, oracle="off")
+    report = check_implementation(IMPL, ops=OPS, quick=True, oracle="off")
     report.provenance = provenance()
     return report
 

@@ -39,7 +39,7 @@ def test_correct_example_is_green_in_its_rows_and_na_elsewhere(module, monkeypat
     got = {op: v for op, v in _verdicts(report).items() if v != "n/a"}
     assert got == dict.fromkeys(EXAMPLES[module], "ok"), {
         r.id: r.message for r in report.failures()}
-    rest = check_implementation(module, match=r"\.example\b", oracle="off")
+    rest = check_implementation(module, quick=True, oracle="off")
     assert {op for op, v in _verdicts(rest).items() if v != "n/a"} == set(EXAMPLES[module])
 
 
@@ -52,7 +52,7 @@ def test_buggy_example_is_red_on_exactly_its_op_naming_index_and_values(module, 
                                                                         monkeypatch):
     monkeypatch.setattr(module, "BUGS", {bug})
     report = check_implementation(module, ops=EXAMPLES[module],
-                                  match=r"\.example\b|^fd\[|grad_accumulates|^oracle")
+                                  kinds=["fd", "invariant", "oracle"])
     assert [op for op, v in _verdicts(report).items() if v == "FAIL"] == [bug]
     messages = [r.message for r in report.failures()]
     assert any(NAMED.search(m) for m in messages), messages
@@ -146,12 +146,12 @@ def test_an_undeclared_log_guard_is_red_and_named(monkeypatch):
 def test_an_undeclared_clip_guard_is_red_naming_the_eps_it_implies(monkeypatch):
     monkeypatch.setattr(realstyle_minigpt, "BUGS", set())
     monkeypatch.setitem(realstyle_minigpt.CAPABILITIES, "guards", {})
-    report = check_implementation(realstyle_minigpt, ops=["clip"], match=r"\.example\b")
+    report = check_implementation(realstyle_minigpt, ops=["clip"], quick=True)
     (r,) = report.failures()
     assert "divisor guard norm + eps with eps = 1e-06" in r.message
     assert "CAPABILITIES['guards'] = {'clip_eps': 1e-06}" in r.message
     monkeypatch.setitem(realstyle_minigpt.CAPABILITIES, "guards", {"clip_eps": 1e-6})
-    report = check_implementation(realstyle_minigpt, ops=["clip"], match=r"\.example\b")
+    report = check_implementation(realstyle_minigpt, ops=["clip"], quick=True)
     assert not report.failures()
     assert any("clip_eps=1e-06" in c for c in report.conventions()["clip"])
 
@@ -235,11 +235,11 @@ def test_no_check_fails_with_an_empty_message(how):
     impl = _Broken(how)
     failed = 0
     for check in all_checks():
-        if check.id.startswith(("oracle.forward[bert", "oracle.backward[bert")) or \
+        if check.id.startswith(("oracle.forward[model.bert", "oracle.backward[model.bert")) or \
                 "bert" in check.id and check.oracle:
             continue  # transformers models: minutes; their messages come from the same asserts
-        if how in ("shape", "dtype") and not re.search(r"\.example\b", check.id):
-            continue  # every op's fixed-seed checks see these; all checks see the other two
+        if how in ("shape", "dtype") and not check.in_quick_run:
+            continue  # the quick run's checks see these; all checks see the other two
         r = run_check(check, impl, settings=quick, timeout=20)
         if r.outcome != "failed":
             continue
@@ -257,8 +257,8 @@ def test_no_check_fails_with_an_empty_message(how):
 def test_adapter_new_lists_every_name_and_capability_and_imports(tmp_path, capsys,
                                                                  monkeypatch):
     from spec.cli.adapter import CAPABILITY_HELP
-    from spec.guards import GUARDS
     from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
+    from spec.protocol.guards import GUARDS
 
     assert minibert(["adapter", "new", "mybert_xyz"]) == 0
     text = capsys.readouterr().out

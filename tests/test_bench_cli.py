@@ -50,11 +50,11 @@ def test_bench_measures_every_row_and_target(tmp_path, capsys):
 
 
 def test_bench_table_lists_the_targets():
-    from spec.bench import Report, Row, Stats, Target
+    from spec.bench import BenchReport, Row, Stats, Target
     from spec.cli.bench import render_table
 
     stats = Stats(10.0, 9.0, 11.0, 3)
-    report = Report("mini_bert", 8, 64, "float32", [], {1: 100.0}, policy="p",
+    report = BenchReport("mini_bert", 8, 64, "float32", [], {1: 100.0}, policy="p",
                     rows=[Row("step_full", "train step, full head", 1, 9.1, stats, stats, 91.0)],
                     targets=[Target("a target", 0.5, 0.9, "<="), Target("b", None, 1, ">=")])
     text = render_table(report)

@@ -13,7 +13,7 @@ import pytest
 from spec.bench import (
     SGEMM_MAX_SPREAD,
     SGEMM_MIN_FRACTION,
-    Report,
+    BenchReport,
     Row,
     Stats,
     Target,
@@ -80,7 +80,7 @@ def _report(problems):
     from spec.cli.bench import targets
 
     stats, torch = Stats(66.5, 60, 70, 20), Stats(57.3, 55, 60, 20)
-    report = Report("mini_bert", 8, 64, "float32", [], {1: 176.0, 2: 327.0}, policy="p",
+    report = BenchReport("mini_bert", 8, 64, "float32", [], {1: 176.0, 2: 327.0}, policy="p",
                     cores=2, load={"before": 5.0, "after": 6.0},
                     sgemm_median={1: 170.0, 2: 310.0}, problems=problems,
                     rows=[Row("step_full", "train step, full head", n, 9.1, stats, torch, 27.8)

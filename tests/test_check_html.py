@@ -1,7 +1,7 @@
 """`minibert check --format html`: the page says what the JSON says, cell by cell.
 
 On a real run (tests/check_site.py: the broken LayerNorm), the page is read back with an HTML
-parser and compared with ``Report.to_json()``: every cell's status, colour class and reason,
+parser and compared with ``CheckReport.to_json()``: every cell's status, colour class and reason,
 every red cell's link to the failures of exactly the check ids the JSON names (their messages
 and reproductions whole), the per-op verdicts, every check's outcome, and the run's notes.
 The browser's view of the same page: tests/test_check_html_browser.py."""
@@ -21,7 +21,7 @@ from spec.report import AUDIT_STATUSES, CHECK_STATUSES, STATUS, slug
 from spec.report.check import split_message, write_check_site
 from spec.suite.run import Result
 from tests.blueprint_site import parse
-from tests.check_site import IMPL, MATCH, OPS, as_json, check_data, check_report, check_site
+from tests.check_site import IMPL, OPS, QUICK, as_json, check_data, check_report, check_site
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("jinja2")
@@ -147,7 +147,7 @@ def test_error_cells_notes_and_conventions_reach_the_page(tmp_path):
                                  "'minibert-spec[oracle]'"))
     passed = next(r for r in report.results if r.outcome == "passed" and "softmax" in r.ops)
     passed.conventions.append("scalar loss promoted to float64 (value 1.25)")
-    report.notes.append("worker 2 died (signal 9) running fd[relu.example]")
+    report.notes.append("worker 2 died (signal 9) running fd[relu]")
     data = as_json(report)
     cell = next(row for row in data["ops"] if row["op"] == "layernorm")["cells"]["forward"]
     assert cell["status"] == "error" and data["exit_code"] == 1
@@ -190,7 +190,7 @@ def test_html_needs_a_folder(tmp_path):
 
 
 def test_the_format_does_not_change_the_exit_status(tmp_path):
-    args = [IMPL, "--ops", "layernorm", "softmax", "-k", MATCH, "--oracle", "off"]
+    args = [IMPL, "--ops", "layernorm", "softmax", *QUICK, "--oracle", "off"]
     as_json_ = _cli(*args, "--format", "json", "-o", str(tmp_path / "r.json"))
     as_html = _cli(*args, "--format", "html", "-o", str(tmp_path / "site"))
     assert as_json_.returncode == as_html.returncode == 1, (as_json_.stderr[-2000:],
@@ -206,7 +206,7 @@ def test_the_format_does_not_change_the_exit_status(tmp_path):
     assert verdict(a) == verdict(b)
     assert_agrees(parse(tmp_path / "site" / "index.html"), b)
     # a clean implementation: exit 0 either way
-    ok = _cli("reference", "--ops", "softmax", "-k", MATCH, "--oracle", "off",
+    ok = _cli("reference", "--ops", "softmax", *QUICK, "--oracle", "off",
               "--format", "html", "-o", str(tmp_path / "site"))
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert parse(tmp_path / "site" / "index.html").find(id="verdict").attrs["data-exit"] == "0"

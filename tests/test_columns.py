@@ -100,7 +100,7 @@ def test_bad_input_column_runs_with_the_flag_and_says_so_without(capsys):
             "-k", r"^(bad_input|fd)\["]
     assert minibert([*args, "--bad-input"]) == 1
     out = " ".join(capsys.readouterr().out.split())
-    assert "FAIL bad_input[linear_x_nan] (linear)" in out and "1 op(s) fail: linear" in out
+    assert "FAIL bad_input[linear.x_nan] (linear)" in out and "1 op(s) fail: linear" in out
     assert minibert(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "bad input: not run (--bad-input)" in out

@@ -1,7 +1,8 @@
 """The judging suite's machinery (spec.suite): the registry covers the op table, subset
 handling never passes silently, the class-based worked example and a broken adapter get the
-right verdicts, and the fixed-seed example checks of every op pass on the reference (the mutation
-runner's fast first killer: ``tests/test_conformance.py::test_op_conforms``)."""
+right verdicts, and the quick run (every check on its fixed-seed cases) of every op passes on the
+reference (the mutation runner's fast first killer: ``tests/test_conformance.py::
+test_op_conforms``)."""
 
 from __future__ import annotations
 
@@ -9,30 +10,28 @@ import pytest
 
 from reference.registry import IMPLEMENTATIONS
 from spec.mutants import OPTIMIZER_EQUATIONS
-from spec.numerics import identities as inv
 from spec.protocol import OPS, ImplProxy, NotApplicable, op_of_equation, provides
 from spec.suite import all_checks, check_implementation, select
 from spec.suite.registry import KINDS
 from tests.examples import broken_impl, classy_adapter, tiny_optim
 
-EXAMPLES = r"\.example\b"  # the fixed-seed checks (spec/suite/checks/examples.py)
-
 
 def verdicts(impl, ops=None, **kw) -> dict[str, str]:
-    """op -> verdict of the fixed-seed example checks (or of ``kw``'s selection)."""
-    report = check_implementation(impl, ops=ops, **({"match": EXAMPLES} | kw))
+    """op -> verdict of the quick run (every check on its fixed-seed cases; or of ``kw``'s
+    selection)."""
+    report = check_implementation(impl, ops=ops, **({"quick": True} | kw))
     return report.verdicts()
 
 
 def report_of(impl, op, **kw):
-    return check_implementation(impl, ops=[op], **({"match": EXAMPLES} | kw))
+    return check_implementation(impl, ops=[op], **({"quick": True} | kw))
 
 
 # No equation markers here: the evidence for the equations is the registry's own tags
 # (tests/test_suite_reference.py); these run the same fixed-seed checks op by op.
 @pytest.mark.parametrize("op", list(OPS))
 def test_op_conforms(impl, op):
-    """Backward vs finite differences and the op's invariants on its fixed-seed example."""
+    """Every check of the op on its fixed-seed cases (the quick run)."""
     report = report_of(impl, op)
     if not report.results:
         pytest.skip(f"{op}: no fixed-seed check (its Hypothesis checks cover it)")
@@ -58,18 +57,21 @@ def test_every_op_is_checked_by_every_kind_it_can_be():
 def test_check_ids_are_unique_and_stable():
     ids = [c.id for c in all_checks()]
     assert len(ids) == len(set(ids))
-    for expected in ("fd[layernorm]", "oracle.backward[attention-f64-bias-mask]",
-                     "invariant[softmax.rows_sum_to_one]", "fd[linear.example]",
-                     "bad_input[linear_W_shape]", "sympy[layernorm.backward.dx]"):
+    for expected in ("fd[layernorm]", "oracle.backward[attention_bias_mask-f64]",
+                     "invariant[softmax.rows_sum_to_one]", "fd[linear_bias]",
+                     "bad_input[linear.W_shape]", "sympy[layernorm.backward.dx]"):
         assert expected in ids, expected
 
 
-def test_op_without_registered_invariants_keeps_the_pair_contract(monkeypatch):
+def test_op_without_op_specific_invariants_keeps_the_pair_contract():
     import reference
 
-    monkeypatch.delitem(inv.INVARIANTS, "tanh")
-    report = report_of(reference, "tanh")
-    # what remains is the contract every op pair gets: inputs untouched, float32 kept
+    # without its own identities (tanh.odd_and_bounded) what remains is the contract every op
+    # pair gets from its case family: inputs untouched, float32 kept
+    report = report_of(reference, "tanh", kinds=["invariant"],
+                       match=r"\.(bit_identical_and_pure|float32_vs_float64)\]")
+    assert {r.id for r in report.results} == {"invariant[tanh.bit_identical_and_pure]",
+                                              "invariant[tanh.float32_vs_float64]"}
     assert report.verdict(report.grid()["tanh"]) == "ok"
 
 
@@ -104,7 +106,7 @@ def test_optimizer_names_found_in_optim_submodule():
         optim = tiny_optim
 
     assert provides(Package(), "adam_step", "warmup_linear_lr")
-    assert verdicts(Package(), ["schedule"], match=None, kinds=["invariant"]) == {
+    assert verdicts(Package(), ["schedule"], quick=False, kinds=["invariant"]) == {
         "schedule": "ok"}
 
 

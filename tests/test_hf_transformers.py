@@ -38,13 +38,13 @@ def test_our_checkpoint_loads_in_transformers(impl, arch, tmp_path):
                     token_type_ids=torch.from_numpy(types))
     ours, cache = impl.forward(params, config, ids, mask, token_type_ids=types)
     if arch == "BertModel":
-        to.assert_close("last_hidden_state", ours[keep],
+        to.assert_oracle("last_hidden_state", ours[keep],
                         out.last_hidden_state.numpy()[keep], np.float64)
-        to.assert_close("pooler_output", cache.pooled, out.pooler_output.numpy(), np.float64)
+        to.assert_oracle("pooler_output", cache.pooled, out.pooler_output.numpy(), np.float64)
     elif arch == "BertForMaskedLM":
-        to.assert_close("logits", ours[keep], out.logits.numpy()[keep], np.float64)
+        to.assert_oracle("logits", ours[keep], out.logits.numpy()[keep], np.float64)
     else:
-        to.assert_close("logits", ours, out.logits.numpy(), np.float64)
+        to.assert_oracle("logits", ours, out.logits.numpy(), np.float64)
     # and back: our loader reads what we wrote, bit for bit
     config2, params2 = impl.load_pretrained(tmp_path, dtype=np.float64)
     assert config2 == config

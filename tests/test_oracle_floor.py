@@ -1,4 +1,5 @@
-"""The LayerNorm oracle's rounding floor (spec.suite.checks.oracle_ops.layernorm_backward_scale):
+"""The LayerNorm oracle's rounding floor (spec.tolerances.layernorm_backward_scale, the rule of
+the layernorm case families' oracle checks):
 on an example where dx is eps-sized (two features, no affine: x_hat = +-sqrt(1 - eps / sigma^2)),
 ours and torch differ by the rounding of the |dy| / sigma terms dx cancels, more than a floor
 scaled by the inputs alone allows.  The deep profile found such a case on the reference; this is
@@ -14,8 +15,9 @@ pytest.importorskip("torch")
 
 import reference  # noqa: E402
 from spec.mutants import applied  # noqa: E402
-from spec.suite import torch_oracle as to  # noqa: E402
-from spec.suite.checks.oracle_ops import against_torch, layernorm_backward_scale  # noqa: E402
+from spec.suite.checks.oracle_ops import compare_with_torch  # noqa: E402
+from spec.suite.strategies import OpCase, family  # noqa: E402
+from spec.tolerances import layernorm_backward_scale  # noqa: E402
 
 EPS = 1e-12
 # rows of two features 0.2-0.24 apart (sigma ~0.1, the check's LN_MIN_STD), values within +-3
@@ -29,20 +31,25 @@ DY = np.array([[[3.70284652508941, 6.146871590362834], [-1.9502316926846788, 0.9
                 [-2.8561804978739986, 3.6199993130661814]]])
 
 
-def _backward_against_torch(scale: float) -> None:
-    against_torch(reference, "backward", np.float64, "layernorm", (X, None, None, EPS),
-                  to.layernorm, dict(x=X, gamma=None, beta=None, eps=EPS), DY, ("x", None, None),
-                  backward_scale=scale)
+CASE = OpCase({"x": X, "gamma": None, "beta": None}, {"eps": EPS}, DY)
+
+
+def _backward_against_torch(scale: float | None) -> None:
+    """The generic oracle's backward comparison on the affine-free family (``scale`` None: the
+    family's own rule)."""
+    compare_with_torch(reference, family("layernorm_plain"), CASE, "backward", np.float64,
+                       backward_scale=scale)
 
 
 def test_an_input_scaled_floor_calls_the_reference_wrong_here():
     """The example is one the fix is for: at the inputs' scale the reference is red."""
-    with pytest.raises(AssertionError, match="layernorm dx .* differs from torch"):
+    with pytest.raises(AssertionError, match="layernorm_plain dx .* differs from torch"):
         _backward_against_torch(0.0)
 
 
 def test_the_floor_of_dx_terms_passes_the_reference():
     _backward_against_torch(layernorm_backward_scale(X, None, DY, EPS))
+    _backward_against_torch(None)  # the rule the layernorm families' oracle checks use
 
 
 @pytest.mark.parametrize("mutant", ["layernorm_missing_mean_term", "layernorm_missing_xhat_term",

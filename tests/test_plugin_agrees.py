@@ -28,7 +28,7 @@ def _pytest_failed(tmp_path, impl) -> set[str]:
     junit = tmp_path / "junit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         f"--minibert-impl={impl}", "--minibert-oracle=off", "-k", "example",
+         f"--minibert-impl={impl}", "--minibert-oracle=off", "--minibert-quick",
          f"--junitxml={junit}"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
         timeout=600)
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -43,7 +43,7 @@ def _pytest_failed(tmp_path, impl) -> set[str]:
 def _check_failed(tmp_path, impl) -> tuple[int, set[str]]:
     out = tmp_path / "check.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "spec.cli", "check", impl, "--oracle", "off", "-k", "example",
+        [sys.executable, "-m", "spec.cli", "check", impl, "--oracle", "off", "--quick",
          "--format", "json", "-o", str(out)], cwd=tmp_path, env=_env(), capture_output=True,
         text=True, timeout=600)
     data = json.loads(out.read_text())

@@ -28,7 +28,7 @@ from tests.unshrunk import check_implementation
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "tests.examples."
-FAST = ["-k", r"\.example\b", "--oracle", "off"]  # the fixed-seed checks: seconds
+FAST = ["--quick", "--oracle", "off"]  # every check on its fixed-seed cases: seconds
 
 
 def verdicts(impl, ops=None, **kw) -> dict[str, str]:
@@ -105,7 +105,7 @@ def test_a_hang_inside_compiled_code_is_killed(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(pool, "GRACE_SECONDS", 2.0)
     code, out, _ = _cli(capsys, "c_hang", "--oracle", "off", "--timeout", "1",
-                        "--total-timeout", "120", "-k", r"^fd\[(relu|linear)\.example\]$")
+                        "--total-timeout", "120", "--quick", "-k", r"^fd\[(relu|linear_bias)\]$")
     assert code == 1  # not 2: the kill came from the check's deadline, not the run's
     assert "did not respond to its time limit" in out and "its process was killed" in out
     assert "1 op(s) fail: relu" in out
@@ -228,16 +228,16 @@ class _Leaky:
 
 def test_split_heads_adam_and_clip_get_the_mutation_and_dtype_invariants():
     report = check_implementation(_Leaky(), ops=["heads", "adam", "clip"], kinds=["invariant"],
-                                  match=r"\.example\b")
+                                  quick=True)
     detail = {op: cells["invariants"].detail for op, cells in report.grid().items()}
     failed = {r.id: r.message for r in report.failures()}
     text = " ".join(failed.values())
     assert set(detail) == {"heads", "adam", "clip"}
-    assert "float32 in -> float32 out" in failed["invariant[heads.example]"]
+    assert "float32 in -> float32 out" in failed["invariant[heads.inverse_and_adjoint]"]
     assert "adam_step leaves params, grads and state untouched" in text
-    assert "float32 in -> float32 out" in failed["invariant[adam.example]"]
+    assert "float32 in -> float32 out" in failed["invariant[adam.pure]"]
     assert "clip_by_global_norm leaves its input untouched" in text
-    assert "float32 in -> float32 out" in failed["invariant[clip.example]"]
+    assert "float32 in -> float32 out" in failed["invariant[clip.exact_norm_and_passthrough]"]
 
 
 # ----------------------------------------------------------------- the pytest side
@@ -270,7 +270,7 @@ def test_pytest_minibert_impl_unloadable_is_a_usage_error_at_once(tmp_path):
 
 
 def test_pytest_minibert_impl_providing_nothing_is_red(tmp_path):
-    proc, records = _pytest_impl(tmp_path, EX + "hostile_nothing", "-k", r"example or provides")
+    proc, records = _pytest_impl(tmp_path, EX + "hostile_nothing", "--minibert-quick")
     assert proc.returncode == 1, proc.stdout[-2000:]
     failed = [r["nodeid"] for r in records if r["outcome"] == "failed"]
     assert failed == ["spec/suite/test_implementation.py::test_check[protocol[provides]]"] or \
@@ -278,10 +278,13 @@ def test_pytest_minibert_impl_providing_nothing_is_red(tmp_path):
 
 
 def test_pytest_minibert_impl_fails_on_sys_exit(tmp_path):
-    proc, records = _pytest_impl(tmp_path, EX + "hostile_exit", "-k", "example")
+    proc, records = _pytest_impl(tmp_path, EX + "hostile_exit", "--minibert-quick", "-k", "relu")
     assert proc.returncode == 1, proc.stdout[-2000:]
     failed = sorted(r["nodeid"].split("::")[-1] for r in records if r["outcome"] == "failed")
-    assert failed == ["test_check[fd[relu.example]]", "test_check[invariant[relu.example]]"]
+    assert failed == sorted(f"test_check[{c}]" for c in (
+        "fd[relu]", "invariant[relu.zero_upstream]", "invariant[relu.linear_in_upstream]",
+        "invariant[relu.bit_identical_and_pure]", "invariant[relu.float32_vs_float64]",
+        "invariant[relu.zero_below_zero]"))
 
 
 # ----------------------------------------------------------------- usable on real code
@@ -308,7 +311,7 @@ def test_realstyle_implementation_is_green_in_every_row_it_provides(module, monk
                          ids=[f"{m.__name__.split('.')[-1]}-{op}" for m, op in BUGGY])
 def test_a_bug_in_one_op_makes_only_that_row_red(module, bug, monkeypatch):
     monkeypatch.setattr(module, "BUGS", {bug})
-    report = check_implementation(module, ops=REALSTYLE[module], match=r"\.example\b|^fd\[")
+    report = check_implementation(module, ops=REALSTYLE[module], quick=True)
     got = report.verdicts()
     assert [op for op, v in got.items() if v == "FAIL"] == [bug]
 
@@ -316,7 +319,7 @@ def test_a_bug_in_one_op_makes_only_that_row_red(module, bug, monkeypatch):
 def test_conventions_are_reported_with_the_number_they_change(monkeypatch):
     monkeypatch.setattr(realstyle_minigpt, "BUGS", set())
     ops = ["cross_entropy", "schedule", "clip"]
-    report = check_implementation(realstyle_minigpt, ops=ops, match=r"\.example\b")
+    report = check_implementation(realstyle_minigpt, ops=ops, quick=True)
     assert all(report.verdict(c) == "ok" for c in report.grid().values())
     conventions = report.conventions()
     assert any("loss promoted to float64" in c and "would change it by" in c
@@ -326,7 +329,7 @@ def test_conventions_are_reported_with_the_number_they_change(monkeypatch):
     assert any("guard" in c and "relative" in c for c in conventions["clip"])
     # undeclared, lr(0) = 0 is the reference's off-by-one: a failure naming the declaration
     monkeypatch.setitem(realstyle_minigpt.CAPABILITIES, "conventions", ())
-    report = check_implementation(realstyle_minigpt, ops=["schedule"], match=r"\.example\b")
+    report = check_implementation(realstyle_minigpt, ops=["schedule"], quick=True)
     cell = report.grid()["schedule"]["invariants"]
     assert cell.status == "FAIL" and "CAPABILITIES['conventions']" in cell.detail
 

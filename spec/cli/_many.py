@@ -20,8 +20,8 @@ def argv_for(args) -> list[str]:
     import os
 
     out: list[str] = []
-    if args.bad_input:
-        out.append("--bad-input")
+    out += [flag for flag, on in (("--bad-input", args.bad_input), ("--quick", args.quick))
+            if on]
     for attr, flag in PASSED:
         value = getattr(args, attr)
         if value is None or value == []:

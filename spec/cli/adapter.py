@@ -19,7 +19,7 @@ CAPABILITY_HELP = {
     "ranks": "{op: (ranks,)}: the ranks of the first input an op accepts, e.g. {'linear': (3,)}; "
              "other ranks are reshaped to one of them",
     "conventions": "documented conventions you follow, reported with the number they change",
-    "guards": "numerical guards, judged against the same guarded formula (spec/guards.py)",
+    "guards": "numerical guards, judged against the same guarded formula (spec/protocol/guards.py)",
 }
 
 
@@ -49,8 +49,8 @@ def _signature(row, name: str) -> str:
 
 def skeleton(module: str) -> str:
     """The adapter skeleton for ``module`` as Python source."""
-    from spec.guards import GUARDS
     from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
+    from spec.protocol.guards import GUARDS
 
     if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
         raise ValueError(f"module: expected an import name like mybert or pkg.model, got "

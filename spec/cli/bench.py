@@ -88,7 +88,7 @@ def measure(args):
     from reference.train.threads import available_cores
     from spec.bench import (
         BENCH_TASK,
-        Report,
+        BenchReport,
         Row,
         blas_info,
         load_average,
@@ -110,7 +110,7 @@ def measure(args):
     _, labels, _ = problem(config, B, T, args.seed)
     module, note = load_torch_side()
     sides = ("ours", "torch") if module is not None else ("ours",)
-    report = Report(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
+    report = BenchReport(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
                     torch_note=note, cores=available_cores())
     report.load["before"] = load_average()
     predicted = float(np.mean(labels != IGNORE_INDEX))

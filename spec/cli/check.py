@@ -52,6 +52,9 @@ def register(sub) -> None:
                    help=f"worker processes (default {DEFAULT_WORKERS})")
     g.add_argument("--max-examples", type=int,
                    help="Hypothesis examples per check (default: the suite's, 10)")
+    g.add_argument("--quick", action="store_true",
+                   help="the quick run: each check on its fixed examples alone, nothing drawn "
+                        "(seconds: the first evidence on a new implementation)")
     g.add_argument("--seed", type=int, help="draw every check's examples from this seed (default: "
                                             "derandomized, the same examples every run)")
     g.add_argument("-x", "--first-red", action="store_true",
@@ -63,7 +66,9 @@ def register(sub) -> None:
     g.add_argument("--xfail", action="append", default=[], metavar="ID[=REASON]",
                    help="a check expected to fail (repeatable; strict: a pass fails the run); "
                         "an unknown id is refused")
-    g.add_argument("--list", action="store_true", help="list the selected checks and exit")
+    g.add_argument("--list", action="store_true",
+                   help="list the selected checks (id, kind, ops, file:line of the function "
+                        "that defines it) and exit")
     p1 = g.add_argument_group("past one machine (docs/past-one-machine.md)")
     p1.add_argument("--shard", metavar="K/N",
                     help="run shard K of N: a deterministic, duration-balanced part of the "
@@ -94,6 +99,20 @@ def register(sub) -> None:
 def _fail(msg: str, code: int = EXIT_NOT_RUN) -> int:
     print(f"minibert check: {msg}", file=sys.stderr)
     return code
+
+
+def _where(check) -> str:
+    """``file:line`` of the function that defines the check (relative to the directory holding
+    the spec package: spec/suite/checks/fd.py:61)."""
+    import spec
+
+    file, line = check.source
+    root = Path(spec.__file__).resolve().parent.parent
+    try:
+        file = Path(file).resolve().relative_to(root).as_posix()
+    except ValueError:
+        pass
+    return f"{file}:{line}"
 
 
 def import_root(module_name: str, cwd: str) -> str | None:
@@ -137,7 +156,7 @@ def run(args) -> int:
 
 
 def _run(args, server) -> int:
-    from spec.suite import selected_checks
+    from spec.suite import QUICK, selected_checks
     from spec.suite.pool import run_isolated
     from spec.suite.probe import probe_import
     from spec.suite.registry import resolve_expected_failures
@@ -150,11 +169,19 @@ def _run(args, server) -> int:
         return _fail(f"--workers: expected a positive integer, got {args.workers}")
     if args.max_examples is not None and args.max_examples < 1:
         return _fail(f"--max-examples: expected a positive integer, got {args.max_examples}")
+    if args.quick and args.max_examples is not None:
+        return _fail("--quick runs the fixed examples alone: --max-examples does not apply")
+    import warnings
+
     try:
-        checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
-                                 bad_input=args.bad_input)
+        with warnings.catch_warnings(record=True) as renames:
+            warnings.simplefilter("always", DeprecationWarning)
+            checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
+                                     bad_input=args.bad_input, quick=args.quick)
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
+    for w in renames:  # -k naming a former id: said, one line each
+        print(f"minibert check: deprecated: {w.message}", file=sys.stderr)
     _check_selection(args)
     try:
         expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail")
@@ -170,7 +197,7 @@ def _run(args, server) -> int:
             return _fail(refused)
     if args.list:
         for c in checks:
-            print(f"{c.id}\t{c.kind}\t{','.join(c.ops)}")
+            print(f"{c.id}\t{c.kind}\t{','.join(c.ops)}\t{_where(c)}")
         return 0
     if not args.impl:
         return _fail("impl: expected package.module[:object] (or --list)")
@@ -193,15 +220,16 @@ def _run(args, server) -> int:
     settings = run_settings(args, expected, paths, bool(database or replay))
     reason = probe_import(args.impl, args.timeout, paths=paths)  # an exit, crash or hang
     if reason is not None:
-        from spec.suite.report import Report
+        from spec.suite.report import CheckReport
 
-        report = Report(args.impl, [], args.oracle, args.bad_input, load_error=reason)
+        report = CheckReport(args.impl, [], args.oracle, args.bad_input, load_error=reason)
         return _could_not_run(args, report, settings, plan)
     progress, done = _progress(len(checks))
     try:
         report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
                               total_timeout=args.total_timeout, oracle=args.oracle,
-                              paths=paths, max_examples=args.max_examples, seed=args.seed,
+                              paths=paths, seed=args.seed,
+                              max_examples=QUICK if args.quick else args.max_examples,
                               first_red=args.first_red, on_result=progress, server=server,
                               database=database, replay=replay)
     finally:
@@ -295,7 +323,8 @@ def run_settings(args, expected, paths, shares_database: bool) -> dict:
     except metadata.PackageNotFoundError:
         version = "unknown"
     return {"oracle": args.oracle, "bad_input": args.bad_input, "kinds": args.kinds,
-            "ops": args.ops, "match": args.match, "max_examples": args.max_examples,
+            "ops": args.ops, "match": args.match, "quick": args.quick,
+            "max_examples": args.max_examples,
             "seed": run_seed(args.seed, shares_database), "timeout": args.timeout,
             "total_timeout": args.total_timeout, "expected_failures": expected,
             "implementation": implementation_digest(args.impl.partition(":")[0], paths),

@@ -63,17 +63,21 @@ def worst(got, want, allowed, *, got_name: str = "got", want_name: str = "expect
             f"{int(bad.sum())} of {a.size} entries outside")
 
 
-def assert_close(got, want, *, rtol: float, atol: float = 0.0, what: str) -> None:
-    """|got - want| <= atol + rtol |want| entry by entry (numpy.testing.assert_allclose's rule),
-    same shape; the message names ``what``, the worst index and both values."""
+def assert_close(got, want, *, rtol: float, atol=0.0, what: str, got_name: str = "got",
+                 want_name: str = "expected", rule: str | None = None) -> None:
+    """|got - want| <= atol + rtol |want| entry by entry (numpy.testing.assert_allclose's rule;
+    ``atol`` a scalar or one per entry), same shape: the suite's one closeness assertion, got
+    first.  The message names ``what``, the worst index and both values (as ``got_name`` and
+    ``want_name``), then the tolerance (``rule``: in words, else rtol and atol)."""
     import numpy as np
 
     a, b = np.asarray(got), np.asarray(want)
     if a.shape != b.shape:
-        raise AssertionError(f"{what}: shape {a.shape}, expected {b.shape}")
+        raise AssertionError(f"{what}: shape {a.shape}, {want_name} {b.shape}")
     allowed = atol + rtol * np.abs(b.astype(np.float64))
     diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
     if not np.all(diff <= allowed):
-        tol = f"rtol {rtol:g}, atol " + (f"{atol:g}" if np.ndim(atol) == 0 else
-                                         f"up to {float(np.max(atol)):.1e} per entry")
-        raise AssertionError(f"{what}: {worst(a, b, allowed)} ({tol})")
+        tol = rule or (f"rtol {rtol:g}, atol " + (f"{atol:g}" if np.ndim(atol) == 0 else
+                                                  f"up to {float(np.max(atol)):.1e} per entry"))
+        where = worst(a, b, allowed, got_name=got_name, want_name=want_name)
+        raise AssertionError(f"{what}: {where} ({tol})")

@@ -21,15 +21,28 @@ from spec.numerics.finite_differences import (
 from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
 
 
-def run_op(impl, family, case, inputs=None, dout=None):
+def run_op(impl, family, case, inputs=None, dout=None, between=None):
     """forward + backward; returns (out, grads tuple aligned with the differentiable inputs).
     ``family`` / ``case``: a ``CaseFamily`` and one of its ``OpCase`` s (spec/suite/strategies.py;
-    this layer takes them as they come, it does not import the suite)."""
+    this layer takes them as they come, it does not import the suite).  ``between``: other
+    inputs run through the forward before the backward (the cache of the first call must still
+    be the one the backward uses)."""
     forward, backward = family.bind(impl)
     inputs = case.inputs if inputs is None else inputs
     out, cache = forward(**inputs, **case.fixed)
+    if between is not None:
+        forward(**between, **case.fixed)
     grads = backward(case.dout if dout is None else dout, cache)
     return out, grads
+
+
+def _other(v):
+    """Other values of the same shape and dtype: the entries in reverse order along every axis
+    (a row keeps its sum and spread: probabilities stay probabilities, a row away from
+    constant stays so); ints and None unchanged."""
+    if isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating):
+        return np.ascontiguousarray(np.flip(v))
+    return v
 
 
 def objective(forward, inputs, fixed, dout) -> float:
@@ -39,9 +52,13 @@ def objective(forward, inputs, fixed, dout) -> float:
 
 
 def check_op(impl, family, case) -> dict:
-    """FD check of every output of the backward; returns {input name: gradient}."""
+    """FD check of every output of the backward; returns {input name: gradient}.  A second
+    forward on other values runs before the backward, as FD and training loops do: an
+    implementation whose cache is shared state (one object's attributes) then back-propagates
+    the wrong activations."""
     forward, _ = family.bind(impl)
-    out, grads = run_op(impl, family, case)
+    out, grads = run_op(impl, family, case,
+                        between={k: _other(v) for k, v in case.inputs.items()})
     names = list(case.inputs)
     assert isinstance(grads, tuple) and len(grads) == len(names), (
         f"{family.name}: backward returned {len(grads) if isinstance(grads, tuple) else grads!r}"
@@ -73,7 +90,7 @@ def check_op(impl, family, case) -> dict:
     return dict(zip(names, grads))
 
 
-def assert_f32_close(x32, x64, scale: float, what: str) -> None:
+def assert_f32_close(x32, x64, scale: float, what: str, what_kept: str = "out") -> None:
     """A float32 result against the float64 run of the same code on the same (float32-rounded)
     inputs: F32_VS_F64_RTOL relative, and an absolute floor F32_VS_F64_ATOL times ``scale``, the
     largest magnitude among the results it is compared with (an entry near 0 because terms of
@@ -83,7 +100,7 @@ def assert_f32_close(x32, x64, scale: float, what: str) -> None:
     # silent cast; every other result must stay float32
     convention = x32.ndim == 0 and x32.dtype == np.float64
     assert x32.dtype == np.float32 or convention, (
-        f"{what}: float32 inputs gave {x32.dtype} (a silent cast)")
+        f"{what}: float32 in -> float32 {what_kept} (got {x32.dtype}) -- a silent cast")
     assert_close(x32, x64, rtol=F32_VS_F64_RTOL, atol=F32_VS_F64_ATOL * max(1.0, scale),
                  what=what)
 

@@ -1,27 +1,23 @@
 """Identities every correct implementation satisfies, each written once (NumPy only).
 
 One function per identity family, ``f(impl, <inputs>) -> list[Finding]``, in the manner of
-JAX's ``check_grads``: a library function that callers feed inputs.  The judging suite's
-Hypothesis checks (spec/suite/checks/invariants.py and friends) call them on drawn inputs and
-assert with :func:`require`; its fixed-seed checks (spec/suite/checks/examples.py) call them on
-each op's example.  ``@invariant("op")`` attaches a fixed-seed binding to an op of
-:data:`spec.protocol.OPS` by name: ``f(impl, example, rng) -> findings``, called once per
-example of the op's table entry (once with ``example=None`` for ops without one); an op with no
-binding shows "n/a" in the invariants column.  Every comparison uses the one tolerance of its
-identity from :mod:`spec.tolerances`; exact identities (a masked entry, an ignored position, an
-unused row) are compared with ``==``.
+JAX's ``check_grads``: a library function that callers feed inputs.  The judging suite's checks
+(spec/suite/checks/invariants.py and friends) call them on the cases of a case family -- its
+fixed-seed cases first, then Hypothesis's -- and assert with :func:`require`.  Every comparison
+uses the one tolerance of its identity from :mod:`spec.tolerances`; exact identities (a masked
+entry, an ignored position, an unused row) are compared with ``==``.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from spec.guards import loss_floor
-from spec.protocol import IGNORE_INDEX, Example, capabilities, op_registrar
+from spec.protocol import IGNORE_INDEX, capabilities
+from spec.protocol.capabilities import ConventionWarning
+from spec.protocol.guards import loss_floor
 from spec.tolerances import F64_IDENTITY_RTOL
 
 
@@ -34,19 +30,6 @@ class Finding:
     # a documented convention the implementation follows (lr(0) = 0, a float64 loss, a divisor
     # guard): ok, reported with the number it changes, never a failure
     convention: bool = False
-
-
-# op name -> its fixed-seed bindings, in registration order (filled by @invariant)
-INVARIANTS: dict[str, list[Callable]] = {}
-
-
-# @invariant("op", ...) registers f(impl, example, rng) -> list[Finding] as a fixed-seed check
-invariant = op_registrar(INVARIANTS, "invariant")
-
-
-class ConventionWarning(UserWarning):
-    """A documented convention the implementation follows (lr(0) = 0, a float64 loss, a
-    divisor guard): not a failure; the report lists it with the number it changes."""
 
 
 def require(findings: list[Finding]) -> None:
@@ -124,10 +107,6 @@ def _to32(v):
     return v
 
 
-def _dtype_of(v):
-    return np.asarray(v).dtype if v is not None else None
-
-
 def _snapshot(values) -> list:
     """Bit patterns of every array in ``values`` (nested dicts / tuples / lists)."""
     if isinstance(values, np.ndarray):
@@ -141,45 +120,6 @@ def _snapshot(values) -> list:
 
 def _mutated(before: list, values) -> bool:
     return _snapshot(values) != before
-
-
-def pair_contract(impl, op: str, forward, backward, inputs: dict, fixed: dict, dout
-                  ) -> list[Finding]:
-    """Every op pair: forward and backward leave their inputs (and the upstream gradient)
-    untouched, and float32 inputs give float32 outputs and gradients."""
-    found = []
-    args = copy.deepcopy(inputs)
-    kw = copy.deepcopy(fixed)
-    d = copy.deepcopy(dout)
-    before_args, before_kw, before_d = _snapshot(args), _snapshot(kw), _snapshot(d)
-    out, cache = forward(**args, **kw)
-    found.append(holds(op, "forward leaves its inputs untouched",
-                       not _mutated(before_args, args) and not _mutated(before_kw, kw),
-                       "an input was modified in place"))
-    backward(d, cache)
-    found.append(holds(op, "backward leaves dout and the forward's inputs untouched",
-                       not _mutated(before_d, d) and not _mutated(before_args, args),
-                       "modified in place by the backward"))
-    # float32 through forward and backward
-    a32, k32 = _to32(copy.deepcopy(inputs)), _to32(copy.deepcopy(fixed))
-    out, cache = forward(**a32, **k32)
-    d32 = _to32(np.asarray(dout)) if np.ndim(dout) > 0 else dout
-    if np.ndim(out) == 0 and np.asarray(out).dtype == np.float64:
-        value = float(out)
-        found.append(Finding(op, "float32 in -> float32 out", True,
-                             f"loss promoted to float64: float32 rounding would change it by "
-                             f"{abs(value - float(np.float32(value))):.1e}", convention=True))
-    else:
-        found.append(holds(op, "float32 in -> float32 out", np.asarray(out).dtype == np.float32,
-                           f"got {np.asarray(out).dtype}"))
-    grads = backward(d32, cache)
-    if isinstance(grads, tuple):
-        flat = [g for g in grads if not isinstance(g, dict)] + [
-            v for g in grads if isinstance(g, dict) for v in g.values()]
-        bad = sorted({str(_dtype_of(g)) for g in flat
-                      if g is not None and _dtype_of(g) != np.float32})
-        found.append(holds(op, "float32 in -> float32 gradients", not bad, f"got {bad}"))
-    return found
 
 
 # --------------------------------------------------------------------------- embeddings
@@ -490,15 +430,17 @@ def classifier_gradient_only_at_cls(impl, inputs: dict, dout) -> list[Finding]:
 
 
 # --------------------------------------------------------------------------- losses
-def cross_entropy_identities(impl, logits, labels, dloss: float) -> list[Finding]:
+def cross_entropy_identities(impl, logits, labels, dloss: float,
+                             ignore_index: int = IGNORE_INDEX) -> list[Finding]:
     """loss >= 0 (>= -log(1 + eps) per position under a declared guard log(p + eps));
     sum = n * mean and d sum = n * d mean (n predicted positions); ignored
     positions get gradient exactly 0; dlogits sums to 0 per position."""
-    op, n = "cross_entropy", int(np.sum(labels != IGNORE_INDEX))
-    ignored = labels == IGNORE_INDEX
+    op, n = "cross_entropy", int(np.sum(labels != ignore_index))
+    ignored = labels == ignore_index
     out = {}
     for r in ("mean", "sum"):
-        loss, cache = impl.cross_entropy_forward(logits, labels, reduction=r)
+        loss, cache = impl.cross_entropy_forward(logits, labels, reduction=r,
+                                                 ignore_index=ignore_index)
         out[r] = (float(loss), impl.cross_entropy_backward(dloss, cache)[0])
     (l_mean, d_mean), (l_sum, d_sum) = out["mean"], out["sum"]
     # a declared log guard -log(p + eps) is below 0 by up to log(1 + eps) per position at p = 1
@@ -522,22 +464,27 @@ def cross_entropy_identities(impl, logits, labels, dloss: float) -> list[Finding
     return found
 
 
-def cross_entropy_shift_invariant(impl, logits, labels, shift: float) -> list[Finding]:
+def cross_entropy_shift_invariant(impl, logits, labels, shift: float,
+                                  ignore_index: int = IGNORE_INDEX) -> list[Finding]:
     """log-softmax is shift-invariant: stable for logits of size 800 (exp overflows at 709)."""
-    loss = impl.cross_entropy_forward(logits, labels)[0]
+    loss = impl.cross_entropy_forward(logits, labels, ignore_index=ignore_index)[0]
     return [close("cross_entropy", f"loss(logits + {shift:g}) = loss(logits)",
-                  impl.cross_entropy_forward(logits + shift, labels)[0], loss, 1.0)]
+                  impl.cross_entropy_forward(logits + shift, labels,
+                                             ignore_index=ignore_index)[0], loss, 1.0)]
 
 
 def linear_cross_entropy_is_the_composition(impl, x, W, b, labels, reduction: str,
-                                            dloss: float) -> list[Finding]:
+                                            dloss: float, ignore_index: int = IGNORE_INDEX
+                                            ) -> list[Finding]:
     """The fused head + loss is the linear op then the cross-entropy op: the same loss, and the
     same (dx, dW, db) as cross_entropy_backward then linear_backward, to float64 rounding."""
     op = "linear_cross_entropy"
-    loss, cache = impl.linear_cross_entropy_forward(x, W, b, labels, reduction=reduction)
+    loss, cache = impl.linear_cross_entropy_forward(x, W, b, labels, reduction=reduction,
+                                                    ignore_index=ignore_index)
     grads = impl.linear_cross_entropy_backward(dloss, cache)
     logits, c_lin = impl.linear_forward(x, W, b)
-    want, c_ce = impl.cross_entropy_forward(logits, labels, reduction=reduction)
+    want, c_ce = impl.cross_entropy_forward(logits, labels, reduction=reduction,
+                                            ignore_index=ignore_index)
     want_grads = impl.linear_backward(impl.cross_entropy_backward(dloss, c_ce)[0], c_lin)
     found = [close(op, "loss = cross_entropy(linear(x))", loss, want)]
     for name, g, w in zip(("dx", "dW", "db"), grads, want_grads):
@@ -642,12 +589,12 @@ def schedule_shape(impl, *, peak: float, warmup: int, total: int) -> list[Findin
 def clip_global_norm(impl, grads: dict, max_norm: float) -> list[Finding]:
     """The norm is the 2-norm of all gradients; above max_norm every tensor is scaled by the same
     factor to norm max_norm -- exactly, or max_norm * norm / (norm + eps) under a declared
-    divisor guard (spec/guards.py: CAPABILITIES["guards"]["clip_eps"]); below it nothing
+    divisor guard (spec/protocol/guards.py: CAPABILITIES["guards"]["clip_eps"]); below it nothing
     changes.  An undeclared guard is a failure naming the eps it implies."""
-    from spec.guards import clip_guard, clipped_norm, undeclared_clip_message
+    from spec.protocol.guards import clip_guard, clipped_norm, undeclared_clip_message
 
     op = "clip"
-    eps = clip_guard(impl)
+    eps = clip_guard(capabilities(impl)["guards"])
     norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
     found = [close(op, "global_grad_norm is the 2-norm of all gradients",
                    impl.global_grad_norm(grads), norm)]
@@ -722,170 +669,3 @@ def accumulation_matches_full_batch(impl, params: dict, config, micro_batches: l
             *(close(op, f"{tag}d{k} = full-batch gradient", acc[k], full_grads[k],
                     call if k.endswith("attn.b_k") else 0.0)
               for k in sorted(set(acc) & set(full_grads)))]
-
-
-# --------------------------------------------------------------------------- fixed-seed bindings
-# ``minibert check``: the identities above on each op's fixed-seed example (spec/protocol.py)
-# and, where the identity needs more, on values drawn from the check's rng.
-@invariant("embedding")
-def _embedding(impl, ex: Example, rng) -> list[Finding]:
-    ids, W = ex.fixed["ids"], ex.inputs["W"]
-    return embedding_scatter_adds(impl, ids, W, rng.standard_normal(ids.shape + W.shape[1:]))
-
-
-@invariant("position_embedding")
-def _position_embedding(impl, ex: Example, rng) -> list[Finding]:
-    x, W_pos = ex.inputs["x"], ex.inputs["W_pos"]
-    return position_embedding_identities(impl, x, W_pos, rng.standard_normal(x.shape))
-
-
-@invariant("sinusoidal_position")
-def _sinusoidal(impl, ex: Example, rng) -> list[Finding]:
-    return sinusoidal_identities(impl, ex.inputs["x"])
-
-
-@invariant("linear")
-def _linear(impl, ex: Example, rng) -> list[Finding]:
-    x, W, b = ex.inputs["x"], ex.inputs["W"], ex.inputs["b"]
-    return linear_identities(impl, x, W, b, rng.standard_normal(x.shape[:-1] + W.shape[1:]))
-
-
-@invariant("layernorm")
-def _layernorm(impl, ex: Example, rng) -> list[Finding]:
-    x, gamma, beta = ex.inputs["x"], ex.inputs["gamma"], ex.inputs["beta"]
-    return (layernorm_normalises(impl, x, gamma, beta, scale=1.7, shift=-0.4)
-            + layernorm_backward_invariances(impl, x, gamma, beta, rng.standard_normal(x.shape)))
-
-
-@invariant("softmax")
-def _softmax(impl, ex: Example, rng) -> list[Finding]:
-    x, mask = ex.inputs["x"], ex.fixed.get("mask")
-    return (softmax_identities(impl, x, mask, rng.standard_normal(x.shape))
-            + softmax_shift_invariant(impl, x, mask, 800.0 if mask is None else -800.0))
-
-
-@invariant("softmax_jacobian")
-def _softmax_jacobian(impl, ex, rng) -> list[Finding]:
-    p = rng.random((2, 5)) + 0.05
-    return softmax_jacobian_identities(impl, p / p.sum(-1, keepdims=True))
-
-
-@invariant("relu")
-def _relu(impl, ex: Example, rng) -> list[Finding]:
-    return relu_identities(impl, ex.inputs["x"], rng.standard_normal(ex.inputs["x"].shape))
-
-
-@invariant("tanh")
-def _tanh(impl, ex: Example, rng) -> list[Finding]:
-    return tanh_identities(impl, ex.inputs["x"])
-
-
-@invariant("heads")
-def _heads(impl, ex, rng) -> list[Finding]:
-    return heads_identities(impl, rng.standard_normal((2, 5, 6)),
-                            rng.standard_normal((2, 3, 5, 2)), 3)
-
-
-@invariant("attention")
-def _attention(impl, ex: Example, rng) -> list[Finding]:
-    inputs, n_heads, mask = ex.inputs, ex.fixed["n_heads"], ex.fixed.get("mask")
-    causal = bool(ex.fixed.get("causal"))  # the example of a causal-only implementation
-    x = inputs["x"]
-    found = []
-    if inputs["b_k"] is not None:  # an attention without biases (CAPABILITIES) has no b_k
-        found += attention_ignores_key_bias(impl, inputs, n_heads, mask,
-                                            rng.standard_normal(inputs["b_k"].shape),
-                                            rng.standard_normal(x.shape), causal)
-    if causal:
-        found += attention_is_causal(impl, inputs, n_heads, mask, rng.standard_normal(x.shape))
-    else:
-        found += attention_permutation_equivariant(impl, inputs, n_heads, mask,
-                                                   rng.permutation(x.shape[1]))
-    if mask is not None:
-        found += attention_padding_ignored(impl, inputs, n_heads, mask,
-                                           rng.standard_normal(x.shape), causal)
-    else:
-        found += attention_scaled_by_sqrt_d_k(impl, inputs, causal)
-    return found
-
-
-@invariant("pooler")
-def _pooler(impl, ex: Example, rng) -> list[Finding]:
-    h, W, b = ex.inputs["h"], ex.inputs["W"], ex.inputs["b"]
-    return pooler_gradient_only_at_cls(impl, h, W, b, rng.standard_normal((h.shape[0],)
-                                                                         + W.shape[1:]))
-
-
-@invariant("gelu")
-def _gelu(impl, ex: Example, rng) -> list[Finding]:
-    x = ex.inputs["x"]
-    # float32 in -> float32 out is checked for every op by conformance's generic invariants
-    return gelu_identities(impl, x, ex.fixed["approximate"], rng.standard_normal(x.shape))
-
-
-@invariant("token_type")
-def _token_type(impl, ex: Example, rng) -> list[Finding]:
-    x = ex.inputs["x"]
-    return token_type_identities(impl, x, ex.fixed["type_ids"], ex.inputs["W_type"],
-                                 rng.standard_normal(x.shape))
-
-
-@invariant("embedding_ln")
-def _embedding_ln(impl, ex: Example, rng) -> list[Finding]:
-    ids = ex.fixed["ids"]
-    dy = rng.standard_normal(ids.shape + ex.inputs["W_word"].shape[1:])
-    return embedding_ln_identities(impl, ex.inputs, ids, ex.fixed["type_ids"], dy)
-
-
-@invariant("classifier")
-def _classifier(impl, ex: Example, rng) -> list[Finding]:
-    B, C = ex.inputs["h"].shape[0], ex.inputs["W_c"].shape[1]
-    return classifier_gradient_only_at_cls(impl, ex.inputs, rng.standard_normal((B, C)))
-
-
-@invariant("cross_entropy")
-def _cross_entropy(impl, ex: Example, rng) -> list[Finding]:
-    if ex.fixed["reduction"] != "mean":  # the identities relate both reductions: once
-        return []
-    logits, labels = ex.inputs["logits"], ex.fixed["labels"]
-    return (cross_entropy_identities(impl, logits, labels, 0.7)
-            + cross_entropy_shift_invariant(impl, logits, labels, 800.0))
-
-
-@invariant("linear_cross_entropy")
-def _linear_cross_entropy(impl, ex: Example, rng) -> list[Finding]:
-    return linear_cross_entropy_is_the_composition(impl, *ex.inputs.values(), ex.fixed["labels"],
-                                                   ex.fixed["reduction"], 0.7)
-
-
-@invariant("mse")
-def _mse(impl, ex: Example, rng) -> list[Finding]:
-    return mse_identities(impl, ex.inputs["y_hat"], ex.inputs["y"], 0.7)
-
-
-@invariant("adam")
-def _adam(impl, ex, rng) -> list[Finding]:
-    params = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
-    # |g| log-uniform in [1e-4, 1], mixed signs: both the placement of eps (which matters when
-    # |g| ~ sqrt(eps)) and a missing bias correction (3x too large a first step) show up
-    grads = {k: rng.choice([-1.0, 1.0], v.shape) * 10.0 ** rng.uniform(-4, 0, v.shape)
-             for k, v in params.items()}
-    found = (adam_first_step(impl, params, grads, lr=1e-2, beta2=0.999, eps=1e-8)
-             + adam_contract(impl, params, grads, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8,
-                             weight_decay=0.0, no_decay=()))
-    if capabilities(impl)["weight_decay"]:
-        found += adam_decoupled_decay(impl, params, {"w"}, lr=1e-2, weight_decay=0.1,
-                                      no_decay=("b",))
-    return found
-
-
-@invariant("schedule")
-def _schedule(impl, ex, rng) -> list[Finding]:
-    return schedule_shape(impl, peak=1e-3, warmup=10, total=50)
-
-
-@invariant("clip")
-def _clip(impl, ex, rng) -> list[Finding]:
-    grads = {"a": rng.standard_normal((3, 4)), "b": 10 * rng.standard_normal(5)}
-    norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
-    return clip_global_norm(impl, grads, norm / 4) + clip_global_norm(impl, grads, 2 * norm)

@@ -73,10 +73,10 @@ The optimizer contract (what the checks and the oracle tests rely on):
   max_norm`` and returns ``(grads, norm before clipping)``, without mutating its input.  The
   oracle passes ``eps=1e-6`` (torch's ``clip_grad_norm_`` guard); without an ``eps`` keyword it
   runs torch with your declared guard (``CAPABILITIES["guards"]["clip_eps"]``, default 0,
-  spec/guards.py).  The checks call it without ``eps``: a guard of your own must be declared
-  (undeclared, it is a failure naming the eps it implies).
+  spec/protocol/guards.py).  The checks call it without ``eps``: a guard of your own must be
+  declared (undeclared, it is a failure naming the eps it implies).
 * An ``adam_step`` without a ``no_decay`` keyword gets the no-decay set applied by the suite
-  (spec/optim_contract.py: ``lr * wd * p`` added back after the step), reported as a
+  (spec/protocol/optim_contract.py: ``lr * wd * p`` added back after the step), reported as a
   convention.
 
 Capabilities (partial support)
@@ -91,7 +91,7 @@ everything::
         "weight_decay": False,         # adam_step without weight_decay / no_decay keywords
         "ranks": {"linear": (3,)},     # ranks of the first input an op accepts
         "conventions": ("lr(0)=0",),   # documented conventions this implementation follows
-        "guards": {"log_eps": 1e-12},  # numerical guards (spec/guards.py)
+        "guards": {"log_eps": 1e-12},  # numerical guards (spec/protocol/guards.py)
     }
 
 Variants (``CAPABILITIES[op] = {option: value or tuple of values}``, the table of options in
@@ -111,10 +111,9 @@ are reshaped to one it does (leading axes of 1 added, or merged) for the ops tha
 last axis alone (linear, layernorm, softmax, relu, tanh, ffn, cross_entropy, mse,
 linear_cross_entropy), with the output and gradients reshaped back.  Conventions the
 documents allow are reported as conventions, with the number they change, never as
-failures: a scalar loss promoted to float64
-always; declared numerical guards (``"guards"``, spec/guards.py); ``lr(0) = 0`` when declared
-in ``"conventions"`` (undeclared, it is indistinguishable from the off-by-one it is in the
-reference, and fails naming the declaration).
+failures: a scalar loss promoted to float64 always; declared numerical guards (``"guards"``,
+spec/protocol/guards.py); ``lr(0) = 0`` when declared in ``"conventions"`` (undeclared, it is
+indistinguishable from the off-by-one it is in the reference, and fails naming the declaration).
 
 The op table
 ============
@@ -122,17 +121,15 @@ The op table
 names, its differentiable inputs (the order of the backward's gradients), the equation IDs it
 realises, its parameter names and the ``reference`` module that defines it.  The conformance
 checker, the finite-difference, invariant and oracle tests, the mutation catalog and the audit
-all derive from it: adding an op is one row (and its ``_DOCS`` entry) plus its maths
-(``reference``), its SymPy file (``spec/equations/<prefix>.py``) and its strategies
-(``spec/suite/strategies.py``).
-
-An entry's ``example`` builds small fixed-seed inputs (NumPy only) from which ``minibert check``
-runs the op's backward against finite differences without any op-specific code; op-specific
-identities attach to the op by name (``@invariant("op")`` in :mod:`spec.numerics.identities`).
+all derive from it: adding an op is one row (with its contract in words) plus its maths
+(``reference``), its SymPy file (``spec/equations/<prefix>.py``) and its case family with its
+fixed-seed cases and its torch twin (``spec/suite/strategies.py``): the finite-difference,
+oracle and generic invariant checks then run it without op-specific code.
 """
 
 from __future__ import annotations
 
+from reference.ops import IGNORE_INDEX
 from spec.protocol.capabilities import (
     CONVENTIONS,
     DEFAULT_CAPABILITIES,
@@ -157,20 +154,16 @@ from spec.protocol.proxy import (
 )
 from spec.protocol.table import (
     EQUATION_OPS,
-    IGNORE_INDEX,
     OPS,
-    Example,
     Op,
-    attention_example,
     op_of_equation,
     op_of_name,
-    op_registrar,
     protocol_markdown,
     reference_modules,
 )
 
-__all__ = ["IGNORE_INDEX", "OPS", "Op", "Example", "EQUATION_OPS", "op_of_equation",
-           "op_of_name", "op_registrar", "reference_modules", "attention_example",
+__all__ = ["IGNORE_INDEX", "OPS", "Op", "EQUATION_OPS", "op_of_equation",
+           "op_of_name", "reference_modules",
            "protocol_markdown", "NotApplicable", "ImplProxy", "ImplementationAbort",
            "ImplementationExit", "ImplementationHung", "load_impl",
            "ImplLoadError", "resolve", "provides", "unwrap", "label_of", "not_applicable_message",

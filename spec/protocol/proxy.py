@@ -16,7 +16,6 @@ import numpy as np
 
 from spec.protocol import variants
 from spec.protocol.capabilities import (
-    FORWARD_ARGS,
     RANK_ADAPTABLE,
     capabilities,
     not_claimed_message,
@@ -195,12 +194,12 @@ class ImplProxy:
         elif name == "adam_step" and not caps["weight_decay"]:
             def adapt(args, kwargs):
                 if kwargs.get("weight_decay"):
-                    self._not_claimed("weight_decay (AdamW)")
+                    self._not_claimed(variants.CLAIMS["weight_decay"].what)
                 kwargs = {k: v for k, v in kwargs.items()
                           if k not in ("weight_decay", "no_decay")}
                 return args, kwargs, None
         elif name == "adam_step":  # no no_decay keyword: the suite applies the rule (issue 23)
-            from spec.optim_contract import adam_step_adapter
+            from spec.protocol.optim_contract import adam_step_adapter
 
             adapt = adam_step_adapter(fn)
 
@@ -237,41 +236,17 @@ class ImplProxy:
 
     def _adapter(self, op: str, name: str, caps: dict):
         """(args, kwargs) -> (args, kwargs, post) applying CAPABILITIES to one op function."""
-        checks = []
-        if op in ("attention", "block") and name.endswith("_forward"):
-            if not caps["attention_bias"]:
-                def no_bias(args, kwargs):
-                    biases = (list(args[5:9]) + [kwargs.get(b) for b in ("b_q", "b_k", "b_v",
-                                                                        "b_o")]
-                              if op == "attention" else
-                              [v for k, v in dict(args[1] if len(args) > 1 else
-                                                  kwargs.get("p", {})).items()
-                               if k.startswith("attn.b_")])
-                    if any(b is not None for b in biases):
-                        self._not_claimed("attention_bias (an attention with biases)")
-                checks.append(no_bias)
-            if not caps["key_mask"]:
-                def no_mask(args, kwargs):
-                    if kwargs.get("mask") is not None:
-                        self._not_claimed("key_mask (a masked attention)")
-                checks.append(no_mask)
-        if op == "softmax" and name.endswith("_forward") and not caps["key_mask"]:
-            def no_softmax_mask(args, kwargs):
-                if (args[1] if len(args) > 1 else kwargs.get("mask")) is not None:
-                    self._not_claimed("key_mask (a masked softmax)")
-            checks.append(no_softmax_mask)
         ranks = caps["ranks"].get(op)
         rank_fwd = ranks and op in RANK_ADAPTABLE and name.endswith("_forward")
         rank_bwd = ranks and op in RANK_ADAPTABLE and name.endswith("_backward")
-        # the op's declared variants (spec/protocol/variants.py): forms it does not declare
-        # are not applicable, per-head layouts and probability losses are adapted
+        # the claims and options declared (spec/protocol/variants.py): forms the
+        # implementation does not declare are not applicable, per-head layouts and probability
+        # losses are adapted
         steps = variants.layers(op, name, caps, self._not_claimed)
-        if not (checks or rank_fwd or rank_bwd or steps):
+        if not (rank_fwd or rank_bwd or steps):
             return None
 
         def adapt(args, kwargs):
-            for check in checks:
-                check(args, kwargs)
             posts = []
             for step in steps:
                 args, kwargs, post = step(args, kwargs)
@@ -297,7 +272,7 @@ class ImplProxy:
 
     @staticmethod
     def _rank_forward(op, ranks, args, kwargs):
-        names = FORWARD_ARGS[op]
+        names = OPS[op].args
         bound = dict(zip(names, args))
         primary = bound.get(names[0], kwargs.get(names[0]))
         lead = tuple(np.shape(primary)[:-1])

@@ -1,56 +1,92 @@
-"""How the proxy reaches an implementation that declares a variant of an op (CAPABILITIES, see
-:data:`spec.protocol.capabilities.VARIANTS`): a call in a form the implementation does not
-declare is *not applicable* (never a false red), a keyword that selects the form is passed to
-an implementation declaring several forms and left out for one declaring a single form, and
-two variants are adapted:
+"""The variants an implementation may declare, each declared once: what it means, how a call
+reaches an implementation declaring it, and how a check asks for it.
 
-* ``attention.heads = "per_head"``: the protocol's W_q, W_k, W_v [H, H] become [A, H, d_k]
-  (head a's columns), b_q.. [A, d_k], W_o [A, d_k, H] (head a's rows), for attention and
-  the block's ``attn.*``; the gradients come back in the protocol's layout.
-* ``cross_entropy.input = "probabilities"`` (or ``"probabilities_dlogits"``): a call with
-  logits (every standard cross-entropy check) is composed with the protocol's softmax
-  (reference.ops, the one definition): the implementation gets p = softmax(logits), and its
-  dL/dp goes back through softmax's backward (the composed form's logit gradient is already
-  dL/dlogits).  A call with ``input=`` probabilities reaches it as it is ("alone").
+An implementation declares the forms it supports in ``CAPABILITIES``: a *claim* (``"key_mask":
+False``: no key mask anywhere) or an op's *option* (``CAPABILITIES["layernorm"] = {"affine":
+False}``).  Each entry of :data:`CLAIMS` and :data:`VARIANTS` says
 
-Each adaptation is a *layer* ``(args, kwargs) -> (args, kwargs, post)``; the proxy runs the
-layers in order before the call and their ``post`` in reverse order after it.
+* what each value means (a verdict prints it);
+* how the proxy reaches it: ``pieces`` -- forward arguments the call leaves out (None) in the
+  non-standard form (a call passing them to an implementation without them, or leaving them
+  out of one that needs them, is *not applicable*, never a false red); ``argument`` -- the
+  keyword that selects the form (passed to an implementation declaring several forms, left
+  out for one declaring a single form); ``convert`` -- the conversion to and from the standard
+  form the proxy applies (per-head weights, a loss on probabilities; it handles the option's
+  keyword itself);
+* the keyword a case family's strategy takes for it (``strategy``: ``bias``, ``masked``, or the
+  option's name), so a family asks for a form with ``needs={"op.option": value}`` and draws it.
+
+Every layer the proxy runs is ``(args, kwargs) -> (args, kwargs, post)``: run in order before
+the call, their ``post`` in reverse order after it.  Positional arguments are named by the op
+table (:attr:`spec.protocol.table.Op.args`, the reference's own signatures).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from reference.ops import IGNORE_INDEX, SoftmaxCache, _softmax_backward, _softmax_forward
-from spec.protocol.capabilities import VARIANTS, variant_text
+from spec.protocol.table import OPS
 
 Layer = Callable[[tuple, dict], tuple]
 ATTN_W = ("W_q", "W_k", "W_v", "W_o")
 ATTN_B = ("b_q", "b_k", "b_v", "b_o")
-ATTENTION_ARGS = ("x",) + ATTN_W + ATTN_B
-# positional names of the forwards the layers read
-ARGS = {"layernorm": ("x", "gamma", "beta", "eps"), "ffn": ("x", "W_1", "b_1", "W_2", "b_2"),
-        "attention": ATTENTION_ARGS, "block": ("x", "p"),
-        "cross_entropy": ("logits", "labels")}
 
 
-def _get(op: str, args: tuple, kwargs: dict, name: str, default=None):
-    names = ARGS[op]
-    i = names.index(name)
-    return args[i] if i < len(args) else kwargs.get(name, default)
+@dataclass(frozen=True)
+class Option:
+    """One option of an op: its values (the first is the protocol's standard form), what each
+    value means, and how the suite reaches it (see the module's docstring).  ``absent``: the
+    values of a piece that mean "left out" (eps = 0 as well as None); ``absent_ok``: a call
+    leaving the piece out is taken by every implementation (an eps of 0 is one value of eps);
+    ``also``: further ops the option reaches (a block's attention)."""
+
+    values: tuple
+    meaning: Mapping
+    argument: str | None = None
+    pieces: tuple[str, ...] = ()
+    absent: tuple = (None,)
+    absent_ok: bool = False
+    convert: Callable | None = None
+    also: tuple[str, ...] = ()
+    strategy: str | None = None
+
+    @property
+    def default(self):
+        return self.values[0]
 
 
-def _set(op: str, args: tuple, kwargs: dict, name: str, value) -> tuple[tuple, dict]:
-    i = ARGS[op].index(name)
-    if i < len(args):
-        args = args[:i] + (value,) + args[i + 1:]
-    else:
-        kwargs = {**kwargs, name: value}
-    return args, kwargs
+@dataclass(frozen=True)
+class Claim:
+    """A capability that is a claim, not an op's option: True unless declared False, reached
+    through ``pieces`` (op -> forward arguments that must be absent without it) and
+    ``keywords`` (op -> a keyword that must be None without it)."""
+
+    what: str
+    pieces: Mapping = field(default_factory=dict)
+    keywords: Mapping = field(default_factory=dict)
+    strategy: str | None = None
 
 
+def _dict_keys(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}{n}" for n in ATTN_B)
+
+
+CLAIMS: dict[str, Claim] = {
+    "attention_bias": Claim("attention_bias (an attention with biases)",
+                            pieces={"attention": ATTN_B, "block": _dict_keys("attn.")},
+                            strategy="bias"),
+    "key_mask": Claim("key_mask (a masked attention)",
+                      keywords={"attention": "mask", "block": "mask", "softmax": "mask"},
+                      strategy="masked"),
+    "weight_decay": Claim("weight_decay (AdamW)"),  # adam_step: spec/protocol/proxy.py
+}
+
+
+# --------------------------------------------------------------------------- conversions
 class _Wrapped:
     """A cache the proxy wrapped (per-head layout, composed softmax): the implementation's own
     cache and what the backward needs to undo the adaptation."""
@@ -59,69 +95,6 @@ class _Wrapped:
         self.kind, self.inner, self.info = kind, inner, info
 
 
-def layers(op: str, name: str, caps: dict, not_claimed: Callable[[str], None]) -> list[Layer]:
-    """The adaptation layers of one protocol function under the implementation's variants."""
-    if op not in VARIANTS:
-        return []
-    v = caps[op]
-    forward = name.endswith("_forward")
-    out: list[Layer] = []
-
-    def piece(arg: str, option: str, also: tuple = ()):
-        """A piece the checks pass as None when absent (gamma, b_2, W_o)."""
-        def layer(args, kwargs):
-            given = _get(op, args, kwargs, arg) is not None
-            if given not in v[option]:
-                not_claimed(variant_text(op, option, given) + " (the call "
-                            + ("passes " if given else "leaves out ") + arg + ")")
-            return args, kwargs, None
-        return layer
-
-    def keyword(option: str):
-        """An option selected by a keyword (causal, norm, input)."""
-        opt = VARIANTS[op][option]
-
-        def layer(args, kwargs):
-            value = kwargs.get(opt.argument, opt.default)
-            if value not in v[option]:
-                not_claimed(variant_text(op, option, value))
-            if len(v[option]) == 1:  # a single form: the keyword carries nothing
-                kwargs = {k: x for k, x in kwargs.items() if k != opt.argument}
-            return args, kwargs, None
-        return layer
-
-    if forward and op == "layernorm":
-        out.append(piece("gamma", "affine"))
-
-        def eps(args, kwargs):
-            value = _get(op, args, kwargs, "eps")
-            if value is not None and value != 0 and True not in v["eps"]:
-                not_claimed(variant_text(op, "eps", True) + f" (the call passes eps={value})")
-            return args, kwargs, None
-        out.append(eps)
-    elif forward and op == "ffn":
-        out.append(piece("b_2", "b_2"))
-    elif op == "attention":
-        if forward:
-            out += [piece("W_o", "W_o"), keyword("causal")]
-        if v["heads"] == ("per_head",):
-            out.append(_per_head_forward(op) if forward else _per_head_backward(op))
-    elif op == "block":
-        if forward:
-            out += [keyword("norm"), keyword("causal")]
-        if caps["attention"]["heads"] == ("per_head",):
-            out.append(_per_head_forward(op) if forward else _per_head_backward(op))
-    elif op == "cross_entropy":
-        if forward:
-            out.append(_ce_input(v, not_claimed))
-            if True not in v["ignore_index"]:
-                out.append(_ce_without_ignore_index(not_claimed))
-        else:
-            out.append(_ce_composed_backward)
-    return out
-
-
-# --------------------------------------------------------------------------- per-head
 def to_per_head(name: str, a: np.ndarray, n_heads: int) -> np.ndarray:
     """One attention parameter from the protocol's layout to the per-head one."""
     if a is None:
@@ -149,40 +122,42 @@ def from_per_head(name: str, g, H: int):
     return g.reshape(H)
 
 
-def _per_head_forward(op: str):
-    """The forward's weights to the per-head layout; its cache wrapped with H (to undo)."""
-    def layer(args, kwargs):
-        A = kwargs["n_heads"]
-        H = np.shape(_get(op, args, kwargs, "x"))[-1]
-        if op == "attention":
-            for n in ATTN_W + ATTN_B:
-                args, kwargs = _set(op, args, kwargs, n, to_per_head(n, _get(op, args, kwargs,
-                                                                             n), A))
-        else:  # the block's p: its attn.* entries
-            p = {k: to_per_head(k[5:], a, A) if k.startswith("attn.") else a
-                 for k, a in _get(op, args, kwargs, "p").items()}
-            args, kwargs = _set(op, args, kwargs, "p", p)
+def _per_head(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+    """``attention.heads = "per_head"``: the forward's weights to the per-head layout (its
+    cache wrapped with H), the backward's gradients back to the protocol's."""
+    if declared != ("per_head",):
+        return None
+    if forward:
+        def layer(args, kwargs):
+            A = kwargs["n_heads"]
+            H = np.shape(get(op, args, kwargs, "x"))[-1]
+            if op == "attention":
+                for n in ATTN_W + ATTN_B:
+                    args, kwargs = put(op, args, kwargs, n,
+                                       to_per_head(n, get(op, args, kwargs, n), A))
+            else:  # the block's p: its attn.* entries
+                p = {k: to_per_head(k[5:], a, A) if k.startswith("attn.") else a
+                     for k, a in get(op, args, kwargs, "p").items()}
+                args, kwargs = put(op, args, kwargs, "p", p)
 
-        def post(result):
-            out, cache = result
-            return out, _Wrapped("per_head", cache, H=H)
+            def post(result):
+                out, cache = result
+                return out, _Wrapped("per_head", cache, H=H)
 
-        return args, kwargs, post
+            return args, kwargs, post
 
-    return layer
+        return layer
 
+    names = ("x",) + ATTN_W + ATTN_B
 
-def _per_head_backward(op: str):
-    """The backward's gradients from the per-head layout back to the protocol's."""
-    def layer(args, kwargs):
+    def back(args, kwargs):
         if not (len(args) >= 2 and isinstance(args[1], _Wrapped)):
             return args, kwargs, None
         H = args[1].info["H"]
 
         def post(result):
             if op == "attention":
-                return tuple(g if i == 0 or i >= len(ATTENTION_ARGS)
-                             else from_per_head(ATTENTION_ARGS[i], g, H)
+                return tuple(g if i == 0 or i >= len(names) else from_per_head(names[i], g, H)
                              for i, g in enumerate(result))
             dx, grads = result
             if not isinstance(grads, dict):
@@ -192,12 +167,17 @@ def _per_head_backward(op: str):
 
         return (args[0], args[1].inner, *args[2:]), kwargs, post
 
-    return layer
+    return back
 
 
-# --------------------------------------------------------------------------- cross-entropy
-def _ce_input(v: dict, not_claimed):
-    forms = v["input"]
+def _probabilities(op: str, forward: bool, forms: tuple, not_claimed) -> Layer | None:
+    """``cross_entropy.input = "probabilities"`` (or ``"probabilities_dlogits"``): a call with
+    logits (every standard check) is composed with the protocol's softmax (reference.ops, the
+    one definition): the implementation gets p = softmax(logits), and its dL/dp goes back
+    through softmax's backward (the composed form's logit gradient is already dL/dlogits).  A
+    call with ``input=`` probabilities reaches it as it is ("alone")."""
+    if not forward:
+        return _composed_backward
 
     def layer(args, kwargs):
         kwargs = dict(kwargs)
@@ -209,14 +189,13 @@ def _ce_input(v: dict, not_claimed):
                 kwargs["input"] = asked
             return args, kwargs, None
         if asked != "logits":
-            not_claimed(variant_text("cross_entropy", "input", asked))
+            not_claimed(variant_text(op, "input", asked))
         # logits asked, probabilities taken: compose with the protocol's softmax
         form = forms[0]
         if len(forms) > 1:
             kwargs["input"] = form
-        logits = _get("cross_entropy", args, kwargs, "logits")
-        p, sm_cache = _softmax_forward(np.asarray(logits))
-        args, kwargs = _set("cross_entropy", args, kwargs, "logits", p)
+        p, sm_cache = _softmax_forward(np.asarray(get(op, args, kwargs, "logits")))
+        args, kwargs = put(op, args, kwargs, "logits", p)
 
         def post(result):
             loss, cache = result
@@ -227,20 +206,7 @@ def _ce_input(v: dict, not_claimed):
     return layer
 
 
-def _ce_without_ignore_index(not_claimed):
-    def layer(args, kwargs):
-        kwargs = dict(kwargs)
-        ignore = kwargs.pop("ignore_index", IGNORE_INDEX)
-        labels = _get("cross_entropy", args, kwargs, "labels")
-        if np.any(np.asarray(labels) == ignore):
-            not_claimed(variant_text("cross_entropy", "ignore_index", True)
-                        + " (the call has ignored positions)")
-        return args, kwargs, None
-
-    return layer
-
-
-def _ce_composed_backward(args, kwargs):
+def _composed_backward(args, kwargs):
     if not (len(args) >= 2 and isinstance(args[1], _Wrapped) and args[1].kind == "softmax"):
         return args, kwargs, None
     w = args[1]
@@ -253,3 +219,232 @@ def _ce_composed_backward(args, kwargs):
         return (dlogits, *grads[1:])
 
     return (args[0], w.inner, *args[2:]), kwargs, post
+
+
+def _ignored_positions(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+    """``cross_entropy.ignore_index = False``: the keyword is dropped; a call whose labels hold
+    ignored positions is not applicable (the loss takes predicted rows only)."""
+    if not forward or True in declared:
+        return None
+
+    def layer(args, kwargs):
+        kwargs = dict(kwargs)
+        ignore = kwargs.pop("ignore_index", IGNORE_INDEX)
+        if np.any(np.asarray(get(op, args, kwargs, "labels")) == ignore):
+            not_claimed(variant_text(op, "ignore_index", True)
+                        + " (the call has ignored positions)")
+        return args, kwargs, None
+
+    return layer
+
+
+# --------------------------------------------------------------------------- the options
+# op -> option -> Option.  An implementation declares the values it supports under its op's
+# name in CAPABILITIES (one value or a tuple); an undeclared option supports its default only.
+VARIANTS: dict[str, dict[str, Option]] = {
+    "layernorm": {
+        "affine": Option((True, False), {True: "with gamma and beta",
+                                         False: "without gamma/beta: the suite passes None "
+                                                "for both and expects None gradients"},
+                         pieces=("gamma", "beta")),
+        "eps": Option((True, False), {True: "with eps inside the square root",
+                                      False: "without eps: the suite passes eps=0 (rows are "
+                                             "kept away from constant)"},
+                      pieces=("eps",), absent=(None, 0), absent_ok=True),
+    },
+    "ffn": {
+        "b_2": Option((True, False), {True: "with b_2",
+                                      False: "without b_2: the suite passes b_2=None and "
+                                             "expects db_2 None"}, pieces=("b_2",)),
+    },
+    "attention": {
+        "W_o": Option((True, False), {True: "with the output projection W_o",
+                                      False: "without W_o: y = merge(C); the suite passes "
+                                             "W_o=None, b_o=None and expects None gradients"},
+                      pieces=("W_o",)),
+        "causal": Option((False, True), {False: "bidirectional", True: "causal: position i "
+                                         "attends keys j <= i"}, argument="causal"),
+        "heads": Option(("fused", "per_head"),
+                        {"fused": "W_q, W_k, W_v, W_o [H, H] (head a owns columns a*d_k..)",
+                         "per_head": "per-head projections: W_q, W_k, W_v [A, H, d_k], b_q.. "
+                                     "[A, d_k], W_o [A, d_k, H] (the suite converts the "
+                                     "protocol's [H, H] and back; FD indices stay [H, H])"},
+                        convert=_per_head, also=("block",)),
+    },
+    "block": {
+        "norm": Option(("post", "pre", "pre_final"),
+                       {"post": "post-LN (BERT): LN2(h + FFN(h)), h = LN1(x + MHA(x))",
+                        "pre": "pre-LN (GPT-2): h + FFN(LN2(h)), h = x + MHA(LN1(x))",
+                        "pre_final": "pre-LN followed by its final LayerNorm LN_f (p has "
+                                     "ln_f.gamma, ln_f.beta)"}, argument="norm"),
+        "causal": Option((False, True), {False: "bidirectional attention",
+                                         True: "causal attention"}, argument="causal"),
+    },
+    "cross_entropy": {
+        "ignore_index": Option((True, False), {
+            True: "labels may hold ignore_index",
+            False: "without ignore_index: it takes the predicted rows only; checked on "
+                   "gathered rows in both layouts [N, V] and [1, N, V]"},
+            convert=_ignored_positions),
+        "input": Option(("logits", "probabilities", "probabilities_dlogits"), {
+            "logits": "logits in",
+            "probabilities": "softmax output in, dL/dp out: checked alone and composed with "
+                             "the protocol's softmax",
+            "probabilities_dlogits": "softmax output in, the logit gradient of softmax + CE "
+                                     "out: checked alone and as the composed loss of logits"},
+            argument="input", convert=_probabilities),
+    },
+}
+
+
+# --------------------------------------------------------------------------- the proxy's layers
+def get(op: str, args: tuple, kwargs: dict, name: str, default=None):
+    """The forward argument ``name`` of a call (positional by the op table's order, else a
+    keyword; a name of no argument is looked up in the dict argument: a block's ``p``)."""
+    names = OPS[op].args
+    if name in names:
+        i = names.index(name)
+        return args[i] if i < len(args) else kwargs.get(name, default)
+    if name in kwargs:
+        return kwargs[name]
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, Mapping) and name in value:
+            return value[name]
+    return default
+
+
+def put(op: str, args: tuple, kwargs: dict, name: str, value) -> tuple[tuple, dict]:
+    """The call with the forward argument ``name`` replaced."""
+    i = OPS[op].args.index(name)
+    if i < len(args):
+        return args[:i] + (value,) + args[i + 1:], kwargs
+    return args, {**kwargs, name: value}
+
+
+def variant_text(op: str, option: str, value) -> str:
+    """What one option's value means, for a verdict: "layernorm without gamma/beta..."."""
+    return f"{op} {VARIANTS[op][option].meaning[value]}"
+
+
+def options_of(op: str) -> dict[tuple[str, str], Option]:
+    """(declaring op, option) -> Option for every option that reaches ``op``."""
+    return {(owner, name): option for owner, options in VARIANTS.items()
+            for name, option in options.items() if owner == op or op in option.also}
+
+
+def layers(op: str, name: str, caps: dict, not_claimed: Callable[[str], None]) -> list[Layer]:
+    """The adaptation layers of one protocol function under the implementation's claims and
+    options, in the order of the tables above."""
+    forward = name.endswith("_forward")
+    out: list[Layer] = []
+    for claim, c in CLAIMS.items():
+        if forward and not caps[claim] and (op in c.pieces or op in c.keywords):
+            out.append(_claim_layer(op, c, not_claimed))
+    for (owner, option_name), option in options_of(op).items():
+        declared = caps[owner][option_name]
+        if forward and option.pieces and owner == op:
+            out.append(_piece_layer(op, option_name, option, declared, not_claimed))
+        if forward and option.argument and owner == op and option.convert is None:
+            out.append(_keyword_layer(op, option_name, option, declared, not_claimed))
+        if option.convert is not None:
+            layer = option.convert(op, forward, declared, not_claimed)
+            if layer is not None:
+                out.append(layer)
+    return out
+
+
+def _claim_layer(op: str, claim: Claim, not_claimed) -> Layer:
+    def layer(args, kwargs):
+        given = [n for n in claim.pieces.get(op, ()) if get(op, args, kwargs, n) is not None]
+        keyword = claim.keywords.get(op)
+        if given or (keyword and get(op, args, kwargs, keyword) is not None):
+            not_claimed(claim.what)
+        return args, kwargs, None
+
+    return layer
+
+
+def _piece_layer(op: str, name: str, option: Option, declared: tuple, not_claimed) -> Layer:
+    """A piece the checks pass as None (or 0) when absent: gamma, eps, b_2, W_o."""
+    first = option.pieces[0]
+
+    def layer(args, kwargs):
+        value = get(op, args, kwargs, first)
+        given = not any(value is a or (a is not None and value is not None and
+                                       np.ndim(value) == 0 and value == a)
+                        for a in option.absent)
+        if given not in declared and not (option.absent_ok and not given):
+            not_claimed(variant_text(op, name, given) + " (the call "
+                        + (f"passes {first}" + (f"={value}" if np.ndim(value) == 0 else "")
+                           if given else f"leaves out {first}") + ")")
+        return args, kwargs, None
+
+    return layer
+
+
+def _keyword_layer(op: str, name: str, option: Option, declared: tuple, not_claimed) -> Layer:
+    """An option selected by a keyword (causal, norm, input)."""
+    def layer(args, kwargs):
+        value = kwargs.get(option.argument, option.default)
+        if value not in declared:
+            not_claimed(variant_text(op, name, value))
+        if len(declared) == 1:  # a single form: the keyword carries nothing
+            kwargs = {k: x for k, x in kwargs.items() if k != option.argument}
+        return args, kwargs, None
+
+    return layer
+
+
+# --------------------------------------------------------------------------- declarations
+def resolve_variant(caps: dict, op: str, fixed: Mapping | None = None) -> dict:
+    """Every option of ``op`` for one check: the ``fixed`` values it is about, the others at
+    the implementation's standard form where it supports it, else its first declared value.
+    Raises LookupError naming what the implementation does not declare."""
+    fixed = dict(fixed or {})
+    out = {}
+    for name, option in VARIANTS[op].items():
+        values = caps[op][name]
+        if name in fixed:
+            if fixed[name] not in values:
+                raise LookupError(variant_text(op, name, fixed[name]))
+            out[name] = fixed[name]
+        else:
+            out[name] = option.default if option.default in values else values[0]
+    return out
+
+
+def strategy_keyword(key: str) -> str:
+    """The keyword a case family's strategy takes for a claim or an "op.option"."""
+    if key in CLAIMS:
+        return CLAIMS[key].strategy or key
+    op, option = key.split(".")
+    return VARIANTS[op][option].strategy or option
+
+
+def unmet(caps: dict, needs: Mapping) -> str | None:
+    """The first of a check's ``needs`` the implementation does not declare, in words (None:
+    all met).  ``needs`` maps a claim ("key_mask") to True, or "op.option" to a value."""
+    for key, value in needs.items():
+        if key in CLAIMS:
+            if value and not caps[key]:
+                return CLAIMS[key].what
+            continue
+        op, option = key.split(".")
+        if value not in caps[op][option]:
+            declared = "|".join(map(str, caps[op][option]))
+            return f"{variant_text(op, option, value)} (it declares {op}.{option}={declared})"
+    return None
+
+
+def declared_variants(caps: dict) -> dict[str, list[str]]:
+    """op -> what each option declared without its standard form changes (the verdict's
+    convention lines; an implementation that also has the standard form is checked in both)."""
+    out: dict[str, list[str]] = {}
+    for op, options in VARIANTS.items():
+        for name, option in options.items():
+            values = caps[op][name]
+            if option.default not in values:  # it lacks the standard form: say what it has
+                out.setdefault(op, []).append(
+                    f"variant {op}.{name}={'|'.join(map(str, values))}: "
+                    + "; ".join(option.meaning[v] for v in values if v != option.default))
+    return out

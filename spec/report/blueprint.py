@@ -1,6 +1,6 @@
 """The audit as a browsable blueprint: ``minibert audit --format html -o DIR``.
 
-Rendered from the audit's JSON data alone (``{"provenance": ..., **Report.to_json()}``, the
+Rendered from the audit's JSON data alone (``{"provenance": ..., **AuditReport.to_json()}``, the
 very dict ``--format json`` writes, copied into the site as ``audit.json``), so the HTML and
 the JSON cannot disagree; what the renderer adds is presentation: the documents' sections
 (``spec.documents``), the statements as MathML (latex2mathml), the implementing functions'

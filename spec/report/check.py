@@ -1,7 +1,7 @@
 """The conformance grid of one implementation as a page: ``minibert check MODULE --format html
 -o DIR``.
 
-Rendered from the check's JSON data alone (:meth:`spec.suite.report.Report.to_json`, the very
+Rendered from the check's JSON data alone (:meth:`spec.suite.report.CheckReport.to_json`, the very
 dict ``--format json`` writes, copied into the site as ``check.json``), so the page and the
 JSON cannot disagree: every cell's status, reason and check ids come from ``ops[].cells``,
 every failure's text from ``results[].message``.  What the renderer adds is presentation: the
@@ -31,8 +31,8 @@ OUTCOME_STATUS = {"passed": "ok", "xfailed": "ok", "failed": "FAIL", "xpassed": 
 
 
 def anchor(*parts: str) -> str:
-    """An element id from op names, column keys and check ids ('fd[layernorm.example]' ->
-    'fd-layernorm.example-'): no space, bracket or slash in a URL fragment."""
+    """An element id from op names, column keys and check ids ('invariant[layernorm.normalises]' ->
+    'invariant-layernorm.normalises-'): no space, bracket or slash in a URL fragment."""
     return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "-", p) for p in parts)
 
 

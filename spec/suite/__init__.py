@@ -29,23 +29,32 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from spec.suite.registry import COLUMNS, KINDS, Check, all_checks, resolve_expected_failures, select
-from spec.suite.report import Report, apply_expectations
+from spec.suite.report import CheckReport, apply_expectations
 from spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
 
-__all__ = ["Check", "Result", "Report", "COLUMNS", "KINDS", "all_checks", "select",
+__all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
            "DEFAULT_TIMEOUT"]
 
 
 def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
                     ops: Iterable[str] | None = None, match: str | None = None,
-                    bad_input: bool = False) -> list[Check]:
+                    bad_input: bool = False, quick: bool = False) -> list[Check]:
     """The checks a run covers: everything (bad-input checks only with ``bad_input``),
-    narrowed by ids, kinds, ops or a regular expression on the id."""
+    narrowed by ids, kinds, ops or a regular expression on the id; ``quick``: the checks with
+    fixed examples (run on those alone, :data:`QUICK`)."""
     checks = select(ids=ids, kinds=kinds, ops=ops, match=match)
     if not bad_input and ids is None:
         checks = [c for c in checks if c.kind != "bad_input"]
+    if quick:
+        checks = [c for c in checks if c.in_quick_run]
     return checks
+
+
+# ``max_examples`` of the quick run: every check's explicit examples (the case families'
+# fixed-seed cases) and the fixed checks marked quick, nothing drawn -- seconds, the first
+# evidence on a new implementation and what a mutant trips first
+QUICK = 0
 
 
 class BoundCheck:
@@ -54,9 +63,9 @@ class BoundCheck:
     pytest shows as the parameter of ``test_conformance(check)``."""
 
     def __init__(self, check: Check, proxy, *, timeout: float | None, oracle: str,
-                 database=None):
+                 database=None, quick: bool = False):
         self.check, self.proxy, self.timeout, self.oracle = check, proxy, timeout, oracle
-        self.database = database
+        self.database, self.quick = database, quick
 
     def __repr__(self) -> str:
         return self.check.id
@@ -76,7 +85,8 @@ class BoundCheck:
 
         try:
             r = run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
-                          settings=check_settings(database=self.database),
+                          settings=check_settings(database=self.database,
+                                                  max_examples=QUICK if self.quick else None),
                           heartbeat=heartbeat if self.timeout else None)
         finally:
             if self.timeout:
@@ -84,7 +94,7 @@ class BoundCheck:
         for c in r.conventions:
             import warnings
 
-            from spec.numerics.identities import ConventionWarning
+            from spec.protocol.capabilities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{r.id}: {c}"), stacklevel=2)
         if r.outcome == "n/a":
@@ -120,20 +130,24 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
                             ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
                             ops: Iterable[str] | None = None, match: str | None = None,
                             bad_input: bool = False, oracle: str = "require",
-                            timeout: float | None = DEFAULT_TIMEOUT, database="auto"):
+                            timeout: float | None = DEFAULT_TIMEOUT, database="auto",
+                            quick: bool = False):
     """``@pytest.mark.parametrize("check", ...)`` over every selected check bound to ``impl``
     (a module, an object, or ``"pkg.mod:obj"``), each with its id (``pytest -k`` selects by
     it).  ``expected_failed_checks`` maps ids to reasons: strict xfails (a check that starts
     passing fails the run, so the list cannot go stale).  ``oracle="off"`` turns the PyTorch
     comparisons into skips that say so; by default a missing torch fails them.  ``database``:
     "auto" keeps each implementation's Hypothesis examples apart under ``.hypothesis/minibert``
-    in the current directory (None: no database).  An unknown id in ``expected_failed_checks``
-    is a ValueError naming the closest known ids; a ``"pkg.mod[:obj]"`` whose import exits,
-    crashes or hangs (within ``timeout``) is an ImplLoadError naming why."""
+    in the current directory (None: no database).  ``quick``: the quick run (each check on
+    its fixed examples alone).  An unknown id in ``expected_failed_checks`` is a ValueError
+    naming the closest known ids (a former id answers, with a DeprecationWarning); a
+    ``"pkg.mod[:obj]"`` whose import exits, crashes or hangs (within ``timeout``) is an
+    ImplLoadError naming why."""
     import pytest
 
-    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input)
-    expected = resolve_expected_failures(expected_failed_checks)
+    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
+                             quick=quick)
+    expected = resolve_expected_failures(expected_failed_checks, stacklevel=2)
     if isinstance(impl, str):
         _probe(impl, timeout, raise_it=True)
     proxy = as_proxy(impl)
@@ -153,7 +167,8 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
         if c.id in expected:
             marks.append(pytest.mark.xfail(strict=True, reason=expected[c.id]))
         params.append(pytest.param(BoundCheck(c, proxy, timeout=timeout, oracle=oracle,
-                                              database=database), id=c.id, marks=marks))
+                                              database=database, quick=quick),
+                                   id=c.id, marks=marks))
     return pytest.mark.parametrize("check", params)
 
 
@@ -163,15 +178,17 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          oracle: str = "require", timeout: float | None = DEFAULT_TIMEOUT,
                          expected_failed_checks: Mapping[str, str] | None = None,
                          progress: Callable[[Result], object] | None = None,
-                         settings=None, first_red: bool = False) -> Report:
+                         settings=None, first_red: bool = False,
+                         quick: bool = False) -> CheckReport:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
-    :class:`Report`.  ``settings``: Hypothesis settings for every check (default
+    :class:`CheckReport`.  ``settings``: Hypothesis settings for every check (default
     :func:`spec.suite.run.check_settings`).  ``first_red``: the checks run cheapest and most
-    decisive first, and the run stops at the first failure (the rest are ``not run``).  An
-    unknown id in ``expected_failed_checks`` is a ValueError naming the closest known ids; an
-    implementation that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits,
-    crashes or hangs) is a report that could not run (exit status 2) with the reason."""
+    decisive first, and the run stops at the first failure (the rest are ``not run``).
+    ``quick``: the quick run (each check on its fixed examples alone).  An unknown id in
+    ``expected_failed_checks`` is a ValueError naming the closest known ids; an implementation
+    that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits, crashes or hangs) is
+    a report that could not run (exit status 2) with the reason."""
     import time
 
     from spec.protocol import ImplLoadError
@@ -181,16 +198,19 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     label = impl if isinstance(impl, str) else None
     reason = _probe(impl, timeout) if isinstance(impl, str) else None
     if reason is not None:
-        return Report(impl, [], oracle, bad_input, load_error=reason)
+        return CheckReport(impl, [], oracle, bad_input, load_error=reason)
     try:
         proxy = as_proxy(impl, label)
     except ImplLoadError as e:
-        return Report(str(impl), [], oracle, bad_input, load_error=str(e))
+        return CheckReport(str(impl), [], oracle, bad_input, load_error=str(e))
     from spec.suite.run import first_red_order, stopped_results
     from spec.suite.shrink import ShrinkBudget
 
+    if quick and settings is None:
+        settings = check_settings(max_examples=QUICK)
     budget = ShrinkBudget()  # one for the run
-    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input)
+    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
+                             quick=quick)
     done: dict[str, Result] = {}
     for c in first_red_order(checks) if first_red else checks:
         r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings, shrink=budget)
@@ -201,8 +221,8 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
             break
     results = [done.get(c.id) or stopped_results([c])[0] for c in checks]
     results = apply_expectations(results, expected_failed_checks)
-    return Report(proxy._impl_label, results, oracle, bad_input,
-                  seconds=time.perf_counter() - start)
+    return CheckReport(proxy._impl_label, results, oracle, bad_input,
+                       seconds=time.perf_counter() - start)
 
 
 def _probe(spec: str, timeout: float | None, *, raise_it: bool = False) -> str | None:

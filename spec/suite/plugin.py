@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest  # loaded already: pytest is what loads this plugin
+
 SUITE_MODULE = Path(__file__).with_name("test_implementation.py")
 
 
 def configure(config) -> None:
     """Load ``--minibert-impl`` (child process first), resolve ``--minibert-xfail`` and collect
     the suite module; any failure is a ``pytest.UsageError`` of one line."""
-    import pytest
 
     from spec.protocol import ImplLoadError, capabilities
     from spec.suite.probe import probe_import
@@ -45,3 +46,30 @@ def configure(config) -> None:
     except (ImplLoadError, ValueError) as e:
         raise pytest.UsageError(f"--minibert-impl {spec}: {e}") from None
     config.args.append(str(SUITE_MODULE))
+
+
+def answer_to_former_ids(config, items) -> None:
+    """A check of the suite answers to its former id too (one release,
+    spec.suite.registry.ALIASES), and a ``-k`` naming a former id warns with the new one.
+    Called by spec._pytestplugin's collection hook only when the session holds checks of the
+    suite (items marked ``suite_check``), before ``-k`` deselects."""
+    import re
+    import warnings
+
+    from spec.suite.registry import ALIASES
+
+    marked = [(item, m.args[0]) for item in items for m in item.iter_markers("suite_check")]
+    former: dict[str, list[str]] = {}
+    for old, new in ALIASES.items():
+        former.setdefault(new, []).append(old)
+    words = [w for w in re.split(r"[\s()]+", config.getoption("keyword", "") or "")
+             if w and w not in ("and", "or", "not")]
+    for item, check_id in marked:
+        olds = former.get(check_id, ())
+        item.extra_keyword_matches.update(olds)
+        for w in words:
+            if w.lower() not in item.nodeid.lower() and any(w.lower() in o.lower()
+                                                           for o in olds):
+                warnings.warn(DeprecationWarning(
+                    f"-k {w!r} names a former check id: {check_id!r} is its name now (the "
+                    "old one goes in the next release)"), stacklevel=1)

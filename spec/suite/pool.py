@@ -31,7 +31,7 @@ from pathlib import Path
 from spec.paths import HOME
 from spec.suite.forkserver import ForkedProcess, ForkServer
 from spec.suite.registry import Check
-from spec.suite.report import Report
+from spec.suite.report import CheckReport
 from spec.suite.run import DEFAULT_TIMEOUT, Result, first_red_order, run_seed, stopped_results
 from spec.suite.shrink import ShrinkBudget
 
@@ -208,9 +208,9 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                  seed: int | None = None, first_red: bool = False,
                  database: str | None = None, replay: Sequence[str] = (),
                  on_result: Callable[[Result], object] | None = None,
-                 server: ForkServer | None = None) -> Report:
+                 server: ForkServer | None = None) -> CheckReport:
     """Run ``checks`` on the implementation ``impl`` (``pkg.mod[:obj]``) in ``workers``
-    processes and return the :class:`Report` (results in the checks' order).  The checks are
+    processes and return the :class:`CheckReport` (results in the checks' order).  The checks are
     sent cheapest and most decisive first (:func:`~spec.suite.run.first_red_order`);
     ``first_red``: at the first failure the workers are stopped, and every check not
     finished is ``not run`` (never a pass).  ``server``: a fork server from
@@ -383,6 +383,6 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                     for c in missing]
         if not notes:
             notes.append(f"{len(missing)} checks were not run")
-    report = Report(impl, ordered if load_error is None else [], oracle, notes=notes,
+    report = CheckReport(impl, ordered if load_error is None else [], oracle, notes=notes,
                     seconds=time.monotonic() - start, load_error=load_error)
     return report

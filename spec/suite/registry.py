@@ -7,10 +7,26 @@ tensor, the index and both values), and is *not applicable* by raising :class:`N
 :func:`check` beside the maths they exercise (``spec/suite/checks/*.py``) and selected by id,
 kind or op; :func:`all_checks` imports every check module once and returns the registry.
 
-Ids are ``kind[name]``: ``fd[layernorm]``, ``oracle.backward[attention-f32-bias-mask]``,
-``invariant[softmax.rows_sum_to_one]``.  They are stable: a user's ``expected_failed_checks``,
-``pytest -k`` and the mutation matrix refer to them.  The kinds and the report columns they
-fill are :data:`KINDS`.
+The id grammar, one for every check: ``kind[subject]`` or ``kind[subject.property]``, then
+optional ``-case`` labels::
+
+    fd[linear_nobias]                        oracle.backward[layernorm-f32]
+    invariant[layernorm.zero_upstream]       invariant[layernorm.eps_inside_sqrt-1e-05]
+    bad_input[layernorm.gamma_shape]         fd[model-mini_bert-B2-T1-sum]
+
+* ``kind`` is a key of :data:`KINDS` (the report column it fills);
+* ``subject`` (``[a-z0-9_]+``) is a case family (``linear_nobias``, spec/suite/strategies.py)
+  or a row of the op table (``layernorm``, ``model``); for ``sympy`` checks the bracket holds
+  the equation ID itself (``sympy[layernorm.backward.dx]``: subject = its file in
+  spec/equations);
+* ``property`` (letters, digits, ``_``; dotted only in equation IDs) names what is checked;
+* ``case`` labels (letters, digits, ``_``, ``.``) tell apart the cases of one check: the dtype
+  (``f64``/``f32``), a preset, a value (``1e-05``; a negative one written ``neg1``).
+
+Ids are stable: a user's ``expected_failed_checks``, ``pytest -k`` and the mutation matrix refer
+to them.  An id that changed keeps its old name for one release (:data:`ALIASES`, declared with
+``check(..., was=...)`` beside the check that took it): selecting or expecting a check by the
+old name still works and warns (``DeprecationWarning``) naming the new one.
 """
 
 from __future__ import annotations
@@ -22,10 +38,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from spec.protocol import OPS, NotApplicable, op_of_equation
+from spec.protocol import EQUATION_OPS, OPS, NotApplicable, op_of_equation
 
 __all__ = ["Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
-           "NotApplicable", "CHECK_MODULES", "lazy_module", "resolve_expected_failures"]
+           "NotApplicable", "CHECK_MODULES", "lazy_module", "resolve_expected_failures",
+           "ALIASES", "renamed"]
 
 # kind -> the report column it fills (spec.suite.report); the columns in table order
 COLUMNS = (("forward", "forward vs oracle"), ("oracle_backward", "backward vs oracle"),
@@ -36,7 +53,9 @@ KINDS = {"oracle.forward": "forward", "oracle.backward": "oracle_backward", "fd"
 # the extras a check needs beyond the core install, by the module it imports
 EXTRAS = {"torch": "oracle", "transformers": "oracle"}
 
-_ID = re.compile(r"^[a-z_.]+\[[^\[\]]+\]$")
+_ID = re.compile(r"^(?P<kind>[a-z_]+(\.[a-z_]+)?)\[(?P<subject>[a-z0-9_]+)"
+                 r"(\.(?P<property>[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*))?"
+                 r"(?P<cases>(-[A-Za-z0-9_.]+)*)\]$")
 
 
 @dataclass(frozen=True)
@@ -49,7 +68,12 @@ class Check:
     equations: the equation IDs it is evidence for (the audit and mutation matrix read them)
     func:      ``func(impl, **kwargs, **drawn)``
     kwargs:    its fixed arguments
-    given:     Hypothesis strategies by keyword (drawn per example), or None: run once
+    given:     Hypothesis strategies by keyword (drawn per example), or a function of the
+               implementation's CAPABILITIES returning them (a case family's strategy follows
+               the variant the implementation declares), or None: run once
+    examples:  ``caps -> [{keyword: value}]``: explicit examples, run before anything is drawn
+               (Hypothesis's explicit phase) -- the case families' fixed-seed cases
+    quick:     a check without ``given`` that belongs to the quick run (see :func:`quick`)
     requires:  modules it imports beyond the core install (torch, transformers)
     """
 
@@ -69,6 +93,14 @@ class Check:
     # "layernorm.affine": False, ...}, spec.protocol.capabilities.unmet): decided before the
     # check runs or draws anything, so no check is skipped by the chance of a draw
     needs: Mapping = field(default_factory=dict, compare=False, repr=False)
+    examples: Callable | None = field(default=None, compare=False, repr=False)
+    quick: bool = field(default=False, compare=False, repr=False)
+
+    @property
+    def in_quick_run(self) -> bool:
+        """The quick run (``minibert check --quick``) runs this check: its explicit examples
+        alone, or its one fixed run."""
+        return self.examples is not None if self.given is not None else self.quick
 
     @property
     def column(self) -> str:
@@ -85,9 +117,11 @@ class Check:
 
     @property
     def source(self) -> tuple[str, int]:
-        """(file, line) of the check's function."""
+        """(file, line) of the check's function: its ``def`` line (below its decorators)."""
         fn = inspect.unwrap(self.func)
-        return inspect.getsourcefile(fn) or "?", inspect.getsourcelines(fn)[1]
+        lines, start = inspect.getsourcelines(fn)
+        offset = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
+        return inspect.getsourcefile(fn) or "?", start + offset
 
     def missing_requirements(self) -> list[str]:
         """The modules of :attr:`requires` that cannot be imported here."""
@@ -106,15 +140,33 @@ class Check:
         the body (each example): the time limit is per example, so it bounds a hang without
         limiting how many examples a profile asks for.  ``seed``: draw from this seed (combined
         with the id) instead of the settings' own choice."""
+        completed = []
+
         def run(drawn):
             if each_call is None:
-                return self.call(impl, drawn)
-            with each_call():
-                return self.call(impl, drawn)
+                out = self.call(impl, drawn)
+            else:
+                with each_call():
+                    out = self.call(impl, drawn)
+            completed.append(True)  # not rejected by assume(): a quick run counts these
+            return out
 
         if self.given is None:
-            return functools.partial(run, None)
-        from hypothesis import given
+            test = functools.partial(run, None)
+            test.completed = completed
+            return test
+        from hypothesis import example, given
+
+        caps = None
+        if callable(self.given) or self.examples is not None:
+            from spec.protocol import capabilities
+
+            caps = capabilities(impl)
+        strategies = self.given(caps) if callable(self.given) else self.given
+        explicit = self.examples(caps) if self.examples is not None else []
+        if settings is not None and is_quick(settings) and not explicit:
+            raise NotApplicable(f"not applicable: {self.id} has no fixed example for this "
+                                "implementation (the quick run draws nothing)")
 
         def body(**drawn):
             return run(drawn)
@@ -122,11 +174,13 @@ class Check:
         body.__name__ = body.__qualname__ = re.sub(r"\W+", "_", self.id).strip("_")
         body.__module__ = self.func.__module__
         body.__signature__ = inspect.Signature(
-            [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in self.given])
+            [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in strategies])
         # Hypothesis keys its database and derandomized seed by a digest of the function:
         # add the id, so every check (and every parametrization of one function) has its own
         body._hypothesis_internal_add_digest = self.id.encode()
-        test = given(**self.given)(body)
+        test = given(**strategies)(body)
+        for kw in reversed(explicit):  # run in the order given
+            test = example(**kw)(test)
         if seed is not None:
             import hashlib
 
@@ -134,7 +188,16 @@ class Check:
 
             digest = hashlib.sha256(f"{seed}:{self.id}".encode()).digest()
             test = use_seed(int.from_bytes(digest[:8], "big"))(test)
-        return settings(test) if settings is not None else test
+        test = settings(test) if settings is not None else test
+        test.completed = completed
+        return test
+
+
+def is_quick(settings) -> bool:
+    """Settings of a quick run: the explicit phase alone (``check_settings(max_examples=0)``)."""
+    from hypothesis import Phase
+
+    return tuple(settings.phases) == (Phase.explicit,)
 
 
 def lazy_module(name: str):
@@ -187,7 +250,9 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
           ops: Iterable[str] | Callable | None = None,
           equations: Iterable[str] | Callable | None = None, given: Mapping | None = None,
           requires: Iterable[str] = (), kinds_arg: str | None = None,
-          prepare: Callable | None = None, needs: Mapping | Callable | None = None):
+          prepare: Callable | None = None, needs: Mapping | Callable | None = None,
+          examples: Callable | None = None, quick: bool | Callable = False,
+          was: str | Iterable[str] | Callable | None = None):
     """Register the decorated function as one check, or one per case.
 
     ``kind`` is a key of :data:`KINDS`, or several separated by ``|`` (``"oracle.forward|
@@ -199,7 +264,11 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     rows of ``equations`` (every ID belongs to one op of the table).  ``prepare(**case
     kwargs)`` runs before the check's time limit starts (the suite's own set-up).  ``needs``
     (a mapping, or a callable of the case's kwargs) is what the implementation must declare
-    (:attr:`Check.needs`).
+    (:attr:`Check.needs`).  ``given`` and ``examples`` may be callables of the case's kwargs
+    returning what :class:`Check` takes (a function of the CAPABILITIES); ``quick`` (or a
+    callable of the case's kwargs) puts a check without ``given`` in the quick run.  ``was``
+    (the bracket part of the id(s) a check had before a rename, or a callable of the case's
+    kwargs returning them) keeps the old names for one release (:data:`ALIASES`).
     """
     kinds = kind.split("|")
     for k in kinds:
@@ -224,24 +293,74 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
                 unknown = [r for r in rows if r not in OPS]
                 if unknown:
                     raise ValueError(f"check {label}: ops {unknown} are not rows of the op table")
-                c = Check(f"{k}[{label}]", k, rows, eqs, fn, kw, given, tuple(requires),
+                c = Check(f"{k}[{label}]", k, rows, eqs, fn, kw,
+                          _per_case(given, kwargs, "given"), tuple(requires),
                           inspect.getdoc(fn) or "",
                           None if prepare is None else functools.partial(prepare, **kwargs),
-                          dict(needs(kwargs) if callable(needs) else needs or {}))
-                if not _ID.match(c.id):
-                    raise ValueError(f"check: malformed id {c.id!r}")
+                          dict(needs(kwargs) if callable(needs) else needs or {}),
+                          _per_case(examples, kwargs, "examples"),
+                          bool(quick(kwargs) if callable(quick) else quick))
+                _validate_id(c.id)
                 if c.id in _REGISTRY and _REGISTRY[c.id].func is not fn:
                     raise ValueError(f"check: id {c.id!r} registered twice")
                 _REGISTRY[c.id] = c
+                old = was(kwargs) if callable(was) else was
+                for former in ([old] if isinstance(old, str) else old or ()):
+                    ALIASES[f"{k}[{former}]"] = c.id
         return fn
 
     return register
 
 
+def _validate_id(check_id: str) -> None:
+    """The id follows the grammar of this module's docstring (its subject a case family, an op
+    of the table, or for ``sympy`` an equation ID's file)."""
+    m = _ID.match(check_id)
+    if m is None:
+        raise ValueError(f"check: malformed id {check_id!r} (expected kind[subject.property-"
+                         "case], see spec/suite/registry.py)")
+    from spec.suite.strategies import FAMILIES
+
+    subject = m["subject"]
+    known = (set(OPS) | {f.name for f in FAMILIES} if m["kind"] != "sympy" else
+             {e.split(".")[0] for e in EQUATION_OPS})
+    if subject not in known:
+        raise ValueError(f"check: {check_id!r}: subject {subject!r} is not "
+                         + ("an equation file" if m["kind"] == "sympy"
+                            else "a case family or an op of the table"))
+
+
+# old id -> new id, for one release (``check(..., was=...)``)
+ALIASES: dict[str, str] = {}
+
+
+def renamed(check_id: str, *, stacklevel: int = 2) -> str:
+    """The current id of ``check_id``: itself, or the new name of a renamed check (with a
+    DeprecationWarning naming it)."""
+    all_checks()
+    new = ALIASES.get(check_id)
+    if new is None:
+        return check_id
+    import warnings
+
+    warnings.warn(f"check id {check_id!r} is now {new!r}: the old name goes in the next "
+                  "release", DeprecationWarning, stacklevel=stacklevel + 1)
+    return new
+
+
+def _per_case(value, kwargs: dict, what: str):
+    """``given`` / ``examples`` of one case: a mapping as it is, a callable taking ``kwargs``
+    (the case's) called with them -- it returns the mapping, or a function of the
+    CAPABILITIES."""
+    if value is None or not callable(value):
+        return value
+    return value(kwargs)
+
+
 # the modules that register checks (imported by all_checks, in this order: the report lists
 # checks in registration order)
 CHECK_MODULES = (
-    "spec.suite.checks.fd", "spec.suite.checks.examples", "spec.suite.checks.invariants",
+    "spec.suite.checks.fd", "spec.suite.checks.invariants",
     "spec.suite.checks.model", "spec.suite.checks.losses", "spec.suite.checks.optim",
     "spec.suite.checks.sympy_code", "spec.suite.checks.bad_input",
     "spec.suite.checks.oracle_ops", "spec.suite.checks.oracle_model",
@@ -264,6 +383,7 @@ def all_checks() -> tuple[Check, ...]:
 
 def get(check_id: str) -> Check:
     checks = {c.id: c for c in all_checks()}
+    check_id = renamed(check_id)
     if check_id not in checks:
         raise KeyError(f"no check {check_id!r}")
     return checks[check_id]
@@ -273,10 +393,11 @@ def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None =
            kinds: Iterable[str] | None = None, ops: Iterable[str] | None = None,
            match: str | None = None) -> list[Check]:
     """Checks filtered by exact ids, kinds (``oracle`` matches both oracle kinds), ops, or a
-    regular expression searched in the id."""
+    regular expression searched in the id.  An old id (:data:`ALIASES`) selects its check and
+    warns; so does a pattern that matches no current id but old ones."""
     out = list(all_checks() if checks is None else checks)
     if ids is not None:
-        wanted = list(ids)
+        wanted = [renamed(i, stacklevel=3) for i in ids]
         known = {c.id for c in out}
         unknown = [i for i in wanted if i not in known]
         if unknown:
@@ -290,12 +411,16 @@ def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None =
         out = [c for c in out if os_ & set(c.ops)]
     if match is not None:
         rx = re.compile(match)
-        out = [c for c in out if rx.search(c.id)]
+        found = {c.id for c in out if rx.search(c.id)}
+        if not any(rx.search(c.id) for c in all_checks()):  # it names old ids, if any
+            found = {renamed(old, stacklevel=3) for old in ALIASES if rx.search(old)}
+        out = [c for c in out if c.id in found]
     return out
 
 
 def resolve_expected_failures(expected: Mapping[str, str] | None,
-                              what: str = "expected_failed_checks") -> dict[str, str]:
+                              what: str = "expected_failed_checks", *,
+                              stacklevel: int = 2) -> dict[str, str]:
     """A user's expected failures (check id -> reason) with every id resolved to a registered
     check; the one rule for ``parametrize_with_checks``, ``check_implementation``, the pytest
     plugin (``--minibert-xfail``) and ``minibert check --xfail``.  An id that names no check is
@@ -307,11 +432,12 @@ def resolve_expected_failures(expected: Mapping[str, str] | None,
     out: dict[str, str] = {}
     unknown = []
     for check_id, reason in dict(expected or {}).items():
-        if check_id in known:
-            out[check_id] = reason
+        # an id renamed since the last release resolves through the alias map (warning with
+        # its new name) before it counts as unknown
+        current = renamed(check_id, stacklevel=stacklevel + 1)
+        if current in known:
+            out[current] = reason
             continue
-        # (an id renamed since a release resolves here, through the alias map, before it
-        # counts as unknown)
         unknown.append(check_id)
     if unknown:
         def hint(check_id) -> str:

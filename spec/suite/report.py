@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from spec.protocol import OPS
-from spec.suite.registry import COLUMNS, KINDS
+from spec.suite.registry import COLUMNS, KINDS, renamed
 from spec.suite.run import NOT_RUN, Result, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
@@ -36,8 +36,8 @@ class Cell:
 
 
 def _cell(results: list[Result], off_reason: str | None) -> Cell:
-    if off_reason is not None and not results:
-        return Cell("n/a", off_reason)
+    if off_reason is not None and all(r.outcome == "n/a" for r in results):
+        return Cell("n/a", off_reason, [r.id for r in results])
     failed = [r for r in results if r.outcome in ("failed", "xpassed")]
     ran = [r for r in results if r.outcome in ("passed", "failed", "xfailed", "xpassed")]
     if failed:
@@ -67,7 +67,7 @@ def _cell(results: list[Result], off_reason: str | None) -> Cell:
 
 
 @dataclass
-class Report:
+class CheckReport:
     """Everything one run found: the results, what was not run and why, and the run's own
     failures (a worker that crashed the process, the time limit)."""
 
@@ -213,7 +213,7 @@ class Report:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Report:
+    def from_json(cls, data: Mapping) -> CheckReport:
         """The report a :meth:`to_json` document holds (its results, run notes and settings;
         the grid, verdicts and exit status are recomputed from them, never read)."""
         fields = Result.__dataclass_fields__
@@ -228,10 +228,12 @@ class Report:
 
 def apply_expectations(results: Iterable[Result], expected: Mapping[str, str] | None
                        ) -> list[Result]:
-    """Expected failures (id -> reason), strict: a failure becomes ``xfailed`` (reason kept),
-    a pass becomes ``xpassed`` (a failure of the expectation)."""
+    """Expected failures (id -> reason; a former id names its renamed check, with a
+    DeprecationWarning), strict: a failure becomes ``xfailed`` (reason kept), a pass becomes
+    ``xpassed`` (a failure of the expectation)."""
     if not expected:
         return list(results)
+    expected = {renamed(k, stacklevel=3): v for k, v in expected.items()}
     out = []
     for r in results:
         reason = expected.get(r.id)

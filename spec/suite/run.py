@@ -116,7 +116,9 @@ def check_settings(*, database=None, max_examples: int | None = None,
     spec.suite.shrink), the given
     ``database`` (None: no database; none either when derandomized, which draws the same
     examples every run), no explain phase.  ``shrink=False``: a failure is reported as found (the
-    verdict is the same; only its example is not minimised)."""
+    verdict is the same; only its example is not minimised).  ``max_examples=0``: the quick run
+    -- each check's explicit examples alone (the case families' fixed-seed cases), nothing
+    drawn."""
     from hypothesis import HealthCheck, Phase, settings
 
     parent = settings.default
@@ -124,17 +126,20 @@ def check_settings(*, database=None, max_examples: int | None = None,
     kw = {}
     if not chosen:
         kw.update(max_examples=DEFAULT_MAX_EXAMPLES, derandomize=True)
-    if max_examples is not None:
+    if max_examples == 0:
+        kw["phases"] = [Phase.explicit]
+    elif max_examples is not None:
         kw["max_examples"] = max_examples
     if derandomize is not None:
         kw["derandomize"] = derandomize
     if kw.get("derandomize", parent.derandomize):
         database = None  # derandomized: the same examples every run, nothing to replay
-    # no explain phase: after shrinking, Hypothesis re-ran the example up to 500 times per
-    # argument under a coverage tracer to annotate it ("or any other generated value"): ~5 s
-    # per red, outside any shrink budget, for a comment on the example
-    dropped = (Phase.explain,) if shrink else (Phase.shrink, Phase.explain)
-    kw["phases"] = [p for p in parent.phases if p not in dropped]
+    if "phases" not in kw:
+        # no explain phase: after shrinking, Hypothesis re-ran the example up to 500 times per
+        # argument under a coverage tracer to annotate it ("or any other generated value"):
+        # ~5 s per red, outside any shrink budget, for a comment on the example
+        dropped = (Phase.explain,) if shrink else (Phase.shrink, Phase.explain)
+        kw["phases"] = [p for p in parent.phases if p not in dropped]
     # filter_too_much: the checks assume() kinks and near-constant rows away, and under a
     # random profile a run of rejected draws raised FailedHealthCheck -- a red on a correct
     # implementation.  Not a verdict: a check that can satisfy none still ends Unsatisfiable
@@ -231,7 +236,7 @@ def one_line(message: str) -> str:
 
 
 def _convention_text(w: warnings.WarningMessage) -> str | None:
-    from spec.numerics.identities import ConventionWarning
+    from spec.protocol.capabilities import ConventionWarning
 
     text = str(w.message)
     if issubclass(w.category, ConventionWarning):
@@ -353,13 +358,14 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
 
     if settings is None:
         settings = check_settings(derandomize=False if seed is not None else None)
-    test = check.hypothesis_test(proxy, settings, each_call=each_call, seed=seed)
     start = time.perf_counter()
     conventions: list[str] = []
     outcome, message, cause = "passed", "", ""
+    test = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            test = check.hypothesis_test(proxy, settings, each_call=each_call, seed=seed)
             # single-threaded BLAS: the checks' matrices are small, and OpenBLAS threads that
             # spin beside other work made a whole-model FD check 25x slower (1.2 s -> 30 s)
             with shrinking.bounded(shrink or shrinking.PROCESS_BUDGET) as tracker, \
@@ -380,6 +386,10 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         except BaseException as e:  # noqa: BLE001 -- anything else is the check's failure
             outcome, message = "failed", failure_message(e)
             cause = shrinking.cause_of(e)
+    if outcome == "passed" and test is not None and not test.completed:
+        # every explicit example of a quick run was filtered out: nothing was checked
+        outcome, message = "n/a", (f"not applicable: no example of {check.id} applies to "
+                                   f"{proxy._impl_label} (every one was filtered out)")
     for w in caught:
         text = _convention_text(w)
         if text is not None and text not in conventions:

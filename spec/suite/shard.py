@@ -235,20 +235,20 @@ def implementation_digest(module: str, paths: Sequence[str] = ()) -> str | None:
 
 # --------------------------------------------------------------------------- check reports
 def merge_check_reports(records: Sequence[tuple[str, dict]]):
-    """The one :class:`~spec.suite.report.Report` that the shards ``(name, report JSON)`` of
+    """The one :class:`~spec.suite.report.CheckReport` that the shards ``(name, report JSON)`` of
     one ``minibert check --shard k/N`` run make: every check's result in the run's order, the
     shards' run notes (each naming its shard), a shard that could not load the implementation
     as the run's load error.  The grid, the verdicts and the exit status are recomputed from
     the results, by the code that computes the unsharded run's.  A ValueError naming the
     shards when they are not the shards of one run (:func:`verify_shards`)."""
-    from spec.suite.report import SCHEMA, Report
+    from spec.suite.report import SCHEMA, CheckReport
 
     ordered = verify_shards(records, SCHEMA, "a minibert check report", ["impl"])
     results, notes, load_errors, parts = {}, [], [], []
     for name, rec in ordered:
         k, n = rec["shard"]["index"], rec["shard"]["count"]
         try:
-            part = Report.from_json(rec)
+            part = CheckReport.from_json(rec)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"{name}: expected a minibert check report, got one whose "
                              f"results cannot be read ({type(e).__name__}: {e})") from None
@@ -269,9 +269,9 @@ def merge_check_reports(records: Sequence[tuple[str, dict]]):
                              + ")")
         results.update((r.id, r) for r in part.results)
         notes += [f"shard {k}/{n}: {note}" for note in part.notes]
-    first = Report.from_json(ordered[0][1])
+    first = CheckReport.from_json(ordered[0][1])
     selection = ordered[0][1]["shard"]["selection"]
-    return Report(first.impl, [] if load_errors else [results[i] for i in selection],
+    return CheckReport(first.impl, [] if load_errors else [results[i] for i in selection],
                   first.oracle, first.bad_input, notes,
                   max(p["seconds"] for p in parts), "; ".join(load_errors) or None,
                   first.provenance, first.settings, None, parts)

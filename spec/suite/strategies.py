@@ -38,8 +38,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from spec.protocol import IGNORE_INDEX, OPS
-from spec.protocol.capabilities import resolve_variant
-from spec.tolerances import KINK_MARGIN, LN_MIN_VAR
+from spec.protocol.guards import cross_entropy_adjustment
+from spec.protocol.variants import CLAIMS, resolve_variant, strategy_keyword
+from spec.tolerances import KINK_MARGIN, LN_MIN_VAR, layernorm_backward_scale
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
 # that nothing saturates to exact 0/1 in float64.
@@ -54,10 +55,13 @@ MAX_D_K = 3
 
 
 # --------------------------------------------------------------------------- building blocks
+# Strategies are built once per set of arguments (``reused``): a composite draws its parts
+# afresh for every example, and Hypothesis validates every new strategy object on its first
+# draw -- that cost more than the drawing (a third of the time the oracle spent drawing a
+# block's weights; ~12% of ``minibert check``).  The same strategy draws the same values.
 def reused(fn):
-    """One strategy object per distinct arguments of the strategy function ``fn`` (a fresh
-    strategy is validated on its first draw: see :func:`np_arrays`); with an unhashable
-    argument (a list), a fresh one as before.  The same strategy draws the same values."""
+    """One strategy object per distinct arguments of the strategy function ``fn``; with an
+    unhashable argument (a list), a fresh one as before."""
     cached = functools.lru_cache(maxsize=4096)(fn)
 
     @functools.wraps(fn)
@@ -70,16 +74,13 @@ def reused(fn):
     return strategy
 
 
-@functools.lru_cache(maxsize=4096)
+@reused
 def np_arrays(dtype, shape, elements=None, fill=None) -> st.SearchStrategy[np.ndarray]:
-    """``hypothesis.extra.numpy.arrays``, one strategy object per distinct arguments: a fresh
-    strategy is validated on its first draw, and that validation cost more than drawing
-    (~12% of ``minibert check``) when every example built its strategies anew.  The same
-    strategy draws the same values: no example changes."""
+    """``hypothesis.extra.numpy.arrays``, one strategy object per distinct arguments."""
     return hnp.arrays(dtype, shape, elements=elements, fill=fill)
 
 
-@functools.lru_cache(maxsize=1024)
+@reused
 def floats(lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND) -> st.SearchStrategy[float]:
     return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False,
                      width=64)
@@ -88,11 +89,11 @@ def floats(lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND) -> st.SearchStrate
 def arrays(shape, lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND,
            elements: st.SearchStrategy | None = None) -> st.SearchStrategy[np.ndarray]:
     """float64 array of ``shape``, every element drawn from a bounded finite strategy."""
-    return np_arrays(np.float64, tuple(shape),
+    return np_arrays(np.float64, tuple(int(n) for n in shape),
                      elements if elements is not None else floats(lo, hi), st.nothing())
 
 
-@functools.lru_cache(maxsize=1024)
+@reused
 def away_from_zero(margin: float = KINK_MARGIN, bound: float = VALUE_BOUND):
     """Scalar floats with margin < |v| <= bound."""
     return floats(-bound, bound).filter(lambda v: abs(v) > margin)
@@ -238,8 +239,9 @@ N_DIRECTIONS = 3
 
 @dataclass(frozen=True)
 class CaseFamily:
-    """One family of op cases: the strategy with its arguments, and what the FD and invariant
-    checks need beyond the op's row of spec.protocol.OPS."""
+    """One family of op cases: the strategy with its arguments, its fixed-seed examples, its
+    torch twin, and what the FD, invariant and oracle checks need beyond the op's row of
+    spec.protocol.OPS."""
 
     op: str  # the row of spec.protocol.OPS
     name: str  # the check name: the op, or the op and its variant (linear_nobias)
@@ -247,11 +249,11 @@ class CaseFamily:
     function: Callable = None  # the decorated strategy function
     # last components of the op's equation IDs this family does not exercise ("db" without a
     # bias, "sum" for the mean reduction), and further rows realised inside it (attention
-    # splits and merges heads)
+    # splits and merges heads, the FFN runs ReLU)
     omit: tuple[str, ...] = ()
     also: tuple[str, ...] = ()
     adapter: Callable | None = None  # impl -> (forward, backward) for non-standard signatures
-    smooth: Callable | None = None  # (impl, case) -> bool: the case is away from non-smooth points
+    smooth: Callable | None = None  # (case) -> bool: the case is away from non-smooth points
     f32_ok: Callable | None = None  # (case) -> bool: well-conditioned enough to compare f32/f64
     elementwise_max: int = ELEMENTWISE_MAX_SIZE  # largest tensor checked element by element
     n_dirs: int = N_DIRECTIONS  # random directions per larger tensor
@@ -262,6 +264,18 @@ class CaseFamily:
     needs: tuple = ()
     resolve: tuple[str, ...] = ()
     fd: bool = True  # the backward is the gradient of the forward (not a composed one)
+    # the torch twin, taking the forward's keywords (inputs and fixed): the name of a function
+    # of spec.suite.torch_oracle, or ``to -> function`` given that module; resolved when an
+    # oracle check runs (torch is imported then)
+    torch: str | Callable | None = None
+    # the oracle's rules beyond torch_oracle.allowed_error: ``allowance(guards, case) ->
+    # (forward shift, backward allowance)`` for a declared guard (spec/protocol/guards.py);
+    # ``backward_scale(case)``: the magnitude of the terms the backward sums when it exceeds
+    # the inputs' (its rounding floor); ``torch_float64``: torch runs in float64 on the
+    # float32-rounded inputs, its result cast back (torch's own float32 is the inaccurate side)
+    allowance: Callable | None = None
+    backward_scale: Callable | None = None
+    torch_float64: bool = False
 
     @property
     def equations(self) -> tuple[str, ...]:
@@ -278,30 +292,84 @@ class CaseFamily:
         forward, backward = OPS[self.op].pair
         return getattr(impl, forward), getattr(impl, backward)
 
+    def _kwargs(self, caps: dict, takes) -> dict:
+        kw = {**self.cases.keywords,
+              **variant_kwargs(self.op, dict(self.needs), self.resolve, caps)}
+        return {k: v for k, v in kw.items() if k in inspect.signature(takes).parameters}
+
     def strategy_for(self, caps: dict) -> st.SearchStrategy[OpCase]:
         """The family's strategy with its variant parameters: the fixed ones (``needs``) and
-        those that follow the implementation's declarations (``resolve``)."""
-        kw = variant_kwargs(self.op, dict(self.needs), self.resolve, caps)
-        takes = inspect.signature(self.function).parameters  # the options it is drawn with
-        return self.cases(**{k: v for k, v in kw.items() if k in takes})
+        those that follow the implementation's declarations (``resolve``); smooth cases
+        only."""
+        strategy = self.function(**self._kwargs(caps, self.function))
+        return strategy if self.smooth is None else strategy.filter(self.smooth)
+
+    def examples(self, caps: dict) -> list[OpCase]:
+        """The family's fixed-seed cases (its strategy's ``@fixed_examples`` builder, called
+        with the same variant parameters and ``numpy.random.default_rng(EXAMPLE_SEED)``):
+        every check of the family runs them first, and the quick run runs them alone."""
+        build = getattr(self.function, "fixed_examples", None)
+        if build is None:
+            return []
+        built = build(np.random.default_rng(EXAMPLE_SEED), **self._kwargs(caps, build))
+        return list(built) if isinstance(built, (list, tuple)) else [built]
+
+    def given(self, caps: dict) -> dict:
+        return {"case": self.strategy_for(caps)}
+
+    def explicit(self, caps: dict) -> list[dict]:
+        return [{"case": c} for c in self.examples(caps)]
+
+    def twin(self) -> Callable:
+        """The torch twin (imports torch): ``torch`` names a function of spec.suite.torch_oracle,
+        or is ``to -> function`` given that module (``to.F`` is torch.nn.functional)."""
+        import importlib
+
+        to = importlib.import_module("spec.suite.torch_oracle")
+        return self.torch(to) if callable(self.torch) else getattr(to, self.torch)
 
 
-# capability -> the strategy keyword that carries it
-_CAPABILITY_KWARGS = {"attention_bias": "bias", "key_mask": "masked"}
+EXAMPLE_SEED = 0
+
+
+def fixed_examples(build: Callable):
+    """Attach ``build(rng, **variant parameters) -> OpCase or [OpCase]`` to a case strategy
+    (written between its ``@cases`` and ``@st.composite``): its fixed-seed cases, built with
+    NumPy alone from the same variant parameters the strategy takes (small, designed inputs:
+    repeated ids, unused rows, ignored positions, masks)."""
+
+    def attach(fn):
+        fn.fixed_examples = build
+        return fn
+
+    return attach
+
+
+def fixed_cases(strategy: Callable, **kw) -> list:
+    """The fixed-seed cases ``@fixed_examples`` attached to a strategy, built with ``kw``."""
+    built = strategy.fixed_examples(np.random.default_rng(EXAMPLE_SEED), **kw)
+    return list(built) if isinstance(built, list) else [built]
+
+
+def upstream_like(rng, shape) -> np.ndarray | float:
+    """A fixed example's upstream gradient: Gaussian (mixed signs, never all ones); a float for
+    a scalar output."""
+    return float(rng.standard_normal()) if shape == () else rng.standard_normal(shape)
 
 
 def variant_kwargs(op: str, needs: dict, resolve: tuple, caps: dict) -> dict:
-    """Strategy keywords of one check: the ``needs`` of ``op``'s own options, then each
-    ``resolve`` key at the value the implementation declares (its standard form when it has
-    it).  Called after the needs were met (spec.suite.run checks them first)."""
-    kw = {k.split(".", 1)[1]: v for k, v in needs.items() if k.startswith(op + ".")}
+    """Strategy keywords of one check (each claim's and option's own, spec.protocol.variants):
+    the ``needs`` of ``op``'s own options, then each ``resolve`` key at the value the
+    implementation declares (its standard form when it has it).  Called after the needs were
+    met (spec.suite.run checks them first)."""
+    kw = {strategy_keyword(k): v for k, v in needs.items() if k.startswith(op + ".")}
     for key in resolve:
-        if key in _CAPABILITY_KWARGS:
-            kw[_CAPABILITY_KWARGS[key]] = bool(caps[key])
+        if key in CLAIMS:
+            kw[strategy_keyword(key)] = bool(caps[key])
             continue
         row, option = key.split(".")
         fixed = {k.split(".", 1)[1]: v for k, v in needs.items() if k.startswith(row + ".")}
-        kw[option] = resolve_variant(caps, row, fixed)[option]
+        kw[strategy_keyword(key)] = resolve_variant(caps, row, fixed)[option]
     return kw
 
 
@@ -310,10 +378,12 @@ FAMILIES: list[CaseFamily] = []
 
 def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None, smooth=None,
           f32_ok=None, elementwise_max=None, n_dirs=None, needs=None, resolve=(), fd=True,
+          torch=None, allowance=None, backward_scale=None, torch_float64=False,
           **strategy_kwargs):
     """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
-    of ``op`` (check name ``op_variant``, or ``op`` without a variant).  Stacked decorators register
-    in the order they are written."""
+    of ``op`` (check name ``op_variant``, or ``op`` without a variant); ``torch`` names its
+    twin in spec.suite.torch_oracle (the oracle checks run every family that has one).
+    Stacked decorators register in the order they are written."""
 
     def register(fn):
         if op not in OPS:
@@ -323,7 +393,9 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
         family = CaseFamily(op, op if variant is None else f"{op}_{variant}",
                             functools.partial(fn, **strategy_kwargs), fn, tuple(omit),
                             tuple(also), adapter, smooth, f32_ok, **sizes_,
-                            needs=tuple((needs or {}).items()), resolve=tuple(resolve), fd=fd)
+                            needs=tuple((needs or {}).items()), resolve=tuple(resolve), fd=fd,
+                            torch=torch, allowance=allowance, backward_scale=backward_scale,
+                            torch_float64=torch_float64)
         if any(f.name == family.name for f in FAMILIES):
             raise ValueError(f"cases: case family {family.name!r} is registered twice")
         # decorators apply bottom-up: go before the families the ones below registered
@@ -344,8 +416,25 @@ def _lead_shapes(max_rank: int = 3):
         lambda r: st.tuples(*[sizes(1, 3)] * r))
 
 
-@cases("embedding")
-@reused
+def _away_from_zero(rng, shape, low=0.1, high=2.0):
+    """A fixed example's entries with low <= |v| <= high, mixed signs."""
+    return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(low, high, size=shape)
+
+
+def _gamma_beta(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed example's LayerNorm gamma (around 1, never all 1) and beta (never 0)."""
+    return 1 + 0.5 * rng.standard_normal(n), 0.3 * rng.standard_normal(n)
+
+
+# --------------------------------------------------------------------------- embeddings
+def _embedding_example(rng):
+    W = rng.standard_normal((6, 4))  # id 5 never occurs
+    ids = np.array([[0, 3, 3, 1, 0], [3, 3, 2, 0, 4]])  # repeated ids within and across rows
+    return OpCase({"W": W}, {"ids": ids}, upstream_like(rng, (2, 5, 4)))
+
+
+@cases("embedding", torch="embedding")
+@fixed_examples(_embedding_example)
 @st.composite
 def embedding_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -355,8 +444,10 @@ def embedding_cases(draw) -> OpCase:
     return OpCase({"W": W}, {"ids": ids}, draw(upstream((B, T, H))), draw(_seed()))
 
 
-@cases("position_embedding")
-@reused
+@cases("position_embedding", torch="learned_position")
+@fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((3, 4, 5)),
+                                    "W_pos": rng.standard_normal((6, 5))}, {},
+                                   upstream_like(rng, (3, 4, 5))))
 @st.composite
 def position_embedding_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -366,8 +457,9 @@ def position_embedding_cases(draw) -> OpCase:
                   draw(upstream((B, T, H))), draw(_seed()))
 
 
-@cases("sinusoidal_position")
-@reused
+@cases("sinusoidal_position", torch="sinusoidal_position")
+@fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((2, 7, 6))}, {},
+                                   upstream_like(rng, (2, 7, 6))))
 @st.composite
 def sinusoidal_position_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -375,9 +467,16 @@ def sinusoidal_position_cases(draw) -> OpCase:
     return OpCase({"x": draw(arrays((B, T, H)))}, {}, draw(upstream((B, T, H))), draw(_seed()))
 
 
-@cases("linear", "bias", bias=True)
-@cases("linear", "nobias", bias=False, omit=("db",))
-@reused
+# --------------------------------------------------------------------------- linear / LN
+def _linear_example(rng, bias: bool):
+    x, W, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)
+    return OpCase({"x": x, "W": W, "b": b if bias else None}, {},
+                  upstream_like(rng, (2, 3, 5)))
+
+
+@cases("linear", "bias", bias=True, torch="linear")
+@cases("linear", "nobias", bias=False, omit=("db",), torch="linear")
+@fixed_examples(_linear_example)
 @st.composite
 def linear_cases(draw, bias: bool) -> OpCase:
     lead = draw(_lead_shapes())
@@ -394,10 +493,29 @@ def layernorm_eps() -> st.SearchStrategy[float]:
                      st.floats(-12.0, -3.0).map(lambda e: float(10.0 ** e)))
 
 
-@cases("layernorm", needs={"layernorm.affine": True}, resolve=("layernorm.eps",))
+def _layernorm_example(rng, affine: bool = True, eps: bool = True):
+    x = rng.standard_normal((2, 3, 6)) * 2 + 1
+    gamma, beta = _gamma_beta(rng, 6)
+    return OpCase({"x": x, "gamma": gamma if affine else None, "beta": beta if affine else None},
+                  {"eps": 1e-12 if eps else 0.0}, upstream_like(rng, (2, 3, 6)))
+
+
+def _layernorm_scale(case: OpCase) -> float:
+    return layernorm_backward_scale(case.inputs["x"], case.inputs["gamma"], case.dout,
+                                    case.fixed["eps"])
+
+
+# N = 2: x_hat = +-sqrt(1 - eps / sigma^2) whatever x, so dx is eps-sized (0 at eps = 0): in
+# float32 it is rounding noise of the terms that cancelled -- compared in float64 only
+_LN = dict(torch="layernorm", backward_scale=_layernorm_scale,
+           f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3)
+
+
+@cases("layernorm", needs={"layernorm.affine": True}, resolve=("layernorm.eps",), **_LN)
 # the affine-free family checks dgamma and dbeta too: that they come back None
-@cases("layernorm", "plain", needs={"layernorm.affine": False}, resolve=("layernorm.eps",))
-@reused
+@cases("layernorm", "plain", needs={"layernorm.affine": False}, resolve=("layernorm.eps",),
+       **_LN)
+@fixed_examples(_layernorm_example)
 @st.composite
 def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
                     eps: bool = True) -> OpCase:
@@ -412,9 +530,48 @@ def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
                   draw(upstream(lead + (N,))), draw(_seed()))
 
 
-@cases("softmax", masked=False)
-@cases("softmax", "masked", masked=True)
-@reused
+# --------------------------------------------------------------------------- RMSNorm
+def _rmsnorm_example(rng):
+    x = rng.standard_normal((2, 3, 6)) * 2 + 1
+    return OpCase({"x": x, "gamma": _gamma_beta(rng, 6)[0]}, {"eps": 1e-6},
+                  upstream_like(rng, (2, 3, 6)))
+
+
+def _rmsnorm_scale(case: OpCase) -> float:
+    """dx sums terms of |gamma dy| / rms (the LayerNorm rule, spec.tolerances.
+    layernorm_backward_scale, without the mean): they cancel for N = 1, where x_hat = +-1."""
+    x = np.asarray(case.inputs["x"], np.float64)
+    rms = float(np.sqrt((x * x).mean(axis=-1) + case.fixed["eps"]).min())
+    return 2.0 * float(np.abs(case.dout).max() * np.abs(case.inputs["gamma"]).max()) / rms
+
+
+@cases("rmsnorm", backward_scale=_rmsnorm_scale,
+       torch=lambda to: lambda x, gamma, eps: to.F.rms_norm(x, (x.shape[-1],), gamma, eps),
+       f32_ok=lambda case: case.inputs["x"].shape[-1] >= 2)  # N = 1: dx is eps-sized
+@fixed_examples(_rmsnorm_example)
+@st.composite
+def rmsnorm_cases(draw) -> OpCase:
+    """Rows whose mean square is >= LN_MIN_VAR (RMSNorm is smooth away from x = 0), eps from
+    1e-12 to 1e-3, a gamma that varies across features."""
+    lead = draw(_lead_shapes())
+    N = draw(sizes(1, 6))
+    x = draw(arrays(lead + (N,)))
+    assume(np.min((x * x).mean(axis=-1)) >= LN_MIN_VAR)
+    return OpCase({"x": x, "gamma": draw(gammas(N))}, {"eps": draw(layernorm_eps())},
+                  draw(upstream(lead + (N,))), draw(_seed()))
+
+
+# --------------------------------------------------------------------------- softmax
+def _softmax_example(rng, masked: bool):
+    x = rng.standard_normal((2, 3, 5)) * 2
+    mask = rng.random((2, 3, 5)) < 0.6
+    mask[..., 0] = True
+    return OpCase({"x": x}, {"mask": mask} if masked else {}, upstream_like(rng, (2, 3, 5)))
+
+
+@cases("softmax", masked=False, torch="softmax")
+@cases("softmax", "masked", masked=True, torch="softmax")
+@fixed_examples(_softmax_example)
 @st.composite
 def softmax_cases(draw, masked: bool) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 5)),)
@@ -423,22 +580,25 @@ def softmax_cases(draw, masked: bool) -> OpCase:
                   draw(_seed()))
 
 
-@cases("relu")
-@reused
+@cases("relu", torch="relu")
+@fixed_examples(lambda rng: OpCase({"x": _away_from_zero(rng, (2, 3, 4))}, {},
+                                   upstream_like(rng, (2, 3, 4))))
 @st.composite
 def relu_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
     return OpCase({"x": draw(relu_inputs(shape))}, {}, draw(upstream(shape)), draw(_seed()))
 
 
-@cases("tanh")
-@reused
+@cases("tanh", torch="tanh")
+@fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((2, 3, 4))}, {},
+                                   upstream_like(rng, (2, 3, 4))))
 @st.composite
 def tanh_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
     return OpCase({"x": draw(arrays(shape))}, {}, draw(upstream(shape)), draw(_seed()))
 
 
+# --------------------------------------------------------------------------- attention
 ATTENTION_WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
 ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
 
@@ -446,17 +606,67 @@ ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
 @reused
 @st.composite
 def attention_params(draw, H: int, bias: bool, W_o: bool = True) -> dict:
-    """W_q, W_k, W_v, W_o [H, H] and b_q.. [H] (None without biases; W_o and b_o None without
-    the output projection), in the forward's order."""
-    p = {name: draw(arrays((H, H), -1.0, 1.0)) for name in ATTENTION_WEIGHTS}
-    p.update({name: draw(arrays((H,), -1.0, 1.0)) if bias else None
-              for name in ATTENTION_BIASES})
+    """W_q, W_k, W_v, W_o [H, H] and b_q.. [H] in [-1, 1] (None without biases; W_o and b_o None
+    without the output projection), in the forward's order, from one drawn seed: eight tensors
+    drawn element by element were most of the time of the attention's oracle checks (x, the
+    mask and the upstream gradient stay drawn element by element, and shrink)."""
+    rng = np.random.default_rng(draw(_seed()))
+    p = {name: rng.uniform(-1.0, 1.0, (H, H)) for name in ATTENTION_WEIGHTS}
+    p.update({name: rng.uniform(-1.0, 1.0, H) if bias else None for name in ATTENTION_BIASES})
     if not W_o:
         p["W_o"] = p["b_o"] = None
     return p
 
 
-@reused
+def _attention_example_params(rng, H: int, bias: bool, W_o: bool = True) -> dict:
+    """A fixed example's x [2, 4, H] and attention weights, in the forward's order."""
+    p = {n: rng.standard_normal((H, H)) * 0.6 for n in ATTENTION_WEIGHTS}
+    p.update({n: 0.3 * rng.standard_normal(H) for n in ATTENTION_BIASES})
+    x = rng.standard_normal((2, 4, H))
+    if not bias:
+        p.update(dict.fromkeys(ATTENTION_BIASES))
+    if not W_o:
+        p["W_o"] = p["b_o"] = None
+    return {"x": x, **p}
+
+
+def _example_mask(padded_from: int) -> np.ndarray:
+    """[2, 4] key mask as 0/1 integers (the protocol accepts them): the second sequence padded
+    from ``padded_from``; key 0 always attendable (a causal first query sees it alone)."""
+    mask = np.ones((2, 4), dtype=np.int64)
+    mask[1, padded_from:] = 0
+    return mask
+
+
+def _attention_example(rng, bias: bool, masked: bool, W_o: bool = True, causal: bool = False):
+    inputs = _attention_example_params(rng, 6, bias, W_o)
+    fixed = {"n_heads": 2, "mask": _example_mask(2) if masked else None,
+             **({"causal": True} if causal else {})}
+    return OpCase(inputs, fixed, upstream_like(rng, (2, 4, 6)))
+
+
+@fixed_examples(lambda rng: (rng.standard_normal((2, 5, 6)), rng.standard_normal((2, 3, 5, 2)),
+                             3))
+@st.composite
+def heads_cases(draw) -> tuple[np.ndarray, np.ndarray, int]:
+    """(x [B, T, H], y [B, A, T, d_k], A): a split_heads input and a merge_heads input."""
+    (B, T), (A, d_k) = draw(batch_seq()), draw(head_dims())
+    return draw(arrays((B, T, A * d_k))), draw(arrays((B, A, T, d_k))), A
+
+
+def _probability_rows_example(rng):
+    p = rng.random((2, 5)) + 0.05
+    return p / p.sum(-1, keepdims=True)
+
+
+@fixed_examples(_probability_rows_example)
+@st.composite
+def probability_rows(draw) -> np.ndarray:
+    """[R, N] rows of a softmax output (every p >= e^-6 / N, N >= 1)."""
+    R, N = draw(sizes(1, 3)), draw(sizes(1, 5))
+    return _softmax_rows(draw(arrays((R, N), -3.0, 3.0)))
+
+
 @st.composite
 def causal_key_masks(draw, B: int, T: int) -> np.ndarray:
     """A key padding mask that a causal attention can take: key 0 always attendable (the first
@@ -472,21 +682,22 @@ def _attention_needs(bias: bool, masked: bool) -> dict:
 
 
 _FOLLOW = ("attention_bias", "key_mask")  # biases and masks as the implementation has them
+_ATTN = dict(also=("heads",), torch="attention")
 
 
-@cases("attention", "nobias", bias=False, masked=False, also=("heads",), omit=("causal",),
-       needs=_attention_needs(False, False))
-@cases("attention", "nobias_mask", bias=False, masked=True, also=("heads",), omit=("causal",),
-       needs=_attention_needs(False, True))
-@cases("attention", "bias", bias=True, masked=False, also=("heads",), omit=("causal",),
-       needs=_attention_needs(True, False))
-@cases("attention", "bias_mask", bias=True, masked=True, also=("heads",), omit=("causal",),
-       needs=_attention_needs(True, True))
-@cases("attention", "noproj", also=("heads",), omit=("causal", "dW_o"),
-       needs={"attention.W_o": False}, resolve=("attention.causal",) + _FOLLOW)
-@cases("attention", "causal", also=("heads",), needs={"attention.causal": True},
-       resolve=("attention.W_o",) + _FOLLOW)
-@reused
+@cases("attention", "nobias", bias=False, masked=False, omit=("causal",),
+       needs=_attention_needs(False, False), **_ATTN)
+@cases("attention", "nobias_mask", bias=False, masked=True, omit=("causal",),
+       needs=_attention_needs(False, True), **_ATTN)
+@cases("attention", "bias", bias=True, masked=False, omit=("causal",),
+       needs=_attention_needs(True, False), **_ATTN)
+@cases("attention", "bias_mask", bias=True, masked=True, omit=("causal",),
+       needs=_attention_needs(True, True), **_ATTN)
+@cases("attention", "noproj", omit=("causal", "dW_o"), needs={"attention.W_o": False},
+       resolve=("attention.causal",) + _FOLLOW, **_ATTN)
+@cases("attention", "causal", needs={"attention.causal": True},
+       resolve=("attention.W_o",) + _FOLLOW, **_ATTN)
+@fixed_examples(_attention_example)
 @st.composite
 def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
                     causal: bool = False) -> OpCase:
@@ -504,7 +715,7 @@ def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
-@reused
+# --------------------------------------------------------------------------- ffn / block
 @st.composite
 def ffn_params(draw, H: int, I: int) -> dict:
     """W_1 [H, I], b_1 [I] (kept off 0 so a zero input is not at the kink), W_2 [I, H], b_2."""
@@ -517,9 +728,20 @@ def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray) -> bo
     return bool(np.min(np.abs(x @ W_1 + b_1)) > KINK_MARGIN)
 
 
-@cases("ffn", needs={"ffn.b_2": True})
-@cases("ffn", "nob2", needs={"ffn.b_2": False})
-@reused
+def _ffn_example(rng, b_2: bool = True):
+    for _ in range(100):  # keep every ReLU pre-activation away from the kink
+        x, W_1, b_1 = (rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 8)),
+                       0.3 * rng.standard_normal(8))
+        if np.min(np.abs(x @ W_1 + b_1)) > 100 * KINK_MARGIN:
+            break
+    inputs = {"x": x, "W_1": W_1, "b_1": b_1, "W_2": rng.standard_normal((8, 4)),
+              "b_2": 0.3 * rng.standard_normal(4) if b_2 else None}
+    return OpCase(inputs, {}, upstream_like(rng, (2, 3, 4)))
+
+
+@cases("ffn", needs={"ffn.b_2": True}, also=("relu",), torch="ffn")
+@cases("ffn", "nob2", needs={"ffn.b_2": False}, also=("relu",), torch="ffn")
+@fixed_examples(_ffn_example)
 @st.composite
 def ffn_cases(draw, b_2: bool = True) -> OpCase:
     """``b_2`` False: the FFN without its second bias (b_2 = None)."""
@@ -530,6 +752,23 @@ def ffn_cases(draw, b_2: bool = True) -> OpCase:
         inputs["b_2"] = None
     assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
     return OpCase(inputs, {}, draw(upstream((B, T, H))), draw(_seed()))
+
+
+def _block_weights(seed: int, H: int, I: int, bias: bool) -> dict:
+    """A block's attention and FFN weights from one drawn seed, bounded as the attention and
+    FFN families draw them element by element (|W_q..| <= 1, |W_1..| <= 2, b_1 off ReLU's
+    kink): drawing the ~15 tensors of a block element by element was most of the time of its
+    oracle checks, and a block's failure is localised by its ops' own families, not by
+    shrinking its weights."""
+    rng = np.random.default_rng(seed)
+    p = {n: rng.uniform(-1.0, 1.0, (H, H)) for n in ATTENTION_WEIGHTS}
+    if bias:
+        p.update({n: rng.uniform(-1.0, 1.0, H) for n in ATTENTION_BIASES})
+    p = {f"attn.{k}": v for k, v in p.items()}
+    p.update({"ffn.W_1": rng.uniform(-2.0, 2.0, (H, I)),
+              "ffn.b_1": rng.choice([-1.0, 1.0], I) * rng.uniform(2 * KINK_MARGIN, 2.0, I),
+              "ffn.W_2": rng.uniform(-2.0, 2.0, (I, H)), "ffn.b_2": rng.uniform(-2.0, 2.0, H)})
+    return p
 
 
 def block_param_names(attn_bias: bool, norm: str = "post") -> tuple[str, ...]:
@@ -592,18 +831,36 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
     return min(variances), min(kinks)
 
 
-def block_smooth(impl, case: OpCase) -> bool:
+def block_smooth(case: OpCase) -> bool:
     """Every LayerNorm input has row variance >= LN_MIN_VAR and the FFN's ReLU pre-activation
     is >= KINK_MARGIN from 0 (computed with the protocol's reference ops: the filter never
     calls the implementation in a form it does not declare)."""
     p, f = case.inputs, case.fixed
-    var, kink = block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=f["mask"],
-                                   causal=f.get("causal", False), norm=f.get("norm", "post"))
+    mask = None if f["mask"] is None else np.asarray(f["mask"], bool)
+    var, kink = block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=mask,
+                                   causal=f.get("causal", False), norm=f.get("norm", "post"),
+                                   eps=f["eps"])
     return var >= LN_MIN_VAR and kink > KINK_MARGIN
 
 
+def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False):
+    H, I = 6, 12
+    a = _attention_example_params(rng, H, bias=True)
+    p = {f"attn.{k}": v for k, v in a.items() if k != "x"}
+    p["ln1.gamma"], p["ln1.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    p["ffn.W_1"], p["ffn.b_1"] = 0.5 * rng.standard_normal((H, I)), 0.2 * rng.standard_normal(I)
+    p["ffn.W_2"], p["ffn.b_2"] = 0.5 * rng.standard_normal((I, H)), 0.2 * rng.standard_normal(H)
+    p["ln2.gamma"], p["ln2.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    p["ln_f.gamma"], p["ln_f.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    inputs = {"x": a["x"], **{n: p[n] for n in block_param_names(bias, norm)}}
+    fixed = {"n_heads": 2, "mask": _example_mask(3) if masked else None,
+             "eps": 1e-12, **({"norm": norm} if norm != "post" else {}),
+             **({"causal": True} if causal else {})}
+    return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
+
+
 _BLOCK = dict(
-    adapter=block_adapter, smooth=block_smooth,
+    adapter=block_adapter, smooth=block_smooth, torch="block_flat",
     # a LayerNorm over 2 features maps every row to gamma * (+-1, -+1) + beta: its Jacobian is 0
     # (up to eps), so every gradient upstream of it is a pure cancellation, ~0 in float64 and
     # rounding noise of O(u * terms) in float32
@@ -632,23 +889,22 @@ def _block_needs(bias: bool, masked: bool) -> dict:
        resolve=("block.causal",) + _FOLLOW, **_BLOCK)
 @cases("block", "causal", omit=_POST, needs={"block.causal": True},
        resolve=("block.norm",) + _FOLLOW, **_BLOCK)
-@reused
+@fixed_examples(_block_example)
 @st.composite
 def block_cases(draw, bias: bool, masked: bool, norm: str = "post",
                 causal: bool = False) -> OpCase:
     """x plus every block parameter as a differentiable input named by its local name;
     ``norm`` and ``causal`` select the variant (passed as keywords when not the standard).
 
-    The ReLU and LayerNorm conditions depend on the attention output, so the test filters
+    The ReLU and LayerNorm conditions depend on the attention output, so the strategy filters
     them (``block_smooth`` above)."""
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
     H = A * d_k
     assume(H >= 2)  # a LayerNorm over one feature is constant: nothing to differentiate
     I = draw(sizes(1, 5))
-    p = {f"attn.{k}": v for k, v in draw(attention_params(H, bias)).items() if v is not None}
+    p = _block_weights(draw(_seed()), H, I, bias)
     p.update({"ln1.gamma": draw(gammas(H)), "ln1.beta": draw(betas(H))})
-    p.update({f"ffn.{k}": v for k, v in draw(ffn_params(H, I)).items()})
     p.update({"ln2.gamma": draw(gammas(H)), "ln2.beta": draw(betas(H))})
     if norm == "pre_final":
         p.update({"ln_f.gamma": draw(gammas(H)), "ln_f.beta": draw(betas(H))})
@@ -656,14 +912,21 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post",
     mask = None
     if masked:
         mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
-    fixed = {"n_heads": A, "mask": mask, **({"norm": norm} if norm != "post" else {}),
+    fixed = {"n_heads": A, "mask": mask, "eps": draw(layernorm_eps()),
+             **({"norm": norm} if norm != "post" else {}),
              **({"causal": True} if causal else {})}
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
-@cases("pooler")
-@cases("pooler", "nobias", bias=False)
-@reused
+def _pooler_example(rng, bias: bool = True):
+    inputs = {"h": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 4)),
+              "b": 0.3 * rng.standard_normal(4) if bias else None}
+    return OpCase(inputs, {}, upstream_like(rng, (2, 4)))
+
+
+@cases("pooler", also=("tanh",), torch="pooler")
+@cases("pooler", "nobias", bias=False, also=("tanh",), torch="pooler")
+@fixed_examples(_pooler_example)
 @st.composite
 def pooler_cases(draw, bias: bool = True) -> OpCase:
     B, T = draw(batch_seq())
@@ -673,23 +936,61 @@ def pooler_cases(draw, bias: bool = True) -> OpCase:
     return OpCase(inputs, {}, draw(upstream((B, H))), draw(_seed()))
 
 
+# --------------------------------------------------------------------------- losses
 _PROBS = ("probs", "probs_dp", "probs_dlogits")  # the probability forms' equations
 _IGNORING = {"cross_entropy.ignore_index": True}
+# the example's labels: ignored positions within and across rows
+_CE_LABELS = np.array([[1, IGNORE_INDEX, 4, 4], [IGNORE_INDEX, IGNORE_INDEX, 0, 2]])
 
 
-@cases("cross_entropy", "mean", reduction="mean", omit=("sum",) + _PROBS, needs=_IGNORING)
-@cases("cross_entropy", "sum", reduction="sum", omit=("mean",) + _PROBS, needs=_IGNORING)
+def _gathered(logits: np.ndarray, labels: np.ndarray, layout: str | None):
+    """The predicted rows of an example, [N, V] ("rows") or [1, N, V] ("batch")."""
+    if layout is None:
+        return logits, labels
+    keep = labels != IGNORE_INDEX
+    logits, labels = logits[keep], labels[keep]
+    return (logits, labels) if layout == "rows" else (logits[None], labels[None])
+
+
+def _cross_entropy_example(rng, reduction: str, layout: str | None = None):
+    logits, labels = _gathered(rng.standard_normal((2, 4, 5)) * 2, _CE_LABELS, layout)
+    fixed = {"labels": labels, "reduction": reduction,
+             **({"ignore_index": IGNORE_INDEX} if layout is None else {})}
+    return OpCase({"logits": logits}, fixed, upstream_like(rng, ()))
+
+
+def cross_entropy_guard(guards, case: OpCase) -> tuple[float, np.ndarray]:
+    """A declared loss guard (spec/protocol/guards.py): torch's loss plus the guard's exact
+    shift, and dlogits within |guarded - unguarded gradient|."""
+    f = case.fixed
+    shift, allow, _ = cross_entropy_adjustment(guards, case.inputs["logits"], f["labels"],
+                                               f.get("ignore_index", IGNORE_INDEX),
+                                               f["reduction"], case.dout)
+    return shift, allow
+
+
+_CE = dict(torch="cross_entropy", allowance=cross_entropy_guard)
+
+
+@cases("cross_entropy", "mean", reduction="mean", omit=("sum",) + _PROBS, needs=_IGNORING,
+       **_CE)
+@cases("cross_entropy", "sum", reduction="sum", omit=("mean",) + _PROBS, needs=_IGNORING, **_CE)
 # the predicted rows gathered, in both layouts a loss without ignore_index is handed: [N, V]
 # and [1, N, V] (a loss dividing by shape[0] is right in one and wrong in the other)
-@cases("cross_entropy", "rows_mean", reduction="mean", layout="rows", omit=("sum",) + _PROBS)
-@cases("cross_entropy", "rows_sum", reduction="sum", layout="rows", omit=("mean",) + _PROBS)
-@cases("cross_entropy", "batch_mean", reduction="mean", layout="batch", omit=("sum",) + _PROBS)
-@cases("cross_entropy", "batch_sum", reduction="sum", layout="batch", omit=("mean",) + _PROBS)
-@reused
+@cases("cross_entropy", "rows_mean", reduction="mean", layout="rows", omit=("sum",) + _PROBS,
+       **_CE)
+@cases("cross_entropy", "rows_sum", reduction="sum", layout="rows", omit=("mean",) + _PROBS,
+       **_CE)
+@cases("cross_entropy", "batch_mean", reduction="mean", layout="batch", omit=("sum",) + _PROBS,
+       **_CE)
+@cases("cross_entropy", "batch_sum", reduction="sum", layout="batch", omit=("mean",) + _PROBS,
+       **_CE)
+@fixed_examples(_cross_entropy_example)
 @st.composite
 def cross_entropy_cases(draw, reduction: str, layout: str | None = None) -> OpCase:
-    """``layout`` None: any leading shape, ignored positions marked IGNORE_INDEX; "rows"
-    [N, V] / "batch" [1, N, V]: every position predicted (no ignore_index passed)."""
+    """``layout`` None: any leading shape, ignored positions marked with ``ignore_index``
+    (passed: -100, the default, or -1, which a loss masking with the default would score);
+    "rows" [N, V] / "batch" [1, N, V]: every position predicted (no ignore_index passed)."""
     if layout is None:
         lead = draw(_lead_shapes(3).filter(len))  # labels need at least one axis
     else:
@@ -697,9 +998,13 @@ def cross_entropy_cases(draw, reduction: str, layout: str | None = None) -> OpCa
         lead = (N,) if layout == "rows" else (1, N)
     V = draw(sizes(1, 6))
     inputs = {"logits": draw(arrays(lead + (V,), -4.0, 4.0))}
-    labels = (draw(ce_labels(lead, V)) if layout is None else
-              draw(np_arrays(np.int64, tuple(lead), st.integers(0, V - 1), st.nothing())))
-    fixed = {"labels": labels, "reduction": reduction}
+    fixed = {"reduction": reduction}
+    if layout is None:
+        fixed["ignore_index"] = draw(st.sampled_from([IGNORE_INDEX, -1]))
+        fixed["labels"] = draw(ce_labels(lead, V, fixed["ignore_index"]))
+    else:
+        fixed["labels"] = draw(hnp.arrays(np.int64, lead, elements=st.integers(0, V - 1),
+                                          fill=st.nothing()))
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
 
 
@@ -711,7 +1016,20 @@ def _probs_omit(form: str, reduction: str) -> tuple:
 def _probs(form: str, reduction: str) -> dict:
     return dict(reduction=reduction, omit=_probs_omit(form, reduction),
                 needs={"cross_entropy.input": form}, resolve=("cross_entropy.ignore_index",),
-                fd=form == "probabilities")
+                fd=form == "probabilities", torch=f"cross_entropy_{form}")
+
+
+def _softmax_rows(z: np.ndarray) -> np.ndarray:
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def _cross_entropy_probs_example(rng, reduction: str, input: str,  # noqa: A002 (the keyword)
+                                 ignore_index: bool = True):
+    logits, labels = _gathered(rng.standard_normal((2, 4, 5)), _CE_LABELS,
+                               None if ignore_index else "rows")
+    fixed = {"labels": labels, "reduction": reduction, "input": input}
+    return OpCase({"logits": _softmax_rows(logits)}, fixed, upstream_like(rng, ()))
 
 
 # the loss on probabilities alone (its composition with softmax is every family above, through
@@ -720,7 +1038,7 @@ def _probs(form: str, reduction: str) -> dict:
 @cases("cross_entropy", "probs_sum", **_probs("probabilities", "sum"))
 @cases("cross_entropy", "probs_dlogits_mean", **_probs("probabilities_dlogits", "mean"))
 @cases("cross_entropy", "probs_dlogits_sum", **_probs("probabilities_dlogits", "sum"))
-@reused
+@fixed_examples(_cross_entropy_probs_example)
 @st.composite
 def cross_entropy_probs_cases(draw, reduction: str, input: str,  # noqa: A002 (the keyword)
                               ignore_index: bool = True) -> OpCase:
@@ -729,33 +1047,44 @@ def cross_entropy_probs_cases(draw, reduction: str, input: str,  # noqa: A002 (t
     for an implementation that takes ignore_index."""
     lead = draw(_lead_shapes(3).filter(len))
     V = draw(sizes(1, 6))
-    z = draw(arrays(lead + (V,), -2.0, 2.0))
-    p = np.exp(z - z.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
+    p = _softmax_rows(draw(arrays(lead + (V,), -2.0, 2.0)))
     labels = (draw(ce_labels(lead, V)) if ignore_index else
               draw(np_arrays(np.int64, tuple(lead), st.integers(0, V - 1), st.nothing())))
     fixed = {"labels": labels, "reduction": reduction, "input": input}
     return OpCase({"logits": p}, fixed, draw(scalar_upstream()), draw(_seed()))
 
 
-@cases("linear_cross_entropy", "mean", reduction="mean")
-@cases("linear_cross_entropy", "sum", reduction="sum")
-@reused
+def _linear_cross_entropy_example(rng, reduction: str):
+    inputs = {"x": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 5)),
+              "b": rng.standard_normal(5)}
+    labels = np.array([[1, IGNORE_INDEX, 4], [0, 4, IGNORE_INDEX]])
+    return OpCase(inputs, {"labels": labels, "ignore_index": IGNORE_INDEX,
+                           "reduction": reduction}, upstream_like(rng, ()))
+
+
+@cases("linear_cross_entropy", "mean", reduction="mean", torch="linear_cross_entropy")
+@cases("linear_cross_entropy", "sum", reduction="sum", torch="linear_cross_entropy")
+@fixed_examples(_linear_cross_entropy_example)
 @st.composite
 def linear_cross_entropy_cases(draw, reduction: str) -> OpCase:
     """The fused head + loss: x [..., n_in] (one to three leading axes), W, b (or None), labels
-    with one to all positions predicted; the defaults' one block of rows (the block boundaries
-    are the reference's own tests, tests/test_linear_cross_entropy.py)."""
+    with one to all positions predicted, ignored ones marked -100 or -1 (passed); the
+    defaults' one block of rows (the block boundaries are the reference's own tests,
+    tests/test_linear_cross_entropy.py)."""
     lead = draw(_lead_shapes(3).filter(len))
     n_in, V = draw(sizes(1, 4)), draw(sizes(1, 6))
     inputs = {"x": draw(arrays(lead + (n_in,))), "W": draw(arrays((n_in, V), -1.0, 1.0)),
               "b": draw(arrays((V,), -1.0, 1.0)) if draw(st.booleans()) else None}
-    fixed = {"labels": draw(ce_labels(lead, V)), "reduction": reduction}
+    ignore_index = draw(st.sampled_from([IGNORE_INDEX, -1]))
+    fixed = {"labels": draw(ce_labels(lead, V, ignore_index)), "ignore_index": ignore_index,
+             "reduction": reduction}
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
 
 
-@cases("mse")
-@reused
+@cases("mse", torch="mse")
+@fixed_examples(lambda rng: OpCase({"y_hat": rng.standard_normal((2, 3, 4)),
+                                    "y": rng.standard_normal((2, 3, 4))}, {},
+                                   upstream_like(rng, ())))
 @st.composite
 def mse_cases(draw) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
@@ -764,9 +1093,18 @@ def mse_cases(draw) -> OpCase:
 
 
 # --------------------------------------------------------------------------- BERT ops
-@cases("gelu", "erf", approximate="none", omit=("tanh",))
-@cases("gelu", "tanh", approximate="tanh", omit=("erf",))
-@reused
+# torch in float64, cast back: torch's own float32 GELU forms 1 + erf(x / sqrt 2) in float32,
+# which cancels for x << 0 (relative error ~ u / Phi(x), 3e-4 at x = -4), where the reference
+# evaluates Phi in float64 -- on a tensor whose entries are all that small, torch float32 is
+# the inaccurate side
+_GELU = dict(torch="gelu", torch_float64=True)
+
+
+@cases("gelu", "erf", approximate="none", omit=("tanh",), **_GELU)
+@cases("gelu", "tanh", approximate="tanh", omit=("erf",), **_GELU)
+@fixed_examples(lambda rng, approximate: OpCase({"x": rng.standard_normal((2, 3, 4)) * 2},
+                                                {"approximate": approximate},
+                                                upstream_like(rng, (2, 3, 4))))
 @st.composite
 def gelu_cases(draw, approximate: str) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
@@ -774,8 +1112,24 @@ def gelu_cases(draw, approximate: str) -> OpCase:
                   draw(upstream(shape)), draw(_seed()))
 
 
-@cases("token_type")
-@reused
+@cases("silu", torch=lambda to: lambda x: to.F.silu(x))
+@fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((2, 3, 4)) * 2}, {},
+                                   upstream_like(rng, (2, 3, 4))))
+@st.composite
+def silu_cases(draw) -> OpCase:
+    shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
+    return OpCase({"x": draw(arrays(shape, -4.0, 4.0))}, {}, draw(upstream(shape)),
+                  draw(_seed()))
+
+
+def _token_type_example(rng):
+    type_ids = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]])  # repeated ids; segment 2 unused
+    return OpCase({"x": rng.standard_normal((2, 5, 4)), "W_type": rng.standard_normal((3, 4))},
+                  {"type_ids": type_ids}, upstream_like(rng, (2, 5, 4)))
+
+
+@cases("token_type", torch="token_type")
+@fixed_examples(_token_type_example)
 @st.composite
 def token_type_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -785,7 +1139,7 @@ def token_type_cases(draw) -> OpCase:
                   {"type_ids": type_ids}, draw(upstream((B, T, H))), draw(_seed()))
 
 
-def embedding_ln_smooth(impl, case: OpCase) -> bool:
+def embedding_ln_smooth(case: OpCase) -> bool:
     """The LayerNorm's input rows (the sum of the three embeddings) have variance >=
     LN_MIN_VAR."""
     p, f = case.inputs, case.fixed
@@ -793,11 +1147,21 @@ def embedding_ln_smooth(impl, case: OpCase) -> bool:
     return bool(np.min(e.var(axis=-1)) >= LN_MIN_VAR)
 
 
+def _embedding_ln_example(rng):
+    H = 5
+    gamma, beta = _gamma_beta(rng, H)
+    inputs = {"W_word": rng.standard_normal((6, H)), "W_pos": rng.standard_normal((5, H)),
+              "W_type": rng.standard_normal((2, H)), "gamma": gamma, "beta": beta}
+    fixed = {"ids": np.array([[0, 3, 3, 1], [3, 2, 0, 4]]),
+             "type_ids": np.array([[0, 0, 1, 1], [0, 1, 1, 1]])}
+    return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
+
+
 # a LayerNorm over 2 features has a zero Jacobian (see _BLOCK): gradients through it are
 # rounding noise in float32, so the float32-vs-float64 comparison needs H >= 3
-@cases("embedding_ln", smooth=embedding_ln_smooth,
+@cases("embedding_ln", smooth=embedding_ln_smooth, torch="embedding_ln",
        f32_ok=lambda case: case.inputs["W_word"].shape[1] >= 3)
-@reused
+@fixed_examples(_embedding_ln_example)
 @st.composite
 def embedding_ln_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -809,20 +1173,33 @@ def embedding_ln_cases(draw) -> OpCase:
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
-def mlm_head_smooth(impl, case: OpCase) -> bool:
+def mlm_head_smooth(case: OpCase) -> bool:
     """The head's LayerNorm input act(h W_t + b_t) has row variance >= LN_MIN_VAR (computed with
-    the implementation's own ops)."""
+    the protocol's reference ops: the filter never calls the implementation)."""
+    from reference import ops  # the one definition of each op (a filter, not a judgement)
+
     p = case.inputs
-    z, _ = impl.linear_forward(p["h"], p["W_t"], p["b_t"])
-    a, _ = impl.gelu_forward(z, "tanh" if case.fixed["activation"] == "gelu_tanh" else "none")
+    z = p["h"] @ p["W_t"] + p["b_t"]
+    a, _ = ops.gelu_forward(z, "tanh" if case.fixed["activation"] == "gelu_tanh" else "none")
     return bool(np.min(a.var(axis=-1)) >= LN_MIN_VAR)
 
 
-@cases("mlm_head", "gelu", activation="gelu", smooth=mlm_head_smooth,
-       f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
-@cases("mlm_head", "gelu_tanh", activation="gelu_tanh", smooth=mlm_head_smooth,
-       f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
-@reused
+def _mlm_head_example(rng, activation: str):
+    H, V = 4, 7
+    gamma, beta = _gamma_beta(rng, H)
+    inputs = {"h": rng.standard_normal((2, 3, H)), "W_t": rng.standard_normal((H, H)),
+              "b_t": 0.3 * rng.standard_normal(H), "gamma": gamma, "beta": beta,
+              "W_word": rng.standard_normal((V, H)), "b_dec": 0.3 * rng.standard_normal(V)}
+    return OpCase(inputs, {"activation": activation}, upstream_like(rng, (2, 3, V)))
+
+
+_MLM = dict(smooth=mlm_head_smooth, also=("gelu",), torch="mlm_head",
+            f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
+
+
+@cases("mlm_head", "gelu", activation="gelu", **_MLM)
+@cases("mlm_head", "gelu_tanh", activation="gelu_tanh", **_MLM)
+@fixed_examples(_mlm_head_example)
 @st.composite
 def mlm_head_cases(draw, activation: str) -> OpCase:
     lead = draw(_lead_shapes(3).filter(len))
@@ -834,8 +1211,16 @@ def mlm_head_cases(draw, activation: str) -> OpCase:
                   draw(_seed()))
 
 
-@cases("classifier")
-@reused
+def _classifier_example(rng):
+    H, C = 4, 3
+    inputs = {"h": rng.standard_normal((2, 3, H)), "W_p": rng.standard_normal((H, H)),
+              "b_p": 0.3 * rng.standard_normal(H), "W_c": rng.standard_normal((H, C)),
+              "b_c": 0.3 * rng.standard_normal(C)}
+    return OpCase(inputs, {}, upstream_like(rng, (2, C)))
+
+
+@cases("classifier", also=("pooler",), torch="classifier")
+@fixed_examples(_classifier_example)
 @st.composite
 def classifier_cases(draw) -> OpCase:
     B, T = draw(batch_seq())
@@ -849,6 +1234,14 @@ def families() -> list[CaseFamily]:
     """Every registered case family, in the order of the op table (spec.protocol.OPS), then
     of registration."""
     return [f for op in OPS for f in FAMILIES if f.op == op]
+
+
+def family(name: str) -> CaseFamily:
+    """The registered case family of that name."""
+    found = [f for f in FAMILIES if f.name == name]
+    if not found:
+        raise KeyError(f"no case family {name!r}")
+    return found[0]
 
 
 def ops_without_cases() -> list[str]:

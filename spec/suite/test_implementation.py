@@ -16,6 +16,7 @@ def pytest_generate_tests(metafunc):
                                    config._minibert_expected,  # --minibert-xfail, resolved
                                    bad_input=config.getoption("minibert_bad_input"),
                                    oracle=config.getoption("minibert_oracle"),
+                                   quick=config.getoption("minibert_quick"),
                                    timeout=config.getoption("minibert_timeout"))
     metafunc.parametrize(*mark.args, **mark.kwargs)
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spec.numerics.asserts import assert_close
 from spec.protocol import IGNORE_INDEX
 from spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
@@ -128,11 +129,11 @@ def allowed_error(theirs: np.ndarray, dtype, scale: float = 0.0,
                                          rounding_floor(dtype, inputs_scale)))
 
 
-def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0,
-                 inputs_scale: float = 0.0, allowance=0.0) -> None:
+def assert_oracle(name: str, ours, theirs, dtype=None, scale: float = 0.0,
+                  inputs_scale: float = 0.0, allowance=0.0) -> None:
     """``ours`` within ``allowed_error`` of torch's ``theirs``, with the dtype and shape of
     ``theirs``; the message names the tensor, the worst index and both values.  ``allowance``
-    (scalar or per entry) is added for a declared guard (spec/guards.py), derived from its
+    (scalar or per entry) is added for a declared guard (spec/protocol/guards.py), derived from its
     value -- never a widened tolerance for everyone."""
     if ours is None:
         raise AssertionError(f"{name}: got None, torch has an array of shape {np.shape(theirs)}")
@@ -157,19 +158,12 @@ def assert_close(name: str, ours, theirs, dtype=None, scale: float = 0.0,
         raise AssertionError(f"{name}: non-finite value {a[bad]} at index {bad}")
     allowed = allowed_error(b, dtype, scale, inputs_scale) + allowance
     _record(name, dtype, a, b, scale, allowed)
-    excess = np.abs(a - b) - allowed
-    if np.any(excess > 0):
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape))
-        d = deviation(a, b)
-        rel = abs(a[idx] - b[idx]) / abs(b[idx]) if b[idx] else float("inf")
-        raise AssertionError(
-            f"{name} ({dtype}) differs from torch: worst at index {idx}: ours {a[idx]:.12e}, "
-            f"torch {b[idx]:.12e}; |difference| {abs(a[idx] - b[idx]):.3e} > allowed "
-            f"{allowed[idx]:.1e} (relative {rel:.2e}); "
-            f"{int(np.sum(excess > 0))} of {a.size} entries outside "
-            f"(rtol {tolerance(dtype):.0e} of the scale, floor "
-            f"{rounding_floor(dtype, inputs_scale):.1e}); max abs {d['max_abs']:.3e}, max |torch| "
-            f"{d['scale']:.3e}, call scale {scale:.3e}")
+    d = deviation(a, b)
+    assert_close(a, b, rtol=0.0, atol=allowed, what=f"{name} ({dtype}) differs from torch",
+                 got_name="ours", want_name="torch",
+                 rule=f"rtol {tolerance(dtype):.0e} of the scale, floor "
+                      f"{rounding_floor(dtype, inputs_scale):.1e}; max abs {d['max_abs']:.3e}, "
+                      f"max |torch| {d['scale']:.3e}, call scale {scale:.3e}")
 
 
 def inputs_scale(*values) -> float:
@@ -258,9 +252,14 @@ def layernorm(x, gamma, beta, eps=1e-12):
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
 
 
+def _keep(mask):
+    """A mask as torch booleans, True = kept (the protocol also takes 0/1 integers)."""
+    return None if mask is None else mask.bool()
+
+
 def softmax(x, mask=None):
     if mask is not None:
-        x = x.masked_fill(~mask, float("-inf"))
+        x = x.masked_fill(~_keep(mask), float("-inf"))
     return F.softmax(x, dim=-1)
 
 
@@ -293,7 +292,8 @@ def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, 
     q = x.transpose(0, 1)  # torch wants [T, B, H]
     y, _ = F.multi_head_attention_forward(
         q, q, q, H, n_heads, None, in_proj_bias, None, None, False, 0.0, W_out, b_o,
-        training=False, key_padding_mask=None if mask is None else ~mask, need_weights=False,
+        training=False, key_padding_mask=None if mask is None else ~_keep(mask),
+        need_weights=False,
         attn_mask=causal_mask(x.shape[1]) if causal else None,
         use_separate_proj_weight=True, q_proj_weight=weight(W_q), k_proj_weight=weight(W_k),
         v_proj_weight=weight(W_v))
@@ -327,13 +327,19 @@ def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, no
         "norm1.weight": p["ln1.gamma"], "norm1.bias": p["ln1.beta"],
         "norm2.weight": p["ln2.gamma"], "norm2.bias": p["ln2.beta"],
     }
-    key_padding_mask = None if mask is None else ~mask
+    key_padding_mask = None if mask is None else ~_keep(mask)
     out = torch.func.functional_call(
         layer, state, (x,), {"src_key_padding_mask": key_padding_mask,
                              "src_mask": causal_mask(x.shape[1]) if causal else None})
     if norm == "pre_final":
         out = F.layer_norm(out, (H,), p["ln_f.gamma"], p["ln_f.beta"], eps)
     return out
+
+
+def block_flat(x, *, n_heads, mask=None, eps=1e-12, norm="post", causal=False, **p):
+    """:func:`block` with the parameters as keywords (the block's case family passes each
+    parameter as a differentiable input of its own)."""
+    return block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm, causal=causal)
 
 
 _LAYERS: dict = {}
@@ -387,11 +393,41 @@ def cross_entropy(logits, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"
                            reduction=reduction)
 
 
-def cross_entropy_of_probabilities(p, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"):
-    """The loss of softmax output p: F.nll_loss of log p (its gradient is dL/dp)."""
-    V = p.shape[-1]
-    return F.nll_loss(torch.log(p).reshape(-1, V), labels.reshape(-1),
+def cross_entropy_probabilities(logits, labels, *, ignore_index=IGNORE_INDEX, reduction="mean",
+                                input="probabilities"):  # noqa: A002 (the protocol's keyword)
+    """The loss of softmax output p (passed as ``logits``, the protocol's first argument):
+    F.nll_loss of log p, its gradient dL/dp."""
+    V = logits.shape[-1]
+    return F.nll_loss(torch.log(logits).reshape(-1, V), labels.reshape(-1),
                       ignore_index=ignore_index, reduction=reduction)
+
+
+class _LogPassingLogitGradient(torch.autograd.Function):
+    """log p whose backward hands the gradient on unchanged: the gradient reaching p is then
+    dL/d(log p), the logit gradient (softmax(log p) = p)."""
+
+    @staticmethod
+    def forward(ctx, p):
+        return torch.log(p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def cross_entropy_probabilities_dlogits(logits, labels, *, ignore_index=IGNORE_INDEX,
+                                        reduction="mean",
+                                        input="probabilities_dlogits"):  # noqa: A002
+    """The composed form: p in (as ``logits``), F.cross_entropy of the logits log p, and its
+    gradient w.r.t. those logits (p - onehot) handed back as the gradient of p."""
+    return cross_entropy(_LogPassingLogitGradient.apply(logits), labels,
+                         ignore_index=ignore_index, reduction=reduction)
+
+
+def linear_cross_entropy(x, W, b, labels, *, ignore_index=IGNORE_INDEX, reduction="mean"):
+    """F.linear then F.cross_entropy: the fused op's unfused torch counterpart."""
+    return cross_entropy(linear(x, W, b), labels, ignore_index=ignore_index,
+                         reduction=reduction)
 
 
 def mse(y_hat, y):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from spec.numerics.asserts import worst
-from spec.protocol import OPS, NotApplicable
+from spec.protocol import OPS, NotApplicable, capabilities
+from spec.protocol.capabilities import unmet
+from spec.suite import strategies as S
 from spec.suite.registry import check
 from spec.tolerances import F64_IDENTITY_RTOL
 
@@ -29,15 +31,18 @@ def _layer_spec(impl, op):
 
 
 @check("invariant", "", cases=[(f"{op}.grad_accumulates", {"op": op}) for op in PAIR_OPS],
-       ops=lambda kw: (kw["op"],))
+       ops=lambda kw: (kw["op"],), quick=True)
 def layer_gradients_accumulate_as_declared(impl, op):
-    """On the op's fixed-seed example: backward(d1) then the layer's own backward(d2) on the
-    same forward leaves g(d1) + g(d2) in the gradient attributes when the adapter declares
-    accumulate=True, and g(d2) otherwise (g from fresh forwards, to F64_IDENTITY_RTOL)."""
+    """On the op's fixed-seed cases (its case families'): backward(d1) then the layer's own
+    backward(d2) on the same forward leaves g(d1) + g(d2) in the gradient attributes when the
+    adapter declares accumulate=True, and g(d2) otherwise (g from fresh forwards, to
+    F64_IDENTITY_RTOL)."""
     forward, backward, spec = _layer_spec(impl, op)
     rng = np.random.default_rng(0)
     last = None
-    for ex in OPS[op].examples(rng):
+    caps = capabilities(impl)
+    for ex in (c for f in S.families() if f.op == op and f.adapter is None
+               and not unmet(caps, dict(f.needs)) for c in f.examples(caps)):
         try:
             out, _ = forward(**ex.inputs, **ex.fixed)
         except NotApplicable as e:  # a variant the layer does not take: try the next example

@@ -11,7 +11,9 @@ import numpy as np
 
 from reference.config import mini_bert, seed001
 from spec.numerics.asserts import raises as _raises
-from spec.protocol import IGNORE_INDEX
+from spec.protocol import IGNORE_INDEX, OPS, NotApplicable, capabilities
+from spec.protocol.variants import unmet
+from spec.suite import strategies as S
 from spec.suite.registry import check
 
 rng = np.random.default_rng(0)
@@ -191,21 +193,35 @@ _PREFIX_OPS = {"position": "position_embedding", "sinusoidal": "sinusoidal_posit
                "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy"}
 
 
-def _slug(label: str) -> str:
+def _former(label: str) -> str:
+    """A case's id before the one id grammar (one release)."""
     return re.sub(r"\s+", "_", label.strip()).replace("[", "(").replace("]", ")").replace(
         ">=", "ge").replace(">", "gt").replace("<", "lt")
 
 
+def _slug(label: str) -> str:
+    """The label as the property of an id: comparisons in words, other marks dropped."""
+    for mark, word in ((">=", " ge "), (">", " gt "), ("<", " lt "), ("=", " eq "),
+                       ("%", " mod ")):
+        label = label.replace(mark, word)
+    return re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")
+
+
 def _forward_cases():
+    """``<op>.<what>`` for the label "<op word> <what>" (split_heads / merge_heads keep their
+    function's name: both are the heads op)."""
     out = []
     for label, arg, call in FORWARD_CASES:
-        first = label.split()[0]
-        out.append((_slug(label), {"arg": arg, "call": call, "op": _PREFIX_OPS.get(first, first)}))
+        first, rest = label.split(maxsplit=1)
+        op = _PREFIX_OPS.get(first, first)
+        what = _slug(label if first in ("split_heads", "merge_heads") else rest)
+        out.append((f"{op}.{what}", {"arg": arg, "call": call, "op": op, "former": label}))
     return out
 
 
-@check("bad_input", "", cases=_forward_cases(), ops=lambda kw: (kw["op"],))
-def forward_rejects_bad_input(impl, arg, call, op):
+@check("bad_input", "", cases=_forward_cases(), ops=lambda kw: (kw["op"],),
+       was=lambda kw: _former(kw["former"]))
+def forward_rejects_bad_input(impl, arg, call, op, former=None):
     """A ValueError whose message starts with the offending argument's name."""
     with raises(arg):
         call(impl)
@@ -221,36 +237,31 @@ def sum_cross_entropy_with_nothing_predicted_is_zero(impl):
     assert np.all(d == 0), "gradient of a sum over no predicted position is not 0"
 
 
-# --------------------------------------------------------------------------- op backwards
-# op -> m -> (backward, cache) on good inputs; the good upstream gradient is X (X[:, 0] for the
-# pooler)
-_FORWARDS = {
-    "embedding": lambda m: (m.embedding_backward, m.embedding_forward(IDS, np.ones((V, H)))[1]),
-    "position_embedding": lambda m: (m.position_embedding_backward,
-                                     m.position_embedding_forward(X, np.ones((T + 1, H)))[1]),
-    "sinusoidal_position": lambda m: (m.sinusoidal_position_backward,
-                                      m.sinusoidal_position_forward(X)[1]),
-    "linear": lambda m: (m.linear_backward, m.linear_forward(X, W, VEC)[1]),
-    "layernorm": lambda m: (m.layernorm_backward, m.layernorm_forward(X, VEC, VEC)[1]),
-    "softmax": lambda m: (m.softmax_backward, m.softmax_forward(X)[1]),
-    "relu": lambda m: (m.relu_backward, m.relu_forward(X)[1]),
-    "tanh": lambda m: (m.tanh_backward, m.tanh_forward(X)[1]),
-    "attention": lambda m: (m.attention_backward,
-                            m.attention_forward(X, W, W, W, W, n_heads=A)[1]),
-    "ffn": lambda m: (m.ffn_backward, m.ffn_forward(*ffn_args())[1]),
-    "block": lambda m: (m.block_backward, m.block_forward(X, block_params(), n_heads=A)[1]),
-    "pooler": lambda m: (m.pooler_backward, m.pooler_forward(X, W, VEC)[1]),
-}
+# --------------------------------------------------------------------------- every op pair
+# Drawn from the op's case families: the first whose variant the implementation declares, on its
+# fixed-seed case -- so an op added with its case family gets these checks with no code here.
+def _pair_ops() -> list[str]:
+    return [op for op, row in OPS.items() if row.pair and any(f.op == op for f in S.families())]
 
 
-def _backward_setups(m, op):
-    """(backward, cache, a good upstream gradient) of one op."""
-    backward, cache = _FORWARDS[op](m)
-    return backward, cache, X[:, 0] if op == "pooler" else X
+def _fixed_case(impl, op):
+    """(forward, backward, case) of the op's first case family the implementation declares."""
+    caps = capabilities(impl)
+    for family in S.families():
+        if family.op == op and not unmet(caps, dict(family.needs)):
+            for case in family.examples(caps):
+                return (*family.bind(impl), case)
+    raise NotApplicable(f"not applicable: {impl._impl_label} declares no form of {op} with a "
+                        "fixed-seed case")
 
 
-BACKWARD_OPS = ["embedding", "position_embedding", "sinusoidal_position", "linear", "layernorm",
-                "softmax", "relu", "tanh", "attention", "ffn", "block", "pooler"]
+def _scalar_output(op: str) -> bool:
+    """The op's output is a scalar (a loss): its backward takes dloss."""
+    default = capabilities(type("Defaults", (), {})())
+    family = next(f for f in S.families() if f.op == op)
+    return not isinstance(family.examples(default)[0].dout, np.ndarray)
+
+
 BAD_UPSTREAM = {
     "wrong shape": lambda d: d[..., :-1] if d.shape[-1] > 1 else d[:1, None],
     "extra axis": lambda d: d[None],
@@ -261,36 +272,52 @@ BAD_UPSTREAM = {
     "inf": with_inf,
     "list": lambda d: d.tolist(),
 }
-
-
-@check("bad_input", "", cases=[(f"{op}.dout_{_slug(bad)}", {"op": op, "bad": bad})
-                               for op in BACKWARD_OPS for bad in sorted(BAD_UPSTREAM)],
-       ops=lambda kw: (kw["op"],))
-def backward_rejects_bad_upstream(impl, op, bad):
-    """The backward refuses a malformed upstream gradient naming it (d...)."""
-    backward, cache, dout = _backward_setups(impl, op)
-    backward(dout, cache)  # the good upstream is accepted
-    with raises(r"d\w*"):
-        backward(BAD_UPSTREAM[bad](dout), cache)
-
-
 _BAD_DLOSS = [("vector", np.ones(2)), ("nan", np.nan), ("inf", np.inf), ("str", "1.0"),
               ("none", None)]
 
 
-@check("bad_input", "", cases=[(f"{op}.dloss_{name}", {"op": op, "bad": bad})
-                               for op in ("cross_entropy", "mse") for name, bad in _BAD_DLOSS],
-       ops=lambda kw: (kw["op"],))
-def loss_backward_rejects_non_scalar_upstream(impl, op, bad):
-    """A loss backward takes a finite real scalar upstream gradient, named dloss."""
-    if op == "cross_entropy":
-        _, cache = impl.cross_entropy_forward(X, np.zeros((B, T), int))
-        backward = impl.cross_entropy_backward
-    else:
-        _, cache = impl.mse_forward(X, X * 0.5)
-        backward = impl.mse_backward
-    with raises("dloss"):
-        backward(bad, cache)
+def _upstream_cases():
+    out = []
+    for op in _pair_ops():
+        if _scalar_output(op):  # a loss: dloss, a finite real scalar
+            out += [(f"{op}.dloss_{name}", {"op": op, "bad": lambda d, b=bad: b,
+                                            "named": "dloss"}) for name, bad in _BAD_DLOSS]
+        else:
+            out += [(f"{op}.dout_{_slug(name)}", {"op": op, "bad": BAD_UPSTREAM[name],
+                                                  "named": r"d\w*"})
+                    for name in sorted(BAD_UPSTREAM)]
+    return out
+
+
+@check("bad_input", "", cases=_upstream_cases(), ops=lambda kw: (kw["op"],))
+def backward_rejects_bad_upstream(impl, op, bad, named):
+    """The backward refuses a malformed upstream gradient naming it (d..., dloss for a loss),
+    after accepting the good one."""
+    forward, backward, case = _fixed_case(impl, op)
+    _, cache = forward(**case.inputs, **case.fixed)
+    backward(case.dout, cache)  # the good upstream is accepted
+    _, cache = forward(**case.inputs, **case.fixed)
+    with raises(named):
+        backward(bad(case.dout), cache)
+
+
+def _input_cases():
+    default = capabilities(type("Defaults", (), {})())
+    out = []
+    for op in _pair_ops():
+        family = next(f for f in S.families() if f.op == op)
+        names = [n for n, v in family.examples(default)[0].inputs.items()
+                 if isinstance(v, np.ndarray) and "." not in n]
+        out += [(f"{op}.{n}_not_finite", {"op": op, "arg": n}) for n in names]
+    return out
+
+
+@check("bad_input", "", cases=_input_cases(), ops=lambda kw: (kw["op"],))
+def forward_rejects_a_non_finite_input(impl, op, arg):
+    """Each differentiable input holding a NaN is refused, naming it."""
+    forward, _, case = _fixed_case(impl, op)
+    with raises(arg):
+        forward(**{**case.inputs, arg: with_nan(case.inputs[arg])}, **case.fixed)
 
 
 # --------------------------------------------------------------------------- model
@@ -367,13 +394,14 @@ def _model_cases():
     for preset in ("mini_bert", "seed001"):
         extra = MLM_CASES if preset == "mini_bert" else NONE_HEAD_CASES
         for label, arg, make in MODEL_CASES + extra:
-            out.append((f"model.{preset}-{_slug(label)}",
-                        {"preset": preset, "arg": arg, "make": make}))
+            out.append((f"model.{_slug(label)}-{preset}",
+                        {"preset": preset, "arg": arg, "make": make, "former": label}))
     return out
 
 
-@check("bad_input", "", cases=_model_cases(), ops=("model",))
-def model_rejects_bad_input(impl, preset, arg, make):
+@check("bad_input", "", cases=_model_cases(), ops=("model",),
+       was=lambda kw: f"model.{kw['preset']}-{_former(kw['former'])}")
+def model_rejects_bad_input(impl, preset, arg, make, former=None):
     """loss_and_grads (and forward, for its own arguments) refuse bad input naming it."""
     config, params = _model(impl, preset)
     kw = dict(params=params, input_ids=IDS % config.vocab_size,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from reference.config import mini_bert
-from spec.guards import cross_entropy_adjustment, declared, guarded_nll
 from spec.numerics.asserts import assert_close, assert_rel
 from spec.numerics.finite_differences import random_params
 from spec.protocol import IGNORE_INDEX
+from spec.protocol.capabilities import declared_guards
+from spec.protocol.guards import cross_entropy_adjustment, guarded_nll
 from spec.suite.registry import check, grid
 from spec.tolerances import F64_IDENTITY_RTOL, ORACLE_RTOL_F32
 
@@ -29,9 +30,9 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def _expected(logits, labels, ignore_index, reduction, guards=None):
     """(loss, dlogits, dlogits allowance) in float64: -sum log p[label] over the predicted rows
-    (/ N for the mean) -- under the implementation's declared guard (spec/guards.py), if any;
-    softmax - onehot on predicted rows, 0 on ignored ones, and how far a guarded gradient may
-    be from it (0 without a guard)."""
+    (/ N for the mean) -- under the implementation's declared guard (spec/protocol/guards.py),
+    if any; softmax - onehot on predicted rows, 0 on ignored ones, and how far a guarded
+    gradient may be from it (0 without a guard)."""
     logp = _log_softmax(logits)
     valid = labels != ignore_index
     safe = np.where(valid, labels, 0)
@@ -68,7 +69,7 @@ def cross_entropy_is_stable_at_large_logits(impl, dtype, reduction):
     loss, cache = impl.cross_entropy_forward(logits, labels, reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
     want_loss, want_grad, allow = _expected(logits, labels, IGNORE_INDEX, reduction,
-                                            declared(impl))
+                                            declared_guards(impl))
     rtol = F64_IDENTITY_RTOL if dtype == np.float64 else ORACLE_RTOL_F32
     assert np.isfinite(loss), f"loss {loss!r} at logits of magnitude 1e4"
     assert np.all(np.isfinite(dlogits)), "non-finite dlogits at logits of magnitude 1e4"
@@ -79,8 +80,10 @@ def cross_entropy_is_stable_at_large_logits(impl, dtype, reduction):
 
 
 @check("invariant", "cross_entropy.ignore_index", equations=CE_IDS,
-       cases=grid(ignore_index=[-1, 3, 1000], reduction=["mean", "sum"]),
-       needs={"cross_entropy.ignore_index": True})
+       cases=grid(ignore_index=[("neg1", -1), 3, 1000], reduction=["mean", "sum"]),
+       needs={"cross_entropy.ignore_index": True},
+       was=lambda kw: (f"cross_entropy.ignore_index--1-{kw['reduction']}"
+                       if kw["ignore_index"] == -1 else None))
 def cross_entropy_honours_ignore_index(impl, ignore_index, reduction):
     """With ignore_index=-1 (or a class id, or a large one) the ignored rows contribute nothing:
     the same loss and gradient as with those rows marked -100."""
@@ -95,7 +98,7 @@ def cross_entropy_honours_ignore_index(impl, ignore_index, reduction):
                                              reduction=reduction)
     (dlogits,) = impl.cross_entropy_backward(1.0, cache)
     want_loss, want_grad, allow = _expected(logits, np.where(ignored, IGNORE_INDEX, labels),
-                                            IGNORE_INDEX, reduction, declared(impl))
+                                            IGNORE_INDEX, reduction, declared_guards(impl))
     assert_rel(loss, want_loss, F64_IDENTITY_RTOL, "loss")
     assert_close(dlogits, want_grad, rtol=F64_IDENTITY_RTOL, atol=1e-15 + allow, what="dlogits")
 

@@ -1,17 +1,23 @@
 """The whole model: directional finite differences of every parameter tensor and of the input
-embeddings (spec.numerics.finite_differences.model_gradcheck), every small preset, float64;
-the two CE reductions; the inputs_embeds path against the input_ids path; gradient accumulation."""
+embeddings (spec.numerics.finite_differences.model_gradcheck), every small preset and four tiny
+configurations (the quick run's), float64; gradient bookkeeping, purity, float32 and linearity;
+the two CE reductions; the inputs_embeds path against the input_ids path; gradient accumulation.
+Fixed checks, written by hand: a model is no op pair with a case family."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 from hypothesis import strategies as st
 
-from reference.config import PRESETS, mini_bert, seed001
+from reference.config import PRESETS, bert_tiny, mini_bert, seed001
 from spec.numerics import identities as inv
+from spec.numerics.fdcheck import assert_f32_close, max_abs
 from spec.numerics.finite_differences import (
     assert_all_passed,
     check_gradients,
+    loss_kwargs,
     model_gradcheck,
     random_batch,
     random_params,
@@ -26,6 +32,15 @@ from spec.tolerances import F64_IDENTITY_RTOL
 # bert_base (110M parameters): finite differences and float64 identities over it are out of
 # reach here
 SMALL_PRESETS = sorted(p for p in PRESETS if p != "bert_base")
+# every head at a size the quick run checks in milliseconds (the classifier head only here)
+_TINY = dict(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=13)
+TINY_CONFIGS = {
+    "tiny_mini_bert": lambda: mini_bert(**_TINY), "tiny_seed001": lambda: seed001(**_TINY),
+    "tiny_bert_tiny": lambda: bert_tiny(**_TINY),
+    "tiny_bert_classifier": lambda: bert_tiny(**_TINY, head="classifier", num_labels=3,
+                                              activation="gelu_tanh")}
+CONFIGS = {**{p: PRESETS[p] for p in SMALL_PRESETS}, **TINY_CONFIGS}
+DTYPES = [np.float32, np.float64]
 
 LOSS_IDS = {"mini_bert": ("loss.ce.mean", "loss.ce.backward.mean"),
             "seed001": ("loss.mse", "loss.mse.backward"),
@@ -33,31 +48,61 @@ LOSS_IDS = {"mini_bert": ("loss.ce.mean", "loss.ce.backward.mean"),
 MODEL_IDS = ("block.postln", "residual.forward", "residual.backward", "model.backward")
 
 
+def _quick(kw) -> bool:
+    return kw["config"] in TINY_CONFIGS
+
+
+@functools.cache
+def _random_params(impl, config_name, seed):
+    return random_params(impl, CONFIGS[config_name](), seed)
+
+
+def model_case(impl, config_name, dtype=np.float64, B=2, T=6, seed=0):
+    """(config, random float64 params (gamma != 1, biases != 0) cast to ``dtype``, ids, the
+    loss keywords of a padded batch)."""
+    config = CONFIGS[config_name]()
+    params = {k: v.astype(dtype) for k, v in _random_params(impl, config_name, seed).items()}
+    batch = random_batch(config, B, T, seed)
+    kw = loss_kwargs(config, batch)
+    if "targets" in kw:
+        kw["targets"] = kw["targets"].astype(dtype)
+    if "token_type_ids" in batch:
+        kw["token_type_ids"] = batch["token_type_ids"]
+    return config, params, batch["input_ids"], kw
+
+
 def _cases():
-    """(preset, B, T, reduction): B > 1, T = 1 and T > 1 for both presets, and the summed
-    reduction of the Mini-BERT MLM loss.  One random direction per tensor: the mini_bert
-    tables (8192 x 192) dominate the cost, and every tensor is also covered at other shapes by
-    the smoke test and, op by op, element-wise by the fd[<op>] checks."""
+    """(config, B, T, reduction, seed, n_dirs): B > 1, T = 1 and T > 1 for both presets, and
+    the summed reduction of the Mini-BERT MLM loss.  One random direction per tensor: the
+    mini_bert tables (8192 x 192) dominate the cost, and every tensor is also covered at other
+    shapes by the smoke test and, op by op, element-wise by the fd[<op>] checks.  The tiny
+    configurations take two directions."""
     cases = [("mini_bert", 2, 1, "sum"), ("mini_bert", 3, 5, "mean"),
              ("seed001", 2, 1, "mean"), ("seed001", 3, 5, "mean"),
              ("bert_tiny", 2, 1, "mean"), ("bert_tiny", 3, 5, "mean")]
-    return [(f"{preset}-B{B}-T{T}-{reduction}", dict(preset=preset, B=B, T=T, reduction=reduction))
-            for preset, B, T, reduction in cases]
+    out = [(f"{name}-B{B}-T{T}-{r}", dict(config=name, B=B, T=T, reduction=r, seed=B * 10 + T,
+                                          n_dirs=1)) for name, B, T, r in cases]
+    return out + [(f"{name}-B2-T6-mean", dict(config=name, B=2, T=6, reduction="mean", seed=1,
+                                              n_dirs=2)) for name in TINY_CONFIGS]
 
 
 def _loss_ids(kw):
-    return MODEL_IDS + (LOSS_IDS[kw["preset"]] if kw["reduction"] == "mean"
+    base = kw["config"].removeprefix("tiny_")
+    if base not in LOSS_IDS:
+        return MODEL_IDS
+    return MODEL_IDS + (LOSS_IDS[base] if kw["reduction"] == "mean"
                         else ("loss.ce.sum", "loss.ce.backward.sum"))
 
 
-@check("fd", "model", cases=_cases(), equations=_loss_ids, ops=("model",))
-def model_gradients_match_finite_differences(impl, preset, B, T, reduction):
+@check("fd", "model", cases=_cases(), equations=_loss_ids, ops=("model",), quick=_quick,
+       was=lambda kw: f"model.example-{kw['config'][5:]}" if _quick(kw) else None)
+def model_gradients_match_finite_differences(impl, config, B, T, reduction, seed, n_dirs):
     """Every parameter tensor and the input embeddings, float64, padded batch."""
-    config = PRESETS[preset]()
-    results = model_gradcheck(impl, config, B=B, T=T, seed=B * 10 + T, n_dirs=1,
+    cfg = CONFIGS[config]()
+    results = model_gradcheck(impl, cfg, B=B, T=T, seed=seed, n_dirs=n_dirs,
                               reduction=reduction)
     checked = {r.tensor for r in results}
-    expected = set(impl.param_shapes(config)) | {"input_embeddings"}
+    expected = set(impl.param_shapes(cfg)) | {"input_embeddings"}
     assert checked == expected, f"checked tensors differ from the parameters: {checked ^ expected}"
     assert_all_passed(results)
 
@@ -73,20 +118,14 @@ def model_gradcheck_cli_sizes(impl, preset):
     assert_all_passed(results)
 
 
-def _setup(impl, preset, B=3, T=5, seed=1):
-    config = PRESETS[preset]()
-    return config, random_params(impl, config, seed), random_batch(config, B, T, seed)
+def _bits(a):
+    return (np.asarray(a).dtype, np.asarray(a).shape, np.asarray(a).tobytes())
 
 
-def _kw(config, batch):
-    kw = dict(attention_mask=batch["attention_mask"])
-    if config.head == "mlm":
-        kw["labels"] = batch["labels"]
-    else:
-        kw["targets"] = batch["targets"]
-    if "token_type_ids" in batch:
-        kw["token_type_ids"] = batch["token_type_ids"]
-    return kw
+def _to64(value):
+    if isinstance(value, np.ndarray) and value.dtype == np.float32:
+        return value.astype(np.float64)
+    return value
 
 
 def _close(got, want, scale, what):
@@ -99,13 +138,11 @@ def _close(got, want, scale, what):
 def model_sum_reduction_is_n_times_mean(impl):
     """Summed CE over the N predicted positions (BERT MLM slides) is N times the mean (Mini-BERT
     derivation §4): the loss and every gradient scale by N exactly."""
-    config, params, batch = _setup(impl, "mini_bert")
-    kw = _kw(config, batch)
-    n = int(np.sum(batch["labels"] != IGNORE_INDEX))
+    config, params, ids, kw = model_case(impl, "mini_bert", B=3, T=5, seed=1)
+    n = int(np.sum(kw["labels"] != IGNORE_INDEX))
     assert n > 1, f"the batch predicts {n} tokens; the check needs several"
-    l_mean, g_mean, e_mean = impl.loss_and_grads(params, config, batch["input_ids"], **kw)
-    l_sum, g_sum, e_sum = impl.loss_and_grads(params, config, batch["input_ids"],
-                                              reduction="sum", **kw)
+    l_mean, g_mean, e_mean = impl.loss_and_grads(params, config, ids, **kw)
+    l_sum, g_sum, e_sum = impl.loss_and_grads(params, config, ids, reduction="sum", **kw)
     _close(l_sum, n * l_mean, abs(l_sum), "loss")
     scale = max(float(np.abs(g).max()) for g in (e_sum, *g_sum.values()))
     for name in g_mean:
@@ -118,8 +155,7 @@ def model_sum_reduction_is_n_times_mean(impl):
 def inputs_embeds_path_matches_input_ids_path(impl, preset):
     """forward(inputs_embeds=embed(ids)) gives the logits/hidden states, loss, block gradients
     and input gradient of forward(ids); the embedding tables, bypassed, get exactly zero."""
-    config, params, batch = _setup(impl, preset)
-    ids, kw = batch["input_ids"], _kw(config, batch)
+    config, params, ids, kw = model_case(impl, preset, B=3, T=5, seed=1)
     types = {k: kw.pop(k) for k in list(kw) if k == "token_type_ids"}
     x = impl.embed(params, config, ids, **types)
     assert x.shape == ids.shape + (config.hidden,) and x.dtype == np.float64, (
@@ -161,7 +197,8 @@ def _split(ids, mask, labels, bounds):
     return split_batch({"input_ids": ids, "attention_mask": mask, "labels": labels}, bounds)
 
 
-@check("invariant", "accumulation.uneven_and_empty", **ACCUM)
+@check("invariant", "accumulation.uneven_and_empty", quick=True, was="accumulation.example",
+       **ACCUM)
 def accumulation_equals_full_batch_with_uneven_and_empty_micro_batches(impl):
     """Micro-batches with 1, 6+0 (row 2 empty), 3+2 masked tokens, and row 2 alone (0 tokens):
     the accumulated loss and gradient equal the full batch's."""
@@ -220,7 +257,7 @@ def accumulation_any_partition(impl, data):
                                                 _split(ids, mask, labels, [0, *cuts, B])))
 
 
-@check("invariant", "accumulation.mse_weights", **ACCUM)
+@check("invariant", "accumulation.mse_weights", quick=True, **ACCUM)
 def accumulation_mse_head_weights_by_element_count(impl):
     """The MSE head: micro-batches of 1 and 4 rows weigh by their element counts."""
     params = random_params(impl, TINY_MSE, seed=3)
@@ -284,3 +321,93 @@ def pooled_output_gradient_reaches_every_tensor(impl):
         results.append(directional_check(f, params[name], grads[name], rng=rng, n_dirs=1,
                                          op="model[pooled]", tensor=name))
     assert_all_passed(results)
+
+
+# --------------------------------------------------------------------------- bookkeeping
+@check("invariant", "model.gradient_bookkeeping",
+       cases=[(f"{c}-{np.dtype(d).name}", {"config": c, "dtype": d})
+              for c in CONFIGS for d in DTYPES], ops=("model",), quick=_quick,
+       was=lambda kw: (f"model.example-{kw['config'][5:]}"
+                       if _quick(kw) and kw["dtype"] == np.float64 else None))
+def model_grads_match_params_keys_shapes_dtypes(impl, config, dtype):
+    """Gradients have exactly the parameters' keys, shapes and dtypes, are finite, and every
+    tensor takes part in the loss (a name mismatch that zeroes a gradient fails)."""
+    name = config
+    config, params, ids, kw = model_case(impl, name, dtype)
+    initial = impl.init_params(config, seed=0, dtype=dtype)
+    wrong = sorted({str(np.asarray(v).dtype) for v in initial.values()} - {np.dtype(dtype).name})
+    assert not wrong, f"init_params(dtype={np.dtype(dtype).name}) gave {wrong} parameters"
+    assert set(params) == set(impl.param_shapes(config)), (
+        f"init_params keys differ from param_shapes: "
+        f"{sorted(set(params) ^ set(impl.param_shapes(config)))}")
+    require(inv.model_gradient_bookkeeping(impl, params, config, ids, kw)[:2])
+    loss, grads, d_emb = impl.loss_and_grads(params, config, ids, **kw)
+    assert np.asarray(loss).dtype == dtype, f"loss dtype {np.asarray(loss).dtype}, expected {dtype}"
+    bad = [k for k, g in grads.items() if not np.all(np.isfinite(g))]
+    assert not bad, f"non-finite gradients: {bad[:5]}"
+    assert d_emb.shape == ids.shape + (config.hidden,) and d_emb.dtype == dtype, (
+        f"d_embeddings {d_emb.shape} {d_emb.dtype}, expected {ids.shape + (config.hidden,)} "
+        f"{dtype}")
+    # every tensor takes part in the loss: a name mismatch that silently zeroes a gradient fails
+    for name, g in grads.items():
+        if name != "embeddings.position.W":  # rows >= T are legitimately 0, the rest are not
+            assert np.any(g != 0), f"{name}: gradient is identically zero"
+
+
+@check("invariant", "model.bit_identical_and_pure",
+       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",))
+def model_identical_calls_bit_identical_and_pure(impl, preset):
+    """Two identical loss_and_grads calls give the same bits and leave params untouched."""
+    config, params, ids, kw = model_case(impl, preset, np.float64)
+    before = {k: v.copy() for k, v in params.items()}
+    l1, g1, e1 = impl.loss_and_grads(params, config, ids, **kw)
+    l2, g2, e2 = impl.loss_and_grads(params, config, ids, **kw)
+    assert _bits(l1) == _bits(l2) and _bits(e1) == _bits(e2), (
+        f"two identical calls differ: loss {l1!r} vs {l2!r}, or their input gradients")
+    for name in g1:
+        assert _bits(g1[name]) == _bits(g2[name]), name
+    for name, v in params.items():
+        assert _bits(v) == _bits(before[name]), f"params[{name!r}] was modified"
+
+
+@check("invariant", "model.float32_vs_float64",
+       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",))
+def model_float32_agrees_with_float64(impl, preset):
+    """float32 params (rounded from the float64 ones) through the same code: logits, loss,
+    every gradient and the input gradient agree with the float64 run on those rounded values."""
+    config, p32, ids, kw32 = model_case(impl, preset, np.float32)
+    p64 = {k: v.astype(np.float64) for k, v in p32.items()}
+    kw64 = {k: _to64(v) for k, v in kw32.items()}
+    out64, _ = impl.forward(p64, config, ids, kw64["attention_mask"])
+    out32, _ = impl.forward(p32, config, ids, kw32["attention_mask"])
+    assert_f32_close(out32, out64, max_abs(out64), f"{preset}: forward output")
+    l64, g64, e64 = impl.loss_and_grads(p64, config, ids, **kw64)
+    l32, g32, e32 = impl.loss_and_grads(p32, config, ids, **kw32)
+    assert_f32_close(l32, l64, abs(float(l64)), f"{preset}: loss")
+    scale = max_abs(e64, *g64.values())
+    for name in g64:
+        assert_f32_close(g32[name], g64[name], scale, f"{preset}: d{name}")
+    assert_f32_close(e32, e64, scale, f"{preset}: d input_embeddings")
+
+
+@check("invariant", "model.backward_linear_in_upstream",
+       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",))
+def model_backward_zero_and_linear_in_upstream(impl, preset):
+    """backward(0) == 0 exactly and backward is linear in the upstream gradient."""
+    config, params, ids, kw = model_case(impl, preset, np.float64)
+    out, cache = impl.forward(params, config, ids, kw["attention_mask"])
+    rng = np.random.default_rng(7)
+    d1, d2 = rng.standard_normal(out.shape), rng.standard_normal(out.shape)
+    g0, e0 = impl.backward(np.zeros_like(out), cache)
+    nonzero = [k for k, g in g0.items() if np.any(g != 0)] + (["d_embeddings"]
+                                                               if np.any(e0 != 0) else [])
+    assert not nonzero, f"backward(0) is not 0 for {nonzero[:5]}"
+    a, b = 0.7, -1.3
+    g1, e1 = impl.backward(d1, cache)
+    g2, e2 = impl.backward(d2, cache)
+    g12, e12 = impl.backward(a * d1 + b * d2, cache)
+    pairs = [(g12[n], a * g1[n] + b * g2[n], np.abs(a * g1[n]) + np.abs(b * g2[n]))
+             for n in g1] + [(e12, a * e1 + b * e2, np.abs(a * e1) + np.abs(b * e2))]
+    scale = max(float(t.max()) for _, _, t in pairs)
+    for got, want, _ in pairs:
+        np.testing.assert_allclose(got, want, rtol=0, atol=F64_IDENTITY_RTOL * scale)

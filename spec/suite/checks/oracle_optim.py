@@ -5,10 +5,10 @@ torch.nn.utils.clip_grad_norm_.  torch is imported inside each check (the ``orac
 
 from __future__ import annotations
 
-from spec.guards import clip_guard
 from spec.numerics.asserts import assert_close
-from spec.optim_contract import accepts
 from spec.protocol import capabilities
+from spec.protocol.guards import clip_guard
+from spec.protocol.optim_contract import accepts
 from spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
 from spec.suite.registry import check, grid
 from spec.tolerances import ORACLE_RTOL_F64
@@ -26,7 +26,7 @@ def _torch_params(params):
     return {k: torch.nn.Parameter(torch.tensor(v, dtype=torch.float64)) for k, v in params.items()}
 
 
-def _assert_close(ours, theirs, what):
+def _assert_each_close(ours, theirs, what):
     for k in theirs:
         assert k in ours, f"{what}: no entry {k!r}"
         assert_close(ours[k], theirs[k], rtol=ORACLE_RTOL_F64, what=f"{what}[{k!r}] vs torch")
@@ -41,6 +41,8 @@ def _groups(tp, weight_decay):
             {"params": [tp[k] for k in SHAPES if k not in DECAYED], "weight_decay": 0.0}]
 
 
+# hand-written, not case families' oracles: the optimizer is a state machine over steps (state,
+# parameter groups, schedules) compared with torch.optim, not an op pair with a backward
 @check("oracle.forward", "adam", equations=("optim.adam",), requires=TORCH,
        cases=[("default", {"betas": (0.9, 0.999), "eps": 1e-8}),
               ("b0.8-eps1e-3", {"betas": (0.8, 0.95), "eps": 1e-3})])
@@ -59,15 +61,16 @@ def adam_matches_torch(impl, betas, eps):
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
         opt.step()
-        _assert_close(params, _to_np(tp), f"params after step {step}")
-        _assert_close(state["m"], {k: opt.state[p]["exp_avg"].numpy() for k, p in tp.items()},
-                      f"state['m'] after step {step}")
-        _assert_close(state["v"], {k: opt.state[p]["exp_avg_sq"].numpy() for k, p in tp.items()},
-                      f"state['v'] after step {step}")
+        _assert_each_close(params, _to_np(tp), f"params after step {step}")
+        for moment, torch_name in (("m", "exp_avg"), ("v", "exp_avg_sq")):
+            _assert_each_close(state[moment], {k: opt.state[p][torch_name].numpy()
+                                               for k, p in tp.items()},
+                               f"state[{moment!r}] after step {step}")
     assert state["step"] == K_STEPS, f"state['step'] = {state['step']}, expected {K_STEPS}"
 
 
-@check("oracle.forward", "adamw.no_decay_groups", equations=("optim.adamw",), requires=TORCH)
+@check("oracle.forward", "adam.no_decay_groups", equations=("optim.adamw",), requires=TORCH,
+       was="adamw.no_decay_groups")
 def adamw_matches_torch_with_no_decay_groups(impl):
     """AdamW with BERT's default no-decay rule equals torch.optim.AdamW with two parameter
     groups (decayed weights; biases, LayerNorm and embeddings undecayed)."""
@@ -83,7 +86,7 @@ def adamw_matches_torch_with_no_decay_groups(impl):
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
         opt.step()
-        _assert_close(params, _to_np(tp), f"params after step {step}")
+        _assert_each_close(params, _to_np(tp), f"params after step {step}")
 
 
 @check("oracle.forward", "schedule", equations=("schedule.warmup_linear",), requires=TORCH,
@@ -123,9 +126,9 @@ def clip_call(impl):
         return {"eps": TORCH_CLIP_EPS}, TORCH_CLIP_EPS
     import warnings
 
-    from spec.numerics.identities import ConventionWarning
+    from spec.protocol.capabilities import ConventionWarning, declared_guards
 
-    eps = clip_guard(impl)
+    eps = clip_guard(declared_guards(impl))
     warnings.warn(ConventionWarning(
         f"clip_by_global_norm has no eps keyword: torch's clipping is run with its declared "
         f"guard norm + {eps:g} (CAPABILITIES['guards']['clip_eps']; torch's own is 1e-6)"),
@@ -152,7 +155,7 @@ def torch_clip(tensors, max_norm, eps):
 def clip_matches_torch(impl, max_norm):
     """clip_by_global_norm(eps=1e-6) equals torch.nn.utils.clip_grad_norm_ (its 1e-6 guard),
     norm and clipped gradients, on five gradient sets; an implementation without the eps
-    keyword is compared with torch run with its declared guard (spec/guards.py)."""
+    keyword is compared with torch run with its declared guard (spec/protocol/guards.py)."""
     import torch
 
     kw, eps = clip_call(impl)
@@ -165,11 +168,11 @@ def clip_matches_torch(impl, max_norm):
         clipped, norm = impl.clip_by_global_norm(g, max_norm, **kw)
         assert_close(norm, float(norm_t), rtol=ORACLE_RTOL_F64,
                      what=f"global norm (gradient set {seed}) vs torch")
-        _assert_close(clipped, {k: p.grad.numpy() for k, p in tp.items()},
+        _assert_each_close(clipped, {k: p.grad.numpy() for k, p in tp.items()},
                       f"clipped (gradient set {seed}, guard norm + {eps:g})")
 
 
-@check("oracle.forward", "optimizer_pipeline", requires=TORCH,
+@check("oracle.forward", "adam.pipeline", requires=TORCH, was="optimizer_pipeline",
        equations=("optim.adamw", "schedule.warmup_linear", "clip.global_norm"))
 def clip_schedule_adamw_pipeline_matches_torch(impl):
     """clip_grad_norm_ -> AdamW (no-decay groups) -> LambdaLR, step by step, vs ours.  LambdaLR
@@ -198,4 +201,4 @@ def clip_schedule_adamw_pipeline_matches_torch(impl):
         torch_clip(list(tp.values()), 1.0, eps)
         opt.step()
         sched.step()
-        _assert_close(params, _to_np(tp), f"params after step {step}")
+        _assert_each_close(params, _to_np(tp), f"params after step {step}")

@@ -61,10 +61,11 @@ def _error(a, b, allow=0.0) -> float:
 
 
 def _guarded(impl, eq_id, arrays, expected):
-    """(expected, allowance) under a declared cross-entropy guard (spec/guards.py): the loss
-    shifted by the guard's exact effect, the gradient allowed |guarded - unguarded|."""
+    """(expected, allowance) under a declared cross-entropy guard (spec/protocol/guards.py): the
+    loss shifted by the guard's exact effect, the gradient allowed |guarded - unguarded|."""
     from spec.equations.loss import _ce_labels
-    from spec.guards import ce_guard, cross_entropy_adjustment, declared
+    from spec.protocol.capabilities import declared_guards as declared
+    from spec.protocol.guards import ce_guard, cross_entropy_adjustment
 
     guards = declared(impl)
     if op_of_equation(eq_id) != "cross_entropy" or ce_guard(guards) is None:
@@ -121,7 +122,7 @@ def sympy_matches_code(impl, eq_id, data):
         if err > SYMPY_CODE_RTOL and num.convention is not None and err <= num.convention[0]:
             import warnings
 
-            from spec.numerics.identities import ConventionWarning
+            from spec.protocol.capabilities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{eq_id}: {num.convention[1]} changes output {k} "
                                             f"by {err:.1e} relative"), stacklevel=2)
@@ -165,6 +166,8 @@ def softmax_jacobian_finite_differences(impl, x, seed):
     assert_all_passed(results)
 
 
+# hand-written, not a case family's oracle: softmax_jacobian is a function of p alone, no op pair
+# (its twin is torch.autograd.functional.jacobian)
 @check("oracle.forward", "softmax_jacobian", equations=("softmax.jacobian",), requires=("torch",),
        given={"x": ROWS})
 def softmax_jacobian_matches_torch(impl, x):

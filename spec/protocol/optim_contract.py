@@ -16,6 +16,8 @@ import warnings
 
 import numpy as np
 
+from spec.protocol.conventions import ConventionWarning
+
 NO_DECAY_NOTE = ("adam_step has no no_decay keyword: the suite applies the protocol's no-decay "
                  "set (default: embeddings, LayerNorm gamma/beta, biases) by adding lr * wd * p "
                  "back to those tensors after the step")
@@ -57,7 +59,7 @@ def adam_step_adapter(fn):
         exempt = _exempt(params, None if no_decay is missing else no_decay)
         lr = float(kwargs["lr"])
         old = {k: np.array(params[k], copy=True) for k in exempt}
-        warnings.warn(NO_DECAY_NOTE, _convention(), stacklevel=3)
+        warnings.warn(NO_DECAY_NOTE, ConventionWarning, stacklevel=3)
 
         def post(result):
             new, state = result
@@ -70,9 +72,3 @@ def adam_step_adapter(fn):
         return args, kwargs, post
 
     return adapt
-
-
-def _convention():
-    from spec.numerics.identities import ConventionWarning
-
-    return ConventionWarning

@@ -9,7 +9,8 @@ tolerance for everyone.  Declared in ``CAPABILITIES["guards"]``::
     CAPABILITIES = {"guards": {"log_eps": 1e-12}}   # cross_entropy computes -log(p + 1e-12)
 
 An undeclared guard stays a red, and the red names the guard it looks like (clipping: the eps
-the measured factor implies).  NumPy only.
+the measured factor implies).  NumPy only; the declaration is validated by
+:func:`spec.protocol.capabilities.capabilities`.
 """
 
 from __future__ import annotations
@@ -31,31 +32,11 @@ GUARDS = {
 MAX_GUARD = 1e-3
 
 
-def validate_guards(guards) -> None:
-    """CAPABILITIES["guards"]: a dict of known guard names to numbers in [0, MAX_GUARD]."""
-    if not isinstance(guards, Mapping):
-        raise ValueError(f"CAPABILITIES['guards']: expected a dict like {{'log_eps': 1e-12}}, "
-                         f"got {guards!r}")
-    from spec.protocol.capabilities import reject_unknown  # (it imports this module lazily)
-
-    reject_unknown("CAPABILITIES['guards']", "guards", guards, sorted(GUARDS))
-    for k, v in guards.items():
-        if not isinstance(v, (int, float)) or not 0 <= float(v) <= MAX_GUARD:
-            raise ValueError(f"CAPABILITIES['guards'][{k!r}]: expected a number in "
-                             f"[0, {MAX_GUARD:g}], got {v!r}")
-
-
-def declared(impl) -> dict:
-    from spec.protocol import capabilities
-
-    return dict(capabilities(impl)["guards"])
-
-
 # --------------------------------------------------------------------------- clipping
-def clip_guard(impl) -> float:
+def clip_guard(guards: Mapping) -> float:
     """The divisor guard of ``clip_by_global_norm`` called without ``eps``: the declared
-    ``clip_eps``, else the protocol's default 0."""
-    return float(declared(impl).get("clip_eps", 0.0))
+    ``clip_eps`` (``guards``: CAPABILITIES["guards"]), else the protocol's default 0."""
+    return float(guards.get("clip_eps", 0.0))
 
 
 def clipped_norm(norm: float, max_norm: float, eps: float) -> float:

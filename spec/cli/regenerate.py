@@ -1,0 +1,60 @@
+"""``minibert regenerate``: everything the project generates from its definitions, in one
+command, after adding or changing an op: the README's protocol table (from the op table,
+``python -m spec.protocol --markdown``; tests/test_protocol_doc.py fails while it is stale) and
+the mutation matrix's stale rows (``minibert mutate --matrix``: only the rows whose mutant,
+tagged tests or test files changed rerun; the audit reads the matrix).  Needs the checkout."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+TABLE = re.compile(r"(<!-- protocol-table:[^\n]*-->\n)(.*?)(\n<!-- /protocol-table -->)", re.S)
+
+
+def register(sub) -> None:
+    g = sub.add_parser("regenerate", help="regenerate the README protocol table and the stale "
+                                          "rows of the mutation matrix (after adding an op)")
+    g.add_argument("--no-matrix", action="store_true",
+                   help="the README table only (the matrix's stale rows take minutes)")
+    g.add_argument("--jobs", "-j", type=int, default=2,
+                   help="mutants run in parallel (default: 2)")
+    g.set_defaults(func=run)
+
+
+def readme_table(text: str) -> str:
+    """``text`` (the README) with its protocol table regenerated from the op table."""
+    from spec.protocol import protocol_markdown
+
+    if not TABLE.search(text):
+        raise ValueError("README.md: no <!-- protocol-table: ... --> block to regenerate")
+    return TABLE.sub(lambda m: m.group(1) + protocol_markdown() + m.group(3), text, count=1)
+
+
+def run(args) -> int:
+    import argparse
+
+    from reference.train.fileio import atomic_write
+    from spec.paths import need_checkout
+
+    try:
+        home = need_checkout("minibert regenerate")
+        readme = home / "README.md"
+        text = readme.read_text(encoding="utf-8")
+        new = readme_table(text)
+    except (OSError, ValueError) as e:
+        print(f"minibert regenerate: {e}", file=sys.stderr)
+        return 2
+    if new != text:
+        atomic_write(readme, new)
+    print(f"README.md: protocol table {'rewritten' if new != text else 'already current'}")
+    if args.no_matrix:
+        return 0
+    from rich.console import Console
+
+    from spec.mutation import matrix_command
+
+    stale = argparse.Namespace(mutants=[], jobs=args.jobs, profile="ci", timeout=600.0,
+                               no_baseline=False, rerun=False, output=None,
+                               tests=["tests/test_conformance.py", "tests"])
+    return matrix_command(stale, Console(width=None if sys.stdout.isatty() else 160))
