@@ -242,7 +242,11 @@ def _run(args, server) -> int:
 
     report.provenance = provenance()
     report.settings, report.shard = settings, plan
-    return output(args, report)
+    code = output(args, report)
+    if plan is not None:
+        print(f"minibert check: shard {args.shard}: this exit status ({code}) is this part's "
+              "alone; `minibert report merge` of every shard gives the run's", file=sys.stderr)
+    return code
 
 
 def output(args, report) -> int:
