@@ -186,12 +186,20 @@ def run_many(submissions: Sequence[dict], argv: Sequence[str], *, timeout: float
         futures = client.map(check_submission, list(submissions), argv=list(argv),
                              timeout=timeout, version=_version(), pure=False,
                              key=[f"minibert-check-{i}" for i in range(len(submissions))])
-        from dask.distributed import as_completed
+        from dask.distributed import wait
 
-        for f in as_completed(futures):
+        rows = {}
+        for i, (s, f) in enumerate(zip(submissions, futures)):
+            wait(f)
+            try:
+                rows[i] = f.result()
+            except Exception as e:  # noqa: BLE001 -- a worker lost (killed, out of memory)
+                rows[i] = {"name": s["name"], "exit_code": 2, "report": None,
+                           "reason": f"its Dask task failed: {type(e).__name__}: {e}"[:300],
+                           "seconds": 0.0, "version": None}
             if on_row is not None:
-                on_row(f.result())
-        return client.gather(futures)
+                on_row(rows[i])
+        return [rows[i] for i in range(len(submissions))]
 
 
 class _client:
