@@ -3,7 +3,7 @@
 Profiles: ``dev`` (default, fast), ``ci`` (derandomized, no deadline, more examples), ``deep``
 (thousands of examples, opt-in).  Pick one with ``--hypothesis-profile=NAME`` or the
 environment variable ``MINIBERT_PROFILE``.  The judging suite's checks (spec/suite, run on the
-reference by tests/test_suite_reference.py exactly as a user runs them on theirs) inherit the
+reference by tests/suite/test_suite_reference.py exactly as a user runs them on theirs) inherit the
 loaded profile.
 
 ``impl`` is the bundled reference behind the protocol proxy (a name it lacks skips the test as
@@ -40,7 +40,7 @@ settings.load_profile(os.environ.get("MINIBERT_PROFILE", "dev"))
 
 # no test of the project may run for more than this (SIGALRM; MINIBERT_TEST_TIMEOUT overrides):
 # a hang in the code under test is a failure with a reason, not a stuck CI job.  The slowest
-# test takes ~40 s on the 2-core machine (tests/test_interrupt.py's resumed runs).
+# test takes ~40 s on the 2-core machine (tests/train/test_interrupt.py's resumed runs).
 TEST_TIMEOUT = 600.0
 
 

@@ -18,7 +18,7 @@ elements) and is weighted by ``1 / denominator``: that weight is the shard's ups
 
 Shards are cut from the worker count alone and summed in shard order, never in completion
 order: for a fixed worker count a run is bit-identical to any other run.  Different worker
-counts differ by summation order only (tests/test_data_parallel.py).
+counts differ by summation order only (tests/reference/test_data_parallel.py).
 """
 
 from __future__ import annotations

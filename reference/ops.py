@@ -634,7 +634,7 @@ _TANH_K = 0.044715
 # H_(n-1)(x) exp(-x^2) (H the physicists' Hermite polynomials), and evaluated as the degree-8
 # Taylor polynomial about the nearest grid point (|d| <= 1/128: the truncation term is < 1e-20).
 # Beyond 6, erf(x) = 1 in float64 (erfc(6) = 2e-17 < half an ulp of 1).  Measured against
-# math.erf over [-7, 7]: at most 2 ulps (tests/test_gelu_erf.py), 7x faster than math.erf
+# math.erf over [-7, 7]: at most 2 ulps (tests/reference/test_gelu_erf.py), 7x faster than math.erf
 # element by element.
 _ERF_STEPS, _ERF_XMAX, _ERF_ORDER = 64, 6.0, 8
 _ERF_N = int(_ERF_XMAX * _ERF_STEPS)

@@ -50,7 +50,7 @@ __all__ = [
 # alternating (ms): 1 worker 32K 13.3, 64K 13.5, 128K 14.4, 256K 15.7; 2 workers 32K 13.4,
 # 64K 11.1, 128K 10.5, 256K 9.8.  Elementwise: the chunking never changes a result.  Both are
 # read at call time (also by the gradient norm's ``_sum_squares``): tests shrink them to reach
-# every chunk boundary with small arrays (tests/test_chunk_boundaries.py).
+# every chunk boundary with small arrays (tests/reference/test_chunk_boundaries.py).
 _CHUNK = 1 << 16
 _CHUNK_PARALLEL = 1 << 18
 

@@ -4,7 +4,7 @@ pytest loads it in every session of every environment where the package is insta
 imports nothing else of the project, and nothing pytest has not already imported, until it is
 used: ``--minibert-impl`` given (then :mod:`spec.suite.plugin` does the work) or a test module
 calling ``spec.suite.parametrize_with_checks`` (which imports what it needs itself).  It sits
-directly under ``spec``, whose ``__init__`` imports nothing (tests/test_plugin_inert.py), so
+directly under ``spec``, whose ``__init__`` imports nothing (tests/suite/test_plugin_inert.py), so
 loading it adds exactly ``spec`` and ``spec._pytestplugin`` to ``sys.modules`` (the repository's
 top level is fixed: no top-level module as Hypothesis's ``_hypothesis_pytestplugin``).
 Its options, all prefixed::
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest  # loaded already: pytest is what loads this plugin
 
 # spec.suite.run's ORACLE_MODES and DEFAULT_TIMEOUT, written out so that adding the options
-# imports nothing (tests/test_plugin_inert.py checks that they agree)
+# imports nothing (tests/suite/test_plugin_inert.py checks that they agree)
 ORACLE_MODES = ("require", "off")
 DEFAULT_TIMEOUT = 30.0
 # spec/suite/test_implementation.py, found without importing spec.suite

@@ -44,7 +44,7 @@ ROOT = HOME
 class TaggedTest:
     """One collected test case and the equation IDs its markers declare."""
 
-    nodeid: str  # tests/test_suite_reference.py::test_conformance[fd[layernorm]]
+    nodeid: str  # tests/suite/test_suite_reference.py::test_conformance[fd[layernorm]]
     file: str  # relative to the tests directory's parent
     function: str  # Class.test_name or test_name (the definition the case comes from)
     line: int

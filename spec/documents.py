@@ -6,7 +6,7 @@ Equations (``spec.equations``) and claims (``spec.claims``) cite their sources a
 of this table, so a report can list every equation and claim under the section that states it,
 in the documents' order.  Numbered documents are located by their section numbers; the slides
 and the blog have no numbers, so each label the spec uses is mapped to a section here
-(``labels``).  Every citation in the spec must locate (tests/test_blueprint.py), so a typo in
+(``labels``).  Every citation in the spec must locate (tests/report/test_blueprint.py), so a typo in
 a source never silently drops an equation from the report.
 
 Section titles restate the documents' headings in our words.

@@ -2,8 +2,8 @@
 
 ``MINIBERT_MUTANT=name pytest -p spec.mutation`` runs the suite against the reference with
 mutant ``name`` applied in memory (see :mod:`spec.mutants`), process-wide, by this module's
-``pytest_configure``: the judging suite on the reference (tests/test_suite_reference.py) and the
-project-internal tests that reach the reference (training, the spec's own checks) all run
+``pytest_configure``: the judging suite on the reference (tests/suite/test_suite_reference.py)
+and the project-internal tests that reach the reference (training, the spec's own checks) all run
 against the mutant.  ``minibert check spec.mutation:mutant_impl`` (with MINIBERT_MUTANT set)
 judges a mutant like any other implementation.  An empty ``MINIBERT_MUTANT`` is the unmutated
 baseline.

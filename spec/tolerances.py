@@ -51,7 +51,7 @@ def layernorm_backward_scale(x, gamma, dy, eps) -> float:
     with g = gamma dy, so terms of |g| / sigma (x_hat^2 <= 1 for N = 2), up to 10x the inputs at
     sigma >= 0.1.  They cancel when x_hat^2 -> 1 (N = 2: dx is eps-sized), and both sides carry
     the rounding of those terms (found by the deep profile: 4.8e-14 apart on dx = -8.9e-9 at
-    eps = 1e-11; tests/test_oracle_floor.py).  NumPy only."""
+    eps = 1e-11; tests/suite/test_oracle_floor.py).  NumPy only."""
     import numpy as np
 
     sigma_min = float(np.sqrt(np.asarray(x, np.float64).var(axis=-1) + eps).min())
@@ -87,8 +87,8 @@ LN_MIN_VAR = 1e-2
 # magnitude of the compared tensor or of the terms that cancelled into it.
 F64_IDENTITY_RTOL = 1e-12
 
-# Stored regression values of a short float64 training run (tests/test_train.py): the same code
-# on another BLAS/CPU may sum in another order, ~1e-16 per op; 10 Adam steps of a tiny model
+# Stored regression values of a short float64 training run (tests/train/test_train.py): the same
+# code on another BLAS/CPU may sum in another order, ~1e-16 per op; 10 Adam steps of a tiny model
 # carry that forward without amplifying it beyond ~1e-13 (Adam's m / sqrt(v) is scale-free, so a
 # relative gradient error stays relative).  1e-9 is far above that and far below any change to
 # the training dynamics (a different lr, schedule or bias correction moves the losses by >1e-4).

@@ -25,12 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import ROOT
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: pytest's own TOML reader
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 MATHS_MODULES = ("reference", "reference.ops", "reference.model", "reference.data_parallel",
                  "reference.parallel", "reference.optim", "reference.accumulation",
                  "reference.config", "reference.validate", "reference.registry")

@@ -48,7 +48,7 @@ def _blog_attention(ctx):
 
 # ---- real BERT (issue 12): the blog's system as Hugging Face builds it
 # transformers' own count, BertModel(BertConfig()).num_parameters() (pooler included); spec never
-# imports torch, so tests/test_hf_transformers.py asserts that transformers gives this number too
+# imports torch, so tests/hf/test_transformers.py asserts that transformers gives this number too
 TRANSFORMERS_BERT_BASE_PARAMS = 109_482_240
 
 
@@ -67,7 +67,7 @@ def _bert_base_params(ctx):
     return Result(fmt_int(total), "confirmed" if total == TRANSFORMERS_BERT_BASE_PARAMS
                   else "refuted", f"embeddings {fmt_int(emb)} + 12 x {fmt_int(layer)} per layer + "
                   f"pooler {fmt_int(pool)} (param_shapes of the bert_base preset; transformers' "
-                  "count checked by tests/test_hf_transformers.py)")
+                  "count checked by tests/hf/test_transformers.py)")
 
 
 def blog_literal_forward(impl, params, config, input_ids, attention_mask=None) -> np.ndarray:

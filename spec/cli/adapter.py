@@ -11,7 +11,7 @@ import inspect
 import re
 import sys
 
-# one line per CAPABILITIES key (tests/test_adapter_cli.py fails when a key has none)
+# one line per CAPABILITIES key (tests/suite/test_adapters.py)
 CAPABILITY_HELP = {
     "attention_bias": "False: attention / block without b_q, b_k, b_v, b_o (biased calls are n/a)",
     "key_mask": "False: attention / block / softmax without a mask (masked calls are n/a)",

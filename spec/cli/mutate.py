@@ -18,7 +18,7 @@ def register(sub) -> None:
                    help="mutants run in parallel (default: 2)")
     g.add_argument("--profile", default="ci",
                    help="Hypothesis profile (MINIBERT_PROFILE; default: ci)")
-    g.add_argument("--tests", nargs="+", default=["tests/test_conformance.py", "tests"],
+    g.add_argument("--tests", nargs="+", default=["tests/suite/test_conformance.py", "tests"],
                    help="pytest paths, relative to the repository root, in the order to run "
                         "(default: the per-op conformance checks first, as they kill most "
                         "mutants in seconds, then the rest of tests/)")

@@ -1,6 +1,7 @@
 """``minibert regenerate``: everything the project generates from its definitions, in one
 command, after adding or changing an op: the README's protocol table (from the op table,
-``python -m spec.protocol --markdown``; tests/test_protocol_doc.py fails while it is stale) and
+``python -m spec.protocol --markdown``; tests/suite/test_protocol_doc.py fails while it is
+stale) and
 the mutation matrix's stale rows (``minibert mutate --matrix``: only the rows whose mutant,
 tagged tests or test files changed rerun; the audit reads the matrix).  Needs the checkout."""
 
@@ -56,5 +57,5 @@ def run(args) -> int:
 
     stale = argparse.Namespace(mutants=[], jobs=args.jobs, profile="ci", timeout=600.0,
                                no_baseline=False, rerun=False, output=None,
-                               tests=["tests/test_conformance.py", "tests"])
+                               tests=["tests/suite/test_conformance.py", "tests"])
     return matrix_command(stale, Console(width=None if sys.stdout.isatty() else 160))

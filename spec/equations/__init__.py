@@ -17,10 +17,11 @@ Two kinds of entries:
   derivation the reference implements instead, whose evidence it inherits.
 
 One module per ID prefix: the entries whose IDs start with ``softmax.`` are registered by
-``spec/equations/softmax.py`` (checked by tests/test_spec_equations.py), so an ID leads to its
-file in one hop; private modules (``_sym``, ``_nn``) hold the shared SymPy helpers.  Modules
-register their entries on import, and :func:`register` records the call site (file:line) for the
-audit; :func:`load` discovers and imports every public module of the package.
+``spec/equations/softmax.py`` (checked by tests/equations/test_spec_equations.py), so an ID
+leads to its file in one hop; private modules (``_sym``, ``_nn``) hold the shared SymPy
+helpers.  Modules register their entries on import, and :func:`register` records the call
+site (file:line) for the audit; :func:`load` discovers and imports every public module of the
+package.
 """
 
 from __future__ import annotations

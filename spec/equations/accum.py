@@ -50,8 +50,9 @@ register(Equation(
     (f"{MINIBERT} §8.2",),
     r"g = \frac{\sum_k n_k \bar g_k}{\sum_k n_k}\ (n_k \text{ masked tokens in micro-batch } k)",
     _prove_accum,
-    numeric_na="a loop over micro-batches, not a map on arrays: tests/test_optim_accum.py checks "
-               "it end to end (accumulated vs full-batch model gradient, uneven micro-batches)",
+    numeric_na="a loop over micro-batches, not a map on arrays: the suite's "
+               "accumulation checks take it end to end (accumulated vs full-batch model "
+               "gradient, uneven micro-batches)",
     uses=("loss.ce.backward.mean",)))
 register(Equation(
     "accum.divide_by_steps", "Accumulated gradients divided by accumulation_steps",

@@ -72,7 +72,7 @@ register(Equation(
     prove_model_backward, gradient=True,
     numeric_na="the composition of every op backward, each with its own SymPy <-> code "
                "check; the whole model is checked by directional finite differences "
-               "(tests/test_model.py) and the wiring is proven for arbitrary stages",
+               "(the suite's fd[model] checks) and the wiring is proven for arbitrary stages",
     note="B^T(d) is a stage's transposed Jacobian at its own input times d; the proof takes "
          "every stage as an arbitrary function, so it proves the order (the last block "
          "first, each at its own cache) and the tied table's sum, and the uses prove the "

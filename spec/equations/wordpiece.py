@@ -13,7 +13,7 @@ pairs by count, then the first piece's text, then the second's.
 
 :func:`greedy_vocab` is that rule written as its definition -- every pair recounted from
 scratch at every step, no incremental counts, no heap -- for the worked example below and for
-the tests that hold the fast learner to it (``tests/test_wordpiece.py``).
+the tests that hold the fast learner to it (``tests/train/test_wordpiece.py``).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ register(Equation(
     r"(a, b)^* = \arg\max_{(a, b)} \sum_w n_w \, \#\{(a, b) \in w\},\ "
     r"\text{merge while } \max \ge \text{min\_frequency}",
     _prove_example, impl_hint="reference.train.wordpiece:learn_vocab",
-    numeric_na="a discrete algorithm on word counts, not a map on arrays: tests/test_wordpiece.py "
-               "holds the learner to greedy_vocab (random corpora, ties included) and to the "
-               "Hugging Face trainer (tie-free corpora)",
+    numeric_na="a discrete algorithm on word counts, not a map on arrays: "
+               "tests/train/test_wordpiece.py holds the learner to greedy_vocab (random "
+               "corpora, ties included) and to the Hugging Face trainer (tie-free corpora)",
     note="ties by text (the HF trainer breaks them by hash-ordered ids)"))

@@ -1070,7 +1070,7 @@ def linear_cross_entropy_cases(draw, reduction: str) -> OpCase:
     """The fused head + loss: x [..., n_in] (one to three leading axes), W, b (or None), labels
     with one to all positions predicted, ignored ones marked -100 or -1 (passed); the
     defaults' one block of rows (the block boundaries are the reference's own tests,
-    tests/test_linear_cross_entropy.py)."""
+    tests/reference/test_linear_cross_entropy.py)."""
     lead = draw(_lead_shapes(3).filter(len))
     n_in, V = draw(sizes(1, 4)), draw(sizes(1, 6))
     inputs = {"x": draw(arrays(lead + (n_in,))), "W": draw(arrays((n_in, V), -1.0, 1.0)),

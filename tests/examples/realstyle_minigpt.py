@@ -3,7 +3,7 @@ scores only, an FFN block on ``[B, T, H]``, a cross-entropy that computes in flo
 with a divisor guard (``eps=1e-6``, like torch), the derivation's warmup ``lr(0) = 0``
 (declared), and its own AdamW -- with the thin adapter and its CAPABILITIES.
 
-``BUGS`` switches on one realistic bug per op (tests/test_verdicts.py).
+``BUGS`` switches on one realistic bug per op (tests/suite/test_verdicts.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 class, its own Adam with (decoupled) weight decay that updates the parameters in place -- with
 the thin adapter and its CAPABILITIES (no attention here at all: those rows are n/a).
 
-``BUGS`` switches on one realistic bug per op (tests/test_verdicts.py).
+``BUGS`` switches on one realistic bug per op (tests/suite/test_verdicts.py).
 """
 
 from __future__ import annotations

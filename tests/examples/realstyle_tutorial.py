@@ -4,7 +4,7 @@ in the attention and no key mask, its own in-place Adam (no weight decay) -- wit
 adapter that puts it under test and its CAPABILITIES.
 
 ``BUGS`` (a set of op names) switches on one realistic bug per op, each in code that op alone
-uses: the verdict must be red in that row only (tests/test_verdicts.py).
+uses: the verdict must be red in that row only (tests/suite/test_verdicts.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ version (``build(style, buggy)``):
 * ``gpt_block``: a GPT-style causal, pre-LN block with its final LayerNorm (attention causal
   only, a layer norm, per-head-free fused projections).
 
-Each buggy version has one realistic bug in code its op alone uses; tests/test_variants.py
+Each buggy version has one realistic bug in code its op alone uses; tests/suite/test_variants.py
 checks that the correct one is green in every row it provides (n/a elsewhere) and the buggy
 one red on exactly its op.
 """

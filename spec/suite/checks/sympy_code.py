@@ -24,7 +24,7 @@ EQUATIONS = load()
 
 def implementation_equations() -> list[str]:
     """Derivations with a SymPy <-> code check of an op of the implementation (the others
-    check the suite's own machinery: tests/test_spec_equations.py runs them)."""
+    check the suite's own machinery: tests/equations/test_spec_equations.py runs them)."""
     return [e.id for e in EQUATIONS.values() if e.numeric is not None and op_of_equation(e.id)]
 
 
