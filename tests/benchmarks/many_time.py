@@ -1,5 +1,5 @@
 """How long a class takes (issue 31): ``minibert check --many`` over the 20 submissions of
-tests/many_submissions.py, serially and on a Dask ``LocalCluster`` of N workers, alternating
+tests/suite/many_submissions.py, serially and on a Dask ``LocalCluster`` of N workers, alternating
 round by round, medians; and the time 300 submissions would take on W workers, projected from
 the per-submission seconds measured.
 
@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from spec.suite.many import table_signature  # noqa: E402
-from tests.many_submissions import ARGS, write_class  # noqa: E402
+from tests.suite.many_submissions import ARGS, write_class  # noqa: E402
 
 FULL_ARGS = ["-j", "1"]  # every op, the oracle on, one worker process per submission
 FULL_CLASS = ["correct"] * 20

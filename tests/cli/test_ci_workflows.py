@@ -1,4 +1,4 @@
-"""The CI files of docs/ci/, run as their jobs run (tests/ci_emulator.py: each job in a working
+"""The CI files of docs/ci/, run as their jobs run (tests/cli/ci_emulator.py: each job in a working
 copy of its own, its shell lines taken from the YAML, the shards of one night at the same
 time, the cache and the artifacts carried between jobs), with the profile reduced, on a user
 repository whose implementation has a bug only a random draw finds:
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from spec.paths import HOME
-from tests.ci_emulator import Services, run_github, run_gitlab
+from tests import ROOT
+from tests.cli.ci_emulator import Services, run_github, run_gitlab
 
-DOCS = HOME / "docs" / "ci"
+DOCS = ROOT / "docs" / "ci"
 # the profile reduced: the layernorm checks that draw, 100 examples each at night (the
 # shipped files say 500), one worker per shard
 CHECK_ARGS = "--ops layernorm --kinds fd invariant --oracle off -j 1"

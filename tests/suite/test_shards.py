@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from spec.paths import HOME
 from spec.suite.shard import (
     merge_check_reports,
     parse_shard,
@@ -25,12 +24,13 @@ from spec.suite.shard import (
     verify_shards,
     weights,
 )
+from tests import ROOT
 from tests.benchmarks.compare_verdicts import compare
 
 SHARDS = 3
 
 
-def minibert(*args, cwd=HOME, env=None) -> subprocess.CompletedProcess:
+def minibert(*args, cwd=ROOT, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "spec.cli", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, **(env or {})})
@@ -173,12 +173,12 @@ def test_a_merge_with_a_shard_missing_or_twice_is_refused_naming_it(sharded_run)
 
 def test_shards_of_another_version_of_the_implementation_are_refused(tmp_path):
     """A shard run on an edited implementation (same module name) does not merge."""
-    src = HOME / "tests" / "examples" / "broken_impl.py"
+    src = ROOT / "tests" / "examples" / "broken_impl.py"
     for k, text in ((1, src.read_text()), (2, src.read_text() + "\n# edited\n")):
         (tmp_path / "mine.py").write_text(text)
         r = minibert("check", "mine", "--ops", "layernorm", "--kinds", "fd", "invariant",
                      "--oracle", "off", "--shard", f"{k}/2", "-o", tmp_path / f"s{k}.json",
-                     cwd=tmp_path, env={"PYTHONPATH": str(HOME)})
+                     cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
         assert (tmp_path / f"s{k}.json").exists(), r.stderr
     r = minibert("report", "merge", tmp_path / "s1.json", tmp_path / "s2.json", "-o",
                  tmp_path / "m")
@@ -193,7 +193,7 @@ def test_shards_of_another_version_of_the_implementation_are_refused(tmp_path):
     (["--durations", "x.json"], "--durations: applies to --shard only"),
 ])
 def test_shard_options_refused_in_one_line(args, message, tmp_path):
-    r = minibert("check", "reference", *args, cwd=tmp_path, env={"PYTHONPATH": str(HOME)})
+    r = minibert("check", "reference", *args, cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "x.json").exists()
 
@@ -202,7 +202,7 @@ def test_a_shard_that_cannot_load_the_implementation_makes_the_merge_say_so(tmp_
     (tmp_path / "gone.py").write_text("raise ImportError('no numpy here')\n")
     for k in (1, 2):
         r = minibert("check", "gone", "--oracle", "off", "--shard", f"{k}/2", "-o",
-                     tmp_path / f"s{k}.json", cwd=tmp_path, env={"PYTHONPATH": str(HOME)})
+                     tmp_path / f"s{k}.json", cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
         assert r.returncode == 2 and (tmp_path / f"s{k}.json").exists()
     r = minibert("report", "merge", tmp_path / "s1.json", tmp_path / "s2.json", "-o",
                  tmp_path / "m")
@@ -228,7 +228,7 @@ def test_merged_matrix_shards_are_the_unsharded_matrix(tmp_path):
     assert full.returncode == 0, full.stdout[-2000:]
     for k in range(1, SHARDS + 1):
         r = matrix(f"m{k}", "--shard", f"{k}/{SHARDS}", "--durations",
-                   HOME / "spec" / "results" / "mutation_matrix.json")
+                   ROOT / "spec" / "results" / "mutation_matrix.json")
         assert r.returncode == 0, r.stdout[-2000:]
     merged = minibert("report", "merge",
                       *(tmp_path / f"m{k}-record.json" for k in range(1, SHARDS + 1)),
@@ -244,7 +244,7 @@ def test_merged_matrix_shards_are_the_unsharded_matrix(tmp_path):
     assert (tmp_path / "merged" / "mutation_matrix.md").read_text().count("| ") > 4
     # the recorded matrix of the checkout is untouched (each run had its own --matrix-file)
     assert subprocess.run(["git", "diff", "--quiet", "--", "spec/results/mutation_matrix.json"],
-                          cwd=HOME).returncode == 0
+                          cwd=ROOT).returncode == 0
 
 
 # --------------------------------------------------------------------------- the pytest path
@@ -256,7 +256,7 @@ def _pytest(tmp: Path, name: str, *args) -> dict[str, str]:
                         "--minibert-impl", "tests.examples.broken_impl", "--minibert-oracle",
                         "off", "-k", "layernorm", f"--junitxml={xml}", *args],
                        cwd=tmp, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": str(HOME)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-2000:]
     out = {}
     for case in ET.parse(xml).getroot().iter("testcase"):

@@ -9,7 +9,7 @@ install lines (``pip install ...``: this interpreter's environment is the instal
 and the ``runs-on``/``image`` machine (this one).  ``overrides`` replaces workflow-level
 variables (the profile reduced for a test).
 
-Used by tests/test_ci_workflows.py.
+Used by tests/cli/test_ci_workflows.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A class of submissions for ``minibert check --many``, generated from a few templates: correct,
 buggy (a wrong LayerNorm backward), hanging (in a call, or at import), crashing (the process
 killed in a call, or ended at import), mixed (LayerNorm right, softmax wrong), one that does not
-compile, one package.  tests/test_many.py and tests/benchmarks/many_time.py use it.
+compile, one package.  tests/suite/test_many.py and tests/benchmarks/many_time.py use it.
 
 Every submission provides the LayerNorm and softmax pairs (the run selects those ops): what
 each template must come to is :data:`EXPECTED` (per op verdict, or the exit status alone).

@@ -1,5 +1,5 @@
 """``minibert check --many`` (issue 31): 20 submissions generated from a few templates
-(tests/many_submissions.py: correct, buggy, hanging, crashing, mixed, not importable), one
+(tests/suite/many_submissions.py: correct, buggy, hanging, crashing, mixed, not importable), one
 class table; the same table serially and on a Dask ``LocalCluster`` of 2 workers; a hanging or
 crashing submission is red and no other row changes.  (Wall times: tests/benchmarks/
 many_time.py; never asserted here.)"""
@@ -13,16 +13,16 @@ import sys
 
 import pytest
 
-from spec.paths import HOME
 from spec.suite.many import find_submissions, table_signature
-from tests.many_submissions import ARGS, EXPECTED, write_class
+from tests import ROOT
+from tests.suite.many_submissions import ARGS, EXPECTED, write_class
 
 
 def many(where, out, *extra):
     r = subprocess.run([sys.executable, "-m", "spec.cli", "check", "--many", str(where), *ARGS,
-                        "--format", "json", "-o", str(out), *extra], cwd=HOME,
+                        "--format", "json", "-o", str(out), *extra], cwd=ROOT,
                        capture_output=True, text=True, timeout=1800,
-                       env={**os.environ, "PYTHONPATH": str(HOME)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.exists(), r.stderr[-3000:]
     return r, json.loads(out.read_text())
 
@@ -62,7 +62,7 @@ def test_the_html_table_draws_the_json(tmp_path):
     write_class(tmp_path / "subs", ["correct", "buggy", "import_exit"])
     r = subprocess.run([sys.executable, "-m", "spec.cli", "check", "--many",
                         str(tmp_path / "subs" / "*.py"), *ARGS, "--format", "html", "-o",
-                        str(tmp_path / "site")], cwd=HOME, capture_output=True, text=True,
+                        str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 1, r.stderr[-2000:]
     data = json.loads((tmp_path / "site" / "many.json").read_text())
