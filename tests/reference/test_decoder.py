@@ -103,3 +103,33 @@ def test_float32_stays_float32():
     loss, grads = D.decoder_loss_and_grads(p, TINY, ids)
     assert logits.dtype == np.float32 and np.asarray(loss).dtype == np.float32
     assert {g.dtype for g in grads.values()} == {np.dtype(np.float32)}
+
+
+def test_llama_parts_refuse_bad_keywords():
+    """The LLaMA pieces a decoder layer passes down (attention's rope, the block's ffn) name the
+    argument and what it expected."""
+    from reference.ops import attention_forward, block_forward, block_param_names
+
+    rng = np.random.default_rng(0)
+    x, W = rng.standard_normal((2, 3, 8)), rng.standard_normal((8, 8))
+    with pytest.raises(ValueError, match=r"rope: expected None or one of \('interleaved', "
+                                         r"'half'\), got 'spiral'"):
+        attention_forward(x, W, W, W, W, n_heads=2, rope="spiral")
+    with pytest.raises(ValueError, match=r"n_heads: RoPE .* d_k = H / n_heads must be even, "
+                                         r"got H=8, n_heads=8"):
+        attention_forward(x, W, W, W, W, n_heads=8, rope="half")
+    with pytest.raises(ValueError, match=r"rope_base: expected a finite number > 1, got 1.0"):
+        attention_forward(x, W, W, W, W, n_heads=2, rope="half", rope_base=1.0)
+    names = block_param_names(False, "pre", normalization="rmsnorm", ffn="swiglu")
+    p = {n: rng.standard_normal(s) for n, s in D.ops.block_param_shapes(names, 8, 12).items()}
+    with pytest.raises(ValueError, match=r"ffn: expected one of \('mlp', 'swiglu'\), got 'moe'"):
+        block_forward(x, p, n_heads=2, norm="pre", normalization="rmsnorm", ffn="moe")
+    with pytest.raises(ValueError, match=r"swiglu.W_3"):
+        block_forward(x, {**p, "swiglu.W_3": p["swiglu.W_3"][:, :5]}, n_heads=2, norm="pre",
+                      normalization="rmsnorm", ffn="swiglu")
+    with pytest.raises(ValueError, match=r"p: expected the keys .*ffn='mlp'.*missing "
+                                         r"\['ffn.W_1', 'ffn.W_2'\]"):
+        block_forward(x, p, n_heads=2, norm="pre", normalization="rmsnorm")
+    out, _ = block_forward(x, p, n_heads=2, norm="pre", normalization="rmsnorm", ffn="swiglu",
+                           rope="half", causal=True)
+    assert out.shape == x.shape
