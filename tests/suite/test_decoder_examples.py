@@ -92,3 +92,19 @@ def test_a_decoder_is_checked_as_its_parts_declare(monkeypatch):
     assert (config.rope_convention, config.mlp_bias, config.tie_embeddings, config.attn_bias) == (
         "interleaved", True, False, True)
     assert (config.normalization, config.ffn, config.position) == ("rmsnorm", "swiglu", "rope")
+
+
+def test_a_gpt2_without_biases_meets_transformers_with_zero_biases(monkeypatch):
+    """GPT-2's Conv1D always has a bias: a bias-free GPT-2 is judged against transformers'
+    with those biases 0 (its gradients of the weights compared, the biases' not ours)."""
+    monkeypatch.setattr(realstyle_gpt, "BUGS", set())
+    monkeypatch.setitem(realstyle_gpt.CAPABILITIES, "attention_bias", False)
+    monkeypatch.setitem(realstyle_gpt.CAPABILITIES, "ffn", {
+        "activation": ("gelu_tanh",), "b_1": (False,), "b_2": (False,)})
+    report = check_implementation(realstyle_gpt, match=r"^oracle\..*decoder\.hf-gpt2-f64",
+                                  timeout=TIMEOUT)
+    assert report.counts() == {"passed": 2}, {r.id: r.message for r in report.results}
+    monkeypatch.setattr(realstyle_gpt, "BUGS", {"tied"})
+    report = check_implementation(realstyle_gpt, match=r"^oracle\.backward\[decoder\.hf-gpt2-f64",
+                                  timeout=TIMEOUT)
+    assert report.counts() == {"failed": 1}

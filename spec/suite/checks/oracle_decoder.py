@@ -34,10 +34,9 @@ to = lazy_module("spec.suite.torch_oracle")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DTYPES = (("f64", np.float64), ("f32", np.float32))
-# what transformers' model of each form can be: GPT-2 always has biases; LLaMA rotates
-# Hugging Face's half-split pairs
-ORACLE_NEEDS = {"gpt2": {"attention_bias": True, "ffn.b_1": True, "ffn.b_2": True},
-                "llama": {"attention.rope": "half"}}
+# what transformers' model of each form can be: LLaMA rotates Hugging Face's half-split pairs
+# (GPT-2 without biases is transformers' GPT-2 with zero biases: hf_model)
+ORACLE_NEEDS = {"llama": {"attention.rope": "half"}}
 
 
 def hf_model(config, params: dict, dtype):
@@ -71,7 +70,13 @@ def hf_model(config, params: dict, dtype):
     state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in to_hf(params,
                                                                             config).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    allowed = {"lm_head.weight"} if config.tie_embeddings else set()
+    # GPT-2's Conv1D always has a bias: a GPT-2 declared without one is transformers' with 0
+    no_bias = [k for k in missing if config.position == "learned" and k.endswith(".bias")]
+    named = dict(model.named_parameters())
+    with torch.no_grad():
+        for k in no_bias:
+            named[k].zero_()
+    allowed = ({"lm_head.weight"} if config.tie_embeddings else set()) | set(no_bias)
     assert not unexpected and set(missing) <= allowed, (
         f"the name map does not cover transformers' model: missing {missing}, unexpected "
         f"{unexpected}")
