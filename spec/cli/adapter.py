@@ -71,7 +71,7 @@ def skeleton(module: str) -> str:
         if key == "conventions":
             out += [f"    #     {c!r}" for c in sorted(CONVENTIONS)]
         if key == "guards":
-            out += [f"    #     {k!r}: {v}" for k, v in GUARDS.items()]
+            out += [f"    #     {k!r}: {v.help}" for k, v in GUARDS.items()]
     out += ["}", ""]
     for row in OPS.values():
         returns = row.returns()

@@ -12,7 +12,7 @@ import numpy as np
 
 # the conventions an implementation may declare, and the warning that reports one
 from spec.protocol.conventions import CONVENTIONS, ConventionWarning  # noqa: F401 (re-exported)
-from spec.protocol.guards import GUARDS, MAX_GUARD
+from spec.protocol.guards import GUARDS, MAX_GUARD, conflicts
 from spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary, re-exported)
     CLAIMS,
     VARIANTS,
@@ -60,6 +60,9 @@ def _validate_guards(guards) -> None:
         if not isinstance(v, (int, float)) or not 0 <= float(v) <= MAX_GUARD:
             raise ValueError(f"CAPABILITIES['guards'][{k!r}]: expected a number in "
                              f"[0, {MAX_GUARD:g}], got {v!r}")
+    for a, b in conflicts(guards):
+        raise ValueError(f"CAPABILITIES['guards']: {a!r} and {b!r} guard the same formula "
+                         f"({GUARDS[a].at} of {', '.join(GUARDS[a].rows)}): declare one")
 
 
 def declared_guards(impl) -> dict:

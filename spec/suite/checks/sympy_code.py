@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 from spec.equations import load
 from spec.numerics.asserts import worst
 from spec.numerics.finite_differences import assert_all_passed, elementwise_check
-from spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, op_of_equation
+from spec.protocol import NotApplicable, capabilities, op_of_equation
 from spec.suite.registry import check
 from spec.tolerances import ORACLE_RTOL_F64, SYMPY_CODE_FLOOR, SYMPY_CODE_RTOL
 
@@ -61,22 +61,24 @@ def _error(a, b, allow=0.0) -> float:
 
 
 def _guarded(impl, eq_id, arrays, expected):
-    """(expected, allowance) under a declared cross-entropy guard (spec/protocol/guards.py): the
-    loss shifted by the guard's exact effect, the gradient allowed |guarded - unguarded|."""
-    from spec.equations.loss import _ce_labels
+    """(expected, allowance) under a declared guard of the equation's row (spec/protocol/
+    guards.adjustment, called as the code side calls the op: ``Numeric.guard_call``): a
+    forward shifted by the guarded formula's exact effect, a gradient allowed |guarded -
+    unguarded|."""
     from spec.protocol.capabilities import declared_guards as declared
-    from spec.protocol.guards import ce_guard, cross_entropy_adjustment
+    from spec.protocol.guards import adjustment
 
-    guards = declared(impl)
-    if op_of_equation(eq_id) != "cross_entropy" or ce_guard(guards) is None:
+    eq = EQUATIONS[eq_id]
+    if eq.numeric.guard_call is None:
         return expected, 0.0
-    reduction = "sum" if eq_id.endswith(".sum") else "mean"
-    labels = _ce_labels(arrays["labels"], arrays["keep"])
-    shift, allow, _ = cross_entropy_adjustment(guards, arrays["z"], labels, IGNORE_INDEX,
-                                               reduction)
-    if ".backward." in eq_id:
-        return expected, allow
-    return tuple(np.asarray(e) + shift for e in expected), 0.0
+    inputs, fixed, dout = eq.numeric.guard_call(**arrays)
+    guarded = adjustment(op_of_equation(eq_id), declared(impl), inputs, fixed, dout)
+    if guarded is None:
+        return expected, 0.0
+    if eq.gradient:  # the backward's outputs, one per differentiable input, in order
+        first = guarded.allowance.get(next(iter(inputs)))
+        return expected, 0.0 if first is None else first
+    return tuple(np.asarray(e) + guarded.shift for e in expected), 0.0
 
 
 @functools.cache
