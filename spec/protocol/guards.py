@@ -27,7 +27,7 @@ the measured factor implies).  NumPy only; the declaration is validated by
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,17 +38,15 @@ LOSS_ROWS = ("cross_entropy", "next_token_cross_entropy", "linear_cross_entropy"
 @dataclass(frozen=True)
 class Guard:
     """One guard: the rows whose formula it changes, what it keeps finite (a log, a division,
-    a square root), the guarded formula in words, and the guards it cannot be declared with
-    (two guards of the same log)."""
+    a square root), the guarded formula in words (its range: GUARD_RANGES; the guards it cannot
+    be declared with: EXCLUSIVE_GUARDS)."""
 
     rows: tuple[str, ...]
     at: str
     what: str
-    excludes: tuple[str, ...] = field(default=())
 
-    @property
-    def help(self) -> str:
-        """One line for ``minibert adapter new``."""
+    def __str__(self) -> str:
+        """One line: ``minibert adapter new`` and a refused declaration print it."""
         return f"{', '.join(self.rows)} ({self.at}): {self.what}"
 
 
@@ -58,10 +56,8 @@ GUARDS: dict[str, Guard] = {
                       "(torch: 1e-6); undeclared, the protocol's eps = 0 is expected"),
     "log_eps": Guard(LOSS_ROWS, "log",
                      "-log(p + log_eps), p the softmax probability of the label (the loss is "
-                     "then >= -log(1 + log_eps), and capped at -log(log_eps))",
-                     excludes=("prob_clip",)),
-    "prob_clip": Guard(LOSS_ROWS, "log", "-log(max(p, prob_clip)) (probabilities clipped below)",
-                       excludes=("log_eps",)),
+                     "then >= -log(1 + log_eps), and capped at -log(log_eps))"),
+    "prob_clip": Guard(LOSS_ROWS, "log", "-log(max(p, prob_clip)) (probabilities clipped below)"),
     "mean_eps": Guard(LOSS_ROWS, "division",
                       "the mean divides the summed loss by N + mean_eps (N the predicted "
                       "positions: a masked sum / (mask.sum() + eps))"),
@@ -91,13 +87,54 @@ UNGUARDED = {
     "model": "its ops' guards (the loss rows', its LayerNorms' eps)",
 }
 # A guard is a tiny number: anything larger changes ordinary results, not only the edge cases
-# the guard exists for, and is a different formula rather than a guard.
+# the guard exists for, and is a different formula rather than a guard.  The upper bound of a
+# guard added without its own range (GUARD_RANGES).
 MAX_GUARD = 1e-3
+# The least of every guard: the smallest normal float32 (2^-126 ~ 1.18e-38).  A guard exists to
+# keep log(p + eps), max(p, eps) or max_norm / (norm + eps) finite where p or the norm is 0; a
+# smaller eps is subnormal in float32 arithmetic (the suite checks float32 too), or 0 where
+# subnormals are flushed (code built with -ffast-math): log(0) or a division by 0 again, so it
+# guards nothing.  0 itself is no guard at all (leave the key out).
+MIN_GUARD = float(np.finfo(np.float32).tiny)
+# name -> (least, largest) value that is still a guard, from the maths of the formula it changes
+# (spec.protocol.capabilities refuses a declaration outside it, naming the range)
+GUARD_RANGES = {
+    # -log(p + eps) differs from -log p by log(1 + eps / p), and its logit gradient by the factor
+    # p / (p + eps) (guarded_grad_factor): at eps = 1e-3 a label predicted with p >= 0.1 moves by
+    # < 0.01 nats and < 1% of its gradient, so only labels predicted near p ~ eps -- confident
+    # mistakes, where the log would blow up -- change materially.  A larger eps changes the loss
+    # of ordinary predictions: a different loss (a smoothing), not a guard.
+    "log_eps": (MIN_GUARD, 1e-3),
+    # -log(max(p, c)) equals -log p wherever p >= c: the same bound as log_eps, for which the
+    # change is never larger
+    "prob_clip": (MIN_GUARD, 1e-3),
+    # max_norm / (norm + eps) leaves the clipped norm max_norm * norm / (norm + eps): short of
+    # max_norm by eps / (norm + eps) < eps / max_norm, relative (clipping acts only when
+    # norm > max_norm).  At max_norm = 1 (BERT's) eps <= 1e-4 keeps that within 1e-4, the
+    # resolution the suite grants any float32 result (spec.tolerances.ORACLE_RTOL_F32): a larger
+    # eps visibly changes every clipped step -- another clipping rule, not a guard against a zero
+    # norm.  torch's own is 1e-6, 100x inside; 1e-3 is not a guard.
+    "clip_eps": (MIN_GUARD, 1e-4),
+    # sum / (N + eps) is short of the mean by eps / (N + eps) < eps, relative (N >= 1 predicted
+    # positions: the mean needs one), on every loss: clip_eps's bound, for the same reason
+    "mean_eps": (MIN_GUARD, 1e-4),
+    # e / (s + eps), s >= 1 after the max shift (the maximum's e is 1): every probability short
+    # by eps / (s + eps) < eps, relative, every row summing to s / (s + eps) -- the same bound
+    "softmax_eps": (MIN_GUARD, 1e-4),
+    # under the root the guard adds to v_hat ~ g^2: sqrt(g^2 + c) floors the divisor at sqrt(c),
+    # on the scale of |g|, as Adam's eps does outside the root.  c <= 1e-8 keeps that floor at
+    # 1e-4, and an entry with |g| >= 1e-2 moves its step by < c / (2 g^2) = 5e-5, relative; a
+    # larger c damps ordinary small gradients (another eps, not a guard against v_hat = 0)
+    "adam_sqrt_eps": (MIN_GUARD, 1e-8),
+}
+# guards that change the same formula: an implementation computes one of them
+CROSS_ENTROPY_GUARDS = ("log_eps", "prob_clip")
+EXCLUSIVE_GUARDS = (CROSS_ENTROPY_GUARDS,)
 
 
-def conflicts(guards: Mapping) -> list[tuple[str, str]]:
-    """Declared pairs that exclude each other (log_eps and prob_clip: one log, one guard)."""
-    return [(a, b) for a in guards for b in GUARDS[a].excludes if b in guards and a < b]
+def guard_range(name: str) -> tuple[float, float]:
+    """(least, largest) value of the guard ``name`` that is still a guard."""
+    return GUARD_RANGES.get(name, (MIN_GUARD, MAX_GUARD))
 
 
 def declared_on(row: str, guards: Mapping) -> dict:
@@ -134,7 +171,7 @@ def undeclared_clip_message(norm: float, max_norm: float, got: float, eps: float
 # --------------------------------------------------------------------------- cross-entropy
 def ce_guard(guards: Mapping) -> str | None:
     """The one loss guard declared (log_eps or prob_clip), or None."""
-    found = [k for k in ("log_eps", "prob_clip") if k in guards]
+    found = [k for k in CROSS_ENTROPY_GUARDS if k in guards]
     if len(found) > 1:
         raise ValueError("CAPABILITIES['guards']: declare log_eps or prob_clip, not both")
     return found[0] if found else None
