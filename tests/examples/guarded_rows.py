@@ -1,11 +1,11 @@
 """Hand-written decoder training code with the guards such code adds, each declared
 (``CAPABILITIES["guards"]``, spec/protocol/guards.py): a softmax dividing by ``sum + 1e-8``, a
 masked-mean cross-entropy taking ``-log(p + 1e-6)`` and dividing by ``mask.sum() + 1e-6``,
-the next-token loss built on it, and an Adam with ``sqrt(v_hat + 1e-10)`` under the
-root.  Every guard is large enough to move results past the oracle's float64 tolerance, so an
-undeclared one is a red.  Written to the protocol directly, NumPy only; each backward is the
-derivative of its guarded forward (the softmax's with the row maximum held constant, as code
-writes it).
+the next-token loss and the fused linear head + loss built on it, and an Adam with
+``sqrt(v_hat + 1e-10)`` under the root.  Every guard is large enough to move results past the
+oracle's float64 tolerance, so an undeclared one is a red.  Written to the protocol directly,
+NumPy only; each backward is the derivative of its guarded forward (the softmax's with the row
+maximum held constant, as code writes it).
 """
 
 from __future__ import annotations
@@ -76,6 +76,21 @@ def next_token_cross_entropy_backward(dloss, cache):
     d = np.zeros(shape, dtype=cache[0].dtype)
     d[..., :-1, :] = _nll_backward(dloss, cache)
     return (d,)
+
+
+def linear_cross_entropy_forward(x, W, b, labels, *, ignore_index=-100, reduction="mean"):
+    _check("x", x)
+    logits = x @ W + (0 if b is None else b)  # [..., V]
+    loss, cache = _nll(logits, labels, ignore_index, reduction)
+    return loss, (cache, x, W, b is None)
+
+
+def linear_cross_entropy_backward(dloss, cache):
+    cache, x, W, no_bias = cache
+    dlogits = _nll_backward(dloss, cache)  # [..., V]
+    rows = dlogits.reshape(-1, W.shape[1])
+    return (dlogits @ W.T, x.reshape(-1, W.shape[0]).T @ rows,
+            None if no_bias else rows.sum(axis=0))
 
 
 def adam_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
