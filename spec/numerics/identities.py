@@ -11,13 +11,21 @@ entry, an ignored position, an unused row) are compared with ``==``.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from spec.protocol import IGNORE_INDEX, capabilities
 from spec.protocol.capabilities import ConventionWarning
-from spec.protocol.guards import adam_denominator, declared_on, loss_floor, mean_divisor
+from spec.protocol.guards import (
+    adam_denominator,
+    declare_hint,
+    declared_on,
+    loss_floor,
+    mean_divisor,
+    softmax_adjustment,
+    softmax_terms,
+)
 from spec.tolerances import F64_IDENTITY_RTOL
 
 
@@ -212,12 +220,15 @@ def softmax_identities(impl, x, mask, dout) -> list[Finding]:
     guards = declared_on("softmax", capabilities(impl)["guards"])
     total, allow = np.ones(x.shape[:-1]), 0.0
     if guards:  # the sums move by the guard's shift; dx's by at most its allowance
-        from spec.protocol.guards import softmax_adjustment
-
         shift, allow, _ = softmax_adjustment(guards, x, mask, dout)
         total, allow = total + shift.sum(-1), float(np.max(allow.sum(-1)))
-    return [close("softmax", "rows sum to 1" if not guards else "rows sum to s / (s + "
-                  f"softmax_eps) (declared guard {guards['softmax_eps']:g})", p.sum(-1), total),
+    sums = close("softmax", "rows sum to 1" if not guards else "rows sum to s / (s + "
+                 f"softmax_eps) (declared guard {guards['softmax_eps']:g})", p.sum(-1), total)
+    if not sums.ok and not guards:  # a divisor guard? e / (s + eps) sums to s / (s + eps)
+        s = softmax_terms(x, mask)[3][..., 0]
+        sums = replace(sums, detail=sums.detail + declare_hint("softmax_eps", float(np.median(
+            s / np.asarray(p.sum(-1), dtype=np.float64) - s))))
+    return [sums,
             holds("softmax", "masked entries get probability exactly 0", p[~keep] == 0),
             holds("softmax", "kept entries get probability > 0", p[keep] > 0),
             close("softmax", "dx sums to 0 per row", np.sign(dx.sum(-1)) * np.maximum(
@@ -471,6 +482,9 @@ def cross_entropy_identities(impl, logits, labels, dloss: float,
                    f"(declared guard mean_eps={guards['mean_eps']:g})", l_sum, divisor * l_mean),
              close(op, "d sum = n * d mean" if divisor == n else "d sum = (n + mean_eps) * d mean",
                    d_sum, divisor * d_mean)]
+    if not found[1].ok and "mean_eps" not in guards and l_mean:  # sum / (n + eps)?
+        found[1] = replace(found[1], detail=found[1].detail
+                           + declare_hint("mean_eps", l_sum / l_mean - n))
     for r, (_, d) in out.items():
         found += [exact(op, f"{r}: ignored positions get gradient exactly 0",
                         d * ignored[..., None], 0.0),
@@ -564,6 +578,11 @@ def adam_first_step(impl, params: dict, grads: dict, *, lr: float, beta2: float 
                            (step >= low / slack - F64_IDENTITY_RTOL * np.abs(params[k]))
                            & (step <= lr * slack),
                            f"step / lr in [{np.min(step) / lr:.6g}, {np.max(step) / lr:.6g}]"))
+        if not found[-1].ok and not guards:  # lr |g| / (sqrt(g^2 + c) + eps') for some c?
+            with np.errstate(divide="ignore", invalid="ignore"):
+                c = (lr * np.abs(grads[k]) / step - eps / np.sqrt(1 - beta2)) ** 2 - grads[k] ** 2
+            found[-1] = replace(found[-1], detail=found[-1].detail
+                                + declare_hint("adam_sqrt_eps", float(np.median(c))))
     return found
 
 

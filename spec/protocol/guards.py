@@ -142,6 +142,16 @@ def declared_on(row: str, guards: Mapping) -> dict:
     return {k: v for k, v in guards.items() if k in GUARDS and row in GUARDS[k].rows}
 
 
+def declare_hint(name: str, implied: float) -> str:
+    """The end of an undeclared guard's red: the guard the measured result implies, and how to
+    declare it (only a value within its range reads as a guard)."""
+    low, high = guard_range(name)
+    if not (np.isfinite(implied) and low <= implied <= high):
+        return ""
+    return (f"; {GUARDS[name].what}, with {name} = {implied:.2g}? if that guard is intended, "
+            f"declare it: CAPABILITIES['guards'] = {{{name!r}: {implied:.2g}}}")
+
+
 # --------------------------------------------------------------------------- clipping
 def clip_guard(guards: Mapping) -> float:
     """The divisor guard of ``clip_by_global_norm`` called without ``eps``: the declared
@@ -247,6 +257,16 @@ def cross_entropy_adjustment(guards: Mapping, logits, labels, ignore_index: int,
 
 
 # --------------------------------------------------------------------------- softmax
+def softmax_terms(x, mask=None):
+    """(z, keep, e, s) in float64: x, the kept entries, e = exp(x - max) on them (0 elsewhere)
+    and its row sums s [..., 1] (>= 1: the maximum's e is 1), the unguarded p being e / s."""
+    z = np.asarray(x, dtype=np.float64)
+    keep = np.ones(z.shape, bool) if mask is None else np.asarray(mask, bool)
+    top = np.where(keep, z, -np.inf).max(axis=-1, keepdims=True)
+    e = np.where(keep, np.exp(np.where(keep, z, top) - top), 0.0)
+    return z, keep, e, e.sum(axis=-1, keepdims=True)
+
+
 def softmax_adjustment(guards: Mapping, x, mask=None, dout=None):
     """For a declared softmax_eps: (output shift, dx allowance, reason).  The guarded formula
     p_g = e / (s + eps), e = exp(x - max) on the kept entries, s their sum, against the
@@ -255,11 +275,7 @@ def softmax_adjustment(guards: Mapping, x, mask=None, dout=None):
     maximum held constant, as code writes it) and the exact derivative, which also moves the
     maximum's entry by -eps / (s + eps) <dout, p_g> (finite differences see that one)."""
     eps = float(guards["softmax_eps"])
-    z = np.asarray(x, dtype=np.float64)
-    keep = np.ones(z.shape, bool) if mask is None else np.asarray(mask, bool)
-    top = np.where(keep, z, -np.inf).max(axis=-1, keepdims=True)
-    e = np.where(keep, np.exp(np.where(keep, z, top) - top), 0.0)
-    s = e.sum(axis=-1, keepdims=True)
+    z, keep, e, s = softmax_terms(x, mask)
     p, p_g = e / s, e / (s + eps)
     shift = p_g - p
     if dout is None:

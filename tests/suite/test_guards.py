@@ -105,3 +105,18 @@ def test_no_adjustment_without_a_guard_of_the_row():
     assert adjustment("softmax", {}, {"x": x}, {}, x) is None
     assert adjustment("softmax", {"log_eps": 1e-12}, {"x": x}, {}, x) is None
     assert adjustment("rope", {"softmax_eps": 1e-12}, {"x": x}, {}, x) is None
+
+
+def test_an_undeclared_guard_is_red_naming_the_guard_and_the_value_it_implies(monkeypatch):
+    monkeypatch.setattr(guarded_rows, "CAPABILITIES", {})
+    report = check_implementation(guarded_rows, ops=["softmax", "cross_entropy", "adam"],
+                                  kinds=["invariant"], quick=True)
+    text = {r.id: r.message for r in report.failures()}
+    for check_id, name, value in [("invariant[softmax.rows_sum_to_one]", "softmax_eps",
+                                   guarded_rows.SOFTMAX_EPS),
+                                  ("invariant[cross_entropy.sum_is_n_times_mean]", "mean_eps",
+                                   guarded_rows.MEAN_EPS),
+                                  ("invariant[adam.first_step]", "adam_sqrt_eps",
+                                   guarded_rows.ADAM_SQRT_EPS)]:
+        assert f"CAPABILITIES['guards'] = {{{name!r}: {value:.2g}}}" in text[check_id], (
+            check_id, text.get(check_id))
