@@ -81,6 +81,10 @@ class Numeric:
     # a convention an implementation may declare (CAPABILITIES["conventions"]) under which this
     # derivation is not the one it implements: the check is then not applicable, saying so
     other_convention: str | None = None
+    # how the code side calls its op, for a declared guard of the op's row
+    # (spec/protocol/guards.adjustment): arrays -> (differentiable inputs, other arguments,
+    # upstream gradient) as the forward and backward take them; None: no guard applies
+    guard_call: Callable | None = None
 
 
 @dataclass

@@ -128,11 +128,18 @@ def _code(reduction, which):
     return code
 
 
+def _call(reduction):
+    """How the code side calls the op (its inputs, other arguments, dloss)."""
+    return lambda x, W, b, labels, keep: ({"x": x, "W": W, "b": b}, {
+        "labels": np.where(keep, labels, IGNORE_INDEX), "reduction": reduction}, 1.0)
+
+
 def _numeric(reduction, which):
     return Numeric(SIZES, _inputs, _sympy(reduction, which), _code(reduction, which),
                    lambda size, x, W, b, labels, keep: bool(keep.any()),
                    needs=("linear_cross_entropy_forward",)
-                   + (("linear_cross_entropy_backward",) if which else ()))
+                   + (("linear_cross_entropy_backward",) if which else ()),
+                   guard_call=_call(reduction))
 
 
 TORCH = "torch.nn.functional.linear + torch.nn.functional.cross_entropy"

@@ -151,11 +151,18 @@ def _ce_accept(size, z, labels, keep):
     return bool(keep.any())  # the mean needs one predicted position
 
 
+def _ce_call(reduction):
+    """How the code side calls cross_entropy (its inputs, other arguments, dloss)."""
+    return lambda z, labels, keep: ({"logits": z}, {"labels": _ce_labels(labels, keep),
+                                                    "reduction": reduction}, 1.0)
+
+
 def _ce_numeric(reduction, which):
     return Numeric(((3, 3), (2, 4)), _ce_inputs, _ce_sympy(reduction, which),
                    _ce_code(reduction, which), _ce_accept,
                    needs=("cross_entropy_forward",) + (("cross_entropy_backward",) if which
-                                                       else ()))
+                                                       else ()),
+                   guard_call=_ce_call(reduction))
 
 
 @maps_cache

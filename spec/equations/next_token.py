@@ -105,10 +105,16 @@ def _accept(size, z, ids, keep):
     return bool(keep[:, 1:].any())  # the mean needs a target
 
 
+def _call(z, ids, keep):
+    """How the code side calls the op (its inputs, other arguments, dloss)."""
+    return {"logits": z}, {"ids": np.where(keep, ids, IGNORE_INDEX), "reduction": "mean"}, 1.0
+
+
 def _numeric(which: int) -> Numeric:
     return Numeric(NUMERIC_SIZES, _inputs, _sympy(which), _code(which), _accept,
                    needs=("next_token_cross_entropy_forward",)
-                   + (("next_token_cross_entropy_backward",) if which else ()))
+                   + (("next_token_cross_entropy_backward",) if which else ()),
+                   guard_call=_call)
 
 
 register(Equation(

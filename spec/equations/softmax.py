@@ -146,8 +146,14 @@ def _code_jacobian(impl, N, x, dp):
     return (impl.softmax_jacobian(p),)
 
 
+def _call(x, dp):
+    """How the code side calls softmax (its input, no mask, the upstream gradient)."""
+    return {"x": x}, {}, dp
+
+
 def _numeric(key, code, needs=("softmax_forward", "softmax_backward")):
-    return Numeric(NUMERIC_FEATURES, _inputs, lambda N: _numeric_fns(N)[key], code, needs=needs)
+    return Numeric(NUMERIC_FEATURES, _inputs, lambda N: _numeric_fns(N)[key], code, needs=needs,
+                   guard_call=_call if key in ("p", "dx") else None)
 
 
 register(Equation(

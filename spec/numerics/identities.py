@@ -11,13 +11,21 @@ entry, an ignored position, an unused row) are compared with ``==``.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from spec.protocol import IGNORE_INDEX, capabilities
 from spec.protocol.capabilities import ConventionWarning
-from spec.protocol.guards import loss_floor
+from spec.protocol.guards import (
+    adam_denominator,
+    declare_hint,
+    declared_on,
+    loss_floor,
+    mean_divisor,
+    softmax_adjustment,
+    softmax_terms,
+)
 from spec.tolerances import F64_IDENTITY_RTOL
 
 
@@ -207,10 +215,24 @@ def softmax_identities(impl, x, mask, dout) -> list[Finding]:
     p, cache = impl.softmax_forward(x, mask)
     (dx,) = impl.softmax_backward(dout, cache)
     keep = np.ones(x.shape, bool) if mask is None else np.asarray(mask, bool)
-    return [close("softmax", "rows sum to 1", p.sum(-1), np.ones(x.shape[:-1])),
+    # a declared softmax_eps: rows sum to s / (s + eps), s the kept entries' sum of e (the
+    # guarded formula, spec/protocol/guards.softmax_adjustment)
+    guards = declared_on("softmax", capabilities(impl)["guards"])
+    total, allow = np.ones(x.shape[:-1]), 0.0
+    if guards:  # the sums move by the guard's shift; dx's by at most its allowance
+        shift, allow, _ = softmax_adjustment(guards, x, mask, dout)
+        total, allow = total + shift.sum(-1), float(np.max(allow.sum(-1)))
+    sums = close("softmax", "rows sum to 1" if not guards else "rows sum to s / (s + "
+                 f"softmax_eps) (declared guard {guards['softmax_eps']:g})", p.sum(-1), total)
+    if not sums.ok and not guards:  # a divisor guard? e / (s + eps) sums to s / (s + eps)
+        s = softmax_terms(x, mask)[3][..., 0]
+        sums = replace(sums, detail=sums.detail + declare_hint("softmax_eps", float(np.median(
+            s / np.asarray(p.sum(-1), dtype=np.float64) - s))))
+    return [sums,
             holds("softmax", "masked entries get probability exactly 0", p[~keep] == 0),
             holds("softmax", "kept entries get probability > 0", p[keep] > 0),
-            close("softmax", "dx sums to 0 per row", dx.sum(-1), np.zeros(x.shape[:-1]),
+            close("softmax", "dx sums to 0 per row", np.sign(dx.sum(-1)) * np.maximum(
+                np.abs(dx.sum(-1)) - allow, 0.0), np.zeros(x.shape[:-1]),
                   _mag(p) * _mag(dout) * x.shape[-1]),
             holds("softmax", "masked entries get gradient exactly 0", dx[~keep] == 0)]
 
@@ -443,9 +465,11 @@ def cross_entropy_identities(impl, logits, labels, dloss: float,
                                                  ignore_index=ignore_index)
         out[r] = (float(loss), impl.cross_entropy_backward(dloss, cache)[0])
     (l_mean, d_mean), (l_sum, d_sum) = out["mean"], out["sum"]
-    # a declared log guard -log(p + eps) is below 0 by up to log(1 + eps) per position at p = 1
-    guards = capabilities(impl)["guards"]
+    # a declared log guard -log(p + eps) is below 0 by up to log(1 + eps) per position at p = 1;
+    # a declared mean_eps divides the mean by n + mean_eps
+    guards = declared_on(op, capabilities(impl)["guards"])
     floor = loss_floor(guards)
+    divisor = mean_divisor(n, "mean", guards)
     found = [holds(op, "loss >= 0" if not floor else
                    f"loss >= {floor:.4g} per position (declared guard log(p + "
                    f"{guards['log_eps']:g}))",
@@ -454,8 +478,13 @@ def cross_entropy_identities(impl, logits, labels, dloss: float,
                                                         "; a log(p + eps) guard? declare it: "
                                                         "CAPABILITIES['guards'] = "
                                                         "{'log_eps': eps}")),
-             close(op, "sum = n * mean", l_sum, n * l_mean),
-             close(op, "d sum = n * d mean", d_sum, n * d_mean)]
+             close(op, "sum = n * mean" if divisor == n else f"sum = (n + mean_eps) * mean "
+                   f"(declared guard mean_eps={guards['mean_eps']:g})", l_sum, divisor * l_mean),
+             close(op, "d sum = n * d mean" if divisor == n else "d sum = (n + mean_eps) * d mean",
+                   d_sum, divisor * d_mean)]
+    if not found[1].ok and "mean_eps" not in guards and l_mean:  # sum / (n + eps)?
+        found[1] = replace(found[1], detail=found[1].detail
+                           + declare_hint("mean_eps", l_sum / l_mean - n))
     for r, (_, d) in out.items():
         found += [exact(op, f"{r}: ignored positions get gradient exactly 0",
                         d * ignored[..., None], 0.0),
@@ -538,13 +567,22 @@ def adam_first_step(impl, params: dict, grads: dict, *, lr: float, beta2: float 
                             lr=lr, beta1=0.9, beta2=beta2, eps=eps, weight_decay=0.0,
                             no_decay=())
     slack = 1 + F64_IDENTITY_RTOL
+    guards = declared_on("adam", capabilities(impl)["guards"])  # a guard under the root
     found = []
     for k in params:
         step = -(new[k] - params[k]) * np.sign(grads[k])  # signed along -g
-        low = lr * np.abs(grads[k]) / (np.abs(grads[k]) + eps / np.sqrt(1 - beta2))
+        low = lr * np.abs(grads[k]) / adam_denominator(grads[k] ** 2, eps / np.sqrt(1 - beta2),
+                                                        guards)
         found.append(holds("adam", f"first step moves {k} by lr |g| / (|g| + eps) along -g",
-                           (step >= low / slack) & (step <= lr * slack),
+                           # p - lr u rounds by ~u |p|: that much below the bound is rounding
+                           (step >= low / slack - F64_IDENTITY_RTOL * np.abs(params[k]))
+                           & (step <= lr * slack),
                            f"step / lr in [{np.min(step) / lr:.6g}, {np.max(step) / lr:.6g}]"))
+        if not found[-1].ok and not guards:  # lr |g| / (sqrt(g^2 + c) + eps') for some c?
+            with np.errstate(divide="ignore", invalid="ignore"):
+                c = (lr * np.abs(grads[k]) / step - eps / np.sqrt(1 - beta2)) ** 2 - grads[k] ** 2
+            found[-1] = replace(found[-1], detail=found[-1].detail
+                                + declare_hint("adam_sqrt_eps", float(np.median(c))))
     return found
 
 

@@ -1,12 +1,23 @@
 """Numerical guards an implementation may declare, and how the suite judges a guarded result.
 
 A guard is a deliberate, tiny change of a formula that keeps it finite: torch's clipping divides
-by ``norm + 1e-6``; many hand-written losses take ``log(p + 1e-12)`` or clip ``p`` at 1e-15.  A
-correct implementation with a guard differs from the unguarded formula by an amount the guard
-fixes, so it is judged against the *same* formula with the same guard -- never by widening a
-tolerance for everyone.  Declared in ``CAPABILITIES["guards"]``::
+by ``norm + 1e-6``; many hand-written losses take ``log(p + 1e-12)``, clip ``p`` at 1e-15 or
+divide a masked sum by ``mask.sum() + 1e-8``; a softmax may divide by ``sum + 1e-9``.  A correct
+implementation with a guard differs from the unguarded formula by an amount the guard fixes, so
+it is judged against the *same* formula with the same guard -- never by widening a tolerance
+for everyone.  Declared in ``CAPABILITIES["guards"]``::
 
     CAPABILITIES = {"guards": {"log_eps": 1e-12}}   # cross_entropy computes -log(p + 1e-12)
+
+The table :data:`GUARDS` says, per guard, the rows of the op table whose formula it changes
+(a log, a division or a square root) and the guarded formula; every row of the table with a
+log, a division or a square root has a guard here or its reason for none in :data:`UNGUARDED`.
+A guard declared once applies on every row it names.  How a check uses it: the case families'
+oracle and the SymPy <-> code checks shift the expected output by the guarded formula's exact
+effect and allow each gradient the distance between the guarded and the unguarded gradient
+(an implementation may differentiate either form): :func:`adjustment`, one judge per row; the
+loss invariants, the clipping and Adam checks evaluate the guarded formula itself
+(:func:`mean_divisor`, :func:`guarded_nll`, :func:`clipped_norm`, :func:`adam_denominator`).
 
 An undeclared guard stays a red, and the red names the guard it looks like (clipping: the eps
 the measured factor implies).  NumPy only; the declaration is validated by
@@ -15,17 +26,65 @@ the measured factor implies).  NumPy only; the declaration is validated by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-# name -> what it declares (``minibert adapter new`` prints these)
-GUARDS = {
-    "clip_eps": "clip_by_global_norm without an eps keyword divides by norm + clip_eps (torch: "
-                "1e-6); undeclared, the protocol's eps = 0 is expected",
-    "log_eps": "cross_entropy computes -log(p + log_eps), p the softmax probability of the "
-               "label (the loss is then >= -log(1 + log_eps), and capped at -log(log_eps))",
-    "prob_clip": "cross_entropy computes -log(max(p, prob_clip)) (probabilities clipped below)",
+# the loss rows: each takes -log of a softmax probability and may take the mean
+LOSS_ROWS = ("cross_entropy", "next_token_cross_entropy", "linear_cross_entropy")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One guard: the rows whose formula it changes, what it keeps finite (a log, a division,
+    a square root), the guarded formula in words (its range: GUARD_RANGES; the guards it cannot
+    be declared with: EXCLUSIVE_GUARDS)."""
+
+    rows: tuple[str, ...]
+    at: str
+    what: str
+
+    def __str__(self) -> str:
+        """One line: ``minibert adapter new`` and a refused declaration print it."""
+        return f"{', '.join(self.rows)} ({self.at}): {self.what}"
+
+
+GUARDS: dict[str, Guard] = {
+    "clip_eps": Guard(("clip",), "division",
+                      "clip_by_global_norm without an eps keyword divides by norm + clip_eps "
+                      "(torch: 1e-6); undeclared, the protocol's eps = 0 is expected"),
+    "log_eps": Guard(LOSS_ROWS, "log",
+                     "-log(p + log_eps), p the softmax probability of the label (the loss is "
+                     "then >= -log(1 + log_eps), and capped at -log(log_eps))"),
+    "prob_clip": Guard(LOSS_ROWS, "log", "-log(max(p, prob_clip)) (probabilities clipped below)"),
+    "mean_eps": Guard(LOSS_ROWS, "division",
+                      "the mean divides the summed loss by N + mean_eps (N the predicted "
+                      "positions: a masked sum / (mask.sum() + eps))"),
+    "softmax_eps": Guard(("softmax",), "division",
+                         "p = e / (sum(e) + softmax_eps), e = exp(x - max) over the kept "
+                         "entries"),
+    "adam_sqrt_eps": Guard(("adam",), "square root",
+                           "the update divides by sqrt(v_hat + adam_sqrt_eps) + eps: a guard "
+                           "under the root, the eps keyword still outside it"),
+}
+
+# The rows of the op table with a log, a division or a square root and no guard of their own,
+# and why (tests/suite/test_guards.py: every such row is in GUARDS or here).
+UNGUARDED = {
+    "layernorm": "eps inside the square root is its argument (eps = 0 a declared variant)",
+    "rmsnorm": "eps inside the square root is its argument",
+    "embedding_ln": "its LayerNorm's eps is its argument",
+    "mlm_head": "its LayerNorm's eps is its argument",
+    "attention": "divides the scores by sqrt(d_k), a constant >= 1; its softmax's denominator "
+                 "is >= 1 after the max shift (a softmax_eps is judged on the softmax row)",
+    "block": "its LayerNorms' eps is its argument; its attention as attention",
+    "silu": "1 + exp(-x) >= 1: nothing to keep finite",
+    "gelu": "divides by the constant sqrt(2) (erf) or sqrt(2 / pi) (tanh) only",
+    "mse": "divides by y.size, a count >= 1 (an empty y is refused)",
+    "schedule": "divides by warmup_steps and total_steps - warmup_steps, integers >= 1",
+    "accumulation": "the mean over the micro-batches' predicted tokens: the loss rows' mean_eps",
+    "model": "its ops' guards (the loss rows', its LayerNorms' eps)",
 }
 # A guard is a tiny number: anything larger changes ordinary results, not only the edge cases
 # the guard exists for, and is a different formula rather than a guard.  The upper bound of a
@@ -56,6 +115,17 @@ GUARD_RANGES = {
     # eps visibly changes every clipped step -- another clipping rule, not a guard against a zero
     # norm.  torch's own is 1e-6, 100x inside; 1e-3 is not a guard.
     "clip_eps": (MIN_GUARD, 1e-4),
+    # sum / (N + eps) is short of the mean by eps / (N + eps) < eps, relative (N >= 1 predicted
+    # positions: the mean needs one), on every loss: clip_eps's bound, for the same reason
+    "mean_eps": (MIN_GUARD, 1e-4),
+    # e / (s + eps), s >= 1 after the max shift (the maximum's e is 1): every probability short
+    # by eps / (s + eps) < eps, relative, every row summing to s / (s + eps) -- the same bound
+    "softmax_eps": (MIN_GUARD, 1e-4),
+    # under the root the guard adds to v_hat ~ g^2: sqrt(g^2 + c) floors the divisor at sqrt(c),
+    # on the scale of |g|, as Adam's eps does outside the root.  c <= 1e-8 keeps that floor at
+    # 1e-4, and an entry with |g| >= 1e-2 moves its step by < c / (2 g^2) = 5e-5, relative; a
+    # larger c damps ordinary small gradients (another eps, not a guard against v_hat = 0)
+    "adam_sqrt_eps": (MIN_GUARD, 1e-8),
 }
 # guards that change the same formula: an implementation computes one of them
 CROSS_ENTROPY_GUARDS = ("log_eps", "prob_clip")
@@ -65,6 +135,21 @@ EXCLUSIVE_GUARDS = (CROSS_ENTROPY_GUARDS,)
 def guard_range(name: str) -> tuple[float, float]:
     """(least, largest) value of the guard ``name`` that is still a guard."""
     return GUARD_RANGES.get(name, (MIN_GUARD, MAX_GUARD))
+
+
+def declared_on(row: str, guards: Mapping) -> dict:
+    """The declared guards (``guards``: CAPABILITIES["guards"]) that change ``row``."""
+    return {k: v for k, v in guards.items() if k in GUARDS and row in GUARDS[k].rows}
+
+
+def declare_hint(name: str, implied: float) -> str:
+    """The end of an undeclared guard's red: the guard the measured result implies, and how to
+    declare it (only a value within its range reads as a guard)."""
+    low, high = guard_range(name)
+    if not (np.isfinite(implied) and low <= implied <= high):
+        return ""
+    return (f"; {GUARDS[name].what}, with {name} = {implied:.2g}? if that guard is intended, "
+            f"declare it: CAPABILITIES['guards'] = {{{name!r}: {implied:.2g}}}")
 
 
 # --------------------------------------------------------------------------- clipping
@@ -131,16 +216,25 @@ def loss_floor(guards: Mapping) -> float:
     return -(float(guards["log_eps"]) + float(np.finfo(np.float64).eps))
 
 
+def mean_divisor(n: int, reduction: str, guards: Mapping) -> float:
+    """What a loss divides its summed terms by: N + mean_eps for "mean" (N the predicted
+    positions; mean_eps 0 unless declared), 1 for "sum"."""
+    return n + float(guards.get("mean_eps", 0.0)) if reduction == "mean" else 1.0
+
+
 def cross_entropy_adjustment(guards: Mapping, logits, labels, ignore_index: int,
                              reduction: str, dloss: float = 1.0):
-    """For a declared loss guard: (loss shift, dlogits allowance, reason).
+    """For the declared loss guards (log_eps or prob_clip, mean_eps): (loss shift, dlogits
+    allowance, reason).
 
     ``loss shift``: guarded loss - unguarded loss, in float64, independent of ``dloss`` (add it
     to an unguarded oracle: the oracle then computes the same guarded formula).  ``dlogits
-    allowance``: per entry, |guarded gradient - unguarded gradient| (an implementation may
-    differentiate either form; the guard fixes how far apart they are).
-    (0, 0, "") without a guard."""
-    if ce_guard(guards) is None:
+    allowance``: per entry, |guarded gradient - unguarded gradient| for either form an
+    implementation may differentiate (the guarded log's or the plain log's, over the guarded
+    divisor; the guard fixes how far apart they are).  (0, 0, "") without a guard."""
+    kind = ce_guard(guards)
+    divided = reduction == "mean" and "mean_eps" in guards
+    if kind is None and not divided:
         return 0.0, 0.0, ""
     z = np.asarray(logits, dtype=np.float64)
     logp = z - np.logaddexp.reduce(z, axis=-1, keepdims=True)
@@ -148,13 +242,148 @@ def cross_entropy_adjustment(guards: Mapping, logits, labels, ignore_index: int,
     safe = np.where(keep, labels, 0)
     lp = np.take_along_axis(logp, safe[..., None], -1)[..., 0]
     n = max(int(keep.sum()), 1) if reduction == "mean" else 1
-    shift = float(np.sum((guarded_nll(lp, guards) + lp) * keep) / n)
+    d = mean_divisor(n, reduction, guards)
+    shift = float(np.sum(guarded_nll(lp, guards) * keep) / d + np.sum(lp * keep) / n)
     g = np.exp(logp)
     np.put_along_axis(g, safe[..., None], np.take_along_axis(g, safe[..., None], -1) - 1, -1)
     factor = guarded_grad_factor(np.exp(lp), guards)
-    allow = np.abs(g * ((1 - factor) * keep)[..., None]) * abs(float(dloss)) / n
-    kind = ce_guard(guards)
-    reason = (f"declared guard {kind}={guards[kind]:g}: the loss is compared with the same "
-              f"guarded formula (shift {shift:+.1e}), dlogits within |guarded - unguarded| "
-              f"gradient (<= {float(np.max(allow, initial=0)):.1e})")
+    dev = np.maximum(np.abs(factor / d - 1 / n), abs(1 / d - 1 / n))
+    allow = np.abs(g * (dev * keep)[..., None]) * abs(float(dloss))
+    names = ", ".join(f"{k}={guards[k]:g}" for k in (kind, "mean_eps" if divided else None) if k)
+    reason = (f"declared guard {names}: the loss is compared with the same guarded formula "
+              f"(shift {shift:+.1e}), dlogits within |guarded - unguarded| gradient "
+              f"(<= {float(np.max(allow, initial=0)):.1e})")
     return shift, allow, reason
+
+
+# --------------------------------------------------------------------------- softmax
+def softmax_terms(x, mask=None):
+    """(z, keep, e, s) in float64: x, the kept entries, e = exp(x - max) on them (0 elsewhere)
+    and its row sums s [..., 1] (>= 1: the maximum's e is 1), the unguarded p being e / s."""
+    z = np.asarray(x, dtype=np.float64)
+    keep = np.ones(z.shape, bool) if mask is None else np.asarray(mask, bool)
+    top = np.where(keep, z, -np.inf).max(axis=-1, keepdims=True)
+    e = np.where(keep, np.exp(np.where(keep, z, top) - top), 0.0)
+    return z, keep, e, e.sum(axis=-1, keepdims=True)
+
+
+def softmax_adjustment(guards: Mapping, x, mask=None, dout=None):
+    """For a declared softmax_eps: (output shift, dx allowance, reason).  The guarded formula
+    p_g = e / (s + eps), e = exp(x - max) on the kept entries, s their sum, against the
+    unguarded p = e / s; dx within the larger distance from the unguarded p (dout - <dout, p>)
+    of the two forms an implementation may differentiate: p_g (dout - <dout, p_g>) (the row
+    maximum held constant, as code writes it) and the exact derivative, which also moves the
+    maximum's entry by -eps / (s + eps) <dout, p_g> (finite differences see that one)."""
+    eps = float(guards["softmax_eps"])
+    z, keep, e, s = softmax_terms(x, mask)
+    p, p_g = e / s, e / (s + eps)
+    shift = p_g - p
+    if dout is None:
+        return shift, 0.0, ""
+    dy = np.asarray(dout, dtype=np.float64)
+    plain = p * (dy - (dy * p).sum(-1, keepdims=True))
+    held = p_g * (dy - (dy * p_g).sum(-1, keepdims=True))
+    exact = held.copy()
+    at = np.argmax(np.where(keep, z, -np.inf), axis=-1)[..., None]
+    moved = np.take_along_axis(exact, at, -1) - eps / (s + eps) * (dy * p_g).sum(-1, keepdims=True)
+    np.put_along_axis(exact, at, moved, -1)
+    allow = np.maximum(np.abs(held - plain), np.abs(exact - plain))
+    reason = (f"declared guard softmax_eps={eps:g}: compared with the same guarded formula "
+              f"(shift <= {float(np.max(np.abs(shift), initial=0)):.1e}), dx within |guarded - "
+              f"unguarded| gradient (<= {float(np.max(allow, initial=0)):.1e})")
+    return shift, allow, reason
+
+
+# --------------------------------------------------------------------------- Adam
+def adam_denominator(v_hat, eps: float, guards: Mapping):
+    """Adam's divisor: sqrt(v_hat) + eps, or sqrt(v_hat + adam_sqrt_eps) + eps under the
+    declared guard."""
+    return np.sqrt(np.asarray(v_hat, dtype=np.float64) + float(guards.get("adam_sqrt_eps", 0.0))) \
+        + eps
+
+
+def adam_update_shift(m, v, step: int, *, beta1: float, beta2: float, eps: float,
+                      guards: Mapping) -> np.ndarray:
+    """The declared guard's change of one Adam update m_hat / (sqrt(v_hat) + eps) after step t
+    (1-based), from that step's moments: guarded - unguarded, in float64 (the moments
+    themselves do not depend on the guard)."""
+    m_hat = np.asarray(m, dtype=np.float64) / (1 - beta1 ** step)
+    v_hat = np.asarray(v, dtype=np.float64) / (1 - beta2 ** step)
+    return m_hat / adam_denominator(v_hat, eps, guards) - m_hat / adam_denominator(v_hat, eps, {})
+
+
+# --------------------------------------------------------------------------- per row
+@dataclass(frozen=True)
+class Adjustment:
+    """A row's declared guards on one call: ``shift`` (guarded - unguarded output, to add to
+    an unguarded oracle), ``allowance`` (per differentiable input: |guarded - unguarded
+    gradient|), ``reason`` (for the report)."""
+
+    shift: object
+    allowance: Mapping
+    reason: str
+
+
+def _loss_rows(logits, labels, fixed) -> tuple:
+    from reference.ops import IGNORE_INDEX  # the protocol's default
+
+    return (logits, labels, fixed.get("ignore_index", IGNORE_INDEX),
+            fixed.get("reduction", "mean"))
+
+
+def _cross_entropy(guards, inputs, fixed, dout):
+    if fixed.get("input", "logits") != "logits":  # a loss of probabilities: -log p as given
+        return None
+    shift, allow, why = cross_entropy_adjustment(
+        guards, *_loss_rows(inputs["logits"], fixed["labels"], fixed), dout)
+    return Adjustment(shift, {"logits": allow}, why)
+
+
+def _next_token(guards, inputs, fixed, dout):
+    z = np.asarray(inputs["logits"])
+    shift, allow, why = cross_entropy_adjustment(
+        guards, *_loss_rows(z[..., :-1, :], np.asarray(fixed["ids"])[..., 1:], fixed), dout)
+    full = np.zeros(z.shape)
+    full[..., :-1, :] = allow  # the last position predicts nothing: no guard there
+    return Adjustment(shift, {"logits": full}, why)
+
+
+def _linear_cross_entropy(guards, inputs, fixed, dout):
+    """The loss guards on the logits x W + b; each input's allowance is the logits' carried
+    through the linear map's backward in absolute values (a bound, by the triangle
+    inequality)."""
+    x, W, b = (None if v is None else np.asarray(v, dtype=np.float64)
+               for v in (inputs["x"], inputs["W"], inputs.get("b")))
+    logits = x @ W + (0.0 if b is None else b)
+    shift, allow, why = cross_entropy_adjustment(
+        guards, *_loss_rows(logits, fixed["labels"], fixed), dout)
+    allow = np.broadcast_to(allow, logits.shape).reshape(-1, W.shape[1])
+    rows = np.abs(x).reshape(-1, W.shape[0])
+    return Adjustment(shift, {"x": (allow @ np.abs(W).T).reshape(x.shape), "W": rows.T @ allow,
+                              "b": None if b is None else allow.sum(axis=0)}, why)
+
+
+def _softmax(guards, inputs, fixed, dout):
+    shift, allow, why = softmax_adjustment(guards, inputs["x"], fixed.get("mask"), dout)
+    return Adjustment(shift, {"x": allow}, why)
+
+
+# row -> its judge: (declared guards of the row, the forward's differentiable inputs, its other
+# arguments, the upstream gradient) -> Adjustment or None.  The clip and adam rows are judged
+# by their own checks (clipped_norm, adam_update_shift).
+JUDGES: dict[str, Callable] = {"cross_entropy": _cross_entropy,
+                               "next_token_cross_entropy": _next_token,
+                               "linear_cross_entropy": _linear_cross_entropy,
+                               "softmax": _softmax}
+
+
+def adjustment(row: str, guards: Mapping, inputs: Mapping, fixed: Mapping,
+               dout=1.0) -> Adjustment | None:
+    """The declared guards of ``row`` (``guards``: CAPABILITIES["guards"]) on one call, by the
+    row's judge; None when none applies."""
+    declared = declared_on(row, guards)
+    judge = JUDGES.get(row)
+    if not declared or judge is None:
+        return None
+    adj = judge(declared, inputs, fixed, dout)
+    return adj if adj is not None and adj.reason else None

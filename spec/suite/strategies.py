@@ -38,7 +38,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from spec.protocol import IGNORE_INDEX, OPS
-from spec.protocol.guards import cross_entropy_adjustment
 from spec.protocol.variants import CLAIMS, VARIANTS, reaches, resolve_variant, strategy_keyword
 from spec.tolerances import KINK_MARGIN, LN_MIN_VAR, layernorm_backward_scale
 
@@ -270,12 +269,11 @@ class CaseFamily:
     torch: str | Callable | None = None
     # modules the twin imports beyond torch (transformers' LLaMA rotary embedding)
     torch_requires: tuple[str, ...] = ()
-    # the oracle's rules beyond torch_oracle.allowed_error: ``allowance(guards, case) ->
-    # (forward shift, backward allowance)`` for a declared guard (spec/protocol/guards.py);
+    # the oracle's rules beyond torch_oracle.allowed_error (a declared guard is the guard
+    # table's, spec/protocol/guards.adjustment, by the family's row):
     # ``backward_scale(case)``: the magnitude of the terms the backward sums when it exceeds
     # the inputs' (its rounding floor); ``torch_float64``: torch runs in float64 on the
     # float32-rounded inputs, its result cast back (torch's own float32 is the inaccurate side)
-    allowance: Callable | None = None
     backward_scale: Callable | None = None
     torch_float64: bool = False
 
@@ -381,7 +379,7 @@ FAMILIES: list[CaseFamily] = []
 
 def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None, smooth=None,
           f32_ok=None, elementwise_max=None, n_dirs=None, needs=None, resolve=(), fd=True,
-          torch=None, torch_requires=(), allowance=None, backward_scale=None,
+          torch=None, torch_requires=(), backward_scale=None,
           torch_float64=False, **strategy_kwargs):
     """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
     of ``op`` (check name ``op_variant``, or ``op`` without a variant); ``torch`` names its
@@ -399,7 +397,7 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
                             tuple(also), adapter, smooth, f32_ok, **sizes_,
                             needs=tuple((needs or {}).items()), resolve=tuple(resolve), fd=fd,
                             torch=torch, torch_requires=tuple(torch_requires),
-                            allowance=allowance, backward_scale=backward_scale,
+                            backward_scale=backward_scale,
                             torch_float64=torch_float64)
         if any(f.name == family.name for f in FAMILIES):
             raise ValueError(f"cases: case family {family.name!r} is registered twice")
@@ -1115,17 +1113,7 @@ def _cross_entropy_example(rng, reduction: str, layout: str | None = None):
     return OpCase({"logits": logits}, fixed, upstream_like(rng, ()))
 
 
-def cross_entropy_guard(guards, case: OpCase) -> tuple[float, np.ndarray]:
-    """A declared loss guard (spec/protocol/guards.py): torch's loss plus the guard's exact
-    shift, and dlogits within |guarded - unguarded gradient|."""
-    f = case.fixed
-    shift, allow, _ = cross_entropy_adjustment(guards, case.inputs["logits"], f["labels"],
-                                               f.get("ignore_index", IGNORE_INDEX),
-                                               f["reduction"], case.dout)
-    return shift, allow
-
-
-_CE = dict(torch="cross_entropy", allowance=cross_entropy_guard)
+_CE = dict(torch="cross_entropy")
 
 
 @cases("cross_entropy", "mean", reduction="mean", omit=("sum",) + _PROBS, needs=_IGNORING,

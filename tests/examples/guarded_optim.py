@@ -20,13 +20,19 @@ LOG_EPS = 1e-12
 CAPABILITIES = {"guards": {"log_eps": LOG_EPS}}
 
 
-def cross_entropy_forward(logits, labels, *, ignore_index=-100, reduction="mean"):
+def label_probabilities(logits, labels, ignore_index):
+    """(p, keep, safe, p_label): the softmax, the predicted positions, the labels with the
+    ignored ones at 0, the probability of each label (tests/examples/guarded_rows.py too)."""
     z = logits - logits.max(-1, keepdims=True)
     e = np.exp(z)
     p = e / e.sum(-1, keepdims=True)
     keep = labels != ignore_index
     safe = np.where(keep, labels, 0)
-    p_label = np.take_along_axis(p, safe[..., None], -1)[..., 0]
+    return p, keep, safe, np.take_along_axis(p, safe[..., None], -1)[..., 0]
+
+
+def cross_entropy_forward(logits, labels, *, ignore_index=-100, reduction="mean"):
+    p, keep, safe, p_label = label_probabilities(logits, labels, ignore_index)
     n = max(int(keep.sum()), 1) if reduction == "mean" else 1
     loss = -(np.log(p_label + LOG_EPS) * keep).sum() / n  # the guard: log(p + 1e-12)
     return loss.astype(logits.dtype), (p, safe, keep, n)

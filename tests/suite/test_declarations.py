@@ -68,7 +68,9 @@ def test_good_ranks_are_taken_sorted():
     ("log_eps", 5e-324), ("log_eps", 0.0), ("log_eps", 1.1e-3), ("log_eps", -1e-12),
     ("log_eps", float("nan")), ("log_eps", float("inf")), ("log_eps", True), ("log_eps", "1e-12"),
     ("prob_clip", 5e-324), ("prob_clip", 0.01),
-    ("clip_eps", 5e-324), ("clip_eps", 1e-3), ("clip_eps", 0.0)])
+    ("clip_eps", 5e-324), ("clip_eps", 1e-3), ("clip_eps", 0.0), ("mean_eps", 1e-3),
+    ("mean_eps", 5e-324), ("softmax_eps", 1e-3), ("adam_sqrt_eps", 1e-6),
+    ("adam_sqrt_eps", 0.0)])
 def test_a_guard_outside_the_range_that_is_still_a_guard_is_refused(name, value):
     refused(_impl({"guards": {name: value}}), f"CAPABILITIES['guards'][{name!r}]",
             f"got {value!r}", "expected a number in [")
@@ -76,7 +78,9 @@ def test_a_guard_outside_the_range_that_is_still_a_guard_is_refused(name, value)
 
 @pytest.mark.parametrize("name, value", [
     ("log_eps", 1e-12), ("log_eps", 1e-3), ("log_eps", np.float32(1e-7)), ("prob_clip", 1e-15),
-    ("prob_clip", 1e-7), ("clip_eps", 1e-6), ("clip_eps", 1e-8)])
+    ("prob_clip", 1e-7), ("clip_eps", 1e-6), ("clip_eps", 1e-8), ("mean_eps", 1e-8),
+    ("mean_eps", 1e-6), ("softmax_eps", 1e-9), ("adam_sqrt_eps", 1e-8),
+    ("adam_sqrt_eps", 1e-16)])
 def test_the_guards_real_code_uses_are_taken(name, value):
     assert capabilities(_impl({"guards": {name: value}}))["guards"] == {name: value}
 

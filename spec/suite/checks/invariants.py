@@ -422,7 +422,8 @@ def next_token_loss_is_the_shifted_cross_entropy(impl, case):
         z[..., :-1, :], ids[..., 1:], ignore, f["reduction"], declared_guards(impl))
     want = dloss * want_grad
     got = dz[..., :-1, :]
-    got = np.where(np.abs(got - want) <= allow * abs(dloss), want, got)  # the guard's share
+    off = got - want  # a declared guard's share taken off (its allowance), the rest judged
+    got = want + np.sign(off) * np.maximum(np.abs(off) - allow * abs(dloss), 0.0)
     first = ids.copy()
     first[..., 0] = np.where(ids[..., 0] == ignore, 0, (ids[..., 0] + 1) % z.shape[-1])
     loss_1, cache_1 = impl.next_token_cross_entropy_forward(z, first, **kw)

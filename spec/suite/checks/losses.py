@@ -15,7 +15,12 @@ from spec.numerics.asserts import assert_close, assert_rel
 from spec.numerics.finite_differences import random_params
 from spec.protocol import IGNORE_INDEX
 from spec.protocol.capabilities import declared_guards
-from spec.protocol.guards import cross_entropy_adjustment, guarded_nll
+from spec.protocol.guards import (
+    cross_entropy_adjustment,
+    declared_on,
+    guarded_nll,
+    mean_divisor,
+)
 from spec.suite.registry import check, grid
 from spec.tolerances import F64_IDENTITY_RTOL, ORACLE_RTOL_F32
 
@@ -30,9 +35,9 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def expected_cross_entropy(logits, labels, ignore_index, reduction, guards=None):
     """(loss, dlogits, dlogits allowance) in float64: -sum log p[label] over the predicted rows
-    (/ N for the mean) -- under the implementation's declared guard (spec/protocol/guards.py),
-    if any; softmax - onehot on predicted rows, 0 on ignored ones, and how far a guarded
-    gradient may be from it (0 without a guard)."""
+    (/ N for the mean) -- under the implementation's declared loss guards (spec/protocol/
+    guards.py: the log's, the mean's divisor), if any; softmax - onehot on predicted rows, 0
+    on ignored ones, and how far a guarded gradient may be from it (0 without a guard)."""
     logp = _log_softmax(logits)
     valid = labels != ignore_index
     safe = np.where(valid, labels, 0)
@@ -41,9 +46,11 @@ def expected_cross_entropy(logits, labels, ignore_index, reduction, guards=None)
     grad = np.exp(logp)
     np.put_along_axis(grad, safe[..., None],
                       np.take_along_axis(grad, safe[..., None], axis=-1) - 1, axis=-1)
-    nll = guarded_nll(picked, guards or {})
-    _, allow, _ = cross_entropy_adjustment(guards or {}, logits, labels, ignore_index, reduction)
-    return nll[valid].sum() / n, grad * valid[..., None] / n, allow
+    guards = declared_on("cross_entropy", guards or {})
+    nll = guarded_nll(picked, guards)
+    _, allow, _ = cross_entropy_adjustment(guards, logits, labels, ignore_index, reduction)
+    return (nll[valid].sum() / mean_divisor(int(valid.sum()), reduction, guards),
+            grad * valid[..., None] / n, allow)
 
 
 def _large_logits(dtype, seed=0):

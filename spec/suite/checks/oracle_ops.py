@@ -4,10 +4,10 @@ finite-difference check, in float64 and float32.  The forward output (kind ``ora
 and every output of the backward (``oracle.backward``), given the same random upstream
 gradient, against the twin and ``torch.autograd`` (spec/suite/torch_oracle.py), within
 ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of the magnitude of the result (torch_oracle.allowed_error
-says why that, and not entry by entry) and a family's own rules: a declared loss guard
-(spec/protocol/guards.py), the LayerNorm backward's rounding floor
-(spec.tolerances.layernorm_backward_scale), torch in float64 where its float32 is the
-inaccurate side (GELU).
+says why that, and not entry by entry) and a family's own rules: a declared guard of its row
+(spec/protocol/guards.adjustment: the guarded formula's shift and allowance), the LayerNorm
+backward's rounding floor (spec.tolerances.layernorm_backward_scale), torch in float64 where
+its float32 is the inaccurate side (GELU).
 
 torch is imported when a check runs (the ``oracle`` extra), not when the suite is loaded.
 The hand-written oracles left are the ones no case family can state: the sinusoidal table
@@ -22,6 +22,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from spec.protocol.capabilities import declared_guards
+from spec.protocol.guards import adjustment
 from spec.suite import strategies as S
 from spec.suite.checks.invariants import cast_case
 from spec.suite.registry import check, grid, lazy_module
@@ -30,6 +31,10 @@ to = lazy_module("spec.suite.torch_oracle")
 torch = lazy_module("torch")
 TORCH = ("torch",)
 DTYPE_AXIS = [("f64", np.float64), ("f32", np.float32)]
+
+
+def _or_zero(allowance):
+    return 0.0 if allowance is None else allowance
 
 
 def compare_with_torch(impl, family: S.CaseFamily, case: S.OpCase, part: str, dtype,
@@ -47,8 +52,8 @@ def compare_with_torch(impl, family: S.CaseFamily, case: S.OpCase, part: str, dt
     if family.torch_float64:
         t_out, t_grads = t_out.astype(dtype), {k: v.astype(dtype) for k, v in t_grads.items()}
     s_in = to.inputs_scale(case.inputs, case.dout)
-    shift, allow = (0.0, 0.0) if family.allowance is None else \
-        family.allowance(declared_guards(impl), case)
+    guarded = adjustment(family.op, declared_guards(impl), case.inputs, case.fixed, case.dout)
+    shift, allow = (0.0, {}) if guarded is None else (guarded.shift, guarded.allowance)
     if part == "forward":
         to.assert_oracle(f"{family.name} forward", out, t_out + shift, dtype, inputs_scale=s_in)
         return
@@ -66,7 +71,7 @@ def compare_with_torch(impl, family: S.CaseFamily, case: S.OpCase, part: str, dt
     for name, g in zip(names, grads):
         if case.inputs[name] is not None:
             to.assert_oracle(f"{family.name} d{name}", g, t_grads[name], dtype, scale,
-                            max(s_in, backward_scale), allowance=allow)
+                            max(s_in, backward_scale), allowance=_or_zero(allow.get(name)))
 
 
 # the ids of the oracle's cases before one check served every family (one release): family ->

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from spec.numerics.asserts import assert_close
 from spec.protocol import capabilities
-from spec.protocol.guards import clip_guard
+from spec.protocol.guards import adam_update_shift, clip_guard, declared_on
 from spec.protocol.optim_contract import accepts
 from spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
 from spec.suite.registry import check, grid
@@ -36,6 +36,29 @@ def _to_np(tp):
     return {k: v.detach().numpy() for k, v in tp.items()}
 
 
+def _shifted(theirs, shift):
+    """torch's parameters moved by a declared guard's exact effect (``shift``; {}: none)."""
+    return {k: v + shift[k] if k in shift else v for k, v in theirs.items()}
+
+
+def _guard_shift(impl, shift, opt, tp, step, *, lr, betas=(0.9, 0.999), eps=1e-8,
+                 decay=None):
+    """The declared Adam guard's effect on the parameters after ``step`` (1-based), carried
+    from the previous step's ``shift`` (ours - torch's): each update changes by
+    spec/protocol/guards.adam_update_shift, computed from torch's own moments, and a decoupled
+    decay (``decay``: name -> lr * wd) shrinks the difference as it shrinks the parameters.
+    {} without a guard."""
+    guards = declared_on("adam", capabilities(impl)["guards"])
+    if not guards:
+        return {}
+    out = {}
+    for k, p in tp.items():
+        du = adam_update_shift(opt.state[p]["exp_avg"].numpy(), opt.state[p]["exp_avg_sq"].numpy(),
+                               step, beta1=betas[0], beta2=betas[1], eps=eps, guards=guards)
+        out[k] = shift.get(k, 0.0) * (1 - (decay or {}).get(k, 0.0)) - lr * du
+    return out
+
+
 def _groups(tp, weight_decay):
     return [{"params": [tp[k] for k in SHAPES if k in DECAYED], "weight_decay": weight_decay},
             {"params": [tp[k] for k in SHAPES if k not in DECAYED], "weight_decay": 0.0}]
@@ -53,7 +76,7 @@ def adam_matches_torch(impl, betas, eps):
     params = _params()
     tp = _torch_params(params)
     opt = torch.optim.Adam(tp.values(), lr=3e-2, betas=betas, eps=eps, foreach=False)
-    state = impl.adam_init(params)
+    state, shift = impl.adam_init(params), {}
     for step in range(K_STEPS):
         g = _grads(step)
         params, state = impl.adam_step(params, g, state, lr=3e-2, beta1=betas[0],
@@ -61,7 +84,8 @@ def adam_matches_torch(impl, betas, eps):
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
         opt.step()
-        _assert_each_close(params, _to_np(tp), f"params after step {step}")
+        shift = _guard_shift(impl, shift, opt, tp, step + 1, lr=3e-2, betas=betas, eps=eps)
+        _assert_each_close(params, _shifted(_to_np(tp), shift), f"params after step {step}")
         for moment, torch_name in (("m", "exp_avg"), ("v", "exp_avg_sq")):
             _assert_each_close(state[moment], {k: opt.state[p][torch_name].numpy()
                                                for k, p in tp.items()},
@@ -79,14 +103,16 @@ def adamw_matches_torch_with_no_decay_groups(impl):
     params = _params(1)
     tp = _torch_params(params)
     opt = torch.optim.AdamW(_groups(tp, 0.1), lr=5e-2, foreach=False)
-    state = impl.adam_init(params)
+    state, shift = impl.adam_init(params), {}
+    decay = {k: 5e-2 * 0.1 for k in DECAYED}
     for step in range(K_STEPS):
         g = _grads(step)
         params, state = impl.adam_step(params, g, state, lr=5e-2, weight_decay=0.1)
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
         opt.step()
-        _assert_each_close(params, _to_np(tp), f"params after step {step}")
+        shift = _guard_shift(impl, shift, opt, tp, step + 1, lr=5e-2, decay=decay)
+        _assert_each_close(params, _shifted(_to_np(tp), shift), f"params after step {step}")
 
 
 @check("oracle.forward", "schedule", equations=("schedule.warmup_linear",), requires=TORCH,

@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 from spec.equations import load
 from spec.numerics.asserts import worst
 from spec.numerics.finite_differences import assert_all_passed, elementwise_check
-from spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, op_of_equation
+from spec.protocol import NotApplicable, capabilities, op_of_equation
 from spec.suite.registry import check
 from spec.tolerances import ORACLE_RTOL_F64, SYMPY_CODE_FLOOR, SYMPY_CODE_RTOL
 
@@ -61,22 +61,25 @@ def _error(a, b, allow=0.0) -> float:
 
 
 def _guarded(impl, eq_id, arrays, expected):
-    """(expected, allowance) under a declared cross-entropy guard (spec/protocol/guards.py): the
-    loss shifted by the guard's exact effect, the gradient allowed |guarded - unguarded|."""
-    from spec.equations.loss import _ce_labels
+    """(expected, one allowance per output) under a declared guard of the equation's row
+    (spec/protocol/guards.adjustment, called as the code side calls the op:
+    ``Numeric.guard_call``): a forward shifted by the guarded formula's exact effect, each
+    gradient allowed |guarded - unguarded|."""
     from spec.protocol.capabilities import declared_guards as declared
-    from spec.protocol.guards import ce_guard, cross_entropy_adjustment
+    from spec.protocol.guards import adjustment
 
-    guards = declared(impl)
-    if op_of_equation(eq_id) != "cross_entropy" or ce_guard(guards) is None:
-        return expected, 0.0
-    reduction = "sum" if eq_id.endswith(".sum") else "mean"
-    labels = _ce_labels(arrays["labels"], arrays["keep"])
-    shift, allow, _ = cross_entropy_adjustment(guards, arrays["z"], labels, IGNORE_INDEX,
-                                               reduction)
-    if ".backward." in eq_id:
-        return expected, allow
-    return tuple(np.asarray(e) + shift for e in expected), 0.0
+    eq = EQUATIONS[eq_id]
+    none = (0.0,) * len(expected)
+    if eq.numeric.guard_call is None:
+        return expected, none
+    inputs, fixed, dout = eq.numeric.guard_call(**arrays)
+    guarded = adjustment(op_of_equation(eq_id), declared(impl), inputs, fixed, dout)
+    if guarded is None:
+        return expected, none
+    if eq.gradient:  # the backward's outputs, one per differentiable input, in order
+        allow = [guarded.allowance.get(name) for name in inputs]
+        return expected, tuple(0.0 if a is None else a for a in allow)
+    return tuple(np.asarray(e) + guarded.shift for e in expected), none
 
 
 @functools.cache
@@ -118,7 +121,7 @@ def sympy_matches_code(impl, eq_id, data):
     for k, (a, b) in enumerate(zip(got, expected)):
         assert np.shape(a) == np.shape(b), f"{eq_id} output {k}: shape {np.shape(a)} vs SymPy " \
                                            f"{np.shape(b)}"
-        err = _error(a, b, allow)
+        err = _error(a, b, allow[k])
         if err > SYMPY_CODE_RTOL and num.convention is not None and err <= num.convention[0]:
             import warnings
 
@@ -130,7 +133,7 @@ def sympy_matches_code(impl, eq_id, data):
         if err > SYMPY_CODE_RTOL:
             scale = max(float(np.max(np.abs(np.asarray(x, dtype=np.float64)), initial=0.0))
                         for x in (a, b, SYMPY_CODE_FLOOR))
-            where = worst(a, b, SYMPY_CODE_RTOL * scale + allow, got_name="code",
+            where = worst(a, b, SYMPY_CODE_RTOL * scale + allow[k], got_name="code",
                           want_name="sympy")
             raise AssertionError(
                 f"{eq_id} output {k} at size {size}: error {err:.2e} > {SYMPY_CODE_RTOL:g}: "
