@@ -542,9 +542,19 @@ def adam_first_step(impl, params: dict, grads: dict, *, lr: float, beta2: float 
     for k in params:
         step = -(new[k] - params[k]) * np.sign(grads[k])  # signed along -g
         low = lr * np.abs(grads[k]) / (np.abs(grads[k]) + eps / np.sqrt(1 - beta2))
-        found.append(holds("adam", f"first step moves {k} by lr |g| / (|g| + eps) along -g",
-                           (step >= low / slack) & (step <= lr * slack),
-                           f"step / lr in [{np.min(step) / lr:.6g}, {np.max(step) / lr:.6g}]"))
+        ok = (step >= low / slack) & (step <= lr * slack)
+        detail = ""
+        if not np.all(ok):  # the worst entry: its step ratio and the ratio expected there
+            ratio, want = step / lr, np.abs(grads[k]) / (np.abs(grads[k]) + eps)
+            excess = np.where(ok, -np.inf, np.abs(ratio - want))
+            i = np.unravel_index(int(np.argmax(np.nan_to_num(excess, nan=np.inf))), ratio.shape)
+            idx = tuple(int(j) for j in i)
+            detail = (f"step / lr at index {idx}: got {float(ratio[i]):.6g}, expected "
+                      f"{float(want[i]):.6g} (|g| / (|g| + eps), 1 up to eps: the bias-corrected "
+                      f"first step; accepted [{float(low[i] / lr):.6g}, 1]); over {k}: step / "
+                      f"lr in [{np.min(ratio):.6g}, {np.max(ratio):.6g}]")
+        found.append(holds("adam", f"first step moves {k} by lr |g| / (|g| + eps) along -g", ok,
+                           detail))
     return found
 
 
