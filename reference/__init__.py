@@ -74,7 +74,7 @@ CAPABILITIES = {
     "layernorm": {"affine": (True, False), "eps": (True, False)},
     "ffn": {"b_2": (True, False)},
     "attention": {"W_o": (True, False), "causal": (False, True)},
-    "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True)},
+    "block": {"norm": ("post", "pre", "pre_final", "inner"), "causal": (False, True)},
     "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},
 }
 

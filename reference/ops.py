@@ -388,7 +388,7 @@ class LayerNormCache(NamedTuple):
     gamma: np.ndarray | None  # [N]; None without the affine map
 
 
-@implements("layernorm.forward")
+@implements("layernorm.forward", "layernorm.plain")
 def _layernorm_forward(x, gamma, beta, eps: float = 1e-12):
     """y = gamma * x_hat + beta, x_hat = (x - mu) / sqrt(var + eps), statistics over the last axis.
 
@@ -425,7 +425,8 @@ def _layernorm_forward_scaled(x, gamma, beta, eps):
     return y, cache._replace(rstd=cache.rstd * scale)  # 1 / std of the unscaled x
 
 
-@implements("layernorm.backward.dx", "layernorm.backward.dgamma", "layernorm.backward.dbeta")
+@implements("layernorm.backward.dx", "layernorm.backward.dgamma", "layernorm.backward.dbeta",
+            "layernorm.plain")
 def _layernorm_backward(dy, cache):
     """dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dy * gamma.
 
@@ -778,7 +779,7 @@ def _check_activation(activation) -> None:
 
 
 # --------------------------------------------------------------------------- attention
-@implements("attention.split_heads")
+@implements("attention.split_heads", "attention.per_head")
 def _split_heads(x, n_heads: int):
     """[B, T, H] -> [B, A, T, d_k]: head a owns features a*d_k:(a+1)*d_k."""
     B, T, H = x.shape
@@ -841,7 +842,7 @@ def _causal_mask(T: int) -> np.ndarray:
 
 
 @implements("attention.qkv", "attention.scores", "attention.context", "attention.output",
-            "attention.causal")
+            "attention.causal", "attention.noproj", "attention.single_head")
 def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
                        n_heads: int, mask=None, causal: bool = False):
     """Multi-head self-attention.
@@ -878,7 +879,7 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
 
 @implements("attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
             "attention.backward.dS", "attention.backward.dQ", "attention.backward.dK",
-            "attention.backward.dx")
+            "attention.backward.dx", "attention.noproj", "attention.single_head")
 def _attention_backward(dy, cache):
     """Returns (dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o); None for absent biases.
 
@@ -960,7 +961,7 @@ class FFNCache(NamedTuple):
     lin_2: LinearCache  # y = a W_2 + b_2 (b_2 may be None: no second bias)
 
 
-@implements("ffn.forward")
+@implements("ffn.forward", "ffn.no_b2")
 def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
     """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU; ``b_2 = None``: no
     second bias (its gradient is then None)."""
@@ -970,7 +971,7 @@ def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
     return y, FFNCache(lin_1=c_1, act=c_act, lin_2=c_2)
 
 
-@implements("ffn.backward")
+@implements("ffn.backward", "ffn.no_b2")
 def _ffn_backward(dy, cache):
     """Returns (dx, dW_1, db_1, dW_2, db_2)."""
     da, dW_2, db_2 = _linear_backward(dy, cache.lin_2)  # [..., I]
@@ -1005,9 +1006,10 @@ def ffn_backward(dy, cache):
 
 # --------------------------------------------------------------------------- blocks
 # where a block's LayerNorms sit: "post" (BERT, the documents), "pre" (GPT-2: x + MHA(LN1(x)),
-# the residual stream never normalised) and "pre_final" (pre-LN followed by the final
-# LayerNorm ln_f that a pre-LN stack needs before its head: a one-block GPT)
-BLOCK_NORMS = ("post", "pre", "pre_final")
+# the residual stream never normalised), "pre_final" (pre-LN followed by the final
+# LayerNorm ln_f that a pre-LN stack needs before its head: a one-block GPT) and "inner"
+# (x + LN(f(x)): each sublayer's output normalised before the residual sum)
+BLOCK_NORMS = ("post", "pre", "pre_final", "inner")
 
 
 def block_param_names(attn_bias: bool, norm: str = "post") -> tuple[str, ...]:
@@ -1035,6 +1037,9 @@ def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
     ``p`` maps local names (``attn.W_q``, ``ln1.gamma``, ...) to arrays.  ``norm`` "pre" or
     "pre_final": the pre-LN block (``_preln_block_forward``); ``causal``: causal attention.
     """
+    if norm == "inner":
+        return _innerln_block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps,
+                                      activation=activation, causal=causal)
     if norm != "post":
         return _preln_block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps,
                                     activation=activation, causal=causal)
@@ -1056,16 +1061,15 @@ def _block_backward(dout, cache):
     """
     if isinstance(cache, PreLNBlockCache):
         return _preln_block_backward(dout, cache)
+    if isinstance(cache, InnerLNBlockCache):
+        return _innerln_block_backward(dout, cache)
     dr2, dg2, db2 = _layernorm_backward(dout, cache.ln2)  # d(h + FFN(h))
     dh_ffn, *dffn = _ffn_backward(dr2, cache.ffn)
     dh = dr2 + dh_ffn  # skip + FFN branch
     dr1, dg1, db1 = _layernorm_backward(dh, cache.ln1)  # d(x + MHA(x))
     dx_attn, *dattn = _attention_backward(dr1, cache.attn)
     dx = dr1 + dx_attn  # skip + attention branch
-    grads = {f"attn.{n}": g for n, g in zip(ATTENTION_PARAMS, dattn)}
-    grads.update({f"ffn.{n}": g for n, g in zip(FFN_PARAMS, dffn)})
-    grads.update({"ln1.gamma": dg1, "ln1.beta": db1, "ln2.gamma": dg2, "ln2.beta": db2})
-    return dx, {n: grads[n] for n in cache.names}
+    return dx, _block_grads(dattn, dffn, (dg1, db1, dg2, db2), cache.names)
 
 
 class PreLNBlockCache(NamedTuple):
@@ -1118,6 +1122,54 @@ def _preln_block_backward(dout, cache):
     return dx, {n: grads[n] for n in cache.names}
 
 
+def _block_grads(dattn, dffn, dln, names) -> dict:
+    """The block's gradients keyed by local name: attention's, the FFN's and (dln) the two
+    LayerNorms' (dgamma1, dbeta1, dgamma2, dbeta2); the keys of ``names`` only."""
+    grads = {f"attn.{n}": g for n, g in zip(ATTENTION_PARAMS, dattn)}
+    grads.update({f"ffn.{n}": g for n, g in zip(FFN_PARAMS, dffn)})
+    grads.update(zip(("ln1.gamma", "ln1.beta", "ln2.gamma", "ln2.beta"), dln))
+    return {n: grads[n] for n in names}
+
+
+class InnerLNBlockCache(NamedTuple):
+    attn: AttentionCache
+    ln1: LayerNormCache
+    ffn: FFNCache
+    ln2: LayerNormCache
+    names: tuple  # the keys of p, sorted
+
+
+@implements("block.innerln")
+def _innerln_block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
+                           activation: str = "relu", causal: bool = False):
+    """The block with each sublayer's output normalised inside the residual branch (the form
+    many from-scratch implementations write, ``x + norm(sublayer(x))``):
+
+    h = x + LN1(MHA(x));  out = h + LN2(FFN(h))."""
+    attn_args = [p.get(f"attn.{n}") for n in ATTENTION_PARAMS]  # None for absent biases
+    a, c_attn = _attention_forward(x, *attn_args, n_heads=n_heads, mask=mask, causal=causal)
+    n1, c_ln1 = _layernorm_forward(a, p["ln1.gamma"], p["ln1.beta"], eps)
+    h = x + n1  # [B, T, H]
+    f, c_ffn = _ffn_forward(h, *(p[f"ffn.{n}"] for n in FFN_PARAMS), activation)
+    n2, c_ln2 = _layernorm_forward(f, p["ln2.gamma"], p["ln2.beta"], eps)
+    return h + n2, InnerLNBlockCache(attn=c_attn, ln1=c_ln1, ffn=c_ffn, ln2=c_ln2,
+                                     names=tuple(sorted(p)))
+
+
+@implements("block.innerln_backward")
+def _innerln_block_backward(dout, cache):
+    """Returns (dx, grads): each residual sum hands its gradient to the skip unchanged and to
+    the branch through LN^T then the sublayer^T: dh = dout + FFN^T(LN2^T(dout)), dx = dh +
+    MHA^T(LN1^T(dh))."""
+    dn2, dg2, db2 = _layernorm_backward(dout, cache.ln2)
+    dh_ffn, *dffn = _ffn_backward(dn2, cache.ffn)
+    dh = dout + dh_ffn  # skip + FFN branch
+    dn1, dg1, db1 = _layernorm_backward(dh, cache.ln1)
+    dx_attn, *dattn = _attention_backward(dn1, cache.attn)
+    dx = dh + dx_attn  # skip + attention branch
+    return dx, _block_grads(dattn, dffn, (dg1, db1, dg2, db2), cache.names)
+
+
 def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False):
     """Checks block_forward's arguments; returns the mask as bool [B, T] (or None)."""
     if not isinstance(p, dict):
@@ -1141,8 +1193,8 @@ def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
                   activation: str = "relu", norm: str = "post", causal: bool = False):
     """x [B, T, H], ``p`` a dict with the keys of ``block_param_names(bias, norm)`` -> [B, T,
     H]; the FFN's ``activation`` relu (default), gelu or gelu_tanh; ``norm`` "post" (BERT),
-    "pre" or "pre_final" (GPT-2, the latter with its final LayerNorm ``ln_f``); ``causal``
-    attention."""
+    "pre" or "pre_final" (GPT-2, the latter with its final LayerNorm ``ln_f``), "inner" (x +
+    LN(f(x))); ``causal`` attention."""
     mask = _check_block(x, p, n_heads, mask, eps, norm, causal)
     _check_activation(activation)
     return _block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, activation=activation,
@@ -1150,7 +1202,8 @@ def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
 
 
 def block_backward(dout, cache):
-    x = cache.attn.qkv.x if isinstance(cache, BlockCache) else cache.ln1.x_hat
+    x = cache.attn.qkv.x if isinstance(cache, (BlockCache, InnerLNBlockCache)) else \
+        cache.ln1.x_hat
     as_float_array("dout", dout, shape=x.shape, dtype=x.dtype)
     return _block_backward(dout, cache)
 

@@ -81,6 +81,13 @@ class Numeric:
     # a convention an implementation may declare (CAPABILITIES["conventions"]) under which this
     # derivation is not the one it implements: the check is then not applicable, saying so
     other_convention: str | None = None
+    # the protocol variant this derivation is (spec.protocol.variants: {"layernorm.affine":
+    # False}): the check needs the implementation to declare it, decided before any draw
+    variant: dict = field(default_factory=dict)
+    # adapt(caps, arrays) -> arrays: the drawn inputs for an implementation's declared forms
+    # (eps = 0 without eps, zero biases it has none of): both sides get the result, so SymPy
+    # evaluates the same form the code is called in
+    adapt: Callable | None = None
 
 
 @dataclass

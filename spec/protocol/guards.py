@@ -26,7 +26,10 @@ GUARDS = {
     "log_eps": "cross_entropy computes -log(p + log_eps), p the softmax probability of the "
                "label (the loss is then >= -log(1 + log_eps), and capped at -log(log_eps))",
     "prob_clip": "cross_entropy computes -log(max(p, prob_clip)) (probabilities clipped below)",
+    "prob_clip_both": "cross_entropy computes -log(clip(p, prob_clip_both, 1 - prob_clip_both)) "
+                      "(probabilities clipped on both sides, np.clip(p, eps, 1 - eps))",
 }
+CE_GUARDS = ("log_eps", "prob_clip", "prob_clip_both")  # the loss guards: one at a time
 # A guard is a tiny number: anything larger changes ordinary results, not only the edge cases
 # the guard exists for, and is a different formula rather than a guard.
 MAX_GUARD = 1e-3
@@ -60,10 +63,11 @@ def undeclared_clip_message(norm: float, max_norm: float, got: float, eps: float
 
 # --------------------------------------------------------------------------- cross-entropy
 def ce_guard(guards: Mapping) -> str | None:
-    """The one loss guard declared (log_eps or prob_clip), or None."""
-    found = [k for k in ("log_eps", "prob_clip") if k in guards]
+    """The one loss guard declared (one of CE_GUARDS), or None."""
+    found = [k for k in CE_GUARDS if k in guards]
     if len(found) > 1:
-        raise ValueError("CAPABILITIES['guards']: declare log_eps or prob_clip, not both")
+        raise ValueError(f"CAPABILITIES['guards']: declare one loss guard of {list(CE_GUARDS)}, "
+                         f"not {found}")
     return found[0] if found else None
 
 
@@ -74,6 +78,9 @@ def guarded_nll(logp: np.ndarray, guards: Mapping) -> np.ndarray:
         return -np.log(np.exp(logp) + guards["log_eps"])
     if kind == "prob_clip":
         return -np.maximum(logp, np.log(guards["prob_clip"]))
+    if kind == "prob_clip_both":
+        c = float(guards["prob_clip_both"])
+        return -np.clip(logp, np.log(c), np.log1p(-c))
     return -logp
 
 
@@ -84,6 +91,9 @@ def guarded_grad_factor(p_label: np.ndarray, guards: Mapping) -> np.ndarray:
         return p_label / (p_label + guards["log_eps"])
     if kind == "prob_clip":
         return (p_label >= guards["prob_clip"]).astype(np.float64)
+    if kind == "prob_clip_both":  # constant (gradient 0) where clipped, on either side
+        c = float(guards["prob_clip_both"])
+        return ((p_label >= c) & (p_label <= 1 - c)).astype(np.float64)
     return np.ones_like(p_label)
 
 

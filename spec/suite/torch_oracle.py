@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spec.numerics.asserts import assert_close
+from spec.numerics.asserts import assert_close, assert_finite
 from spec.protocol import IGNORE_INDEX
 from spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
@@ -153,9 +153,7 @@ def assert_oracle(name: str, ours, theirs, dtype=None, scale: float = 0.0,
                       f"{abs(float(ours) - float(np.float32(ours))):.1e})", stacklevel=2)
     a = ours.astype(np.float64)
     b = theirs.astype(np.float64)
-    if not np.all(np.isfinite(a)):
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-        raise AssertionError(f"{name}: non-finite value {a[bad]} at index {bad}")
+    assert_finite(a, b, name, got_name="ours", want_name="torch")
     allowed = allowed_error(b, dtype, scale, inputs_scale) + allowance
     _record(name, dtype, a, b, scale, allowed)
     d = deviation(a, b)
@@ -309,10 +307,18 @@ def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, no
     """torch's own encoder layer (``nn.TransformerEncoderLayer``, ReLU, no dropout; post-LN, or
     ``norm_first=True`` for norm "pre" / "pre_final", the latter followed by F.layer_norm with
     ``ln_f.*``, as ``nn.TransformerEncoder(norm=...)`` ends a pre-LN stack) run with our
-    parameters (``torch.func.functional_call``); ``causal``: its causal ``src_mask``.
+    parameters (``torch.func.functional_call``); ``causal``: its causal ``src_mask``.  Norm
+    "inner" (x + LN(f(x))): torch's attention, FFN and F.layer_norm composed.
     Unbiased attention is torch's attention with zero biases."""
     H = x.shape[-1]
     I = p["ffn.W_1"].shape[1]
+    if norm == "inner":  # x + LN(f(x)): no torch layer has it; torch's own sublayers composed
+        attn = [p.get(f"attn.{n}") for n in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v",
+                                               "b_o")]
+        h = x + F.layer_norm(attention(x, *attn, n_heads=n_heads, mask=mask, causal=causal),
+                             (H,), p["ln1.gamma"], p["ln1.beta"], eps)
+        f = ffn(h, *(p[f"ffn.{n}"] for n in ("W_1", "b_1", "W_2", "b_2")))
+        return h + F.layer_norm(f, (H,), p["ln2.gamma"], p["ln2.beta"], eps)
     layer = _encoder_layer(H, n_heads, I, eps, x.dtype, norm_first=norm != "post")
     zeros = torch.zeros(H, dtype=x.dtype)
     b = {n: p.get(f"attn.{n}", zeros) for n in ("b_q", "b_k", "b_v", "b_o")}
