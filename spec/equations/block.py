@@ -275,6 +275,19 @@ def _prove_preln() -> Proof:
                                    "residual stream passes unnormalised")
 
 
+def chain_differs(x, dout, out, dx, stages, dparams) -> str:
+    """What differs between a composed backward (``dx``, each stage's ``dparams``) and
+    sympy.diff of <dout, out> w.r.t. x and each stage's parameter; "" when nothing does."""
+    loss = sp.Add(*[d * o for d, o in zip(dout, out)])
+    for i in range(len(x)):
+        if not chain_equal(sp.diff(loss, x[i]), dx[i]):
+            return f"dx_{i} differs from sympy.diff"
+    for stage, dp in zip(stages, dparams):
+        if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
+            return f"the gradient of {stage.params[0]} differs"
+    return ""
+
+
 def _prove_preln_backward() -> Proof:
     """The chain rule through the pre-LN block (and its final LayerNorm) in the order the code
     walks it, for arbitrary stages (n = 2 features, one parameter each): dx and every stage's
@@ -286,14 +299,9 @@ def _prove_preln_backward() -> Proof:
                        for name in ("A", "L", "F", "N"))
         out = preln_block_forward_staged(list(x), stages, final)
         dx, dparams = preln_block_backward_composed(list(x), list(dout), stages, final)
-        loss = sp.Add(*[d * o for d, o in zip(dout, out)])
-        for i in range(n):
-            if not chain_equal(sp.diff(loss, x[i]), dx[i]):
-                return Proof("refuted", (n,), f"dx_{i} differs from sympy.diff"
-                             + (" (with LN_f)" if final else ""))
-        for stage, dp in zip(stages + ((final,) if final else ()), dparams):
-            if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
-                return Proof("refuted", (n,), f"the gradient of {stage.params[0]} differs")
+        wrong = chain_differs(x, dout, out, dx, stages + ((final,) if final else ()), dparams)
+        if wrong:
+            return Proof("refuted", (n,), wrong + (" (with LN_f)" if final else ""))
     return Proof("proven", (n,), "dx and every stage's parameter gradient equal sympy.diff of "
                                  "h + FFN(LN2(h)), h = x + MHA(LN1(x)), with and without LN_f, "
                                  "for arbitrary stage functions")
@@ -431,13 +439,9 @@ def _prove_innerln_backward() -> Proof:
                    for name in ("A", "L", "F", "N"))
     out = innerln_stream(list(x), stages)[3]
     dx, dparams = innerln_block_backward_composed(list(x), list(dout), stages)
-    loss = sp.Add(*[d * o for d, o in zip(dout, out)])
-    for i in range(n):
-        if not chain_equal(sp.diff(loss, x[i]), dx[i]):
-            return Proof("refuted", (n,), f"dx_{i} differs from sympy.diff")
-    for stage, dp in zip(stages, dparams):
-        if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
-            return Proof("refuted", (n,), f"the gradient of {stage.params[0]} differs")
+    wrong = chain_differs(x, dout, out, dx, stages, dparams)
+    if wrong:
+        return Proof("refuted", (n,), wrong)
     return Proof("proven", (n,), "dx and the four stages' parameter gradients equal sympy.diff "
                                  "of h + LN2(FFN(h)), h = x + LN1(MHA(x)), for arbitrary stage "
                                  "functions")
