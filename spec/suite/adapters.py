@@ -311,7 +311,7 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
         bound.apply_defaults()
         a = dict(bound.arguments)
         for n in names:  # an argument the mapping does not pass: its default, or absent
-            if n not in used and a[n] is not None and \
+            if n not in used and not _absent(op, n, a[n]) and \
                     not _is_default(a[n], fsig.parameters[n].default):
                 raise NotApplicable(
                     f"not applicable: the class layer adapted for {op} ({_label(new)}) takes no "
@@ -363,6 +363,17 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
         fn.__minibert_layer__ = spec
     forward_fn.__signature__ = fsig
     return forward_fn, backward_fn
+
+
+def _absent(op: str, name: str, value) -> bool:
+    """``value`` leaves the protocol argument ``name`` out: None, or a value a declared variant
+    of ``op`` means "left out" by (eps = 0: LayerNorm without eps, a class with no eps)."""
+    if value is None:
+        return True
+    from spec.protocol.variants import VARIANTS
+
+    return any(name in o.pieces and any(_is_default(value, a) for a in o.absent if a is not None)
+               for o in VARIANTS.get(op, {}).values())
 
 
 def _has_slot(obj, path: str) -> bool:

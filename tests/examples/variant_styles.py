@@ -10,6 +10,7 @@ version (``build(style, buggy)``):
 * ``plain_layernorm``: LayerNorm without gamma and beta;
 * ``ffn_no_b2``: an FFN without its second bias;
 * ``per_head_attention``: attention built from per-head projection layers, without W_o;
+* ``single_head_attention``: the slides' single-head attention (no ``n_heads``);
 * ``gpt_block``: a GPT-style causal, pre-LN block with its final LayerNorm (attention causal
   only, a layer norm, per-head-free fused projections).
 
@@ -309,6 +310,26 @@ def _per_head_attention(buggy):
                 CAPABILITIES={"attention": {"W_o": False, "heads": "per_head"}})
 
 
+def _single_head_attention(buggy):
+    """The slides' single-head attention: no n_heads, d_k = H, with W_o and b_o."""
+    def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
+                          mask=None):
+        head = Head(W_q, W_k, W_v, b_q, b_k, b_v, buggy=buggy)
+        ctx = head.forward(x, mask)
+        return ctx @ W_o + (0 if b_o is None else b_o), (head, ctx, W_o, b_o is not None)
+
+    def attention_backward(dy, cache):
+        head, ctx, W_o, has_b = cache
+        H = ctx.shape[-1]
+        dW_o = ctx.reshape(-1, H).T @ dy.reshape(-1, H)
+        dx = head.backward(dy @ W_o.T)
+        db = head.db if has_b else [None] * 3
+        return (dx, *head.dW, dW_o, *db, dy.reshape(-1, H).sum(0) if has_b else None)
+
+    return dict(attention_forward=attention_forward, attention_backward=attention_backward,
+                CAPABILITIES={"attention": {"heads": "single"}})
+
+
 def _gpt_block(buggy):
     def block_forward(x, p, *, n_heads, mask=None, eps=1e-12):
         block = GPTBlock(p, n_heads, eps, buggy)
@@ -329,6 +350,7 @@ STYLES = {
     "plain_layernorm": (_plain_layernorm, "layernorm"),
     "ffn_no_b2": (_ffn_no_b2, "ffn"),
     "per_head_attention": (_per_head_attention, "attention"),
+    "single_head_attention": (_single_head_attention, "attention"),
     "gpt_block": (_gpt_block, "block"),
 }
 

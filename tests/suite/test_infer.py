@@ -146,3 +146,32 @@ def test_minibert_adapter_infer_writes_the_adapter_once(tmp_path, capsys):
     assert out.read_text() == infer_source(MODULE)
     assert minibert(["adapter", "infer", MODULE, "-o", str(out)]) == 2  # never overwritten
     assert "exists" in capsys.readouterr().err
+
+
+def test_infer_declares_a_layernorm_without_affine_map_or_eps(tmp_path, monkeypatch):
+    """A LayerNorm written as (x - mu) / std with a Jacobian backward (no gamma, beta or eps):
+    the standard form does not match its forward, the affine-free one does; the adapter
+    declares affine=False and eps=False, and the class is green in its row (eps = 0 calls are
+    taken by a class layer with no eps)."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+
+        class LayerNorm:
+            def forward(self, x):
+                self.sigma = x.std(axis=-1, keepdims=True)
+                self.xs = x - x.mean(axis=-1, keepdims=True)
+                return self.xs / self.sigma
+
+            def backward(self, dy):
+                N = self.xs.shape[-1]
+                s, xs = self.sigma[..., None], self.xs[..., None]
+                D = -(xs * xs.swapaxes(-1, -2) + s ** 2) / s ** 3 / N
+                D[..., range(N), range(N)] += 1 / s.squeeze(-1)
+                return (D @ dy[..., None]).squeeze(-1)
+        """), "plain_ln")
+    src = infer_source("plain_ln")
+    assert "CAPABILITIES = {'layernorm': {'affine': False, 'eps': False}}" in src, src
+    adapter = _load(tmp_path, monkeypatch, src, "plain_ln_adapter")
+    report = check_implementation(adapter, ops=["layernorm"])
+    assert report.verdicts()["layernorm"] == "ok", report.summary()
+    assert report.counts().get("passed", 0) >= 8, report.counts()
