@@ -36,6 +36,8 @@ function of the op-table row)::
 * ``transposed=("W",)``: the layer stores these parameters transposed (an embedding ``[d,
   V]``, a torch-style Linear ``[out, in]``): ``new`` and ``params`` get ``W.T``, and the
   gradient read back is transposed to the protocol's layout;
+* ``fixed={"approximate": "tanh"}``: the class computes this one value of a protocol
+  argument (a tanh-only GELU): a call with another value is not applicable, naming it;
 * ``accumulate=True``: the layer *adds* into its gradient attributes (``+=``): they are set to
   zeros of the parameter's shape and dtype before each backward, and the suite checks the
   declaration (``invariant[<op>.grad_accumulates]``: two backward calls sum);
@@ -275,7 +277,7 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
           forward: str = "forward", backward: str | Callable = "backward",
           accumulate: bool = False, upstream: bool = True, again: tuple[str, ...] = (),
           output: int | None = None, transposed: tuple[str, ...] = (),
-          single_use: bool = False) -> tuple[Callable, Callable]:
+          single_use: bool = False, fixed: Mapping | None = None) -> tuple[Callable, Callable]:
     """``(X_forward, X_backward)`` of op ``op`` backed by a fresh class-style layer per call
     (see the module's docstring for every argument)."""
     fsig = protocol_signature(op, "forward")
@@ -297,7 +299,12 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
     for path in list(params.values()) + list(grads.values()):
         path_parts(path)  # a malformed path: refused here, not at the first check
     diff = OPS[op].inputs
-    used = set(wanted) | set(params) | set(inputs)
+    fixed = dict(fixed or {})
+    unknown = [k for k in fixed if k not in names]
+    if unknown:
+        raise ValueError(f"layer({op!r}): fixed names {unknown}, not arguments of the "
+                         f"protocol's {OPS[op].pair[0]}{fsig}")
+    used = set(wanted) | set(params) | set(inputs) | set(fixed)
     spec = LayerSpec(op, new, params, grads, inputs, forward, backward, accumulate, upstream,
                      again, output, transposed, single_use)
     for name in again:
@@ -310,6 +317,11 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
         bound = fsig.bind(*args, **kwargs)
         bound.apply_defaults()
         a = dict(bound.arguments)
+        for n, value in fixed.items():  # the one value of this argument the class computes
+            if not _is_default(a[n], value):
+                raise NotApplicable(f"not applicable: the class layer adapted for {op} "
+                                    f"({_label(new)}) computes {n}={value!r} only (called "
+                                    f"with {n}={a[n]!r})")
         for n in names:  # an argument the mapping does not pass: its default, or absent
             if n not in used and not _absent(op, n, a[n]) and \
                     not _is_default(a[n], fsig.parameters[n].default):

@@ -91,6 +91,7 @@ class Mapping_:
     single_use: bool = False
     ranks: tuple = ()  # the input ranks its forward and backward run on, where not all do
     declares: dict = field(default_factory=dict)  # the op's declared form (CAPABILITIES)
+    fixed: dict = field(default_factory=dict)  # the one value of an argument it computes
     evidence: list = field(default_factory=list)
 
 
@@ -310,12 +311,32 @@ def _try_class(cls, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
             m.declares = variant.declares
             m.evidence.append(f"the declared form {variant.declares} (the standard one does "
                               "not match)")
+    if m is not None and probe.op == "gelu":
+        _gelu_form(m, cls)
     if m is not None and probe.op == "layernorm" and "eps" not in m.ctor.values():
         m.declares = {"layernorm": {**m.declares.get("layernorm", {}), "eps": False}}
         m.evidence.append("no eps argument: declared eps=False (the suite passes eps=0; a "
                           "class with a fixed eps inside is then red on near-constant rows: "
                           "review)")
     return m, missing
+
+
+def _gelu_form(m: Mapping_, cls) -> None:
+    """Which GELU the class computes: the erf form (the protocol's default) or the tanh
+    approximation (they differ by ~3e-4), by the forward output alone."""
+    import reference
+
+    x = _probe_values(PROBES["gelu"])["x"]
+    try:
+        got = np.asarray(getattr(cls(), m.forward)(x.copy()))
+    except Exception:  # noqa: BLE001 -- already matched once; nothing to decide
+        return
+    dev = {form: float(np.max(np.abs(got - reference.gelu_forward(x, form)[0])))
+           for form in ("none", "tanh")}
+    if dev["tanh"] < dev["none"] / 100:
+        m.fixed = {"approximate": "tanh"}
+        m.evidence.append(f"the tanh approximation: {dev['tanh']:.1e} from the reference's tanh "
+                          f"GELU, {dev['none']:.1e} from the erf one (fixed approximate=tanh)")
 
 
 def _try_form(cls, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
@@ -432,6 +453,8 @@ def _call(m: Mapping_, alias: str) -> str:
             kw.append(f"{name}={getattr(m, name)!r}")
     if m.output is not None:
         kw.append(f"output={m.output}")
+    if m.fixed:
+        kw.append(f"fixed={m.fixed!r}")
     for name in ("accumulate", "single_use"):
         if getattr(m, name):
             kw.append(f"{name}=True")

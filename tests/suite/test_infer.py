@@ -175,3 +175,33 @@ def test_infer_declares_a_layernorm_without_affine_map_or_eps(tmp_path, monkeypa
     report = check_implementation(adapter, ops=["layernorm"])
     assert report.verdicts()["layernorm"] == "ok", report.summary()
     assert report.counts().get("passed", 0) >= 8, report.counts()
+
+
+def test_infer_tells_the_tanh_gelu_from_the_erf_one(tmp_path, monkeypatch):
+    """The two GELUs differ by ~3e-4: the forward output decides, and a tanh-only class is
+    declared fixed={'approximate': 'tanh'} -- green on the tanh form, n/a on the erf one."""
+    from spec.protocol import ImplProxy, NotApplicable
+
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import math
+
+        import numpy as np
+
+        class GELU:
+            def forward(self, x):
+                self.x = x
+                self.t = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))
+                return 0.5 * x * (1 + self.t)
+
+            def backward(self, dy):
+                x, t = self.x, self.t
+                du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)
+                return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * du)
+        """), "tanh_gelu")
+    src = infer_source("tanh_gelu")
+    assert "fixed={'approximate': 'tanh'}" in src, src
+    adapter = _load(tmp_path, monkeypatch, src, "tanh_gelu_adapter")
+    report = check_implementation(adapter, ops=["gelu"])
+    assert report.verdicts()["gelu"] == "ok", report.summary()
+    with pytest.raises(NotApplicable, match="computes approximate='tanh' only"):
+        ImplProxy(adapter, "tanh_gelu").gelu_forward(np.ones(3), approximate="none")
