@@ -409,7 +409,14 @@ def _ranks(cls, kwargs, m: Mapping_, probe: Probe, vals: dict) -> None:
 
 def infer(module) -> tuple[list[Mapping_], list[str]]:
     """(the mappings found, what could not be mapped) for the classes defined in ``module``."""
-    mod = importlib.import_module(module) if isinstance(module, str) else module
+    if isinstance(module, str):
+        try:
+            mod = importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001 -- the user's module: say why, never a traceback
+            raise ValueError(f"module {module!r} does not import: {type(e).__name__}: {e}") \
+                from e
+    else:
+        mod = module
     classes = [c for _, c in inspect.getmembers(mod, inspect.isclass)
                if c.__module__ == mod.__name__]
     mappings, missing, used = [], [], set()

@@ -205,3 +205,11 @@ def test_infer_tells_the_tanh_gelu_from_the_erf_one(tmp_path, monkeypatch):
     assert report.verdicts()["gelu"] == "ok", report.summary()
     with pytest.raises(NotApplicable, match="computes approximate='tanh' only"):
         ImplProxy(adapter, "tanh_gelu").gelu_forward(np.ones(3), approximate="none")
+
+
+def test_a_module_that_does_not_import_is_a_clear_error(capsys):
+    from spec.cli import main as minibert
+
+    assert minibert(["adapter", "infer", "no_such_module_xyz"]) == 2
+    assert "module 'no_such_module_xyz' does not import: ModuleNotFoundError" in \
+        capsys.readouterr().err
