@@ -39,7 +39,7 @@ IDs, a fixed-seed example and the contract in words) -- op pairs, the model entr
 ``reference.config.BertConfig``), the optimizer (``adam_init``, ``adam_step``,
 ``warmup_linear_lr``, ``global_grad_norm``, ``clip_by_global_norm``) and
 ``accumulate_gradients``.  ``python -m spec.protocol`` prints them (``--markdown``: the table of
-README "Check your implementation", generated from the rows; a test fails when the README is
+docs/check-your-implementation.md, generated from the rows; a test fails when that file is
 stale).  Loss backwards take the upstream gradient as a scalar:
 ``cross_entropy_backward(dloss, cache)``.
 
@@ -94,6 +94,12 @@ everything::
         "guards": {"log_eps": 1e-12},  # numerical guards (spec/protocol/guards.py)
     }
 
+The declaration is read in one place, :func:`~spec.protocol.capabilities.capabilities`, and
+validated in full before any check runs: anything it cannot take (a malformed or out-of-range
+value, a declared keyword option the forward's signature contradicts, a ``CAPABILITIES`` whose
+reading raises) is a :class:`~spec.protocol.capabilities.DeclarationError` naming the key, the
+value and what is accepted, on which every entry point stops.
+
 Variants (``CAPABILITIES[op] = {option: value or tuple of values}``, the table of options in
 :data:`~spec.protocol.capabilities.VARIANTS`, adapted in :mod:`~spec.protocol.variants`):
 layernorm ``affine``/``eps``, ffn ``b_2``, attention ``W_o``/``causal``/``heads``, block
@@ -134,6 +140,7 @@ from spec.protocol.capabilities import (
     CONVENTIONS,
     DEFAULT_CAPABILITIES,
     RANK_ADAPTABLE,
+    DeclarationError,
     capabilities,
     not_claimed_message,
 )
@@ -168,4 +175,4 @@ __all__ = ["IGNORE_INDEX", "OPS", "Op", "EQUATION_OPS", "op_of_equation",
            "ImplementationExit", "ImplementationHung", "load_impl",
            "ImplLoadError", "resolve", "provides", "unwrap", "label_of", "not_applicable_message",
            "not_claimed_message", "capabilities", "install_interrupt_flag", "sigint_seen",
-           "CONVENTIONS", "DEFAULT_CAPABILITIES", "RANK_ADAPTABLE"]
+           "CONVENTIONS", "DEFAULT_CAPABILITIES", "RANK_ADAPTABLE", "DeclarationError"]

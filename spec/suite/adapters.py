@@ -373,7 +373,13 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
         fn.__name__ = fn.__qualname__ = name
         fn.__doc__ = f"{name}: the class layer {_label(new)} through spec.suite.adapters.layer"
         fn.__minibert_layer__ = spec
-    forward_fn.__signature__ = fsig
+    # a variant's keyword the class does not take (input=, causal=, norm=) is not in the
+    # visible signature: the class computes one form, the one its CAPABILITIES declare
+    from spec.protocol.variants import VARIANTS
+
+    hidden = {o.argument for o in VARIANTS.get(op, {}).values()} - used - {None}
+    forward_fn.__signature__ = fsig.replace(
+        parameters=[p for p in fsig.parameters.values() if p.name not in hidden])
     return forward_fn, backward_fn
 
 
