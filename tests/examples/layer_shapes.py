@@ -36,8 +36,8 @@ from spec.suite.adapters import layer, optimizer
 
 
 # ============================================================================ layers
-class DictLinear:
-    """y = x W + b; backward returns (dx, {"weight": dW, "bias": db})."""
+class _XW:
+    """y = x W + b with the input kept for the backward."""
 
     def __init__(self, W, b, buggy=False):
         self.W, self.b, self.buggy = W, b, buggy
@@ -45,6 +45,10 @@ class DictLinear:
     def forward(self, x):
         self.x = x
         return x @ self.W + (0 if self.b is None else self.b)
+
+
+class DictLinear(_XW):
+    """y = x W + b; backward returns (dx, {"weight": dW, "bias": db})."""
 
     def backward(self, dy):
         n, m = self.W.shape
@@ -263,15 +267,8 @@ class ParamLinear:
         return dy @ (W.T * 0.5 if self.buggy else W.T)  # bug: a stray factor on dx
 
 
-class FreeingLinear:
+class FreeingLinear(_XW):
     """y = x W + b that frees its input after the backward (one backward per forward)."""
-
-    def __init__(self, W, b, buggy=False):
-        self.W, self.b, self.buggy = W, b, buggy
-
-    def forward(self, x):
-        self.x = x
-        return x @ self.W + (0 if self.b is None else self.b)
 
     def backward(self, dy):
         n, m = self.W.shape
