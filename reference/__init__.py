@@ -100,7 +100,7 @@ CAPABILITIES = {
     "swiglu": {"bias": (False, True)},
     "attention": {"W_o": (True, False), "causal": (False, True),
                   "rope": (None, "interleaved", "half")},
-    "block": {"norm": ("post", "pre", "pre_final"), "causal": (False, True),
+    "block": {"norm": ("post", "pre", "pre_final", "inner"), "causal": (False, True),
               "normalization": ("layernorm", "rmsnorm"), "ffn": ("mlp", "swiglu")},
     "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},
     "decoder": {"tied": (True, False)},

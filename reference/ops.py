@@ -526,7 +526,7 @@ class LayerNormCache(NamedTuple):
     gamma: np.ndarray | None  # [N]; None without the affine map
 
 
-@implements("layernorm.forward")
+@implements("layernorm.forward", "layernorm.plain")
 def _layernorm_forward(x, gamma, beta, eps: float = 1e-12):
     """y = gamma * x_hat + beta, x_hat = (x - mu) / sqrt(var + eps), statistics over the last axis.
 
@@ -563,7 +563,8 @@ def _layernorm_forward_scaled(x, gamma, beta, eps):
     return y, cache._replace(rstd=cache.rstd * scale)  # 1 / std of the unscaled x
 
 
-@implements("layernorm.backward.dx", "layernorm.backward.dgamma", "layernorm.backward.dbeta")
+@implements("layernorm.backward.dx", "layernorm.backward.dgamma", "layernorm.backward.dbeta",
+            "layernorm.plain")
 def _layernorm_backward(dy, cache):
     """dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dy * gamma.
 
@@ -916,7 +917,7 @@ def _check_activation(activation) -> None:
 
 
 # --------------------------------------------------------------------------- attention
-@implements("attention.split_heads")
+@implements("attention.split_heads", "attention.per_head")
 def _split_heads(x, n_heads: int):
     """[B, T, H] -> [B, A, T, d_k]: head a owns features a*d_k:(a+1)*d_k."""
     B, T, H = x.shape
@@ -980,7 +981,7 @@ def _causal_mask(T: int) -> np.ndarray:
 
 
 @implements("attention.qkv", "attention.scores", "attention.context", "attention.output",
-            "attention.causal")
+            "attention.causal", "attention.noproj", "attention.single_head")
 def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
                        n_heads: int, mask=None, causal: bool = False, rope: str | None = None,
                        rope_base: float = 10000.0):
@@ -1024,7 +1025,7 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
 
 @implements("attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
             "attention.backward.dS", "attention.backward.dQ", "attention.backward.dK",
-            "attention.backward.dx")
+            "attention.backward.dx", "attention.noproj", "attention.single_head")
 def _attention_backward(dy, cache):
     """Returns (dx, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o); None for absent biases.
 
@@ -1119,7 +1120,7 @@ class FFNCache(NamedTuple):
     lin_2: LinearCache  # y = a W_2 + b_2 (b_2 may be None: no second bias)
 
 
-@implements("ffn.forward")
+@implements("ffn.forward", "ffn.no_b2")
 def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
     """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU; ``b_1 = None`` or
     ``b_2 = None``: without that bias (its gradient is then None)."""
@@ -1129,7 +1130,7 @@ def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
     return y, FFNCache(lin_1=c_1, act=c_act, lin_2=c_2)
 
 
-@implements("ffn.backward")
+@implements("ffn.backward", "ffn.no_b2")
 def _ffn_backward(dy, cache):
     """Returns (dx, dW_1, db_1, dW_2, db_2)."""
     da, dW_2, db_2 = _linear_backward(dy, cache.lin_2)  # [..., I]
@@ -1227,9 +1228,10 @@ def swiglu_backward(dy, cache):
 
 # --------------------------------------------------------------------------- blocks
 # where a block's LayerNorms sit: "post" (BERT, the documents), "pre" (GPT-2: x + MHA(LN1(x)),
-# the residual stream never normalised) and "pre_final" (pre-LN followed by the final
-# LayerNorm ln_f that a pre-LN stack needs before its head: a one-block GPT)
-BLOCK_NORMS = ("post", "pre", "pre_final")
+# the residual stream never normalised), "pre_final" (pre-LN followed by the final
+# LayerNorm ln_f that a pre-LN stack needs before its head: a one-block GPT) and "inner"
+# (x + LN(f(x)): each sublayer's output normalised before the residual sum)
+BLOCK_NORMS = ("post", "pre", "pre_final", "inner")
 # which normalisation a block's ln1 / ln2 / ln_f are: LayerNorm (gamma, beta) or RMSNorm
 # (gamma only: LLaMA)
 BLOCK_NORMALIZATIONS = ("layernorm", "rmsnorm")
@@ -1349,6 +1351,9 @@ def _block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
     (``swiglu.*``); ``rope``: the attention's queries and keys turned by RoPE.
     """
     attend = dict(n_heads=n_heads, mask=mask, causal=causal, rope=rope, rope_base=rope_base)
+    if norm == "inner":
+        return _innerln_block_forward(x, p, eps=eps, activation=activation,
+                                      normalization=normalization, ffn=ffn, **attend)
     if norm != "post":
         return _preln_block_forward(x, p, eps=eps, activation=activation,
                                     normalization=normalization, ffn=ffn, **attend)
@@ -1368,6 +1373,8 @@ def _block_backward(dout, cache):
     """
     if isinstance(cache, PreLNBlockCache):
         return _preln_block_backward(dout, cache)
+    if isinstance(cache, InnerLNBlockCache):
+        return _innerln_block_backward(dout, cache)
     dr2, g2 = _norm_backward(dout, cache.ln2, "ln2")  # d(h + FFN(h))
     dh_ffn, dffn = _mlp_backward(dr2, cache.ffn)
     dh = dr2 + dh_ffn  # skip + FFN branch
@@ -1430,6 +1437,48 @@ def _preln_block_backward(dout, cache):
     return dx, {n: grads[n] for n in cache.names}
 
 
+class InnerLNBlockCache(NamedTuple):
+    attn: AttentionCache
+    ln1: LayerNormCache | RMSNormCache
+    ffn: FFNCache | SwiGLUCache
+    ln2: LayerNormCache | RMSNormCache
+    names: tuple  # the keys of p, sorted
+
+
+@implements("block.innerln")
+def _innerln_block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
+                           activation: str = "relu", causal: bool = False,
+                           normalization: str = "layernorm", ffn: str = "mlp",
+                           rope: str | None = None, rope_base: float = 10000.0):
+    """The block with each sublayer's output normalised inside the residual branch (the form
+    many from-scratch implementations write, ``x + norm(sublayer(x))``):
+
+    h = x + LN1(MHA(x));  out = h + LN2(FFN(h))."""
+    a, c_attn = _attention_forward(x, *_attention_of(p), n_heads=n_heads, mask=mask,
+                                   causal=causal, rope=rope, rope_base=rope_base)
+    n1, c_ln1 = _norm_forward(a, p, "ln1", eps, normalization)
+    h = x + n1  # [B, T, H]
+    f, c_ffn = _mlp_forward(h, p, activation, ffn)
+    n2, c_ln2 = _norm_forward(f, p, "ln2", eps, normalization)
+    return h + n2, InnerLNBlockCache(attn=c_attn, ln1=c_ln1, ffn=c_ffn, ln2=c_ln2,
+                                     names=tuple(sorted(p)))
+
+
+@implements("block.innerln_backward")
+def _innerln_block_backward(dout, cache):
+    """Returns (dx, grads): each residual sum hands its gradient to the skip unchanged and to
+    the branch through LN^T then the sublayer^T: dh = dout + FFN^T(LN2^T(dout)), dx = dh +
+    MHA^T(LN1^T(dh))."""
+    dn2, g2 = _norm_backward(dout, cache.ln2, "ln2")
+    dh_ffn, dffn = _mlp_backward(dn2, cache.ffn)
+    dh = dout + dh_ffn  # skip + FFN branch
+    dn1, g1 = _norm_backward(dh, cache.ln1, "ln1")
+    dx_attn, *dattn = _attention_backward(dn1, cache.attn)
+    dx = dh + dx_attn  # skip + attention branch
+    grads = {**_part_grads("attn.", ATTENTION_PARAMS, dattn), **dffn, **g1, **g2}
+    return dx, {n: grads[n] for n in cache.names}
+
+
 def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False,
                  normalization="layernorm", ffn="mlp", rope=None, rope_base=10000.0):
     """Checks block_forward's arguments; returns the mask as bool [B, T] (or None)."""
@@ -1473,9 +1522,10 @@ def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
     parts have: without ``attn.W_o``/``attn.b_o``, attention biases, ``ffn.b_1``/``ffn.b_2``
     where they are absent) -> [B, T, H]; the FFN's ``activation`` relu (default), gelu or
     gelu_tanh; ``norm`` "post" (BERT), "pre" or "pre_final" (GPT-2, the latter with its final
-    LayerNorm ``ln_f``); ``causal`` attention; ``normalization`` "layernorm" or "rmsnorm"
-    (LLaMA: gamma only); ``ffn`` "swiglu" (LLaMA: ``swiglu.W_1``, ``W_2``, ``W_3``, biases
-    optional); ``rope`` "half" or "interleaved" (RoPE on queries and keys, ``rope_base``)."""
+    LayerNorm ``ln_f``), "inner" (x + LN(f(x))); ``causal`` attention; ``normalization``
+    "layernorm" or "rmsnorm" (LLaMA: gamma only); ``ffn`` "swiglu" (LLaMA: ``swiglu.W_1``,
+    ``W_2``, ``W_3``, biases optional); ``rope`` "half" or "interleaved" (RoPE on queries and
+    keys, ``rope_base``)."""
     mask = _check_block(x, p, n_heads, mask, eps, norm, causal, normalization, ffn, rope,
                         rope_base)
     _check_activation(activation)
@@ -1485,7 +1535,8 @@ def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
 
 
 def block_backward(dout, cache):
-    x = cache.attn.qkv.x if isinstance(cache, BlockCache) else cache.ln1.x_hat
+    x = cache.attn.qkv.x if isinstance(cache, (BlockCache, InnerLNBlockCache)) else \
+        cache.ln1.x_hat
     as_float_array("dout", dout, shape=x.shape, dtype=x.dtype)
     return _block_backward(dout, cache)
 

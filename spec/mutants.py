@@ -356,6 +356,9 @@ mutant("block_backward_ln1_with_ln2_cache", "block.backward",
        "block backward runs LN1's backward on LN2's cache (the wrong stage's statistics)",
        "ops._block_backward", ("_norm_backward(dh, cache.ln1,",
                                "_norm_backward(dh, cache.ln2,"))
+mutant("block_innerln_drops_ffn_residual", "block.innerln_backward",
+       "x + LN(f(x)) block backward drops the skip around the FFN: dh = FFN^T(LN2^T(dout)) only",
+       "ops._innerln_block_backward", ("dh = dout + dh_ffn", "dh = dh_ffn"))
 mutant("block_preln_drops_ffn_residual", "block.preln_backward",
        "pre-LN block backward drops the skip around the FFN: dh = LN2^T(FFN^T(dout)) only",
        "ops._preln_block_backward", ("dh = dout + dr2", "dh = dr2"))

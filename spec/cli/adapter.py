@@ -22,6 +22,12 @@ def register(sub) -> None:
     new.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
                                             "instead of printing it")
     new.set_defaults(func=run)
+    inf = actions.add_parser("infer", help="propose an adapter for MODULE's classes, chosen by "
+                                           "their forward outputs and shapes only")
+    inf.add_argument("module", help="the import name of your implementation (e.g. mybert)")
+    inf.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
+                                            "instead of printing it")
+    inf.set_defaults(func=run_infer)
 
 
 def _signature(row, name: str) -> str:
@@ -103,15 +109,26 @@ def skeleton(module: str) -> str:
 
 
 def run(args) -> int:
+    return _write(skeleton(args.module), args.output)
+
+
+def run_infer(args) -> int:
+    from spec.suite.infer import infer_source
+
+    return _write(infer_source(args.module), args.output,
+                  "review each decision, then minibert check it")
+
+
+def _write(text: str, output: str | None,
+           then: str = "fill in the rows your code has, then minibert check it") -> int:
     import os
 
-    text = skeleton(args.module)
-    if args.output is None:
+    if output is None:
         sys.stdout.write(text)
         return 0
-    if os.path.exists(args.output):
-        raise ValueError(f"--output: {args.output} exists; not overwritten")
-    with open(args.output, "x", encoding="utf-8") as f:
+    if os.path.exists(output):
+        raise ValueError(f"--output: {output} exists; not overwritten")
+    with open(output, "x", encoding="utf-8") as f:
         f.write(text)
-    print(f"wrote {args.output}: fill in the rows your code has, then minibert check it")
+    print(f"wrote {output}: {then}")
     return 0

@@ -85,6 +85,13 @@ class Numeric:
     # (spec/protocol/guards.adjustment): arrays -> (differentiable inputs, other arguments,
     # upstream gradient) as the forward and backward take them; None: no guard applies
     guard_call: Callable | None = None
+    # the protocol variant this derivation is (spec.protocol.variants: {"layernorm.affine":
+    # False}): the check needs the implementation to declare it, decided before any draw
+    variant: dict = field(default_factory=dict)
+    # adapt(caps, arrays) -> arrays: the drawn inputs for an implementation's declared forms
+    # (eps = 0 without eps, zero biases it has none of): both sides get the result, so SymPy
+    # evaluates the same form the code is called in
+    adapt: Callable | None = None
 
 
 @dataclass

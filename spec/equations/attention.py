@@ -16,6 +16,7 @@ import sympy as sp
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._cache import maps_cache
 from spec.equations._sym import (
+    Exp,
     arr,
     compare,
     counterexample,
@@ -45,21 +46,30 @@ def merge(x: np.ndarray) -> np.ndarray:
     return x.transpose(0, 2, 1, 3).reshape(B, T, A * d_k)
 
 
+def causal_softmax_rows(S: np.ndarray) -> np.ndarray:
+    """softmax over keys j <= i of row i (the causal mask), as Exp(s) / sum Exp; 0 for j > i."""
+    T = S.shape[0]
+    e = np.array([[Exp(S[i, j]) if j <= i else sp.Integer(0) for j in range(T)]
+                  for i in range(T)], dtype=object)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 @cache
-def head_forward(size):
-    """One head: C = softmax(Q K^T / sqrt(d_k)) V as symbols (Exp kept opaque)."""
+def head_forward(size, causal: bool = False):
+    """One head: C = softmax(Q K^T / sqrt(d_k)) V as symbols (Exp kept opaque); ``causal``:
+    each query attends keys j <= i only."""
     T, d_k = size
     Q, K, V, dC = arr("Q", T, d_k), arr("K", T, d_k), arr("V", T, d_k), arr("dC", T, d_k)
     scale = 1 / sp.sqrt(d_k)
     S = (Q @ K.T) * scale
-    P = softmax_rows(S)
+    P = causal_softmax_rows(S) if causal else softmax_rows(S)
     return dict(Q=Q, K=K, V=V, dC=dC, S=S, P=P, C=P @ V, scale=scale)
 
 
 @cache
-def head(size):
+def head(size, causal: bool = False):
     """head_forward plus the sympy.diff gradients w.r.t. Q, K, V (E symbols for the exps)."""
-    r = dict(head_forward(size))
+    r = dict(head_forward(size, causal))
     for name in ("Q", "K", "V"):
         r[f"d{name}"], E, aux = exp_to_symbols(vjp(r["C"], r["dC"], r[name]), r["S"])
     r.update(E=E, pE=E / E.sum(axis=-1, keepdims=True), aux=aux)
@@ -315,20 +325,21 @@ GRAD_NAMES = ("dx", "dW_q", "dW_k", "dW_v", "dW_o", "db_q", "db_k", "db_v", "db_
 
 
 @maps_cache
-def _head_fns(size):
+def _head_fns(size, causal: bool = False):
     """A head's map and its sympy.diff gradients (E = exp(score) put back), lambdified:
     (Q, K, V, dC) -> (C, dQ, dK, dV)."""
-    r = head(size)
+    r = head(size, causal)
     inputs = dict(Q=r["Q"], K=r["K"], V=r["V"], dC=r["dC"])
     return lambdify_map(inputs, [r["C"], r["dQ"], r["dK"], r["dV"]], r["aux"])
 
 
-def _fns(size):
+def _fns(size, causal: bool = False):
     """The layer from its stages: the affine projections (whose gradients are the proven
     linear.* entries, exact in NumPy) around the lambdified SymPy head map and its sympy.diff
-    backward, head by head.  Deriving the whole layer symbolically costs ~20 s per size."""
+    backward, head by head.  Deriving the whole layer symbolically costs ~20 s per size.  A
+    ``W_o`` of None: no output projection (y = merge(C)); ``causal``: the causal head map."""
     B, T, H, A = size
-    f = _head_fns((T, H // A))
+    f = _head_fns((T, H // A), causal) if causal else _head_fns((T, H // A))
 
     def heads(x, W_q, W_k, W_v, b_q, b_k, b_v, dC=None):
         q, k, v = (split(x @ W + b, A) for W, b in ((W_q, b_q), (W_k, b_k), (W_v, b_v)))
@@ -339,11 +350,13 @@ def _fns(size):
 
     def forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
         C = heads(x, W_q, W_k, W_v, b_q, b_k, b_v)[0]
-        return (merge(C) @ W_o + b_o,)
+        return (merge(C) if W_o is None else merge(C) @ W_o + b_o,)
 
     def backward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
         C = heads(x, W_q, W_k, W_v, b_q, b_k, b_v)[0]
         ctx = merge(C)
+        if W_o is None:  # y = merge(C): the context gradient is dy itself
+            W_o = np.eye(H)
         dC = split(dy @ W_o.T, A)
         _, dQ, dK, dV = (merge(t) for t in heads(x, W_q, W_k, W_v, b_q, b_k, b_v, dC))
         flat = x.reshape(-1, H)
@@ -499,10 +512,144 @@ register(Equation(
     _prove_seed001_dV, kind="document", expected="refuted", target="attention.backward.dV"))
 
 
-# --------------------------------------------------------------------------- causal variant
+# --------------------------------------------------------------------------- variants' SymPy
 VARIANT = PROTOCOL_VARIANTS
+# The attention variants an implementation may declare (spec/protocol/variants.py), each
+# checked against the same stage maps: no output projection, causal, one head, per-head
+# projections.  Outputs: y, dx and the projection gradients dW_q, dW_k, dW_v.
+VARIANT_OUTPUTS = ("dx", "dW_q", "dW_k", "dW_v")
+SINGLE_SIZES = ((2, 2, 2, 1), (1, 3, 3, 1))  # (B, T, H, A = 1)
 
 
+def declared_pieces(caps, arrays):
+    """The attention's inputs in the form the implementation declares: zero biases for one
+    without them (its call passes None), W_o = b_o = None for one without the output
+    projection -- on both sides, so SymPy evaluates the form the code is called in."""
+    out = dict(arrays)
+    if not caps["attention_bias"]:
+        out.update({n: None for n in ("b_q", "b_k", "b_v", "b_o")})
+    if True not in caps["attention"]["W_o"]:
+        out["W_o"] = out["b_o"] = None
+    return out
+
+
+def _variant_sympy(causal: bool = False):
+    def build(size):
+        fns = _fns(size, causal)
+        H = size[2]
+
+        def run(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
+            zero = np.zeros(H)
+            args = dict(x=x, W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o,
+                        b_q=zero if b_q is None else b_q, b_k=zero if b_k is None else b_k,
+                        b_v=zero if b_v is None else b_v,
+                        b_o=zero if b_o is None and W_o is not None else b_o, dy=dy)
+            grads = fns["grads"](**args)
+            return (fns["y"](**args)[0], *(grads[GRAD_NAMES.index(n)] for n in VARIANT_OUTPUTS))
+        return run
+    return build
+
+
+def _variant_code(causal: bool = False):
+    def code(impl, size, x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
+        y, cache_ = impl.attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o,
+                                           n_heads=size[3], **({"causal": True} if causal
+                                                               else {}))
+        grads = impl.attention_backward(dy, cache_)
+        return (y, *(grads[GRAD_NAMES.index(n)] for n in VARIANT_OUTPUTS))
+    return code
+
+
+def _variant_numeric(sizes, variant, causal=False):
+    return Numeric(sizes, _inputs, _variant_sympy(causal), _variant_code(causal),
+                   needs=("attention_forward", "attention_backward"), variant=variant,
+                   adapt=declared_pieces)
+
+
+def _prove_noproj() -> Proof:
+    """Without W^O the layer's output is the merged context, y = merge(C): the general layer
+    at W^O = I, b^O = 0, so its backward hands dy to the heads unchanged (dC = split(dy)) and
+    every other gradient is the general one's there (B=1, T=2, H=2, A=1, 2)."""
+    for size in CHAIN_SIZES:
+        r = chain(size, bias=False)
+        ident = {w: (1 if i == j else 0) for (i, j), w in np.ndenumerate(r["W"]["W_o"])}
+        ok, detail = compare(np.vectorize(lambda e, rep=ident: sp.sympify(e).xreplace(rep),
+                                          otypes=[object])(r["y"]), r["ctx"])
+        if not ok:
+            return Proof("refuted", size, detail)
+    return Proof("proven", CHAIN_SIZES, "y = merge(C) is the layer at W_o = I, b_o = 0: "
+                                        "dC = split(dy), the rest of the chain unchanged")
+
+
+def _prove_single_head() -> Proof:
+    """One head (A = 1): split and merge are the identity reshapes [B, T, H] <-> [B, 1, T, H]
+    and the scores are scaled by 1/sqrt(H) (d_k = H): the head map on the whole width."""
+    for B, T, H in ((1, 2, 2), (2, 3, 3)):
+        x = arr("x", B, T, H)
+        if not np.array_equal(merge(split(x, 1)), x) or \
+                not np.array_equal(split(x, 1)[:, 0], x):
+            return Proof("refuted", (B, T, H), "split/merge with A = 1 is not the identity")
+        if head_forward((T, H))["scale"] != 1 / sp.sqrt(H):
+            return Proof("refuted", (T, H), "d_k != H for one head")
+    return Proof("proven", ((1, 2, 2), (2, 3, 3)), "A = 1: split/merge are identities, "
+                                                   "d_k = H")
+
+
+def _prove_per_head() -> Proof:
+    """Per-head projections W[a] [H, d_k] are the fused [H, H] projection's columns a*d_k ..
+    (a+1)*d_k - 1: split(x W, A)[:, a] = x W[a], and the output projection's rows likewise:
+    merge(C) W_o = sum_a C_a W_o[a] with W_o[a] [d_k, H] its rows a*d_k.. (symbolic, H = 4,
+    A = 2)."""
+    B, T, H, A = 1, 2, 4, 2
+    d = H // A
+    x, W, Wo = arr("x", B, T, H), arr("W", H, H), arr("Wo", H, H)
+    C = arr("C", B, A, T, d)
+    for a in range(A):
+        per = W[:, a * d:(a + 1) * d]  # head a's [H, d_k] projection
+        if not np.array_equal(split(x @ W, A)[:, a], x @ per):
+            return Proof("refuted", (B, T, H, A), f"head {a}: split(x W) != x W[a]")
+    fused = merge(C) @ Wo
+    per_head = sum(C[:, a] @ Wo[a * d:(a + 1) * d] for a in range(A))
+    ok, detail = compare(fused, per_head)
+    if not ok:
+        return Proof("refuted", (B, T, H, A), detail)
+    return Proof("proven", ((B, T, H, A),), "W[a] = W[:, a d_k:(a+1) d_k], W_o[a] = "
+                                            "W_o[a d_k:(a+1) d_k]: the same layer")
+
+
+register(Equation(
+    "attention.noproj", "Attention without the output projection (forward and gradients)",
+    (VARIANT, f"{BLOG} (forward)"),
+    r"Y = \mathrm{Concat}(C_1..C_A),\ \delta C_h = \mathrm{split}(\delta Y)_h",
+    _prove_noproj, gradient=True, torch_op=TORCH + "(out_proj = I)",
+    numeric=_variant_numeric(NUMERIC_SIZES, {"attention.W_o": False}),
+    note="a variant of the protocol (CAPABILITIES attention W_o=False): W_o = b_o = None",
+    uses=("attention.context", "attention.merge_heads", "attention.backward.dV",
+          "attention.backward.dQ", "attention.backward.dK", "attention.backward.dx")))
+register(Equation(
+    "attention.single_head", "Single-head attention (A = 1, no n_heads)", (VARIANT, SLIDES),
+    r"Y = \mathrm{softmax}\Bigl(\frac{Q K^\top}{\sqrt{H}}\Bigr) V W^O + b^O",
+    _prove_single_head, gradient=True, torch_op=TORCH + "(num_heads=1)",
+    numeric=_variant_numeric(SINGLE_SIZES, {"attention.heads": "single"}),
+    note="a variant of the protocol (CAPABILITIES attention heads='single'): the call takes "
+         "no n_heads; the suite draws one head",
+    uses=("attention.scores", "attention.context", "attention.output",
+          "attention.backward.dx")))
+register(Equation(
+    "attention.per_head", "Per-head projections are the fused projection's column blocks",
+    (VARIANT,),
+    r"W^Q_a = W^Q_{[:,\,a d_k:(a+1) d_k]},\ \mathrm{Concat}(C_a) W^O = \sum_a C_a "
+    r"W^O_{[a d_k:(a+1) d_k,\,:]}",
+    _prove_per_head, torch_op=TORCH,
+    numeric=_variant_numeric(NUMERIC_SIZES, {"attention.heads": "per_head"}),
+    note="a variant of the protocol (CAPABILITIES attention heads='per_head'): the suite "
+         "converts the [H, H] weights to [A, H, d_k] and the gradients back "
+         "(spec.protocol.variants.to_per_head)",
+    uses=("attention.split_heads", "attention.merge_heads", "attention.qkv",
+          "attention.output")))
+
+
+# --------------------------------------------------------------------------- causal variant
 def _prove_causal() -> Proof:
     """The causal mask as the code applies it (scores of keys j > i set to -inf before the
     softmax) is the softmax restricted to keys j <= i: with a finite -L in their place the row
@@ -540,9 +687,7 @@ register(Equation(
     r"\frac{\partial y_i}{\partial x_j} = 0\ (j > i)",
     _prove_causal, gradient=True,
     torch_op="torch.nn.functional.multi_head_attention_forward(attn_mask=causal)",
-    numeric_na="the causal mask is the key mask [j <= i] of the masked softmax "
-               "(softmax.forward's SymPy <-> code check covers masks); the causal op is "
-               "checked by FD, the torch oracle (attn_mask) and the causality invariant",
+    numeric=_variant_numeric(NUMERIC_SIZES, {"attention.causal": True}, causal=True),
     note="a variant of the protocol for GPT-style implementations (CAPABILITIES attention."
          "causal); combined with a key mask, key 0 must stay attendable",
     uses=("attention.scores", "softmax.forward")))

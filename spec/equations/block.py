@@ -123,19 +123,31 @@ def _block_stages(size):
             lambdify_map(dict(h=h, W_1=W1, b_1=b1, W_2=W2, b_2=b2), [f]))
 
 
-def _block_fn(size):
+def _staged(size):
+    """The block's stages as NumPy functions of [B, T, H] arrays: (mha, ln, ffn), ``ln(a,
+    name, p)`` the LayerNorm ``name`` ("ln1", ...) of every row."""
     attention, layernorm, ffn = _block_stages(size)
 
-    def rows(fn, a, **kw):
-        return np.stack([fn(r=row, **kw)[0] for row in a.reshape(-1, a.shape[-1])]).reshape(
-            a.shape)
+    def mha(x, p):
+        return attention(x=x, **{n: p[n] for n in ("W_q", "W_k", "W_v", "W_o")})[0]
+
+    def ln(a, name, p):
+        return np.stack([layernorm(r=row, g=p[f"{name}_gamma"], be=p[f"{name}_beta"])[0]
+                         for row in a.reshape(-1, a.shape[-1])]).reshape(a.shape)
+
+    def ff(h, p):
+        return np.stack([ffn(h=row, **{n: p[n] for n in ("W_1", "b_1", "W_2", "b_2")})[0]
+                         for row in h.reshape(-1, h.shape[-1])]).reshape(h.shape)
+
+    return mha, ln, ff
+
+
+def _block_fn(size):
+    mha, ln, ffn = _staged(size)
 
     def run(x, **p):
-        (att,) = attention(x=x, **{n: p[n] for n in ("W_q", "W_k", "W_v", "W_o")})
-        h1 = rows(layernorm, x + att, g=p["ln1_gamma"], be=p["ln1_beta"])
-        f = np.stack([ffn(h=row, **{n: p[n] for n in ("W_1", "b_1", "W_2", "b_2")})[0]
-                      for row in h1.reshape(-1, h1.shape[-1])]).reshape(h1.shape)
-        return (rows(layernorm, h1 + f, g=p["ln2_gamma"], be=p["ln2_beta"]),)
+        h1 = ln(x + mha(x, p), "ln1", p)
+        return (ln(h1 + ffn(h1, p), "ln2", p),)
 
     return run
 
@@ -263,6 +275,19 @@ def _prove_preln() -> Proof:
                                    "residual stream passes unnormalised")
 
 
+def chain_differs(x, dout, out, dx, stages, dparams) -> str:
+    """What differs between a composed backward (``dx``, each stage's ``dparams``) and
+    sympy.diff of <dout, out> w.r.t. x and each stage's parameter; "" when nothing does."""
+    loss = sp.Add(*[d * o for d, o in zip(dout, out)])
+    for i in range(len(x)):
+        if not chain_equal(sp.diff(loss, x[i]), dx[i]):
+            return f"dx_{i} differs from sympy.diff"
+    for stage, dp in zip(stages, dparams):
+        if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
+            return f"the gradient of {stage.params[0]} differs"
+    return ""
+
+
 def _prove_preln_backward() -> Proof:
     """The chain rule through the pre-LN block (and its final LayerNorm) in the order the code
     walks it, for arbitrary stages (n = 2 features, one parameter each): dx and every stage's
@@ -274,17 +299,63 @@ def _prove_preln_backward() -> Proof:
                        for name in ("A", "L", "F", "N"))
         out = preln_block_forward_staged(list(x), stages, final)
         dx, dparams = preln_block_backward_composed(list(x), list(dout), stages, final)
-        loss = sp.Add(*[d * o for d, o in zip(dout, out)])
-        for i in range(n):
-            if not chain_equal(sp.diff(loss, x[i]), dx[i]):
-                return Proof("refuted", (n,), f"dx_{i} differs from sympy.diff"
-                             + (" (with LN_f)" if final else ""))
-        for stage, dp in zip(stages + ((final,) if final else ()), dparams):
-            if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
-                return Proof("refuted", (n,), f"the gradient of {stage.params[0]} differs")
+        wrong = chain_differs(x, dout, out, dx, stages + ((final,) if final else ()), dparams)
+        if wrong:
+            return Proof("refuted", (n,), wrong + (" (with LN_f)" if final else ""))
     return Proof("proven", (n,), "dx and every stage's parameter gradient equal sympy.diff of "
                                  "h + FFN(LN2(h)), h = x + MHA(LN1(x)), with and without LN_f, "
                                  "for arbitrary stage functions")
+
+
+def _preln_fn(size):
+    """The pre-LN block (with LN_f for norm "pre_final") from the same staged maps."""
+    mha, ln, ffn = _staged(size)
+
+    def run(x, norm="pre", **p):
+        h = x + mha(ln(x, "ln1", p), p)
+        out = h + ffn(ln(h, "ln2", p), p)
+        return (ln(out, "ln_f", p) if norm == "pre_final" else out,)
+
+    return run
+
+
+def _variant_inputs(size):
+    spec = _block_inputs(size)
+    H = size[2]
+    spec["ln_f_gamma"], spec["ln_f_beta"] = ("float", (H,), 2.0), ("float", (H,), 1.0)
+    return spec
+
+
+def declared_preln(caps, arrays):
+    """The pre-LN form the implementation declares: "pre", else "pre_final" (with LN_f)."""
+    from spec.protocol import NotApplicable
+
+    norms = caps["block"]["norm"]
+    norm = "pre" if "pre" in norms else "pre_final" if "pre_final" in norms else None
+    if norm is None:
+        raise NotApplicable("not applicable: the implementation does not claim a pre-LN block "
+                            f"(it declares block.norm={'|'.join(norms)})")
+    out = {**arrays, "norm": norm}
+    if norm == "pre":
+        out.pop("ln_f_gamma", None)
+        out.pop("ln_f_beta", None)
+    return out
+
+
+def _preln_accept(size, x, norm="pre", **p):
+    mha, ln, _ = _staged(size)
+    h = x + mha(ln(x, "ln1", p), p)
+    return bool(np.min(np.abs(ln(h, "ln2", p) @ p["W_1"] + p["b_1"])) > KINK)
+
+
+def _variant_code(norm=None):
+    def code(impl, size, x, norm=norm, **p):
+        params = {("attn." + k if k.startswith("W_") and k[2] in "qkvo" else
+                   "ffn." + k if k[0] in "Wb" else k.rsplit("_", 1)[0] + "." +
+                   k.rsplit("_", 1)[1]): v for k, v in p.items()}
+        out, _ = impl.block_forward(x, params, n_heads=1, eps=1e-5, norm=norm)
+        return (out,)
+    return code
 
 
 register(Equation(
@@ -292,9 +363,8 @@ register(Equation(
     r"h = x + \mathrm{MHA}(\mathrm{LN}_1(x)),\ \mathrm{out} = h + "
     r"\mathrm{FFN}(\mathrm{LN}_2(h))\ [\,\mathrm{out} \leftarrow \mathrm{LN}_f(\mathrm{out})]",
     _prove_preln, torch_op="torch.nn.TransformerEncoderLayer(norm_first=True)",
-    numeric_na="a composition of op forwards, each with its own SymPy <-> code check; the "
-               "composition is checked by finite differences and the torch oracle "
-               "(norm_first=True, then F.layer_norm for LN_f)",
+    numeric=Numeric(BLOCK_SIZES, _variant_inputs, _preln_fn, _variant_code(), _preln_accept,
+                    needs=("block_forward",), adapt=declared_preln),
     note="a variant of the protocol (CAPABILITIES block.norm = pre | pre_final): the pre-LN "
          "label the NumPy-Transformer document puts on a post-LN formula (block.preln_label) "
          "names this block",
@@ -311,4 +381,108 @@ register(Equation(
                "checked by finite differences and the torch oracle on the block op, and "
                "proven for arbitrary stages",
     uses=("block.preln", "layernorm.backward.dx", "attention.backward.dx", "ffn.backward",
+          "residual.backward")))
+
+
+# --------------------------------------------------------------------------- x + LN(f(x))
+def innerln_stream(x, stages):
+    """The block with normalised sublayer outputs, as its backward reads it: a = MHA(x),
+    h = x + LN1(a), f = FFN(h), out = h + LN2(f)."""
+    mha, ln1, ffn, ln2 = stages
+    a = mha(x)
+    h = [x[i] + v for i, v in enumerate(ln1(a))]
+    f = ffn(h)
+    out = [h[i] + v for i, v in enumerate(ln2(f))]
+    return a, h, f, out
+
+
+def innerln_block_backward_composed(x, dout, stages):
+    """The backward as the reference composes it (``_innerln_block_backward``): LN2's backward
+    then the FFN's plus the skip, LN1's then the attention's plus the skip."""
+    mha, ln1, ffn, ln2 = stages
+    n = len(x)
+    a, h, f, out = innerln_stream(x, stages)
+    dn2, dp_ln2 = ln2.vjp(f, dout)
+    dh_ffn, dp_ffn = ffn.vjp(h, dn2)
+    dh = [dout[i] + dh_ffn[i] for i in range(n)]  # skip + FFN branch
+    dn1, dp_ln1 = ln1.vjp(a, dh)
+    dx_attn, dp_mha = mha.vjp(x, dn1)
+    dx = [dh[i] + dx_attn[i] for i in range(n)]  # skip + attention branch
+    return dx, [dp_mha, dp_ln1, dp_ffn, dp_ln2]
+
+
+def _prove_innerln() -> Proof:
+    """x + LN(f(x)) keeps the residual stream un-normalised: with a constant sublayer output
+    c the LayerNorm of it is beta (gamma * 0 + beta: a constant row normalises to 0), so the
+    block is x + beta1 + beta2 -- post-LN would return LN(.) of mean 0; checked with
+    symbolic beta (n = 2, 3), gamma = 1."""
+    for n in (2, 3):
+        x = arr("x", n)
+        c = sp.Symbol("c", real=True)
+        b1, b2, ones = arr("b1", n), arr("b2", n), np.ones(n, dtype=object)
+        const = np.array([c] * n, dtype=object)
+        h = x + ln_row(const, ones, b1)
+        out = h + ln_row(const, ones, b2)
+        if any(not is_zero(o - (x[i] + b1[i] + b2[i])) for i, o in enumerate(out)):
+            return Proof("refuted", (n,), "a constant sublayer does not give x + beta1 + beta2")
+    return Proof("proven", (2, 3), "constant sublayers: out = x + beta1 + beta2 (the residual "
+                                   "stream passes unnormalised)")
+
+
+def _prove_innerln_backward() -> Proof:
+    """The chain rule through h = x + LN1(MHA(x)), out = h + LN2(FFN(h)) in the order the code
+    walks it, for arbitrary stages (n = 2 features, one parameter each): dx and every stage's
+    parameter gradient equal sympy.diff of the composed forward."""
+    n = 2
+    x, dout = arr("x", n), arr("dout", n)
+    stages = tuple(Stage(name, n, (sp.Symbol(f"p_{name}", real=True),))
+                   for name in ("A", "L", "F", "N"))
+    out = innerln_stream(list(x), stages)[3]
+    dx, dparams = innerln_block_backward_composed(list(x), list(dout), stages)
+    wrong = chain_differs(x, dout, out, dx, stages, dparams)
+    if wrong:
+        return Proof("refuted", (n,), wrong)
+    return Proof("proven", (n,), "dx and the four stages' parameter gradients equal sympy.diff "
+                                 "of h + LN2(FFN(h)), h = x + LN1(MHA(x)), for arbitrary stage "
+                                 "functions")
+
+
+def _innerln_fn(size):
+    mha, ln, ffn = _staged(size)
+
+    def run(x, **p):
+        h = x + ln(mha(x, p), "ln1", p)
+        return (h + ln(ffn(h, p), "ln2", p),)
+
+    return run
+
+
+def _innerln_accept(size, x, **p):
+    mha, ln, _ = _staged(size)
+    h = x + ln(mha(x, p), "ln1", p)
+    return bool(np.min(np.abs(h @ p["W_1"] + p["b_1"])) > KINK)
+
+
+register(Equation(
+    "block.innerln", "Block with normalised sublayer outputs, x + LN(f(x))", (VARIANT,),
+    r"h = x + \mathrm{LN}_1(\mathrm{MHA}(x)),\ \mathrm{out} = h + "
+    r"\mathrm{LN}_2(\mathrm{FFN}(h))",
+    _prove_innerln, torch_op="torch: multi_head_attention_forward, F.layer_norm composed",
+    numeric=Numeric(BLOCK_SIZES, _block_inputs, _innerln_fn, _variant_code("inner"),
+                    _innerln_accept, needs=("block_forward",), variant={"block.norm": "inner"}),
+    note="a variant of the protocol (CAPABILITIES block.norm = inner): the form many "
+         "from-scratch implementations write, each sublayer's output normalised before the "
+         "residual sum",
+    uses=("attention.output", "ffn.forward", "layernorm.forward", "residual.forward")))
+register(Equation(
+    "block.innerln_backward", "x + LN(f(x)) block backward: the stages' backwards composed",
+    (VARIANT,),
+    r"\delta h = \delta + \mathrm{FFN}^\top(\mathrm{LN}_2^\top(\delta)),\ "
+    r"\delta x = \delta h + \mathrm{MHA}^\top(\mathrm{LN}_1^\top(\delta h))",
+    _prove_innerln_backward, gradient=True,
+    torch_op="torch: multi_head_attention_forward, F.layer_norm composed",
+    numeric_na="a composition of the op backwards, each with its own SymPy <-> code check; "
+               "checked by finite differences and the torch oracle on the block op, and "
+               "proven for arbitrary stages",
+    uses=("block.innerln", "layernorm.backward.dx", "attention.backward.dx", "ffn.backward",
           "residual.backward")))

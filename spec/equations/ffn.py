@@ -8,7 +8,7 @@ from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._cache import maps_cache
 from spec.equations._nn import KINK, per_token_fns, relu_expr
 from spec.equations._sym import arr, compare, lambdify_map, vjp
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+from spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 FFN_SIZES = ((1, 2, 2, 3), (2, 1, 3, 2))  # (B, T, H, I)
 
@@ -89,3 +89,62 @@ register(Equation(
                     needs=("ffn_forward", "ffn_backward")),
     uses=("ffn.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db",
           "relu.backward", "gelu.backward.erf", "gelu.backward.tanh")))
+
+
+# --------------------------------------------------------------------------- without b_2
+def _prove_no_b2() -> Proof:
+    """Without the second bias, FFN(x) = relu(x W1 + b1) W2: on every activation region
+    sympy.diff gives the same dx, dW1, db1, dW2 as with b2 (the bias only shifts the output;
+    its gradient does not exist), FFN_SIZES."""
+    rng = np.random.default_rng(1)
+    for B, T, H, I in FFN_SIZES:
+        x, W1, b1, W2 = arr("x", B, T, H), arr("W1", H, I), arr("b1", I), arr("W2", I, H)
+        dy = arr("dy", B, T, H)
+        m = rng.integers(0, 2, (B, T, I))
+        a = (x @ W1 + b1) * m
+        y = a @ W2
+        da = (dy @ W2.T) * m
+        for w, closed in ((x, da @ W1.T), (W1, x.reshape(-1, H).T @ da.reshape(-1, I)),
+                          (b1, da.sum(axis=(0, 1))), (W2, a.reshape(-1, I).T @ dy.reshape(-1, H))):
+            ok, detail = compare(vjp(y, dy, w), closed)
+            if not ok:
+                return Proof("refuted", (B, T, H, I), detail)
+    return Proof("proven", FFN_SIZES, "on each activation region: dx, dW1, db1, dW2 of "
+                                      "relu(x W1 + b1) W2")
+
+
+def _no_b2_sympy(size):
+    forward, grads = _ffn_fns(size)
+
+    def run(x, W_1, b_1, W_2, dy):
+        b_2 = np.zeros(W_2.shape[1])  # no second bias: the map with b_2 = 0
+        y = forward(x=x, W_1=W_1, b_1=b_1, W_2=W_2, b_2=b_2, dy=dy)[0]
+        return (y, *grads(x=x, W_1=W_1, b_1=b_1, W_2=W_2, b_2=b_2, dy=dy)[:4])
+
+    return run
+
+
+def _no_b2_code(impl, size, x, W_1, b_1, W_2, dy):
+    y, c = impl.ffn_forward(x, W_1, b_1, W_2, None)
+    *grads, db_2 = impl.ffn_backward(dy, c)
+    if db_2 is not None:
+        raise AssertionError(f"ffn without b_2: db_2 must come back None, got "
+                             f"{type(db_2).__name__}")
+    return (y, *grads)
+
+
+def _no_b2_inputs(size):
+    spec = _ffn_inputs(size)
+    del spec["b_2"]
+    return spec
+
+
+register(Equation(
+    "ffn.no_b2", "FFN without the second bias (forward and gradients)", (PROTOCOL_VARIANTS,),
+    r"\mathrm{FFN}(x) = \max(0, x W_1 + b_1) W_2,\ \delta h = (\delta y W_2^\top) \odot "
+    r"[h > 0],\ \delta x = \delta h W_1^\top,\ \delta W_2 = \mathrm{ReLU}(h)^\top \delta y",
+    _prove_no_b2, gradient=True,
+    numeric=Numeric(FFN_SIZES, _no_b2_inputs, _no_b2_sympy, _no_b2_code, _ffn_accept,
+                    needs=("ffn_forward", "ffn_backward"), variant={"ffn.b_2": False}),
+    note="a variant of the protocol (CAPABILITIES ffn b_2=False): b_2 = None, db_2 None",
+    uses=("ffn.forward", "ffn.backward")))

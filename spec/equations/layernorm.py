@@ -17,7 +17,7 @@ import sympy as sp
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._cache import maps_cache
 from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
-from spec.sources import MINIBERT, SEED001
+from spec.sources import MINIBERT, PROTOCOL_VARIANTS, SEED001
 
 FEATURES = (2, 3, 4, 5)  # N tried by every proof
 NUMERIC_FEATURES = (2, 3, 4)
@@ -150,8 +150,8 @@ def _numeric_fns(N: int):
     rows (the sum over rows is what the code's [..., N] -> [N] reduction must equal)."""
     f = _row_fn(N)
 
-    def run(x, gamma, beta, dy):
-        outs = [f(x=xr, gamma=gamma, beta=beta, dy=dr, eps=np.array([LN_EPS]))
+    def run(x, gamma, beta, dy, eps=LN_EPS):
+        outs = [f(x=xr, gamma=gamma, beta=beta, dy=dr, eps=np.array([eps]))
                 for xr, dr in zip(x, dy)]
         y = np.stack([o[0] for o in outs])
         return y, np.stack([o[1] for o in outs]), sum(o[2] for o in outs), \
@@ -171,14 +171,14 @@ def _accept(N, x, **_):
     return bool(np.min(np.var(x, axis=-1)) >= 1e-2)
 
 
-def _code_forward(impl, N, x, gamma, beta, dy):
-    y, _ = impl.layernorm_forward(x, gamma, beta, LN_EPS)
+def _code_forward(impl, N, x, gamma, beta, dy, eps=LN_EPS):
+    y, _ = impl.layernorm_forward(x, gamma, beta, eps)
     return (y,)
 
 
 def _code_grad(which):
-    def code(impl, N, x, gamma, beta, dy):
-        _, cache = impl.layernorm_forward(x, gamma, beta, LN_EPS)
+    def code(impl, N, x, gamma, beta, dy, eps=LN_EPS):
+        _, cache = impl.layernorm_forward(x, gamma, beta, eps)
         return (impl.layernorm_backward(dy, cache)[which],)
     return code
 
@@ -187,9 +187,15 @@ def _sympy_grad(which):
     return lambda N: (lambda **a: (_numeric_fns(N)["grads"](**a)[which],))
 
 
+def declared_eps(caps, arrays):
+    """eps = 0 for an implementation declaring LayerNorm without eps (CAPABILITIES layernorm
+    eps=False), on both sides; LN_EPS otherwise."""
+    return {**arrays, "eps": LN_EPS if True in caps["layernorm"]["eps"] else 0.0}
+
+
 def _numeric(sympy_fn, code_fn):
     return Numeric(NUMERIC_FEATURES, _inputs, sympy_fn, code_fn, _accept,
-                   needs=("layernorm_forward", "layernorm_backward"))
+                   needs=("layernorm_forward", "layernorm_backward"), adapt=declared_eps)
 
 
 # --------------------------------------------------------------------------- entries
@@ -254,3 +260,80 @@ register(Equation(
     r"\frac{\partial \mu}{\partial x_i} = \frac1N,\ \frac{\partial \sigma}{\partial x_i} = "
     r"\frac{x_i - \mu}{N \sigma}",
     _prove_dsigma, kind="document", target="layernorm.backward.dx"))
+
+
+# --------------------------------------------------------------------------- no affine map
+@cache
+def plain_row(N: int):
+    """One row without the affine map: y = x_hat, and dx by sympy.diff (s for sigma)."""
+    x, dy = arr("x", N), arr("dy", N)
+    mu = sp.Add(*x) / N
+    base = sp.Add(*[(xi - mu) ** 2 for xi in x]) / N + EPS
+    y = np.array([(x[i] - mu) * base ** sp.Rational(-1, 2) for i in range(N)], dtype=object)
+    dx = np.array([sp.sympify(e).xreplace({base: S ** 2}) for e in vjp(y, dy, x)], dtype=object)
+    return dict(x=x, dy=dy, mu=mu, y=y, dx=dx, aux={S: sp.sqrt(base)})
+
+
+def closed_plain_dx(r) -> np.ndarray:
+    """dx = (1/s) (dy - mean(dy) - x_hat mean(dy x_hat)): the affine form's at gamma = 1."""
+    N = len(r["x"])
+    dy = r["dy"]
+    xh = np.array([(xi - r["mu"]) / S for xi in r["x"]], dtype=object)
+    m, mx = sp.Add(*dy) / N, sp.Add(*(dy * xh)) / N
+    return np.array([(dy[i] - m - xh[i] * mx) / S for i in range(N)], dtype=object)
+
+
+def _prove_plain() -> Proof:
+    """Without gamma and beta the output is x_hat itself (mean 0 per row), and sympy.diff of
+    it equals the closed form the reference computes with g = dy (N = 2..5)."""
+    for N in FEATURES:
+        r = plain_row(N)
+        if not is_zero(sp.Add(*r["y"])):
+            return Proof("refuted", (N,), f"N={N}: mean(x_hat) != 0")
+        ok, detail = compare(r["dx"], closed_plain_dx(r), r["aux"])
+        if not ok:
+            return Proof("refuted", (N,), f"N={N}: {detail}")
+    return Proof("proven", FEATURES, "y = x_hat; dx = (dy - mean(dy) - x_hat mean(dy x_hat)) / s")
+
+
+@maps_cache
+def _plain_row_fn(N: int):
+    r = plain_row(N)
+    aux = {S: sp.sqrt(sp.Add(*[(xi - r["mu"]) ** 2 for xi in r["x"]]) / N + EPS)}
+    return lambdify_map(dict(x=r["x"], dy=r["dy"], eps=np.array([EPS], dtype=object)),
+                        [r["y"], r["dx"]], aux)
+
+
+def _plain_sympy(N: int):
+    f = _plain_row_fn(N)
+
+    def run(x, dy, eps=LN_EPS, **_):
+        outs = [f(x=xr, dy=dr, eps=np.array([eps])) for xr, dr in zip(x, dy)]
+        return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+
+    return run
+
+
+def _plain_code(impl, N, x, dy, eps=LN_EPS, **_):
+    y, cache = impl.layernorm_forward(x, None, None, eps)
+    dx, dgamma, dbeta = impl.layernorm_backward(dy, cache)
+    if dgamma is not None or dbeta is not None:
+        raise AssertionError("layernorm without the affine map: dgamma and dbeta must come back "
+                             f"None, got {type(dgamma).__name__} and {type(dbeta).__name__}")
+    return y, dx
+
+
+register(Equation(
+    "layernorm.plain", "LayerNorm without the affine map (forward and dx)", (PROTOCOL_VARIANTS,),
+    r"y = \hat x = \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}},\ \frac{\partial L}{\partial x}"
+    r" = \frac{1}{\sigma}\Bigl(\delta - \overline{\delta} - \hat x\,\overline{\delta \odot "
+    r"\hat x}\Bigr)",
+    _prove_plain, gradient=True, torch_op="torch.nn.functional.layer_norm(weight=None)",
+    numeric=Numeric(NUMERIC_FEATURES, lambda N: dict(x=("float", (ROWS, N), 2.0),
+                                                      dy=("float", (ROWS, N), 1.0)),
+                    _plain_sympy, _plain_code, _accept,
+                    needs=("layernorm_forward", "layernorm_backward"),
+                    variant={"layernorm.affine": False}, adapt=declared_eps),
+    note="a variant of the protocol (CAPABILITIES layernorm affine=False; torch's "
+         "elementwise_affine=False): gamma = beta = None, their gradients None",
+    uses=("layernorm.forward", "layernorm.backward.dx")))

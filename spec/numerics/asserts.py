@@ -38,6 +38,27 @@ def assert_rel(got, want, rel: float, what: str) -> None:
                              f"{rel:g})")
 
 
+def assert_finite(got, want, what: str, *, got_name: str = "", want_name: str = "expected"
+                  ) -> None:
+    """Every entry of ``got`` finite; else the first non-finite entry is named with its index
+    and the expected value there ("loss inf, expected 8572.99"; "dlogits at index (0, 1): nan,
+    expected 0.25"), and how many entries are not finite."""
+    import numpy as np
+
+    a, b = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        return
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    expected = float(b[idx]) if b.shape == a.shape else float(np.ravel(b)[0]) if b.size == 1 \
+        else None
+    head = f"{what}{f' at index {idx}' if a.ndim else ''}: {got_name + ' ' if got_name else ''}" \
+        f"{float(a[idx])!r}"
+    raise AssertionError(head + (f", {want_name} {expected!r}" if expected is not None else "")
+                         + (f" ({int(bad.sum())} of {a.size} entries not finite)" if a.ndim
+                            else ""))
+
+
 def worst(got, want, allowed, *, got_name: str = "got", want_name: str = "expected") -> str:
     """What differs, in one line: the index of the worst entry (largest excess over
     ``allowed``, a scalar or an array like ``want``), both values there, the absolute and

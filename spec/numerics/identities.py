@@ -573,11 +573,19 @@ def adam_first_step(impl, params: dict, grads: dict, *, lr: float, beta2: float 
         step = -(new[k] - params[k]) * np.sign(grads[k])  # signed along -g
         low = lr * np.abs(grads[k]) / adam_denominator(grads[k] ** 2, eps / np.sqrt(1 - beta2),
                                                         guards)
-        found.append(holds("adam", f"first step moves {k} by lr |g| / (|g| + eps) along -g",
-                           # p - lr u rounds by ~u |p|: that much below the bound is rounding
-                           (step >= low / slack - F64_IDENTITY_RTOL * np.abs(params[k]))
-                           & (step <= lr * slack),
-                           f"step / lr in [{np.min(step) / lr:.6g}, {np.max(step) / lr:.6g}]"))
+        # p - lr u rounds by ~u |p|: that much below the bound is rounding
+        ok = (step >= low / slack - F64_IDENTITY_RTOL * np.abs(params[k])) & (step <= lr * slack)
+        detail = f"step / lr in [{np.min(step) / lr:.6g}, {np.max(step) / lr:.6g}]"
+        if not np.all(ok):  # the worst entry: its step ratio and the ratio expected there
+            ratio, want = step / lr, np.abs(grads[k]) / (np.abs(grads[k]) + eps)
+            excess = np.where(ok, -np.inf, np.abs(ratio - want))
+            i = np.unravel_index(int(np.argmax(np.nan_to_num(excess, nan=np.inf))), ratio.shape)
+            idx = tuple(int(j) for j in i)
+            detail = (f"step / lr at index {idx}: got {float(ratio[i]):.6g}, expected "
+                      f"{float(want[i]):.6g} (|g| / (|g| + eps), 1 up to eps: the bias-corrected "
+                      f"first step; accepted [{float(low[i] / lr):.6g}, 1]); over {k}: " + detail)
+        found.append(holds("adam", f"first step moves {k} by lr |g| / (|g| + eps) along -g", ok,
+                           detail))
         if not found[-1].ok and not guards:  # lr |g| / (sqrt(g^2 + c) + eps') for some c?
             with np.errstate(divide="ignore", invalid="ignore"):
                 c = (lr * np.abs(grads[k]) / step - eps / np.sqrt(1 - beta2)) ** 2 - grads[k] ** 2

@@ -58,6 +58,9 @@ GUARDS: dict[str, Guard] = {
                      "-log(p + log_eps), p the softmax probability of the label (the loss is "
                      "then >= -log(1 + log_eps), and capped at -log(log_eps))"),
     "prob_clip": Guard(LOSS_ROWS, "log", "-log(max(p, prob_clip)) (probabilities clipped below)"),
+    "prob_clip_both": Guard(LOSS_ROWS, "log",
+                            "-log(clip(p, prob_clip_both, 1 - prob_clip_both)) (probabilities "
+                            "clipped on both sides, np.clip(p, eps, 1 - eps))"),
     "mean_eps": Guard(LOSS_ROWS, "division",
                       "the mean divides the summed loss by N + mean_eps (N the predicted "
                       "positions: a masked sum / (mask.sum() + eps))"),
@@ -85,6 +88,7 @@ UNGUARDED = {
     "schedule": "divides by warmup_steps and total_steps - warmup_steps, integers >= 1",
     "accumulation": "the mean over the micro-batches' predicted tokens: the loss rows' mean_eps",
     "model": "its ops' guards (the loss rows', its LayerNorms' eps)",
+    "decoder": "its ops' guards (the next-token loss's, its norms' eps)",
 }
 # A guard is a tiny number: anything larger changes ordinary results, not only the edge cases
 # the guard exists for, and is a different formula rather than a guard.  The upper bound of a
@@ -108,6 +112,9 @@ GUARD_RANGES = {
     # -log(max(p, c)) equals -log p wherever p >= c: the same bound as log_eps, for which the
     # change is never larger
     "prob_clip": (MIN_GUARD, 1e-3),
+    # -log(clip(p, c, 1 - c)) adds the upper clip: a label predicted with p > 1 - c gets
+    # -log(1 - c) ~ c instead of -log p < c, a change below c nats; the same bound
+    "prob_clip_both": (MIN_GUARD, 1e-3),
     # max_norm / (norm + eps) leaves the clipped norm max_norm * norm / (norm + eps): short of
     # max_norm by eps / (norm + eps) < eps / max_norm, relative (clipping acts only when
     # norm > max_norm).  At max_norm = 1 (BERT's) eps <= 1e-4 keeps that within 1e-4, the
@@ -128,7 +135,7 @@ GUARD_RANGES = {
     "adam_sqrt_eps": (MIN_GUARD, 1e-8),
 }
 # guards that change the same formula: an implementation computes one of them
-CROSS_ENTROPY_GUARDS = ("log_eps", "prob_clip")
+CROSS_ENTROPY_GUARDS = ("log_eps", "prob_clip", "prob_clip_both")
 EXCLUSIVE_GUARDS = (CROSS_ENTROPY_GUARDS,)
 
 
@@ -180,10 +187,11 @@ def undeclared_clip_message(norm: float, max_norm: float, got: float, eps: float
 
 # --------------------------------------------------------------------------- cross-entropy
 def ce_guard(guards: Mapping) -> str | None:
-    """The one loss guard declared (log_eps or prob_clip), or None."""
+    """The one loss guard declared (one of CROSS_ENTROPY_GUARDS), or None."""
     found = [k for k in CROSS_ENTROPY_GUARDS if k in guards]
     if len(found) > 1:
-        raise ValueError("CAPABILITIES['guards']: declare log_eps or prob_clip, not both")
+        raise ValueError(f"CAPABILITIES['guards']: declare one loss guard of "
+                         f"{list(CROSS_ENTROPY_GUARDS)}, not {found}")
     return found[0] if found else None
 
 
@@ -194,6 +202,9 @@ def guarded_nll(logp: np.ndarray, guards: Mapping) -> np.ndarray:
         return -np.log(np.exp(logp) + guards["log_eps"])
     if kind == "prob_clip":
         return -np.maximum(logp, np.log(guards["prob_clip"]))
+    if kind == "prob_clip_both":
+        c = float(guards["prob_clip_both"])
+        return -np.clip(logp, np.log(c), np.log1p(-c))
     return -logp
 
 
@@ -204,6 +215,9 @@ def guarded_grad_factor(p_label: np.ndarray, guards: Mapping) -> np.ndarray:
         return p_label / (p_label + guards["log_eps"])
     if kind == "prob_clip":
         return (p_label >= guards["prob_clip"]).astype(np.float64)
+    if kind == "prob_clip_both":  # constant (gradient 0) where clipped, on either side
+        c = float(guards["prob_clip_both"])
+        return ((p_label >= c) & (p_label <= 1 - c)).astype(np.float64)
     return np.ones_like(p_label)
 
 

@@ -78,7 +78,8 @@ _ATTENTION_EQUATIONS = (
     "attention.qkv", "attention.scores", "attention.context", "attention.output",
     "attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
     "attention.backward.dS", "attention.backward.dQ", "attention.backward.dK",
-    "attention.backward.dx", "attention.causal")
+    "attention.backward.dx", "attention.causal", "attention.noproj", "attention.single_head",
+    "attention.per_head")
 
 
 _TABLE = (
@@ -109,7 +110,7 @@ _TABLE = (
        doc="linear_forward(x [...,n], W [n,m], b [m] or None) -> x W + b [...,m]"),
     Op("layernorm", _pair("layernorm"), ("x", "gamma", "beta"),
        ("layernorm.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
-        "layernorm.backward.dbeta"),
+        "layernorm.backward.dbeta", "layernorm.plain"),
        doc="layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12) -> gamma * x_hat + beta "
            "(biased variance); variants: gamma = beta = None (no affine map), eps = 0"),
     Op("rmsnorm", _pair("rmsnorm"), ("x", "gamma"),
@@ -134,7 +135,8 @@ _TABLE = (
            "None, *, n_heads, mask=None) -> multi-head self-attention [B,T,H]; mask [B,T] marks "
            "the keys that may be attended; variants: causal=True, W_o = b_o = None (no output "
            "projection), per-head weights [A,H,d_k]"),
-    Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward"), FFN_PARAMS,
+    Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward", "ffn.no_b2"),
+       FFN_PARAMS,
        doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H], activation=\"relu\") -> "
            "act(x W_1 + b_1) W_2 + b_2; variants: b_1 = None, b_2 = None, activation="
            "\"gelu\"|\"gelu_tanh\""),
@@ -145,13 +147,15 @@ _TABLE = (
            "W_3 up, W_2 down); variant: the biases (standard: none, as LLaMA)"),
     Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
                                             "residual.backward", "block.backward",
-                                            "block.preln", "block.preln_backward"),
+                                            "block.preln", "block.preln_backward",
+                                            "block.innerln", "block.innerln_backward"),
        block_param_names(attn_bias=True),
        doc="block_forward(x [B,T,H], p, *, n_heads, mask=None, eps=1e-12) -> post-LN block LN2(h "
            "+ FFN(h)), h = LN1(x + MHA(x)); p is a dict keyed attn.W_q .. attn.b_o, ln1.gamma, "
            'ln1.beta, ffn.W_1 .. ffn.b_2, ln2.gamma, ln2.beta; variants: norm="pre" (h + '
            'FFN(LN2(h)), h = x + MHA(LN1(x))), norm="pre_final" (then LN_f, keys ln_f.gamma, '
-           'ln_f.beta), causal=True, normalization="rmsnorm" (no *.beta), and its parts\' own '
+           'ln_f.beta), norm="inner" (h + LN2(FFN(h)), h = x + LN1(MHA(x))), causal=True, '
+           'normalization="rmsnorm" (no *.beta), and its parts\' own '
            "(reference.ops.block_param_names): no attn.W_o/attn.b_o, no attn.b_*, no ffn.b_1 / "
            "ffn.b_2, activation=",
        backward_doc="(dx, grads) with grads keyed like p"),

@@ -130,7 +130,10 @@ def from_per_head(name: str, g, H: int):
 
 def _per_head(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
     """``attention.heads = "per_head"``: the forward's weights to the per-head layout (its
-    cache wrapped with H), the backward's gradients back to the protocol's."""
+    cache wrapped with H), the backward's gradients back to the protocol's.  ``"single"``: one
+    head, no ``n_heads`` keyword (a call with n_heads > 1 is not applicable)."""
+    if declared == ("single",):
+        return _single_head(not_claimed) if forward else None
     if declared != ("per_head",):
         return None
     if forward:
@@ -174,6 +177,20 @@ def _per_head(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | N
         return (args[0], args[1].inner, *args[2:]), kwargs, post
 
     return back
+
+
+def _single_head(not_claimed) -> Layer:
+    """A single-head attention (or a block of one) takes no ``n_heads``: the keyword is dropped,
+    and a call asking for more heads is not applicable."""
+    def layer(args, kwargs):
+        kwargs = dict(kwargs)
+        A = kwargs.pop("n_heads", 1)
+        if A != 1:
+            not_claimed(f"{variant_text('attention', 'heads', 'fused')} (the call asks for "
+                        f"n_heads={A}; it declares attention.heads=single)")
+        return args, kwargs, None
+
+    return layer
 
 
 def _probabilities(op: str, forward: bool, forms: tuple, not_claimed) -> Layer | None:
@@ -244,7 +261,82 @@ def _ignored_positions(op: str, forward: bool, declared: tuple, not_claimed) -> 
     return layer
 
 
+def _losses_of(op: str, args, kwargs):
+    """(per-position weights of the kept positions, their count): for cross_entropy the
+    positions whose label is not ignore_index, for mse every element."""
+    if op == "mse":
+        n = int(np.size(get(op, args, kwargs, "y")))
+        return None, n
+    labels = np.asarray(get(op, args, kwargs, "labels"))
+    keep = labels != kwargs.get("ignore_index", IGNORE_INDEX)
+    return keep, int(keep.sum())
+
+
+def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+    """``<loss>.reduction``: a loss that only averages ("mean"), only sums ("sum") or returns
+    the per-position losses ("none", [labels' shape], an mse's elementwise squares).  The
+    suite does the reduction maths here, once: the protocol's mean (over the kept positions,
+    at least 1) or sum from what the implementation returns, and the upstream gradient the
+    implementation's backward expects (dloss scaled by n or 1/n; per position for "none")."""
+    if "keyword" in declared:
+        return None
+    form = declared[0]
+    if not forward:
+        def back(args, kwargs):
+            if not (len(args) >= 2 and isinstance(args[1], _Wrapped) and
+                    args[1].kind == "reduction"):
+                return args, kwargs, None
+            w = args[1]
+            dloss, asked, keep, n = args[0], w.info["asked"], w.info["keep"], w.info["n"]
+            divisor = max(n, 1) if asked == "mean" else 1
+            if form == "none":
+                scale = dloss / divisor
+                d = np.full(w.info["shape"], scale) if keep is None else \
+                    np.where(keep, scale, 0.0)
+                d = d.astype(w.info["dtype"])
+            elif form == asked:
+                d = dloss
+            else:  # mean taken, sum asked: x n; sum taken, mean asked: / n
+                d = dloss * max(n, 1) if form == "mean" else dloss / max(n, 1)
+            return (d, w.inner, *args[2:]), kwargs, None
+
+        return back
+
+    def layer(args, kwargs):
+        kwargs = dict(kwargs)
+        asked = kwargs.pop("reduction", "mean")
+        keep, n = _losses_of(op, args, kwargs)
+
+        def post(result):
+            loss, cache = result
+            loss = np.asarray(loss)
+            if form == "none":
+                per = loss if keep is None else np.where(keep, loss, 0)
+                total = per.sum(dtype=loss.dtype)
+                value = total / loss.dtype.type(max(n, 1)) if asked == "mean" else total
+                info = dict(shape=loss.shape, dtype=loss.dtype)
+            elif form == asked:
+                value, info = loss, {}
+            elif form == "mean":  # the sum is the mean times the kept positions
+                value, info = loss * loss.dtype.type(max(n, 1)), {}
+            else:
+                value, info = loss / loss.dtype.type(max(n, 1)), {}
+            return value[()] if np.ndim(value) == 0 else value, _Wrapped(
+                "reduction", cache, asked=asked, keep=keep, n=n, **info)
+
+        return args, kwargs, post
+
+    return layer
+
+
 # --------------------------------------------------------------------------- the options
+_REDUCTION_MEANING = {
+    "keyword": "reduction= 'mean' | 'sum' as the protocol's keyword",
+    "mean": "the mean only, no reduction keyword: the suite derives the sum (x the kept "
+            "positions) and its gradient",
+    "sum": "the sum only, no reduction keyword: the suite derives the mean",
+    "none": "per-position losses (labels' shape, no reduction): the suite takes the mean or "
+            "sum over the kept positions and hands the backward per-position dloss"}
 # op -> option -> Option.  An implementation declares the values it supports under its op's
 # name in CAPABILITIES (one value or a tuple); an undeclared option supports its default only.
 VARIANTS: dict[str, dict[str, Option]] = {
@@ -299,19 +391,24 @@ VARIANTS: dict[str, dict[str, Option]] = {
             "half": "RoPE on queries and keys, half-split pairs (i, i + d_k/2) (Hugging Face's "
                     "LLaMA): the suite passes rope=\"half\""}, argument="rope",
             also=("block",)),
-        "heads": Option(("fused", "per_head"),
+        "heads": Option(("fused", "per_head", "single"),
                         {"fused": "W_q, W_k, W_v, W_o [H, H] (head a owns columns a*d_k..)",
                          "per_head": "per-head projections: W_q, W_k, W_v [A, H, d_k], b_q.. "
                                      "[A, d_k], W_o [A, d_k, H] (the suite converts the "
-                                     "protocol's [H, H] and back; FD indices stay [H, H])"},
+                                     "protocol's [H, H] and back; FD indices stay [H, H])",
+                         "single": "single-head attention: no n_heads keyword, d_k = H (the "
+                                   "suite draws one head)"},
                         convert=_per_head, also=("block",)),
     },
     "block": {
-        "norm": Option(("post", "pre", "pre_final"),
+        "norm": Option(("post", "pre", "pre_final", "inner"),
                        {"post": "post-LN (BERT): LN2(h + FFN(h)), h = LN1(x + MHA(x))",
                         "pre": "pre-LN (GPT-2): h + FFN(LN2(h)), h = x + MHA(LN1(x))",
                         "pre_final": "pre-LN followed by its final LayerNorm LN_f (p has "
-                                     "ln_f.gamma, ln_f.beta)"}, argument="norm"),
+                                     "ln_f.gamma, ln_f.beta)",
+                        "inner": "each sublayer's output normalised inside the residual "
+                                 "branch: h + LN2(FFN(h)), h = x + LN1(MHA(x))"},
+                       argument="norm"),
         "causal": Option((False, True), {False: "bidirectional attention",
                                          True: "causal attention"}, argument="causal"),
         "normalization": Option(("layernorm", "rmsnorm"),
@@ -342,6 +439,14 @@ VARIANTS: dict[str, dict[str, Option]] = {
             "probabilities_dlogits": "softmax output in, the logit gradient of softmax + CE "
                                      "out: checked alone and as the composed loss of logits"},
             argument="input", convert=_probabilities),
+        "reduction": Option(("keyword", "mean", "sum", "none"), _REDUCTION_MEANING,
+                            convert=_reduction),
+    },
+    "mse": {
+        "reduction": Option(("keyword", "none"), {
+            "keyword": "the protocol's mean of the squared errors",
+            "none": "elementwise squared errors (no reduction): the suite takes their mean and "
+                    "hands the backward dloss / n per element"}, convert=_reduction),
     },
 }
 

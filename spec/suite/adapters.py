@@ -14,24 +14,52 @@ function of the op-table row)::
   overwrite the activations a pending backward needs);
 * ``new`` builds it: a callable whose parameter names are protocol arguments of the forward
   (``lambda W, b: ...``, or the class itself when its ``__init__`` already uses them);
-* ``params`` then sets protocol arguments as attributes (a dotted path: ``"W.value"``; a path
-  through a dict uses its keys);
+* ``params`` then sets protocol arguments as attributes, by *path*: ``"W"``, ``"W.value"``, a
+  dict's key ``"p.W_q"``, a list's item ``"heads[0].W"`` or ``"layers[2].b"`` (a Sequential);
+  a ``None`` (an absent bias) whose path leads through a missing or ``None`` sub-object is
+  skipped -- the layer simply has no bias;
 * ``inputs`` are the protocol arguments passed to the forward method (default: the first);
-* ``grads`` maps each differentiable input to the attribute holding its gradient after the
-  backward method (``"dW"``, ``"W.grad"``); the remaining differentiable input gets the
-  backward method's return value (``None`` for an absent bias);
+  ``output=0``: the forward returns a tuple ``(out, extra)``, ``out`` is its item 0;
+* ``grads`` maps each differentiable input to the path of its gradient after the backward:
+  an attribute of the layer (``"dW"``, ``"W.grad"``, ``"layers[0].dW"``) or a part of what the
+  backward returned, rooted at ``return`` (``"return[1].W"``: the backward returns ``(dx,
+  {"W": dW})``); the remaining differentiable inputs get the backward's other return values
+  in order (``None`` for an absent bias);
+* ``again``: the backward needs the forward's inputs again (``ReLU.backward(x, dy)``:
+  ``again=("x",)``; ``CrossEntropyLoss.backward(p, labels)``: ``again=("logits", "labels")``
+  with ``upstream=False``).  Each entry is a protocol argument, ``"dout"`` (the upstream
+  gradient, appended last when not named), ``"out"`` (the forward's output), ``"forward"``
+  (everything the forward returned, ``"forward[1]"`` its item 1), ``"layer"`` (the layer
+  object) or a path on the layer (``"layer.cache"``);
+* ``backward`` is the layer's method name, or a plain function called with the ``again``
+  arguments (``backward=mha_backward, again=("layer", "dout", "layer.cache")``);
+* ``transposed=("W",)``: the layer stores these parameters transposed (an embedding ``[d,
+  V]``, a torch-style Linear ``[out, in]``): ``new`` and ``params`` get ``W.T``, and the
+  gradient read back is transposed to the protocol's layout;
+* ``fixed={"approximate": "tanh"}``: the class computes this one value of a protocol
+  argument (a tanh-only GELU): a call with another value is not applicable, naming it;
 * ``accumulate=True``: the layer *adds* into its gradient attributes (``+=``): they are set to
   zeros of the parameter's shape and dtype before each backward, and the suite checks the
   declaration (``invariant[<op>.grad_accumulates]``: two backward calls sum);
+* ``single_use=True``: the backward frees the forward's activations (``del self.x``): each
+  backward runs on a copy of the forward's layer (a check may differentiate one forward
+  twice), and the accumulation check, which needs two backward calls on one layer, is not
+  applicable, saying so;
 * ``upstream=False``: the backward method takes no upstream gradient (a loss layer returning
-  the gradient of a loss of 1): every gradient is scaled by ``dloss``.
+  the gradient of a loss of 1): every gradient is scaled by ``dloss`` (per position, for a
+  loss declared ``CAPABILITIES["cross_entropy"] = {"reduction": "none"}``).
 
 A protocol keyword the mapping does not pass on (a mask, ``reduction="sum"``, a bias the class
 has no place for) is accepted at its protocol default only; any other value makes the check
 *not applicable*, naming the argument -- never silently dropped.
 
-:func:`optimizer` does the same for an optimizer class whose ``step(params, grads)`` updates in
-place: the protocol's ``adam_step`` is pure (a deep copy of the optimizer per step).
+:func:`optimizer` does the same for an optimizer whose step updates parameters in place, in
+each shape real code has: ``step(params, grads)`` on a dict it is given; an optimizer that owns
+its parameters (``params="params"``: ``step(grads)``); one over parameter objects whose step()
+reads ``p.grad`` (``params="parameters", value="data", grad="grad"``); one bound to a model
+(``bound=True``: ``new(model)`` gets a stand-in model holding the parameters and gradients);
+and a trainer's per-name update method (``each="_adam_update"``).  The protocol's
+``adam_step`` is pure: a deep copy of the optimizer per step.
 """
 
 from __future__ import annotations
@@ -39,6 +67,7 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -46,25 +75,82 @@ import numpy as np
 
 from spec.protocol import OPS, NotApplicable
 
-__all__ = ["layer", "optimizer", "LayerSpec", "get_path", "set_path"]
+__all__ = ["layer", "optimizer", "LayerSpec", "StandInModel", "get_path", "set_path"]
 
 
 # --------------------------------------------------------------------------- attribute paths
-def get_path(obj, path: str):
-    """``obj.a.b`` for the path ``"a.b"`` (a dict on the way is indexed by the component)."""
-    for part in path.split("."):
-        obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part)
+_PART = re.compile(r"\.?([A-Za-z_]\w*)|\[(-?\d+|\*)\]|\[['\"]([^'\"]+)['\"]\]")
+EACH = "*"  # a list's every item: "heads[*].W" spreads an array's first axis over the heads
+
+
+def path_parts(path: str) -> list:
+    """``"heads[0].W.grad"`` -> ``["heads", 0, "W", "grad"]`` (a name, an integer index, ``*``
+    for every item of a list, or a quoted key ``["W_q"]``); a malformed path is a ValueError
+    naming it."""
+    parts, pos = [], 0
+    while pos < len(path):
+        m = _PART.match(path, pos)
+        if m is None or (pos == 0 and path.startswith(".")):
+            raise ValueError(f"path {path!r}: expected names, [index], [*] or ['key'] (e.g. "
+                             f"'heads[0].W'), stuck at {path[pos:]!r}")
+        name, index, key = m.groups()
+        parts.append(name if name is not None else key if key is not None else
+                     EACH if index == EACH else int(index))
+        pos = m.end()
+    if not parts:
+        raise ValueError("path: empty")
+    return parts
+
+
+def _step(obj, part):
+    if isinstance(part, int) or isinstance(obj, Mapping):
+        return obj[part]
+    return getattr(obj, part)
+
+
+def _get(obj, parts: list):
+    for i, part in enumerate(parts):
+        if part == EACH:  # one value per item, stacked along a new first axis
+            return np.stack([np.asarray(_get(item, parts[i + 1:])) for item in obj])
+        obj = _step(obj, part)
     return obj
 
 
-def set_path(obj, path: str, value) -> None:
-    *head, last = path.split(".")
-    for part in head:
-        obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part)
-    if isinstance(obj, dict):
+def get_path(obj, path: str):
+    """``obj.a.b`` for the path ``"a.b"``; ``[i]`` indexes a list (``[*]``: every item, the
+    values stacked), and a dict on the way is indexed by the component (``"p.W_q"``,
+    ``"p['attn.W_q']"``)."""
+    return _get(obj, path_parts(path))
+
+
+def _set(obj, parts: list, value) -> None:
+    *head, last = parts
+    for i, part in enumerate(head):
+        if part == EACH:  # item a gets value[a]
+            for a, item in enumerate(obj):
+                _set(item, parts[i + 1:], None if value is None else value[a])
+            return
+        try:
+            obj = _step(obj, part)
+        except (AttributeError, KeyError, IndexError):
+            if value is None:
+                return
+            raise
+        if obj is None and value is None:
+            return
+    if last == EACH:
+        obj[:] = list(value)
+    elif isinstance(obj, (dict, list)) or isinstance(last, int):
         obj[last] = value
     else:
         setattr(obj, last, value)
+
+
+def set_path(obj, path: str, value) -> None:
+    """Set the path's last component (``[*]`` on the way: item ``a`` of the list gets
+    ``value[a]``).  A ``None`` value (an absent bias) reached through a missing or ``None``
+    sub-object is skipped: the object has no place for it, and needs none."""
+    _set(obj, path_parts(path), value)
 
 
 def protocol_signature(op: str, which: str) -> inspect.Signature:
@@ -88,7 +174,15 @@ def _is_default(value, default) -> bool:
         return False
 
 
+def _t(a):
+    """A parameter in the other layout (``transposed``): its last two axes swapped."""
+    return None if a is None else np.ascontiguousarray(np.swapaxes(np.asarray(a), -1, -2))
+
+
 # --------------------------------------------------------------------------- layers
+RETURN = "return"  # the root of a gradient path into what the backward returned
+
+
 @dataclass
 class LayerSpec:
     """What :func:`layer` was told (kept on the generated functions as ``__minibert_layer__``:
@@ -100,30 +194,79 @@ class LayerSpec:
     grads: Mapping[str, str] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
     forward: str = "forward"
-    backward: str = "backward"
+    backward: str | Callable = "backward"
     accumulate: bool = False
     upstream: bool = True
+    again: tuple[str, ...] = ()
+    output: int | None = None
+    transposed: tuple[str, ...] = ()
+    single_use: bool = False
+
+    @property
+    def attribute_grads(self) -> dict[str, str]:
+        """The gradients the layer keeps as attributes (not returned by its backward)."""
+        return {n: p for n, p in self.grads.items() if path_parts(p)[0] != RETURN}
 
     def zero_grads(self, cache) -> None:
-        for name, path in self.grads.items():
+        for name, path in self.attribute_grads.items():
             if cache.args.get(name) is not None:
-                set_path(cache.layer, path, np.zeros_like(cache.args[name]))
+                set_path(cache.layer, path, np.zeros_like(self._layout(name, cache.args[name])))
+
+    def _layout(self, name, a):
+        return _t(a) if name in self.transposed else a
+
+    def _context(self, cache, dout, name: str):
+        parts = path_parts(name)
+        root = parts[0]
+        if root == "dout":
+            value = dout
+        elif root == "layer":
+            value = cache.layer
+        elif root == "out":
+            value = cache.out
+        elif root == "forward":
+            value = cache.returned
+        elif root in cache.args:
+            value = self._layout(root, cache.args[root])
+        else:
+            raise ValueError(f"layer({self.op!r}): again names {name!r}: expected a protocol "
+                             "argument, dout, out, forward[i], layer or layer.<path>")
+        return _get(value, parts[1:])
 
     def run_backward(self, cache, dout):
-        """The layer's own backward method (no zeroing): its return value."""
-        method = getattr(cache.layer, self.backward)
-        return method(dout) if self.upstream else method()
+        """The layer's own backward (no zeroing): its return value."""
+        names = list(self.again)
+        if self.upstream and "dout" not in names:
+            names.append("dout")
+        args = [self._context(cache, dout, n) for n in names]
+        if callable(self.backward):
+            return self.backward(*args)
+        return getattr(cache.layer, self.backward)(*args)
 
-    def read_grads(self, cache) -> dict:
-        return {n: get_path(cache.layer, p) for n, p in self.grads.items()
-                if cache.args.get(n) is not None}
+    def read_grads(self, cache, returned=None) -> dict:
+        """Each declared gradient (attribute paths; ``return...`` paths from ``returned``), in
+        the protocol's layout."""
+        out = {}
+        for n, path in self.grads.items():
+            if cache.args.get(n) is None:
+                continue
+            parts = path_parts(path)
+            if parts[0] == RETURN:
+                if returned is None:
+                    continue
+                value = _get(returned, parts[1:])
+            else:
+                value = get_path(cache.layer, path)
+            out[n] = _t(value) if n in self.transposed else value
+        return out
 
 
 class LayerCache:
-    """The cache of a layer's forward: the fresh layer and the protocol arguments it got."""
+    """The cache of a layer's forward: the fresh layer, the protocol arguments it got, and
+    what its forward returned (``returned``; ``out``: the output the protocol sees)."""
 
-    def __init__(self, layer, args):
-        self.layer, self.args = layer, args
+    def __init__(self, layer, args, returned=None, out=None):
+        self.layer, self.args, self.returned, self.out = layer, args, returned, out
 
     def __repr__(self) -> str:
         return f"<cache: {type(self.layer).__name__}>"
@@ -131,64 +274,98 @@ class LayerCache:
 
 def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
           grads: Mapping[str, str] | None = None, inputs: tuple[str, ...] | None = None,
-          forward: str = "forward", backward: str = "backward", accumulate: bool = False,
-          upstream: bool = True) -> tuple[Callable, Callable]:
+          forward: str = "forward", backward: str | Callable = "backward",
+          accumulate: bool = False, upstream: bool = True, again: tuple[str, ...] = (),
+          output: int | None = None, transposed: tuple[str, ...] = (),
+          single_use: bool = False, fixed: Mapping | None = None) -> tuple[Callable, Callable]:
     """``(X_forward, X_backward)`` of op ``op`` backed by a fresh class-style layer per call
     (see the module's docstring for every argument)."""
     fsig = protocol_signature(op, "forward")
     names = list(fsig.parameters)
     params, grads = dict(params or {}), dict(grads or {})
     inputs = tuple(inputs) if inputs is not None else (names[0],)
+    again = (again,) if isinstance(again, str) else tuple(again)
+    transposed = (transposed,) if isinstance(transposed, str) else tuple(transposed)
     wanted = [p.name for p in inspect.signature(new).parameters.values()
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     required = [p.name for p in inspect.signature(new).parameters.values()
                 if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for what, keys in (("new", required), ("params", params), ("inputs", inputs),
-                       ("grads", grads)):
+                       ("grads", grads), ("transposed", transposed)):
         unknown = [k for k in keys if k not in names]
         if unknown:
             raise ValueError(f"layer({op!r}): {what} names {unknown}, not arguments of the "
                              f"protocol's {OPS[op].pair[0]}{fsig}")
+    for path in list(params.values()) + list(grads.values()):
+        path_parts(path)  # a malformed path: refused here, not at the first check
     diff = OPS[op].inputs
-    used = set(wanted) | set(params) | set(inputs)
-    spec = LayerSpec(op, new, params, grads, inputs, forward, backward, accumulate, upstream)
+    fixed = dict(fixed or {})
+    unknown = [k for k in fixed if k not in names]
+    if unknown:
+        raise ValueError(f"layer({op!r}): fixed names {unknown}, not arguments of the "
+                         f"protocol's {OPS[op].pair[0]}{fsig}")
+    used = set(wanted) | set(params) | set(inputs) | set(fixed)
+    spec = LayerSpec(op, new, params, grads, inputs, forward, backward, accumulate, upstream,
+                     again, output, transposed, single_use)
+    for name in again:
+        root = path_parts(name)[0]
+        if root not in ("dout", "layer", "out", "forward") and root not in names:
+            raise ValueError(f"layer({op!r}): again names {name!r}: expected a protocol "
+                             "argument, dout, out, forward[i], layer or layer.<path>")
 
     def forward_fn(*args, **kwargs):
         bound = fsig.bind(*args, **kwargs)
         bound.apply_defaults()
         a = dict(bound.arguments)
-        for n in names:
-            if n not in used and not _is_default(a[n], fsig.parameters[n].default):
+        for n, value in fixed.items():  # the one value of this argument the class computes
+            if not _is_default(a[n], value):
+                raise NotApplicable(f"not applicable: the class layer adapted for {op} "
+                                    f"({_label(new)}) computes {n}={value!r} only (called "
+                                    f"with {n}={a[n]!r})")
+        for n in names:  # an argument the mapping does not pass: its default, or absent
+            if n not in used and not _absent(op, n, a[n]) and \
+                    not _is_default(a[n], fsig.parameters[n].default):
                 raise NotApplicable(
                     f"not applicable: the class layer adapted for {op} ({_label(new)}) takes no "
                     f"{n} (only the protocol default {fsig.parameters[n].default!r})")
-        for n in params:
-            if a[n] is None and n not in wanted:  # the class has a slot the call leaves out
+        own = {n: spec._layout(n, v) for n, v in a.items()}  # the layer's layout
+        obj = new(**{n: own[n] for n in wanted if n in own})
+        for n, path in params.items():
+            if a[n] is None and n not in wanted and _has_slot(obj, path):
+                # the class has a slot the call leaves out (new cannot be told to drop it)
                 raise NotApplicable(f"not applicable: the class layer adapted for {op} "
                                     f"({_label(new)}) always has {n}; called with {n}=None")
-        obj = new(**{n: a[n] for n in wanted if n in a})
-        for n, path in params.items():
-            set_path(obj, path, a[n])
-        out = getattr(obj, forward)(*(a[n] for n in inputs))
-        return out, LayerCache(obj, a)
+            set_path(obj, path, own[n])
+        returned = getattr(obj, forward)(*(own[n] for n in inputs))
+        out = returned[output] if output is not None else returned
+        return out, LayerCache(obj, a, returned, out)
 
     def backward_fn(dout, cache):
+        if single_use:  # the backward frees what it reads: run it on a copy, so that a check
+            # may call the backward again on the same forward (a gradient read twice)
+            cache = LayerCache(copy.deepcopy(cache.layer), cache.args, cache.returned, cache.out)
         if accumulate:
             spec.zero_grads(cache)
         r = spec.run_backward(cache, dout)
-        got = spec.read_grads(cache)
-        rs = list(r) if isinstance(r, tuple) else [r]
+        got = spec.read_grads(cache, r)
+        taken = {p[1] for p in (path_parts(g) for g in grads.values())
+                 if p[0] == RETURN and len(p) > 1 and isinstance(p[1], int)}
+        whole = any(path_parts(g) == [RETURN] or (path_parts(g)[0] == RETURN and
+                                                  not isinstance(path_parts(g)[1], int))
+                    for g in grads.values())
+        rs = [] if whole else [x for i, x in enumerate(r) if i not in taken] \
+            if isinstance(r, tuple) else [r]
         out = []
         for n in diff:
             if cache.args.get(n) is None and n in fsig.parameters and \
                     fsig.parameters[n].default is None:
                 out.append(None)
             elif n in grads:
-                out.append(got[n])
+                out.append(got.get(n))
             else:
                 out.append(rs.pop(0) if rs else None)
-        if not upstream:  # the layer's gradients are those of a loss of 1
-            out = [g if g is None else g * np.asarray(g).dtype.type(dout) for g in out]
+        if not upstream:  # the layer's gradients are those of a loss of 1 (per position)
+            out = [g if g is None else _scaled(g, dout) for g in out]
         return tuple(out)
 
     fwd_name, bwd_name = OPS[op].pair
@@ -196,8 +373,52 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
         fn.__name__ = fn.__qualname__ = name
         fn.__doc__ = f"{name}: the class layer {_label(new)} through spec.suite.adapters.layer"
         fn.__minibert_layer__ = spec
-    forward_fn.__signature__ = fsig
+    # a variant's keyword the class does not take (input=, causal=, norm=) is not in the
+    # visible signature: the class computes one form, the one its CAPABILITIES declare
+    from spec.protocol.variants import VARIANTS
+
+    hidden = {o.argument for o in VARIANTS.get(op, {}).values()} - used - {None}
+    forward_fn.__signature__ = fsig.replace(
+        parameters=[p for p in fsig.parameters.values() if p.name not in hidden])
     return forward_fn, backward_fn
+
+
+def _absent(op: str, name: str, value) -> bool:
+    """``value`` leaves the protocol argument ``name`` out: None, or a value a declared variant
+    of ``op`` means "left out" by (eps = 0: LayerNorm without eps, a class with no eps)."""
+    if value is None:
+        return True
+    from spec.protocol.variants import VARIANTS
+
+    return any(name in o.pieces and any(_is_default(value, a) for a in o.absent if a is not None)
+               for o in VARIANTS.get(op, {}).values())
+
+
+def _has_slot(obj, path: str) -> bool:
+    """The object has a place for the path's value: every sub-object on the way exists and is
+    not None (a layer built without a bias has ``self.b = None``, or no ``b`` at all)."""
+    *head, _ = path_parts(path)
+    for part in head:
+        if part == EACH:
+            obj = obj[0] if len(obj) else None
+        else:
+            try:
+                obj = _step(obj, part)
+            except (AttributeError, KeyError, IndexError):
+                return False
+        if obj is None:
+            return False
+    return True
+
+
+def _scaled(g, dout):
+    """``g`` (the gradient of a loss of 1) times the upstream ``dout``: a scalar, or one
+    weight per position (an unreduced loss) broadcast over the trailing axes."""
+    g = np.asarray(g)
+    w = np.asarray(dout)
+    if w.ndim:
+        w = w.reshape(w.shape + (1,) * (g.ndim - w.ndim))
+    return g * w.astype(g.dtype) if np.issubdtype(g.dtype, np.floating) else g * w
 
 
 def _label(new) -> str:
@@ -205,20 +426,70 @@ def _label(new) -> str:
 
 
 # --------------------------------------------------------------------------- optimizers
-def optimizer(new: Callable, *, step: str = "step", hyper: Mapping, m, v, t: str = "t",
-              no_decay: str | None = None) -> tuple[Callable, Callable]:
-    """``(adam_init, adam_step)`` for an optimizer class updating parameters in place.
+class StandInModel:
+    """The model an optimizer bound to a model (``optimizer(..., bound=True)``) is given: its
+    ``params`` and ``grads`` (dicts keyed by the protocol's names), and ``parameters()`` /
+    ``named_parameters()`` as parameter objects with ``data`` (also ``value``) and ``grad``."""
 
-    new:      ``new(params) -> optimizer``
-    step:     its method ``step(params, grads)`` updating ``params`` (a dict) in place
+    class Parameter:
+        def __init__(self, model, name):
+            self._model, self.name = model, name
+
+        data = property(lambda self: self._model.params[self.name],
+                        lambda self, v: self._model.params.__setitem__(self.name, v))
+        value = data
+        grad = property(lambda self: self._model.grads[self.name],
+                        lambda self, v: self._model.grads.__setitem__(self.name, v))
+
+    def __init__(self, params):
+        self.params = {k: np.array(v, copy=True) for k, v in params.items()}
+        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self._parameters = [StandInModel.Parameter(self, k) for k in self.params]
+
+    def parameters(self):
+        return list(self._parameters)
+
+    def named_parameters(self):
+        return [(p.name, p) for p in self._parameters]
+
+
+def _as_dict(x, names) -> dict:
+    """A moment or parameter container as ``{name: array}``: a dict as it is, a list in the
+    order of ``names`` (the parameters' order at init)."""
+    if isinstance(x, Mapping):
+        return dict(x)
+    return dict(zip(names, x))
+
+
+def optimizer(new: Callable, *, step: str = "step", hyper: Mapping, m, v, t: str = "t",
+              no_decay: str | None = None, params: str | None = None, value: str | None = None,
+              grad: str | None = None, bound: bool = False, each: str | None = None,
+              each_args: tuple[str, ...] = ("param", "grad", "name")
+              ) -> tuple[Callable, Callable]:
+    """``(adam_init, adam_step)`` for an optimizer updating parameters in place.
+
+    new:      ``new(params) -> optimizer`` (``new(model)`` with ``bound=True``)
+    step:     its method: ``step(params, grads)`` updating ``params`` (a dict) in place, or
+              ``step(grads)`` / ``step()`` for the shapes below
     hyper:    protocol keyword (``lr``, ``beta1``, ``beta2``, ``eps``, ``weight_decay``) ->
               attribute path set before each step; a tuple of keywords sets a tuple
               (``("beta1", "beta2"): "betas"``).  Keywords not listed are not in the
               signature (no ``weight_decay``: declare CAPABILITIES["weight_decay"] = False)
-    m, v:     attribute paths of the moment dicts, or ``optimizer -> dict`` callables
-    t:        attribute path of the step counter
+    m, v:     paths of the moments (a dict by name, or a list in the parameters' order), or
+              ``optimizer -> dict`` callables
+    t:        path of the step counter
     no_decay: the step method's keyword taking a collection of undecayed names, if it has one
               (without it the suite applies the protocol's default rule itself, and says so)
+    params:   the optimizer *owns* its parameters at this path (a dict by name, or a list in
+              the order ``new`` got them): ``step(grads)`` (grads in the same layout), or with
+              ``grad`` (``"grad"``) ``step()`` reading each parameter object's gradient
+              attribute; ``value`` (``"data"``): the parameter objects' value attribute
+    bound:    ``new(model)`` gets a :class:`StandInModel` holding the parameters and gradients
+              (``model.params``, ``model.grads``, ``model.parameters()``); ``step()``
+    each:     a trainer's per-name update method, called for every name as
+              ``each(param, grad, name)`` (``each_args`` orders them) updating ``param`` in
+              place or returning the new one; the counter ``t`` is advanced once per step
+              before it, as the trainer's own step does
 
     The state is ``{"step", "m", "v", "opt"}``; each step deep-copies ``opt`` (the protocol's
     ``adam_step`` is pure) and the parameters."""
@@ -229,32 +500,92 @@ def optimizer(new: Callable, *, step: str = "step", hyper: Mapping, m, v, t: str
     if unknown or "lr" not in flat:
         raise ValueError(f"optimizer: hyper keys {sorted(flat)}: expected lr and some of "
                          f"{sorted(defaults)}")
+    if sum(x is not None and x is not False for x in (params, bound or None, each)) > 1:
+        raise ValueError("optimizer: params=, bound=True and each= are different shapes; "
+                         "declare one")
+    bad = sorted(set(each_args) - {"param", "grad", "name"})
+    if bad:
+        raise ValueError(f"optimizer: each_args {bad}: expected param, grad, name")
 
-    def _get(opt, what):
-        return what(opt) if callable(what) else get_path(opt, what)
+    def _get(opt, what, names):
+        x = what(opt) if callable(what) else get_path(opt, what)
+        return _as_dict(x, names) if not isinstance(x, Mapping) else x
 
-    def state_of(opt):
-        return {"step": get_path(opt, t), "m": _get(opt, m), "v": _get(opt, v), "opt": opt}
+    def state_of(opt, names, model=None):
+        t_value = get_path(opt, t)
+        state = {"step": t_value, "m": _get(opt, m, names), "v": _get(opt, v, names),
+                 "opt": opt, "names": names}
+        if model is not None:
+            state["model"] = model
+        return state
 
-    def adam_init(params):
-        return state_of(new(params))
+    def adam_init(ps):
+        names = list(ps)
+        if bound:
+            model = StandInModel(ps)
+            return state_of(new(model), names, model)
+        return state_of(new({k: np.array(p, copy=True) for k, p in ps.items()}), names)
 
-    def adam_step(params, grads, state, **kw):
-        opt = copy.deepcopy(state["opt"])
+    def _load(container, names, ps):
+        """Write copies of the given parameters into the optimizer's own container."""
+        for i, k in enumerate(names):
+            key = k if isinstance(container, Mapping) else i
+            if value is not None:
+                set_path(container[key], value, np.array(ps[k], copy=True))
+            else:
+                container[key] = np.array(ps[k], copy=True)
+
+    def _read(container, names) -> dict:
+        out = {}
+        for i, k in enumerate(names):
+            item = container[k if isinstance(container, Mapping) else i]
+            out[k] = np.asarray(get_path(item, value) if value is not None else item)
+        return out
+
+    def adam_step(ps, grads, state, **kw):
+        names = state["names"]
+        opt, model = copy.deepcopy((state["opt"], state.get("model")))
         for keys, path in hyper.items():
             if isinstance(keys, tuple):
                 set_path(opt, path, tuple(kw.get(k, defaults.get(k)) for k in keys))
             else:
                 set_path(opt, path, kw.get(keys, defaults.get(keys)))
-        new_params = {k: np.array(p, copy=True) for k, p in params.items()}
+        new_params = {k: np.array(p, copy=True) for k, p in ps.items()}
         extra = {}
         if no_decay is not None:
             nd = kw.get("no_decay")
             if nd is None:
                 from reference.optim import default_no_decay as nd
-            extra[no_decay] = [k for k in params if nd(k)] if callable(nd) else list(nd)
-        getattr(opt, step)(new_params, grads, **extra)
-        return new_params, state_of(opt)
+            extra[no_decay] = [k for k in ps if nd(k)] if callable(nd) else list(nd)
+        g = {k: np.asarray(grads[k]) for k in names}
+        if bound:
+            model.params.update(new_params)
+            model.grads.update({k: np.array(x, copy=True) for k, x in g.items()})
+            getattr(opt, step)(**extra)
+            new_params = {k: np.asarray(model.params[k]) for k in names}
+        elif params is not None:
+            container = get_path(opt, params)
+            _load(container, names, new_params)
+            if grad is not None:
+                for i, k in enumerate(names):
+                    item = container[k if isinstance(container, Mapping) else i]
+                    set_path(item, grad, np.array(g[k], copy=True))
+                getattr(opt, step)(**extra)
+            else:
+                getattr(opt, step)(g if isinstance(container, Mapping) else
+                                   [g[k] for k in names], **extra)
+            new_params = _read(get_path(opt, params), names)
+        elif each is not None:
+            set_path(opt, t, get_path(opt, t) + 1)
+            update = getattr(opt, each)
+            for k in names:
+                given = {"param": new_params[k], "grad": g[k], "name": k}
+                r = update(*(given[a] for a in each_args), **extra)
+                if isinstance(r, np.ndarray) and r.shape == new_params[k].shape:
+                    new_params[k] = r
+        else:
+            getattr(opt, step)(new_params, grads, **extra)
+        return new_params, state_of(opt, names, model)
 
     P = inspect.Parameter
     adam_step.__signature__ = inspect.Signature(

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from spec.protocol import EQUATION_OPS, OPS, NotApplicable, op_of_equation
 
-__all__ = ["Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
+__all__ = ["Blame", "Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
            "NotApplicable", "CHECK_MODULES", "lazy_module", "resolve_expected_failures",
            "ALIASES", "renamed"]
 
@@ -56,6 +56,15 @@ EXTRAS = {"torch": "oracle", "transformers": "oracle"}
 _ID = re.compile(r"^(?P<kind>[a-z_]+(\.[a-z_]+)?)\[(?P<subject>[a-z0-9_]+)"
                  r"(\.(?P<property>[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*))?"
                  r"(?P<cases>(-[A-Za-z0-9_.]+)*)\]$")
+
+
+class Blame(AssertionError):
+    """A check's failure that names the ops at fault among the check's ops (a pipeline of
+    several ops that found which one breaks it): the result counts for those ops alone."""
+
+    def __init__(self, ops, message: str):
+        super().__init__(message)
+        self.ops = tuple(ops)
 
 
 @dataclass(frozen=True)

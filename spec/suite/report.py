@@ -12,6 +12,7 @@ cell: nothing is silently absent.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ from spec.suite.registry import COLUMNS, KINDS, renamed
 from spec.suite.run import NOT_RUN, Result, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
+# a number in a convention line (1e-06, -3.2, 0.000120): lines equal but for these are one
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 SCHEMA = "minibert-check/1"
 
 
@@ -121,12 +124,21 @@ class CheckReport:
         return "n/a"
 
     def conventions(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
+        """op -> its convention lines, each once: lines that differ only in their numbers
+        (the same float64 loss seen by 55 checks, each with its own value) collapse to the
+        first one with a count, "(x55 checks, values differ)"."""
+        seen: dict[str, dict[str, list[str]]] = {}  # op -> shape -> the lines of that shape
         for r in self.results:
             for c in r.conventions:
                 for op in r.ops:
-                    if c not in out.setdefault(op, []):
-                        out[op].append(c)
+                    seen.setdefault(op, {}).setdefault(_NUMBER.sub("#", c), []).append(c)
+        out: dict[str, list[str]] = {}
+        for op, shapes in seen.items():
+            for lines in shapes.values():
+                n, distinct = len(lines), len(set(lines))
+                out.setdefault(op, []).append(
+                    lines[0] if n == 1 else
+                    f"{lines[0]} (x{n} checks" + (", values differ)" if distinct > 1 else ")"))
         return out
 
     def counts(self) -> dict[str, int]:

@@ -39,7 +39,7 @@ from spec.protocol import (
     not_claimed_message,
 )
 from spec.protocol.capabilities import declared_variants, unmet
-from spec.suite.registry import Check
+from spec.suite.registry import Blame, Check
 
 # Time limit of one example of a check by default, seconds (a fixed-seed check is one example).
 # The slowest example of the reference on the 2-core machine takes ~3 s (a whole Mini-BERT
@@ -211,17 +211,18 @@ def failure_message(e: BaseException, limit: int = 2000) -> str:
 
 
 def raised_at(e: BaseException) -> str:
-    """`` (raised in function, file:line)``: the innermost frame of the traceback, where an
-    exception from the implementation (a TypeError, a ZeroDivisionError) came from."""
-    tb = e.__traceback__
-    if tb is None:
-        return ""
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    code = tb.tb_frame.f_code
+    """`` (raised in function, file:line)``: where an exception from the implementation (a
+    TypeError, a ZeroDivisionError) came from -- the innermost frame of the user's own code
+    (spec.suite.shrink.user_frame: NumPy's einsumfunc.py is not where the user's bug is),
+    else the innermost frame."""
     import os
 
-    return f" (raised in {code.co_name}, {os.path.basename(code.co_filename)}:{tb.tb_lineno})"
+    from spec.suite.shrink import user_frame
+
+    path, line, function = user_frame(e)
+    if not path:
+        return ""
+    return f" (raised in {function}, {os.path.basename(path)}:{line})"
 
 
 def reproduction(check: Check, label: str) -> str:
@@ -244,6 +245,25 @@ def _convention_text(w: warnings.WarningMessage) -> str | None:
     if text.startswith("convention:"):
         return text[len("convention:"):].strip()
     return None
+
+
+_PROMOTIONS: dict = {}  # (implementation, ops) -> the promotion found, once per process
+
+
+def promotion_of(proxy, ops, timeout):
+    """The line that first makes float64 out of float32 in the implementation's ``ops``
+    (spec.suite.promotion.locate), located once per implementation and ops, under the check's
+    time limit; None where it cannot be found."""
+    key = (id(object.__getattribute__(proxy, "_impl_obj")), tuple(ops))
+    if key not in _PROMOTIONS:
+        from spec.suite.promotion import locate
+
+        try:
+            with time_limit(timeout, "locating a dtype promotion"):
+                _PROMOTIONS[key] = locate(proxy, ops)
+        except (Exception, CheckTimeout):  # noqa: BLE001 -- locating only
+            _PROMOTIONS[key] = None
+    return _PROMOTIONS[key]
 
 
 # --------------------------------------------------------------------------- order
@@ -361,6 +381,7 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     start = time.perf_counter()
     conventions: list[str] = []
     outcome, message, cause = "passed", "", ""
+    ops = check.ops
     test = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -386,6 +407,14 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         except BaseException as e:  # noqa: BLE001 -- anything else is the check's failure
             outcome, message = "failed", failure_message(e)
             cause = shrinking.cause_of(e)
+            blamed = getattr(e, "ops", None) if isinstance(e, Blame) else None
+            if blamed and set(blamed) <= set(check.ops):  # the check found which ops
+                ops = tuple(blamed)
+            if cause.startswith(shrinking.PROMOTION_CAUSE):  # which line, and the fix
+                found = promotion_of(proxy, check.ops, timeout)
+                if found is not None:
+                    cause = f"{cause} at {found.where()}"
+                    message = f"{message.rstrip()}\ncause: {found.describe()}"
     if outcome == "passed" and test is not None and not test.completed:
         # every explicit example of a quick run was filtered out: nothing was checked
         outcome, message = "n/a", (f"not applicable: no example of {check.id} applies to "
@@ -396,11 +425,11 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             conventions.append(text)
     if outcome in ("passed", "failed"):  # the verdict says which variant it judged
         declared = declared_variants(object.__getattribute__(proxy, "_impl_caps"))
-        for op in check.ops:
+        for op in ops:
             conventions += [v for v in declared.get(op, ()) if v not in conventions]
     if outcome == "failed":
         if not message.strip():
             message = "failed without a message"  # never an empty red (spec/suite/run.py)
         message += "\n" + reproduction(check, proxy._impl_label)
-    return Result(check.id, check.kind, check.ops, outcome, message,
+    return Result(check.id, check.kind, ops, outcome, message,
                   round(time.perf_counter() - start, 3), conventions, cause)

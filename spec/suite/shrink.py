@@ -26,6 +26,7 @@ each is shrunk within the budget.  The report groups the reds of one cause
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -42,6 +43,9 @@ _PROMOTION = re.compile(r"\b(float16|float32)\b[^;\n]*?\b(?:gave|got|promoted to
                         r"\b(float64|float32)\b")
 # "linear forward: dtype float64, expected float32" (the oracle's comparison)
 _PROMOTION_EXPECTED = re.compile(r"\bdtype (float64|float32), expected (float16|float32)\b")
+
+
+PROMOTION_CAUSE = "dtype promotion"
 
 
 @dataclass
@@ -72,7 +76,7 @@ def cause_of(e: BaseException) -> str:
     m = _PROMOTION_EXPECTED.search(text)
     found = found or ((m.group(2), m.group(1)) if m else None)
     if found and found[0] != found[1]:
-        return f"dtype promotion: {found[0]} in, {found[1]} out"
+        return f"{PROMOTION_CAUSE}: {found[0]} in, {found[1]} out"
     if isinstance(e, AssertionError) and _innermost(e, outside_spec=False)[0].startswith(_SPEC):
         return ""  # the check's own assertion: a value at an index, this check's finding
     where = _innermost(e, outside_spec=True)
@@ -81,18 +85,49 @@ def cause_of(e: BaseException) -> str:
     return f"{type(e).__name__} raised at {os.path.basename(where[0])}:{where[1]} ({where[2]})"
 
 
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+    """Where the libraries the suite calls through live: the suite itself, NumPy (wherever it is
+    installed), the standard library and any site-/dist-packages."""
+    import sysconfig
+
+    import numpy
+
+    dirs = {_SPEC, os.path.dirname(os.path.abspath(numpy.__file__))}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(os.path.abspath(path))
+    return tuple(sorted(dirs))
+
+
+def is_user_path(path: str) -> bool:
+    """A file of the implementation under test (not the suite, NumPy, the standard library,
+    an installed package or generated code)."""
+    path = os.path.abspath(path)
+    return not (path.startswith(_library_dirs()) or "site-packages" in path
+                or "dist-packages" in path or os.path.basename(path).startswith("<"))
+
+
 def _innermost(e: BaseException, *, outside_spec: bool) -> tuple[str, int, str]:
     """(file, line, function) of the innermost frame of ``e``'s traceback (``outside_spec``:
-    the innermost one outside the suite and the libraries it calls through)."""
+    the innermost one of the implementation's own files, :func:`is_user_path`: a TypeError
+    raised inside NumPy's einsumfunc.py is located at the user's line that called einsum)."""
     tb, found = e.__traceback__, ("", 0, "")
     while tb is not None:
         code = tb.tb_frame.f_code
         path = os.path.abspath(code.co_filename)
-        if not outside_spec or not (path.startswith(_SPEC) or "site-packages" in path
-                                    or path.startswith("<")):
+        if not outside_spec or is_user_path(path):
             found = (path, tb.tb_lineno, code.co_name)
         tb = tb.tb_next
     return found
+
+
+def user_frame(e: BaseException) -> tuple[str, int, str]:
+    """(file, line, function) where an exception from the implementation is the user's: the
+    innermost frame of the user's own code, else the innermost frame at all."""
+    where = _innermost(e, outside_spec=True)
+    return where if where[0] else _innermost(e, outside_spec=False)
 
 
 class _Tracker:

@@ -580,7 +580,8 @@ _LN = dict(torch="layernorm", backward_scale=_layernorm_scale,
            f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3)
 
 
-@cases("layernorm", needs={"layernorm.affine": True}, resolve=("layernorm.eps",), **_LN)
+@cases("layernorm", needs={"layernorm.affine": True}, resolve=("layernorm.eps",),
+       omit=("layernorm.plain",), **_LN)
 # the affine-free family checks dgamma and dbeta too: that they come back None
 @cases("layernorm", "plain", needs={"layernorm.affine": False}, resolve=("layernorm.eps",),
        **_LN)
@@ -707,9 +708,11 @@ def _example_mask(padded_from: int) -> np.ndarray:
     return mask
 
 
-def _attention_example(rng, bias: bool, masked: bool, W_o: bool = True, causal: bool = False):
+def _attention_example(rng, bias: bool, masked: bool, W_o: bool = True, causal: bool = False,
+                       heads: str = "fused"):
     inputs = _attention_example_params(rng, 6, bias, W_o)
-    fixed = {"n_heads": 2, "mask": _example_mask(2) if masked else None,
+    fixed = {"n_heads": 1 if heads == "single" else 2,
+             "mask": _example_mask(2) if masked else None,
              **({"causal": True} if causal else {})}
     return OpCase(inputs, fixed, upstream_like(rng, (2, 4, 6)))
 
@@ -751,30 +754,34 @@ def _attention_needs(bias: bool, masked: bool) -> dict:
 
 
 _FOLLOW = ("attention_bias", "key_mask")  # biases and masks as the implementation has them
+_HEADS = ("attention.heads",)  # one head for a single-head attention, else drawn
 _ATTN = dict(also=("heads",), torch="attention")
+_NOT_STANDARD = ("causal", "attention.noproj")  # the variants a standard family does not draw
 
 
-@cases("attention", "nobias", bias=False, masked=False, omit=("causal",),
-       needs=_attention_needs(False, False), **_ATTN)
-@cases("attention", "nobias_mask", bias=False, masked=True, omit=("causal",),
-       needs=_attention_needs(False, True), **_ATTN)
-@cases("attention", "bias", bias=True, masked=False, omit=("causal",),
-       needs=_attention_needs(True, False), **_ATTN)
-@cases("attention", "bias_mask", bias=True, masked=True, omit=("causal",),
-       needs=_attention_needs(True, True), **_ATTN)
+@cases("attention", "nobias", bias=False, masked=False, omit=_NOT_STANDARD,
+       needs=_attention_needs(False, False), resolve=_HEADS, **_ATTN)
+@cases("attention", "nobias_mask", bias=False, masked=True, omit=_NOT_STANDARD,
+       needs=_attention_needs(False, True), resolve=_HEADS, **_ATTN)
+@cases("attention", "bias", bias=True, masked=False, omit=_NOT_STANDARD,
+       needs=_attention_needs(True, False), resolve=_HEADS, **_ATTN)
+@cases("attention", "bias_mask", bias=True, masked=True, omit=_NOT_STANDARD,
+       needs=_attention_needs(True, True), resolve=_HEADS, **_ATTN)
 @cases("attention", "noproj", omit=("causal", "dW_o"), needs={"attention.W_o": False},
-       resolve=("attention.causal",) + _FOLLOW, **_ATTN)
-@cases("attention", "causal", needs={"attention.causal": True},
-       resolve=("attention.W_o",) + _FOLLOW, **_ATTN)
+       resolve=("attention.causal",) + _FOLLOW + _HEADS, **_ATTN)
+@cases("attention", "causal", needs={"attention.causal": True}, omit=("attention.noproj",),
+       resolve=("attention.W_o",) + _FOLLOW + _HEADS, **_ATTN)
 @fixed_examples(_attention_example)
 @st.composite
 def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
-                    causal: bool = False) -> OpCase:
+                    causal: bool = False, heads: str = "fused") -> OpCase:
     """``W_o`` False: no output projection (W_o = b_o = None); ``causal``: the causal variant
-    (``causal=True`` passed; a key mask then keeps key 0).  The per-head layout is the proxy's
-    (a conversion of the same weights)."""
+    (``causal=True`` passed; a key mask then keeps key 0); ``heads`` "single": one head.  The
+    per-head layout is the proxy's (a conversion of the same weights)."""
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
+    if heads == "single":
+        A, d_k = 1, A * d_k
     H = A * d_k
     inputs = {"x": draw(arrays((B, T, H))), **draw(attention_params(H, bias, W_o))}
     mask = None
@@ -811,11 +818,11 @@ def _ffn_example(rng, b_1: bool = True, b_2: bool = True, activation: str = "rel
 
 
 @cases("ffn", needs={"ffn.b_2": True}, resolve=("ffn.b_1", "ffn.activation"), also=("relu",),
-       torch="ffn")
+       torch="ffn", omit=("ffn.no_b2",))
 @cases("ffn", "nob2", needs={"ffn.b_2": False}, resolve=("ffn.b_1", "ffn.activation"),
        also=("relu",), torch="ffn")
 @cases("ffn", "nobias", needs={"ffn.b_1": False, "ffn.b_2": False},
-       resolve=("ffn.activation",), also=("relu",), torch="ffn")
+       resolve=("ffn.activation",), also=("relu",), torch="ffn", omit=("ffn.no_b2",))
 @fixed_examples(_ffn_example)
 @st.composite
 def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu") -> OpCase:
@@ -942,6 +949,9 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
     if norm == "post":
         h = ln(x + mha(x), "ln1")
         ln(h + ffn_of(h), "ln2")
+    elif norm == "inner":
+        h = x + ln(mha(x), "ln1")
+        ln(ffn_of(h), "ln2")
     else:
         h = x + mha(ln(x, "ln1"))
         out = h + ffn_of(ln(h, "ln2"))
@@ -970,7 +980,8 @@ def _block_fixed(n_heads: int, mask, eps: float, **variant) -> dict:
 
 def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                    W_o: bool = True, b_1: bool = True, b_2: bool = True,
-                   activation: str = "relu", normalization: str = "layernorm"):
+                   activation: str = "relu", normalization: str = "layernorm",
+                   heads: str = "fused"):
     from reference.ops import block_param_names
 
     H, I = 6, 12
@@ -983,8 +994,9 @@ def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bo
     p["ln_f.gamma"], p["ln_f.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
     names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization))
     inputs = {"x": a["x"], **{n: p[n] for n in names}}
-    fixed = _block_fixed(2, _example_mask(3) if masked else None, 1e-12, norm=norm,
-                         causal=causal, activation=activation, normalization=normalization)
+    fixed = _block_fixed(1 if heads == "single" else 2, _example_mask(3) if masked else None,
+                         1e-12, norm=norm, causal=causal, activation=activation,
+                         normalization=normalization)
     return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
 
 
@@ -995,11 +1007,14 @@ _BLOCK = dict(
     # rounding noise of O(u * terms) in float32
     f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3,
     elementwise_max=0, n_dirs=2)  # ~20 tensors through a whole block: directional only
-_POST = ("block.preln", "block.preln_backward")  # the pre-LN block's IDs: not exercised
-_PRE = ("block.postln", "block.backward")  # the post-LN block's
+_INNER = ("block.innerln", "block.innerln_backward")  # the x + LN(f(x)) block's IDs
+_POST = ("block.preln", "block.preln_backward") + _INNER  # not exercised by a post-LN family
+_PRE = ("block.postln", "block.backward") + _INNER  # not exercised by a pre-LN family
 # the options of a block's parts (and its own normalisation) that every block family takes as
-# the implementation declares them: a block is checked as the variants its parts declare
-_PARTS = ("attention.W_o", "ffn.b_1", "ffn.b_2", "ffn.activation", "block.normalization")
+# the implementation declares them: a block is checked as the variants its parts declare (one
+# head for a single-head attention)
+_PARTS = ("attention.W_o", "ffn.b_1", "ffn.b_2", "ffn.activation", "block.normalization") \
+    + _HEADS
 
 
 def _block_needs(bias: bool, masked: bool) -> dict:
@@ -1024,6 +1039,8 @@ def _but(*keys: str) -> tuple[str, ...]:
        **_BLOCK)
 @cases("block", "preln_final", omit=_PRE, needs={"block.norm": "pre_final"},
        resolve=_but("block.norm"), **_BLOCK)
+@cases("block", "innerln", omit=_PRE[:2] + _POST[:2], needs={"block.norm": "inner"},
+       resolve=_but("block.norm"), **_BLOCK)
 @cases("block", "causal", omit=_POST, needs={"block.causal": True},
        resolve=_but("block.causal"), **_BLOCK)
 # the parts' own variants, each checked inside a block: no W_o and no FFN biases (bias-free
@@ -1041,11 +1058,11 @@ def _but(*keys: str) -> tuple[str, ...]:
 @st.composite
 def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                 W_o: bool = True, b_1: bool = True, b_2: bool = True, activation: str = "relu",
-                normalization: str = "layernorm") -> OpCase:
+                normalization: str = "layernorm", heads: str = "fused") -> OpCase:
     """x plus every block parameter as a differentiable input named by its local name; the
     variant (``norm``, ``causal``, ``normalization``; the parts' ``W_o``, ``b_1``, ``b_2``,
     ``activation``) decides the names (reference.ops.block_param_names, the one definition)
-    and the keywords passed when not the standard.
+    and the keywords passed when not the standard; ``heads`` "single": one head.
 
     The ReLU and LayerNorm conditions depend on the attention output, so the strategy filters
     them (``block_smooth`` above)."""
@@ -1053,6 +1070,8 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool
 
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
+    if heads == "single":
+        A, d_k = 1, A * d_k
     H = A * d_k
     assume(H >= 2)  # a LayerNorm over one feature is constant: nothing to differentiate
     I = draw(sizes(1, 5))

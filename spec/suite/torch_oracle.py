@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spec.numerics.asserts import assert_close
+from spec.numerics.asserts import assert_close, assert_finite
 from spec.protocol import IGNORE_INDEX
 from spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
@@ -154,9 +154,7 @@ def assert_oracle(name: str, ours, theirs, dtype=None, scale: float = 0.0,
                       f"{abs(float(ours) - float(np.float32(ours))):.1e})", stacklevel=2)
     a = ours.astype(np.float64)
     b = theirs.astype(np.float64)
-    if not np.all(np.isfinite(a)):
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-        raise AssertionError(f"{name}: non-finite value {a[bad]} at index {bad}")
+    assert_finite(a, b, name, got_name="ours", want_name="torch")
     allowed = allowed_error(b, dtype, scale, inputs_scale) + allowance
     _record(name, dtype, a, b, scale, allowed)
     d = deviation(a, b)
@@ -447,9 +445,9 @@ def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, no
     ``ln_f.*``, as ``nn.TransformerEncoder(norm=...)`` ends a pre-LN stack) run with our
     parameters (``torch.func.functional_call``); ``causal``: its causal ``src_mask``.
     Unbiased attention is torch's attention with zero biases.  A block the encoder layer cannot
-    be (GELU, RMSNorm, no W_o, no FFN bias) is composed from torch's functions instead
-    (:func:`composed_block`)."""
-    if activation != "relu" or normalization != "layernorm" or any(
+    be (GELU, RMSNorm, no W_o, no FFN bias, norm "inner": x + LN(f(x))) is composed from
+    torch's functions instead (:func:`composed_block`)."""
+    if activation != "relu" or normalization != "layernorm" or norm == "inner" or any(
             k not in p for k in _STANDARD_BLOCK):
         return composed_block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm,
                               causal=causal, activation=activation, normalization=normalization)
@@ -502,6 +500,9 @@ def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=
     if norm == "post":
         h = normed(x + mha(x), "ln1")
         return normed(h + mlp(h), "ln2")
+    if norm == "inner":  # x + LN(f(x)): each sublayer's output normalised before the sum
+        h = x + normed(mha(x), "ln1")
+        return h + normed(mlp(h), "ln2")
     h = x + mha(normed(x, "ln1"))
     out = h + mlp(normed(h, "ln2"))
     return normed(out, "ln_f") if norm == "pre_final" else out

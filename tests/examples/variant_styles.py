@@ -10,6 +10,7 @@ version (``build(style, buggy)``):
 * ``plain_layernorm``: LayerNorm without gamma and beta;
 * ``ffn_no_b2``: an FFN without its second bias;
 * ``per_head_attention``: attention built from per-head projection layers, without W_o;
+* ``single_head_attention``: the slides' single-head attention (no ``n_heads``);
 * ``gpt_block``: a GPT-style causal, pre-LN block with its final LayerNorm (attention causal
   only, a layer norm, per-head-free fused projections);
 * ``lean_block``: a block whose parts declare their own variants (attention without W_o, an
@@ -383,6 +384,26 @@ def _per_head_attention(buggy):
                 CAPABILITIES={"attention": {"W_o": False, "heads": "per_head"}})
 
 
+def _single_head_attention(buggy):
+    """The slides' single-head attention: no n_heads, d_k = H, with W_o and b_o."""
+    def attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
+                          mask=None):
+        head = Head(W_q, W_k, W_v, b_q, b_k, b_v, buggy=buggy)
+        ctx = head.forward(x, mask)
+        return ctx @ W_o + (0 if b_o is None else b_o), (head, ctx, W_o, b_o is not None)
+
+    def attention_backward(dy, cache):
+        head, ctx, W_o, has_b = cache
+        H = ctx.shape[-1]
+        dW_o = ctx.reshape(-1, H).T @ dy.reshape(-1, H)
+        dx = head.backward(dy @ W_o.T)
+        db = head.db if has_b else [None] * 3
+        return (dx, *head.dW, dW_o, *db, dy.reshape(-1, H).sum(0) if has_b else None)
+
+    return dict(attention_forward=attention_forward, attention_backward=attention_backward,
+                CAPABILITIES={"attention": {"heads": "single"}})
+
+
 def _block_style(cls, capabilities: dict):
     """The adapter of a class-based block (a fresh object per forward is the cache)."""
     def make(buggy):
@@ -415,6 +436,7 @@ STYLES = {
     "plain_layernorm": (_plain_layernorm, "layernorm"),
     "ffn_no_b2": (_ffn_no_b2, "ffn"),
     "per_head_attention": (_per_head_attention, "attention"),
+    "single_head_attention": (_single_head_attention, "attention"),
     "gpt_block": (_gpt_block, "block"),
     "lean_block": (_lean_block, "block"),
 }

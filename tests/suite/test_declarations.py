@@ -185,7 +185,7 @@ def test_a_single_form_the_code_does_not_default_to_is_named():
     assert capabilities(_impl({"key_mask": False, "attention": {"causal": (False, True)}},
                               attention_forward=_attention_taking_causal))
     # the reference itself takes every keyword option
-    assert capabilities(reference)["block"]["norm"] == ("post", "pre", "pre_final")
+    assert capabilities(reference)["block"]["norm"] == ops.BLOCK_NORMS
 
 
 def test_several_forms_of_code_without_the_keyword_are_named():

@@ -154,7 +154,9 @@ def test_the_reference_declares_and_passes_every_variant_it_implements():
     for op, options in VARIANTS.items():
         for name, option in options.items():
             if (op, name) != ("attention", "heads"):  # a layout the proxy adapts
-                if (op, name) == ("cross_entropy", "ignore_index"):
+                if name == "reduction":  # the keyword; the other forms the proxy derives
+                    assert caps[op][name] == ("keyword",), (op, name)
+                elif (op, name) == ("cross_entropy", "ignore_index"):
                     assert caps[op][name] == (True,)
                 else:
                     assert caps[op][name] == option.values, (op, name)
@@ -195,3 +197,47 @@ def test_a_probability_loss_is_composed_with_the_protocols_softmax():
         np.testing.assert_allclose(got_d, want_d, rtol=1e-12, atol=1e-15)
         with pytest.raises(NotApplicable, match="ignore_index"):  # it has none
             proxy.cross_entropy_forward(logits, np.array([0, -100, 3, 1]))
+
+
+def _clipped_ce_module(tmp_path, monkeypatch, name: str, caps: dict):
+    """A cross-entropy on np.clip(p, 1e-7, 1 - 1e-7), the two-sided clip real code writes."""
+    import importlib
+    import textwrap
+
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
+        import numpy as np
+
+        CAPABILITIES = {caps!r}
+
+        def cross_entropy_forward(logits, labels, *, ignore_index=-100, reduction="mean"):
+            z = logits - logits.max(-1, keepdims=True)
+            p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+            keep = labels != ignore_index
+            safe = np.where(keep, labels, 0)
+            p_label = np.take_along_axis(p, safe[..., None], -1)[..., 0]
+            n = max(int(keep.sum()), 1) if reduction == "mean" else 1
+            loss = -(np.log(np.clip(p_label, 1e-7, 1 - 1e-7)) * keep).sum() / n
+            return loss.astype(logits.dtype), (p, safe, keep, n)
+
+        def cross_entropy_backward(dloss, cache):
+            p, safe, keep, n = cache
+            d = p.copy()
+            np.put_along_axis(d, safe[..., None],
+                              np.take_along_axis(d, safe[..., None], -1) - 1, -1)
+            return (d * keep[..., None] * d.dtype.type(dloss / n),)
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)
+
+
+def test_a_two_sided_probability_clip_is_judged_as_declared(tmp_path, monkeypatch):
+    """np.clip(p, eps, 1 - eps) declared as guards prob_clip_both: green, judged against the
+    same clipped formula; undeclared, the loss at a confident correct prediction (-log(1 -
+    eps) > 0 where the true loss is ~0) is red."""
+    declared = _clipped_ce_module(tmp_path, monkeypatch, "ce_clip_declared",
+                                  {"guards": {"prob_clip_both": 1e-7}})
+    report = check_implementation(declared, ops=["cross_entropy"])
+    assert report.verdicts()["cross_entropy"] == "ok", report.summary()
+    bare = _clipped_ce_module(tmp_path, monkeypatch, "ce_clip_bare", {})
+    report = check_implementation(bare, ops=["cross_entropy"])
+    assert report.verdicts()["cross_entropy"] == "FAIL", report.summary()

@@ -23,11 +23,23 @@ def _layer_spec(impl, op):
     fwd, bwd = OPS[op].pair
     forward, backward = getattr(impl, fwd), getattr(impl, bwd)
     spec = getattr(backward, "__minibert_layer__", None)
-    if spec is None or not spec.grads:
+    if spec is None or not spec.attribute_grads:
         raise NotApplicable(f"not applicable: {impl._impl_label} does not claim gradients "
                             f"accumulated on a layer ({bwd} is not a class layer with gradient "
                             "attributes declared with spec.suite.adapters.layer)")
+    if spec.single_use:
+        raise NotApplicable(f"not applicable: {bwd} is declared single use (single_use=True: "
+                            "its backward frees the forward's activations), so two backward "
+                            "calls on one forward are not a use it has")
     return forward, backward, spec
+
+
+def _own(cache):
+    """The layer's own cache (spec.suite.adapters.LayerCache) inside the proxy's wrappers (a
+    per-head layout, a rank adaptation, a reduction: each keeps the inner cache as .inner)."""
+    while hasattr(cache, "inner") and not hasattr(cache, "layer"):
+        cache = cache.inner
+    return cache
 
 
 @check("invariant", "", cases=[(f"{op}.grad_accumulates", {"op": op}) for op in PAIR_OPS],
@@ -54,16 +66,16 @@ def layer_gradients_accumulate_as_declared(impl, op):
         def grads_for(dout, ex=ex):
             _, cache = forward(**ex.inputs, **ex.fixed)
             backward(dout, cache)
-            return {k: np.array(v, copy=True) for k, v in spec.read_grads(cache).items()}
+            return {k: np.array(v, copy=True) for k, v in spec.read_grads(_own(cache)).items()}
 
         g1, g2 = grads_for(d1), grads_for(d2)
         _, cache = forward(**ex.inputs, **ex.fixed)
         backward(d1, cache)  # zeroes the attributes first when accumulate=True
-        spec.run_backward(cache, d2)  # the layer's own backward, nothing zeroed
-        got = spec.read_grads(cache)
+        spec.run_backward(_own(cache), d2)  # the layer's own backward, nothing zeroed
+        got = spec.read_grads(_own(cache))
         rule = "g(d1) + g(d2) (accumulate=True)" if spec.accumulate else \
             "g(d2) (accumulate=False: replaced)"
-        for name, path in spec.grads.items():
+        for name, path in spec.attribute_grads.items():
             if name not in got:
                 continue
             want = g1[name] + g2[name] if spec.accumulate else g2[name]

@@ -198,33 +198,95 @@ def clip_matches_torch(impl, max_norm):
                       f"clipped (gradient set {seed}, guard norm + {eps:g})")
 
 
-@check("oracle.forward", "adam.pipeline", requires=TORCH, was="optimizer_pipeline",
-       equations=("optim.adamw", "schedule.warmup_linear", "clip.global_norm"))
-def clip_schedule_adamw_pipeline_matches_torch(impl):
-    """clip_grad_norm_ -> AdamW (no-decay groups) -> LambdaLR, step by step, vs ours.  LambdaLR
-    applies lambda(k) at optimizer step k (0-based): the same indexing as warmup_linear_lr."""
+PIPELINE = ("adam", "schedule", "clip")
+# each op of the pipeline: the protocol names it is made of
+_PIPELINE_NAMES = {"adam": ("adam_init", "adam_step"), "schedule": ("warmup_linear_lr",),
+                   "clip": ("clip_by_global_norm",)}
+
+
+def _pipeline(ns, convention: bool) -> None:
+    """clip -> AdamW (no-decay groups) -> warmup + linear decay, step by step, ``ns``'s
+    functions against torch: clip_grad_norm_, torch.optim.AdamW and a LambdaLR of the true
+    schedule (the reference's, or Hugging Face's under the declared lr(0)=0 convention,
+    ``convention``).  Raises AssertionError at the first step whose parameters differ."""
     import torch
+
+    import reference
 
     peak, warmup, total = 0.05, 3, 8
     params = _params(5)
     tp = _torch_params(params)
     opt = torch.optim.AdamW(_groups(tp, 0.01), lr=peak, foreach=False)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: impl.warmup_linear_lr(s, peak_lr=1.0, warmup_steps=warmup,
-                                             total_steps=total))
-    state = impl.adam_init(params)
-    kw, eps = clip_call(impl)
+    if convention:
+        import transformers
+
+        sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
+    else:
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: reference.warmup_linear_lr(s, peak_lr=1.0, warmup_steps=warmup,
+                                                      total_steps=total))
+    state = ns.adam_init(params)
+    kw, eps = clip_call(ns)
     for step in range(total):
         g = _grads(step, scale=3.0)
-        clipped, _ = impl.clip_by_global_norm(g, 1.0, **kw)
-        lr = impl.warmup_linear_lr(step, peak_lr=peak, warmup_steps=warmup, total_steps=total)
+        clipped, _ = ns.clip_by_global_norm(g, 1.0, **kw)
+        lr = ns.warmup_linear_lr(step, peak_lr=peak, warmup_steps=warmup, total_steps=total)
         # lr(0) = 0 only under the declared convention (the derivation's §8.1)
-        assert lr > 0 or (step == 0 and "lr(0)=0" in capabilities(impl)["conventions"]), (
-            f"lr({step}) = {lr!r}")
-        params, state = impl.adam_step(params, clipped, state, lr=lr, weight_decay=0.01)
+        assert lr > 0 or (step == 0 and convention), f"lr({step}) = {lr!r}, expected > 0"
+        params, state = ns.adam_step(params, clipped, state, lr=lr, weight_decay=0.01)
         for k, p in tp.items():
             p.grad = torch.tensor(g[k])
         torch_clip(list(tp.values()), 1.0, eps)
+        expected_lr = opt.param_groups[0]["lr"]
         opt.step()
         sched.step()
-        _assert_each_close(params, _to_np(tp), f"params after step {step}")
+        _assert_each_close(params, _to_np(tp), f"params after step {step} (lr {lr!r}, "
+                                               f"expected {expected_lr!r})")
+
+
+class _Mixed:
+    """The implementation's functions for the ops of ``own``, the reference's for the others
+    (the suite's own proxy of the reference: the same conventions apply)."""
+
+    def __init__(self, impl, own):
+        import reference
+        from spec.protocol import ImplProxy
+
+        ref = ImplProxy(reference, "reference")
+        self.CAPABILITIES = capabilities(impl)  # the implementation's guards for its clip
+        for op, names in _PIPELINE_NAMES.items():
+            for name in names:
+                object.__setattr__(self, name, getattr(impl if op in own else ref, name))
+
+
+@check("oracle.forward", "adam.pipeline", requires=TORCH, was="optimizer_pipeline",
+       equations=("optim.adamw", "schedule.warmup_linear", "clip.global_norm"))
+def clip_schedule_adamw_pipeline_matches_torch(impl):
+    """clip_grad_norm_ -> AdamW (no-decay groups) -> LambdaLR, step by step, vs ours.  LambdaLR
+    applies lambda(k) at optimizer step k (0-based): the same indexing as warmup_linear_lr.  A
+    red blames the ops at fault: each op is run alone with the reference's other two (the
+    pipeline of one's own op and the reference's others fails exactly when that op does); an
+    op that passes alone is not credited with another's fault."""
+    from spec.suite.registry import Blame
+
+    convention = "lr(0)=0" in capabilities(impl)["conventions"]
+    try:
+        _pipeline(impl, convention)
+        return
+    except AssertionError as e:
+        failure = e
+    blamed, alone = [], {}
+    for op in PIPELINE:
+        try:
+            _pipeline(_Mixed(impl, {op}), convention and op == "schedule")
+        except AssertionError as e:
+            blamed.append(op)
+            alone[op] = str(e).splitlines()[0]
+    if not blamed:  # no op fails alone: the fault is in how they combine
+        raise Blame(PIPELINE, f"{failure} (each op passes alone with the reference's others: "
+                              "the fault is in how they combine)")
+    cleared = [op for op in PIPELINE if op not in blamed]
+    raise Blame(tuple(blamed), "; ".join(f"{op} (with the reference's other ops): {alone[op]}"
+                                         for op in blamed)
+                + (f" -- {' and '.join(cleared)} pass with the reference's others: not at "
+                   "fault" if cleared else ""))

@@ -1,0 +1,72 @@
+"""Class-style layers in the shapes real code has, whose maths is the reference's kernels called
+through ``reference.ops`` at call time (so a catalog mutant applied to the reference is a bug of
+these classes too): what ``minibert adapter infer`` is tested on (tests/suite/test_infer.py).
+
+Linear keeps its weight torch-style ``[out, in]`` and returns its gradients as attributes;
+LayerNorm keeps gamma and beta in a dict and adds into its gradients; ReLU's backward needs the
+forward's input again; GELU frees its activations; Softmax returns ``(p, extra)``."""
+
+import numpy as np
+
+from reference import ops
+
+
+class Linear:
+    def __init__(self, n_in, n_out):
+        self.weight = np.zeros((n_out, n_in))  # [out, in]: transposed against the protocol
+        self.bias = np.zeros(n_out)
+
+    def forward(self, x):
+        y, self.cache = ops._linear_forward(x, self.weight.T, self.bias)
+        return y
+
+    def backward(self, dy):
+        dx, dW, db = ops._linear_backward(dy, self.cache)
+        self.grad_weight, self.grad_bias = dW.T, db
+        return dx
+
+
+class LayerNorm:
+    def __init__(self, dim, eps=1e-12):
+        self.params = {"gamma": np.ones(dim), "beta": np.zeros(dim)}
+        self.grads = {"gamma": np.zeros(dim), "beta": np.zeros(dim)}
+        self.eps = eps
+
+    def forward(self, x):
+        y, self.cache = ops._layernorm_forward(x, self.params["gamma"], self.params["beta"],
+                                               self.eps)
+        return y
+
+    def backward(self, dy):
+        dx, dgamma, dbeta = ops._layernorm_backward(dy, self.cache)
+        self.grads["gamma"] += dgamma
+        self.grads["beta"] += dbeta
+        return dx
+
+
+class ReLU:
+    def forward(self, x):
+        return ops._relu_forward(x)[0]
+
+    def backward(self, x, dy):  # the forward's input again
+        return ops._relu_backward(dy, ops._relu_forward(x)[1])[0]
+
+
+class GELU:
+    def forward(self, x):
+        y, self.cache = ops._gelu_forward(x)
+        return y
+
+    def backward(self, dy):
+        (dx,) = ops._gelu_backward(dy, self.cache)
+        del self.cache  # frees its activations: one backward per forward
+        return dx
+
+
+class Softmax:
+    def forward(self, x):
+        p, self.cache = ops._softmax_forward(x)
+        return p, {"max": x.max(axis=-1)}  # (out, extra)
+
+    def backward(self, dp):
+        return ops._softmax_backward(dp, self.cache)[0]

@@ -1,0 +1,215 @@
+"""``minibert adapter infer``: the adapter it proposes for class-style code
+(tests/examples/infer_layers.py: a transposed weight, gradients in a dict added into, a backward
+needing its input again, a single-use backward, a tuple output) takes every class for its op,
+is green on the correct code, and -- decided by forward outputs and shapes only -- never turns a
+catalog bug of those ops into a pass."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from spec.mutants import CATALOG, applied
+from spec.suite.infer import PROBES, infer_source
+from tests.examples import infer_layers
+from tests.unshrunk import check_implementation
+
+MODULE = infer_layers.__name__
+_TARGET = re.compile(r"^ops\._(?P<op>[a-z]+)_(forward|backward)$")
+
+
+def _load(tmp_path, monkeypatch, source: str, name: str):
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(name, None)
+    return importlib.import_module(name)
+
+
+def _op(m) -> str | None:
+    """The op a mutant breaks, when all its edits are kernels of one op infer knows."""
+    found = [_TARGET.match(t) for t in m.targets]
+    ops = {f.group("op") if f else None for f in found}
+    return ops.pop() if len(ops) == 1 and None not in ops and ops <= set(PROBES) else None
+
+
+MUTANTS = sorted(n for n, m in CATALOG.items() if _op(m))
+
+
+def test_infer_decides_each_convention_with_its_evidence():
+    src = infer_source(MODULE)
+    for want in ("transposed=('W',)", "grads={'W': 'grad_weight', 'b': 'grad_bias'}",
+                 "grads={'gamma': 'grads.gamma', 'beta': 'grads.beta'}", "accumulate=True",
+                 "eps=eps", "again=('x', 'dout')", "single_use=True", "output=0"):
+        assert want in src, src
+    assert "equals the reference linear_forward" in src
+    assert "nothing" in src.split("# not mapped")[1], src  # every class mapped
+
+
+def test_the_inferred_adapter_is_green_on_correct_code(tmp_path, monkeypatch):
+    adapter = _load(tmp_path, monkeypatch, infer_source(MODULE), "inferred_ok")
+    report = check_implementation(adapter, ops=list(PROBES))
+    failed = [f"{r.id}: {r.message[:300]}" for r in report.failures()]
+    assert not failed, "\n".join(failed)
+    assert all(report.verdicts()[op] == "ok" for op in PROBES), report.verdicts()
+
+
+def _fingerprint(op: str) -> list:
+    """What the example's class for ``op`` computes on two probes: its forward output and every
+    gradient (through the hand-checked adapter inferred from the correct code), to tell
+    whether a mutant reaches it at all."""
+    from spec.suite.infer import _probe_values
+
+    adapter = _CORRECT.setdefault("adapter", _exec(infer_source(MODULE)))
+    fwd, bwd = getattr(adapter, f"{op}_forward"), getattr(adapter, f"{op}_backward")
+    out = []
+    for seed in (0, 1):
+        vals = _probe_values(PROBES[op], seed)
+        y, cache = fwd(*vals.values())
+        out += [y, *(g for g in bwd(np.cos(y), cache) if g is not None)]
+    return out
+
+
+_CORRECT: dict = {}
+
+
+def _exec(source: str):
+    import types
+
+    module = types.ModuleType("inferred_correct")
+    exec(compile(source, "<inferred>", "exec"), module.__dict__)  # noqa: S102 -- our own output
+    return module
+
+
+def test_the_catalog_mutants_of_the_inferred_ops_are_tried():
+    assert len(MUTANTS) >= 15, MUTANTS
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_infer_never_infers_a_bug_away(name, tmp_path, monkeypatch):
+    """Under the mutant, the class's forward either no longer equals the reference's (the op is
+    not mapped: n/a, never a pass) or the adapter maps it and the op is red.  A mutant that
+    does not change what the example's class computes (a branch it never takes: the tanh GELU,
+    LayerNorm without its affine map) does not apply to it."""
+    op = _op(CATALOG[name])
+    want = _fingerprint(op)
+    with applied(name):
+        try:
+            got = _fingerprint(op)
+        except Exception:  # noqa: BLE001 -- the mutant changes what it computes: it applies
+            got = []
+    if got and all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(got, want)):
+        pytest.skip(f"{name} does not change what the example's {op} class computes")
+    with applied(name):
+        source = infer_source(MODULE)
+        adapter = _load(tmp_path, monkeypatch, source, f"inferred_{name}")
+        report = check_implementation(adapter, ops=[op], first_red=True)
+    verdict = report.verdicts()[op]
+    assert verdict != "ok", f"{name} passes under the inferred adapter:\n{source}"
+    if f"{op}_forward, {op}_backward = layer(" in source:
+        assert verdict == "FAIL", (verdict, report.summary())
+
+
+def test_infer_declares_the_ranks_a_layer_runs_on(tmp_path, monkeypatch):
+    """A Dense whose backward transposes (0, 2, 1) runs on [B, T, n] inputs only: the adapter
+    declares CAPABILITIES ranks linear (3,), so that the suite reshapes the other ranks."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+
+        class Dense:
+            def __init__(self, units, inputs=None):
+                self.w, self.b = np.zeros((inputs, units)), np.zeros(units)
+
+            def forward(self, X):
+                self.X = X
+                return X @ self.w + self.b
+
+            def backward(self, error):
+                self.grad_w = np.sum(np.matmul(self.X.transpose(0, 2, 1), error), axis=0)
+                self.grad_b = np.sum(error, axis=(0, 1))
+                return error @ self.w.T
+        """), "rank3_dense")
+    src = infer_source("rank3_dense")
+    assert "CAPABILITIES = {'ranks': {'linear': (3,)}}" in src, src
+    assert "impl.Dense(units=W.shape[1], inputs=W.shape[0])" in src, src
+
+
+def test_minibert_adapter_infer_writes_the_adapter_once(tmp_path, capsys):
+    from spec.cli import main as minibert
+
+    out = tmp_path / "inferred.py"
+    assert minibert(["adapter", "infer", MODULE, "-o", str(out)]) == 0
+    assert out.read_text() == infer_source(MODULE)
+    assert minibert(["adapter", "infer", MODULE, "-o", str(out)]) == 2  # never overwritten
+    assert "exists" in capsys.readouterr().err
+
+
+def test_infer_declares_a_layernorm_without_affine_map_or_eps(tmp_path, monkeypatch):
+    """A LayerNorm written as (x - mu) / std with a Jacobian backward (no gamma, beta or eps):
+    the standard form does not match its forward, the affine-free one does; the adapter
+    declares affine=False and eps=False, and the class is green in its row (eps = 0 calls are
+    taken by a class layer with no eps)."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+
+        class LayerNorm:
+            def forward(self, x):
+                self.sigma = x.std(axis=-1, keepdims=True)
+                self.xs = x - x.mean(axis=-1, keepdims=True)
+                return self.xs / self.sigma
+
+            def backward(self, dy):
+                N = self.xs.shape[-1]
+                s, xs = self.sigma[..., None], self.xs[..., None]
+                D = -(xs * xs.swapaxes(-1, -2) + s ** 2) / s ** 3 / N
+                D[..., range(N), range(N)] += 1 / s.squeeze(-1)
+                return (D @ dy[..., None]).squeeze(-1)
+        """), "plain_ln")
+    src = infer_source("plain_ln")
+    assert "CAPABILITIES = {'layernorm': {'affine': False, 'eps': False}}" in src, src
+    adapter = _load(tmp_path, monkeypatch, src, "plain_ln_adapter")
+    report = check_implementation(adapter, ops=["layernorm"])
+    assert report.verdicts()["layernorm"] == "ok", report.summary()
+    assert report.counts().get("passed", 0) >= 8, report.counts()
+
+
+def test_infer_tells_the_tanh_gelu_from_the_erf_one(tmp_path, monkeypatch):
+    """The two GELUs differ by ~3e-4: the forward output decides, and a tanh-only class is
+    declared fixed={'approximate': 'tanh'} -- green on the tanh form, n/a on the erf one."""
+    from spec.protocol import ImplProxy, NotApplicable
+
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import math
+
+        import numpy as np
+
+        class GELU:
+            def forward(self, x):
+                self.x = x
+                self.t = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))
+                return 0.5 * x * (1 + self.t)
+
+            def backward(self, dy):
+                x, t = self.x, self.t
+                du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)
+                return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * du)
+        """), "tanh_gelu")
+    src = infer_source("tanh_gelu")
+    assert "fixed={'approximate': 'tanh'}" in src, src
+    adapter = _load(tmp_path, monkeypatch, src, "tanh_gelu_adapter")
+    report = check_implementation(adapter, ops=["gelu"])
+    assert report.verdicts()["gelu"] == "ok", report.summary()
+    with pytest.raises(NotApplicable, match="computes approximate='tanh' only"):
+        ImplProxy(adapter, "tanh_gelu").gelu_forward(np.ones(3), approximate="none")
+
+
+def test_a_module_that_does_not_import_is_a_clear_error(capsys):
+    from spec.cli import main as minibert
+
+    assert minibert(["adapter", "infer", "no_such_module_xyz"]) == 2
+    assert "module 'no_such_module_xyz' does not import: ModuleNotFoundError" in \
+        capsys.readouterr().err
