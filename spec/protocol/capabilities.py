@@ -10,6 +10,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from spec.protocol import arrays
+
 # the conventions an implementation may declare, and the warning that reports one
 from spec.protocol.conventions import CONVENTIONS, ConventionWarning  # noqa: F401 (re-exported)
 from spec.protocol.guards import GUARDS, MAX_GUARD
@@ -23,7 +25,10 @@ from spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary
 )
 
 DEFAULT_CAPABILITIES = {"attention_bias": True, "key_mask": True, "weight_decay": True,
-                        "ranks": {}, "conventions": (), "guards": {}}
+                        "ranks": {}, "conventions": (), "guards": {},
+                        # the array library it computes on: its calls are converted from and to
+                        # NumPy (spec/protocol/arrays.py)
+                        "arrays": "numpy"}
 # ops that act on the last axis alone: any rank can be reshaped to one the implementation
 # accepts; the names of their forward arguments (in protocol order) that carry the leading axes
 RANK_ADAPTABLE = {"linear": ("x",), "layernorm": ("x",), "softmax": ("x", "mask"),
@@ -44,6 +49,7 @@ def capabilities(impl) -> dict:
                    sorted(DEFAULT_CAPABILITIES) + sorted(VARIANTS))
     reject_unknown("CAPABILITIES", "conventions", caps["conventions"], sorted(CONVENTIONS))
     _validate_guards(caps["guards"])
+    arrays.validate(caps["arrays"])
     for op, options in VARIANTS.items():
         caps[op] = _variant_values(op, caps.get(op, {}), options)
     return caps
