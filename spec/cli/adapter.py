@@ -20,6 +20,8 @@ CAPABILITY_HELP = {
              "other ranks are reshaped to one of them",
     "conventions": "documented conventions you follow, reported with the number they change",
     "guards": "numerical guards, judged against the same guarded formula (spec/protocol/guards.py)",
+    "arrays": "the array library it computes on, e.g. 'torch' or 'array_api_strict': inputs handed "
+              "and results read back through array-api-compat (spec/protocol/arrays.py)",
 }
 
 
