@@ -355,17 +355,97 @@ def matrix_markdown(rows: Sequence[MatrixRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def matrix_command(args, console) -> int:
-    """``minibert mutate --matrix [NAMES] [--rerun] [-o report.md]``: record the matrix into
-    spec/results/mutation_matrix.json (only stale or missing rows rerun) and print it."""
+MATRIX_SCHEMA = "minibert-matrix/1"  # a matrix run's own record (--json): a shard, or all
+
+
+def matrix_record(rows: Sequence[MatrixRow], settings: dict, plan: dict | None) -> dict:
+    """The JSON record of one matrix run (``minibert mutate --matrix --json FILE``): its rows,
+    settings and shard plan; ``minibert report merge`` joins the records of N shards."""
+    return {"schema": MATRIX_SCHEMA, "settings": settings,
+            **({"shard": plan} if plan is not None else {}),
+            "exit_code": matrix_exit_code(rows),
+            "rows": {r.mutant: asdict(r) for r in rows}}
+
+
+def matrix_exit_code(rows: Sequence[MatrixRow]) -> int:
+    """1 when a mutant is killed by none of the tests tagged with its equation, else 0."""
+    return 1 if any(not r.killers and r.status != "n/a" for r in rows) else 0
+
+
+def merge_matrix_records(records: Sequence[tuple[str, dict]]) -> tuple[list[MatrixRow], dict]:
+    """The rows (in the run's order) and settings of the matrix that the shard records
+    ``(name, record)`` of one ``minibert mutate --matrix --shard k/N`` run make; a ValueError
+    naming the shards when they are not the shards of one run."""
+    from spec.suite.shard import verify_shards
+
+    ordered = verify_shards(records, MATRIX_SCHEMA, "a mutation matrix record")
+    rows: dict[str, MatrixRow] = {}
+    for name, rec in ordered:
+        plan = rec["shard"]
+        if not isinstance(rec.get("rows"), dict) or sorted(rec["rows"]) != sorted(plan["items"]):
+            raise ValueError(f"{name}: its rows are not the mutants of its shard "
+                             f"{plan['index']}/{plan['count']}")
+        for mutant, row in rec["rows"].items():
+            try:
+                rows[mutant] = MatrixRow(**{k: row[k] for k in MatrixRow.__dataclass_fields__
+                                            if k in row})
+            except TypeError as e:
+                raise ValueError(f"{name}: row {mutant}: expected a matrix row ({e})") from None
+    return [rows[m] for m in ordered[0][1]["shard"]["selection"]], ordered[0][1]["settings"]
+
+
+def print_matrix(console, rows: Sequence[MatrixRow], title: str) -> None:
+    """The matrix as a table: per mutant, how many of its tagged tests kill it, by file."""
     from rich.markup import escape
     from rich.table import Table
 
+    table = Table(title=title)
+    for col in ("mutant", "equation", "killed / tagged", "killing tests by file", "s"):
+        table.add_column(col, justify="right" if col in ("s", "killed / tagged") else "left")
+    for r in sorted(rows, key=lambda r: (len(r.killers), r.mutant)):
+        files = ", ".join(f"{f.removeprefix('tests/')} {k}/{t}"
+                          for f, (k, t) in r.by_file().items() if k)
+        colour = "green" if r.killers else "red"
+        table.add_row(r.mutant, r.equation, f"[{colour}]{len(r.killers)}/{len(r.tests)}[/]",
+                      escape(files or r.message), f"{r.seconds:.1f}")
+    console.print(table)
+    unseen = [r.mutant for r in rows if not r.killers and r.status != "n/a"]
+    if unseen:
+        console.print(f"[red]not killed by the tests tagged with their equation: "
+                      f"{', '.join(unseen)}[/]")
+
+
+def matrix_command(args, console, settings: dict | None = None) -> int:
+    """``minibert mutate --matrix [NAMES] [--rerun] [-o report.md] [--shard K/N --json FILE]``:
+    record the matrix into spec/results/mutation_matrix.json (``--matrix-file``; only stale
+    or missing rows rerun) and print it.  ``--shard K/N``: only shard K of the mutants,
+    dealt by the seconds each row took (the recorded matrix's, or ``--durations``);
+    ``--json FILE``: this run's record (with ``settings``: what the shards of one run share),
+    which ``minibert report merge`` joins."""
+    from rich.markup import escape
+
+    from spec.suite.shard import durations_from, parse_shard, read_durations, shard_plan
+
     names = select(args.mutants)
+    matrix_file = Path(args.matrix_file) if args.matrix_file else MATRIX_PATH
     start = time.perf_counter()
+    recorded = read_matrix(matrix_file) or {"rows": {}}
+    plan = None
+    if args.shard:
+        k, n = parse_shard(args.shard)
+        if not args.json:
+            raise ValueError("--shard: expected --json FILE (the shard's record, for "
+                             "minibert report merge)")
+        if n > len(names):
+            raise ValueError(f"--shard {args.shard}: {n} shards for {len(names)} mutants")
+        durations = (read_durations(args.durations) if args.durations
+                     else durations_from(recorded, str(matrix_file)))
+        plan = shard_plan(names, durations, k, n)
+        names = plan["items"]
+    elif args.durations:
+        raise ValueError("--durations: applies to --shard only")
     console.print("collecting the tagged tests ...")
     tagged = tagged_by_equation()
-    recorded = read_matrix() or {"rows": {}}
     previous = {} if args.rerun else recorded["rows"]
     stale = [n for n in names if (previous.get(n) or {}).get("fingerprint")
              != fingerprint(n, tagged.get(CATALOG[n].equation, ()))]
@@ -400,28 +480,30 @@ def matrix_command(args, console) -> int:
     merged = {k: v for k, v in recorded["rows"].items() if k in CATALOG}
     merged.update({r.mutant: asdict(r) for r in rows})
     elapsed = time.perf_counter() - start
-    write_matrix(merged, profile=args.profile,
-                 note="minibert mutate --matrix: per mutant, the tests tagged with its "
-                      "equation (no -x); killers = failing node ids")
-    table = Table(title=f"mutation matrix: {len(rows)} mutants, profile {args.profile} "
-                        f"({elapsed:.0f} s, {len(stale)} run)")
-    for col in ("mutant", "equation", "killed / tagged", "killing tests by file", "s"):
-        table.add_column(col, justify="right" if col in ("s", "killed / tagged") else "left")
-    for r in sorted(rows, key=lambda r: (len(r.killers), r.mutant)):
-        files = ", ".join(f"{f.removeprefix('tests/')} {k}/{t}"
-                          for f, (k, t) in r.by_file().items() if k)
-        colour = "green" if r.killers else "red"
-        table.add_row(r.mutant, r.equation, f"[{colour}]{len(r.killers)}/{len(r.tests)}[/]",
-                      escape(files or r.message), f"{r.seconds:.1f}")
-    console.print(table)
+    write_matrix(merged, matrix_file, profile=args.profile, note=MATRIX_NOTE)
+    print_matrix(console, rows, f"mutation matrix: {len(rows)} mutants, profile {args.profile} "
+                                f"({elapsed:.0f} s, {len(stale)} run)"
+                 + (f", shard {plan['index']}/{plan['count']}" if plan else ""))
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(matrix_markdown(rows), encoding="utf-8")
+        write_markdown(Path(args.output), rows)
         console.print(f"mutant x test file report written to {args.output}")
-    console.print(f"matrix written to {MATRIX_PATH.relative_to(ROOT)} in {elapsed:.0f} s")
-    unseen = [r.mutant for r in rows if not r.killers and r.status != "n/a"]
-    if unseen:
-        console.print(f"[red]not killed by the tests tagged with their equation: "
-                      f"{', '.join(unseen)}[/]")
-        return 1
-    return 0
+    if args.json:
+        from reference.train.fileio import atomic_write
+
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(args.json, json.dumps(matrix_record(rows, settings or {}, plan),
+                                           indent=1) + "\n")
+        console.print(f"this run's record written to {args.json}")
+    console.print(f"matrix written to {matrix_file} in {elapsed:.0f} s")
+    return matrix_exit_code(rows)
+
+
+MATRIX_NOTE = ("minibert mutate --matrix: per mutant, the tests tagged with its equation (no -x); "
+               "killers = failing node ids")
+
+
+def write_markdown(path: Path, rows: Sequence[MatrixRow]) -> None:
+    from reference.train.fileio import atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(str(path), matrix_markdown(rows))

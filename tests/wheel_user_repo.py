@@ -239,6 +239,24 @@ def main() -> int:
         if [op for op, v in verdicts.items() if v == "FAIL"] != ["layernorm"]:
             fail(f"minibert check verdicts on the buggy module: {verdicts}")
 
+        # three shards of the buggy module's run (dealt by the durations shipped in the
+        # wheel) merge into the unsharded report: the same failed checks, the same exit
+        shards = []
+        for k in (1, 2, 3):
+            proc, _ = run([str(full / "minibert"), "check", "mybert_buggy", "--shard",
+                           f"{k}/3", "-o", str(tmp / f"shard-{k}.json")], repo, user_env(full))
+            shards.append(str(tmp / f"shard-{k}.json"))
+        proc, t6 = run([str(full / "minibert"), "report", "merge", *shards, "-o",
+                        str(tmp / "merged")], repo, user_env(full))
+        merged = (json.loads((tmp / "merged" / "report.json").read_text())
+                  if (tmp / "merged" / "report.json").exists() else {"results": []})
+        if proc.returncode != 1 or {r["id"] for r in merged["results"]
+                                    if r["outcome"] == "failed"} != check_failed:
+            fail(f"minibert report merge of 3 shards of the buggy module: exit "
+                 f"{proc.returncode}", proc)
+        print(f"3 shards of the buggy module merged: exit 1, the same failed checks ({t6:.1f} "
+              "s to merge)")
+
         # the plugin is inert unless used: a session of other tests is the same with it
         # installed as with it disabled (same tests, same Hypothesis profile and database)
         (repo / "test_other.py").write_text(OTHER_TESTS)
@@ -284,6 +302,15 @@ def main() -> int:
             fail(f"minibert check --oracle off without torch exited {c}", p)
         print(f"without torch: minibert check exit 2 ({refusal!r}); --oracle off exit 0 in "
               f"{t5:.0f} s")
+        proc, t7 = run([str(bare / "minibert"), "check", "--many", "mybert_*.py", "--oracle",
+                        "off", "--format", "json", "-o", str(tmp / "many.json")], repo,
+                       user_env(bare))
+        rows = ({i["name"]: i["exit_code"] for i in json.loads(
+            (tmp / "many.json").read_text())["implementations"]}
+            if (tmp / "many.json").exists() else {})
+        if proc.returncode != 1 or rows != {"mybert_buggy.py": 1, "mybert_fixed.py": 0}:
+            fail(f"minibert check --many 'mybert_*.py' without torch: {rows}", proc)
+        print(f"minibert check --many 'mybert_*.py' --oracle off: {rows} in {t7:.0f} s")
     print("wheel_user_repo: ok")
     return 0
 

@@ -1,8 +1,9 @@
 """``minibert adapter new MODULE``: a skeleton adapter for an implementation, generated from the
-op table (every protocol name with its signature and its contract in one line, every capability,
-convention and guard with one line of help), so that an adapter starts from the table.  Every
-row is commented out: the file imports as it is and provides nothing until a row is filled in
-(``minibert check`` then says so: exit 2, never a pass)."""
+op table (every protocol name with its signature and its contract in one line; every capability,
+convention, guard and variant option with what it accepts, from the protocol's tables), so that
+an adapter starts from the table.  Every row is commented out: the file imports as it is and
+provides nothing until a row is filled in (``minibert check`` then says so: exit 2, never a
+pass)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,6 @@ import importlib
 import inspect
 import re
 import sys
-
-# one line per CAPABILITIES key (tests/suite/test_adapters.py)
-CAPABILITY_HELP = {
-    "attention_bias": "False: attention / block without b_q, b_k, b_v, b_o (biased calls are n/a)",
-    "key_mask": "False: attention / block / softmax without a mask (masked calls are n/a)",
-    "weight_decay": "False: adam_step without weight_decay / no_decay (AdamW calls are n/a)",
-    "ranks": "{op: (ranks,)}: the ranks of the first input an op accepts, e.g. {'linear': (3,)}; "
-             "other ranks are reshaped to one of them",
-    "conventions": "documented conventions you follow, reported with the number they change",
-    "guards": "numerical guards, judged against the same guarded formula (spec/protocol/guards.py)",
-    "arrays": "the array library it computes on, e.g. 'torch' or 'array_api_strict': inputs handed "
-              "and results read back through array-api-compat (spec/protocol/arrays.py)",
-}
 
 
 def register(sub) -> None:
@@ -49,10 +37,36 @@ def _signature(row, name: str) -> str:
         return "(...)"
 
 
+def capabilities_lines() -> list[str]:
+    """The CAPABILITIES block of the skeleton, commented out: every key at its default with
+    what it accepts, every convention, every guard with its range, every op's options with
+    each value's meaning -- all generated from the protocol's tables and the text its
+    refusals use (spec.protocol.capabilities.accepted), never restated here."""
+    from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES
+    from spec.protocol.capabilities import VARIANTS, accepted
+    from spec.protocol.guards import GUARDS
+
+    out = ["CAPABILITIES = {"]
+    for key, default in DEFAULT_CAPABILITIES.items():
+        out.append(f"    # {key!r}: {default!r},  # {accepted(key)}")
+        if key == "conventions":
+            out += [f"    #     {c!r}" for c in sorted(CONVENTIONS)]
+        if key == "guards":
+            out += [f"    #     {k!r}: {accepted('guards', k)}: {v}" for k, v in GUARDS.items()]
+    for op, options in VARIANTS.items():
+        out.append(f"    # {op!r}: {{  # {accepted(op)}; the first value is the standard form")
+        for name, option in options.items():
+            how = (f" (selected by {option.argument}=: every value your {option.argument}= "
+                   "takes, or the one form of code without it)" if option.argument else "")
+            out.append(f"    #     {name!r}: {option.default!r},  # {accepted(op, name)}{how}")
+            out += [f"    #         {v!r}: {option.meaning[v]}" for v in option.values]
+        out.append("    # },")
+    return out + ["}"]
+
+
 def skeleton(module: str) -> str:
     """The adapter skeleton for ``module`` as Python source."""
-    from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
-    from spec.protocol.guards import GUARDS
+    from spec.protocol import OPS
 
     if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
         raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
@@ -66,15 +80,9 @@ def skeleton(module: str) -> str:
            '"""', "", (f"import {module}" if alias == module else f"import {module} as {alias}")
            + "  # noqa: F401 -- your implementation",
            "from spec.suite.adapters import layer, optimizer  # noqa: F401 -- class-style code",
-           "", "# What you do not support or do differently (absent keys claim everything):",
-           "CAPABILITIES = {"]
-    for key, default in DEFAULT_CAPABILITIES.items():
-        out.append(f"    # {key!r}: {default!r},  # {CAPABILITY_HELP.get(key, '')}")
-        if key == "conventions":
-            out += [f"    #     {c!r}" for c in sorted(CONVENTIONS)]
-        if key == "guards":
-            out += [f"    #     {k!r}: {v}" for k, v in GUARDS.items()]
-    out += ["}", ""]
+           "", "# What you do not support or do differently (absent keys claim everything;",
+           "# anything else is refused before a check runs, naming what it accepts):"]
+    out += capabilities_lines() + [""]
     for row in OPS.values():
         returns = row.returns()
         out.append(f"# --- {row.name}: {row.doc}" + (f"; backward returns {returns}"

@@ -69,6 +69,30 @@ def register(sub) -> None:
     g.add_argument("--list", action="store_true",
                    help="list the selected checks (id, kind, ops, file:line of the function "
                         "that defines it) and exit")
+    p1 = g.add_argument_group("past one machine (docs/past-one-machine.md)")
+    p1.add_argument("--shard", metavar="K/N",
+                    help="run shard K of N: a deterministic, duration-balanced part of the "
+                         "selected checks (requires -o FILE, the shard's JSON report; "
+                         "`minibert report merge` makes the one report of the N shards)")
+    p1.add_argument("--durations", metavar="FILE",
+                    help="with --shard: the seconds each check took, from an earlier report "
+                         "(any minibert check or merged JSON report) or an {id: seconds} file "
+                         "(default: the durations recorded on the bundled reference; a check "
+                         "they do not name weighs their mean)")
+    p1.add_argument("--database", metavar="DIR",
+                    help="share Hypothesis's example database in DIR with other runs: the "
+                         "failures found are saved there, and replayed first by later runs")
+    p1.add_argument("--replay", action="append", default=[], metavar="DIR",
+                    help="replay first the counterexamples saved in DIR's example database, "
+                         "read only (repeatable; e.g. the nightly run's, from the CI cache)")
+    p1.add_argument("--many", metavar="DIR_OR_GLOB",
+                    help="check every implementation there (one module or package per "
+                         "submission), each in its own process: one table of implementation "
+                         "x op (--format json/html with -o)")
+    p1.add_argument("--cluster", metavar="ADDRESS",
+                    help="with --many: run the implementations on a Dask cluster (the "
+                         "scheduler's address; local or local:N: a LocalCluster of N workers "
+                         "on this machine); needs the cluster extra")
     g.set_defaults(func=run)
 
 
@@ -118,6 +142,10 @@ def import_root(module_name: str, cwd: str) -> str | None:
 def run(args) -> int:
     from spec.suite.pool import launch_server
 
+    if args.many or args.cluster:
+        from spec.cli._many import many_command
+
+        return many_command(args)
     # the workers' fork server imports the suite while this process selects the checks
     server = launch_server() if args.impl and not args.list else None
     try:
@@ -157,18 +185,16 @@ def _run(args, server) -> int:
     _check_selection(args)
     try:
         expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail")
+        plan = _shard(args, checks)
     except ValueError as e:
         return _fail(str(e))
+    if plan is not None:
+        mine = set(plan["items"])
+        checks = [c for c in checks if c.id in mine]
     if args.format == "html" and not args.list:  # refuse before any check runs
-        if not args.output:
-            return _fail("--format html: expected -o DIR, the folder to write the report into")
-        from spec.report import check_output, require
-
-        try:
-            require()
-            check_output(Path(args.output))
-        except ValueError as e:
-            return _fail(str(e))
+        refused = html_refused(args.output)
+        if refused:
+            return _fail(refused)
     if args.list:
         for c in checks:
             print(f"{c.id}\t{c.kind}\t{','.join(c.ops)}\t{_where(c)}")
@@ -189,25 +215,43 @@ def _run(args, server) -> int:
                          "torch==2.13.0), or pass --oracle off to check without it")
     cwd = os.getcwd()
     paths = [p for p in dict.fromkeys([cwd, import_root(module, cwd)]) if p]
+    database = os.path.abspath(args.database) if args.database else None
+    replay = [os.path.abspath(d) for d in args.replay]
+    settings = run_settings(args, expected, paths, bool(database or replay))
     reason = probe_import(args.impl, args.timeout, paths=paths)  # an exit, crash or hang
     if reason is not None:
-        return _fail(f"could not run: {reason}")
+        from spec.suite.report import CheckReport
+
+        report = CheckReport(args.impl, [], args.oracle, args.bad_input, load_error=reason)
+        return _could_not_run(args, report, settings, plan)
     progress, done = _progress(len(checks))
     try:
         report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
                               total_timeout=args.total_timeout, oracle=args.oracle,
                               paths=paths, seed=args.seed,
                               max_examples=QUICK if args.quick else args.max_examples,
-                              first_red=args.first_red, on_result=progress, server=server)
+                              first_red=args.first_red, on_result=progress, server=server,
+                              database=database, replay=replay)
     finally:
         done()
     report.bad_input = args.bad_input
     report.results = apply_expectations(report.results, expected)
     if report.load_error is not None:  # one line, nothing else
-        return _fail(f"could not run: {report.load_error}", report.exit_code())
+        return _could_not_run(args, report, settings, plan)
     from spec.cli._provenance import provenance
 
     report.provenance = provenance()
+    report.settings, report.shard = settings, plan
+    code = output(args, report)
+    if plan is not None:
+        print(f"minibert check: shard {args.shard}: this exit status ({code}) is this part's "
+              "alone; `minibert report merge` of every shard gives the run's", file=sys.stderr)
+    return code
+
+
+def output(args, report) -> int:
+    """The report as ``--format`` and ``-o`` ask (minibert check and minibert report merge
+    alike); its exit status."""
     data = report.to_json()
     if args.format == "json":
         text = json.dumps(data, indent=1)
@@ -227,6 +271,80 @@ def _run(args, server) -> int:
         if args.output:
             _write(args.output, json.dumps(data, indent=1))
     return report.exit_code()
+
+
+def html_refused(output: str | None) -> str | None:
+    """Why an HTML report cannot be written to ``-o`` (no folder given, the report extra
+    missing, a folder that is not ours), said before any work; None when it can."""
+    if not output:
+        return "--format html: expected -o DIR, the folder to write the report into"
+    from spec.report import check_output, require
+
+    try:
+        require()
+        check_output(Path(output))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _shard(args, checks) -> dict | None:
+    """``--shard k/N``: the shard's plan (spec.suite.shard.shard_plan), or None without it; a
+    ValueError for what a shard cannot be run with."""
+    from spec.suite.shard import default_check_durations, parse_shard, read_durations, shard_plan
+
+    if args.shard is None:
+        if args.durations:
+            raise ValueError("--durations: applies to --shard only")
+        return None
+    k, n = parse_shard(args.shard)
+    if args.first_red:
+        raise ValueError("--shard: not with --first-red (where a run stops depends on the "
+                         "checks run before: the shards would not make the one run's report)")
+    if not args.list and (not args.output or args.format == "html"):
+        raise ValueError("--shard: expected -o FILE and --format json or table (the shard's "
+                         "JSON report, for minibert report merge)")
+    if n > len(checks):
+        raise ValueError(f"--shard {args.shard}: {n} shards for {len(checks)} selected "
+                         "checks; expected at most one shard per check")
+    durations = read_durations(args.durations) if args.durations else default_check_durations()
+    return shard_plan([c.id for c in checks], durations, k, n)
+
+
+def run_settings(args, expected, paths, shares_database: bool) -> dict:
+    """What decides this run's verdicts besides the implementation's name -- the options, the
+    implementation's source, the suite's version and its libraries: recorded in the report,
+    and what the shards of one run must share (spec.suite.shard.merge_check_reports)."""
+    import platform
+    from importlib import metadata
+
+    from spec.cli._provenance import git_commit, package_versions
+    from spec.suite.run import run_seed
+    from spec.suite.shard import implementation_digest
+
+    try:
+        version = metadata.version("minibert-spec")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"oracle": args.oracle, "bad_input": args.bad_input, "kinds": args.kinds,
+            "ops": args.ops, "match": args.match, "quick": args.quick,
+            "max_examples": args.max_examples,
+            "seed": run_seed(args.seed, shares_database), "timeout": args.timeout,
+            "total_timeout": args.total_timeout, "expected_failures": expected,
+            "implementation": implementation_digest(args.impl.partition(":")[0], paths),
+            "minibert-spec": version, "suite_commit": git_commit(),
+            "python": platform.python_version(), "packages": package_versions()}
+
+
+def _could_not_run(args, report, settings, plan) -> int:
+    """One line and the exit status of a run that could not load the implementation; a
+    shard writes its report too (the merge then says which shard could not run, and why)."""
+    if plan is not None:
+        from spec.cli._provenance import provenance
+
+        report.provenance, report.settings, report.shard = provenance(), settings, plan
+        _write(args.output, json.dumps(report.to_json(), indent=1))
+    return _fail(f"could not run: {report.load_error}", report.exit_code())
 
 
 def _check_selection(args) -> None:
@@ -333,3 +451,25 @@ def _print_table(report, data) -> None:
         console.print(f"[red]{escape(note)}[/]")
     colour = "green" if report.exit_code() == 0 else "red"
     console.print(f"[{colour}]{escape(report.summary())}[/]")
+
+
+def _print_many(table: dict) -> None:
+    """The class table of ``--many``: implementation x op, each cell the op's verdict."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow"}
+    t = Table(title=f"{len(table['implementations'])} implementations x {len(table['ops'])} ops")
+    t.add_column("implementation", no_wrap=True)
+    for op in table["ops"]:
+        t.add_column(op)
+    t.add_column("exit")
+    for i in table["implementations"]:
+        t.add_row(escape(i["name"]), *(f"[{style[v]}]{v}[/]" if (v := i["verdicts"].get(op))
+                                       else "" for op in table["ops"]), str(i["exit_code"]))
+    console.print(t)
+    for i in table["implementations"]:
+        if i["exit_code"] != 0:
+            console.print(f"[red]{escape(i['name'])}: {escape(i['summary'])}[/]")

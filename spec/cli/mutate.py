@@ -33,6 +33,18 @@ def register(sub) -> None:
     g.add_argument("--rerun", action="store_true", help="with --matrix: rerun every row")
     g.add_argument("-o", "--output", help="with --matrix: also write the mutant x test file "
                                           "table as markdown here")
+    g.add_argument("--matrix-file", metavar="FILE",
+                   help="with --matrix: the recorded matrix to read and update (default "
+                        "spec/results/mutation_matrix.json)")
+    g.add_argument("--shard", metavar="K/N",
+                   help="with --matrix: only shard K of N of the mutants (deterministic, "
+                        "balanced by the seconds each row took); requires --json")
+    g.add_argument("--durations", metavar="FILE",
+                   help="with --shard: the seconds per mutant (a matrix or an {name: "
+                        "seconds} file; default: the recorded matrix's)")
+    g.add_argument("--json", metavar="FILE",
+                   help="with --matrix: write this run's rows and settings as JSON "
+                        "(`minibert report merge` joins the shards' records)")
     g.set_defaults(func=run)
 
 
@@ -64,11 +76,15 @@ def run(args) -> int:
                           escape(m.description))
         console.print(table)
         return 0
+    if not args.matrix and (args.shard or args.json or args.matrix_file or args.durations):
+        console.print("[red]--shard, --durations, --json and --matrix-file apply to --matrix "
+                      "only[/]")
+        return 2
     if args.matrix:
         from spec.mutation import matrix_command
 
         try:
-            return matrix_command(args, console)
+            return matrix_command(args, console, matrix_settings(args))
         except ValueError as e:
             console.print(f"[red]{escape(str(e))}[/]")
             return 2
@@ -130,3 +146,14 @@ def run(args) -> int:
         console.print(f"[red]not killed: {', '.join(survivors)}[/]")
         return 1
     return 0
+
+
+def matrix_settings(args) -> dict:
+    """What decides a matrix row besides its fingerprint -- the profile, the per-mutant time
+    limit, the project's commit and libraries: what the shards of one matrix run share."""
+    import platform
+
+    from spec.cli._provenance import git_commit, package_versions
+
+    return {"profile": args.profile, "timeout": args.timeout, "commit": git_commit(),
+            "python": platform.python_version(), "packages": package_versions()}

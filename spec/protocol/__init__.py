@@ -95,6 +95,12 @@ everything::
         "arrays": "torch",             # computes on torch tensors (spec/protocol/arrays.py)
     }
 
+The declaration is read in one place, :func:`~spec.protocol.capabilities.capabilities`, and
+validated in full before any check runs: anything it cannot take (a malformed or out-of-range
+value, a declared keyword option the forward's signature contradicts, a ``CAPABILITIES`` whose
+reading raises) is a :class:`~spec.protocol.capabilities.DeclarationError` naming the key, the
+value and what is accepted, on which every entry point stops.
+
 Variants (``CAPABILITIES[op] = {option: value or tuple of values}``, the table of options in
 :data:`~spec.protocol.capabilities.VARIANTS`, adapted in :mod:`~spec.protocol.variants`):
 layernorm ``affine``/``eps``, ffn ``b_2``, attention ``W_o``/``causal``/``heads``, block
@@ -135,6 +141,7 @@ from spec.protocol.capabilities import (
     CONVENTIONS,
     DEFAULT_CAPABILITIES,
     RANK_ADAPTABLE,
+    DeclarationError,
     capabilities,
     not_claimed_message,
 )
@@ -169,4 +176,4 @@ __all__ = ["IGNORE_INDEX", "OPS", "Op", "EQUATION_OPS", "op_of_equation",
            "ImplementationExit", "ImplementationHung", "load_impl",
            "ImplLoadError", "resolve", "provides", "unwrap", "label_of", "not_applicable_message",
            "not_claimed_message", "capabilities", "install_interrupt_flag", "sigint_seen",
-           "CONVENTIONS", "DEFAULT_CAPABILITIES", "RANK_ADAPTABLE"]
+           "CONVENTIONS", "DEFAULT_CAPABILITIES", "RANK_ADAPTABLE", "DeclarationError"]

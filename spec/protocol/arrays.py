@@ -37,6 +37,8 @@ import weakref
 
 import numpy as np
 
+from spec.protocol.capabilities import DeclarationError
+
 NUMPY = "numpy"
 # the arrays handed in this many calls stay referenced here (beyond them, those an
 # implementation keeps -- in a cache -- are followed by weak reference): a forward's inputs are
@@ -46,40 +48,33 @@ RECENT_CALLS = 4
 INSTALL = "pip install 'minibert-spec[arrays]'"
 
 
-def validate(value) -> str:
-    """CAPABILITIES["arrays"]: the import name of an array library, e.g. "torch"."""
-    if not (isinstance(value, str) and value
-            and all(part.isidentifier() for part in value.split("."))):
-        raise ValueError(f"CAPABILITIES['arrays']: expected the import name of the array library "
-                         f"the implementation computes on ('numpy', 'torch', "
-                         f"'array_api_strict', 'cupy', ...), got {value!r}")
-    return value
-
-
 def converter(name: str) -> Converter | None:
-    """The conversion layer for a declared library (None for NumPy: nothing to convert)."""
-    return None if validate(name) == NUMPY else Converter(name)
+    """The conversion layer for a declared library (validated by
+    spec.protocol.capabilities; None for NumPy: nothing to convert)."""
+    return None if name == NUMPY else Converter(name)
 
 
 def namespace(name: str):
     """array-api-compat's namespace of the library ``name`` (its own module when the library is
-    already an array-API namespace).  A ValueError naming CAPABILITIES['arrays'] when the
+    already an array-API namespace).  A DeclarationError naming CAPABILITIES['arrays'] when the
     library or array-api-compat is not installed, or the library makes no array here (CuPy
-    without a GPU)."""
+    without a GPU): raised as the proxy is built, before any check runs."""
     where = f"CAPABILITIES['arrays'] = {name!r}"
     try:
         import array_api_compat
     except ImportError:
-        raise ValueError(f"{where}: the conversion needs array-api-compat ({INSTALL})") from None
+        raise DeclarationError(f"{where}: the conversion needs array-api-compat "
+                               f"({INSTALL})") from None
     try:
         library = importlib.import_module(name)
     except ImportError as e:
-        raise ValueError(f"{where}: cannot import it ({e})") from None
+        raise DeclarationError(f"{where}: cannot import it ({e})") from None
     try:
         return array_api_compat.array_namespace(library.asarray(0.0))
     except Exception as e:  # noqa: BLE001 -- any library's failure is the same one line
-        raise ValueError(f"{where}: it makes no array here ({type(e).__name__}: "
-                         f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise DeclarationError(f"{where}: it makes no array here ({type(e).__name__}: "
+                               f"{first})") from None
 
 
 def takes_cache(name: str) -> bool:

@@ -1,20 +1,32 @@
 """What an implementation declares it does not support (``CAPABILITIES``), and the conventions it
-may follow: the defaults, the validation of a declaration, and the rank adaptation of the ops
-that act on the last axis alone.  The claims and variants themselves are declared in
-:mod:`spec.protocol.variants`."""
+may follow: the defaults, the one reader and validation of a declaration, and the rank adaptation
+of the ops that act on the last axis alone.  The claims and variants themselves are declared in
+:mod:`spec.protocol.variants`, the guards in :mod:`spec.protocol.guards`.
+
+:func:`capabilities` is the only place a declaration is read.  It validates all of it -- its
+type, every key and value against the tables (CLAIMS, VARIANTS, RANK_ADAPTABLE, GUARDS,
+CONVENTIONS), and what the declared keyword options say against the code's own signatures --
+and raises :class:`DeclarationError` (one line: the key, the value, what is accepted) for
+anything it cannot take, a declaration whose reading raises included.  Every entry point reads
+it before any check runs (the proxy does on construction, and so does each worker on loading):
+a declaration the protocol cannot take is never judged with the defaults, and never an op red.
+"""
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
+import numbers
+import reprlib
 from collections.abc import Mapping
 
 import numpy as np
 
-from spec.protocol import arrays
-
 # the conventions an implementation may declare, and the warning that reports one
 from spec.protocol.conventions import CONVENTIONS, ConventionWarning  # noqa: F401 (re-exported)
-from spec.protocol.guards import GUARDS, MAX_GUARD
+from spec.protocol.guards import EXCLUSIVE_GUARDS, GUARDS, guard_range
+from spec.protocol.table import OPS
 from spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary, re-exported)
     CLAIMS,
     VARIANTS,
@@ -24,48 +36,197 @@ from spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary
     variant_text,
 )
 
-DEFAULT_CAPABILITIES = {"attention_bias": True, "key_mask": True, "weight_decay": True,
-                        "ranks": {}, "conventions": (), "guards": {},
-                        # the array library it computes on: its calls are converted from and to
-                        # NumPy (spec/protocol/arrays.py)
-                        "arrays": "numpy"}
+# every claim is True unless declared False (the claims come from their table); "arrays": the
+# array library it computes on, whose calls are converted from and to NumPy
+# (spec/protocol/arrays.py)
+DEFAULT_CAPABILITIES = {**dict.fromkeys(CLAIMS, True),
+                        "ranks": {}, "conventions": (), "guards": {}, "arrays": "numpy"}
 # ops that act on the last axis alone: any rank can be reshaped to one the implementation
 # accepts; the names of their forward arguments (in protocol order) that carry the leading axes
 RANK_ADAPTABLE = {"linear": ("x",), "layernorm": ("x",), "softmax": ("x", "mask"),
                   "relu": ("x",), "tanh": ("x",), "ffn": ("x",),
                   "cross_entropy": ("logits", "labels"), "mse": ("y_hat", "y"),
                   "linear_cross_entropy": ("x", "labels")}
+# The largest rank a declaration may give.  The protocol's tensors have rank <= 4 (attention
+# scores [B, A, T, T]), and the suite reaches a declared rank r by padding an input with up to
+# r - 1 leading axes of 1: 8 leaves room for layouts with extra leading axes (a batch of
+# batches, beams), while (10**6,) -- a typo -- would ask NumPy for a million axes (its limit is
+# 64) and end as an op red on correct code.
+MAX_RANK = 8
+_SEQUENCES = (tuple, list, set, frozenset)
 
+
+class DeclarationError(ValueError):
+    """A ``CAPABILITIES`` the protocol cannot take: one line naming the key, the value and what
+    is accepted.  Raised before any check runs; every entry point stops on it (exit 2, a usage
+    error), never judging the implementation with the defaults."""
 
 
 def capabilities(impl) -> dict:
-    """The implementation's CAPABILITIES (object, else its module) over the defaults."""
+    """The implementation's CAPABILITIES (object, else its module) over the defaults, validated
+    in full (a :class:`DeclarationError` otherwise)."""
     obj = _declaring_object(impl)
-    declared = getattr(obj, "CAPABILITIES", None)
-    if declared is None and not inspect.ismodule(obj):
-        declared = getattr(inspect.getmodule(type(obj)), "CAPABILITIES", None)
-    caps = {**DEFAULT_CAPABILITIES, **(declared or {})}
-    reject_unknown("CAPABILITIES", "keys", caps,
-                   sorted(DEFAULT_CAPABILITIES) + sorted(VARIANTS))
-    reject_unknown("CAPABILITIES", "conventions", caps["conventions"], sorted(CONVENTIONS))
-    _validate_guards(caps["guards"])
-    arrays.validate(caps["arrays"])
+    declared = read_declaration(obj)
+    caps = _validate(declared)
+    _against_the_code(obj, declared, caps)
+    return caps
+
+
+def accepted(*key: str) -> str:
+    """What ``CAPABILITIES[key[0]][key[1]]`` accepts, in words: the one text of a refusal and of
+    ``minibert adapter new`` (generated from the tables, so a new claim, option, guard or
+    rank-adaptable op is described without an edit here)."""
+    if not key:
+        return "a dict like {'key_mask': False} (or no CAPABILITIES at all: every default)"
+    head, rest = key[0], key[1:]
+    if head in CLAIMS:
+        claim = CLAIMS[head]
+        reached = [f"{op} {', '.join(names)}" for op, names in claim.pieces.items()]
+        reached += [f"{op} {kw}=" for op, kw in claim.keywords.items()]
+        return (f"True or False (False: no {claim.what}"
+                + (f"; calls passing {'; '.join(reached)} are n/a" if reached else "") + ")")
+    if head == "ranks":
+        if rest:
+            lead = RANK_ADAPTABLE.get(rest[0], ("x",))[0]
+            return (f"a tuple of integers in [1, {MAX_RANK}] (the ranks of {lead} that "
+                    f"{rest[0]} accepts), e.g. (3,)")
+        return (f"a dict {{op: tuple of ranks}} over ops among {list(RANK_ADAPTABLE)} (those "
+                f"acting on the last axis alone: other ranks are reshaped to one declared), "
+                f"ranks integers in [1, {MAX_RANK}], e.g. {{'linear': (3,)}}")
+    if head == "conventions":
+        return f"a tuple of names among {sorted(CONVENTIONS)}"
+    if head == "arrays":
+        return ("the import name of the array library it computes on ('numpy', 'torch', "
+                "'array_api_strict', 'cupy', ...): its calls are converted from and to NumPy")
+    if head == "guards":
+        if rest:
+            low, high = guard_range(rest[0])
+            return f"a number in [{low:.3g}, {high:g}]"
+        alone = "; ".join(f"at most one of {list(g)}" for g in EXCLUSIVE_GUARDS)
+        return (f"a dict {{name: number}} of guards among {sorted(GUARDS)} ({alone}), e.g. "
+                "{'log_eps': 1e-12}")
+    options = VARIANTS[head]
+    if rest:
+        return f"one value or a tuple of values among {list(options[rest[0]].values)}"
+    return f"a dict {{option: value or tuple of values}} of options among {sorted(options)}"
+
+
+def _refuse(key: tuple, value, accepted_text: str | None = None) -> DeclarationError:
+    where = "CAPABILITIES" + "".join(f"[{k!r}]" for k in key)
+    return DeclarationError(f"{where}: expected {accepted_text or accepted(*key)}, got "
+                            f"{_show(value)}")
+
+
+def _show(value) -> str:
+    """A value in a refusal: its repr, abbreviated, one line."""
+    return " ".join(reprlib.repr(value).split())
+
+
+# --------------------------------------------------------------------------- reading it
+_ABSENT = object()
+
+
+def read_declaration(obj):
+    """``obj``'s CAPABILITIES, else its class's module's (an object of a class declared in an
+    adapter module), else {}.  Reading it must not raise: a declaration found on the object or
+    its class (a property) that raises -- AttributeError included, which getattr(obj, name,
+    None) used to take for "absent" -- is a :class:`DeclarationError`; a module ``__getattr__``
+    (or a class's) raising AttributeError says "no such attribute", as PEP 562 has it."""
+    declared = _read(obj)
+    if declared is _ABSENT and not inspect.ismodule(obj):
+        module = inspect.getmodule(type(obj))
+        if module is not None:
+            declared = _read(module)
+    return {} if declared is _ABSENT else declared
+
+
+def _read(holder):
+    static = inspect.getattr_static(holder, "CAPABILITIES", _ABSENT)
+    hook = (vars(holder).get("__getattr__") if inspect.ismodule(holder)
+            else inspect.getattr_static(type(holder), "__getattr__", None))
+    if static is _ABSENT and hook is None:
+        return _ABSENT
+    try:
+        return holder.CAPABILITIES
+    except AttributeError as e:
+        if static is _ABSENT:  # the __getattr__ hook: not there
+            return _ABSENT
+        error = e
+    except Exception as e:  # noqa: BLE001 -- whatever the user's code raises, one line
+        error = e
+    text = " ".join(str(error).split())
+    raise DeclarationError(f"CAPABILITIES: reading it raised {type(error).__name__}"
+                           + (f": {text}" if text else "") + f"; expected {accepted()}")
+
+
+# --------------------------------------------------------------------------- validating it
+def _validate(declared) -> dict:
+    if not isinstance(declared, Mapping):
+        raise _refuse((), declared)
+    reject_unknown("CAPABILITIES", "keys", declared,
+                   list(DEFAULT_CAPABILITIES) + sorted(VARIANTS))
+    caps = {**DEFAULT_CAPABILITIES, **declared}
+    for claim in CLAIMS:
+        if not isinstance(caps[claim], (bool, np.bool_)):
+            raise _refuse((claim,), caps[claim])
+        caps[claim] = bool(caps[claim])
+    caps["ranks"] = _ranks(caps["ranks"])
+    caps["conventions"] = _conventions(caps["conventions"])
+    caps["guards"] = _guards(caps["guards"])
+    if not (isinstance(caps["arrays"], str) and caps["arrays"]
+            and all(part.isidentifier() for part in caps["arrays"].split("."))):
+        raise _refuse(("arrays",), caps["arrays"])
     for op, options in VARIANTS.items():
         caps[op] = _variant_values(op, caps.get(op, {}), options)
     return caps
 
 
-def _validate_guards(guards) -> None:
-    """CAPABILITIES["guards"]: a dict of known guard names (spec/protocol/guards.py) to numbers
-    in [0, MAX_GUARD]."""
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _ranks(ranks) -> dict:
+    """CAPABILITIES["ranks"]: {rank-adaptable op: tuple of ranks in [1, MAX_RANK]}, sorted."""
+    if not isinstance(ranks, Mapping):
+        raise _refuse(("ranks",), ranks)
+    reject_unknown("CAPABILITIES['ranks']", "ops", ranks, list(RANK_ADAPTABLE))
+    out = {}
+    for op, rs in ranks.items():
+        if not (isinstance(rs, _SEQUENCES) and rs
+                and all(_is_int(r) and 1 <= r <= MAX_RANK for r in rs)):
+            raise _refuse(("ranks", op), rs)
+        out[op] = tuple(sorted({int(r) for r in rs}))
+    return out
+
+
+def _conventions(conventions) -> tuple:
+    if not (isinstance(conventions, _SEQUENCES)
+            and all(isinstance(c, str) for c in conventions)):
+        raise _refuse(("conventions",), conventions)
+    reject_unknown("CAPABILITIES['conventions']", "conventions", conventions, sorted(CONVENTIONS))
+    return tuple(dict.fromkeys(conventions))
+
+
+def _guards(guards) -> dict:
+    """CAPABILITIES["guards"]: known guard names (spec/protocol/guards.py) to numbers within the
+    range that is still a guard (guards.GUARD_RANGES), one of each group of exclusive guards."""
     if not isinstance(guards, Mapping):
-        raise ValueError(f"CAPABILITIES['guards']: expected a dict like {{'log_eps': 1e-12}}, "
-                         f"got {guards!r}")
+        raise _refuse(("guards",), guards)
     reject_unknown("CAPABILITIES['guards']", "guards", guards, sorted(GUARDS))
-    for k, v in guards.items():
-        if not isinstance(v, (int, float)) or not 0 <= float(v) <= MAX_GUARD:
-            raise ValueError(f"CAPABILITIES['guards'][{k!r}]: expected a number in "
-                             f"[0, {MAX_GUARD:g}], got {v!r}")
+    for group in EXCLUSIVE_GUARDS:
+        both = [g for g in group if g in guards]
+        if len(both) > 1:
+            raise DeclarationError(
+                f"CAPABILITIES['guards']: expected one of {list(group)} (each guards the same "
+                f"formula, and code computes it one way), got {both} together")
+    out = {}
+    for name, v in guards.items():
+        low, high = guard_range(name)
+        if not (isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+                and math.isfinite(v) and low <= v <= high):
+            raise _refuse(("guards", name), v, f"{accepted('guards', name)} ({GUARDS[name]})")
+        out[name] = float(v)
+    return out
 
 
 def declared_guards(impl) -> dict:
@@ -74,29 +235,121 @@ def declared_guards(impl) -> dict:
 
 
 def reject_unknown(where: str, what: str, given, known: list) -> None:
-    """A ValueError naming ``where`` and the unknown ``what`` when ``given`` holds names outside
-    ``known`` (listed in the message in its order)."""
-    unknown = sorted(set(given) - set(known))
+    """A DeclarationError naming ``where`` and the unknown ``what`` when ``given`` holds names
+    outside ``known`` (listed in the message in its order)."""
+    unknown = sorted((k for k in given if k not in known), key=repr)
     if unknown:
-        raise ValueError(f"{where}: unknown {what} {unknown}; expected some of {known}")
+        raise DeclarationError(f"{where}: unknown {what} {unknown}; expected some of {known}")
 
 
 def _variant_values(op: str, declared, options: dict) -> dict:
     """{option: tuple of supported values} from an op's declaration (a value or a tuple)."""
     if not isinstance(declared, Mapping):
-        raise ValueError(f"CAPABILITIES[{op!r}]: expected a dict of options "
-                         f"{sorted(options)}, got {declared!r}")
+        raise _refuse((op,), declared)
     reject_unknown(f"CAPABILITIES[{op!r}]", "options", declared, sorted(options))
     out = {}
     for name, option in options.items():
-        v = declared.get(name, option.default)
-        values = tuple(v) if isinstance(v, (tuple, list, set, frozenset)) else (v,)
-        bad = [x for x in values if x not in option.values]
-        if bad or not values:
-            raise ValueError(f"CAPABILITIES[{op!r}][{name!r}]: expected values among "
-                             f"{list(option.values)}, got {v!r}")
-        out[name] = tuple(x for x in option.values if x in values)  # in the table's order
+        if name not in declared:  # the standard form alone
+            out[name] = (option.default,)
+            continue
+        v = declared[name]
+        values = {_key(x) for x in (v if isinstance(v, _SEQUENCES) else (v,))}
+        kept = tuple(a for a in option.values if _key(a) in values)  # in the table's order
+        if len(kept) != len(values) or not values:
+            raise _refuse((op, name), v)
+        out[name] = kept
     return out
+
+
+def _key(x):
+    """A declared value as the option's value it is: (type, value), so that 1 is not True nor
+    0.0 False (a declaration says what it means); a NumPy bool is a bool; an unhashable value is
+    no option's value."""
+    if isinstance(x, np.bool_):
+        x = bool(x)
+    try:
+        hash(x)
+    except TypeError:
+        return (type(x), id(x))
+    return (type(x), x)
+
+
+def _same(x, value) -> bool:
+    return _key(x) == _key(value)
+
+
+# --------------------------------------------------------------------------- against the code
+def _against_the_code(obj, declared: Mapping, caps: dict) -> None:
+    """A declared option selected by a keyword (causal=, norm=, input=) against the forward's
+    own signature.  The suite leaves the keyword out of a call for an implementation declaring
+    one form, and out of the calls for the standard form: code taking it with another default
+    runs another form; the suite passes it to select among several forms: code without it
+    fails every such call.  Either used to end as an op red on correct code (``causal: True``
+    on an attention that takes ``causal=False``).  Code whose signature says nothing
+    (``**kwargs``, unreadable) is taken as declared."""
+    for op, options in VARIANTS.items():
+        given = declared.get(op, {})
+        for name, option in options.items():
+            pair = OPS[op].pair if option.argument and name in given else None
+            if pair is None:
+                continue
+            forward, arg = pair[0], option.argument
+            param = _keyword_of(obj, forward, arg)
+            values = caps[op][name]
+            if param is None or (param is False and len(values) == 1):
+                continue  # nothing to tell, or one form without the keyword: always that form
+            if param is False:
+                raise DeclarationError(
+                    f"CAPABILITIES[{op!r}][{name!r}]: got {_show(given[name])}, several forms, "
+                    f"so the suite passes {arg}= to select one; but "
+                    f"{forward} takes no {arg}= keyword: expected the one form the code has")
+            # the form a call without the keyword asks for: the one declared, else the standard
+            runs = values[0] if len(values) == 1 else option.default
+            default = param.default
+            if runs not in values:  # several forms, none standard: every call passes it
+                continue
+            if default is not param.empty and _same(default, runs):
+                continue
+            where = f"CAPABILITIES[{op!r}][{name!r}]: got {_show(given[name])}"
+            has = "no default" if default is param.empty else f"{arg}={default!r} by default"
+            if len(values) > 1:
+                raise DeclarationError(
+                    f"{where}; the suite leaves {arg}= out of the calls for the standard form "
+                    f"{runs!r}, but {forward} takes {has}: expected code whose {arg}= defaults "
+                    f"to {runs!r}")
+            forms = tuple(x for x in option.values if x in values or _same(x, default))
+            raise DeclarationError(
+                f"{where}; the suite leaves {arg}= out of its calls for a single form, but "
+                f"{forward} takes {has}: expected {forms!r} (code that takes {arg}=), or code "
+                f"that is always {runs!r} without the keyword")
+
+
+def _keyword_of(obj, function: str, keyword: str):
+    """The parameter ``keyword`` of ``obj.<function>``: the inspect.Parameter, False when the
+    function has no such keyword, None when that cannot be told (absent, unreadable signature,
+    ``**kwargs``)."""
+    try:
+        fn = getattr(obj, function)
+    except Exception:  # noqa: BLE001 -- absent: the checks say what they find
+        return None
+    try:  # capabilities() is read several times per check: a signature once per function
+        return _keyword_param(fn, keyword)
+    except TypeError:  # an unhashable callable
+        return _keyword_param.__wrapped__(fn, keyword)
+
+
+@functools.lru_cache(maxsize=256)
+def _keyword_param(fn, keyword: str):
+    try:
+        params = inspect.signature(fn).parameters
+    except Exception:  # noqa: BLE001 -- unreadable: taken as declared
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    p = params.get(keyword)
+    if p is None or p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL):
+        return False
+    return p
 
 
 def not_claimed_message(label: str, what: str) -> str:
@@ -114,16 +367,14 @@ def _declaring_object(impl):
 
 
 def target_lead(lead: tuple, ranks) -> tuple | None:
-    """Leading shape of rank r-1 for an accepted rank r: pad with 1s or merge leading axes."""
-    ranks = sorted(int(r) for r in ranks)
+    """Leading shape of rank r-1 for an accepted rank r: pad with 1s or merge leading axes
+    (``ranks``: a validated declaration's, sorted integers in [1, MAX_RANK])."""
     if len(lead) + 1 in ranks:
         return None
     bigger = [r for r in ranks if r > len(lead) + 1]
     if bigger:
         return (1,) * (bigger[0] - 1 - len(lead)) + lead
     r = ranks[-1]
-    if r < 1:
-        raise ValueError(f"CAPABILITIES ranks: expected ranks >= 1, got {ranks}")
     keep = lead[len(lead) - (r - 2):] if r >= 2 else ()
     merged = int(np.prod(lead[:len(lead) - len(keep)], dtype=np.int64))
     return ((merged,) + tuple(keep)) if r >= 2 else ()

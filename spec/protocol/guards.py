@@ -28,8 +28,43 @@ GUARDS = {
     "prob_clip": "cross_entropy computes -log(max(p, prob_clip)) (probabilities clipped below)",
 }
 # A guard is a tiny number: anything larger changes ordinary results, not only the edge cases
-# the guard exists for, and is a different formula rather than a guard.
+# the guard exists for, and is a different formula rather than a guard.  The upper bound of a
+# guard added without its own range (GUARD_RANGES).
 MAX_GUARD = 1e-3
+# The least of every guard: the smallest normal float32 (2^-126 ~ 1.18e-38).  A guard exists to
+# keep log(p + eps), max(p, eps) or max_norm / (norm + eps) finite where p or the norm is 0; a
+# smaller eps is subnormal in float32 arithmetic (the suite checks float32 too), or 0 where
+# subnormals are flushed (code built with -ffast-math): log(0) or a division by 0 again, so it
+# guards nothing.  0 itself is no guard at all (leave the key out).
+MIN_GUARD = float(np.finfo(np.float32).tiny)
+# name -> (least, largest) value that is still a guard, from the maths of the formula it changes
+# (spec.protocol.capabilities refuses a declaration outside it, naming the range)
+GUARD_RANGES = {
+    # -log(p + eps) differs from -log p by log(1 + eps / p), and its logit gradient by the factor
+    # p / (p + eps) (guarded_grad_factor): at eps = 1e-3 a label predicted with p >= 0.1 moves by
+    # < 0.01 nats and < 1% of its gradient, so only labels predicted near p ~ eps -- confident
+    # mistakes, where the log would blow up -- change materially.  A larger eps changes the loss
+    # of ordinary predictions: a different loss (a smoothing), not a guard.
+    "log_eps": (MIN_GUARD, 1e-3),
+    # -log(max(p, c)) equals -log p wherever p >= c: the same bound as log_eps, for which the
+    # change is never larger
+    "prob_clip": (MIN_GUARD, 1e-3),
+    # max_norm / (norm + eps) leaves the clipped norm max_norm * norm / (norm + eps): short of
+    # max_norm by eps / (norm + eps) < eps / max_norm, relative (clipping acts only when
+    # norm > max_norm).  At max_norm = 1 (BERT's) eps <= 1e-4 keeps that within 1e-4, the
+    # resolution the suite grants any float32 result (spec.tolerances.ORACLE_RTOL_F32): a larger
+    # eps visibly changes every clipped step -- another clipping rule, not a guard against a zero
+    # norm.  torch's own is 1e-6, 100x inside; 1e-3 is not a guard.
+    "clip_eps": (MIN_GUARD, 1e-4),
+}
+# guards that change the same formula: an implementation computes one of them
+CROSS_ENTROPY_GUARDS = ("log_eps", "prob_clip")
+EXCLUSIVE_GUARDS = (CROSS_ENTROPY_GUARDS,)
+
+
+def guard_range(name: str) -> tuple[float, float]:
+    """(least, largest) value of the guard ``name`` that is still a guard."""
+    return GUARD_RANGES.get(name, (MIN_GUARD, MAX_GUARD))
 
 
 # --------------------------------------------------------------------------- clipping
@@ -61,7 +96,7 @@ def undeclared_clip_message(norm: float, max_norm: float, got: float, eps: float
 # --------------------------------------------------------------------------- cross-entropy
 def ce_guard(guards: Mapping) -> str | None:
     """The one loss guard declared (log_eps or prob_clip), or None."""
-    found = [k for k in ("log_eps", "prob_clip") if k in guards]
+    found = [k for k in CROSS_ENTROPY_GUARDS if k in guards]
     if len(found) > 1:
         raise ValueError("CAPABILITIES['guards']: declare log_eps or prob_clip, not both")
     return found[0] if found else None

@@ -21,7 +21,9 @@ pytest without writing a file: ``pytest --minibert-impl mybert`` (the ``pytest11
 Every entry point given ``"pkg.mod[:obj]"`` imports it in a child process first
 (spec.suite.probe): an import that exits, crashes or hangs is refused with its reason, never a
 verdict.  Every entry point refuses an unknown expected-failure id the same way
-(spec.suite.registry.resolve_expected_failures).
+(spec.suite.registry.resolve_expected_failures), and a ``CAPABILITIES`` the protocol cannot
+take -- malformed, out of range, contradicting its code, raising when read -- before any check
+runs, in the one line of spec.protocol.capabilities.capabilities.
 """
 
 from __future__ import annotations
@@ -142,15 +144,22 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     its fixed examples alone).  An unknown id in ``expected_failed_checks`` is a ValueError
     naming the closest known ids (a former id answers, with a DeprecationWarning); a
     ``"pkg.mod[:obj]"`` whose import exits, crashes or hangs (within ``timeout``) is an
-    ImplLoadError naming why."""
+    ImplLoadError naming why, a ``CAPABILITIES`` the protocol cannot take a DeclarationError
+    (a ValueError) naming the key, the value and what is accepted."""
     import pytest
 
+    from spec.protocol import DeclarationError, ImplLoadError
+
+    __tracebackhide__ = True  # pytest shows a refusal as its line, not the suite's frames
     checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
                              quick=quick)
     expected = resolve_expected_failures(expected_failed_checks, stacklevel=2)
-    if isinstance(impl, str):
-        _probe(impl, timeout, raise_it=True)
-    proxy = as_proxy(impl)
+    try:  # loads it, and reads and validates its CAPABILITIES before any check is collected
+        if isinstance(impl, str):
+            _probe(impl, timeout, raise_it=True)
+        proxy = as_proxy(impl)
+    except (ImplLoadError, DeclarationError) as e:
+        raise type(e)(str(e)) from None
     if database == "auto":
         from hypothesis import settings
 
@@ -187,11 +196,12 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     decisive first, and the run stops at the first failure (the rest are ``not run``).
     ``quick``: the quick run (each check on its fixed examples alone).  An unknown id in
     ``expected_failed_checks`` is a ValueError naming the closest known ids; an implementation
-    that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits, crashes or hangs) is
-    a report that could not run (exit status 2) with the reason."""
+    that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits, crashes or hangs) or
+    whose ``CAPABILITIES`` the protocol cannot take (spec.protocol.capabilities) is a report
+    that could not run (exit status 2) with the reason."""
     import time
 
-    from spec.protocol import ImplLoadError
+    from spec.protocol import DeclarationError, ImplLoadError, label_of
 
     expected_failed_checks = resolve_expected_failures(expected_failed_checks)
     start = time.perf_counter()
@@ -199,10 +209,10 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     reason = _probe(impl, timeout) if isinstance(impl, str) else None
     if reason is not None:
         return CheckReport(impl, [], oracle, bad_input, load_error=reason)
-    try:
+    try:  # loads it, and reads and validates its CAPABILITIES before any check runs
         proxy = as_proxy(impl, label)
-    except ImplLoadError as e:
-        return CheckReport(str(impl), [], oracle, bad_input, load_error=str(e))
+    except (ImplLoadError, DeclarationError) as e:
+        return CheckReport(label or label_of(impl), [], oracle, bad_input, load_error=str(e))
     from spec.suite.run import first_red_order, stopped_results
     from spec.suite.shrink import ShrinkBudget
 

@@ -32,7 +32,7 @@ from spec.paths import HOME
 from spec.suite.forkserver import ForkedProcess, ForkServer
 from spec.suite.registry import Check
 from spec.suite.report import CheckReport
-from spec.suite.run import DEFAULT_TIMEOUT, Result, first_red_order, stopped_results
+from spec.suite.run import DEFAULT_TIMEOUT, Result, first_red_order, run_seed, stopped_results
 from spec.suite.shrink import ShrinkBudget
 
 GRACE_SECONDS = 15.0  # beyond a check's own limit before its worker is killed
@@ -206,6 +206,7 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                  total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT, oracle: str = "require",
                  paths: Sequence[str] = (), max_examples: int | None = None,
                  seed: int | None = None, first_red: bool = False,
+                 database: str | None = None, replay: Sequence[str] = (),
                  on_result: Callable[[Result], object] | None = None,
                  server: ForkServer | None = None) -> CheckReport:
     """Run ``checks`` on the implementation ``impl`` (``pkg.mod[:obj]``) in ``workers``
@@ -213,10 +214,14 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
     sent cheapest and most decisive first (:func:`~spec.suite.run.first_red_order`);
     ``first_red``: at the first failure the workers are stopped, and every check not
     finished is ``not run`` (never a pass).  ``server``: a fork server from
-    :func:`launch_server` (default: one started here), closed at the end."""
+    :func:`launch_server` (default: one started here), closed at the end.  ``database``,
+    ``replay``: example database directories shared with other runs (read and written; read
+    only: :func:`~spec.suite.run.shared_database`, absolute paths: the workers run in a
+    temporary directory); the draws then come from :func:`~spec.suite.run.run_seed`."""
     start = time.monotonic()
     job = {"impl": impl, "paths": list(paths), "timeout": timeout, "oracle": oracle,
-           "max_examples": max_examples, "seed": seed}
+           "max_examples": max_examples, "seed": run_seed(seed, bool(database or replay)),
+           "database": database, "replay": list(replay)}
     queue = deque(first_red_order(checks))
     stopped = False
     shrink = ShrinkBudget()  # one for the run: each worker is told what is left

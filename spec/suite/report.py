@@ -79,6 +79,13 @@ class CheckReport:
     seconds: float = 0.0
     load_error: str | None = None
     provenance: dict = field(default_factory=dict)
+    # what decides the verdict besides the implementation (minibert check's options: oracle,
+    # examples, seed, selection, expectations...), the implementation's source digest and the
+    # suite's version: what the shards of one run must share (spec.suite.shard)
+    settings: dict = field(default_factory=dict)
+    # a shard's plan (spec.suite.shard.shard_plan), or None; a merged report: its shards
+    shard: dict | None = None
+    merged_from: list = field(default_factory=list)
 
     # ------------------------------------------------------------------ folding
     def off_reasons(self) -> dict[str, str | None]:
@@ -200,7 +207,23 @@ class CheckReport:
                      "conventions": self.conventions().get(op, [])}
                     for op, cells in grid.items()],
             "results": [r.to_json() for r in self.results],
+            **({"settings": self.settings} if self.settings else {}),
+            **({"shard": self.shard} if self.shard is not None else {}),
+            **({"merged_from": self.merged_from} if self.merged_from else {}),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> CheckReport:
+        """The report a :meth:`to_json` document holds (its results, run notes and settings;
+        the grid, verdicts and exit status are recomputed from them, never read)."""
+        fields = Result.__dataclass_fields__
+        results = [Result(**{**{k: v for k, v in r.items() if k in fields},
+                             "ops": tuple(r["ops"])}) for r in data["results"]]
+        return cls(data["impl"], results, data.get("oracle", "require"),
+                   bool(data.get("bad_input")), list(data.get("notes") or []),
+                   float(data.get("seconds") or 0.0), data.get("load_error"),
+                   dict(data.get("provenance") or {}), dict(data.get("settings") or {}),
+                   data.get("shard"), list(data.get("merged_from") or []))
 
 
 def apply_expectations(results: Iterable[Result], expected: Mapping[str, str] | None

@@ -165,6 +165,34 @@ def database_for(impl_label: str, root=None):
     return DirectoryBasedExampleDatabase(os.path.join(str(root), "minibert", slug))
 
 
+# the seed of a run that shares an example database without choosing one: Hypothesis reads no
+# database when derandomized, so such a run draws from this seed instead (combined with each
+# check's id, as --seed is: still the same examples every run, and sharding changes nothing)
+SHARED_DATABASE_SEED = 0
+
+
+def shared_database(impl_label: str, write=None, replay=()):
+    """The example database of a run that shares one with other runs (CI jobs, nightly and
+    pull-request runs): ``write``, a directory whose database (:func:`database_for`) the run
+    reads and adds its failures to, and ``replay``, directories whose databases it only reads
+    (Hypothesis's ``ReadOnlyDatabase``), multiplexed (``MultiplexedDatabase``): a
+    counterexample saved by any of them is tried first (Hypothesis's reuse phase), before
+    anything is drawn.  None when neither is given."""
+    from hypothesis.database import MultiplexedDatabase, ReadOnlyDatabase
+
+    dbs = [database_for(impl_label, write)] if write else []
+    dbs += [ReadOnlyDatabase(database_for(impl_label, r)) for r in replay or ()]
+    if not dbs:
+        return None
+    return dbs[0] if len(dbs) == 1 else MultiplexedDatabase(*dbs)
+
+
+def run_seed(seed: int | None, shares_database: bool) -> int | None:
+    """The seed a run draws from: ``seed``; with none given, :data:`SHARED_DATABASE_SEED` when
+    the run shares an example database, else None (derandomized)."""
+    return SHARED_DATABASE_SEED if seed is None and shares_database else seed
+
+
 # --------------------------------------------------------------------------- messages
 def failure_message(e: BaseException, limit: int = 2000) -> str:
     """The failure's own message, then Hypothesis's reproduction (its notes: the falsifying

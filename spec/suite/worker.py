@@ -7,8 +7,10 @@ print anything on stdout/stderr: it cannot corrupt the results).  The parent
 than a grace period, or that dies: that check is a failure, the others go on.
 
 Protocol.  stdin, first line: the job ``{"impl", "paths", "timeout", "oracle", "max_examples",
-"seed", "fd"}``; then one line per check ``{"id", "hung": {name: check id}, "shrink": {"seconds",
-"shrunk"}}`` (the run's shrink budget left, the causes shrunk); EOF ends the worker.
+"seed", "database", "replay", "fd"}`` (``database``/``replay``: the example database directories
+shared with other runs, spec.suite.run.shared_database); then one line per check ``{"id",
+"hung": {name: check id}, "shrink": {"seconds", "shrunk"}}`` (the run's shrink budget left, the
+causes shrunk); EOF ends the worker.
 Results fd: ``{"event": "loaded", "label"}`` or ``{"event": "load_error", "message"}``; then per
 check ``{"event": "start", "id"}``, ``{"event": "alive"}`` before its examples (at most once a
 second: the parent's hard deadline runs from the last sign of life) and ``{"event": "result",
@@ -73,7 +75,7 @@ def serve(job: dict, out, commands) -> int:
         load_impl,
     )
     from spec.suite.registry import get
-    from spec.suite.run import check_settings, run_check
+    from spec.suite.run import check_settings, run_check, shared_database
     from spec.suite.shrink import ShrinkBudget
 
     install_interrupt_flag()
@@ -86,7 +88,8 @@ def serve(job: dict, out, commands) -> int:
     proxy = ImplProxy(obj, job["impl"])
     _emit(out, event="loaded", label=job["impl"])
     seed = job.get("seed")
-    settings = check_settings(database=None, max_examples=job.get("max_examples"),
+    database = shared_database(job["impl"], job.get("database"), job.get("replay", ()))
+    settings = check_settings(database=database, max_examples=job.get("max_examples"),
                               derandomize=False if seed is not None else None)
     hung = object.__getattribute__(proxy, "_impl_hung")
     budget = ShrinkBudget()  # the run's, as the parent says before each check

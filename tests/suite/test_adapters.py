@@ -256,9 +256,9 @@ def test_no_check_fails_with_an_empty_message(how):
 # ----------------------------------------------------------------- minibert adapter new
 def test_adapter_new_lists_every_name_and_capability_and_imports(tmp_path, capsys,
                                                                  monkeypatch):
-    from spec.cli.adapter import CAPABILITY_HELP
     from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
-    from spec.protocol.guards import GUARDS
+    from spec.protocol.capabilities import VARIANTS, accepted
+    from spec.protocol.guards import GUARDS, guard_range
 
     assert minibert(["adapter", "new", "mybert_xyz"]) == 0
     text = capsys.readouterr().out
@@ -266,10 +266,22 @@ def test_adapter_new_lists_every_name_and_capability_and_imports(tmp_path, capsy
         assert f"# --- {row.name}: {row.doc}" in text
         for name in row.names:
             assert f"# def {name}(" in text, name
-    for key in DEFAULT_CAPABILITIES:
-        assert f"# {key!r}:" in text and CAPABILITY_HELP[key] in text, key
-    for key in list(GUARDS) + sorted(CONVENTIONS):
+    # every key with what it accepts: the text the refusals use (one definition)
+    for key, default in DEFAULT_CAPABILITIES.items():
+        assert f"# {key!r}: {default!r},  # {accepted(key)}" in text, key
+    for key in sorted(CONVENTIONS):
         assert repr(key) in text
+    for name, what in GUARDS.items():  # each guard with its range
+        low, high = guard_range(name)
+        assert f"{name!r}: a number in [{low:.3g}, {high:g}]: {what}" in text, name
+    assert "at most one of ['log_eps', 'prob_clip']" in text
+    assert "ranks integers in [1, 8]" in text and "'linear_cross_entropy'" in text
+    for op, options in VARIANTS.items():  # every option, every value with its meaning
+        assert f"# {op!r}: {{  # {accepted(op)}" in text, op
+        for name, option in options.items():
+            assert f"{name!r}: {option.default!r},  # {accepted(op, name)}" in text
+            for value in option.values:
+                assert f"{value!r}: {option.meaning[value]}" in text, (op, name, value)
     # it is Python that imports (every row commented out) once the module exists
     (tmp_path / "mybert_xyz.py").write_text("")
     (tmp_path / "my_adapter.py").write_text(text)

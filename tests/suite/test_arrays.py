@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from spec.protocol import ImplProxy, capabilities
+from spec.protocol import DeclarationError, ImplProxy, capabilities
 from tests import ROOT
 from tests.benchmarks.compare_verdicts import compare
 from tests.examples import (
@@ -264,15 +264,20 @@ def test_a_numpy_result_or_a_tensor_requiring_grad_is_a_red_naming_the_function(
 
 
 def test_the_declaration_is_validated_naming_the_key():
+    """A bad declaration is a DeclarationError naming CAPABILITIES['arrays'] before any check
+    runs (a library that does not import too): a report that could not run, never a verdict."""
     class Declares:
         CAPABILITIES = {"arrays": 3}
 
-    with pytest.raises(ValueError, match=r"CAPABILITIES\['arrays'\]: expected the import name"):
+    with pytest.raises(DeclarationError, match=r"CAPABILITIES\['arrays'\]: expected the import "
+                                               r"name of the array library.*, got 3$"):
         capabilities(Declares())
     Declares.CAPABILITIES = {"arrays": "no_such_array_library"}
-    with pytest.raises(ValueError, match=r"CAPABILITIES\['arrays'\] = 'no_such_array_library': "
-                                         "cannot import it"):
+    with pytest.raises(DeclarationError, match=r"CAPABILITIES\['arrays'\] = "
+                                               "'no_such_array_library': cannot import it"):
         ImplProxy(Declares(), "declares")
+    report = check_implementation(Declares(), ids=["fd[relu]"])
+    assert report.exit_code() == 2 and "cannot import it" in report.load_error
     assert capabilities(backprop_numpy)["arrays"] == "numpy"
 
 

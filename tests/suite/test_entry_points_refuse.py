@@ -6,7 +6,10 @@ none of them ends in exit 0 when nothing was checked:
   (SIGKILL) or never returns (tests/examples/hostile_import_*.py): each is imported in a child
   process first (spec.suite.probe), and refused with its reason in one line;
 * an ``expected_failed_checks`` id (``--minibert-xfail``, ``--xfail``) that names no check:
-  one rule (spec.suite.registry.resolve_expected_failures), the closest known ids named.
+  one rule (spec.suite.registry.resolve_expected_failures), the closest known ids named;
+* a ``CAPABILITIES`` the protocol cannot take (tests/examples/hostile_declaration*.py: reading
+  it raises, a rank of 0): one reader validates it before any check runs
+  (spec.protocol.capabilities.capabilities), and each entry point prints its one line.
 
 Each entry point runs in a subprocess outside the checkout (no project conftest), as a user
 runs it: an exit at import must not end the test process itself.
@@ -15,6 +18,7 @@ runs it: an exit at import must not end the test process itself.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -37,14 +41,14 @@ PARAMETRIZED = '''\
 from spec.suite import parametrize_with_checks
 
 
-@parametrize_with_checks({impl!r}, {expected!r}, oracle="off", timeout={timeout})
+@parametrize_with_checks({impl!r}, {expected!r}, oracle="off", timeout={timeout}, ids={ids!r})
 def test_impl(check):
     check()
 '''
 CHECK_IMPLEMENTATION = '''\
 import sys
 from spec.suite import check_implementation
-report = check_implementation({impl!r}, oracle="off", timeout={timeout},
+report = check_implementation({impl!r}, oracle="off", timeout={timeout}, ids={ids!r},
                               expected_failed_checks={expected!r})
 print(report.summary())
 sys.exit(report.exit_code())
@@ -68,27 +72,37 @@ def _pytest(cwd, *args):
                  "no:xdist", *args], cwd)
 
 
-def run_plugin(cwd, impl, expected):
+# ``only``: one check id, the whole run otherwise (a run the entry point should refuse costs
+# one check where it does not)
+def run_plugin(cwd, impl, expected, only=None):
     xfails = [f"--minibert-xfail={i}={r}" for i, r in expected.items()]
     return _pytest(cwd, f"--minibert-impl={impl}", f"--minibert-timeout={TIMEOUT}",
-                   "--minibert-oracle=off", *xfails)
+                   "--minibert-oracle=off", *xfails, *(["-k", _keyword(only)] if only else []))
 
 
-def run_check_command(cwd, impl, expected):
+def run_check_command(cwd, impl, expected, only=None):
     xfails = [f"--xfail={i}={r}" for i, r in expected.items()]
     return _run([sys.executable, "-m", "spec.cli", "check", impl, "--timeout", str(TIMEOUT),
-                 "--oracle", "off", *xfails], cwd)
+                 "--oracle", "off", *xfails,
+                 *(["-k", f"^{re.escape(only)}$"] if only else [])], cwd)
 
 
-def run_check_implementation(cwd, impl, expected):
-    code = CHECK_IMPLEMENTATION.format(impl=impl, expected=expected, timeout=TIMEOUT)
+def run_check_implementation(cwd, impl, expected, only=None):
+    code = CHECK_IMPLEMENTATION.format(impl=impl, expected=expected, timeout=TIMEOUT,
+                                       ids=[only] if only else None)
     return _run([sys.executable, "-c", code], cwd)
 
 
-def run_parametrize_with_checks(cwd, impl, expected):
+def run_parametrize_with_checks(cwd, impl, expected, only=None):
     (cwd / "test_user.py").write_text(PARAMETRIZED.format(impl=impl, expected=expected,
-                                                          timeout=TIMEOUT))
+                                                          timeout=TIMEOUT,
+                                                          ids=[only] if only else None))
     return _pytest(cwd, "test_user.py")
+
+
+def _keyword(check_id: str) -> str:
+    """A ``pytest -k`` expression selecting ``check_id`` (-k takes no brackets)."""
+    return " and ".join(w for w in re.split(r"\W+", check_id) if w)
 
 
 ENTRY_POINTS = {"plugin": run_plugin, "minibert check": run_check_command,
@@ -121,6 +135,36 @@ def test_an_unknown_expected_failure_is_refused_alike_everywhere(tmp_path):
         reasons.add(line[line.index("no check"):])
     assert len(reasons) == 1, reasons  # one rule, one message
     assert "closest: fd[layernorm]" in reasons.pop()
+
+
+# hostile declarations: reading it raises (the plugin's INTERNALERROR, a traceback from
+# check_implementation), it raises AttributeError (judged with the defaults: exit 0 from all
+# four), a rank of 0 (an op red on correct code).  The other malformed declarations take the
+# same path: tests/suite/test_declarations.py refuses each in process
+DECLARATIONS = ("tests.examples.hostile_declaration_getattr",
+                "tests.examples.hostile_declarations:property_raises",
+                "tests.examples.hostile_declarations:ranks_zero")
+
+
+@pytest.mark.parametrize("impl", DECLARATIONS)
+def test_a_declaration_the_protocol_cannot_take_is_refused_alike_everywhere(tmp_path, impl):
+    """None of the four returns 0 and each prints the reader's one line (computed here, in
+    process, by the one validation): the same refusal everywhere, before any check runs."""
+    from spec.protocol import capabilities, load_impl
+
+    with pytest.raises(ValueError) as refusal:
+        capabilities(load_impl(impl))
+    line = str(refusal.value)
+    assert line.startswith("CAPABILITIES") and "\n" not in line, line
+    outcomes = {name: run(tmp_path, impl, {}, only="fd[linear_nobias]")
+                for name, run in ENTRY_POINTS.items()}
+    for name, proc in outcomes.items():
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, f"{name} on {impl}: exit 0\n{out[-2000:]}"
+        assert line in out, f"{name} on {impl}: not refused with {line!r}\n{out[-2000:]}"
+        assert "passed" not in out.splitlines()[-1], f"{name} on {impl}: a check ran\n{out}"
+    assert outcomes["check_implementation"].returncode == 2
+    assert outcomes["minibert check"].returncode == 2
 
 
 def test_the_python_entry_points_raise_on_an_unknown_id():

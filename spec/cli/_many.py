@@ -1,0 +1,99 @@
+"""``minibert check --many DIR_OR_GLOB [--cluster ADDRESS]``: the class table of many
+implementations (spec.suite.many does the work; this is the command line around it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# the options of minibert check passed on to each submission's own run, as given
+PASSED = (("ops", "--ops"), ("kinds", "--kinds"), ("match", "-k"), ("oracle", "--oracle"),
+          ("timeout", "--timeout"), ("total_timeout", "--total-timeout"),
+          ("workers", "--workers"), ("max_examples", "--max-examples"), ("seed", "--seed"),
+          ("xfail", "--xfail"), ("database", "--database"), ("replay", "--replay"))
+
+
+def argv_for(args) -> list[str]:
+    """The ``minibert check`` options each submission's run gets (paths made absolute: the
+    run happens in the submission's own folder)."""
+    import os
+
+    out: list[str] = []
+    out += [flag for flag, on in (("--bad-input", args.bad_input), ("--quick", args.quick))
+            if on]
+    for attr, flag in PASSED:
+        value = getattr(args, attr)
+        if value is None or value == []:
+            continue
+        if attr in ("database", "replay"):
+            value = ([os.path.abspath(v) for v in value] if isinstance(value, list)
+                     else os.path.abspath(value))
+        if attr in ("ops", "kinds"):
+            out += [flag, *value]
+        elif isinstance(value, list):
+            for v in value:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def many_command(args) -> int:
+    from spec.cli.check import _fail, _print_many, html_refused
+    from spec.suite.many import SLACK_SECONDS, class_table, find_submissions, run_many
+    from spec.suite.pool import LOAD_SECONDS
+
+    if not args.many:
+        return _fail("--cluster: applies to --many only")
+    bad = [flag for flag, on in (("IMPL", args.impl), ("--shard", args.shard),
+                                 ("--first-red", args.first_red), ("--list", args.list))
+           if on]
+    if bad:
+        return _fail(f"--many: not with {', '.join(bad)} (each submission is checked whole)")
+    refused = html_refused(args.output) if args.format == "html" else None
+    if refused:
+        return _fail(refused)
+    try:
+        submissions = find_submissions(args.many)
+    except ValueError as e:
+        return _fail(str(e))
+    timeout = args.total_timeout + LOAD_SECONDS + SLACK_SECONDS
+    where = f"on the Dask cluster {args.cluster}" if args.cluster else "one after the other"
+    print(f"minibert check --many: {len(submissions)} implementations, {where}",
+          file=sys.stderr)
+
+    def said(row):
+        print(f"  {row['name']}: exit {row['exit_code']} ({row['seconds']:.1f} s)"
+              + (f": {row['reason']}" if row["reason"] else ""), file=sys.stderr)
+
+    try:
+        rows = run_many(submissions, argv_for(args), timeout=timeout, cluster=args.cluster,
+                        on_row=said)
+    except ValueError as e:
+        return _fail(str(e))
+    table = class_table(rows)
+    from spec.cli._provenance import provenance
+
+    table["provenance"] = provenance()
+    table["argv"] = argv_for(args)
+    if args.format == "json":
+        text = json.dumps(table, indent=1)
+        if args.output:
+            from spec.cli.check import _write
+
+            _write(args.output, text)
+        else:
+            print(text)
+    else:
+        _print_many(table)
+        if args.format == "html":
+            from spec.report.many import write_many_site
+
+            write_many_site(table, Path(args.output), table["provenance"])
+            print(f"table written to {Path(args.output) / 'index.html'}", file=sys.stderr)
+        elif args.output:
+            from spec.cli.check import _write
+
+            _write(args.output, json.dumps(table, indent=1))
+    return table["exit_code"]
