@@ -281,6 +281,33 @@ def test_the_declaration_is_validated_naming_the_key():
     assert capabilities(backprop_numpy)["arrays"] == "numpy"
 
 
+def test_a_check_runs_torch_on_one_thread_and_restores_the_callers_setting():
+    """torch's intra-op pool is held at one thread while a check runs (spec.suite.run
+    .one_torch_thread: two threads spinning on a loaded machine made these checks 8x slower),
+    and the caller's setting is back afterwards."""
+    seen = []
+
+    class Counts:
+        CAPABILITIES = {"arrays": "torch"}
+
+        def relu_forward(self, x):
+            seen.append(torch.get_num_threads())
+            return torch.clamp(x, min=0), x > 0
+
+        def relu_backward(self, dy, positive):
+            return (dy * positive,)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        report = check_implementation(Counts(), ids=["fd[relu]"], oracle="off")
+        assert report.exit_code() == 0, report.summary()
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_nothing_of_torch_is_imported_for_a_numpy_implementation_with_the_oracle_off():
     """The suite on a NumPy implementation with the oracle off imports neither torch nor the
     conversion's array-api-compat (checked in a fresh interpreter)."""
