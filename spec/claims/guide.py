@@ -131,7 +131,7 @@ def _timing(key, stated_ms):
     return obtain
 
 
-# recorded: the verdicts the reference machine gives (README "Performance"); machine-dependent,
+# recorded: the verdicts the reference machine gives (docs/performance.md); machine-dependent,
 # never a regression
 claim("timing.forward", "A forward pass of a batch takes about 20 ms", f"{GUIDE} §8", "~20 ms",
       "confirmed", machine_dependent=True, needs_measure=True)(_timing("forward", 20))

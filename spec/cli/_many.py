@@ -40,7 +40,7 @@ def argv_for(args) -> list[str]:
 
 
 def many_command(args) -> int:
-    from spec.cli.check import _fail, _print_many, html_refused
+    from spec.cli._output import _fail, html_refused
     from spec.suite.many import SLACK_SECONDS, class_table, find_submissions, run_many
     from spec.suite.pool import LOAD_SECONDS
 
@@ -80,7 +80,7 @@ def many_command(args) -> int:
     if args.format == "json":
         text = json.dumps(table, indent=1)
         if args.output:
-            from spec.cli.check import _write
+            from spec.cli._output import _write
 
             _write(args.output, text)
         else:
@@ -93,7 +93,29 @@ def many_command(args) -> int:
             write_many_site(table, Path(args.output), table["provenance"])
             print(f"table written to {Path(args.output) / 'index.html'}", file=sys.stderr)
         elif args.output:
-            from spec.cli.check import _write
+            from spec.cli._output import _write
 
             _write(args.output, json.dumps(table, indent=1))
     return table["exit_code"]
+
+
+def _print_many(table: dict) -> None:
+    """The class table of ``--many``: implementation x op, each cell the op's verdict."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow"}
+    t = Table(title=f"{len(table['implementations'])} implementations x {len(table['ops'])} ops")
+    t.add_column("implementation", no_wrap=True)
+    for op in table["ops"]:
+        t.add_column(op)
+    t.add_column("exit")
+    for i in table["implementations"]:
+        t.add_row(escape(i["name"]), *(f"[{style[v]}]{v}[/]" if (v := i["verdicts"].get(op))
+                                       else "" for op in table["ops"]), str(i["exit_code"]))
+    console.print(t)
+    for i in table["implementations"]:
+        if i["exit_code"] != 0:
+            console.print(f"[red]{escape(i['name'])}: {escape(i['summary'])}[/]")

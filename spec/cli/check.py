@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from spec.suite.report import EXIT_NOT_RUN
+from spec.cli._output import _fail, _write, html_refused
 
 DEFAULT_WORKERS = 2
 
@@ -94,11 +94,6 @@ def register(sub) -> None:
                          "scheduler's address; local or local:N: a LocalCluster of N workers "
                          "on this machine); needs the cluster extra")
     g.set_defaults(func=run)
-
-
-def _fail(msg: str, code: int = EXIT_NOT_RUN) -> int:
-    print(f"minibert check: {msg}", file=sys.stderr)
-    return code
 
 
 def _where(check) -> str:
@@ -273,21 +268,6 @@ def output(args, report) -> int:
     return report.exit_code()
 
 
-def html_refused(output: str | None) -> str | None:
-    """Why an HTML report cannot be written to ``-o`` (no folder given, the report extra
-    missing, a folder that is not ours), said before any work; None when it can."""
-    if not output:
-        return "--format html: expected -o DIR, the folder to write the report into"
-    from spec.report import check_output, require
-
-    try:
-        require()
-        check_output(Path(output))
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 def _shard(args, checks) -> dict | None:
     """``--shard k/N``: the shard's plan (spec.suite.shard.shard_plan), or None without it; a
     ValueError for what a shard cannot be run with."""
@@ -358,15 +338,6 @@ def _check_selection(args) -> None:
     unknown = sorted(set(args.kinds or ()) - kinds)
     if unknown:
         raise ValueError(f"--kinds: unknown {unknown}; expected some of {sorted(kinds)}")
-
-
-def _write(path: str, text: str) -> None:
-    from reference.train.fileio import atomic_write
-
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(str(target), text + "\n")
 
 
 def _progress(total: int):
@@ -451,25 +422,3 @@ def _print_table(report, data) -> None:
         console.print(f"[red]{escape(note)}[/]")
     colour = "green" if report.exit_code() == 0 else "red"
     console.print(f"[{colour}]{escape(report.summary())}[/]")
-
-
-def _print_many(table: dict) -> None:
-    """The class table of ``--many``: implementation x op, each cell the op's verdict."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow"}
-    t = Table(title=f"{len(table['implementations'])} implementations x {len(table['ops'])} ops")
-    t.add_column("implementation", no_wrap=True)
-    for op in table["ops"]:
-        t.add_column(op)
-    t.add_column("exit")
-    for i in table["implementations"]:
-        t.add_row(escape(i["name"]), *(f"[{style[v]}]{v}[/]" if (v := i["verdicts"].get(op))
-                                       else "" for op in table["ops"]), str(i["exit_code"]))
-    console.print(t)
-    for i in table["implementations"]:
-        if i["exit_code"] != 0:
-            console.print(f"[red]{escape(i['name'])}: {escape(i['summary'])}[/]")

@@ -1,5 +1,5 @@
 """``minibert regenerate``: everything the project generates from its definitions, in one
-command, after adding or changing an op: the README's protocol table (from the op table,
+command, after adding or changing an op: the protocol table of ``PROTOCOL_DOC`` (from the op table,
 ``python -m spec.protocol --markdown``; tests/suite/test_protocol_doc.py fails while it is
 stale) and
 the mutation matrix's stale rows (``minibert mutate --matrix``: only the rows whose mutant,
@@ -10,25 +10,27 @@ from __future__ import annotations
 import re
 import sys
 
+# the file that holds the generated protocol table (the README links to it)
+PROTOCOL_DOC = "docs/check-your-implementation.md"
 TABLE = re.compile(r"(<!-- protocol-table:[^\n]*-->\n)(.*?)(\n<!-- /protocol-table -->)", re.S)
 
 
 def register(sub) -> None:
-    g = sub.add_parser("regenerate", help="regenerate the README protocol table and the stale "
+    g = sub.add_parser("regenerate", help="regenerate the protocol table (docs/) and the stale "
                                           "rows of the mutation matrix (after adding an op)")
     g.add_argument("--no-matrix", action="store_true",
-                   help="the README table only (the matrix's stale rows take minutes)")
+                   help="the protocol table only (the matrix's stale rows take minutes)")
     g.add_argument("--jobs", "-j", type=int, default=2,
                    help="mutants run in parallel (default: 2)")
     g.set_defaults(func=run)
 
 
 def readme_table(text: str) -> str:
-    """``text`` (the README) with its protocol table regenerated from the op table."""
+    """``text`` (``PROTOCOL_DOC``) with its protocol table regenerated from the op table."""
     from spec.protocol import protocol_markdown
 
     if not TABLE.search(text):
-        raise ValueError("README.md: no <!-- protocol-table: ... --> block to regenerate")
+        raise ValueError(f"{PROTOCOL_DOC}: no <!-- protocol-table: ... --> block to regenerate")
     return TABLE.sub(lambda m: m.group(1) + protocol_markdown() + m.group(3), text, count=1)
 
 
@@ -40,7 +42,7 @@ def run(args) -> int:
 
     try:
         home = need_checkout("minibert regenerate")
-        readme = home / "README.md"
+        readme = home / PROTOCOL_DOC
         text = readme.read_text(encoding="utf-8")
         new = readme_table(text)
     except (OSError, ValueError) as e:
@@ -48,7 +50,7 @@ def run(args) -> int:
         return 2
     if new != text:
         atomic_write(readme, new)
-    print(f"README.md: protocol table {'rewritten' if new != text else 'already current'}")
+    print(f"{PROTOCOL_DOC}: protocol table {'rewritten' if new != text else 'already current'}")
     if args.no_matrix:
         return 0
     from rich.console import Console

@@ -88,7 +88,8 @@ def durations(args) -> int:
 
 def _merge_checks(args, records, out: Path) -> int:
     from reference.train.fileio import atomic_write
-    from spec.cli.check import _print_table, html_refused
+    from spec.cli._output import html_refused
+    from spec.cli.check import _print_table
     from spec.suite.shard import merge_check_reports
 
     refused = html_refused(str(out)) if args.format == "html" else None

@@ -39,7 +39,7 @@ IDs, a fixed-seed example and the contract in words) -- op pairs, the model entr
 ``reference.config.BertConfig``), the optimizer (``adam_init``, ``adam_step``,
 ``warmup_linear_lr``, ``global_grad_norm``, ``clip_by_global_norm``) and
 ``accumulate_gradients``.  ``python -m spec.protocol`` prints them (``--markdown``: the table of
-README "Check your implementation", generated from the rows; a test fails when the README is
+docs/check-your-implementation.md, generated from the rows; a test fails when that file is
 stale).  Loss backwards take the upstream gradient as a scalar:
 ``cross_entropy_backward(dloss, cache)``.
 

@@ -29,7 +29,8 @@ class Op:
     equations: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     module: str = "ops"
-    # the contract in words (README's protocol table and ``minibert adapter`` print it): the
+    # the contract in words (the protocol table of docs/check-your-implementation.md and
+    # ``minibert adapter`` print it): the
     # forward's signature and output, and what the backward returns when it is not one
     # gradient per entry of ``inputs``
     doc: str = field(default="", compare=False)
@@ -236,7 +237,7 @@ def reference_modules() -> dict[str, str]:
 
 
 def protocol_markdown() -> str:
-    """The op table as a Markdown table (README "Check your implementation")."""
+    """The op table as a Markdown table (docs/check-your-implementation.md)."""
     rows = ["| op | what to provide | backward returns |", "|---|---|---|"]
     for op in _TABLE:
         doc = op.doc.replace("|", "\\|")

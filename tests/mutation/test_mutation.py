@@ -165,13 +165,14 @@ def _killers():
 
     return {
         "embedding_ln_ignores_ln_eps": _in_tmp("test_field_away_from_its_default",
-                                               "reference.test_config_fields", "transformers", "ln_eps",
-                                               1e-3, "none"),
+                                               "reference.test_config_fields", "transformers",
+                                               "ln_eps", 1e-3, "none"),
         "mlm_head_ignores_activation": _in_tmp("test_field_away_from_its_default",
                                                "reference.test_config_fields", "transformers",
                                                "activation", "relu", "mlm"),
         "hf_gelu_new_loaded_as_erf": _in_tmp("test_every_transformers_activation_name",
-                                             "reference.test_config_fields", "gelu_new", "gelu_tanh"),
+                                             "reference.test_config_fields", "gelu_new",
+                                             "gelu_tanh"),
         "hf_pooler_weight_not_transposed": _in_tmp(
             "test_loader_mapping_against_transformers_module_tree", "hf.test_names",
             "BertModel", True),

@@ -1,24 +1,26 @@
-"""The protocol's prose comes from the op table: README's protocol table is the generated one
-(`python -m spec.protocol --markdown`), so a row added, renamed or re-documented in
-spec/protocol/table.py without regenerating the README fails here."""
+"""The protocol's prose comes from the op table: the protocol table of
+docs/check-your-implementation.md is the generated one (`minibert regenerate --no-matrix`), so a
+row added, renamed or re-documented in spec/protocol/table.py without regenerating it fails
+here."""
 
 from __future__ import annotations
 
 import re
 
+from spec.cli.regenerate import PROTOCOL_DOC
 from spec.protocol import OPS, protocol_markdown
 from tests import ROOT
 
-README = ROOT / "README.md"
+README = ROOT / PROTOCOL_DOC
 
 
 def test_readme_protocol_table_is_the_generated_one():
     text = README.read_text(encoding="utf-8")
     m = re.search(r"<!-- protocol-table:[^\n]*-->\n(.*?)\n<!-- /protocol-table -->", text, re.S)
-    assert m, "README.md: the protocol table's markers are missing"
+    assert m, f"{PROTOCOL_DOC}: the protocol table's markers are missing"
     assert m.group(1) == protocol_markdown(), (
-        "README.md's protocol table is stale: regenerate it with "
-        "`python -m spec.protocol --markdown`")
+        f"{PROTOCOL_DOC}: the protocol table is stale: regenerate it with "
+        "`minibert regenerate --no-matrix`")
 
 
 def test_every_row_is_documented_and_its_backward_follows_its_inputs():
