@@ -92,6 +92,7 @@ everything::
         "ranks": {"linear": (3,)},     # ranks of the first input an op accepts
         "conventions": ("lr(0)=0",),   # documented conventions this implementation follows
         "guards": {"log_eps": 1e-12},  # numerical guards (spec/protocol/guards.py)
+        "arrays": "torch",             # computes on torch tensors (spec/protocol/arrays.py)
     }
 
 The declaration is read in one place, :func:`~spec.protocol.capabilities.capabilities`, and

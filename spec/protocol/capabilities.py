@@ -36,9 +36,11 @@ from spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary
     variant_text,
 )
 
-# every claim is True unless declared False (the claims come from their table)
+# every claim is True unless declared False (the claims come from their table); "arrays": the
+# array library it computes on, whose calls are converted from and to NumPy
+# (spec/protocol/arrays.py)
 DEFAULT_CAPABILITIES = {**dict.fromkeys(CLAIMS, True),
-                        "ranks": {}, "conventions": (), "guards": {}}
+                        "ranks": {}, "conventions": (), "guards": {}, "arrays": "numpy"}
 # ops that act on the last axis alone: any rank can be reshaped to one the implementation
 # accepts; the names of their forward arguments (in protocol order) that carry the leading axes
 RANK_ADAPTABLE = {"linear": ("x",), "layernorm": ("x",), "softmax": ("x", "mask"),
@@ -93,6 +95,9 @@ def accepted(*key: str) -> str:
                 f"ranks integers in [1, {MAX_RANK}], e.g. {{'linear': (3,)}}")
     if head == "conventions":
         return f"a tuple of names among {sorted(CONVENTIONS)}"
+    if head == "arrays":
+        return ("the import name of the array library it computes on ('numpy', 'torch', "
+                "'array_api_strict', 'cupy', ...): its calls are converted from and to NumPy")
     if head == "guards":
         if rest:
             low, high = guard_range(rest[0])
@@ -168,6 +173,9 @@ def _validate(declared) -> dict:
     caps["ranks"] = _ranks(caps["ranks"])
     caps["conventions"] = _conventions(caps["conventions"])
     caps["guards"] = _guards(caps["guards"])
+    if not (isinstance(caps["arrays"], str) and caps["arrays"]
+            and all(part.isidentifier() for part in caps["arrays"].split("."))):
+        raise _refuse(("arrays",), caps["arrays"])
     for op, options in VARIANTS.items():
         caps[op] = _variant_values(op, caps.get(op, {}), options)
     return caps

@@ -2,7 +2,9 @@
 (never a silent pass), a ``SystemExit`` inside the implementation is a failure, the
 implementation's CAPABILITIES are applied (unclaimed biases, masks, weight decay are not
 applicable; ranks are adapted), the names called and the names executing are recorded (a time
-limit names the op it caught), and a name that hung once is not waited on again."""
+limit names the op it caught), a name that hung once is not waited on again, and an
+implementation computing on another array library than NumPy gets its calls converted
+(spec/protocol/arrays.py: NumPy in, its namespace out and back)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from spec.protocol import variants
+from spec.protocol import arrays, variants
 from spec.protocol.capabilities import (
     RANK_ADAPTABLE,
     capabilities,
@@ -129,6 +131,9 @@ class ImplProxy:
         object.__setattr__(self, "_impl_interrupted", [])
         object.__setattr__(self, "_impl_wrapped", {})
         object.__setattr__(self, "_impl_caps", capabilities(obj))
+        # the conversion layer (spec/protocol/arrays.py): None for a NumPy implementation
+        object.__setattr__(self, "_impl_arrays",
+                           arrays.converter(object.__getattribute__(self, "_impl_caps")["arrays"]))
 
     def __getattr__(self, name: str):
         obj = object.__getattribute__(self, "_impl_obj")
@@ -204,6 +209,7 @@ class ImplProxy:
             adapt = adam_step_adapter(fn)
 
         active = object.__getattribute__(self, "_impl_active")
+        converter = object.__getattribute__(self, "_impl_arrays")
         hung = object.__getattribute__(self, "_impl_hung")
         interrupted = object.__getattribute__(self, "_impl_interrupted")
 
@@ -219,7 +225,8 @@ class ImplProxy:
                 post = None
             active.append(name)
             try:
-                out = fn(*args, **kwargs)
+                out = (fn(*args, **kwargs) if converter is None
+                       else converter.call(name, fn, args, kwargs))
             except BaseException as e:
                 converted = _converted(name, e)
                 if converted is not None:
