@@ -269,6 +269,26 @@ mutant("layernorm_plain_zero_affine_grads", "layernorm.backward.dgamma",
        "ops._layernorm_backward",
        ("return dx, None, None",
         "return dx, np.zeros(dx.shape[-1], dx.dtype), np.zeros(dx.shape[-1], dx.dtype)"))
+mutant("layernorm_plain_backward_identity", "layernorm.plain",
+       "the LayerNorm without gamma/beta passes dy through its backward as if it were the "
+       "identity (x_hat's Jacobian forgotten once there is no affine map)",
+       "ops._layernorm_backward", ("return dx, None, None", "return dy.copy(), None, None"))
+mutant("attention_noproj_output_scaled", "attention.noproj",
+       "without an output projection the forward returns the merged heads times 1/sqrt(d_k) "
+       "(the score scale applied to the output the missing W_o would have made)",
+       "ops._attention_forward", ("y, c_o = ctx, None", "y, c_o = ctx * scale, None"))
+mutant("attention_scale_one_over_d_k", "attention.single_head",
+       "the scores divided by d_k instead of sqrt(d_k) (the single head's d_k = H makes the "
+       "scale 1/H: visible at any H > 1)",
+       "ops._attention_forward",
+       ("scale = x.dtype.type(1.0 / np.sqrt(d_k))", "scale = x.dtype.type(1.0 / d_k)"))
+mutant("ffn_no_b2_zero_bias_grad", "ffn.no_b2",
+       "the FFN without b_2 returns a zero db_2 array instead of None (an optimizer then "
+       "updates a bias that does not exist)",
+       "ops._ffn_backward",
+       ("return dx, dW_1, db_1, dW_2, db_2",
+        "return dx, dW_1, db_1, dW_2, np.zeros(dW_2.shape[-1], dW_2.dtype) if db_2 is None "
+        "else db_2"))
 mutant("layernorm_unbiased_variance", "layernorm.forward",
        "forward uses the unbiased 1/(N-1) variance; backward still assumes 1/N",
        "ops._layernorm_forward",
