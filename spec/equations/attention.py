@@ -627,7 +627,8 @@ register(Equation(
     uses=("attention.context", "attention.merge_heads", "attention.backward.dV",
           "attention.backward.dQ", "attention.backward.dK", "attention.backward.dx")))
 register(Equation(
-    "attention.single_head", "Single-head attention (A = 1, no n_heads)", (VARIANT, SLIDES),
+    "attention.single_head", "Single-head attention (A = 1, no n_heads)",
+    (VARIANT, f"{SLIDES} (step 2)"),
     r"Y = \mathrm{softmax}\Bigl(\frac{Q K^\top}{\sqrt{H}}\Bigr) V W^O + b^O",
     _prove_single_head, gradient=True, torch_op=TORCH + "(num_heads=1)",
     numeric=_variant_numeric(SINGLE_SIZES, {"attention.heads": "single"}),

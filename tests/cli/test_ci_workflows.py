@@ -25,10 +25,10 @@ from tests import ROOT
 from tests.cli.ci_emulator import Services, run_github, run_gitlab
 
 DOCS = ROOT / "docs" / "ci"
-# the profile reduced: the layernorm checks that draw, 100 examples each at night (the
+# the profile reduced: the layernorm checks that draw, 300 examples each at night (the
 # shipped files say 500), one worker per shard
 CHECK_ARGS = "--ops layernorm --kinds fd invariant --oracle off -j 1"
-REDUCED = {"DEEP_EXAMPLES": "100", "CHECK_ARGS": CHECK_ARGS}
+REDUCED = {"DEEP_EXAMPLES": "300", "CHECK_ARGS": CHECK_ARGS}
 RARE_BUG = '''"""A LayerNorm whose backward is wrong on one upstream gradient in MODULUS
 (chosen by a hash of its bytes): no fixed example shows it, a random draw does."""
 import hashlib
