@@ -44,6 +44,41 @@ settings.load_profile(os.environ.get("MINIBERT_PROFILE", "dev"))
 TEST_TIMEOUT = 600.0
 
 
+# --------------------------------------------------------------------------- the slow tier
+# Tests marked ``slow`` run whole pipelines end to end in subprocesses (the CI templates' jobs,
+# shards of whole-suite runs, --many over twenty submissions, the array libraries' full twin
+# runs, the interruption campaign): seconds to a minute each, and most of the default run's
+# time when they were in it.  They run when asked for -- ``MINIBERT_SLOW=1`` or a ``-m``
+# expression naming ``slow`` -- and CI asks (.ci/run runs the tier after the default run); the
+# default run deselects them and says how many in its header line.
+SLOW_ENV = "MINIBERT_SLOW"
+
+
+def slow_tier_wanted(config) -> bool:
+    """Whether this session runs the slow tier: MINIBERT_SLOW set (not "0"), or a ``-m``
+    expression that names ``slow`` (``-m slow``; ``-m "not slow"`` deselects it anyway)."""
+    return os.environ.get(SLOW_ENV, "0") not in ("", "0") or "slow" in (
+        config.option.markexpr or "")
+
+
+def pytest_collection_modifyitems(config, items):
+    if slow_tier_wanted(config):
+        return
+    slow = [i for i in items if i.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if i.get_closest_marker("slow") is None]
+        config._minibert_slow_deselected = len(slow)
+
+
+def pytest_report_collectionfinish(config, start_path, items):
+    n = getattr(config, "_minibert_slow_deselected", 0)
+    if n:
+        return [f"slow tier: {n} end-to-end tests deselected ({SLOW_ENV}=1 or -m slow runs "
+                "them; CI does)"]
+    return []
+
+
 @pytest.fixture(scope="session")
 def impl():
     """The bundled reference behind the protocol proxy."""

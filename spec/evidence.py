@@ -142,6 +142,7 @@ def _collect_items(tests_dir: Path | str, *, impl_spec: str | None, timeout: flo
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
     if impl_spec:
         env["MINIBERT_IMPL"] = impl_spec  # what --impl defaults to (conftest.py)
+    env["MINIBERT_SLOW"] = "1"  # every test is evidence, the slow tier's too (conftest.py)
     with tempfile.TemporaryDirectory(prefix="minibert-audit-") as tmp:
         env[COLLECT_ENV] = out = str(Path(tmp) / "items.json")
         cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",

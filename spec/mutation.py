@@ -271,6 +271,7 @@ def run_tagged(mutant: str, equation: str, nodeids: Sequence[str], *, profile: s
         report = Path(tmp) / "report.jsonl"
         env = _env(mutant, profile, report)
         env[MATRIX_EQUATION_ENV] = equation
+        env["MINIBERT_SLOW"] = "1"  # every tagged test, the slow tier's too (conftest.py)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", __name__,
                *extra_args, *files]
         try:

@@ -13,6 +13,7 @@ from spec.cli import main
 KEYS = ("step_full", "step_masked", "forward", "backward", "optimizer", "optimizer_out")
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): every benchmark row, measured
 def test_bench_measures_every_row_and_target(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "reports" / "bench.json"

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.benchmarks.compare_verdicts import compare  # noqa: E402
+from spec.suite.compare import compare  # noqa: E402
 
 WORKERS = 2  # minibert check's default: the threads this benchmark adds to the load
 

@@ -24,6 +24,9 @@ import pytest
 from tests import ROOT
 from tests.cli.ci_emulator import Services, run_github, run_gitlab
 
+# the slow tier (conftest.py): every job of two pipelines, each a run of minibert check
+pytestmark = pytest.mark.slow
+
 DOCS = ROOT / "docs" / "ci"
 # the profile reduced: the layernorm checks that draw, 300 examples each at night (the
 # shipped files say 500), one worker per shard

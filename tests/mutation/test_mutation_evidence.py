@@ -125,6 +125,7 @@ def bundled(request):
         pytest.skip("not applicable: the matrix mutates the bundled reference")
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): a matrix run per mutant
 def test_runner_runs_only_the_tagged_tests_and_records_every_killer(bundled):
     """The runner selects by the equation marker in the files the node ids name (no -x)."""
     status, killers, _, _ = run_tagged("", EQ, TAGGED, timeout=300)

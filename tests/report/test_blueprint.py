@@ -324,6 +324,7 @@ def test_cli_refuses_a_bad_destination_in_one_line(tmp_path, capsys):
     assert "--run-dir" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): the audit rebuilt on a broken checkout
 def test_a_broken_derivation_turns_its_page_red(tmp_path_factory):
     """A scratch copy of the project with a wrong LayerNorm dx closed form: the audit fails
     (exit 1) and still writes the site, where that equation is a regression on its page, in the

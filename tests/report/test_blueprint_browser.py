@@ -13,6 +13,8 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import pytest
+
 from spec.report import STATUS
 from tests.report.blueprint_site import BROKEN_ID, audit_data, broken_site, parse, site
 from tests.report.cdp import open_page, rgb, save_shot, site_fixtures
@@ -39,6 +41,7 @@ MATH_JS = """[...document.querySelectorAll('math')].map(m => {
 })"""
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): every page in a browser
 def test_every_page_renders_math_without_errors_and_every_link_resolves(browser, built):
     pages = sorted(built.rglob("*.html"))
     assert len(pages) == len(audit_data()["equations"]) + 3  # index, graph, claims

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from spec.protocol import DeclarationError, ImplProxy, capabilities
+from spec.suite.compare import compare
 from tests import ROOT
-from tests.benchmarks.compare_verdicts import compare
 from tests.examples import (
     array_api_ops,
     backprop_numpy,
@@ -52,6 +52,7 @@ def _twin_reports(library: str, bugs: set, monkeypatch) -> tuple[dict, dict, lis
     return _as_json(reports[0]), _as_json(reports[1]), reports
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): every check, twice
 @pytest.mark.parametrize("library", sorted(TWINS))
 def test_a_correct_implementation_on_another_library_is_green_where_its_numpy_twin_is(
         library, monkeypatch):
@@ -68,6 +69,7 @@ def test_a_correct_implementation_on_another_library_is_green_where_its_numpy_tw
                                                              passed), passed
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): every check, twice
 @pytest.mark.parametrize("library", sorted(TWINS))
 def test_a_buggy_implementation_on_another_library_is_red_on_exactly_its_twins_checks(
         library, monkeypatch):

@@ -36,6 +36,7 @@ def tables(tmp_path_factory):
     return names, serial, cluster
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): 20 whole runs, serial and on a cluster
 def test_every_submission_gets_its_templates_verdict(tables):
     names, (r, table), _ = tables
     rows = {i["name"]: i for i in table["implementations"]}
@@ -52,6 +53,7 @@ def test_every_submission_gets_its_templates_verdict(tables):
     assert r.returncode == table["exit_code"] == 1
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): the same fixture
 def test_the_table_on_a_local_dask_cluster_is_the_serial_table(tables):
     _, (_, serial), (r, cluster) = tables
     assert table_signature(cluster) == table_signature(serial)

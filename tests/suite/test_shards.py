@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from spec.suite.compare import compare
 from spec.suite.shard import (
     merge_check_reports,
     parse_shard,
@@ -25,7 +26,6 @@ from spec.suite.shard import (
     weights,
 )
 from tests import ROOT
-from tests.benchmarks.compare_verdicts import compare
 
 SHARDS = 3
 
@@ -133,6 +133,7 @@ def sharded_run(request, tmp_path_factory):
     return impl, tmp, full, shards, merged
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): four whole-suite runs per implementation
 def test_merged_shards_are_the_unsharded_report(sharded_run):
     impl, tmp, full, shards, merged = sharded_run
     before, after = load(tmp / "full.json"), load(tmp / "merged" / "report.json")
@@ -156,6 +157,7 @@ def test_merged_shards_are_the_unsharded_report(sharded_run):
     assert set(durations) == {r["id"] for r in before["results"]}
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): four whole-suite runs per implementation
 def test_a_merge_with_a_shard_missing_or_twice_is_refused_naming_it(sharded_run):
     _, tmp, *_ = sharded_run
     r = minibert("report", "merge", tmp / "s1.json", tmp / "s3.json", "-o", tmp / "m2")
@@ -216,6 +218,7 @@ MUTANTS = ["checkpoint_hash_params_only", "wordpiece_alphabet_ties_by_insertion"
 ROW = ("mutant", "equation", "status", "tests", "killers", "fingerprint")
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): four matrix runs
 def test_merged_matrix_shards_are_the_unsharded_matrix(tmp_path):
     def matrix(name, *args):
         file = tmp_path / f"{name}.json"
@@ -266,6 +269,7 @@ def _pytest(tmp: Path, name: str, *args) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): pytest sessions split and spread
 def test_the_pytest_plugin_splits_with_pytest_split_and_spreads_with_xdist(tmp_path):
     whole = _pytest(tmp_path, "whole", "--store-durations",
                     f"--durations-path={tmp_path / '.test_durations'}")

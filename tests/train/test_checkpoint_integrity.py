@@ -214,6 +214,7 @@ def cli_run(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow  # the slow tier (conftest.py): a training run killed at many moments
 def test_a_run_killed_during_setup_goes_somewhere(tmp_path, cli_run, capsys):
     """After a kill before the first checkpoint (corpus.txt and tokenizer.json written),
     `train` said "pass --resume or --force" and `--resume` said "drop --resume": a circle.

@@ -100,11 +100,8 @@ def test_interrupt_at_random_moments_resumes_bit_exact(tmp_path, reference_run):
 
 
 @pytest.mark.slow
-def test_interrupt_at_50_random_moments_per_signal(tmp_path, reference_run, request):
-    """~3 minutes: runs only when asked for (-m slow, or MINIBERT_SLOW=1)."""
-    if "slow" not in (request.config.option.markexpr or "") and not os.environ.get(
-            "MINIBERT_SLOW"):
-        pytest.skip("slow: run with -m slow or MINIBERT_SLOW=1")
+def test_interrupt_at_50_random_moments_per_signal(tmp_path, reference_run):
+    """~3 minutes: the slow tier (conftest.py: MINIBERT_SLOW=1 or -m slow)."""
     figures = _campaign(tmp_path, reference_run, n=50, seed=2)
     for name, outcomes in figures.items():
         rcs = {rc: sum(1 for r, _ in outcomes if r == rc) for rc, _ in outcomes}
