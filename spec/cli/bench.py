@@ -48,6 +48,13 @@ def register(sub) -> None:
     b.add_argument("--allow-noisy", action="store_true",
                    help="exit 0 even when the run fails its self-check (busy machine); the "
                         "targets are still not judged")
+    b.add_argument("--verdict", nargs="*", metavar="IMPL",
+                   help="instead: time the verdict -- minibert check IMPL and its first red "
+                        "(--first-red), each a fresh process, --rounds rounds, the cases "
+                        "alternating (spec.benchverdict); no IMPL: the reference")
+    b.add_argument("--pytest-file", metavar="FILE",
+                   help="with --verdict: also time pytest on this test file (your "
+                        "parametrize_with_checks file), from its own folder")
     b.add_argument("--format", choices=["table", "json"], default="table")
     b.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
     b.set_defaults(func=run)
@@ -255,22 +262,49 @@ def render_table(report) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> int:
-    report = measure(args)
-    text = (json.dumps(report.to_json(), indent=2) if args.format == "json"
-            else render_table(report))
-    if args.output:
+def _emit(text: str, output: str | None) -> None:
+    """The report to ``output`` (atomically, its folder made) or to stdout."""
+    if output:
         import os
 
         from reference.train.fileio import atomic_write
 
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        atomic_write(args.output, text + "\n")
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        atomic_write(output, text + "\n")
     else:
         sys.stdout.write(text + "\n")
+
+
+def run(args) -> int:
+    if args.verdict is not None:
+        return run_verdict(args)
+    if args.pytest_file is not None:
+        raise ValueError("--pytest-file: applies to --verdict only")
+    report = measure(args)
+    _emit(json.dumps(report.to_json(), indent=2) if args.format == "json"
+          else render_table(report), args.output)
     if report.problems and not args.allow_noisy:
         print(f"minibert bench: the run failed its self-check ({report.problems[0]}"
               + (f"; {len(report.problems) - 1} more" if len(report.problems) > 1 else "")
               + "): rerun on an idle machine, or pass --allow-noisy", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_verdict(args) -> int:
+    """``minibert bench --verdict``: spec.benchverdict's cases, measured and written like the
+    train-step bench's report (table or JSON, -o atomically), the same self-check rule."""
+    from spec.benchverdict import measure as measure_verdict
+    from spec.benchverdict import render, user_cases
+
+    cases = user_cases(args.verdict or ["reference"], args.pytest_file)
+    result = measure_verdict(cases, args.rounds,
+                             progress=lambda line: print(line, file=sys.stderr, flush=True))
+    _emit(json.dumps(result, indent=1) if args.format == "json" else render(result),
+          args.output)
+    if result["problems"] and not args.allow_noisy:
+        print(f"minibert bench --verdict: the run failed its self-check "
+              f"({result['problems'][0]}): rerun on an idle machine, or pass --allow-noisy",
+              file=sys.stderr)
         return 1
     return 0

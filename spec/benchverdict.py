@@ -1,0 +1,212 @@
+"""``minibert bench --verdict [IMPL ...]``: what a verdict costs -- ``minibert check IMPL`` and its
+first red (``--first-red``), and optionally ``pytest`` on the user's own test file, each run in a
+fresh process, the cases alternating process by process, medians over rounds.
+
+Per case: the wall time (median, p10-p90 over rounds) and, from the check's JSON report, the
+pool's own seconds and each kind's check seconds (summed over the workers: the CPU a kind costs,
+not wall time); the wall time less the pool's is the start-up (the process, the fork server,
+loading the implementation).  Every verdict of a case is compared across its rounds
+(:mod:`spec.suite.compare`): a timing of runs that disagree is no timing, and says so.
+
+A benchmark, never a test.  It checks itself as ``minibert bench`` does
+(:func:`spec.bench.plausibility`): a load average above the core count before or after the
+run (its own workers counted out) says the machine was busy -- the report lists why, judges no
+target, and the exit status is 1 unless ``--allow-noisy``.  ``tests/benchmarks/verdict_time.py``
+runs the project's own cases (the reference, the broken and real-style examples, the wheel
+test's ten-line pytest file) through the same functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKERS = 2  # minibert check's default worker count: the threads a run adds to the load
+# the issue's targets (issue 29), seconds: a whole check of the reference, a first red, a
+# user's pytest file over the whole suite
+TARGET_REFERENCE_S = 10.0
+TARGET_FIRST_RED_S = 5.0
+TARGET_PYTEST_S = 15.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One timed command: ``argv`` run in ``cwd`` with ``env`` added; ``report``: it is a
+    ``minibert check`` that writes its JSON report where ``-o`` says (appended per round)."""
+
+    argv: tuple[str, ...]
+    what: str
+    target_s: float | None = None
+    cwd: str | None = None
+    env: dict = field(default_factory=dict)
+    report: bool = True
+
+
+def check_case(impl: str, *extra: str, target_s: float | None = None, what: str = "",
+               cwd: str | None = None) -> Case:
+    """``minibert check IMPL EXTRA... --format json`` as a case (run as ``python -m spec.cli``:
+    the interpreter of this run, installed or not)."""
+    argv = (sys.executable, "-m", "spec.cli", "check", impl, *extra, "--format", "json")
+    return Case(argv, what or " ".join(("minibert check", impl, *extra)), target_s, cwd)
+
+
+def pytest_case(test_file: str | os.PathLike, *, env: dict | None = None,
+                target_s: float | None = TARGET_PYTEST_S, what: str = "") -> Case:
+    """``pytest -q TEST_FILE`` from the file's own directory (the user's session: their
+    conftest, their rootdir)."""
+    path = Path(test_file).resolve()
+    return Case((sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path.name),
+                what or f"pytest {path.name}", target_s, str(path.parent), dict(env or {}),
+                report=False)
+
+
+def user_cases(impls, test_file=None) -> dict[str, Case]:
+    """The cases of ``minibert bench --verdict``: per implementation its whole check and its
+    first red; the user's pytest file, if given.  Targets where the issue set one: the
+    reference's whole check, every first red, the pytest file."""
+    if not impls:
+        raise ValueError("--verdict: expected at least one implementation (package.module"
+                         "[:object]), got none")
+    if test_file is not None and not Path(test_file).is_file():
+        raise ValueError(f"--pytest-file: expected a test file, got {str(test_file)!r} "
+                         "(no such file)")
+    cases = {}
+    for impl in impls:
+        cases[impl] = check_case(impl, target_s=TARGET_REFERENCE_S if impl == "reference"
+                                 else None)
+        cases[f"{impl} --first-red"] = check_case(impl, "--first-red",
+                                                  target_s=TARGET_FIRST_RED_S)
+    if test_file is not None:
+        cases[f"pytest {Path(test_file).name}"] = pytest_case(test_file)
+    return cases
+
+
+def run_case(case: Case, out_dir: Path, timeout: float = 900) -> dict:
+    """One run of ``case`` in a fresh process: wall seconds, exit status and, for a check, its
+    pool seconds, seconds by kind, counts and report."""
+    argv = list(case.argv)
+    report = None
+    if case.report:
+        report = out_dir / f"report-{time.monotonic_ns()}.json"
+        argv += ["-o", str(report)]
+    env = {**os.environ, **case.env}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, cwd=case.cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"wall_s": time.perf_counter() - start, "exit": "timeout",
+                "summary": f"no result after {timeout:.0f} s"}
+    row = {"wall_s": time.perf_counter() - start, "exit": proc.returncode}
+    if report is not None and report.exists():
+        data = json.loads(report.read_text(encoding="utf-8"))
+        kinds: dict[str, float] = {}
+        for r in data["results"]:
+            kinds[r["kind"]] = kinds.get(r["kind"], 0.0) + r["seconds"]
+        row.update(run_s=data["seconds"], kinds=kinds, counts=data["counts"], report=data)
+    else:
+        lines = proc.stdout.strip().splitlines()
+        row["summary"] = lines[-1] if lines else proc.stderr.strip()[-300:]
+    return row
+
+
+def _stats(values) -> dict:
+    values = sorted(values)
+
+    def pick(q):
+        return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+    return {"median": statistics.median(values), "p10": pick(0.1), "p90": pick(0.9),
+            "n": len(values)}
+
+
+def summarize(case: Case, runs: list[dict]) -> tuple[dict, list[str]]:
+    """A case's entry of the report from its rounds, and its problems (verdicts that differ
+    between rounds, a round that timed out)."""
+    from spec.suite.compare import compare
+
+    problems = []
+    entry = {"what": case.what, "target_s": case.target_s,
+             "wall_s": _stats([r["wall_s"] for r in runs]),
+             "exit": sorted({str(r["exit"]) for r in runs})}
+    reports = [r["report"] for r in runs if "report" in r]
+    if reports:
+        entry["run_s"] = _stats([r["run_s"] for r in runs if "run_s" in r])
+        entry["startup_s"] = statistics.median(r["wall_s"] - r["run_s"] for r in runs
+                                               if "run_s" in r)
+        kinds = sorted({k for r in runs for k in r.get("kinds", {})})
+        entry["kind_s"] = {k: statistics.median(r["kinds"].get(k, 0.0) for r in runs
+                                                if "kinds" in r) for k in kinds}
+        entry["counts"] = reports[-1]["counts"]
+        differ = [d for rep in reports[1:] for d in compare(reports[0], rep)]
+        if differ:
+            entry["verdicts_differ"] = differ[:10]
+            problems.append(f"{case.what}: the verdicts differ between rounds ({differ[0]})")
+    if len(reports) != len(runs):
+        entry["summary"] = next((r["summary"] for r in runs if "summary" in r), "")
+    if "timeout" in entry["exit"]:
+        problems.append(f"{case.what}: a round gave no result ({entry['summary']})")
+    return entry, problems
+
+
+def measure(cases: dict[str, Case], rounds: int, *, progress=None) -> dict:
+    """Every case ``rounds`` times, alternating process by process; the self-check's problems
+    (busy machine, verdicts that differ) in ``problems``."""
+    from reference.train.threads import available_cores
+    from spec.bench import load_average, plausibility
+
+    if rounds < 1:
+        raise ValueError(f"--rounds: expected an integer >= 1, got {rounds}")
+    cores = available_cores()
+    result = {"cores": cores, "rounds": rounds, "load": {"before": load_average()},
+              "cases": {}, "problems": []}
+    runs: dict[str, list[dict]] = {name: [] for name in cases}
+    with tempfile.TemporaryDirectory(prefix="minibert-verdict-") as tmp:
+        for k in range(rounds):
+            for name, case in cases.items():  # alternating: one process per case per round
+                if progress is not None:
+                    progress(f"round {k + 1}/{rounds}: {case.what}")
+                runs[name].append(run_case(case, Path(tmp)))
+    result["load"]["after"] = load_average()
+    result["problems"] = plausibility(
+        cores=cores, load_before=result["load"]["before"], load_after=result["load"]["after"],
+        own_threads=WORKERS, sgemm={}, sgemm_median={}, floors={})
+    for name, case in cases.items():
+        entry, problems = summarize(case, runs[name])
+        result["cases"][name] = entry
+        result["problems"] += problems
+    return result
+
+
+def render(result: dict) -> str:
+    load = ", ".join(f"{k} {v:.2f}" for k, v in result["load"].items() if v is not None)
+    lines = [f"verdict time: medians over {result['rounds']} round(s), each case a fresh "
+             f"process, the cases alternating; cores {result['cores']}; load average {load}"]
+    if result["problems"]:
+        lines.append("SELF-CHECK FAILED: these timings measure a busy machine or runs that "
+                     "disagree, not the code; no target is judged:")
+        lines += [f"  - {p}" for p in result["problems"]]
+    width = max([28] + [len(n) + 1 for n in result["cases"]])
+    for name, e in result["cases"].items():
+        w, target = e["wall_s"], e["target_s"]
+        judged = ("not judged" if result["problems"] else
+                  "met" if target is not None and w["median"] <= target else "NOT met")
+        verdict = "" if target is None else f" (target <= {target:g} s: {judged})"
+        lines.append(f"{name:{width}} {w['median']:6.1f} s wall ({w['p10']:.1f}-{w['p90']:.1f}), "
+                     f"exit {', '.join(e['exit'])}{verdict}")
+        if "kind_s" in e:
+            kinds = ", ".join(f"{k} {v:.1f}" for k, v in e["kind_s"].items())
+            lines.append(f"{'':{width}} start-up {e['startup_s']:.1f} s, pool "
+                         f"{e['run_s']['median']:.1f} s; check seconds by kind (summed over "
+                         f"workers): {kinds}; {e['counts']}")
+        if e.get("summary"):
+            lines.append(f"{'':{width}} {e['summary']}")
+    return "\n".join(lines)
+

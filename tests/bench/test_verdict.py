@@ -1,0 +1,105 @@
+"""``minibert bench --verdict`` (spec.benchverdict): each case a fresh process per round, the
+verdicts of a case compared across its rounds (runs that disagree are no timing), a busy
+machine or a round without a result named instead of a judged target; bad input refused in
+one line.  No time is asserted: only that the measurements exist and agree with each other."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spec.benchverdict import Case, render, summarize, user_cases
+from spec.cli import main
+
+
+def _report(outcome: str, message: str = "") -> dict:
+    return {"results": [{"id": "fd[layernorm]", "kind": "fd", "outcome": outcome,
+                         "message": message, "seconds": 0.5}],
+            "ops": [{"op": "layernorm", "verdict": "ok" if outcome == "passed" else "FAIL"}],
+            "exit_code": 0 if outcome == "passed" else 1, "counts": {outcome: 1}}
+
+
+def _run(wall: float, report: dict) -> dict:
+    return {"wall_s": wall, "exit": report["exit_code"], "run_s": 0.5,
+            "kinds": {"fd": 0.5}, "counts": report["counts"], "report": report}
+
+
+CASE = Case(("minibert", "check", "m"), "minibert check m", target_s=2.0)
+
+
+def test_rounds_that_agree_give_a_median_and_the_start_up():
+    runs = [_run(w, _report("failed", "dx: worst at [0, 1]")) for w in (1.0, 3.0, 2.0)]
+    entry, problems = summarize(CASE, runs)
+    assert problems == []
+    assert entry["wall_s"]["median"] == 2.0 and entry["wall_s"]["n"] == 3
+    assert entry["startup_s"] == pytest.approx(1.5)  # wall less the pool's own seconds
+    assert entry["kind_s"] == {"fd": 0.5} and entry["exit"] == ["1"]
+
+
+def test_rounds_whose_verdicts_differ_are_no_timing():
+    runs = [_run(1.0, _report("failed", "dx: worst")), _run(1.0, _report("passed"))]
+    entry, problems = summarize(CASE, runs)
+    assert len(problems) == 1 and "the verdicts differ between rounds" in problems[0]
+    assert "fd[layernorm]: failed -> passed" in problems[0]
+    result = {"rounds": 2, "cores": 2, "load": {"before": 0.1, "after": 0.2},
+              "cases": {"m": entry}, "problems": problems}
+    text = render(result)
+    assert "SELF-CHECK FAILED" in text and "target <= 2 s: not judged" in text
+
+
+def test_a_round_without_a_result_is_named():
+    runs = [_run(1.0, _report("passed")),
+            {"wall_s": 900.0, "exit": "timeout", "summary": "no result after 900 s"}]
+    entry, problems = summarize(CASE, runs)
+    assert any("a round gave no result (no result after 900 s)" in p for p in problems)
+
+
+@pytest.mark.parametrize("wall, word", [(1.5, "met"), (2.5, "NOT met")])
+def test_a_target_is_judged_on_a_quiet_machine(wall, word):
+    entry, problems = summarize(CASE, [_run(wall, _report("passed"))])
+    result = {"rounds": 1, "cores": 2, "load": {"before": 0.1, "after": 0.2},
+              "cases": {"m": entry}, "problems": problems}
+    assert f"(target <= 2 s: {word})" in render(result)
+
+
+def test_the_cases_of_each_implementation_and_the_pytest_file(tmp_path):
+    test_file = tmp_path / "test_mine.py"
+    test_file.write_text("def test_x():\n    pass\n")
+    cases = user_cases(["reference", "mine"], test_file)
+    assert list(cases) == ["reference", "reference --first-red", "mine", "mine --first-red",
+                           "pytest test_mine.py"]
+    assert cases["reference"].target_s == 10.0 and cases["mine"].target_s is None
+    assert cases["mine --first-red"].argv[-3:] == ("--first-red", "--format", "json")
+    assert cases["pytest test_mine.py"].cwd == str(tmp_path) and not cases[
+        "pytest test_mine.py"].report
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--verdict", "reference", "--pytest-file", "nowhere/test_x.py"],
+     "--pytest-file: expected a test file, got 'nowhere/test_x.py'"),
+    (["--pytest-file", "x.py"], "--pytest-file: applies to --verdict only"),
+    (["--verdict", "reference", "--rounds", "0"], "--rounds: expected an integer >= 1, got 0"),
+])
+def test_bad_input_is_refused_in_one_line(argv, message, capsys):
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow  # the slow tier (conftest.py): four minibert check processes
+def test_bench_verdict_times_a_buggy_implementation_end_to_end(tmp_path):
+    out = tmp_path / "verdict.json"
+    rc = main(["bench", "--verdict", "tests.examples.broken_impl", "--rounds", "2",
+               "--format", "json", "-o", str(out), "--allow-noisy"])  # this machine may be busy
+    assert rc == 0
+    result = json.loads(out.read_text())
+    whole = result["cases"]["tests.examples.broken_impl"]
+    first = result["cases"]["tests.examples.broken_impl --first-red"]
+    assert whole["exit"] == first["exit"] == ["1"]  # red both ways, in both rounds
+    assert whole["wall_s"]["n"] == first["wall_s"]["n"] == 2
+    assert not any("verdicts differ" in p for p in result["problems"]), result["problems"]
+    assert whole["counts"]["failed"] >= 1 and "not run" not in whole["counts"]
+    assert first["counts"]["failed"] == 1 and first["counts"]["not run"] > 0
+    assert 0 < whole["startup_s"] < whole["wall_s"]["median"]
+    assert first["target_s"] == 5.0 and whole["target_s"] is None
