@@ -236,8 +236,30 @@ def mean_divisor(n: int, reduction: str, guards: Mapping) -> float:
     return n + float(guards.get("mean_eps", 0.0)) if reduction == "mean" else 1.0
 
 
+def _ce_terms(guards: Mapping, logits, labels, ignore_index: int, reduction: str,
+              probabilities: bool = False):
+    """The pieces both guarded forms share, in float64: log p of each label ``lp``, the
+    unguarded per-position gradient ``g`` = p - onehot (over z), the kept positions, the
+    unguarded divisor ``n``, the guarded one ``d`` and the log guard's factor per position
+    (d(-guarded log p_y)/dz = factor * g).  ``probabilities``: ``logits`` holds p itself."""
+    z = np.asarray(logits, dtype=np.float64)
+    if probabilities:
+        with np.errstate(divide="ignore"):
+            logp = np.log(z)
+    else:
+        logp = z - np.logaddexp.reduce(z, axis=-1, keepdims=True)
+    keep = labels != ignore_index
+    safe = np.where(keep, labels, 0)
+    lp = np.take_along_axis(logp, safe[..., None], -1)[..., 0]
+    n = max(int(keep.sum()), 1) if reduction == "mean" else 1
+    d = mean_divisor(n, reduction, guards)
+    g = np.exp(logp)
+    np.put_along_axis(g, safe[..., None], np.take_along_axis(g, safe[..., None], -1) - 1, -1)
+    return lp, g, keep, n, d, guarded_grad_factor(np.exp(lp), guards)
+
+
 def cross_entropy_adjustment(guards: Mapping, logits, labels, ignore_index: int,
-                             reduction: str, dloss: float = 1.0):
+                             reduction: str, dloss: float = 1.0, probabilities: bool = False):
     """For the declared loss guards (log_eps or prob_clip, mean_eps): (loss shift, dlogits
     allowance, reason).
 
@@ -245,22 +267,16 @@ def cross_entropy_adjustment(guards: Mapping, logits, labels, ignore_index: int,
     to an unguarded oracle: the oracle then computes the same guarded formula).  ``dlogits
     allowance``: per entry, |guarded gradient - unguarded gradient| for either form an
     implementation may differentiate (the guarded log's or the plain log's, over the guarded
-    divisor; the guard fixes how far apart they are).  (0, 0, "") without a guard."""
+    divisor; the guard fixes how far apart they are).  (0, 0, "") without a guard.
+    ``probabilities``: ``logits`` holds the probabilities a loss of probabilities takes (its
+    guard applies to p as given)."""
     kind = ce_guard(guards)
     divided = reduction == "mean" and "mean_eps" in guards
     if kind is None and not divided:
         return 0.0, 0.0, ""
-    z = np.asarray(logits, dtype=np.float64)
-    logp = z - np.logaddexp.reduce(z, axis=-1, keepdims=True)
-    keep = labels != ignore_index
-    safe = np.where(keep, labels, 0)
-    lp = np.take_along_axis(logp, safe[..., None], -1)[..., 0]
-    n = max(int(keep.sum()), 1) if reduction == "mean" else 1
-    d = mean_divisor(n, reduction, guards)
+    lp, g, keep, n, d, factor = _ce_terms(guards, logits, labels, ignore_index, reduction,
+                                          probabilities)
     shift = float(np.sum(guarded_nll(lp, guards) * keep) / d + np.sum(lp * keep) / n)
-    g = np.exp(logp)
-    np.put_along_axis(g, safe[..., None], np.take_along_axis(g, safe[..., None], -1) - 1, -1)
-    factor = guarded_grad_factor(np.exp(lp), guards)
     dev = np.maximum(np.abs(factor / d - 1 / n), abs(1 / d - 1 / n))
     allow = np.abs(g * (dev * keep)[..., None]) * abs(float(dloss))
     names = ", ".join(f"{k}={guards[k]:g}" for k in (kind, "mean_eps" if divided else None) if k)
@@ -268,6 +284,17 @@ def cross_entropy_adjustment(guards: Mapping, logits, labels, ignore_index: int,
               f"(shift {shift:+.1e}), dlogits within |guarded - unguarded| gradient "
               f"(<= {float(np.max(allow, initial=0)):.1e})")
     return shift, allow, reason
+
+
+def cross_entropy_plain_log_delta(guards: Mapping, logits, labels, ignore_index: int,
+                                  reduction: str, dloss: float = 1.0):
+    """The other gradient a guarded loss may return, signed: dlogits of the plain log over the
+    guarded divisor minus dlogits of the guarded log -- the exact derivative of the guarded
+    forward, which finite differences measure.  0 without a log guard."""
+    if ce_guard(guards) is None:
+        return 0.0
+    _, g, keep, _, d, factor = _ce_terms(guards, logits, labels, ignore_index, reduction)
+    return g * ((1 - factor) / d * keep)[..., None] * float(dloss)
 
 
 # --------------------------------------------------------------------------- softmax
@@ -346,11 +373,85 @@ def _loss_rows(logits, labels, fixed) -> tuple:
 
 
 def _cross_entropy(guards, inputs, fixed, dout):
-    if fixed.get("input", "logits") != "logits":  # a loss of probabilities: -log p as given
-        return None
+    form = fixed.get("input", "logits")
+    if form == "probabilities":  # dL/dp: the guard's factor on -1/p_y at each label entry
+        return _probabilities(guards, inputs, fixed, dout)
+    # logits, or p with dL/dlogits returned (probabilities_dlogits): the same gradient, over z
     shift, allow, why = cross_entropy_adjustment(
-        guards, *_loss_rows(inputs["logits"], fixed["labels"], fixed), dout)
+        guards, *_loss_rows(inputs["logits"], fixed["labels"], fixed), dout,
+        probabilities=form != "logits")
     return Adjustment(shift, {"logits": allow}, why)
+
+
+def _probabilities(guards, inputs, fixed, dout):
+    """A loss of probabilities returning dL/dp: the loss shift as for p given, and dp within
+    |guarded - unguarded| at each label entry: the unguarded dp_y = -1/(n p_y) scaled by the
+    same deviation of the two forms as dlogits (both forms' dp differ only there)."""
+    p, labels, ignore_index, reduction = _loss_rows(inputs["logits"], fixed["labels"], fixed)
+    shift, _, why = cross_entropy_adjustment(guards, p, labels, ignore_index, reduction, dout,
+                                             probabilities=True)
+    lp, _, keep, n, d, factor = _ce_terms(guards, p, labels, ignore_index, reduction, True)
+    dev = np.maximum(np.abs(factor / d - 1 / n), abs(1 / d - 1 / n)) * keep
+    allow = np.zeros(np.shape(p))
+    safe = np.where(keep, labels, 0)[..., None]
+    np.put_along_axis(allow, safe, (np.exp(-lp) * dev)[..., None] * abs(float(dout)), -1)
+    return Adjustment(shift, {"logits": allow}, why)
+
+
+# row -> the other gradient its declared loss guard allows, signed, per differentiable input
+# (spec.numerics.fdcheck tries the backward against finite differences with it taken away
+# when the backward alone is red): (declared guards, inputs, fixed, dout) -> {input: delta}.
+def _ce_alternative(guards, inputs, fixed, dout):
+    form = fixed.get("input", "logits")
+    if form == "probabilities":  # dL/dp: -1/(d p_y) against -factor/(d p_y), at each label
+        p, labels, ignore_index, reduction = _loss_rows(inputs["logits"], fixed["labels"], fixed)
+        lp, _, keep, _, d, factor = _ce_terms(guards, p, labels, ignore_index, reduction, True)
+        delta = np.zeros(np.shape(p))
+        safe = np.where(keep, labels, 0)[..., None]
+        np.put_along_axis(delta, safe, (-(1 - factor) / d * np.exp(-lp) * keep)[..., None]
+                          * float(dout), -1)
+        return {"logits": delta}
+    if form != "logits":  # p with dL/dlogits: the composed check passes z = log p as logits
+        return None
+    return {"logits": cross_entropy_plain_log_delta(
+        guards, *_loss_rows(inputs["logits"], fixed["labels"], fixed), dout)}
+
+
+def _next_token_alternative(guards, inputs, fixed, dout):
+    z = np.asarray(inputs["logits"])
+    full = np.zeros(z.shape)
+    full[..., :-1, :] = cross_entropy_plain_log_delta(
+        guards, *_loss_rows(z[..., :-1, :], np.asarray(fixed["ids"])[..., 1:], fixed), dout)
+    return {"logits": full}
+
+
+def _linear_cross_entropy_alternative(guards, inputs, fixed, dout):
+    """The logits' delta carried through x W + b's backward (a linear map: exact)."""
+    x, W, b = (None if v is None else np.asarray(v, dtype=np.float64)
+               for v in (inputs["x"], inputs["W"], inputs.get("b")))
+    logits = x @ W + (0.0 if b is None else b)
+    delta = np.broadcast_to(cross_entropy_plain_log_delta(
+        guards, *_loss_rows(logits, fixed["labels"], fixed), dout), logits.shape)
+    rows = delta.reshape(-1, W.shape[1])
+    return {"x": delta @ W.T, "W": x.reshape(-1, W.shape[0]).T @ rows,
+            "b": None if b is None else rows.sum(axis=0)}
+
+
+ALTERNATIVES: dict[str, Callable] = {"cross_entropy": _ce_alternative,
+                                     "next_token_cross_entropy": _next_token_alternative,
+                                     "linear_cross_entropy": _linear_cross_entropy_alternative}
+
+
+def alternative_gradient(row: str, guards: Mapping, inputs: Mapping, fixed: Mapping,
+                         dout=1.0) -> dict | None:
+    """The other gradient ``row``'s declared loss guard allows (the plain log's), minus the
+    guarded forward's exact derivative, per differentiable input; None when no log guard is
+    declared on the row."""
+    declared = declared_on(row, guards)
+    make = ALTERNATIVES.get(row)
+    if make is None or ce_guard(declared) is None:
+        return None
+    return make(declared, inputs, fixed, dout)
 
 
 def _next_token(guards, inputs, fixed, dout):

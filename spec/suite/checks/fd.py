@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import assume
 
 from spec.numerics import identities as inv
-from spec.numerics.fdcheck import check_op, objective
+from spec.numerics.fdcheck import check_op, either_guarded_form, objective
 from spec.numerics.finite_differences import assert_all_passed, elementwise_check
 from spec.numerics.identities import require
 from spec.suite import strategies as S
@@ -136,9 +136,13 @@ def composed_loss_gradient_matches_finite_differences(impl, reduction, case):
     def f(z):
         return objective(forward, {"logits": _softmax_forward(z)[0]}, case.fixed, case.dout)
 
-    assert_all_passed([elementwise_check(f, np.log(p), np.asarray(dz),
-                                         op="cross_entropy[probabilities_dlogits]",
-                                         tensor="logits")])
+    # a declared loss guard: the plain log's gradient is allowed too, over z = log p
+    assert_all_passed(either_guarded_form(
+        lambda gs: [elementwise_check(f, np.log(p), gs["logits"],
+                                      op="cross_entropy[probabilities_dlogits]",
+                                      tensor="logits")],
+        {"logits": np.asarray(dz)}, impl, "cross_entropy", {"logits": np.log(p)},
+        {**case.fixed, "input": "logits"}, case.dout))
 
 
 @on_family("position_embedding", "unused_rows_zero", kind="fd",
