@@ -314,15 +314,15 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
                              "argument, dout, out, forward[i], layer or layer.<path>")
 
     def forward_fn(*args, **kwargs):
-        bound = fsig.bind(*args, **kwargs)
+        bound = _bind(fsig, used, args, kwargs)
         bound.apply_defaults()
-        a = dict(bound.arguments)
+        a = {n: v for n, v in bound.arguments.items() if v is not _OMITTED}
         for n, value in fixed.items():  # the one value of this argument the class computes
             if not _is_default(a[n], value):
                 raise NotApplicable(f"not applicable: the class layer adapted for {op} "
                                     f"({_label(new)}) computes {n}={value!r} only (called "
                                     f"with {n}={a[n]!r})")
-        for n in names:  # an argument the mapping does not pass: its default, or absent
+        for n in a:  # an argument the mapping does not pass: its default, or absent
             if n not in used and not _absent(op, n, a[n]) and \
                     not _is_default(a[n], fsig.parameters[n].default):
                 raise NotApplicable(
@@ -381,6 +381,19 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
     forward_fn.__signature__ = fsig.replace(
         parameters=[p for p in fsig.parameters.values() if p.name not in hidden])
     return forward_fn, backward_fn
+
+
+_OMITTED = object()  # a keyword-only argument the call left out (see _bind)
+
+
+def _bind(fsig: inspect.Signature, used: set, args, kwargs) -> inspect.BoundArguments:
+    """``fsig.bind``, except that a required keyword-only argument the class does not take
+    may be left out: a declared variant drops it (attention.heads = "single" calls without
+    n_heads), and a class that never sees it cannot miss it."""
+    missing = {n: _OMITTED for n, p in fsig.parameters.items()
+               if p.kind is p.KEYWORD_ONLY and p.default is p.empty and n not in used
+               and n not in kwargs}
+    return fsig.bind(*args, **kwargs, **missing)
 
 
 def _absent(op: str, name: str, value) -> bool:
