@@ -89,11 +89,31 @@ def _is_float64(v) -> bool:
         isinstance(v, np.float64)
 
 
+def _is_float32(v) -> bool:
+    return isinstance(v, (np.ndarray, np.float32)) and v.dtype == np.float32
+
+
+def _sees_float32(frame) -> bool:
+    """Whether a float32 value is within the frame's reach: a local, an item of a local list,
+    tuple or dict, or an attribute of ``self``.  A float64 made without one (a constructor's
+    float64 initial weights, which the suite replaces) is no promotion of float32 inputs."""
+    values = list(frame.f_locals.values())
+    own = frame.f_locals.get("self")
+    if own is not None and hasattr(own, "__dict__"):
+        values += list(vars(own).values())
+    for v in values:
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else (v,)
+        if any(_is_float32(x) for x in items):
+            return True
+    return False
+
+
 def trace(fn, *args, **kwargs) -> Promotion | None:
     """Run ``fn(*args, **kwargs)`` under a line tracer over the implementation's own frames
     (spec.suite.shrink.is_user_path) and return the first line after which a local or the
-    return value is float64 where it was not before (None: no float64 appeared, or the call
-    raised before one did).  Exceptions of ``fn`` are swallowed: this only locates."""
+    return value is float64 where it was not before, in a frame that holds float32 values
+    (:func:`_sees_float32`; None: no such float64 appeared, or the call raised before one
+    did).  Exceptions of ``fn`` are swallowed: this only locates."""
     from spec.suite.shrink import is_user_path
 
     found: list[Promotion] = []
@@ -115,10 +135,10 @@ def trace(fn, *args, **kwargs) -> Promotion | None:
         if event in ("line", "return"):
             now = snapshot(frame)
             new = [k for k, f64 in now.items() if f64 and not before.get(k)]
-            if new and last is not None:
+            if new and last is not None and _sees_float32(frame):
                 record(frame, last, new[0])
                 return None
-            if event == "return" and _is_float64(arg):
+            if event == "return" and _is_float64(arg) and _sees_float32(frame):
                 record(frame, frame.f_lineno, "the return value")
                 return None
             state[frame] = (frame.f_lineno, now)

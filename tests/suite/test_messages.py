@@ -109,6 +109,41 @@ def test_a_nep50_promotion_is_named_with_its_line_and_fix():
     assert group["cause"].endswith(f"at {where}") and group["count"] == len(failed)
 
 
+def test_a_promotion_is_not_blamed_on_a_constructor_that_holds_no_float32(tmp_path,
+                                                                          monkeypatch):
+    """A class whose constructor draws float64 initial weights (which the adapter replaces)
+    and whose forward scales by ``np.sqrt(int)``: the cause is the forward's line, not the
+    constructor's (found on a public repository: a Xavier init was blamed)."""
+    mod = _module(tmp_path, monkeypatch, "classy_promotion", """
+        import numpy as np
+        from spec.suite.adapters import layer
+
+        class Softmax:
+            def __init__(self, d=4):
+                self.d = d
+                scale = np.sqrt(2 / d)  # a float64 local: the constructor's Xavier scale
+                self.unused = np.random.default_rng(0).standard_normal((d, d)) * scale
+
+            def forward(self, x):
+                s = x / np.sqrt(self.d)
+                e = np.exp(s - s.max(-1, keepdims=True))
+                self.p = e / e.sum(-1, keepdims=True)
+                return self.p
+
+            def backward(self, dp):
+                p = self.p
+                return p * (dp - (p * dp).sum(-1, keepdims=True)) / np.sqrt(self.d)
+
+        softmax_forward, softmax_backward = layer("softmax", Softmax)
+        """)
+    report = check_implementation(mod, ops=["softmax"], kinds=["invariant"])
+    first = next(r for r in report.failures() if "cause:" in r.message)
+    source = (tmp_path / "classy_promotion.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "s = x / np.sqrt(self.d)" in text)
+    assert f"float64 first appears at classy_promotion.py:{line} in forward" in first.message, \
+        first.message[:600]
+
+
 @pytest.mark.parametrize("bug", ["clip", "schedule"])
 def test_a_pipeline_red_blames_the_op_at_fault(bug, monkeypatch):
     monkeypatch.setattr(realstyle_minigpt, "BUGS", {bug} if bug == "clip" else set())
