@@ -149,6 +149,10 @@ def summarize(case: Case, runs: list[dict]) -> tuple[dict, list[str]]:
         if differ:
             entry["verdicts_differ"] = differ[:10]
             problems.append(f"{case.what}: the verdicts differ between rounds ({differ[0]})")
+    if "--first-red" in case.argv and entry["exit"] == ["0"]:
+        # no red to find: the run went through every check, so a first-red target is moot
+        entry["target_s"] = None
+        entry["summary"] = "no red: --first-red ran every check (its target is for a red)"
     if len(reports) != len(runs):
         entry["summary"] = next((r["summary"] for r in runs if "summary" in r), "")
     if "timeout" in entry["exit"]:

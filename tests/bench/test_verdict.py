@@ -48,6 +48,15 @@ def test_rounds_whose_verdicts_differ_are_no_timing():
     assert "SELF-CHECK FAILED" in text and "target <= 2 s: not judged" in text
 
 
+def test_a_first_red_target_is_not_judged_on_a_run_without_a_red():
+    case = Case(("minibert", "check", "m", "--first-red"), "first red", target_s=5.0)
+    entry, problems = summarize(case, [_run(9.0, _report("passed"))])
+    assert problems == [] and entry["target_s"] is None
+    assert "no red" in entry["summary"]
+    entry, _ = summarize(case, [_run(9.0, _report("failed", "dx: worst"))])
+    assert entry["target_s"] == 5.0
+
+
 def test_a_round_without_a_result_is_named():
     runs = [_run(1.0, _report("passed")),
             {"wall_s": 900.0, "exit": "timeout", "summary": "no result after 900 s"}]
