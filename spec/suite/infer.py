@@ -2,8 +2,8 @@
 (:func:`spec.suite.adapters.layer`) for the classes of a module, from their forward outputs
 and shapes only.
 
-For each op it knows (:data:`PROBES`: linear, layernorm, relu, gelu, softmax) and each class of
-the module with a forward-like and a backward-like method, it
+For each op it knows (:data:`PROBES`: linear, layernorm, relu, gelu, softmax, the ReLU FFN) and
+each class of the module with a forward-like and a backward-like method, it
 
 * builds the class with its integer arguments drawn from the probe's distinct sizes (so a
   size names its axis: ``Linear(4, 5)`` is ``n_in = W.shape[0]``),
@@ -42,6 +42,9 @@ PROTOCOL_EPS = 1e-12  # the protocol's LayerNorm eps (reference.layernorm_forwar
 # the forward output must equal the reference's to this (float64; a LayerNorm eps of 1e-5
 # against the protocol's 1e-12 changes it by ~1e-5 on rows of unit variance)
 FORWARD_RTOL = 1e-3
+# how deep gradients are looked for: one level below a sub-layer (an FFN's
+# linear1.gradients.dLdW), where parameters are found two levels down (linear1.weights)
+GRAD_DEPTH = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,6 +67,10 @@ PROBES = {
     "relu": Probe("relu", (), {"x": (2, 3, 4)}, ()),
     "gelu": Probe("gelu", (), {"x": (2, 3, 4)}, ()),
     "softmax": Probe("softmax", (), {"x": (2, 3, 5)}, ()),
+    # H = 4, I = 7: W_1 [H, I] and W_2 [I, H] told apart by shape, each bias by its length
+    "ffn": Probe("ffn", ("W_1", "b_1", "W_2", "b_2"),
+                 {"x": (2, 3, 4), "W_1": (4, 7), "b_1": (7,), "W_2": (7, 4), "b_2": (4,)},
+                 (4, 7)),
 }
 # the declared forms tried where a class matches no standard probe of its op
 VARIANT_PROBES = {
@@ -227,7 +234,7 @@ def _size_expr(size: int, probe: Probe, layouts: dict) -> str:
 def _map_grads(obj, before: dict, returned, m: Mapping_, probe: Probe, x_shape) -> list[str]:
     """Gradient paths by shape (the parameter's name in the path breaks a tie); returns what
     could not be mapped.  No gradient value is looked at."""
-    after = _arrays(obj)
+    after = _arrays(obj, GRAD_DEPTH)
     def named_grad(path: str) -> bool:
         parts = path.lower().split(".")
         return parts[-1].startswith("d") or any("grad" in q for q in parts)
@@ -276,7 +283,7 @@ def _backward(cls, m: Mapping_, probe: Probe, vals: dict, obj) -> list[str]:
         m.again = again
         m.evidence.append(f"backward {bname}({', '.join(p.name for p in params)}): the forward's "
                           f"input again (again={again!r})")
-    before = _arrays(obj)
+    before = _arrays(obj, GRAD_DEPTH)
     dout = np.random.default_rng(1).standard_normal(vals["x"].shape[:-1] + (
         _reference_forward(probe.op, vals).shape[-1],))
     try:

@@ -4,7 +4,9 @@ these classes too): what ``minibert adapter infer`` is tested on (tests/suite/te
 
 Linear keeps its weight torch-style ``[out, in]`` and returns its gradients as attributes;
 LayerNorm keeps gamma and beta in a dict and adds into its gradients; ReLU's backward needs the
-forward's input again; GELU frees its activations; Softmax returns ``(p, extra)``."""
+forward's input again; GELU frees its activations; Softmax returns ``(p, extra)``; FeedForward
+keeps its two projections in sub-objects (``fc1.W`` .. ``fc2.b``), its gradients in a
+dict beside them (``fc1.grad["W"]``)."""
 
 import numpy as np
 
@@ -70,3 +72,24 @@ class Softmax:
 
     def backward(self, dp):
         return ops._softmax_backward(dp, self.cache)[0]
+
+
+class _Dense:
+    """A projection's parameters and gradients (no forward: FeedForward runs them)."""
+
+    def __init__(self, n_in, n_out):
+        self.W, self.b = np.zeros((n_in, n_out)), np.zeros(n_out)
+
+
+class FeedForward:
+    def __init__(self, d_model, d_ff):
+        self.fc1, self.fc2 = _Dense(d_model, d_ff), _Dense(d_ff, d_model)
+
+    def forward(self, x):
+        y, self.cache = ops._ffn_forward(x, self.fc1.W, self.fc1.b, self.fc2.W, self.fc2.b)
+        return y
+
+    def backward(self, dy):  # the gradients three levels down: fc1.grad["W"]
+        dx, dW_1, db_1, dW_2, db_2 = ops._ffn_backward(dy, self.cache)
+        self.fc1.grad, self.fc2.grad = {"W": dW_1, "b": db_1}, {"W": dW_2, "b": db_2}
+        return dx

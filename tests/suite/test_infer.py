@@ -44,7 +44,10 @@ def test_infer_decides_each_convention_with_its_evidence():
     src = infer_source(MODULE)
     for want in ("transposed=('W',)", "grads={'W': 'grad_weight', 'b': 'grad_bias'}",
                  "grads={'gamma': 'grads.gamma', 'beta': 'grads.beta'}", "accumulate=True",
-                 "eps=eps", "again=('x', 'dout')", "single_use=True", "output=0"):
+                 "eps=eps", "again=('x', 'dout')", "single_use=True", "output=0",
+                 "params={'W_1': 'fc1.W', 'b_1': 'fc1.b', 'W_2': 'fc2.W', 'b_2': 'fc2.b'}",
+                 "grads={'W_1': 'fc1.grad.W', 'b_1': 'fc1.grad.b', 'W_2': 'fc2.grad.W', "
+                 "'b_2': 'fc2.grad.b'}"):
         assert want in src, src
     assert "equals the reference linear_forward" in src
     assert "nothing" in src.split("# not mapped")[1], src  # every class mapped
