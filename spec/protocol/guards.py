@@ -383,6 +383,15 @@ def _cross_entropy(guards, inputs, fixed, dout):
     return Adjustment(shift, {"logits": allow}, why)
 
 
+def _at_labels(shape, labels, keep, per_position) -> np.ndarray:
+    """Zeros of ``shape`` but at each kept position's label entry, which holds that position's
+    value of ``per_position`` (a loss of probabilities: its dL/dp lives there alone)."""
+    out = np.zeros(shape)
+    np.put_along_axis(out, np.where(keep, labels, 0)[..., None], (per_position * keep)[..., None],
+                      -1)
+    return out
+
+
 def _probabilities(guards, inputs, fixed, dout):
     """A loss of probabilities returning dL/dp: the loss shift as for p given, and dp within
     |guarded - unguarded| at each label entry: the unguarded dp_y = -1/(n p_y) scaled by the
@@ -391,11 +400,9 @@ def _probabilities(guards, inputs, fixed, dout):
     shift, _, why = cross_entropy_adjustment(guards, p, labels, ignore_index, reduction, dout,
                                              probabilities=True)
     lp, _, keep, n, d, factor = _ce_terms(guards, p, labels, ignore_index, reduction, True)
-    dev = np.maximum(np.abs(factor / d - 1 / n), abs(1 / d - 1 / n)) * keep
-    allow = np.zeros(np.shape(p))
-    safe = np.where(keep, labels, 0)[..., None]
-    np.put_along_axis(allow, safe, (np.exp(-lp) * dev)[..., None] * abs(float(dout)), -1)
-    return Adjustment(shift, {"logits": allow}, why)
+    dev = np.maximum(np.abs(factor / d - 1 / n), abs(1 / d - 1 / n))
+    return Adjustment(shift, {"logits": _at_labels(np.shape(p), labels, keep, np.exp(-lp) * dev
+                                                   * abs(float(dout)))}, why)
 
 
 # row -> the other gradient its declared loss guard allows, signed, per differentiable input
@@ -406,11 +413,8 @@ def _ce_alternative(guards, inputs, fixed, dout):
     if form == "probabilities":  # dL/dp: -1/(d p_y) against -factor/(d p_y), at each label
         p, labels, ignore_index, reduction = _loss_rows(inputs["logits"], fixed["labels"], fixed)
         lp, _, keep, _, d, factor = _ce_terms(guards, p, labels, ignore_index, reduction, True)
-        delta = np.zeros(np.shape(p))
-        safe = np.where(keep, labels, 0)[..., None]
-        np.put_along_axis(delta, safe, (-(1 - factor) / d * np.exp(-lp) * keep)[..., None]
-                          * float(dout), -1)
-        return {"logits": delta}
+        return {"logits": _at_labels(np.shape(p), labels, keep,
+                                     -(1 - factor) / d * np.exp(-lp) * float(dout))}
     if form != "logits":  # p with dL/dlogits: the composed check passes z = log p as logits
         return None
     return {"logits": cross_entropy_plain_log_delta(
@@ -418,23 +422,15 @@ def _ce_alternative(guards, inputs, fixed, dout):
 
 
 def _next_token_alternative(guards, inputs, fixed, dout):
-    z = np.asarray(inputs["logits"])
-    full = np.zeros(z.shape)
-    full[..., :-1, :] = cross_entropy_plain_log_delta(
-        guards, *_loss_rows(z[..., :-1, :], np.asarray(fixed["ids"])[..., 1:], fixed), dout)
-    return {"logits": full}
+    z, rows = _next_token_rows(inputs, fixed)
+    return {"logits": _predicting(z.shape, cross_entropy_plain_log_delta(guards, *rows, dout))}
 
 
 def _linear_cross_entropy_alternative(guards, inputs, fixed, dout):
     """The logits' delta carried through x W + b's backward (a linear map: exact)."""
-    x, W, b = (None if v is None else np.asarray(v, dtype=np.float64)
-               for v in (inputs["x"], inputs["W"], inputs.get("b")))
-    logits = x @ W + (0.0 if b is None else b)
-    delta = np.broadcast_to(cross_entropy_plain_log_delta(
-        guards, *_loss_rows(logits, fixed["labels"], fixed), dout), logits.shape)
-    rows = delta.reshape(-1, W.shape[1])
-    return {"x": delta @ W.T, "W": x.reshape(-1, W.shape[0]).T @ rows,
-            "b": None if b is None else rows.sum(axis=0)}
+    x, W, b, logits = _linear_logits(inputs)
+    return _through_linear(cross_entropy_plain_log_delta(
+        guards, *_loss_rows(logits, fixed["labels"], fixed), dout), x, W, b)
 
 
 ALTERNATIVES: dict[str, Callable] = {"cross_entropy": _ce_alternative,
@@ -454,28 +450,52 @@ def alternative_gradient(row: str, guards: Mapping, inputs: Mapping, fixed: Mapp
     return make(declared, inputs, fixed, dout)
 
 
-def _next_token(guards, inputs, fixed, dout):
+def _next_token_rows(inputs, fixed) -> tuple:
+    """(the logits, the cross-entropy rows of the next-token loss: positions 0..T-2 against
+    ids[1:])."""
     z = np.asarray(inputs["logits"])
-    shift, allow, why = cross_entropy_adjustment(
-        guards, *_loss_rows(z[..., :-1, :], np.asarray(fixed["ids"])[..., 1:], fixed), dout)
-    full = np.zeros(z.shape)
-    full[..., :-1, :] = allow  # the last position predicts nothing: no guard there
-    return Adjustment(shift, {"logits": full}, why)
+    return z, _loss_rows(z[..., :-1, :], np.asarray(fixed["ids"])[..., 1:], fixed)
+
+
+def _predicting(shape, per_row) -> np.ndarray:
+    """A per-logit array of the predicting positions, zero at the last one (it predicts
+    nothing: no guard there)."""
+    full = np.zeros(shape)
+    full[..., :-1, :] = per_row
+    return full
+
+
+def _next_token(guards, inputs, fixed, dout):
+    z, rows = _next_token_rows(inputs, fixed)
+    shift, allow, why = cross_entropy_adjustment(guards, *rows, dout)
+    return Adjustment(shift, {"logits": _predicting(z.shape, allow)}, why)
+
+
+def _linear_logits(inputs) -> tuple:
+    """(x, W, b, x W + b) in float64."""
+    x, W, b = (None if v is None else np.asarray(v, dtype=np.float64)
+               for v in (inputs["x"], inputs["W"], inputs.get("b")))
+    return x, W, b, x @ W + (0.0 if b is None else b)
+
+
+def _through_linear(per_logit, x, W, b, absolute: bool = False) -> dict:
+    """A per-logit array carried through x W + b's backward to x, W and b: signed (exact, the
+    map is linear), or ``absolute`` in absolute values (a bound on how far an allowance
+    reaches, by the triangle inequality)."""
+    if absolute:
+        x, W = np.abs(x), np.abs(W)
+    rows = np.broadcast_to(per_logit, x.shape[:-1] + W.shape[1:]).reshape(-1, W.shape[1])
+    return {"x": (rows @ W.T).reshape(x.shape), "W": x.reshape(-1, W.shape[0]).T @ rows,
+            "b": None if b is None else rows.sum(axis=0)}
 
 
 def _linear_cross_entropy(guards, inputs, fixed, dout):
     """The loss guards on the logits x W + b; each input's allowance is the logits' carried
-    through the linear map's backward in absolute values (a bound, by the triangle
-    inequality)."""
-    x, W, b = (None if v is None else np.asarray(v, dtype=np.float64)
-               for v in (inputs["x"], inputs["W"], inputs.get("b")))
-    logits = x @ W + (0.0 if b is None else b)
+    through the linear map's backward in absolute values."""
+    x, W, b, logits = _linear_logits(inputs)
     shift, allow, why = cross_entropy_adjustment(
         guards, *_loss_rows(logits, fixed["labels"], fixed), dout)
-    allow = np.broadcast_to(allow, logits.shape).reshape(-1, W.shape[1])
-    rows = np.abs(x).reshape(-1, W.shape[0])
-    return Adjustment(shift, {"x": (allow @ np.abs(W).T).reshape(x.shape), "W": rows.T @ allow,
-                              "b": None if b is None else allow.sum(axis=0)}, why)
+    return Adjustment(shift, _through_linear(allow, x, W, b, absolute=True), why)
 
 
 def _softmax(guards, inputs, fixed, dout):
