@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 WORKERS = 2  # minibert check's default worker count: the threads a run adds to the load
+# the exit statuses of a run that reached a verdict (minibert check and pytest alike: 0 green,
+# 1 red); any other -- could not load the implementation, a usage error, no tests -- is a run
+# that timed nothing worth a figure
+VERDICT_EXITS = {"0", "1"}
 # the issue's targets (issue 29), seconds: a whole check of the reference, a first red, a
 # user's pytest file over the whole suite
 TARGET_REFERENCE_S = 10.0
@@ -157,6 +161,10 @@ def summarize(case: Case, runs: list[dict]) -> tuple[dict, list[str]]:
         entry["summary"] = next((r["summary"] for r in runs if "summary" in r), "")
     if "timeout" in entry["exit"]:
         problems.append(f"{case.what}: a round gave no result ({entry['summary']})")
+    elif set(entry["exit"]) - VERDICT_EXITS:  # no verdict was reached: nothing to time
+        problems.append(f"{case.what}: a round ran to no verdict (exit "
+                        f"{', '.join(sorted(set(entry['exit']) - VERDICT_EXITS))}: "
+                        f"{entry.get('summary') or 'no report'})")
     return entry, problems
 
 
@@ -179,9 +187,10 @@ def measure(cases: dict[str, Case], rounds: int, *, progress=None) -> dict:
                     progress(f"round {k + 1}/{rounds}: {case.what}")
                 runs[name].append(run_case(case, Path(tmp)))
     result["load"]["after"] = load_average()
-    result["problems"] = plausibility(
+    result["busy"] = plausibility(
         cores=cores, load_before=result["load"]["before"], load_after=result["load"]["after"],
         own_threads=WORKERS, sgemm={}, sgemm_median={}, floors={})
+    result["problems"] = list(result["busy"])
     for name, case in cases.items():
         entry, problems = summarize(case, runs[name])
         result["cases"][name] = entry
@@ -214,3 +223,14 @@ def render(result: dict) -> str:
             lines.append(f"{'':{width}} {e['summary']}")
     return "\n".join(lines)
 
+
+def exit_status(result: dict, allow_noisy: bool = False) -> tuple[int, str]:
+    """(exit status, the reason when not 0): 1 when a case reached no verdict, its rounds
+    disagree or a round gave no result -- always; 1 when the machine was busy, unless
+    ``allow_noisy`` (the timings are then reported, no target judged)."""
+    own = [p for p in result["problems"] if p not in result.get("busy", ())]
+    if own:
+        return 1, f"{own[0]}" + (f"; {len(own) - 1} more" if len(own) > 1 else "")
+    if result.get("busy") and not allow_noisy:
+        return 1, (f"{result['busy'][0]}: rerun on an idle machine, or pass --allow-noisy")
+    return 0, ""

@@ -294,17 +294,16 @@ def run(args) -> int:
 def run_verdict(args) -> int:
     """``minibert bench --verdict``: spec.benchverdict's cases, measured and written like the
     train-step bench's report (table or JSON, -o atomically), the same self-check rule."""
+    from spec.benchverdict import exit_status, render, user_cases
     from spec.benchverdict import measure as measure_verdict
-    from spec.benchverdict import render, user_cases
 
     cases = user_cases(args.verdict or ["reference"], args.pytest_file)
     result = measure_verdict(cases, args.rounds,
                              progress=lambda line: print(line, file=sys.stderr, flush=True))
     _emit(json.dumps(result, indent=1) if args.format == "json" else render(result),
           args.output)
-    if result["problems"] and not args.allow_noisy:
-        print(f"minibert bench --verdict: the run failed its self-check "
-              f"({result['problems'][0]}): rerun on an idle machine, or pass --allow-noisy",
+    status, why = exit_status(result, args.allow_noisy)
+    if status:
+        print(f"minibert bench --verdict: the run failed its self-check ({why})",
               file=sys.stderr)
-        return 1
-    return 0
+    return status

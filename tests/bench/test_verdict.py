@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from spec.benchverdict import Case, render, summarize, user_cases
+from spec.benchverdict import Case, exit_status, render, summarize, user_cases
 from spec.cli import main
 
 
@@ -62,6 +62,24 @@ def test_a_round_without_a_result_is_named():
             {"wall_s": 900.0, "exit": "timeout", "summary": "no result after 900 s"}]
     entry, problems = summarize(CASE, runs)
     assert any("a round gave no result (no result after 900 s)" in p for p in problems)
+
+
+def test_a_round_that_reaches_no_verdict_is_no_timing():
+    """minibert check exit 2 (the implementation does not load) or pytest exit 4/5: nothing
+    was checked, so no figure and no judged target."""
+    runs = [{"wall_s": 1.0, "exit": 2, "summary": "minibert check: could not run: impl: ..."}]
+    entry, problems = summarize(CASE, runs)
+    assert problems == [f"minibert check m: a round ran to no verdict (exit 2: "
+                        f"{runs[0]['summary']})"]
+    result = {"rounds": 1, "cores": 2, "load": {"before": 0.1, "after": 0.2},
+              "cases": {"m": entry}, "problems": problems}
+    assert "not judged" in render(result)
+    # a run with no verdict is no timing even where a busy machine is allowed
+    assert exit_status({**result, "busy": []}, allow_noisy=True)[0] == 1
+    busy = {**result, "problems": ["load average 3.1 above the 2 core(s)"],
+            "busy": ["load average 3.1 above the 2 core(s)"]}
+    assert exit_status(busy, allow_noisy=True) == (0, "")
+    assert exit_status(busy)[0] == 1 and "--allow-noisy" in exit_status(busy)[1]
 
 
 @pytest.mark.parametrize("wall, word", [(1.5, "met"), (2.5, "NOT met")])

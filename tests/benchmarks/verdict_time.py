@@ -28,6 +28,7 @@ from spec.benchverdict import (  # noqa: E402
     TARGET_FIRST_RED_S,
     TARGET_REFERENCE_S,
     check_case,
+    exit_status,
     measure,
     pytest_case,
     render,
@@ -87,7 +88,10 @@ def main(argv=None) -> int:
         from reference.train.fileio import atomic_write
 
         atomic_write(args.output, json.dumps(result, indent=1) + "\n")
-    return 1 if result["problems"] and not args.allow_noisy else 0
+    status, why = exit_status(result, args.allow_noisy)
+    if status:
+        print(f"self-check failed: {why}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":
