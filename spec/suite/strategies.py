@@ -3,8 +3,9 @@
 Everything here is plain NumPy + Hypothesis: no import of ``reference``'s maths, so a strategy
 draws the same data whatever implementation is under test.  Conventions:
 
-* float64 arrays with explicit bounded ``elements=`` and ``fill=st.nothing()`` (every element
-  drawn, no NaN/inf, no subnormals); small sides so element-wise finite differences stay cheap.
+* float64 arrays, bounded, finite: small ones element by element (explicit bounded
+  ``elements=``, ``fill=st.nothing()``, no NaN/inf, no subnormals), larger ones uniform from one
+  drawn seed (:func:`arrays`); small sides so element-wise finite differences stay cheap.
 * Shapes: B >= 1 and T >= 1 (T = 1 included), d_k = 1 allowed.
 * Upstream gradients are random and never all ones (nor constant, which is all-ones rescaled).
 * gamma is random and varies across features (never the initial 1), beta is never all 0.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -85,11 +87,59 @@ def floats(lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND) -> st.SearchStrate
                      width=64)
 
 
-def arrays(shape, lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND,
-           elements: st.SearchStrategy | None = None) -> st.SearchStrategy[np.ndarray]:
-    """float64 array of ``shape``, every element drawn from a bounded finite strategy."""
-    return np_arrays(np.float64, tuple(int(n) for n in shape),
-                     elements if elements is not None else floats(lo, hi), st.nothing())
+# An array of SEEDED_FROM elements or more is uniform over its bounds from one drawn seed, not
+# drawn element by element: hypothesis.extra.numpy draws every element through the engine, and
+# that was a third of ``minibert check``'s time (121 s of 350 in a profile).  What it costs: such
+# an array's values shrink toward seed 0's, not toward simple numbers (its shape still shrinks;
+# a red names the index and both values whatever was drawn), and its values are never the
+# bounds, 0 or ties -- the checks keep those out anyway.  Small arrays (biases, gamma of a few
+# features) keep Hypothesis's draws.
+SEEDED_FROM = 8
+
+
+def arrays(shape, lo: float = -VALUE_BOUND, hi: float = VALUE_BOUND, *,
+           margin: float = 0.0) -> st.SearchStrategy[np.ndarray]:
+    """float64 array of ``shape`` with entries in [lo, hi]; ``margin`` > 0 (then lo = -hi):
+    every |entry| above ``margin`` (away from a kink at 0)."""
+    shape = tuple(int(n) for n in shape)
+    lo, hi, margin = float(lo), float(hi), float(margin)
+    if margin > 0 and lo != -hi:
+        raise ValueError(f"arrays: margin > 0 needs symmetric bounds, got lo={lo}, hi={hi}")
+    if int(np.prod(shape)) >= SEEDED_FROM:
+        return seeded_arrays(shape, lo, hi, margin)
+    elements = away_from_zero(margin, hi) if margin > 0 else floats(lo, hi)
+    return np_arrays(np.float64, shape, elements, st.nothing())
+
+
+@reused
+@st.composite
+def seeded_arrays(draw, shape, lo: float, hi: float, margin: float) -> np.ndarray:
+    """``shape`` entries uniform over [lo, hi) (``margin``: |v| in (margin, hi), mixed signs)
+    from one drawn seed, salted with how many seeded arrays this example drew before: Hypothesis
+    gives two draws of one example the same integer on purpose (4 seeds of an example collided in
+    82% of examples), and equal weights W_q = W_k would hide a swap of their gradients."""
+    rng = np.random.default_rng((draw(_seed()), _seeded_before()))
+    if margin == 0:
+        return rng.uniform(lo, hi, shape)
+    return rng.choice((-1.0, 1.0), size=shape) * rng.uniform(np.nextafter(margin, hi), hi, shape)
+
+
+_SEEDED_DRAWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _seeded_before() -> int:
+    """The number of seeded arrays drawn so far in this example (its build context), counted
+    up; 0 outside one.  A function of the example's choices alone: a replay draws the same."""
+    from hypothesis.control import current_build_context
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        ctx = current_build_context()
+    except InvalidArgument:
+        return 0
+    n = _SEEDED_DRAWS.get(ctx, 0)
+    _SEEDED_DRAWS[ctx] = n + 1
+    return n
 
 
 @reused
@@ -140,8 +190,7 @@ def gammas(draw, n: int, margin: float = 0.0) -> np.ndarray:
     that pulls gamma out of the feature means is only wrong when gamma varies).  ``margin`` > 0
     keeps every |gamma| above it, per element (for tests that divide by gamma): a whole-array
     assume() would reject a large share of draws and trip Hypothesis's filter health check."""
-    g = draw(arrays((n,), elements=away_from_zero(margin, 2.0)) if margin > 0
-             else arrays((n,), -2.0, 2.0))
+    g = draw(arrays((n,), -2.0, 2.0, margin=margin))
     assume(not np.all(g == 1.0))
     if n > 1:
         assume(np.ptp(g) > 0.1)
@@ -167,7 +216,7 @@ def layernorm_inputs(draw, shape) -> np.ndarray:
 
 def relu_inputs(shape) -> st.SearchStrategy[np.ndarray]:
     """Pre-activations at least KINK_MARGIN away from ReLU's kink at 0."""
-    return arrays(shape, elements=away_from_zero())
+    return arrays(shape, margin=KINK_MARGIN)
 
 
 @reused
@@ -795,7 +844,7 @@ def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
 @st.composite
 def ffn_params(draw, H: int, I: int) -> dict:
     """W_1 [H, I], b_1 [I] (kept off 0 so a zero input is not at the kink), W_2 [I, H], b_2."""
-    return {"W_1": draw(arrays((H, I))), "b_1": draw(arrays((I,), elements=away_from_zero())),
+    return {"W_1": draw(arrays((H, I))), "b_1": draw(arrays((I,), margin=KINK_MARGIN)),
             "W_2": draw(arrays((I, H))), "b_2": draw(arrays((H,)))}
 
 
