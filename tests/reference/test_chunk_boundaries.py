@@ -19,7 +19,7 @@ import pytest
 
 from reference import optim as O
 from reference import parallel
-from reference.validate import all_finite, check_all_finite, non_finite
+from reference.validate import DOT_FROM, all_finite, check_all_finite, non_finite
 from spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
 
 CHUNKS = (1, 2, 3, 7)  # elements per chunk; 1: every element is its own chunk
@@ -214,14 +214,15 @@ def test_non_finite_found_in_every_worker_group(workers, n_tensors):
             assert non_finite(bad) == [k for j, k in enumerate(clean) if j % 2]
 
 
+@pytest.mark.parametrize("n", [9, DOT_FROM + 9], ids=["isfinite", "dot"])  # both paths
 @pytest.mark.parametrize("dtype, big", [(np.float32, 1e20), (np.float64, 1e160)])
-def test_all_finite_when_the_fast_dot_product_overflows(dtype, big):
+def test_all_finite_when_the_fast_dot_product_overflows(dtype, big, n):
     """x . x overflows for finite |x| > sqrt(max): the check then looks at every element."""
-    x = np.full(9, big, dtype=dtype)
+    x = np.full(n, big, dtype=dtype)
     with np.errstate(over="ignore"):
         assert not np.isfinite(np.dot(x, x))  # the case: the fast path's dot overflows
     assert all_finite(x)
-    for where in (0, 4, 8):
+    for where in (0, n // 2, n - 1):
         for bad_value in (np.nan, np.inf):
             y = x.copy()
             y[where] = bad_value

@@ -18,7 +18,7 @@ import reference
 from reference import ops, optim, parallel
 from reference.config import BertConfig, mini_bert
 from reference.train import loop
-from reference.validate import all_finite, check_all_finite, non_finite
+from reference.validate import DOT_FROM, all_finite, check_all_finite, non_finite
 from spec.numerics.finite_differences import random_batch, random_params
 from spec.protocol import IGNORE_INDEX
 from spec.tolerances import F64_IDENTITY_RTOL
@@ -145,15 +145,17 @@ def test_norm_and_clip_are_the_same_for_any_worker_count():
 
 
 # --------------------------------------------------------------- finiteness checks
+@pytest.mark.parametrize("n", [1, DOT_FROM], ids=["isfinite", "dot"])  # both paths
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_all_finite_fast_path(dtype):
+def test_all_finite_fast_path(dtype, n):
     big = np.finfo(dtype).max / 4  # squares overflow: the fast path must not report it
-    x = np.array([1.0, -big, big, 0.0], dtype=dtype)
+    x = np.tile(np.array([1.0, -big, big, 0.0], dtype=dtype), n)
     assert all_finite(x)
     for bad in (np.nan, np.inf, -np.inf):
-        y = x.copy()
-        y[1] = bad
-        assert not all_finite(y)
+        for at in (1, x.size - 2):
+            y = x.copy()
+            y[at] = bad
+            assert not all_finite(y)
     assert all_finite(np.zeros((0, 3), dtype=dtype))
 
 
