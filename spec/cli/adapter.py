@@ -22,8 +22,9 @@ def register(sub) -> None:
     new.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
                                             "instead of printing it")
     new.set_defaults(func=run)
-    inf = actions.add_parser("infer", help="propose an adapter for MODULE's classes, chosen by "
-                                           "their forward outputs and shapes only")
+    inf = actions.add_parser("infer", help="propose an adapter for MODULE's classes and "
+                                           "forward/backward function pairs, chosen by their "
+                                           "forward outputs and shapes only")
     inf.add_argument("module", help="the import name of your implementation (e.g. mybert)")
     inf.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
                                             "instead of printing it")

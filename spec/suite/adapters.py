@@ -33,9 +33,14 @@ function of the op-table row)::
   object) or a path on the layer (``"layer.cache"``);
 * ``backward`` is the layer's method name, or a plain function called with the ``again``
   arguments (``backward=mha_backward, again=("layer", "dout", "layer.cache")``);
+* ``forward`` likewise: a plain function (function-style code, no class: ``new=None``) is
+  called with the ``inputs`` in order (``layer("softmax", None, forward=softmax,
+  backward=softmax_backward, again=("dout", "out"))``; a forward returning ``(out, cache)``
+  with ``output=0, again=("dout", "forward[1]")``);
 * ``transposed=("W",)``: the layer stores these parameters transposed (an embedding ``[d,
-  V]``, a torch-style Linear ``[out, in]``): ``new`` and ``params`` get ``W.T``, and the
-  gradient read back is transposed to the protocol's layout;
+  V]``, a torch-style Linear ``[out, in]``): ``new``, ``params`` and ``inputs`` get ``W.T``,
+  and the gradient read back (an attribute, or a value the backward returned) is transposed
+  to the protocol's layout;
 * ``fixed={"approximate": "tanh"}``: the class computes this one value of a protocol
   argument (a tanh-only GELU): a call with another value is not applicable, naming it;
 * ``accumulate=True``: the layer *adds* into its gradient attributes (``+=``): they are set to
@@ -261,6 +266,10 @@ class LayerSpec:
         return out
 
 
+class _Stateless:
+    """The layer of function-style code (``new=None``): nothing but the cache's place."""
+
+
 class LayerCache:
     """The cache of a layer's forward: the fresh layer, the protocol arguments it got, and
     what its forward returned (``returned``; ``out``: the output the protocol sees)."""
@@ -272,9 +281,9 @@ class LayerCache:
         return f"<cache: {type(self.layer).__name__}>"
 
 
-def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
+def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = None,
           grads: Mapping[str, str] | None = None, inputs: tuple[str, ...] | None = None,
-          forward: str = "forward", backward: str | Callable = "backward",
+          forward: str | Callable = "forward", backward: str | Callable = "backward",
           accumulate: bool = False, upstream: bool = True, again: tuple[str, ...] = (),
           output: int | None = None, transposed: tuple[str, ...] = (),
           single_use: bool = False, fixed: Mapping | None = None) -> tuple[Callable, Callable]:
@@ -286,6 +295,14 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
     inputs = tuple(inputs) if inputs is not None else (names[0],)
     again = (again,) if isinstance(again, str) else tuple(again)
     transposed = (transposed,) if isinstance(transposed, str) else tuple(transposed)
+    if new is None and not callable(forward):
+        raise ValueError(f"layer({op!r}): new=None (no class) needs a function as forward, "
+                         f"got forward={forward!r}")
+    if new is None and params:
+        raise ValueError(f"layer({op!r}): params names attributes of a layer; with new=None "
+                         f"(a forward function) pass the arguments as inputs, got {params}")
+    label = _label(new if new is not None else forward)
+    new = _Stateless if new is None else new
     wanted = [p.name for p in inspect.signature(new).parameters.values()
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     required = [p.name for p in inspect.signature(new).parameters.values()
@@ -320,13 +337,13 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
         for n, value in fixed.items():  # the one value of this argument the class computes
             if not _is_default(a[n], value):
                 raise NotApplicable(f"not applicable: the class layer adapted for {op} "
-                                    f"({_label(new)}) computes {n}={value!r} only (called "
+                                    f"({label}) computes {n}={value!r} only (called "
                                     f"with {n}={a[n]!r})")
         for n in a:  # an argument the mapping does not pass: its default, or absent
             if n not in used and not _absent(op, n, a[n]) and \
                     not _is_default(a[n], fsig.parameters[n].default):
                 raise NotApplicable(
-                    f"not applicable: the class layer adapted for {op} ({_label(new)}) takes no "
+                    f"not applicable: the class layer adapted for {op} ({label}) takes no "
                     f"{n} (only the protocol default {fsig.parameters[n].default!r})")
         own = {n: spec._layout(n, v) for n, v in a.items()}  # the layer's layout
         obj = new(**{n: own[n] for n in wanted if n in own})
@@ -334,9 +351,10 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
             if a[n] is None and n not in wanted and _has_slot(obj, path):
                 # the class has a slot the call leaves out (new cannot be told to drop it)
                 raise NotApplicable(f"not applicable: the class layer adapted for {op} "
-                                    f"({_label(new)}) always has {n}; called with {n}=None")
+                                    f"({label}) always has {n}; called with {n}=None")
             set_path(obj, path, own[n])
-        returned = getattr(obj, forward)(*(own[n] for n in inputs))
+        returned = (forward if callable(forward) else getattr(obj, forward))(
+            *(own[n] for n in inputs))
         out = returned[output] if output is not None else returned
         return out, LayerCache(obj, a, returned, out)
 
@@ -362,8 +380,9 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
                 out.append(None)
             elif n in grads:
                 out.append(got.get(n))
-            else:
-                out.append(rs.pop(0) if rs else None)
+            else:  # returned in the layer's own layout, as an attribute would be
+                g = rs.pop(0) if rs else None
+                out.append(_t(g) if n in transposed else g)
         if not upstream:  # the layer's gradients are those of a loss of 1 (per position)
             out = [g if g is None else _scaled(g, dout) for g in out]
         return tuple(out)
@@ -371,7 +390,7 @@ def layer(op: str, new: Callable, *, params: Mapping[str, str] | None = None,
     fwd_name, bwd_name = OPS[op].pair
     for fn, name in ((forward_fn, fwd_name), (backward_fn, bwd_name)):
         fn.__name__ = fn.__qualname__ = name
-        fn.__doc__ = f"{name}: the class layer {_label(new)} through spec.suite.adapters.layer"
+        fn.__doc__ = f"{name}: the class layer {label} through spec.suite.adapters.layer"
         fn.__minibert_layer__ = spec
     # a variant's keyword the class does not take (input=, causal=, norm=) is not in the
     # visible signature: the class computes one form, the one its CAPABILITIES declare

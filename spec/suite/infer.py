@@ -1,24 +1,33 @@
-"""``minibert adapter infer MODULE``: propose a class-layer adapter
-(:func:`spec.suite.adapters.layer`) for the classes of a module, from their forward outputs
-and shapes only.
+"""``minibert adapter infer MODULE``: propose an adapter (:func:`spec.suite.adapters.layer`)
+for the classes and the module-level function pairs of a module, from their forward outputs and
+shapes only.
 
-For each op it knows (:data:`PROBES`: linear, layernorm, relu, gelu, softmax, the ReLU FFN) and
-each class of the module with a forward-like and a backward-like method, it
+The subjects are the module's classes with a forward-like and a backward-like method
+(:class:`ClassLayer`) and its functions paired by name, ``f`` or ``f_forward`` with
+``f_backward`` (``_grad``, ``d_f``, ...: :class:`FunctionPair`; a notebook's functions, whose
+``__module__`` is None, count as the module's).  For each op it knows (:data:`PROBES`: linear,
+layernorm, relu, gelu, softmax, the ReLU FFN) and each subject, it
 
 * builds the class with its integer arguments drawn from the probe's distinct sizes (so a
-  size names its axis: ``Linear(4, 5)`` is ``n_in = W.shape[0]``),
-* places the protocol's parameters on the array attributes of their shape, or of the
-  transposed shape (``transposed``), and runs the forward on the probe's input: the candidate
-  is kept only where the output equals the reference forward's (the *only* numeric evidence),
-* runs the backward once and maps each gradient by shape (and, where shapes tie, by the
-  parameter's name in the gradient's path): the gradient *values* are never compared with
-  anything, so that no bug of a backward can be inferred away -- the adapter it writes is then
-  judged by ``minibert check`` like a hand-written one,
-* reads the backward's source for the conventions (``+=`` into a gradient: ``accumulate``;
-  ``del self.``: ``single_use``).
+  size names its axis: ``Linear(4, 5)`` is ``n_in = W.shape[0]``), and places the protocol's
+  parameters on the array attributes of their shape, or of the transposed shape
+  (``transposed``); a function's parameters go to its arguments after the first (the input),
+  each in either layout, ``eps``/``epsilon`` getting the protocol's eps,
+* runs the forward on the probe's input: the candidate is kept only where the output (or item
+  0 of a tuple) equals the reference forward's (the *only* numeric evidence),
+* decides the backward's call by its parameters' names (the forward's input or arguments
+  again, its cache ``forward[1]``, its output ``out``, the upstream gradient), runs it once
+  and maps each gradient by shape -- attributes, a returned dict, a returned tuple's items --
+  and, where shapes tie, by the parameter's name in the gradient's path (a tuple's items: in
+  the forward's argument order, the protocol's rule): the gradient *values* are never
+  compared with anything, so that no bug of a backward can be inferred away -- the adapter it
+  writes is then judged by ``minibert check`` like a hand-written one,
+* reads a class backward's source for the conventions (``+=`` into a gradient:
+  ``accumulate``; ``del self.``: ``single_use``).
 
 It returns the adapter's source: one comment per decision with its evidence, and the list of
-what it could not map.  The user reviews it and keeps it.
+what it could not map (a forward function without a backward is named there).  The user
+reviews it and keeps it.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import importlib
 import inspect
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +45,21 @@ __all__ = ["PROBES", "Mapping_", "infer", "infer_source"]
 
 FORWARDS = ("forward", "__call__", "call", "fprop", "forward_pass")
 BACKWARDS = ("backward", "backprop", "bprop", "backward_pass")
+# module-level functions: a forward's name with one of these suffixes or none (``softmax``,
+# ``relu_forward``), its backward's the same base with one of these (prefix, suffix)
+FORWARD_SUFFIXES = ("_forward", "_fwd", "_fprop", "_forward_pass")
+BACKWARD_AFFIXES = (("", "_backward"), ("", "_bwd"), ("", "_bprop"), ("", "_backprop"),
+                    ("", "_backward_pass"), ("", "_grad"), ("", "_gradient"),
+                    ("", "_derivative"), ("", "_deriv"), ("", "_prime"), ("d_", ""),
+                    ("grad_", ""), ("backward_", ""))
+# a forward function found without a backward is reported when its name says an op
+OP_NAMES = {"linear": ("linear", "dense", "affine"), "layernorm": ("layernorm", "layer_norm"),
+            "relu": ("relu",), "gelu": ("gelu",), "softmax": ("softmax",),
+            "ffn": ("ffn", "feed_forward", "feedforward", "mlp")}
+# a backward's parameter names: its cache, the forward's output, the upstream gradient
+CACHE_NAMES = re.compile(r"cache\w*|ctx|saved\w*")
+OUT_NAMES = re.compile(r"(\w+_)?(out|output|y|p|probs?|a|s|result)")
+UPSTREAM_NAMES = re.compile(r"d_?[A-Za-z]\w*|grad\w*|delta\w*|upstream\w*|err\w*")
 INPUT_NAMES = ("x", "X", "input", "inputs", "z", "logits")
 EPS_NAMES = ("eps", "epsilon")
 PROTOCOL_EPS = 1e-12  # the protocol's LayerNorm eps (reference.layernorm_forward's default)
@@ -85,13 +109,13 @@ class Mapping_:
     each with its evidence."""
 
     op: str
-    cls: type
+    cls: type | None  # None: module-level functions (``forward``, ``backward``)
     ctor: dict  # constructor argument -> expression of the protocol's arguments
     params: dict = field(default_factory=dict)  # protocol name -> attribute path
     grads: dict = field(default_factory=dict)
     transposed: tuple = ()
-    forward: str = "forward"
-    backward: str = "backward"
+    forward: str | Callable = "forward"
+    backward: str | Callable = "backward"
     output: int | None = None
     again: tuple = ()
     accumulate: bool = False
@@ -100,6 +124,8 @@ class Mapping_:
     declares: dict = field(default_factory=dict)  # the op's declared form (CAPABILITIES)
     fixed: dict = field(default_factory=dict)  # the one value of an argument it computes
     evidence: list = field(default_factory=list)
+    inputs: tuple = ()  # a forward function's protocol arguments in its own order
+    trial: Trial | None = None  # how the probe ran it
 
 
 def _probe_values(probe: Probe, seed: int = 0) -> dict:
@@ -160,8 +186,7 @@ def _ctor_trials(cls, probe: Probe):
         p.default is p.empty or p.default is None or
         (isinstance(p.default, int) and not isinstance(p.default, bool)))
         and p.name not in EPS_NAMES]
-    fixed = {p: PROTOCOL_EPS for p in sig.parameters if p in EPS_NAMES and
-             probe.op == "layernorm"}
+    fixed = _eps_args(sig.parameters, probe)
     required = [p for p in sized if p.default is p.empty]
     if len(required) > 3:
         return
@@ -173,15 +198,22 @@ def _ctor_trials(cls, probe: Probe):
             yield {**{p.name: int(v) for p, v in zip(names, combo)}, **fixed}
 
 
-def _place(obj, arrays: dict, probe: Probe, vals: dict):
-    """Every way to put the probe's parameters on the object's arrays of their shape (or the
-    transposed shape): [({param: path}, transposed)]."""
+def _eps_args(names, probe: Probe) -> dict:
+    """A LayerNorm's ``eps``/``epsilon`` argument (of a constructor or a forward function):
+    the protocol's eps, which the adapter then passes on."""
+    return {n: PROTOCOL_EPS for n in names if n in EPS_NAMES and probe.op == "layernorm"}
+
+
+def _place(slots: dict, probe: Probe):
+    """Every way to put the probe's parameters in the slots (attribute path or argument name
+    -> the shape there, None: any), each in its shape or the transposed one: [({param: slot},
+    transposed)]."""
     options = []
     for p in probe.params:
         shape = probe.shapes[p]
-        here = [(path, False) for path, a in arrays.items() if a.shape == shape]
+        here = [(slot, False) for slot, s in slots.items() if s is None or s == shape]
         if len(shape) == 2 and shape[0] != shape[1]:
-            here += [(path, True) for path, a in arrays.items() if a.shape == shape[::-1]]
+            here += [(slot, True) for slot, s in slots.items() if s is None or s == shape[::-1]]
         options.append(here + ([(None, False)] if p == "b" else []))
     for combo in itertools.product(*options):
         paths = [c[0] for c in combo if c[0] is not None]
@@ -191,30 +223,131 @@ def _place(obj, arrays: dict, probe: Probe, vals: dict):
                tuple(p for p, c in zip(probe.params, combo) if c[1]))
 
 
-def _forward_matches(cls, kwargs, placed, transposed, fname, probe, vals, want):
-    """(output index or None, max relative deviation) when the forward on ``vals`` gives the
-    reference's output; None otherwise."""
-    from spec.suite.adapters import set_path
+@dataclass(frozen=True)
+class Trial:
+    """One way to run a subject on a probe: constructor or forward-function arguments fixed
+    (``fixed``: sizes, the protocol's eps), the probe's parameters placed (``placed``: param ->
+    attribute path or argument name), some stored ``transposed``."""
 
-    try:
-        obj = cls(**kwargs)
-        for p, path in placed.items():
-            v = vals[p].T.copy() if p in transposed else vals[p].copy()
-            set_path(obj, path, v)
-        if "b" in probe.params and "b" not in placed:
+    fixed: dict
+    placed: dict
+    transposed: tuple
+
+    def layout(self, p: str, vals: dict):
+        """The probe's parameter ``p`` in the subject's own layout."""
+        return vals[p].T.copy() if p in self.transposed else vals[p].copy()
+
+
+class ClassLayer:
+    """A class of the module with a forward-like and a backward-like method: built fresh for
+    each run, the probe's parameters set on its array attributes."""
+
+    def __init__(self, cls):
+        self.cls, self.label = cls, cls.__name__
+        self.forward, self.backward = _method(cls, FORWARDS), _method(cls, BACKWARDS)
+
+    def trials(self, probe: Probe):
+        for kwargs in _ctor_trials(self.cls, probe):
+            try:
+                arrays = _arrays(self.cls(**kwargs))
+            except Exception:  # noqa: BLE001 -- these sizes do not build it
+                continue
+            slots = {path: a.shape for path, a in arrays.items()}
+            for placed, transposed in _place(slots, probe):
+                yield Trial(kwargs, placed, transposed)
+
+    def run(self, trial: Trial, probe: Probe, vals: dict, x):
+        """(what the forward returned, the object) on input ``x``."""
+        from spec.suite.adapters import set_path
+
+        obj = self.cls(**trial.fixed)
+        for p, path in trial.placed.items():
+            set_path(obj, path, trial.layout(p, vals))
+        if "b" in probe.params and "b" not in trial.placed:
             for path, a in _arrays(obj).items():  # a bias we did not place must not be used
                 if a.shape == probe.shapes["b"]:
                     set_path(obj, path, np.zeros_like(a))
-        got = getattr(obj, fname)(vals["x"].copy())
-    except Exception:  # noqa: BLE001 -- a candidate that does not run is not the mapping
-        return None
+        return getattr(obj, self.forward)(x.copy()), obj
+
+    def forward_names(self, trial: Trial) -> dict:
+        params = list(inspect.signature(getattr(self.cls, self.forward)).parameters)
+        return {params[1]: "x"} if len(params) > 1 else {}  # (self, x, ...)
+
+    def backward_call(self, obj):
+        return getattr(obj, self.backward)
+
+    def source(self) -> str:
+        try:
+            return inspect.getsource(getattr(self.cls, self.backward))
+        except (OSError, TypeError):
+            return ""
+
+    def describe(self, trial: Trial) -> str:
+        return f"{self.label}({', '.join(f'{k}={v}' for k, v in trial.fixed.items())})." \
+            f"{self.forward}"
+
+
+class FunctionPair:
+    """Module-level functions: a forward (its first argument the input, the others the op's
+    parameters or its eps) and its backward, paired by name (``layer_norm`` /
+    ``layer_norm_backward``, ``relu_forward`` / ``relu_backward``); ``backward`` None for a
+    forward found alone."""
+
+    def __init__(self, forward, backward=None):
+        self.fn, self.bfn = forward, backward
+        self.label = forward.__name__
+        self.forward, self.backward = forward, backward
+        self.args = [p for p in inspect.signature(forward).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+    def trials(self, probe: Probe):
+        if not self.args:
+            return
+        rest = [p for p in self.args[1:] if p.name not in EPS_NAMES]
+        fixed = _eps_args([p.name for p in self.args[1:]], probe)
+        needed = {p.name for p in rest if p.default is p.empty}
+        for placed, transposed in _place({p.name: None for p in rest}, probe):
+            if needed <= set(placed.values()):
+                yield Trial(fixed, placed, transposed)
+
+    def run(self, trial: Trial, probe: Probe, vals: dict, x):
+        kwargs = {arg: trial.layout(p, vals) for p, arg in trial.placed.items()}
+        return self.fn(x.copy(), **kwargs, **trial.fixed), None
+
+    def forward_names(self, trial: Trial) -> dict:
+        return {self.args[0].name: "x", **{arg: p for p, arg in trial.placed.items()},
+                **{arg: "eps" for arg in trial.fixed}}
+
+    def backward_call(self, obj):
+        return self.bfn
+
+    def source(self) -> str:
+        return ""
+
+    def describe(self, trial: Trial) -> str:
+        args = [self.args[0].name] + [f"{arg}={p}" for p, arg in trial.placed.items()] + \
+            [f"{arg}=eps" for arg in trial.fixed]
+        return f"{self.label}({', '.join(args)})"
+
+    def inputs(self, trial: Trial) -> tuple:
+        """The protocol arguments in the order of the function's own: None where one is
+        skipped (a keyword call then)."""
+        back = {**{arg: p for p, arg in trial.placed.items()}, **{a: "eps" for a in trial.fixed}}
+        names = [p.name for p in self.args]
+        last = max((names.index(a) for a in back), default=0)
+        return ("x",) + tuple(back.get(n) for n in names[1:last + 1])
+
+
+def _output(got, want):
+    """(output index or None, max relative deviation) when what the forward returned is (or
+    begins with) the reference's output; None otherwise: the one numeric evidence."""
     for index, out in ([(None, got)] + ([(0, got[0])] if isinstance(got, tuple) and got
                                         else [])):
         out = np.asarray(out) if isinstance(out, np.ndarray) else None
         if out is not None and out.shape == want.shape and np.all(np.isfinite(out)):
             dev = float(np.max(np.abs(out - want)) / max(np.max(np.abs(want)), 1e-300))
             if dev <= FORWARD_RTOL:
-                return index, dev, obj
+                return index, dev
     return None
 
 
@@ -231,10 +364,109 @@ def _size_expr(size: int, probe: Probe, layouts: dict) -> str:
     return repr(size)
 
 
-def _map_grads(obj, before: dict, returned, m: Mapping_, probe: Probe, x_shape) -> list[str]:
-    """Gradient paths by shape (the parameter's name in the path breaks a tie); returns what
+def _grad_candidates(changed: dict, returned, shape) -> list[str]:
+    """Where a gradient of ``shape`` may be after the backward: a new or replaced array
+    attribute, an item of the dict the backward returned beside dx, or an item of the tuple it
+    returned."""
+    cands = [path for path, a in changed.items() if a.shape == shape]
+    if isinstance(returned, tuple):
+        if len(returned) > 1 and isinstance(returned[1], Mapping):
+            cands += [f"return[1].{k}" if str(k).isidentifier() else f"return[1]['{k}']"
+                      for k, a in returned[1].items()
+                      if isinstance(a, np.ndarray) and a.shape == shape]
+        cands += [f"return[{i}]" for i, a in enumerate(returned)
+                  if isinstance(a, np.ndarray) and a.shape == shape]
+    return cands
+
+
+def _map_grads(changed: dict, returned, m: Mapping_, probe: Probe, order: list) -> list[str]:
+    """Gradient locations by shape (the parameter's name in the path breaks a tie; items of a
+    returned tuple tied by shape follow the forward's argument order, ``order``); returns what
     could not be mapped.  No gradient value is looked at."""
-    after = _arrays(obj, GRAD_DEPTH)
+    missing = []
+    for p in probe.params:
+        if p not in m.params:
+            continue
+        shape = probe.shapes[p][::-1] if p in m.transposed else probe.shapes[p]
+        cands = _grad_candidates(changed, returned, shape)
+        how = "by shape and name only"
+        if len(cands) > 1:  # a tie of shapes: the parameter's own name in the path decides
+            own = m.params[p].split(".")[-1].lower()
+            named = [c for c in cands if own in re.sub(r"return\[\d+\]", "", c.lower())]
+            cands = named if len(named) == 1 else cands
+        if len(cands) > 1 and all(re.fullmatch(r"return\[\d+\]", c) for c in cands):
+            tied = [q for q in order if q in m.params and (probe.shapes[q][::-1] if q in
+                    m.transposed else probe.shapes[q]) == shape]
+            if len(tied) == len(cands):  # the protocol's rule: the forward's argument order
+                cands = [cands[tied.index(p)]]
+                how = f"by shape, the {len(tied)} of that shape in the forward's argument order"
+        if len(cands) == 1:
+            m.grads[p] = cands[0]
+            m.evidence.append(f"grad {p} -> {cands[0]} (after backward, the one gradient of "
+                              f"{p}'s shape {list(shape)}, {how})")
+        else:
+            missing.append(f"{m.op}: the gradient of {p} ({len(cands)} candidates of shape "
+                           f"{list(shape)}: {cands})")
+    return missing
+
+
+def _roles(params, names: dict, cached: bool) -> tuple[str, ...]:
+    """What the backward's parameters are (``again=``): the forward's input ``x`` or another of
+    its arguments (by name), its cache (``forward[1]``, where the forward returned ``(out,
+    cache)``), its output (``out``), and the upstream gradient (``dout``: any other required
+    parameter).  An optional parameter is passed only while its role is known."""
+    roles = []
+    for p in params:
+        if p.name in names:
+            role = names[p.name]
+        elif p.name in INPUT_NAMES:
+            role = "x"
+        elif cached and CACHE_NAMES.fullmatch(p.name):
+            role = "forward[1]"
+        elif OUT_NAMES.fullmatch(p.name) and not UPSTREAM_NAMES.fullmatch(p.name):
+            role = "out"
+        elif p.default is p.empty:
+            role = "dout"
+        else:
+            break
+        roles.append(role)
+    return tuple(roles)
+
+
+def _again_values(roles, trial: Trial, vals: dict, x, dout, returned, output):
+    """The backward's arguments for ``roles`` on a probe run."""
+    out = returned[output] if output is not None else returned
+    given = {"x": x, "dout": dout, "out": out, "eps": PROTOCOL_EPS}
+    return [returned[1] if r == "forward[1]" else given[r] if r in given else
+            trial.layout(r, vals) for r in roles]
+
+
+def _backward(subject, m: Mapping_, probe: Probe, vals: dict, trial: Trial, returned, obj
+              ) -> list[str]:
+    """Decide the backward's call (upstream gradient, inputs needed again) and its gradients."""
+    call = subject.backward_call(obj)
+    sig = inspect.signature(call)
+    params = [p for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)]
+    cached = m.output == 0 and len(returned) == 2
+    again = _roles(params, subject.forward_names(trial), cached)
+    if again.count("dout") != 1:
+        return [f"{m.op}: {subject.label}: backward {call.__name__}{sig} takes "
+                f"{'no' if 'dout' not in again else 'more than one'} upstream gradient I can "
+                "tell"]
+    if again != ("dout",):
+        m.again = again
+        m.evidence.append(f"backward {call.__name__}({', '.join(p.name for p in params)}): "
+                          f"again={again!r} (by the parameters' names)")
+    before = _arrays(obj, GRAD_DEPTH) if obj is not None else {}
+    dout = np.random.default_rng(1).standard_normal(vals["x"].shape[:-1] + (
+        _reference_forward(probe.op, vals).shape[-1],))
+    try:
+        back = call(*_again_values(again, trial, vals, vals["x"], dout, returned, m.output))
+    except Exception as e:  # noqa: BLE001
+        return [f"{m.op}: {subject.label}: {call.__name__} raised {type(e).__name__}: {e}"]
+    after = _arrays(obj, GRAD_DEPTH) if obj is not None else {}
+
     def named_grad(path: str) -> bool:
         parts = path.lower().split(".")
         return parts[-1].startswith("d") or any("grad" in q for q in parts)
@@ -242,60 +474,12 @@ def _map_grads(obj, before: dict, returned, m: Mapping_, probe: Probe, x_shape) 
     changed = {p: a for p, a in after.items()  # new or replaced arrays, or gradient-named
                if p not in m.params.values() and (p not in before or before[p] is not a
                                                  or named_grad(p))}
-    missing = []
-    for p in probe.params:
-        if p not in m.params:
-            continue
-        shape = probe.shapes[p][::-1] if p in m.transposed else probe.shapes[p]
-        cands = [path for path, a in changed.items() if a.shape == shape]
-        if isinstance(returned, tuple) and len(returned) > 1 and isinstance(returned[1], Mapping):
-            cands += [f"return[1].{k}" if str(k).isidentifier() else f"return[1]['{k}']"
-                      for k, a in returned[1].items()
-                      if isinstance(a, np.ndarray) and a.shape == shape]
-        if len(cands) > 1:  # a tie of shapes: the parameter's own name in the path decides
-            own = m.params[p].split(".")[-1].lower()
-            named = [c for c in cands if own in c.lower().replace("return[1]", "")]
-            cands = named if len(named) == 1 else cands
-        if len(cands) == 1:
-            m.grads[p] = cands[0]
-            m.evidence.append(f"grad {p} -> {cands[0]} (after backward, the one gradient of "
-                              f"{p}'s shape {list(shape)}, by shape and name only)")
-        else:
-            missing.append(f"{m.op}: the gradient of {p} ({len(cands)} candidates of shape "
-                           f"{list(shape)}: {cands})")
-    return missing
-
-
-def _backward(cls, m: Mapping_, probe: Probe, vals: dict, obj) -> list[str]:
-    """Decide the backward's call (upstream gradient, inputs needed again) and its gradients."""
-    bname = _method(cls, BACKWARDS)
-    if bname is None:
-        return [f"{m.op}: {cls.__name__} has no backward method ({', '.join(BACKWARDS)})"]
-    m.backward = bname
-    params = [p for p in inspect.signature(getattr(obj, bname)).parameters.values()
-              if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                                     p.POSITIONAL_ONLY)]
-    again = tuple("x" if p.name in INPUT_NAMES else "dout" for p in params)
-    if "dout" not in again:
-        return [f"{m.op}: {cls.__name__}.{bname}{inspect.signature(getattr(obj, bname))} takes "
-                "no upstream gradient I can tell"]
-    if again != ("dout",):
-        m.again = again
-        m.evidence.append(f"backward {bname}({', '.join(p.name for p in params)}): the forward's "
-                          f"input again (again={again!r})")
-    before = _arrays(obj, GRAD_DEPTH)
-    dout = np.random.default_rng(1).standard_normal(vals["x"].shape[:-1] + (
-        _reference_forward(probe.op, vals).shape[-1],))
-    try:
-        returned = getattr(obj, bname)(*(vals["x"] if a == "x" else dout for a in again))
-    except Exception as e:  # noqa: BLE001
-        return [f"{m.op}: {cls.__name__}.{bname} raised {type(e).__name__}: {e}"]
-    src = ""
-    try:
-        src = inspect.getsource(getattr(cls, bname))
-    except (OSError, TypeError):
-        pass
-    missing = _map_grads(obj, before, returned, m, probe, vals["x"].shape)
+    order = list(probe.params)  # a class's parameters: the protocol's order
+    if m.cls is None:  # a function's: the order of its own arguments
+        args = [a.name for a in subject.args]
+        order = sorted(m.params, key=lambda p: args.index(m.params[p]))
+    missing = _map_grads(changed, back, m, probe, order)
+    src = subject.source()
     for path in m.grads.values():
         last = path.split(".")[-1]
         if re.search(rf"\b{re.escape(last)}[\"'\]\s]*\+=", src):
@@ -308,34 +492,37 @@ def _backward(cls, m: Mapping_, probe: Probe, vals: dict, obj) -> list[str]:
     return missing
 
 
-def _try_class(cls, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
-    """The mapping of ``cls`` to the probe's op (its standard form, else a declared variant)."""
-    m, missing = _try_form(cls, probe)
+def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
+    """The mapping of ``subject`` to the probe's op (its standard form, else a declared
+    variant)."""
+    m, missing = _try_form(subject, probe)
     variant = VARIANT_PROBES.get(probe.op)
     if m is None and variant is not None:
-        m, missing = _try_form(cls, variant)
+        m, missing = _try_form(subject, variant)
         if m is not None:
             m.declares = variant.declares
             m.evidence.append(f"the declared form {variant.declares} (the standard one does "
                               "not match)")
     if m is not None and probe.op == "gelu":
-        _gelu_form(m, cls)
-    if m is not None and probe.op == "layernorm" and "eps" not in m.ctor.values():
+        _gelu_form(m, subject)
+    if m is not None and probe.op == "layernorm" and \
+            "eps" not in (*m.ctor.values(), *m.inputs):
         m.declares = {"layernorm": {**m.declares.get("layernorm", {}), "eps": False}}
         m.evidence.append("no eps argument: declared eps=False (the suite passes eps=0; a "
-                          "class with a fixed eps inside is then red on near-constant rows: "
-                          "review)")
+                          f"{'class' if m.cls else 'function'} with a fixed eps inside is then "
+                          "red on near-constant rows: review)")
     return m, missing
 
 
-def _gelu_form(m: Mapping_, cls) -> None:
-    """Which GELU the class computes: the erf form (the protocol's default) or the tanh
+def _gelu_form(m: Mapping_, subject) -> None:
+    """Which GELU the subject computes: the erf form (the protocol's default) or the tanh
     approximation (they differ by ~3e-4), by the forward output alone."""
     import reference
 
     x = _probe_values(PROBES["gelu"])["x"]
     try:
-        got = np.asarray(getattr(cls(), m.forward)(x.copy()))
+        got = subject.run(m.trial, PROBES["gelu"], {"x": x}, x)[0]
+        got = np.asarray(got[m.output] if m.output is not None else got)
     except Exception:  # noqa: BLE001 -- already matched once; nothing to decide
         return
     dev = {form: float(np.max(np.abs(got - reference.gelu_forward(x, form)[0])))
@@ -346,65 +533,72 @@ def _gelu_form(m: Mapping_, cls) -> None:
                           f"GELU, {dev['none']:.1e} from the erf one (fixed approximate=tanh)")
 
 
-def _try_form(cls, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
-    fname = _method(cls, FORWARDS)
-    if fname is None or _method(cls, BACKWARDS) is None:
-        return None, []
+def _forward_hits(subject, probe: Probe) -> list:
+    """[(trial, output index, deviation, returned, object)] for every trial whose forward
+    gives the reference's output on the probe."""
     vals = _probe_values(probe)
     want = _reference_forward(probe.op, vals)
-    found: list = []
-    for kwargs in _ctor_trials(cls, probe):
+    found = []
+    for trial in subject.trials(probe):
         try:
-            arrays = _arrays(cls(**kwargs))
-        except Exception:  # noqa: BLE001 -- these sizes do not build it
+            returned, obj = subject.run(trial, probe, vals, vals["x"])
+        except Exception:  # noqa: BLE001 -- a candidate that does not run is not the mapping
             continue
-        for placed, transposed in _place(None, arrays, probe, vals):
-            hit = _forward_matches(cls, kwargs, placed, transposed, fname, probe, vals, want)
-            if hit is not None:
-                found.append((kwargs, placed, transposed, hit))
+        hit = _output(returned, want)
+        if hit is not None:
+            found.append((trial, *hit, returned, obj))
+    return found
+
+
+def _try_form(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
+    if subject.forward is None or subject.backward is None:
+        return None, []
+    found = _forward_hits(subject, probe)
     if not found:
         return None, []
-    kwargs, placed, transposed, (index, dev, obj) = found[0]
-    layouts = {p: probe.shapes[p][::-1] if p in transposed else probe.shapes[p]
+    trial, index, dev, returned, obj = found[0]
+    vals = _probe_values(probe)
+    layouts = {p: probe.shapes[p][::-1] if p in trial.transposed else probe.shapes[p]
                for p in probe.params}
     layouts["x"] = probe.shapes["x"]
+    is_class = isinstance(subject, ClassLayer)
     # sizes from the protocol's arguments; the protocol's eps to the constructor's
     ctor = {k: "eps" if k in EPS_NAMES else _size_expr(v, probe, layouts)
-            for k, v in kwargs.items()}
-    m = Mapping_(probe.op, cls, ctor, dict(placed), forward=fname, transposed=transposed,
-                 output=index)
-    m.evidence.append(f"{cls.__name__}({', '.join(f'{k}={v}' for k, v in kwargs.items())}).{fname}"
-                      f" equals the reference {probe.op}_forward to {dev:.1e} (relative)"
-                      + (f" with {', '.join(f'{p} at .{q}' for p, q in placed.items())}"
-                         if placed else "")
-                      + (f"; {', '.join(transposed)} stored transposed" if transposed else "")
+            for k, v in trial.fixed.items()} if is_class else {}
+    m = Mapping_(probe.op, subject.cls if is_class else None, ctor, dict(trial.placed),
+                 forward=subject.forward, transposed=trial.transposed, output=index,
+                 trial=trial)
+    if not is_class:
+        m.backward, m.inputs = subject.backward, subject.inputs(trial)
+    where = "at ." if is_class else "as argument "
+    m.evidence.append(f"{subject.describe(trial)} equals the reference {probe.op}_forward to "
+                      f"{dev:.1e} (relative)"
+                      + (f" with {', '.join(f'{p} {where}{q}' for p, q in trial.placed.items())}"
+                         if trial.placed else "")
+                      + (f"; {', '.join(trial.transposed)} stored transposed"
+                         if trial.transposed else "")
                       + ("; the forward returns a tuple, item 0 is the output"
                          if index == 0 else ""))
     if len(found) > 1:
         m.evidence.append(f"{len(found)} placements match the forward; the first is kept")
-    if "b" in probe.params and "b" not in placed:
+    if "b" in probe.params and "b" not in trial.placed:
         m.evidence.append("no bias found: calls with b are not applicable")
-    missing = _backward(cls, m, probe, vals, obj)
-    _ranks(cls, kwargs, m, probe, vals)
+    missing = _backward(subject, m, probe, vals, trial, returned, obj)
+    _ranks(subject, m, probe, vals)
     return m, missing
 
 
-def _ranks(cls, kwargs, m: Mapping_, probe: Probe, vals: dict) -> None:
+def _ranks(subject, m: Mapping_, probe: Probe, vals: dict) -> None:
     """The input ranks (1 .. the probe's) on which the forward and the backward run; where
     some do not, ``CAPABILITIES["ranks"]`` declares those that do (the suite then reshapes)."""
-    from spec.suite.adapters import set_path
-
     ok = []
     for rank in range(1, vals["x"].ndim + 1):
         x = vals["x"][(0,) * (vals["x"].ndim - rank)]
         try:
-            obj = cls(**kwargs)
-            for p, path in m.params.items():
-                set_path(obj, path, vals[p].T.copy() if p in m.transposed else vals[p].copy())
-            out = getattr(obj, m.forward)(x.copy())
-            out = out[m.output] if m.output is not None else out
-            dout = np.ones_like(out)
-            getattr(obj, m.backward)(*(x if a == "x" else dout for a in (m.again or ("dout",))))
+            returned, obj = subject.run(m.trial, probe, vals, x)
+            out = returned[m.output] if m.output is not None else returned
+            subject.backward_call(obj)(*_again_values(
+                m.again or ("dout",), m.trial, vals, x, np.ones_like(out), returned, m.output))
             ok.append(rank)
         except Exception:  # noqa: BLE001 -- this rank does not run
             continue
@@ -414,8 +608,37 @@ def _ranks(cls, kwargs, m: Mapping_, probe: Probe, vals: dict) -> None:
                           f"CAPABILITIES ranks {m.op}: {tuple(ok)}")
 
 
+def _pairs(functions) -> tuple[list[FunctionPair], list]:
+    """(forward/backward pairs by name, the forwards found without a backward): ``f`` or
+    ``f_forward`` with ``f_backward`` (``_bwd``, ``_grad``, ``_derivative``, ``d_f``, ...)."""
+    by_name = {f.__name__: f for f in functions}
+    pairs, alone, taken = [], [], set()
+    for f in functions:
+        name = f.__name__
+        if name in taken or any((b and name.startswith(b)) or (a and name.endswith(a))
+                                for b, a in BACKWARD_AFFIXES):
+            continue
+        stem = re.sub(rf"({'|'.join(FORWARD_SUFFIXES)})$", "", name)
+        back = next((by_name[b + base + a] for base in (name, stem) for b, a in BACKWARD_AFFIXES
+                     if b + base + a in by_name and b + base + a != name), None)
+        if back is not None:
+            pairs.append(FunctionPair(f, back))
+            taken.add(back.__name__)
+        elif any(alias in name.lower() for aliases in OP_NAMES.values() for alias in aliases):
+            alone.append(f)
+    return pairs, alone
+
+
+def _module_functions(mod) -> list:
+    """The functions defined in ``mod`` (``__module__`` None too: code executed from a
+    notebook's cells into the module's namespace), not those it imported."""
+    return [f for _, f in inspect.getmembers(mod, inspect.isfunction)
+            if f.__module__ in (mod.__name__, None) and not f.__name__.startswith("_")]
+
+
 def infer(module) -> tuple[list[Mapping_], list[str]]:
-    """(the mappings found, what could not be mapped) for the classes defined in ``module``."""
+    """(the mappings found, what could not be mapped) for the classes and the module-level
+    function pairs defined in ``module``."""
     if isinstance(module, str):
         try:
             mod = importlib.import_module(module)
@@ -426,42 +649,66 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
         mod = module
     classes = [c for _, c in inspect.getmembers(mod, inspect.isclass)
                if c.__module__ == mod.__name__]
+    pairs, alone = _pairs(_module_functions(mod))
+    subjects = [ClassLayer(c) for c in classes] + pairs
     mappings, missing, used = [], [], set()
     for op, probe in PROBES.items():
         hits = []
-        for cls in classes:
-            if cls in used:
+        for subject in subjects:
+            if subject in used:
                 continue
-            m, miss = _try_class(cls, probe)
+            m, miss = _try(subject, probe)
             if m is not None:
-                hits.append((m, miss))
+                hits.append((subject, m, miss))
         if not hits:
-            missing.append(f"{op}: no class whose forward gives the reference's output")
+            missing.append(f"{op}: no class or function pair whose forward gives the "
+                           "reference's output")
+            missing += [f"{op}: function {f.__name__} gives the reference's output, but has no "
+                        f"backward function ({f.__name__}_backward, _grad, d_{f.__name__}, "
+                        "...)" for f in alone if _forward_hits(FunctionPair(f), probe)]
             continue
-        m, miss = hits[0]
+        subject, m, miss = hits[0]
         if len(hits) > 1:
-            m.evidence.append(f"also matches: {', '.join(h[0].cls.__name__ for h in hits[1:])}")
-        used.add(m.cls)
+            m.evidence.append(f"also matches: {', '.join(h[0].label for h in hits[1:])}")
+        used.add(subject)
         mappings.append(m)
         missing += miss
-    mapped = {m.cls for m in mappings}
-    missing += [f"class {c.__name__}: matches no op this can infer ({', '.join(PROBES)})"
-                for c in classes if c not in mapped and _method(c, FORWARDS)]
+    missing += [f"class {s.label}: matches no op this can infer ({', '.join(PROBES)})"
+                for s in subjects[:len(classes)] if s not in used and s.forward]
+    missing += [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
+                for s in pairs if s not in used]
     return mappings, missing
 
 
+def _function_call(m: Mapping_, alias: str) -> list[str]:
+    """``None, forward=..., backward=..., inputs=...`` of a function pair: the protocol's
+    arguments passed in the function's own order (by keyword where it skips one)."""
+    fwd = f"{alias}.{m.forward.__name__}"
+    if None in m.inputs:  # an argument in between left at its default: call by keyword
+        back = {**m.params, **({"eps": next(iter(m.trial.fixed))} if m.trial.fixed else {})}
+        given = [n for n in m.inputs if n is not None]
+        fwd = f"lambda {', '.join(given)}: {fwd}({given[0]}, " + \
+            ", ".join(f"{back[n]}={n}" for n in given[1:]) + ")"
+    kw = [f"forward={fwd}", f"backward={alias}.{m.backward.__name__}"]
+    inputs = tuple(n for n in m.inputs if n is not None)
+    return kw + ([f"inputs={inputs!r}"] if inputs != ("x",) else [])
+
+
 def _call(m: Mapping_, alias: str) -> str:
-    args = sorted({re.match(r"\w+", e).group(0) for e in m.ctor.values()
-                   if re.match(r"[A-Za-z_]", e)})
-    ctor = ", ".join(f"{k}={v}" for k, v in m.ctor.items())
-    new = f"lambda {', '.join(args)}: {alias}.{m.cls.__name__}({ctor})" if m.ctor else \
-        f"{alias}.{m.cls.__name__}"
-    kw = [f"params={m.params!r}"] if m.params else []
-    kw += [f"grads={m.grads!r}"] if m.grads else []
-    if m.forward != "forward":
-        kw.append(f"forward={m.forward!r}")
-    if m.backward != "backward":
-        kw.append(f"backward={m.backward!r}")
+    if m.cls is None:
+        new, kw = "None", _function_call(m, alias) + ([f"grads={m.grads!r}"] if m.grads else [])
+    else:
+        args = sorted({re.match(r"\w+", e).group(0) for e in m.ctor.values()
+                       if re.match(r"[A-Za-z_]", e)})
+        ctor = ", ".join(f"{k}={v}" for k, v in m.ctor.items())
+        new = f"lambda {', '.join(args)}: {alias}.{m.cls.__name__}({ctor})" if m.ctor else \
+            f"{alias}.{m.cls.__name__}"
+        kw = [f"params={m.params!r}"] if m.params else []
+        kw += [f"grads={m.grads!r}"] if m.grads else []
+        if m.forward != "forward":
+            kw.append(f"forward={m.forward!r}")
+        if m.backward != "backward":
+            kw.append(f"backward={m.backward!r}")
     for name in ("transposed", "again"):
         if getattr(m, name):
             kw.append(f"{name}={getattr(m, name)!r}")
@@ -496,7 +743,7 @@ def infer_source(module: str) -> str:
         if m.ranks:  # the input ranks the op runs on (other ranks are reshaped to one of them)
             caps.setdefault("ranks", {})[m.op] = m.ranks
     if caps:
-        out += ["# what the classes declare (their forms, the ranks they run on)",
+        out += ["# what the code declares (its forms, the ranks it runs on)",
                 f"CAPABILITIES = {caps!r}", ""]
     for m in mappings:
         out += [f"# {e}" for e in m.evidence]

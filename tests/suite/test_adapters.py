@@ -105,6 +105,15 @@ def test_layer_refuses_names_that_are_not_protocol_arguments():
         layer("linear", lambda W: None, grads={"weight": "dW"})
 
 
+def test_layer_without_a_class_needs_a_forward_function_and_no_attributes():
+    from spec.suite.adapters import layer
+
+    with pytest.raises(ValueError, match="new=None .* needs a function as forward"):
+        layer("relu", None)
+    with pytest.raises(ValueError, match="pass the arguments as inputs"):
+        layer("linear", None, forward=np.matmul, params={"W": "W"})
+
+
 def test_an_unmapped_protocol_keyword_is_not_applicable_never_dropped():
     from spec.protocol import NotApplicable
 

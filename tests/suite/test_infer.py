@@ -1,8 +1,10 @@
 """``minibert adapter infer``: the adapter it proposes for class-style code
 (tests/examples/infer_layers.py: a transposed weight, gradients in a dict added into, a backward
-needing its input again, a single-use backward, a tuple output) takes every class for its op,
-is green on the correct code, and -- decided by forward outputs and shapes only -- never turns a
-catalog bug of those ops into a pass."""
+needing its input again, a single-use backward, a tuple output) and for function-style code
+(tests/examples/infer_functions.py: forward/backward pairs of module functions, with a returned
+cache, the input, a weight or the output needed again, gradients returned in an order of their
+own) takes every class and pair for its op, is green on the correct code, and -- decided by
+forward outputs and shapes only -- never turns a catalog bug of those ops into a pass."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ import pytest
 
 from spec.mutants import CATALOG, applied
 from spec.suite.infer import PROBES, infer_source
-from tests.examples import infer_layers
+from tests.examples import infer_functions, infer_layers
 from tests.unshrunk import check_implementation
 
 MODULE = infer_layers.__name__
+EXAMPLES = (MODULE, infer_functions.__name__)  # class-style, function-style
 _TARGET = re.compile(r"^ops\._(?P<op>[a-z]+)_(forward|backward)$")
 
 
@@ -53,21 +56,67 @@ def test_infer_decides_each_convention_with_its_evidence():
     assert "nothing" in src.split("# not mapped")[1], src  # every class mapped
 
 
-def test_the_inferred_adapter_is_green_on_correct_code(tmp_path, monkeypatch):
-    adapter = _load(tmp_path, monkeypatch, infer_source(MODULE), "inferred_ok")
+def test_infer_maps_function_pairs_with_their_conventions():
+    """Module-level forward/backward pairs, paired by name and decided by the forward's output:
+    a returned cache (forward[1]), the input, a weight and the output needed again (by the
+    backward's parameter names), gradients found in the returned tuple by shape (two of one
+    shape in the forward's argument order), a keyword call past a skipped argument."""
+    src = infer_source(infer_functions.__name__)
+    for want in ("forward=impl.dense,", "backward=impl.dense_backward,",
+                 "inputs=('x', 'W', 'b')", "again=('dout', 'x', 'W')", "transposed=('W',)",
+                 "forward=lambda x, gamma, beta, eps: impl.layer_norm(x, gamma=gamma, "
+                 "beta=beta, eps=eps)", "grads={'gamma': 'return[1]', 'beta': 'return[2]'}",
+                 "again=('dout', 'forward[1]')", "backward=impl.relu_grad,",
+                 "again=('dout', 'x')", "backward=impl.gelu_bwd,", "again=('dout', 'out')",
+                 "grads={'W_1': 'return[1]', 'b_1': 'return[3]', 'W_2': 'return[2]', "
+                 "'b_2': 'return[4]'}"):
+        assert want in src, src
+    assert "equals the reference ffn_forward" in src
+    assert "nothing" in src.split("# not mapped")[1], src  # every pair mapped
+
+
+def test_a_forward_function_without_backward_is_named(tmp_path, monkeypatch):
+    """A forward function with no backward of its name is not mapped; where it gives an op's
+    output the adapter's not-mapped list names it and the names its backward could have.  A
+    backward whose upstream gradient cannot be told from its parameters' names is listed too
+    (its row, called with dout alone, then fails: never a pass)."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+
+        def relu(x):
+            return np.maximum(x, 0)
+
+        def softmax(x):
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+
+        def softmax_backward(dout, grad_out):  # two upstream gradients?
+            return dout
+        """), "fn_alone")
+    src = infer_source("fn_alone")
+    assert "relu_forward" not in src, src
+    assert "relu: function relu gives the reference's output, but has no backward function " \
+        "(relu_backward" in src, src
+    assert "softmax: softmax: backward softmax_backward(dout, grad_out) takes more than one " \
+        "upstream gradient I can tell" in src, src
+
+
+@pytest.mark.parametrize("module", EXAMPLES)
+def test_the_inferred_adapter_is_green_on_correct_code(module, tmp_path, monkeypatch):
+    adapter = _load(tmp_path, monkeypatch, infer_source(module), "inferred_ok")
     report = check_implementation(adapter, ops=list(PROBES))
     failed = [f"{r.id}: {r.message[:300]}" for r in report.failures()]
     assert not failed, "\n".join(failed)
     assert all(report.verdicts()[op] == "ok" for op in PROBES), report.verdicts()
 
 
-def _fingerprint(op: str) -> list:
-    """What the example's class for ``op`` computes on two probes: its forward output and every
-    gradient (through the hand-checked adapter inferred from the correct code), to tell
-    whether a mutant reaches it at all."""
+def _fingerprint(module: str, op: str) -> list:
+    """What the example's class or functions for ``op`` compute on two probes: the forward
+    output and every gradient (through the hand-checked adapter inferred from the correct
+    code), to tell whether a mutant reaches it at all."""
     from spec.suite.infer import _probe_values
 
-    adapter = _CORRECT.setdefault("adapter", _exec(infer_source(MODULE)))
+    adapter = _CORRECT.setdefault(module, _exec(infer_source(module)))
     fwd, bwd = getattr(adapter, f"{op}_forward"), getattr(adapter, f"{op}_backward")
     out = []
     for seed in (0, 1):
@@ -92,23 +141,24 @@ def test_the_catalog_mutants_of_the_inferred_ops_are_tried():
     assert len(MUTANTS) >= 15, MUTANTS
 
 
+@pytest.mark.parametrize("module", EXAMPLES)
 @pytest.mark.parametrize("name", MUTANTS)
-def test_infer_never_infers_a_bug_away(name, tmp_path, monkeypatch):
-    """Under the mutant, the class's forward either no longer equals the reference's (the op is
-    not mapped: n/a, never a pass) or the adapter maps it and the op is red.  A mutant that
-    does not change what the example's class computes (a branch it never takes: the tanh GELU,
-    LayerNorm without its affine map) does not apply to it."""
+def test_infer_never_infers_a_bug_away(name, module, tmp_path, monkeypatch):
+    """Under the mutant, the class's (the function's) forward either no longer equals the
+    reference's (the op is not mapped: n/a, never a pass) or the adapter maps it and the op is
+    red.  A mutant that does not change what the example computes (a branch it never takes: the
+    tanh GELU, LayerNorm without its affine map) does not apply to it."""
     op = _op(CATALOG[name])
-    want = _fingerprint(op)
+    want = _fingerprint(module, op)
     with applied(name):
         try:
-            got = _fingerprint(op)
+            got = _fingerprint(module, op)
         except Exception:  # noqa: BLE001 -- the mutant changes what it computes: it applies
             got = []
     if got and all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(got, want)):
-        pytest.skip(f"{name} does not change what the example's {op} class computes")
+        pytest.skip(f"{name} does not change what the example's {op} code computes")
     with applied(name):
-        source = infer_source(MODULE)
+        source = infer_source(module)
         adapter = _load(tmp_path, monkeypatch, source, f"inferred_{name}")
         report = check_implementation(adapter, ops=[op], first_red=True)
     verdict = report.verdicts()[op]

@@ -1,0 +1,71 @@
+"""Function-style (notebook, cs231n) op pairs in the conventions real code has, whose maths is the
+reference's kernels called through ``reference.ops`` at call time (so a catalog mutant applied
+to the reference is a bug of these functions too): what ``minibert adapter infer`` is tested on
+for module-level functions (tests/suite/test_infer.py).
+
+``dense`` keeps its weight torch-style ``[out, in]`` and its backward needs the input and the
+weight again; ``layer_norm`` returns ``(y, cache)`` (an ``axis`` argument between its
+parameters and its eps) and its backward returns ``(dx, dgamma, dbeta)``; ``relu_grad`` needs
+the input again, ``softmax_backward`` the output; ``gelu_fwd``/``gelu_bwd`` pass a ``ctx``;
+``feed_forward_backward`` returns its gradients in an order of its own (weights, then biases);
+``one_hot`` is a helper, no op."""
+
+import numpy as np
+
+from reference import ops
+
+
+def dense(x, weight, bias=None):  # weight [out, in]
+    return ops._linear_forward(x, weight.T, bias)[0]
+
+
+def dense_backward(dout, x, weight):  # the forward's input and weight again
+    dx, dW, db = ops._linear_backward(dout, ops.LinearCache(x, weight.T, True))
+    return dx, dW.T, db
+
+
+def layer_norm(x, gamma, beta, axis=-1, eps=1e-12):
+    if axis != -1:
+        raise ValueError(f"axis: only -1, got {axis}")
+    return ops._layernorm_forward(x, gamma, beta, eps)
+
+
+def layer_norm_backward(dout, cache):
+    return ops._layernorm_backward(dout, cache)
+
+
+def relu(x):
+    return ops._relu_forward(x)[0]
+
+
+def relu_grad(dout, x):
+    return ops._relu_backward(dout, ops._relu_forward(x)[1])[0]
+
+
+def gelu_fwd(x):
+    return ops._gelu_forward(x)
+
+
+def gelu_bwd(grad, ctx):
+    return ops._gelu_backward(grad, ctx)[0]
+
+
+def softmax(x):
+    return ops._softmax_forward(x)[0]
+
+
+def softmax_backward(dp, p):  # the forward's output again
+    return ops._softmax_backward(dp, ops.SoftmaxCache(p))[0]
+
+
+def feed_forward(x, W1, b1, W2, b2):
+    return ops._ffn_forward(x, W1, b1, W2, b2)
+
+
+def feed_forward_backward(dy, cache):
+    dx, dW1, db1, dW2, db2 = ops._ffn_backward(dy, cache)
+    return dx, dW1, dW2, db1, db2
+
+
+def one_hot(ids, n):
+    return np.eye(n)[ids]
