@@ -398,6 +398,25 @@ def with_pinned_config(caps: dict, config):
     return dataclasses.replace(config, ln_eps=c)
 
 
+def fixed_eps_hint(var, normalised_var) -> str:
+    """The end of the red of a LayerNorm called with eps = 0 whose rows did not come back with
+    variance 1: where every row came back with var / (var + c) for one c > 0 -- rows of
+    different variances agreeing on c to 1% -- the code ignores eps and fixes it at c; how to
+    declare that.  "" where the rows do not tell (one row, rows of one variance, no common
+    c): another bug, not guessed at."""
+    var = np.ravel(np.asarray(var, dtype=np.float64))
+    got = np.ravel(np.asarray(normalised_var, dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = var * (1.0 / got - 1.0)  # got = var / (var + c)
+    if var.size < 2 or not (np.all(np.isfinite(c)) and np.all(c > 0)) \
+            or var.max() < 1.5 * var.min() or c.max() > 1.01 * c.min():
+        return ""
+    c0 = float(f"{float(np.median(c)):.2g}")
+    return (f"; every row came back with variance var / (var + c), c = {c0:g}, from a call "
+            f"with eps = 0: the code ignores eps and fixes it at {c0:g}? if so, declare it: "
+            f"CAPABILITIES['layernorm'] = {{'eps': {c0!r}}}")
+
+
 def _call_eps_value(op: str, args: tuple, kwargs: dict):
     """The eps a call of ``op``'s forward passes (keyword, or positional as the reference's
     signature has it; None where it leaves eps out: the code's own default)."""
