@@ -28,7 +28,7 @@ def _pinned_config(config, eps: float):
 
 def build(declared: float | None = PIN, pinned: float = PIN, buggy: bool = False):
     ns = SimpleNamespace(**{n: getattr(reexport, n) for n in dir(reexport)
-                            if not n.startswith("_")})
+                            if not n.startswith(("_", "@"))})
 
     def layernorm_forward(x, gamma, beta, eps=None):  # eps: ignored
         return R.layernorm_forward(x, gamma, beta, pinned)
