@@ -17,6 +17,7 @@ import sympy as sp
 from spec.equations import Equation, Numeric, Proof, register
 from spec.equations._cache import maps_cache
 from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
+from spec.protocol.variants import call_eps
 from spec.sources import MINIBERT, PROTOCOL_VARIANTS, SEED001
 
 FEATURES = (2, 3, 4, 5)  # N tried by every proof
@@ -188,9 +189,10 @@ def _sympy_grad(which):
 
 
 def declared_eps(caps, arrays):
-    """eps = 0 for an implementation declaring LayerNorm without eps (CAPABILITIES layernorm
-    eps=False), on both sides; LN_EPS otherwise."""
-    return {**arrays, "eps": LN_EPS if True in caps["layernorm"]["eps"] else 0.0}
+    """The eps of both sides, the lambdified derivation's symbol and the code's argument, as
+    the implementation declares it (spec.protocol.variants.call_eps): LN_EPS, 0 without eps
+    (layernorm eps=False), the number where its code fixes eps (layernorm eps=1e-6)."""
+    return {**arrays, "eps": call_eps(caps, LN_EPS)}
 
 
 def _numeric(sympy_fn, code_fn):

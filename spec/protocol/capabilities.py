@@ -107,7 +107,10 @@ def accepted(*key: str) -> str:
                 "{'log_eps': 1e-12}")
     options = VARIANTS[head]
     if rest:
-        return f"one value or a tuple of values among {list(options[rest[0]].values)}"
+        option = options[rest[0]]
+        return (f"one value or a tuple of values among {list(option.values)}"
+                + (", or one positive finite float alone: the value the code fixes it at, "
+                   "e.g. 1e-06" if option.number is not None else ""))
     return f"a dict {{option: value or tuple of values}} of options among {sorted(options)}"
 
 
@@ -253,12 +256,29 @@ def _variant_values(op: str, declared, options: dict) -> dict:
             out[name] = (option.default,)
             continue
         v = declared[name]
+        if option.number is not None and _numeric(v):
+            out[name] = (_declared_number((op, name), v),)
+            continue
         values = {_key(x) for x in (v if isinstance(v, _SEQUENCES) else (v,))}
         kept = tuple(a for a in option.values if _key(a) in values)  # in the table's order
         if len(kept) != len(values) or not values:
             raise _refuse((op, name), v)
         out[name] = kept
     return out
+
+
+def _numeric(v) -> bool:
+    """A declared value that means a number (a real that is no bool; a string or a tuple
+    holding one is refused as no option's value)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+def _declared_number(key: tuple, v) -> float:
+    """An option's declared number: a positive finite float (an integer is refused: 1 reads as
+    True, 0 as False -- and eps = 0 is the option's False)."""
+    if not (isinstance(v, (float, np.floating)) and math.isfinite(v) and v > 0):
+        raise _refuse(key, v)
+    return float(v)
 
 
 def _key(x):

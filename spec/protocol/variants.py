@@ -23,11 +23,14 @@ table (:attr:`spec.protocol.table.Op.args`, the reference's own signatures).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from reference import ops
 from reference.ops import (
     BLOCK_PARTS,
     IGNORE_INDEX,
@@ -48,7 +51,9 @@ class Option:
     value means, and how the suite reaches it (see the module's docstring).  ``absent``: the
     values of a piece that mean "left out" (eps = 0 as well as None); ``absent_ok``: a call
     leaving the piece out is taken by every implementation (an eps of 0 is one value of eps);
-    ``also``: further ops the option reaches (a block's attention)."""
+    ``also``: further ops the option reaches (a block's attention); ``number``: what a declared
+    number means (formatted with ``value``), where a positive finite float is a form too: code
+    that fixes the piece at that value whatever the call passes (a LayerNorm's eps)."""
 
     values: tuple
     meaning: Mapping
@@ -59,10 +64,23 @@ class Option:
     convert: Callable | None = None
     also: tuple[str, ...] = ()
     strategy: str | None = None
+    number: str | None = None
 
     @property
     def default(self):
         return self.values[0]
+
+    def means(self, value) -> str:
+        """What ``value`` means: its entry in ``meaning``, or a declared number's."""
+        if self.number is not None and is_number(value):
+            return self.number.format(value=value)
+        return self.meaning[value]
+
+
+def is_number(value) -> bool:
+    """A declared number: a float (True, False and integers are no numbers here: True and
+    False are the options' own values, and 1 is not True)."""
+    return isinstance(value, (float, np.floating))
 
 
 @dataclass(frozen=True)
@@ -329,6 +347,115 @@ def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | 
     return layer
 
 
+# --------------------------------------------------------------------------- a LayerNorm's eps
+# the ops whose calls carry a LayerNorm eps (keyword or positional ``eps``): LayerNorm itself and
+# the composites built on it (a block with RMSNorm carries RMSNorm's: not reached)
+LN_EPS_OPS = ("layernorm", "block", "embedding_ln", "mlm_head")
+
+
+def eps_of(declared, eps: float | None) -> float | None:
+    """The eps a LayerNorm call passes for the value of ``layernorm.eps`` it is checked in
+    (resolve_variant's): ``eps`` (the check's own; None: drawn) with eps inside the root
+    (True), 0 without eps (False), the number where the code fixes it -- both sides of every
+    comparison then compute at the eps the code does."""
+    if declared is True:
+        return eps
+    return 0.0 if declared is False else float(declared)
+
+
+def call_eps(caps: dict, eps: float) -> float:
+    """The eps a check that would pass ``eps`` to the implementation's LayerNorm passes (and
+    computes its expectation with): :func:`eps_of` at the implementation's declared form."""
+    return eps_of(resolve_variant(caps, "layernorm")["eps"], eps)
+
+
+def pinned_eps(caps: dict) -> float | None:
+    """The LayerNorm eps the implementation declares fixed in its code (``CAPABILITIES =
+    {"layernorm": {"eps": 1e-6}}``), else None."""
+    declared = caps["layernorm"]["eps"]
+    return float(declared[0]) if is_number(declared[0]) else None
+
+
+def with_pinned_eps(op: str, caps: dict, fixed: Mapping) -> Mapping:
+    """A case's fixed arguments for ``op`` with the declared eps where the implementation
+    fixes it and ``op``'s call carries a LayerNorm eps (a block of RMSNorms carries RMSNorm's);
+    ``fixed`` itself otherwise.  A composite's case left at the protocol's default eps (an
+    embedding LayerNorm called without eps) gets it passed."""
+    c = pinned_eps(caps)
+    if c is None or op not in LN_EPS_OPS or fixed.get("normalization",
+                                                      "layernorm") != "layernorm":
+        return fixed
+    return {**fixed, "eps": c}
+
+
+def with_pinned_config(caps: dict, config):
+    """A model config (reference.config's dataclasses, ``ln_eps``) as code that fixes its
+    LayerNorm eps runs it: ``ln_eps`` at the declared value (a config of RMSNorms keeps its
+    own); ``config`` itself otherwise.  The model oracles build both sides from it."""
+    c = pinned_eps(caps)
+    if c is None or getattr(config, "normalization", "layernorm") != "layernorm":
+        return config
+    return dataclasses.replace(config, ln_eps=c)
+
+
+def fixed_eps_hint(var, normalised_var) -> str:
+    """The end of the red of a LayerNorm called with eps = 0 whose rows did not come back with
+    variance 1: where every row came back with var / (var + c) for one c > 0 -- rows of
+    different variances agreeing on c to 1% -- the code ignores eps and fixes it at c; how to
+    declare that.  "" where the rows do not tell (one row, rows of one variance, no common
+    c): another bug, not guessed at."""
+    var = np.ravel(np.asarray(var, dtype=np.float64))
+    got = np.ravel(np.asarray(normalised_var, dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = var * (1.0 / got - 1.0)  # got = var / (var + c)
+    if var.size < 2 or not (np.all(np.isfinite(c)) and np.all(c > 0)) \
+            or var.max() < 1.5 * var.min() or c.max() > 1.01 * c.min():
+        return ""
+    c0 = float(f"{float(np.median(c)):.2g}")
+    return (f"; every row came back with variance var / (var + c), c = {c0:g}, from a call "
+            f"with eps = 0: the code ignores eps and fixes it at {c0:g}? if so, declare it: "
+            f"CAPABILITIES['layernorm'] = {{'eps': {c0!r}}}")
+
+
+def _call_eps_value(op: str, args: tuple, kwargs: dict):
+    """The eps a call of ``op``'s forward passes (keyword, or positional as the reference's
+    signature has it; None where it leaves eps out: the code's own default)."""
+    if "eps" in kwargs:
+        return kwargs["eps"]
+    try:
+        bound = inspect.signature(getattr(ops, OPS[op].pair[0])).bind_partial(*args, **kwargs)
+    except TypeError:
+        return None
+    return bound.arguments.get("eps")
+
+
+def _eps(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+    """``layernorm.eps``: False -- a call passing an eps to the LayerNorm is not applicable
+    (the piece layer); a number c -- the code computes at c whatever the call passes, so a call
+    of a LayerNorm (or a composite of LayerNorms) passing another eps, or leaving it out (the
+    protocol's default), is not applicable: the checks pass c (:func:`with_pinned_eps`), and
+    those whose point is another eps (eps inside the root) say why they do not apply."""
+    if not forward:
+        return None
+    if not is_number(declared[0]):
+        return (_piece_layer(op, "layernorm", "eps", VARIANTS["layernorm"]["eps"], declared,
+                             not_claimed) if op == "layernorm" else None)
+    c = float(declared[0])
+
+    def layer(args, kwargs):
+        if get(op, args, kwargs, "normalization", "layernorm") != "layernorm":
+            return args, kwargs, None
+        eps = _call_eps_value(op, args, kwargs)
+        # the declared value as the call carries it (a float32 scalar: rounded)
+        if not (is_number(eps) and abs(float(eps) - c) <= 1e-6 * c):
+            said = "leaves eps out" if eps is None else f"passes eps={eps}"
+            not_claimed(f"{op} at another eps than its own ("
+                        f"{VARIANTS['layernorm']['eps'].means(c)}; the call {said})")
+        return args, kwargs, None
+
+    return layer
+
+
 # --------------------------------------------------------------------------- the options
 _REDUCTION_MEANING = {
     "keyword": "reduction= 'mean' | 'sum' as the protocol's keyword",
@@ -348,7 +475,10 @@ VARIANTS: dict[str, dict[str, Option]] = {
         "eps": Option((True, False), {True: "with eps inside the square root",
                                       False: "without eps: the suite passes eps=0 (rows are "
                                              "kept away from constant)"},
-                      pieces=("eps",), absent=(None, 0), absent_ok=True),
+                      pieces=("eps",), absent=(None, 0), absent_ok=True, convert=_eps,
+                      also=LN_EPS_OPS[1:],
+                      # the code's own constant: every LayerNorm is checked at it
+                      number="eps fixed at {value:g} by the declaration"),
     },
     "rope": {
         "convention": Option(("interleaved", "half"), {
@@ -483,7 +613,7 @@ def reaches(key: str, op: str) -> bool:
 
 def variant_text(op: str, option: str, value) -> str:
     """What one option's value means, for a verdict: "layernorm without gamma/beta..."."""
-    return f"{op} {VARIANTS[op][option].meaning[value]}"
+    return f"{op} {VARIANTS[op][option].means(value)}"
 
 
 def options_of(op: str) -> dict[tuple[str, str], Option]:
@@ -616,8 +746,10 @@ def unmet(caps: dict, needs: Mapping) -> str | None:
             continue
         op, option = key.split(".")
         if value not in caps[op][option]:
-            declared = "|".join(map(str, caps[op][option]))
-            return f"{variant_text(op, option, value)} (it declares {op}.{option}={declared})"
+            declared = caps[op][option]
+            said = (VARIANTS[op][option].means(declared[0]) if is_number(declared[0])
+                    else f"it declares {op}.{option}={'|'.join(map(str, declared))}")
+            return f"{variant_text(op, option, value)} ({said})"
     return None
 
 
@@ -631,5 +763,5 @@ def declared_variants(caps: dict) -> dict[str, list[str]]:
             if option.default not in values:  # it lacks the standard form: say what it has
                 out.setdefault(op, []).append(
                     f"variant {op}.{name}={'|'.join(map(str, values))}: "
-                    + "; ".join(option.meaning[v] for v in values if v != option.default))
+                    + "; ".join(option.means(v) for v in values if v != option.default))
     return out

@@ -28,6 +28,7 @@ draws the same data whatever implementation is under test.  Conventions:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import weakref
@@ -40,7 +41,15 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from spec.protocol import IGNORE_INDEX, OPS
-from spec.protocol.variants import CLAIMS, VARIANTS, reaches, resolve_variant, strategy_keyword
+from spec.protocol.variants import (
+    CLAIMS,
+    VARIANTS,
+    eps_of,
+    reaches,
+    resolve_variant,
+    strategy_keyword,
+    with_pinned_eps,
+)
 from spec.tolerances import KINK_MARGIN, LN_MIN_VAR, layernorm_backward_scale
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
@@ -351,7 +360,12 @@ class CaseFamily:
         those that follow the implementation's declarations (``resolve``); smooth cases
         only."""
         strategy = self.function(**self._kwargs(caps, self.function))
+        if with_pinned_eps(self.op, caps, {}):  # a LayerNorm eps fixed in the code: passed
+            strategy = strategy.map(lambda case: self._pinned(case, caps))
         return strategy if self.smooth is None else strategy.filter(self.smooth)
+
+    def _pinned(self, case: OpCase, caps: dict) -> OpCase:
+        return dataclasses.replace(case, fixed=with_pinned_eps(self.op, caps, case.fixed))
 
     def examples(self, caps: dict) -> list[OpCase]:
         """The family's fixed-seed cases (its strategy's ``@fixed_examples`` builder, called
@@ -361,7 +375,8 @@ class CaseFamily:
         if build is None:
             return []
         built = build(np.random.default_rng(EXAMPLE_SEED), **self._kwargs(caps, build))
-        return list(built) if isinstance(built, (list, tuple)) else [built]
+        return [self._pinned(c, caps)
+                for c in (built if isinstance(built, (list, tuple)) else [built])]
 
     def given(self, caps: dict) -> dict:
         return {"case": self.strategy_for(caps)}
@@ -611,11 +626,11 @@ def layernorm_eps() -> st.SearchStrategy[float]:
                      st.floats(-12.0, -3.0).map(lambda e: float(10.0 ** e)))
 
 
-def _layernorm_example(rng, affine: bool = True, eps: bool = True):
+def _layernorm_example(rng, affine: bool = True, eps: bool | float = True):
     x = rng.standard_normal((2, 3, 6)) * 2 + 1
     gamma, beta = _gamma_beta(rng, 6)
     return OpCase({"x": x, "gamma": gamma if affine else None, "beta": beta if affine else None},
-                  {"eps": 1e-12 if eps else 0.0}, upstream_like(rng, (2, 3, 6)))
+                  {"eps": eps_of(eps, 1e-12)}, upstream_like(rng, (2, 3, 6)))
 
 
 def _layernorm_scale(case: OpCase) -> float:
@@ -637,15 +652,17 @@ _LN = dict(torch="layernorm", backward_scale=_layernorm_scale,
 @fixed_examples(_layernorm_example)
 @st.composite
 def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
-                    eps: bool = True) -> OpCase:
+                    eps: bool | float = True) -> OpCase:
     """``affine`` False: gamma = beta = None (the variant without the affine map); ``eps``
-    False: eps = 0 (rows keep variance >= LN_MIN_VAR, so 1/sqrt(var) stays moderate)."""
+    False: eps = 0 (rows keep variance >= LN_MIN_VAR, so 1/sqrt(var) stays moderate); a
+    number: that eps, the one the code fixes (spec.protocol.variants.eps_of)."""
     lead = draw(_lead_shapes())
     N = draw(sizes(2, 6))
     inputs = {"x": draw(layernorm_inputs(lead + (N,))),
               "gamma": draw(gammas(N, gamma_margin)) if affine else None,
               "beta": draw(betas(N)) if affine else None}
-    return OpCase(inputs, {"eps": draw(layernorm_eps()) if eps else 0.0},
+    fixed = eps_of(eps, None)
+    return OpCase(inputs, {"eps": draw(layernorm_eps()) if fixed is None else fixed},
                   draw(upstream(lead + (N,))), draw(_seed()))
 
 

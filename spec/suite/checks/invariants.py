@@ -525,7 +525,8 @@ def token_type_gradient_scatter_adds_per_segment(impl, case):
 def embedding_ln_tables_share_column_sums(impl, case):
     """The three tables' gradients have the same total (each position feeds each table once)."""
     require(inv.embedding_ln_identities(impl, case.inputs, case.fixed["ids"],
-                                        case.fixed["type_ids"], case.dout))
+                                        case.fixed["type_ids"], case.dout,
+                                        **{k: v for k, v in case.fixed.items() if k == "eps"}))
 
 
 @on_family("classifier", "gradient_only_at_cls",

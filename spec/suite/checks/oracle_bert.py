@@ -21,7 +21,8 @@ import tempfile
 
 import numpy as np
 
-from spec.protocol import IGNORE_INDEX
+from spec.protocol import IGNORE_INDEX, capabilities
+from spec.protocol.variants import pinned_eps
 from spec.suite.registry import check, lazy_module
 
 torch = lazy_module("torch")
@@ -118,7 +119,8 @@ def run_case(impl, arch, dtype, part, act="gelu"):
     """A random transformers model saved to a temporary directory and loaded with the
     implementation's ``load_pretrained``; ``part`` "forward" compares the outputs (hidden
     states, pooled output, logits, loss), "backward" every parameter gradient."""
-    model = hf_model(arch, dtype, act=act)
+    eps = pinned_eps(capabilities(impl))  # a LayerNorm eps fixed in the code: the checkpoint's
+    model = hf_model(arch, dtype, act=act, **({} if eps is None else {"layer_norm_eps": eps}))
     with tempfile.TemporaryDirectory(prefix="minibert-hf-") as tmp:
         model.save_pretrained(tmp)
         config, params = impl.load_pretrained(tmp, dtype=dtype)

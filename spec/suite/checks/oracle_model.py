@@ -16,7 +16,8 @@ import numpy as np
 
 from reference.config import mini_bert, seed001
 from spec.numerics.finite_differences import random_batch, random_params
-from spec.protocol import IGNORE_INDEX, OPS
+from spec.protocol import IGNORE_INDEX, OPS, capabilities
+from spec.protocol.variants import with_pinned_config
 from spec.suite.registry import check, lazy_module
 
 to = lazy_module("spec.suite.torch_oracle")
@@ -110,6 +111,7 @@ def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
 def model_loss_and_grads(impl, part, dtype, name, config, B, T, seed, loss):
     """Loss (CE mean/sum with ignore_index for the MLM head, MSE for hidden states), every
     parameter gradient and the input-embedding gradient."""
+    config = with_pinned_config(capabilities(impl), config)
     params, batch = make_case(impl, config, B, T, seed, dtype)
     kw = dict(attention_mask=batch["attention_mask"])
     if loss == "mse":
@@ -134,6 +136,7 @@ def model_loss_and_grads(impl, part, dtype, name, config, B, T, seed, loss):
 def model_forward_backward(impl, part, dtype, name, config, B, T, seed):
     """forward's output (logits or hidden states) and backward's gradients for a random
     upstream gradient on the output (not through a loss)."""
+    config = with_pinned_config(capabilities(impl), config)
     params, batch = make_case(impl, config, B, T, seed, dtype)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     out, cache = impl.forward(params, config, ids, mask)
