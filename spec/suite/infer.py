@@ -507,11 +507,57 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
         _gelu_form(m, subject)
     if m is not None and probe.op == "layernorm" and \
             "eps" not in (*m.ctor.values(), *m.inputs):
-        m.declares = {"layernorm": {**m.declares.get("layernorm", {}), "eps": False}}
-        m.evidence.append("no eps argument: declared eps=False (the suite passes eps=0; a "
-                          f"{'class' if m.cls else 'function'} with a fixed eps inside is then "
-                          "red on near-constant rows: review)")
+        _declare_eps(subject, m, probe if m.declares.get("layernorm", {}).get("affine", True)
+                     else variant)
     return m, missing
+
+
+# the eps values a LayerNorm fixes in its code (0: none), told apart by its forward on rows of
+# variance ~1e-4, where eps changes the output by eps / (2 var): 5e-9 for 1e-12 against 0, and
+# one candidate from the next by more; FIXED_EPS_RTOL lies below all of those and far above
+# float64's rounding of a LayerNorm (~1e-15)
+FIXED_EPS = (0.0, 1e-12, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+FIXED_EPS_RTOL = 1e-9
+
+
+def _declare_eps(subject, m: Mapping_, probe: Probe) -> None:
+    """The declaration of a LayerNorm without an eps argument: the eps it fixes inside, found
+    by its forward output on rows of small variance (the one candidate of FIXED_EPS it equals);
+    eps=False (the suite passes eps=0) where that is 0, or where none or several match."""
+    from reference.ops import layernorm_forward
+
+    vals = _probe_values(probe)
+    x = 1e-2 * vals["x"]  # rows of variance ~1e-4
+    gamma = vals.get("gamma", np.ones(x.shape[-1]))
+    beta = vals.get("beta", np.zeros(x.shape[-1]))
+    try:
+        returned, _ = subject.run(m.trial, probe, vals, x)
+        out = np.asarray(returned[m.output] if m.output is not None else returned, np.float64)
+    except Exception:  # noqa: BLE001 -- ran on the probe: a failure here is not a form
+        out = None
+    hits = []
+    for eps in FIXED_EPS if out is not None else ():
+        want = layernorm_forward(x, gamma, beta, eps)[0]
+        if out.shape == want.shape and \
+                np.max(np.abs(out - want)) <= FIXED_EPS_RTOL * np.max(np.abs(want)):
+            hits.append(eps)
+    kind = "class" if m.cls else "function"
+    if len(hits) == 1 and hits[0] > 0:
+        # declared, the suite calls it at that eps alone; fixed, the adapter takes that call
+        m.declares = {"layernorm": {**m.declares.get("layernorm", {}), "eps": hits[0]}}
+        m.fixed = {**m.fixed, "eps": hits[0]}
+        m.evidence.append(f"no eps argument: its output on rows of variance ~1e-4 equals the "
+                          f"reference's at eps={hits[0]:g} (to {FIXED_EPS_RTOL:g}) and at no "
+                          f"other of {', '.join(f'{e:g}' for e in FIXED_EPS)}: declared "
+                          f"eps={hits[0]:g}, fixed in the code (fixed={{'eps': {hits[0]!r}}})")
+        return
+    m.declares = {"layernorm": {**m.declares.get("layernorm", {}), "eps": False}}
+    found = ("it equals the reference's at eps=0" if hits == [0.0] else
+             f"its output on rows of variance ~1e-4 matches "
+             f"{'none' if not hits else 'several'} of eps {', '.join(f'{e:g}' for e in FIXED_EPS)}")
+    m.evidence.append(f"no eps argument ({found}): declared eps=False (the suite passes eps=0; a "
+                      f"{kind} with another eps fixed inside is then red on near-constant rows: "
+                      "review)")
 
 
 def _gelu_form(m: Mapping_, subject) -> None:

@@ -224,10 +224,65 @@ def test_infer_declares_a_layernorm_without_affine_map_or_eps(tmp_path, monkeypa
         """), "plain_ln")
     src = infer_source("plain_ln")
     assert "CAPABILITIES = {'layernorm': {'affine': False, 'eps': False}}" in src, src
+    assert "it equals the reference's at eps=0" in src, src
     adapter = _load(tmp_path, monkeypatch, src, "plain_ln_adapter")
     report = check_implementation(adapter, ops=["layernorm"])
     assert report.verdicts()["layernorm"] == "ok", report.summary()
     assert report.counts().get("passed", 0) >= 8, report.counts()
+
+
+PINNED_LN = {  # a LayerNorm whose eps is a constant of its code, not an argument
+    "class": """
+        from reference import ops
+
+        class LayerNorm:
+            def __init__(self, dim):
+                self.gamma, self.beta = ops.np.ones(dim), ops.np.zeros(dim)
+
+            def forward(self, x):
+                y, self.cache = ops._layernorm_forward(x, self.gamma, self.beta, {eps})
+                return y
+
+            def backward(self, dy):
+                dx, self.dgamma, self.dbeta = ops._layernorm_backward(dy, self.cache)
+                return dx
+        """,
+    "function": """
+        from reference import ops
+
+        def layer_norm(x, gamma, beta):
+            return ops._layernorm_forward(x, gamma, beta, {eps})
+
+        def layer_norm_backward(dout, cache):
+            return ops._layernorm_backward(dout, cache)
+        """}
+
+
+@pytest.mark.parametrize("style", sorted(PINNED_LN))
+@pytest.mark.parametrize("eps", [1e-6, 1e-5])
+def test_infer_finds_the_eps_a_layernorm_fixes_inside(style, eps, tmp_path, monkeypatch):
+    """No eps argument, eps fixed in the code: the forward on rows of small variance tells which
+    of the common values it is, the adapter declares that number (CAPABILITIES), and the row is
+    green -- where eps=False (the suite passes eps=0) would be red on correct maths."""
+    name = f"pinned_{style}_{str(eps).replace('-', '_')}"
+    _load(tmp_path, monkeypatch, textwrap.dedent(PINNED_LN[style].format(eps=eps)), name)
+    src = infer_source(name)
+    assert f"CAPABILITIES = {{'layernorm': {{'eps': {eps!r}}}}}" in src, src
+    assert f"declared eps={eps:g}, fixed in the code" in src, src
+    adapter = _load(tmp_path, monkeypatch, src, f"{name}_adapter")
+    report = check_implementation(adapter, ops=["layernorm"])
+    assert report.verdicts()["layernorm"] == "ok", report.summary()
+    assert report.counts().get("passed", 0) >= 8, report.counts()
+
+
+def test_an_eps_fixed_at_no_common_value_is_left_to_review(tmp_path, monkeypatch):
+    """3e-6 is none of the values infer tries: eps=False with the reason, never a guess (the row
+    is then red, and the user declares the number)."""
+    _load(tmp_path, monkeypatch, textwrap.dedent(PINNED_LN["function"].format(eps=3e-6)),
+          "pinned_odd")
+    src = infer_source("pinned_odd")
+    assert "CAPABILITIES = {'layernorm': {'eps': False}}" in src, src
+    assert "matches none of eps 0, 1e-12" in src, src
 
 
 def test_infer_tells_the_tanh_gelu_from_the_erf_one(tmp_path, monkeypatch):
