@@ -14,7 +14,12 @@ Layers:
 * ``per_position``: a loss returning per-position losses (declared ``reduction: none``);
 * ``optional_bias``: a bias reached through a sub-object that is ``None`` without a bias;
 * ``single_use``: a layer that frees its activations after backward (declared: the
-  accumulation check is n/a, saying why).
+  accumulation check is n/a, saying why);
+* ``functions``: no class, a notebook's module functions ``softmax(x)`` /
+  ``softmax_backward(dp, p)`` (``layer(op, None, forward=..., backward=...)``, the output
+  needed again);
+* ``transposed_returned``: a torch-style Linear ``[out, in]`` whose backward *returns* ``(dx,
+  dW, db)``, dW in its own layout (read back transposed, as an attribute would be).
 
 Optimizers (the ``adam`` row):
 
@@ -214,6 +219,34 @@ class EmbeddingDV:
             self.dW[:, self.ids.reshape(-1)] = d.T
         else:
             np.add.at(self.dW.T, self.ids.reshape(-1), d)
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def softmax_backward(dp, p, buggy=False):  # bug: the row sum of dp, not of dp * p
+    return p * (dp - (dp if buggy else dp * p).sum(-1, keepdims=True))
+
+
+class ReturningTorchLinear:
+    """y = x W^T + b with W [out, in]; backward returns (dx, dW [out, in], db)."""
+
+    def __init__(self, n_in, n_out, buggy=False):
+        self.weight, self.bias, self.buggy = np.zeros((n_out, n_in)), np.zeros(n_out), buggy
+
+    def forward(self, x):
+        self.x = x
+        return x @ self.weight.T + self.bias
+
+    def backward(self, dy):
+        n_out, n_in = self.weight.shape
+        x2, dy2 = self.x.reshape(-1, n_in), dy.reshape(-1, n_out)
+        dW = dy2.T @ x2  # [out, in]
+        if self.buggy:  # bug: only the first row's outer product
+            dW = np.outer(dy2[0], x2[0]) * x2.shape[0]
+        return dy @ self.weight, dW, dy2.sum(0)
 
 
 class PerPositionCE:
@@ -420,6 +453,13 @@ def _layers(bug):
         "single_use": lambda: _ops("linear", *layer(
             "linear", lambda W, b: FreeingLinear(W, b, bug), grads={"W": "dW", "b": "db"},
             single_use=True)),
+        "functions": lambda: _ops("softmax", *layer(
+            "softmax", None, forward=softmax, again=("dout", "out"),
+            backward=lambda dp, p: softmax_backward(dp, p, bug))),
+        "transposed_returned": lambda: _ops("linear", *layer(
+            "linear", lambda W: ReturningTorchLinear(W.shape[0], W.shape[1], bug),
+            params={"W": "weight", "b": "bias"}, grads={"W": "return[1]", "b": "return[2]"},
+            transposed=("W",))),
     }
 
 
@@ -444,7 +484,8 @@ def _optimizers(bug):
 OPS = {"dict_grads": "linear", "sequential": "ffn", "heads_list": "attention", "again": "relu",
        "again_loss": "cross_entropy", "tuple_output": "layernorm", "transposed": "embedding",
        "per_position": "cross_entropy", "optional_bias": "linear", "single_use": "linear",
-       "owns_params": "adam", "parameter_grad": "adam", "bound_model": "adam",
+       "functions": "softmax", "transposed_returned": "linear", "owns_params": "adam",
+       "parameter_grad": "adam", "bound_model": "adam",
        "per_name": "adam"}
 OPTIMIZERS = ("owns_params", "parameter_grad", "bound_model", "per_name")
 
