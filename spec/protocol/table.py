@@ -19,7 +19,8 @@ class Op:
     inputs:    the differentiable inputs of the forward, in argument order: the backward returns
                one gradient per entry, in this order (``None`` for an absent optional input)
     equations: the derivation IDs of spec/equations this op realises
-    params:    parameter names the op takes (attention weights, a block's local dict keys)
+    params:    parameter names the op takes (attention weights; every key a block's local dict
+               ``p`` may carry, in any of its variants: ``layer()`` maps them one by one)
     module:    the module of ``reference`` that defines the names
     """
 
@@ -149,7 +150,8 @@ _TABLE = (
                                             "residual.backward", "block.backward",
                                             "block.preln", "block.preln_backward",
                                             "block.innerln", "block.innerln_backward"),
-       block_param_names(attn_bias=True),
+       tuple(dict.fromkeys(block_param_names(norm="pre_final")
+                           + block_param_names(ffn="swiglu", swiglu_bias=True))),
        doc="block_forward(x [B,T,H], p, *, n_heads, mask=None, eps=1e-12) -> post-LN block LN2(h "
            "+ FFN(h)), h = LN1(x + MHA(x)); p is a dict keyed attn.W_q .. attn.b_o, ln1.gamma, "
            'ln1.beta, ffn.W_1 .. ffn.b_2, ln2.gamma, ln2.beta; variants: norm="pre" (h + '

@@ -16,8 +16,17 @@ function of the op-table row)::
   (``lambda W, b: ...``, or the class itself when its ``__init__`` already uses them);
 * ``params`` then sets protocol arguments as attributes, by *path*: ``"W"``, ``"W.value"``, a
   dict's key ``"p.W_q"``, a list's item ``"heads[0].W"`` or ``"layers[2].b"`` (a Sequential);
-  a ``None`` (an absent bias) whose path leads through a missing or ``None`` sub-object is
-  skipped -- the layer simply has no bias;
+  a tuple of paths sets one value at each (``"eps": ("norm1.eps", "norm2.eps")``: a block
+  whose two LayerNorms share the call's eps); a ``None`` (an absent bias) whose path leads
+  through a missing or ``None`` sub-object is skipped -- the layer simply has no bias;
+* a **block** (``block_forward(x, p, ...)``, ``p`` a dict of parameters): ``params`` and
+  ``grads`` name the entries of ``p`` one by one (``{"attn.W_q": "attention.W_q", ...}``);
+  the backward's ``grads`` dict is made of the declared ones, and an entry of ``p`` the mapping
+  has no place for makes the call *not applicable*, naming it.  ``parts`` derives these
+  mappings from the block's sub-layers' own ``layer()`` declarations: ``parts={"attn":
+  ("attention", attention_forward), "ln1": ("norm1", layernorm_forward), ...}`` maps
+  ``attn.W_q`` to ``"attention." + `` the attention declaration's path of ``W_q``, for
+  ``params`` and ``grads`` alike;
 * ``inputs`` are the protocol arguments passed to the forward method (default: the first);
   ``output=0``: the forward returns a tuple ``(out, extra)``, ``out`` is its item 0;
 * ``grads`` maps each differentiable input to the path of its gradient after the backward:
@@ -286,12 +295,15 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
           forward: str | Callable = "forward", backward: str | Callable = "backward",
           accumulate: bool = False, upstream: bool = True, again: tuple[str, ...] = (),
           output: int | None = None, transposed: tuple[str, ...] = (),
-          single_use: bool = False, fixed: Mapping | None = None) -> tuple[Callable, Callable]:
+          single_use: bool = False, fixed: Mapping | None = None,
+          parts: Mapping[str, tuple[str, Callable]] | None = None) -> tuple[Callable, Callable]:
     """``(X_forward, X_backward)`` of op ``op`` backed by a fresh class-style layer per call
     (see the module's docstring for every argument)."""
     fsig = protocol_signature(op, "forward")
     names = list(fsig.parameters)
-    params, grads = dict(params or {}), dict(grads or {})
+    dict_arg, entries = _dict_argument(op)
+    params = {**_from_parts(op, parts, "params", entries), **(params or {})}
+    grads = {**_from_parts(op, parts, "grads", entries), **(grads or {})}
     inputs = tuple(inputs) if inputs is not None else (names[0],)
     again = (again,) if isinstance(again, str) else tuple(again)
     transposed = (transposed,) if isinstance(transposed, str) else tuple(transposed)
@@ -309,19 +321,25 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
                 if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for what, keys in (("new", required), ("params", params), ("inputs", inputs),
                        ("grads", grads), ("transposed", transposed)):
-        unknown = [k for k in keys if k not in names]
+        unknown = [k for k in keys if k not in names and (what == "new" or k not in entries)]
         if unknown:
             raise ValueError(f"layer({op!r}): {what} names {unknown}, not arguments of the "
-                             f"protocol's {OPS[op].pair[0]}{fsig}")
-    for path in list(params.values()) + list(grads.values()):
+                             f"protocol's {OPS[op].pair[0]}{fsig}"
+                             + (f" nor keys of its {dict_arg} ({', '.join(sorted(entries))})"
+                                if entries else ""))
+    bad = {n: g for n, g in grads.items() if not isinstance(g, str)}
+    if bad:
+        raise ValueError(f"layer({op!r}): grads {bad}: expected one path per gradient")
+    for path in [q for v in params.values() for q in _paths(v)] + list(grads.values()):
         path_parts(path)  # a malformed path: refused here, not at the first check
+    mapped = [k for k in {**params, **grads} if k in entries]  # entries of the dict argument
     diff = OPS[op].inputs
     fixed = dict(fixed or {})
     unknown = [k for k in fixed if k not in names]
     if unknown:
         raise ValueError(f"layer({op!r}): fixed names {unknown}, not arguments of the "
                          f"protocol's {OPS[op].pair[0]}{fsig}")
-    used = set(wanted) | set(params) | set(inputs) | set(fixed)
+    used = set(wanted) | set(params) | set(inputs) | set(fixed) | ({dict_arg} if mapped else set())
     spec = LayerSpec(op, new, params, grads, inputs, forward, backward, accumulate, upstream,
                      again, output, transposed, single_use)
     for name in again:
@@ -345,14 +363,23 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
                 raise NotApplicable(
                     f"not applicable: the class layer adapted for {op} ({label}) takes no "
                     f"{n} (only the protocol default {fsig.parameters[n].default!r})")
+        if mapped:  # the dict argument's entries, one by one, as the layer's own arguments
+            extra = sorted(set(a[dict_arg]) - set(params))
+            if extra:
+                raise NotApplicable(f"not applicable: the class layer adapted for {op} "
+                                    f"({label}) has no place for {dict_arg}[{extra[0]!r}] "
+                                    f"(params maps no path to {', '.join(extra)})")
+            a = {**a, **{k: a[dict_arg].get(k) for k in mapped}}
         own = {n: spec._layout(n, v) for n, v in a.items()}  # the layer's layout
         obj = new(**{n: own[n] for n in wanted if n in own})
-        for n, path in params.items():
-            if a[n] is None and n not in wanted and _has_slot(obj, path):
+        for n, paths in params.items():
+            if a[n] is None and n not in wanted and any(_has_slot(obj, q) for q in _paths(paths)):
                 # the class has a slot the call leaves out (new cannot be told to drop it)
+                called = f"a {dict_arg} without {n}" if n in entries else f"{n}=None"
                 raise NotApplicable(f"not applicable: the class layer adapted for {op} "
-                                    f"({label}) always has {n}; called with {n}=None")
-            set_path(obj, path, own[n])
+                                    f"({label}) always has {n}; called with {called}")
+            for path in _paths(paths):
+                set_path(obj, path, own[n])
         returned = (forward if callable(forward) else getattr(obj, forward))(
             *(own[n] for n in inputs))
         out = returned[output] if output is not None else returned
@@ -375,7 +402,9 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
             if isinstance(r, tuple) else [r]
         out = []
         for n in diff:
-            if cache.args.get(n) is None and n in fsig.parameters and \
+            if n == dict_arg and mapped:  # the block's grads dict: its declared entries
+                out.append({k: got[k] for k in grads if k in entries and k in got})
+            elif cache.args.get(n) is None and n in fsig.parameters and \
                     fsig.parameters[n].default is None:
                 out.append(None)
             elif n in grads:
@@ -403,6 +432,46 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
 
 
 _OMITTED = object()  # a keyword-only argument the call left out (see _bind)
+
+
+def _paths(value) -> tuple[str, ...]:
+    """A ``params`` value: one path, or a tuple of paths given the same value."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _dict_argument(op: str) -> tuple[str | None, frozenset]:
+    """The op's argument that is a dict of parameters (the reference's forward annotates it
+    ``dict``: the block's ``p``) and the keys it may carry (the row's ``params``), or
+    ``(None, frozenset())``."""
+    for name, prm in protocol_signature(op, "forward").parameters.items():
+        if prm.annotation in (dict, "dict"):
+            return name, frozenset(OPS[op].params)
+    return None, frozenset()
+
+
+def _from_parts(op: str, parts, which: str, entries) -> dict:
+    """``params`` or ``grads`` (``which``) of a block from its sub-layers' declarations:
+    ``parts[prefix] = (path, forward)`` maps the entry ``prefix.name`` to ``path`` joined with
+    the path ``forward``'s own ``layer()`` declaration gives ``name``."""
+    out = {}
+    for prefix, part in (parts or {}).items():
+        path, fwd = part
+        sub = getattr(fwd, "__minibert_layer__", None)
+        if sub is None:
+            raise ValueError(f"layer({op!r}): parts[{prefix!r}] = ({path!r}, {fwd!r}): expected "
+                             "(a path, a forward made by layer())")
+        mine = {n: q for n, q in getattr(sub, which).items() if f"{prefix}.{n}" in entries}
+        if not mine:
+            raise ValueError(f"layer({op!r}): parts[{prefix!r}]: the {sub.op} declaration "
+                             f"gives no {which} path of a {prefix}.* entry (its {which}: "
+                             f"{dict(getattr(sub, which))}); map them in {which}=")
+        for n, q in mine.items():
+            if any(path_parts(x)[0] == RETURN for x in _paths(q)):
+                raise ValueError(f"layer({op!r}): parts[{prefix!r}]: {n}'s gradient {q!r} is "
+                                 "what the part's backward returns, out of the block's reach")
+            joined = tuple(path + ("" if x.startswith("[") else ".") + x for x in _paths(q))
+            out[f"{prefix}.{n}"] = joined if isinstance(q, (tuple, list)) else joined[0]
+    return out
 
 
 def _bind(fsig: inspect.Signature, used: set, args, kwargs) -> inspect.BoundArguments:

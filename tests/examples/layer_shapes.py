@@ -19,7 +19,12 @@ Layers:
   ``softmax_backward(dp, p)`` (``layer(op, None, forward=..., backward=...)``, the output
   needed again);
 * ``transposed_returned``: a torch-style Linear ``[out, in]`` whose backward *returns* ``(dx,
-  dW, db)``, dW in its own layout (read back transposed, as an attribute would be).
+  dW, db)``, dW in its own layout (read back transposed, as an attribute would be);
+* ``block_entries``: a post-LN block class holding its sub-layers, its ``p`` mapped entry by
+  entry (``"attn.W_q": "attn.W_q"``, ``"ffn.W_1": "ffn.layers[0].W"``) and the call's eps set
+  on both LayerNorms (``"eps": ("ln1.eps", "ln2.eps")``);
+* ``block_parts``: the same block mapped by its sub-layers' own declarations (``parts={"attn":
+  ("attn", attention_forward), ...}``).
 
 Optimizers (the ``adam`` row):
 
@@ -38,6 +43,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from spec.suite.adapters import layer, optimizer
+from tests.examples import realstyle_tutorial as rt
 
 
 # ============================================================================ layers
@@ -312,6 +318,27 @@ class FreeingLinear(_XW):
         return dy @ self.W.T
 
 
+class PostLNBlock:
+    """LN2(h + FFN(h)), h = LN1(x + MHA(x)), its sub-layers built empty (the adapter sets their
+    parameters): the tutorial's attention (no biases) and LayerNorm, an FFN as a Sequential."""
+
+    def __init__(self, n_heads, buggy=False):
+        self.attn = rt.MultiHeadAttention(None, None, None, None, n_heads)
+        self.ln1, self.ln2 = rt.LayerNorm(None, None), rt.LayerNorm(None, None)
+        self.ffn = Sequential([Linear(0, 0), ReLU(), Linear(0, 0)])
+        self.buggy = buggy
+
+    def forward(self, x):
+        h = self.ln1.forward(x + self.attn.forward(x))
+        return self.ln2.forward(h + self.ffn.forward(h))
+
+    def backward(self, dy):
+        dh = self.ln2.backward(dy)
+        dh = dh + self.ffn.backward(dh)
+        dr = self.ln1.backward(dh)  # bug: the residual's gradient dropped around the attention
+        return self.attn.backward(dr) + (0 if self.buggy else dr)
+
+
 # ============================================================================ optimizers
 def _adam_update(p, g, m, v, t, lr, b1, b2, eps):
     """One bias-corrected Adam update, in place; returns the new moments."""
@@ -415,8 +442,42 @@ def _ops(op, fwd, bwd, caps=None):
     return out
 
 
+ATTN = ("W_q", "W_k", "W_v", "W_o")
+FFN = {"W_1": "layers[0].W", "b_1": "layers[0].b", "W_2": "layers[2].W", "b_2": "layers[2].b"}
+BLOCK_CAPS = {"attention_bias": False, "key_mask": False}
+
+
+def _block_parts(bug):
+    """The block's sub-layers declared as ops of their own, then the block from them."""
+    attention, _ = layer("attention", lambda n_heads: rt.MultiHeadAttention(
+        None, None, None, None, n_heads), params={w: w for w in ATTN},
+        grads={w: f"d{w}" for w in ATTN})
+    norm, _ = layer("layernorm", lambda eps: rt.LayerNorm(None, None, eps),
+                    params={"gamma": "gamma", "beta": "beta"},
+                    grads={"gamma": "dgamma", "beta": "dbeta"})
+    ffn, _ = layer("ffn", lambda: Sequential([Linear(0, 0), ReLU(), Linear(0, 0)]), params=FFN,
+                   grads={k: v[:-1] + "d" + v[-1] for k, v in FFN.items()})
+    return layer("block", lambda n_heads: PostLNBlock(n_heads, bug),
+                 params={"eps": ("ln1.eps", "ln2.eps")},
+                 parts={"attn": ("attn", attention), "ffn": ("ffn", ffn), "ln1": ("ln1", norm),
+                        "ln2": ("ln2", norm)})
+
+
+def _block_entries(bug):
+    lns = {f"ln{i}.{g}": f"ln{i}.{g}" for i in (1, 2) for g in ("gamma", "beta")}
+    return layer("block", lambda n_heads: PostLNBlock(n_heads, bug),
+                 params={**{f"attn.{w}": f"attn.{w}" for w in ATTN}, **lns,
+                         **{f"ffn.{k}": f"ffn.{v}" for k, v in FFN.items()},
+                         "eps": ("ln1.eps", "ln2.eps")},
+                 grads={**{f"attn.{w}": f"attn.d{w}" for w in ATTN},
+                        **{k: f"{v[:4]}d{v[4:]}" for k, v in lns.items()},
+                        **{f"ffn.{k}": f"ffn.{v[:-1]}d{v[-1]}" for k, v in FFN.items()}})
+
+
 def _layers(bug):
     return {
+        "block_entries": lambda: _ops("block", *_block_entries(bug), BLOCK_CAPS),
+        "block_parts": lambda: _ops("block", *_block_parts(bug), BLOCK_CAPS),
         "dict_grads": lambda: _ops("linear", *layer(
             "linear", lambda W, b: DictLinear(W, b, bug),
             grads={"W": "return[1].weight", "b": "return[1].bias"})),
@@ -486,7 +547,7 @@ OPS = {"dict_grads": "linear", "sequential": "ffn", "heads_list": "attention", "
        "per_position": "cross_entropy", "optional_bias": "linear", "single_use": "linear",
        "functions": "softmax", "transposed_returned": "linear", "owns_params": "adam",
        "parameter_grad": "adam", "bound_model": "adam",
-       "per_name": "adam"}
+       "per_name": "adam", "block_entries": "block", "block_parts": "block"}
 OPTIMIZERS = ("owns_params", "parameter_grad", "bound_model", "per_name")
 
 

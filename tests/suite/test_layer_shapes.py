@@ -168,3 +168,36 @@ def test_optimizer_refuses_two_shapes_at_once():
     with pytest.raises(ValueError, match="different shapes"):
         optimizer(lambda ps: None, hyper={"lr": "lr"}, m="m", v="v", params="params",
                   each="update")
+
+
+# --------------------------------------------------------------------------- a block's p
+def _block_call(shape, drop=(), add=()):
+    from reference.ops import block_param_names, block_param_shapes
+
+    rng = np.random.default_rng(5)
+    names = [n for n in block_param_names(attn_bias=False) if n not in drop] + list(add)
+    p = {k: rng.standard_normal(s) for k, s in block_param_shapes(tuple(names), 4, 6).items()}
+    return build(shape).block_forward(rng.standard_normal((2, 3, 4)), p, n_heads=2)
+
+
+@pytest.mark.parametrize("shape", ["block_entries", "block_parts"])
+def test_an_entry_of_p_the_block_has_no_place_for_or_always_has_is_na(shape):
+    """p's entries are the layer's arguments one by one: an entry the mapping has no path
+    for is never dropped silently, and one the class always has is never left at its own
+    value -- the call is n/a, naming the entry."""
+    from spec.protocol import NotApplicable
+
+    with pytest.raises(NotApplicable, match=r"no place for p\['attn.b_q'\]"):
+        _block_call(shape, add=("attn.b_q",))
+    with pytest.raises(NotApplicable, match="always has ffn.b_2; called with a p without"):
+        _block_call(shape, drop=("ffn.b_2",))
+
+
+def test_a_block_declaration_naming_no_entry_of_p_is_refused():
+    with pytest.raises(ValueError, match=r"not arguments .* nor keys of its p .*attn\.W_q"):
+        layer("block", lambda n_heads: None, params={"attn.Wq": "attn.W_q"})
+    with pytest.raises(ValueError, match=r"parts\['attn'\].*expected \(a path, a forward"):
+        layer("block", lambda n_heads: None, parts={"attn": ("attn", print)})
+    ffn, _ = layer("ffn", lambda: None, params={"W_1": "a"}, grads={"W_1": "return[1]"})
+    with pytest.raises(ValueError, match="out of the block's reach"):
+        layer("block", lambda n_heads: None, parts={"ffn": ("ffn", ffn)})
