@@ -201,3 +201,11 @@ def test_a_block_declaration_naming_no_entry_of_p_is_refused():
     ffn, _ = layer("ffn", lambda: None, params={"W_1": "a"}, grads={"W_1": "return[1]"})
     with pytest.raises(ValueError, match="out of the block's reach"):
         layer("block", lambda n_heads: None, parts={"ffn": ("ffn", ffn)})
+
+
+def test_a_block_layer_s_accumulation_check_says_why_it_is_not_run():
+    """The block's cases reach it through the suite's dict adapter, which the accumulation
+    check does not build: its n/a says so (it said "no fixed-seed example", which was false)."""
+    report = check_implementation(build("block_parts"), ids=["invariant[block.grad_accumulates]"])
+    (r,) = report.results
+    assert r.outcome == "n/a" and "through the suite's adapter" in r.message, r.message
