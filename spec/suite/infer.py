@@ -719,11 +719,24 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
         used.add(subject)
         mappings.append(m)
         missing += miss
-    missing += [f"class {s.label}: matches no op this can infer ({', '.join(PROBES)})"
-                for s in subjects[:len(classes)] if s not in used and s.forward]
+    missing += [_unmapped_class(s) for s in subjects[:len(classes)]
+                if s not in used and s.forward]
     missing += [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
                 for s in pairs if s not in used]
     return mappings, missing
+
+
+def _unmapped_class(subject: ClassLayer) -> str:
+    """Why a class with a forward was not mapped: a forward that gives an op's output with no
+    backward method beside it (its backward written elsewhere, e.g. one model-wide function)
+    is named as such; otherwise it matches no probe."""
+    if subject.backward is None:
+        ops = [op for op, probe in PROBES.items() if _forward_hits(subject, probe)]
+        if ops:
+            return (f"class {subject.label}: its forward gives the reference's "
+                    f"{' / '.join(ops)} output, but it has no backward method "
+                    f"({', '.join(BACKWARDS)}): write the backward's call by hand")
+    return f"class {subject.label}: matches no op this can infer ({', '.join(PROBES)})"
 
 
 def _function_call(m: Mapping_, alias: str) -> list[str]:

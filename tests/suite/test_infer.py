@@ -101,6 +101,33 @@ def test_a_forward_function_without_backward_is_named(tmp_path, monkeypatch):
         "upstream gradient I can tell" in src, src
 
 
+def test_a_class_with_a_forward_and_no_backward_method_is_named(tmp_path, monkeypatch):
+    """A LayerNorm class whose backward lives elsewhere (one model-wide backward function, as
+    in Jessitoii/numpy-gpt): not mapped, and the not-mapped list says its forward gives the
+    op's output but it has no backward method -- not "matches no op"."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+
+        class LayerNorm:
+            def __init__(self, dim, eps=1e-12):
+                self.eps, self.gamma, self.beta = eps, np.ones(dim), np.zeros(dim)
+
+            def forward(self, x):
+                x_hat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True)
+                                                                  + self.eps)
+                return self.gamma * x_hat + self.beta
+
+        class Noise:
+            def forward(self, x):
+                return x + 1.0
+        """), "cls_alone")
+    src = infer_source("cls_alone")
+    assert "layernorm_forward" not in src, src
+    assert "class LayerNorm: its forward gives the reference's layernorm output, but it has no " \
+        "backward method (backward," in src, src
+    assert "class Noise: matches no op this can infer" in src, src
+
+
 @pytest.mark.parametrize("module", EXAMPLES)
 def test_the_inferred_adapter_is_green_on_correct_code(module, tmp_path, monkeypatch):
     adapter = _load(tmp_path, monkeypatch, infer_source(module), "inferred_ok")
