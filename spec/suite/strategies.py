@@ -1456,15 +1456,19 @@ def embedding_ln_cases(draw) -> OpCase:
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
-def mlm_head_smooth(case: OpCase) -> bool:
-    """The head's LayerNorm input act(h W_t + b_t) has row variance >= LN_MIN_VAR (computed with
-    the protocol's reference ops: the filter never calls the implementation)."""
-    from reference import ops  # the one definition of each op (a filter, not a judgement)
+def _mlm_head_ln_input(case: OpCase) -> np.ndarray:
+    """The head's LayerNorm input act(h W_t + b_t), computed with the protocol's reference ops
+    (a filter's computation, never a judgement: the implementation is not called)."""
+    from reference import ops  # the one definition of each op
 
     p = case.inputs
     z = p["h"] @ p["W_t"] + p["b_t"]
-    a, _ = ops.gelu_forward(z, "tanh" if case.fixed["activation"] == "gelu_tanh" else "none")
-    return bool(np.min(a.var(axis=-1)) >= LN_MIN_VAR)
+    return ops.gelu_forward(z, "tanh" if case.fixed["activation"] == "gelu_tanh" else "none")[0]
+
+
+def mlm_head_smooth(case: OpCase) -> bool:
+    """The head's LayerNorm input act(h W_t + b_t) has row variance >= LN_MIN_VAR."""
+    return bool(np.min(_mlm_head_ln_input(case).var(axis=-1)) >= LN_MIN_VAR)
 
 
 def _mlm_head_example(rng, activation: str):
@@ -1488,13 +1492,10 @@ def _mlm_head_scale(case: OpCase) -> float:
     sum over the H features of each row of W_t.  Without it the float32-vs-float64 invariant
     was red on the reference's own head (h = 0: dh ~1e-10 exact, its float32 rounding 2.9e-6
     against a floor of the gradients' own size; found at 60 examples, seed 7)."""
-    from reference import ops  # the one definition of each op (a filter, not a judgement)
-
     p = case.inputs
-    tanh = case.fixed["activation"] == "gelu_tanh"
-    a, _ = ops.gelu_forward(p["h"] @ p["W_t"] + p["b_t"], "tanh" if tanh else "none")
     dy = np.asarray(case.dout) @ p["W_word"]  # the LayerNorm's upstream  # [..., H]
-    ln = layernorm_backward_scale(a, p["gamma"], dy, case.fixed.get("eps", 1e-12))
+    ln = layernorm_backward_scale(_mlm_head_ln_input(case), p["gamma"], dy,
+                                  case.fixed.get("eps", 1e-12))
     return ln * max(1.0, GELU_SLOPE_MAX * float(np.abs(p["W_t"]).sum(axis=1).max()))
 
 
