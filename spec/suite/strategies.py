@@ -1026,14 +1026,19 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
     return min(variances), min(kinks)
 
 
+def _case_conditioning(case: OpCase) -> tuple[float, float]:
+    """block_conditioning of a block family's case (its inputs and fixed arguments)."""
+    p, f = case.inputs, case.fixed
+    mask = None if f["mask"] is None else np.asarray(f["mask"], bool)
+    return block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=mask, eps=f["eps"],
+                              **{k: f[k] for k in BLOCK_KEYWORDS if k in f})
+
+
 def block_smooth(case: OpCase) -> bool:
     """Every normalisation input has row variance (RMSNorm: mean square) >= LN_MIN_VAR and the
     FFN's ReLU pre-activation is >= KINK_MARGIN from 0 (computed with the protocol's reference
     ops: the filter never calls the implementation in a form it does not declare)."""
-    p, f = case.inputs, case.fixed
-    mask = None if f["mask"] is None else np.asarray(f["mask"], bool)
-    var, kink = block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=mask, eps=f["eps"],
-                                   **{k: f[k] for k in BLOCK_KEYWORDS if k in f})
+    var, kink = _case_conditioning(case)
     return var >= LN_MIN_VAR and kink > KINK_MARGIN
 
 
@@ -1049,12 +1054,10 @@ def block_backward_scale(case: OpCase) -> float:
     Float32 rounds those terms and every gradient upstream of a normalisation carries that
     rounding: without it the float32-vs-float64 invariant was red on the reference's own
     blocks (3 of 4 seeds at 100 examples, up to 7e-3 relative on dx)."""
-    p, f = case.inputs, case.fixed
-    mask = None if f["mask"] is None else np.asarray(f["mask"], bool)
-    var, _ = block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=mask, eps=f["eps"],
-                                **{k: f[k] for k in BLOCK_KEYWORDS if k in f})
-    gamma = max(float(np.abs(v).max()) for k, v in p.items() if k.endswith(".gamma"))
-    factor = 2.0 * gamma / float(np.sqrt(var + f["eps"]))  # one normalisation's amplification
+    var, _ = _case_conditioning(case)
+    gamma = max(float(np.abs(v).max()) for k, v in case.inputs.items() if k.endswith(".gamma"))
+    # one normalisation's amplification
+    factor = 2.0 * gamma / float(np.sqrt(var + case.fixed["eps"]))
     return float(np.abs(case.dout).max()) * factor * max(1.0, factor)
 
 
