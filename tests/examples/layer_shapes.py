@@ -463,9 +463,11 @@ def _block_parts(bug):
                         "ln2": ("ln2", norm)})
 
 
-def _block_entries(bug):
+def _block_entries(bug, accumulate=False):
+    """The block's p mapped entry by entry (``accumulate``: as declared, whatever the class
+    does; its sub-layers replace their gradients)."""
     lns = {f"ln{i}.{g}": f"ln{i}.{g}" for i in (1, 2) for g in ("gamma", "beta")}
-    return layer("block", lambda n_heads: PostLNBlock(n_heads, bug),
+    return layer("block", lambda n_heads: PostLNBlock(n_heads, bug), accumulate=accumulate,
                  params={**{f"attn.{w}": f"attn.{w}" for w in ATTN}, **lns,
                          **{f"ffn.{k}": f"ffn.{v}" for k, v in FFN.items()},
                          "eps": ("ln1.eps", "ln2.eps")},

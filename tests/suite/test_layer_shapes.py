@@ -7,12 +7,15 @@ and the optimizers kept pure."""
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from spec.suite.adapters import get_path, layer, optimizer, path_parts, set_path
 from tests.examples import layer_shapes
-from tests.examples.layer_shapes import OPS, OPTIMIZERS, build
+from tests.examples.layer_shapes import BLOCK_CAPS, OPS, OPTIMIZERS, _block_entries, _ops, build
 from tests.suite.test_variants import NAMES_TENSOR_INDEX_VALUES
 from tests.unshrunk import check_implementation
 
@@ -203,9 +206,19 @@ def test_a_block_declaration_naming_no_entry_of_p_is_refused():
         layer("block", lambda n_heads: None, parts={"ffn": ("ffn", ffn)})
 
 
-def test_a_block_layer_s_accumulation_check_says_why_it_is_not_run():
-    """The block's cases reach it through the suite's dict adapter, which the accumulation
-    check does not build: its n/a says so (it said "no fixed-seed example", which was false)."""
-    report = check_implementation(build("block_parts"), ids=["invariant[block.grad_accumulates]"])
+def test_a_block_layer_s_accumulation_is_checked_through_the_suite_s_adapter():
+    """The block's cases call it through the suite's dict adapter (its parameters as one p):
+    the accumulation check builds the same call and reads the layer's attributes underneath.
+    As declared it is green (it was n/a, "not checked"); the same class declared
+    accumulate=True, while its sub-layers replace their gradients, is red naming an entry."""
+    for shape in ("block_parts", "block_entries"):
+        report = check_implementation(build(shape), ids=["invariant[block.grad_accumulates]"])
+        (r,) = report.results
+        assert r.outcome == "passed", (shape, r.message)
+    misdeclared = SimpleNamespace(**_ops("block", *_block_entries(False, accumulate=True),
+                                         BLOCK_CAPS))
+    report = check_implementation(misdeclared, ids=["invariant[block.grad_accumulates]"])
     (r,) = report.results
-    assert r.outcome == "n/a" and "through the suite's adapter" in r.message, r.message
+    assert r.outcome == "failed", r.message
+    assert "should be g(d1) + g(d2)" in r.message and "replaces it (= instead of +=)" in r.message
+    assert re.search(r"block: d(attn|ffn|ln\d)\.\w+ \(layer attribute '", r.message), r.message
