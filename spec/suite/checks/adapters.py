@@ -20,9 +20,10 @@ PAIR_OPS = [name for name, row in OPS.items() if row.pair is not None]
 
 
 def _layer_spec(impl, op):
-    fwd, bwd = OPS[op].pair
-    forward, backward = getattr(impl, fwd), getattr(impl, bwd)
-    spec = getattr(backward, "__minibert_layer__", None)
+    """The layer() declaration behind ``op``'s backward (the pair itself is each case family's
+    own call: CaseFamily.bind)."""
+    bwd = OPS[op].pair[1]
+    spec = getattr(getattr(impl, bwd), "__minibert_layer__", None)
     if spec is None or not spec.attribute_grads:
         raise NotApplicable(f"not applicable: {impl._impl_label} does not claim gradients "
                             f"accumulated on a layer ({bwd} is not a class layer with gradient "
@@ -31,7 +32,7 @@ def _layer_spec(impl, op):
         raise NotApplicable(f"not applicable: {bwd} is declared single use (single_use=True: "
                             "its backward frees the forward's activations), so two backward "
                             "calls on one forward are not a use it has")
-    return forward, backward, spec
+    return spec
 
 
 def _own(cache):
@@ -56,7 +57,7 @@ def layer_gradients_accumulate_as_declared(impl, op):
     backward(d2) on the same forward leaves g(d1) + g(d2) in the gradient attributes when the
     adapter declares accumulate=True, and g(d2) otherwise (g from fresh forwards, to
     F64_IDENTITY_RTOL)."""
-    _, _, spec = _layer_spec(impl, op)
+    spec = _layer_spec(impl, op)
     rng = np.random.default_rng(0)
     last = None
     caps = capabilities(impl)
