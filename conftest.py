@@ -8,7 +8,7 @@ loaded profile.
 
 ``impl`` is the bundled reference behind the protocol proxy (a name it lacks skips the test as
 not applicable).  Checking another implementation is the shipped suite's job: ``minibert check
-pkg.mod``, ``pytest --minibert-impl pkg.mod`` or ``parametrize_with_checks`` (spec.suite).
+pkg.mod``, ``pytest --minibert-impl pkg.mod`` or ``parametrize_with_checks`` (minibert_spec.suite).
 
 ``MINIBERT_REPORT=path`` appends one JSON line per test (nodeid, outcome, equation IDs, first
 line of the failure) to ``path``: ``minibert mutate`` reads it.
@@ -82,15 +82,15 @@ def pytest_report_collectionfinish(config, start_path, items):
 @pytest.fixture(scope="session")
 def impl():
     """The bundled reference behind the protocol proxy."""
-    import reference
-    from spec.protocol import ImplProxy
+    import minibert_reference
+    from minibert_spec.protocol import ImplProxy
 
-    return ImplProxy(reference, "reference")
+    return ImplProxy(minibert_reference, "reference")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    from spec.suite.run import time_limit
+    from minibert_spec.suite.run import time_limit
 
     limit = float(os.environ.get("MINIBERT_TEST_TIMEOUT", TEST_TIMEOUT)) or None
     with time_limit(limit, item.nodeid):

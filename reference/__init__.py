@@ -2,12 +2,12 @@
 
 Every op is a pair ``X_forward(...) -> (out, cache)`` / ``X_backward(dout, cache) -> grads``.
 The maths here (ops, model, optim, accumulation, config, validate, registry) imports NumPy and
-the standard library only; training tooling lives in the ``reference.train`` sub-package.
+the standard library only; training tooling lives in the ``minibert_reference.train`` sub-package.
 float32 and float64 go through the same code.
 """
 
-from reference.accumulation import accumulate_gradients
-from reference.config import (
+from minibert_reference.accumulation import accumulate_gradients
+from minibert_reference.config import (
     BertConfig,
     DecoderConfig,
     bert_base,
@@ -17,21 +17,21 @@ from reference.config import (
     mini_bert,
     seed001,
 )
-from reference.data_parallel import (  # the model's entry points on batch shards
+from minibert_reference.data_parallel import (  # the model's entry points on batch shards
     backward,
     forward,
     loss,
     loss_and_grads,
     masked_lm_loss_and_grads,
 )
-from reference.decoder import (  # the causal decoder (GPT-2 and LLaMA forms)
+from minibert_reference.decoder import (  # the causal decoder (GPT-2 and LLaMA forms)
     decoder_backward,
     decoder_forward,
     decoder_loss,
     decoder_loss_and_grads,
 )
-from reference.model import embed, init_params, param_shapes
-from reference.optim import (
+from minibert_reference.model import embed, init_params, param_shapes
+from minibert_reference.optim import (
     adam_init,
     adam_step,
     clip_by_global_norm,
@@ -74,17 +74,18 @@ __all__ = [
 
 def load_pretrained(path, dtype=None):
     """``(config, params)`` from a Hugging Face BERT directory (config.json + model.safetensors);
-    see :func:`reference.hf.checkpoint.load_pretrained` (needs the ``safetensors`` package).
+    see :func:`minibert_reference.hf.checkpoint.load_pretrained` (needs the ``safetensors``
+    package).
     The maths modules stay NumPy-only: the tooling is imported on first use."""
-    from reference.hf.checkpoint import load_pretrained as _load
+    from minibert_reference.hf.checkpoint import load_pretrained as _load
 
     return _load(path) if dtype is None else _load(path, dtype=dtype)
 
 
 def save_pretrained(params, config, path):
     """Write a Hugging Face BERT directory that ``transformers`` loads; see
-    :func:`reference.hf.checkpoint.save_pretrained`."""
-    from reference.hf.checkpoint import save_pretrained as _save
+    :func:`minibert_reference.hf.checkpoint.save_pretrained`."""
+    from minibert_reference.hf.checkpoint import save_pretrained as _save
 
     return _save(params, config, path)
 
@@ -107,7 +108,7 @@ CAPABILITIES = {
 }
 
 # The op pairs are part of the implementation protocol: tests reach them as ``impl.<name>``.
-from reference.ops import *  # noqa: E402,F403
-from reference.ops import __all__ as _ops_all  # noqa: E402
+from minibert_reference.ops import *  # noqa: E402,F403
+from minibert_reference.ops import __all__ as _ops_all  # noqa: E402
 
 __all__ += _ops_all

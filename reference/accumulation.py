@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.ops import IGNORE_INDEX
-from reference.registry import implements
+from minibert_reference.ops import IGNORE_INDEX
+from minibert_reference.registry import implements
 
 __all__ = ["accumulate_gradients"]
 

@@ -178,7 +178,7 @@ PRESETS = {"mini_bert": mini_bert, "seed001": seed001, "bert_base": bert_base,
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """Hyper-parameters of a causal decoder (reference.decoder): token embedding (+ learned
+    """Hyper-parameters of a causal decoder (minibert_reference.decoder): token embedding (+ learned
     positions) -> L pre-norm causal blocks -> final norm -> LM head -> next-token
     cross-entropy.  The two forms real code takes are presets: :func:`gpt2` and :func:`llama`.
 

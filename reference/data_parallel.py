@@ -1,10 +1,10 @@
 """Data parallelism over batch shards, applied from outside to the model's entry points.
 
 ``forward``, ``backward``, ``loss``, ``loss_and_grads`` and ``masked_lm_loss_and_grads`` here take
-the arguments of ``reference.model``'s and return the same results (the package exports these):
-each checks its arguments once, cuts the batch into one contiguous shard of sequences per worker
-(``reference.parallel``), runs the model's unchecked body on every shard concurrently and joins
-the pieces in shard order.  It uses the model's seam only: ``check_inputs``,
+the arguments of ``minibert_reference.model``'s and return the same results (the package exports
+these): each checks its arguments once, cuts the batch into one contiguous shard of sequences per
+worker (``minibert_reference.parallel``), runs the model's unchecked body on every shard
+concurrently and joins the pieces in shard order.  It uses the model's seam only: ``check_inputs``,
 ``check_loss_inputs``, ``check_backward`` and the unchecked bodies ``run_forward``,
 ``run_backward``, ``run_loss``, ``run_loss_backward`` (the batch's head kind says how
 its loss is weighted).  With one worker (the default) or one sequence there is one shard:
@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reference import model, parallel
-from reference.config import BertConfig
-from reference.ops import IGNORE_INDEX
+from minibert_reference import model, parallel
+from minibert_reference.config import BertConfig
+from minibert_reference.ops import IGNORE_INDEX
 
 __all__ = ["forward", "backward", "loss", "loss_and_grads", "masked_lm_loss_and_grads",
            "ShardedCache"]
@@ -48,7 +48,7 @@ class ShardedCache(NamedTuple):
 
 def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
             token_type_ids=None, inputs_embeds=None):
-    """``reference.model.forward`` on batch shards: the outputs concatenated; the cache a
+    """``minibert_reference.model.forward`` on batch shards: the outputs concatenated; the cache a
     ModelCache (one shard) or a ShardedCache."""
     batch = model.check_inputs(params, config, input_ids, attention_mask,
                                token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
@@ -64,7 +64,7 @@ def forward(params, config: BertConfig, input_ids=None, attention_mask=None, *,
 
 
 def backward(dout, cache, d_pooled=None):
-    """``reference.model.backward`` of either cache: a ShardedCache's shards run their
+    """``minibert_reference.model.backward`` of either cache: a ShardedCache's shards run their
     backwards concurrently, their gradients summed in shard order and their d_embeddings
     concatenated."""
     model.check_backward(dout, cache, d_pooled)
@@ -83,7 +83,7 @@ def backward(dout, cache, d_pooled=None):
 def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
          attention_mask=None, token_type_ids=None, inputs_embeds=None, reduction: str = "mean",
          ignore_index: int = IGNORE_INDEX):
-    """``reference.model.loss`` on batch shards."""
+    """``minibert_reference.model.loss`` on batch shards."""
     batch = model.check_loss_inputs(params, config, input_ids, labels=labels, targets=targets,
                                     attention_mask=attention_mask, token_type_ids=token_type_ids,
                                     inputs_embeds=inputs_embeds, reduction=reduction,
@@ -94,7 +94,7 @@ def loss(params, config: BertConfig, input_ids=None, *, labels=None, targets=Non
 def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, targets=None,
                    attention_mask=None, token_type_ids=None, inputs_embeds=None,
                    reduction: str = "mean", ignore_index: int = IGNORE_INDEX):
-    """``reference.model.loss_and_grads`` on batch shards: (loss, grads, d_embeddings)."""
+    """``minibert_reference.model.loss_and_grads`` on batch shards: (loss, grads, d_embeddings)."""
     batch = model.check_loss_inputs(params, config, input_ids, labels=labels, targets=targets,
                                     attention_mask=attention_mask, token_type_ids=token_type_ids,
                                     inputs_embeds=inputs_embeds, reduction=reduction,
@@ -105,7 +105,8 @@ def loss_and_grads(params, config: BertConfig, input_ids=None, *, labels=None, t
 def masked_lm_loss_and_grads(params, config: BertConfig, input_ids, *, labels,
                              attention_mask=None, token_type_ids=None, reduction: str = "mean",
                              ignore_index: int = IGNORE_INDEX):
-    """``reference.model.masked_lm_loss_and_grads`` on batch shards (a shard may have nothing
+    """``minibert_reference.model.masked_lm_loss_and_grads`` on batch shards (a shard may have
+    nothing
     to predict: it contributes zero loss and only zero head gradients)."""
     batch = model.check_loss_inputs(params, config, input_ids, labels=labels,
                                     attention_mask=attention_mask, token_type_ids=token_type_ids,

@@ -1,5 +1,5 @@
 """A causal decoder composed from the op pairs, in the two forms real code takes (the
-config's presets, reference.config.gpt2 / llama):
+config's presets, minibert_reference.config.gpt2 / llama):
 
 * GPT-2: token + learned position embeddings -> L pre-LN blocks (causal biased attention, a
   gelu_new MLP) -> the final LayerNorm -> the LM head tied to the token embedding ->
@@ -14,7 +14,7 @@ GPT-2's fused ``c_attn``): the map is written once, in reference/hf/decoder.py.
 
 * ``embeddings.token.W`` [V, H] (wte / embed_tokens), ``embeddings.position.W`` [T_max, H]
   (wpe; learned positions only);
-* ``layers.{i}.<name>``, a pre-LN block's parameters (reference.ops.block_param_names: the
+* ``layers.{i}.<name>``, a pre-LN block's parameters (minibert_reference.ops.block_param_names: the
   block's own dict, so a layer is a ``block`` row's ``p``): ``attn.W_q .. attn.W_o`` [H, H]
   (x W: [in, out]) and ``attn.b_*`` [H] (with biases), ``ln1.gamma`` (``ln1.beta`` for
   LayerNorm), ``ffn.W_1`` [H, I], ``ffn.b_1``, ``ffn.W_2`` [I, H], ``ffn.b_2`` (with biases)
@@ -37,12 +37,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reference import ops
-from reference.config import DecoderConfig
-from reference.model import init_from_shapes
-from reference.ops import IGNORE_INDEX
-from reference.registry import implements
-from reference.validate import as_float_array, as_index_array, check_param_dict
+from minibert_reference import ops
+from minibert_reference.config import DecoderConfig
+from minibert_reference.model import init_from_shapes
+from minibert_reference.ops import IGNORE_INDEX
+from minibert_reference.registry import implements
+from minibert_reference.validate import as_float_array, as_index_array, check_param_dict
 
 __all__ = ["param_shapes", "init_params", "decoder_forward", "decoder_backward",
            "decoder_loss", "decoder_loss_and_grads"]
@@ -173,7 +173,7 @@ def run_loss_backward(dloss, cache: LossCache) -> dict[str, np.ndarray]:
 # --------------------------------------------------------------------------- checks
 def _check_config(config) -> None:
     if not isinstance(config, DecoderConfig):
-        raise ValueError(f"config: expected a reference.config.DecoderConfig, got "
+        raise ValueError(f"config: expected a minibert_reference.config.DecoderConfig, got "
                          f"{type(config).__name__}")
 
 

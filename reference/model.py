@@ -11,10 +11,10 @@ with, and its forward / backward / loss functions.  Nothing else asks which head
 
 Each entry point checks its arguments once (``check_inputs`` / ``check_loss_inputs``) and runs
 an unchecked body (``run_forward``, ``run_backward``, ``run_loss``, ``run_loss_backward``) on
-the checked :class:`Batch`; the bodies call the ops' kernels (``reference.ops``) and nothing
-else.  Those six functions are the seam ``reference.data_parallel`` composes: it runs the same
-bodies on batch shards, from outside (the package's public ``forward``, ``loss``, ... are its
-wrappers).  The model runs in the calling thread.
+the checked :class:`Batch`; the bodies call the ops' kernels (``minibert_reference.ops``) and
+nothing else.  Those six functions are the seam ``minibert_reference.data_parallel`` composes: it
+runs the same bodies on batch shards, from outside (the package's public ``forward``, ``loss``, ...
+are its wrappers).  The model runs in the calling thread.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reference import ops
-from reference.config import BertConfig
-from reference.ops import IGNORE_INDEX
-from reference.registry import implements
-from reference.validate import (
+from minibert_reference import ops
+from minibert_reference.config import BertConfig
+from minibert_reference.ops import IGNORE_INDEX
+from minibert_reference.registry import implements
+from minibert_reference.validate import (
     FLOAT_DTYPES,
     as_float_array,
     as_index_array,
@@ -441,8 +441,8 @@ def head_kind(config: BertConfig) -> HeadKind:
 
 
 # --------------------------------------------------------------------------- the forward
-# Unchecked, like the ops' kernels (see reference.ops): the entry points check their arguments
-# once, then run these.
+# Unchecked, like the ops' kernels (see minibert_reference.ops): the entry points check their
+# arguments once, then run these.
 def _embed(params, config: BertConfig, input_ids, token_type_ids=None):
     """The input embeddings [B, T, H]: token + position (+ token type), LayerNorm'ed for BERT."""
     if config.embedding_layernorm:

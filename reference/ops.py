@@ -19,14 +19,15 @@ Validation at the edge: kernels and public ops
 Every op comes in two layers, side by side:
 
 * ``_X_forward(...)`` / ``_X_backward(dout, cache)`` -- the *kernel*: the maths only, no argument
-  checks.  Kernels call kernels.  Private to the ``reference`` package (``reference.model``
-  composes them), never part of ``__all__``.
+  checks.  Kernels call kernels.  Private to the ``minibert_reference`` package
+  (``minibert_reference.model`` composes them), never part of ``__all__``.
 * ``X_forward`` / ``X_backward`` -- the *public op* of the protocol: checks every argument once
-  (a ValueError naming the argument, see ``reference.validate``) and calls its kernel.  Argument
-  checks shared with composite ops live in ``_check_X`` helpers.
+  (a ValueError naming the argument, see ``minibert_reference.validate``) and calls its kernel.
+  Argument checks shared with composite ops live in ``_check_X`` helpers.
 
 A composite op (attention, ffn, block, pooler) checks its own arguments once and then runs kernels
-only; ``reference.model.forward`` checks params, ids and mask once and then runs kernels only.
+only; ``minibert_reference.model.forward`` checks params, ids and mask once and then runs kernels
+only.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reference.registry import implements
-from reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_mask
+from minibert_reference.registry import implements
+from minibert_reference.validate import FLOAT_DTYPES, as_float_array, as_index_array, as_mask
 
 __all__ = [
     "embedding_forward",

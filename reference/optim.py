@@ -1,5 +1,5 @@
 """Optimizer maths: Adam / AdamW, the warmup + linear-decay schedule and global-norm clipping
-(gradient accumulation lives beside the model, in ``reference.accumulation``).  NumPy only,
+(gradient accumulation lives beside the model, in ``minibert_reference.accumulation``).  NumPy only,
 pure functions (new dicts out, inputs untouched).
 
 Parameters, gradients and moments are flat ``dict[str, ndarray]`` with the model's dotted names.
@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from reference import parallel
-from reference.registry import implements
-from reference.validate import check_all_finite
+from minibert_reference import parallel
+from minibert_reference.registry import implements
+from minibert_reference.validate import check_all_finite
 
 __all__ = [
     "adam_init",

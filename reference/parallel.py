@@ -5,16 +5,16 @@ NumPy work on their own part of the data run on separate cores.  The reference u
 two coarse grains, where each task runs for milliseconds and the GIL is rarely contended:
 
 * batch shards: one forward + backward per shard of rows, the shards' gradients summed
-  (``reference.model``: the MLM loss and its gradients);
+  (``minibert_reference.model``: the MLM loss and its gradients);
 * tensor groups: the optimizer's update, a group of parameter tensors per worker
-  (``reference.optim``).
+  (``minibert_reference.optim``).
 
 Why not BLAS's own threads: OpenBLAS threads spin-wait between calls.  On an idle machine that
 is fast, but on a 2-core machine with other work running, a descheduled partner stalls every
 matmul (a Mini-BERT step ran 5-7x slower with 2 BLAS threads than with 1), and a spinning
 OpenBLAS thread also takes the core that any other thread of the process wants.  Workers here
-block while idle; BLAS runs single-threaded inside each of them (``reference.train.threads``
-sets both, for every entry point).
+block while idle; BLAS runs single-threaded inside each of them
+(``minibert_reference.train.threads`` sets both, for every entry point).
 
 The worker count is process-wide, like the BLAS thread count: ``workers(n)`` sets it for a
 block, default 1 (everything runs in the calling thread, no pool).  Shards are cut from the

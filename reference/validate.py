@@ -63,10 +63,10 @@ def _raise_non_finite(name: str, x: np.ndarray):
 
 def non_finite(named: dict) -> list:
     """The names, in ``named``'s order, of its float arrays that hold a NaN or infinity.  The
-    arrays are scanned by the workers of ``reference.parallel`` (a group of arrays each): the
-    check every forward and optimizer step makes over all 4.5M parameters or gradients of
+    arrays are scanned by the workers of ``minibert_reference.parallel`` (a group of arrays each):
+    the check every forward and optimizer step makes over all 4.5M parameters or gradients of
     Mini-BERT."""
-    from reference import parallel
+    from minibert_reference import parallel
 
     finite = parallel.map_keys(lambda name: all_finite(named[name]), named)
     return [name for name, ok in finite.items() if not ok]

@@ -2,11 +2,12 @@
 
 pytest loads it in every session of every environment where the package is installed, so it
 imports nothing else of the project, and nothing pytest has not already imported, until it is
-used: ``--minibert-impl`` given (then :mod:`spec.suite.plugin` does the work) or a test module
-calling ``spec.suite.parametrize_with_checks`` (which imports what it needs itself).  It sits
-directly under ``spec``, whose ``__init__`` imports nothing (tests/suite/test_plugin_inert.py), so
-loading it adds exactly ``spec`` and ``spec._pytestplugin`` to ``sys.modules`` (the repository's
-top level is fixed: no top-level module as Hypothesis's ``_hypothesis_pytestplugin``).
+used: ``--minibert-impl`` given (then :mod:`minibert_spec.suite.plugin` does the work) or a test
+module calling ``minibert_spec.suite.parametrize_with_checks`` (which imports what it needs itself).
+It sits directly under ``minibert_spec``, whose ``__init__`` imports nothing
+(tests/suite/test_plugin_inert.py), so loading it adds exactly ``minibert_spec`` and
+``minibert_spec._pytestplugin`` to ``sys.modules`` (the repository's top level is fixed: no
+top-level module as Hypothesis's ``_hypothesis_pytestplugin``).
 Its options, all prefixed::
 
     --minibert-impl=pkg.mod[:obj]   run the shipped suite on that implementation (collects
@@ -28,14 +29,14 @@ from pathlib import Path
 
 import pytest  # loaded already: pytest is what loads this plugin
 
-# spec.suite.run's ORACLE_MODES and DEFAULT_TIMEOUT, written out so that adding the options
+# minibert_spec.suite.run's ORACLE_MODES and DEFAULT_TIMEOUT, written out so that adding the options
 # imports nothing (tests/suite/test_plugin_inert.py checks that they agree)
 ORACLE_MODES = ("require", "off")
 DEFAULT_TIMEOUT = 30.0
-# spec/suite/test_implementation.py, found without importing spec.suite
+# spec/suite/test_implementation.py, found without importing minibert_spec.suite
 SUITE_MODULE = Path(__file__).resolve().parent / "suite" / "test_implementation.py"
 SUITE_CHECK_MARKER = ("suite_check(id, kind, ops, equations): a check of the minibert-spec "
-                      "judging suite (set by spec.suite.parametrize_with_checks)")
+                      "judging suite (set by minibert_spec.suite.parametrize_with_checks)")
 
 
 def pytest_addoption(parser):
@@ -59,7 +60,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", SUITE_CHECK_MARKER)
     if config.getoption("minibert_impl", None):
-        from spec.suite.plugin import configure
+        from minibert_spec.suite.plugin import configure
 
         configure(config)
 
@@ -69,7 +70,7 @@ def pytest_collection_modifyitems(config, items):
     """Before ``-k`` deselects: checks of the suite answer to their former ids (one release).
     Nothing is imported unless the session holds checks of the suite."""
     if any(item.get_closest_marker("suite_check") for item in items):
-        from spec.suite.plugin import answer_to_former_ids
+        from minibert_spec.suite.plugin import answer_to_former_ids
 
         answer_to_former_ids(config, items)
 

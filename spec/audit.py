@@ -1,16 +1,18 @@
 """The audit: equations x implementations x tests, joined by equation ID.
 
-* equations: ``spec.equations`` (ID, sources, SymPy proof/refutation, SymPy <-> code check);
+* equations: ``minibert_spec.equations`` (ID, sources, SymPy proof/refutation, SymPy <-> code
+check);
 * implementations: functions of the implementation under test that carry ``__equations__``
-  (set by ``reference.registry.implements``), found by walking the package -- no registry
+  (set by ``minibert_reference.registry.implements``), found by walking the package -- no registry
   object is needed, so another implementation only has to tag its functions;
-* tests: ``pytest --collect-only`` of ``tests/`` in a subprocess with ``spec.evidence`` as a
-  plugin (``spec.evidence.collect_items``): every collected case's nodeid and the IDs of its
-  ``equation`` markers, wherever they come from (decorator, class, ``pytestmark``,
+* tests: ``pytest --collect-only`` of ``tests/`` in a subprocess with ``minibert_spec.evidence`` as
+a
+  plugin (``minibert_spec.evidence.collect_items``): every collected case's nodeid and the IDs of
+  its ``equation`` markers, wherever they come from (decorator, class, ``pytestmark``,
   ``pytest.param(marks=...)``, the op table in ``spec/protocol.py``).  A collection error fails
   the audit loudly.  A tagged case is oracle evidence if it carries ``oracle``;
   finite-difference evidence if not, and its function reaches the FD machinery
-  (``spec.numerics.finite_differences``'s checks) through its own body or the helpers it
+  (``minibert_spec.numerics.finite_differences``'s checks) through its own body or the helpers it
   calls (an AST walk of the test's module and the ``tests/`` modules it imports from).
 
 A *gap* is missing evidence; a *regression* is evidence that contradicts the record (a proof
@@ -31,8 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from spec.evidence import collect_items, fingerprint, read_matrix
-from spec.paths import HOME
+from minibert_spec.evidence import collect_items, fingerprint, read_matrix
+from minibert_spec.paths import HOME
 
 FD_NAMES = frozenset({"directional_check", "elementwise_check", "check_gradients",
                       "model_gradcheck"})
@@ -312,7 +314,7 @@ def mutation_evidence(row: Row, equation, tagged: list[str], matrix: Mapping | N
     gaps: a derivation with a gradient and FD/oracle evidence but no catalog mutant; a mutant
     without a current matrix record (missing, or its fingerprint -- edits, tagged node ids,
     their files -- changed); tagged tests that kill none of the equation's mutants."""
-    from spec.mutants import CATALOG
+    from minibert_spec.mutants import CATALOG
 
     names = sorted(n for n, m in CATALOG.items() if m.equation == row.id)
     if not names:
@@ -462,7 +464,7 @@ def component_rows(components: Mapping, by_id: Mapping[str, list[TaggedTest]], *
 @dataclass
 class AuditReport:
     rows: list[Row]
-    claims: list  # spec.claims.Outcome
+    claims: list  # minibert_spec.claims.Outcome
     seconds: float
     tests_collected: int  # items pytest collected
     tests_tagged: int  # of which declare equation IDs
@@ -507,13 +509,13 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
               claims: bool = True, measure: bool = True) -> AuditReport:
     """The whole audit: proofs, implementation tags, test tags (pytest collection, run in a
     subprocess while the proofs run; ``impl_spec`` is passed on as the tests' ``--impl``),
-    claims ledger.  A collection error raises ``spec.evidence.CollectionError``."""
+    claims ledger.  A collection error raises ``minibert_spec.evidence.CollectionError``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from spec.equations import load
+    from minibert_spec.equations import load
     start = time.perf_counter()
     if impl is None:
-        impl = importlib.import_module("reference")
+        impl = importlib.import_module("minibert_reference")
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(collect_items, tests_dir, impl_spec=impl_spec)
         equations = load()
@@ -527,15 +529,15 @@ def run_audit(impl=None, *, impl_spec: str | None = None,
         records = pending.result()  # before the claims: their timings want a quiet machine
     tests = tagged_tests(records, tests_dir)
     # mutation evidence: the catalog mutates the bundled reference, checked by these tests
-    mutation = getattr(impl, "__name__", None) == "reference" and \
+    mutation = getattr(impl, "__name__", None) == "minibert_reference" and \
         Path(tests_dir).resolve() == (ROOT / "tests").resolve()
     matrix = read_matrix() if mutation else None
-    from spec.components import COMPONENTS
+    from minibert_spec.components import COMPONENTS
 
     rows = join(equations, collect_implementations(impl), tests, impl=impl,
                 run_proofs=run_proofs, matrix=matrix, mutation=mutation, components=COMPONENTS)
     outcomes = []
     if claims:
-        from spec.claims import evaluate_all
+        from minibert_spec.claims import evaluate_all
         outcomes = evaluate_all(impl, measure=measure, impl_spec=impl_spec)
     return AuditReport(rows, outcomes, time.perf_counter() - start, len(records), len(tests))

@@ -1,9 +1,9 @@
 """Benchmark machinery for ``minibert bench``: the reference and PyTorch eager on the same model
-and batch, each side alone in its own process (``spec.benchproc``: one fresh interpreter per
-side, thread count and round, the sides alternating process by process; timing two libraries in
+and batch, each side alone in its own process (``minibert_spec.benchproc``: one fresh interpreter
+per side, thread count and round, the sides alternating process by process; timing two libraries in
 one process distorts both), with medians over rounds, p10/p90 and ratios; FLOP counts from the
-architecture's closed forms (``spec.costs``); the FLOP floor measured by an sgemm of the same
-work in each process; peak RSS; the BLAS library and the thread count actually used
+architecture's closed forms (``minibert_spec.costs``); the FLOP floor measured by an sgemm of the
+same work in each process; peak RSS; the BLAS library and the thread count actually used
 (threadpoolctl); and what each side times (``bench_sides``: a child of the harness builds its
 timed calls with it).
 
@@ -12,12 +12,12 @@ count, an sgemm far below what the process's own 1-thread probe predicts (or who
 widely), or a time faster than its FLOP floor means the machine was busy and the figures are not
 a measurement of the code.  ``minibert bench`` then says so, judges no target and exits
 non-zero (unless ``--allow-noisy``); the audit's timing claims say "not measured (busy)"
-(``spec.claims.timing``).
+(``minibert_spec.claims.timing``).
 
-NumPy + threadpoolctl here; the torch side is ``tests/benchmarks/torch_side.py`` (``spec`` never
-imports torch itself), loaded by path when torch is installed.  The claims ledger's timing
+NumPy + threadpoolctl here; the torch side is ``tests/benchmarks/torch_side.py`` (``minibert_spec``
+never imports torch itself), loaded by path when torch is installed.  The claims ledger's timing
 claims (the visual guide's) are measured with the same primitives and harness
-(``spec.claims.timing``).
+(``minibert_spec.claims.timing``).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from spec.costs import closed_forms
-from spec.paths import HOME
-from spec.protocol import IGNORE_INDEX
+from minibert_spec.costs import closed_forms
+from minibert_spec.paths import HOME
+from minibert_spec.protocol import IGNORE_INDEX
 
 ROOT = HOME
 TORCH_SIDE = ROOT / "tests" / "benchmarks" / "torch_side.py"
@@ -125,7 +125,7 @@ class BenchReport:
     load: dict = field(default_factory=dict)  # "before" / "after" -> 1-minute load average
     sgemm_median: dict[int, float] = field(default_factory=dict)  # the probe's median round
     problems: list[str] = field(default_factory=list)  # the self-check's findings
-    processes: list = field(default_factory=list)  # spec.benchproc.Process, in run order
+    processes: list = field(default_factory=list)  # minibert_spec.benchproc.Process, in run order
     torch_sgemm_gflops: dict[int, float] = field(default_factory=dict)  # torch's own probe
 
     def row(self, key: str, threads: int) -> Row | None:
@@ -155,7 +155,7 @@ def alternate_raw(fns: dict[str, Callable[[], object]], *, repeats: int, warmup:
                   before: dict[str, Callable[[], object]] | None = None,
                   budget_s: float | None = None) -> dict[str, list[float]]:
     """Seconds of each of ``fns``, timed ``repeats`` times round-robin in this process (one
-    side's rows in its own process: spec.benchproc); ``before[name]`` (untimed) runs right
+    side's rows in its own process: minibert_spec.benchproc); ``before[name]`` (untimed) runs right
     before each timed call (e.g. the forward whose graph a timed backward consumes).  With
     ``budget_s``, rounds after the first stop once that many seconds have passed (a loaded
     machine gets fewer repeats, never none)."""
@@ -190,7 +190,8 @@ def backward_inputs(impl, params, config, ids, labels, mask=None) -> tuple:
 
 # ---------------------------------------------------------------- what the bench times
 # Each row of ``minibert bench`` (spec/cli/bench.py), on each side, in a child process of the
-# harness (spec.benchproc): the job names BENCH_TASK, the child builds its callables with it.
+# harness (minibert_spec.benchproc): the job names BENCH_TASK, the child builds its callables with
+# it.
 BENCH_TASK = f"{__name__}:bench_sides"
 
 
@@ -208,10 +209,10 @@ def reference_side(config, params, ids, labels, mask):
     """Callables over one mutable state dict: the reference's train steps (loss and gradients,
     then Adam in place, as torch.optim updates its parameters), forward + loss, backward, Adam.
     Under the caller's thread policy: the batch shards and Adam's tensors go to the workers."""
-    import reference
-    from reference import optim
+    import minibert_reference
+    from minibert_reference import optim
 
-    s = {"params": params, "state": reference.adam_init(params)}
+    s = {"params": params, "state": minibert_reference.adam_init(params)}
 
     def step(loss_and_grads):
         def fn():
@@ -221,27 +222,28 @@ def reference_side(config, params, ids, labels, mask):
         return fn
 
     def forward():  # the scalar loss, forward only
-        reference.loss(s["params"], config, ids, labels=labels, attention_mask=mask)
+        minibert_reference.loss(s["params"], config, ids, labels=labels, attention_mask=mask)
 
     def before_backward():  # untimed: the forward whose cache the timed backward consumes
-        s["fwd"] = backward_inputs(reference, s["params"], config, ids, labels, mask)
+        s["fwd"] = backward_inputs(minibert_reference, s["params"], config, ids, labels, mask)
 
     def backward():
-        s["grads"], _ = reference.backward(*s["fwd"])
+        s["grads"], _ = minibert_reference.backward(*s["fwd"])
 
     def optimizer():  # in place, as torch.optim updates its parameters
         s["state"] = optim.adam_step_inplace(s["params"], s["grads"], s["state"], lr=1e-4)
 
-    s["spare"] = ({k: v.copy() for k, v in params.items()}, reference.adam_init(params))
+    s["spare"] = ({k: v.copy() for k, v in params.items()}, minibert_reference.adam_init(params))
 
     def optimizer_out():  # the trainer's: into the step-before's arrays, then swap
-        new = reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4, out=s["spare"])
+        new = minibert_reference.adam_step(s["params"], s["grads"], s["state"], lr=1e-4,
+                                           out=s["spare"])
         s["spare"], (s["params"], s["state"]) = (s["params"], s["state"]), new
 
     before_backward()
     backward()
-    return {"step_full": step(reference.loss_and_grads),
-            "step_masked": step(reference.masked_lm_loss_and_grads),
+    return {"step_full": step(minibert_reference.loss_and_grads),
+            "step_masked": step(minibert_reference.masked_lm_loss_and_grads),
             "forward": forward, "backward": backward, "optimizer": optimizer,
             "optimizer_out": optimizer_out, "_before_backward": before_backward}
 
@@ -285,8 +287,8 @@ def torch_side(module, torch, config, params, ids, labels, mask):
 def bench_sides(job: dict, side: str):
     """(fns, before) of ``side`` for a bench job: the rows ``job["keys"]`` on the preset's
     model and the job's batch and seed; a timed backward's forward runs untimed before it."""
-    from reference import init_params
-    from reference.config import PRESETS
+    from minibert_reference import init_params
+    from minibert_reference.config import PRESETS
 
     config = PRESETS[job["preset"]]()
     ids, labels, mask = problem(config, job["batch"], job["seq"], job["seed"])
@@ -307,7 +309,7 @@ def bench_sides(job: dict, side: str):
 
 def step_gflop(config, B: int, T: int, predicted: float | None = None) -> dict[str, float]:
     """Matmul GFLOP of a forward, a backward (2x the forward's matmuls) and a train step, from
-    the architecture's closed forms (spec.costs.closed_forms, the claims ledger's too);
+    the architecture's closed forms (minibert_spec.costs.closed_forms, the claims ledger's too);
     ``predicted``: the fraction of positions the MLM head runs on (the masked head), None for
     all."""
     f, s = closed_forms()
@@ -326,7 +328,7 @@ def sgemm_gflops(threads: int, *, n: int = 512, k: int = 768, repeats: int = 20,
     """This machine's float32 matmul rate now (GFLOP/s) at ``threads`` BLAS threads: the best
     of ``repeats`` timings of the thread probe's [n, k] @ [k, k] products (about the shapes of
     a Mini-BERT step); with ``with_median``, (best, the median round's rate)."""
-    from reference.train.threads import MATMULS_PER_ROUND, probe
+    from minibert_reference.train.threads import MATMULS_PER_ROUND, probe
 
     rounds: list[float] = []
     best = probe([threads], n=n, k=k, m=k, rounds=repeats,
@@ -414,17 +416,17 @@ def load_torch_side():
 PEAK_RSS_SCRIPT = """
 import resource, sys
 import numpy as np
-from reference.train.threads import keep_freed_memory, use_threads
-import reference
-from reference.config import PRESETS
-from reference.ops import IGNORE_INDEX
+from minibert_reference.train.threads import keep_freed_memory, use_threads
+import minibert_reference
+from minibert_reference.config import PRESETS
+from minibert_reference.ops import IGNORE_INDEX
 config = PRESETS[sys.argv[1]]()
 B, T, steps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-loss_and_grads = (reference.loss_and_grads if sys.argv[6] == "full"
-                  else reference.masked_lm_loss_and_grads)
+loss_and_grads = (minibert_reference.loss_and_grads if sys.argv[6] == "full"
+                  else minibert_reference.masked_lm_loss_and_grads)
 rng = np.random.default_rng(0)
-params = reference.init_params(config, seed=0, dtype=np.float32)
-state = reference.adam_init(params)
+params = minibert_reference.init_params(config, seed=0, dtype=np.float32)
+state = minibert_reference.adam_init(params)
 ids = rng.integers(5, config.vocab_size, size=(B, T))
 labels = np.where(rng.random((B, T)) < 0.15, ids, IGNORE_INDEX)
 labels[:, 0] = ids[:, 0]
@@ -433,7 +435,7 @@ spare = None  # the trainer's double buffering: the update goes into the step-be
 with use_threads(int(sys.argv[5])):
     for _ in range(steps):
         _, grads, _ = loss_and_grads(params, config, ids, labels=labels)
-        new = reference.adam_step(params, grads, state, lr=1e-4,
+        new = minibert_reference.adam_step(params, grads, state, lr=1e-4,
                                   **({"out": spare} if spare else {}))
         spare, (params, state) = (params, state), new
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so it would report the
@@ -470,16 +472,16 @@ def self_peak_rss_mib() -> float:
 
 
 # ---------------------------------------------------------------- training under load
-# ``minibert train``'s step (reference.train.loop.train_step: sample, mask, sparse-head MLM loss,
-# clipping, AdamW) on synthetic ids, in a fresh process under the CLI's thread and memory
+# ``minibert train``'s step (minibert_reference.train.loop.train_step: sample, mask, sparse-head MLM
+# loss, clipping, AdamW) on synthetic ids, in a fresh process under the CLI's thread and memory
 # policy; prints {"threads": n, "steps_per_s": r}.
 TRAIN_RATE_SCRIPT = """
 import json, sys, time
 import numpy as np
-from reference.train.threads import choose, keep_freed_memory, use_threads
-import reference
-from reference.config import PRESETS
-from reference.train.loop import TrainConfig, init_state, train_step
+from minibert_reference.train.threads import choose, keep_freed_memory, use_threads
+import minibert_reference
+from minibert_reference.config import PRESETS
+from minibert_reference.train.loop import TrainConfig, init_state, train_step
 config = PRESETS[sys.argv[1]]()
 n, steps = choose(sys.argv[2]), int(sys.argv[3])
 ids = np.random.default_rng(0).integers(5, config.vocab_size, size=(512, config.max_len))

@@ -4,21 +4,22 @@ claims ledger's timing claims.
 Timing two libraries in one process distorts both: with NumPy's OpenBLAS threads and torch's
 OpenMP pool side by side, torch's 2-thread Mini-BERT step measured 131 ms in-process and 66 ms
 alone (the reference 78 vs 65).  So the parent never times anything: it starts one fresh
-interpreter per side, thread count and round (``python -m spec.benchproc JOB``), alternating
-the sides process by process (ours, torch, ours, torch, ...), and takes medians over the rounds.
-Each child sets the same policy for its side (N cores: the reference's N workers with
+interpreter per side, thread count and round (``python -m minibert_spec.benchproc JOB``),
+alternating the sides process by process (ours, torch, ours, torch, ...), and takes medians over the
+rounds. Each child sets the same policy for its side (N cores: the reference's N workers with
 single-threaded BLAS, torch's ``set_num_threads(N)``; freed memory kept by malloc in both),
 never loads the other side's library (the reference's child never imports torch; torch's child
 keeps NumPy's BLAS at one thread and never calls it in a timed call), and checks itself: the
 load average before and after it, its own library's sgemm at 1 and N threads, and each timed
-row against its FLOP floor at that rate (``spec.bench.plausibility``).
+row against its FLOP floor at that rate (``minibert_spec.bench.plausibility``).
 
 The parent reads one JSON line from each child; a child that fails is a ValueError carrying
 its last error line, never a figure.  The harness knows no task: a job names the function that
-builds each side's timed calls (``"task": "package.module:function"``, ``spec.bench.BENCH_TASK``
-for ``minibert bench``, ``spec.claims.timing.CLAIMS_TASK`` for the timing claims), as it names
-the implementation a child imports -- so the harness imports neither the CLI nor the claims
-ledger (the layers of pyproject.toml's ``[tool.importlinter]``).
+builds each side's timed calls (``"task": "package.module:function"``,
+``minibert_spec.bench.BENCH_TASK`` for ``minibert bench``,
+``minibert_spec.claims.timing.CLAIMS_TASK`` for the timing claims), as it names the implementation a
+child imports -- so the harness imports neither the CLI nor the claims ledger (the layers of
+pyproject.toml's ``[tool.importlinter]``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spec.bench import (
+from minibert_spec.bench import (
     Stats,
     alternate_raw,
     blas_info,
@@ -44,7 +45,7 @@ from spec.bench import (
     plausibility,
     sgemm_gflops,
 )
-from spec.protocol import unwrap
+from minibert_spec.protocol import unwrap
 
 SIDES = ("ours", "torch")
 PROBE_ROUNDS = 7  # sgemm probe rounds per process (best and median, at 1 and N threads)
@@ -94,7 +95,7 @@ class Process:
 def run_child(job: dict) -> dict:
     """Run one job in a fresh interpreter; its last stdout line is the result (JSON).  A child
     that fails raises a ValueError with its last error line."""
-    out = subprocess.run([sys.executable, "-m", "spec.benchproc", json.dumps(job)],
+    out = subprocess.run([sys.executable, "-m", "minibert_spec.benchproc", json.dumps(job)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -143,7 +144,7 @@ def stats_of(processes: list[Process], side: str, threads: int, key: str):
 
 def check_processes(processes: list[Process], *, cores: int,
                     gflop: dict[str, float]) -> list[str]:
-    """Each process's self-check (``spec.bench.plausibility`` over its own load averages,
+    """Each process's self-check (``minibert_spec.bench.plausibility`` over its own load averages,
     sgemm probe and rows against its FLOP floor), one line each, naming the process; sets
     ``Process.problems``.  The load before a process counts the run's own threads out when
     an earlier process of the run was running (the 1-minute average still holds them)."""
@@ -203,7 +204,8 @@ def _side_fns(job: dict, side: str):
     """(fns, before) of ``side``: key -> timed callable, key -> untimed callable run right
     before each timed call; built by the function the job's ``task`` names
     (``package.module:function``, called with the job and the side).  The harness knows no task:
-    each caller names its own (``spec.bench.BENCH_TASK``, ``spec.claims.timing.CLAIMS_TASK``),
+    each caller names its own (``minibert_spec.bench.BENCH_TASK``,
+    ``minibert_spec.claims.timing.CLAIMS_TASK``),
     as the job names the implementation a child imports."""
     task = job.get("task")
     module, _, name = task.partition(":") if isinstance(task, str) else ("", "", "")
@@ -220,7 +222,7 @@ def run_job(job: dict) -> dict:
     """Time one side in this process under its thread policy; the result as a dict."""
     from threadpoolctl import threadpool_limits
 
-    from reference.train.threads import keep_freed_memory, use_threads
+    from minibert_reference.train.threads import keep_freed_memory, use_threads
 
     side, n = job["side"], int(job["threads"])
     if side not in SIDES:

@@ -6,10 +6,10 @@ Per case: the wall time (median, p10-p90 over rounds) and, from the check's JSON
 pool's own seconds and each kind's check seconds (summed over the workers: the CPU a kind costs,
 not wall time); the wall time less the pool's is the start-up (the process, the fork server,
 loading the implementation).  Every verdict of a case is compared across its rounds
-(:mod:`spec.suite.compare`): a timing of runs that disagree is no timing, and says so.
+(:mod:`minibert_spec.suite.compare`): a timing of runs that disagree is no timing, and says so.
 
 A benchmark, never a test.  It checks itself as ``minibert bench`` does
-(:func:`spec.bench.plausibility`): a load average above the core count before or after the
+(:func:`minibert_spec.bench.plausibility`): a load average above the core count before or after the
 run (its own workers counted out) says the machine was busy -- the report lists why, judges no
 target, and the exit status is 1 unless ``--allow-noisy``.  ``tests/benchmarks/verdict_time.py``
 runs the project's own cases (the reference, the broken and real-style examples, the wheel
@@ -55,9 +55,10 @@ class Case:
 
 def check_case(impl: str, *extra: str, target_s: float | None = None, what: str = "",
                cwd: str | None = None) -> Case:
-    """``minibert check IMPL EXTRA... --format json`` as a case (run as ``python -m spec.cli``:
+    """``minibert check IMPL EXTRA... --format json`` as a case (run as ``python -m
+    minibert_spec.cli``:
     the interpreter of this run, installed or not)."""
-    argv = (sys.executable, "-m", "spec.cli", "check", impl, *extra, "--format", "json")
+    argv = (sys.executable, "-m", "minibert_spec.cli", "check", impl, *extra, "--format", "json")
     return Case(argv, what or " ".join(("minibert check", impl, *extra)), target_s, cwd)
 
 
@@ -83,7 +84,7 @@ def user_cases(impls, test_file=None) -> dict[str, Case]:
                          "(no such file)")
     cases = {}
     for impl in impls:
-        cases[impl] = check_case(impl, target_s=TARGET_REFERENCE_S if impl == "reference"
+        cases[impl] = check_case(impl, target_s=TARGET_REFERENCE_S if impl == "minibert_reference"
                                  else None)
         cases[f"{impl} --first-red"] = check_case(impl, "--first-red",
                                                   target_s=TARGET_FIRST_RED_S)
@@ -134,7 +135,7 @@ def _stats(values) -> dict:
 def summarize(case: Case, runs: list[dict]) -> tuple[dict, list[str]]:
     """A case's entry of the report from its rounds, and its problems (verdicts that differ
     between rounds, a round that timed out)."""
-    from spec.suite.compare import compare
+    from minibert_spec.suite.compare import compare
 
     problems = []
     entry = {"what": case.what, "target_s": case.target_s,
@@ -171,8 +172,8 @@ def summarize(case: Case, runs: list[dict]) -> tuple[dict, list[str]]:
 def measure(cases: dict[str, Case], rounds: int, *, progress=None) -> dict:
     """Every case ``rounds`` times, alternating process by process; the self-check's problems
     (busy machine, verdicts that differ) in ``problems``."""
-    from reference.train.threads import available_cores
-    from spec.bench import load_average, plausibility
+    from minibert_reference.train.threads import available_cores
+    from minibert_spec.bench import load_average, plausibility
 
     if rounds < 1:
         raise ValueError(f"--rounds: expected an integer >= 1, got {rounds}")

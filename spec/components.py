@@ -41,4 +41,4 @@ component("checkpoint.integrity",
           "Every tensor (parameters, both Adam moments) and every metadata field (the RNG "
           "state, step, configs, history, thread counts, tokenizer) of a training checkpoint "
           "is covered by its SHA-256 record: one changed byte is refused on load",
-          "reference.train.checkpoint:load_checkpoint")
+          "minibert_reference.train.checkpoint:load_checkpoint")

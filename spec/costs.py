@@ -1,10 +1,10 @@
 """The Mini-BERT architecture's sizes as SymPy closed forms: parameter counts, activation counts
 and matmul multiply-adds in L, H, A, I, T, V, B.
 
-Two readers: the claims ledger checks the documents' counts against them (``spec.claims``,
+Two readers: the claims ledger checks the documents' counts against them (``minibert_spec.claims``,
 cross-checked there against the arrays the implementation allocates), and the bench turns them
-into the GFLOP of a step and its FLOP floor (``spec.bench.step_gflop``).  Here, below both, so
-neither has to import the other for a formula.
+into the GFLOP of a step and its FLOP floor (``minibert_spec.bench.step_gflop``).  Here, below both,
+so neither has to import the other for a formula.
 """
 
 from __future__ import annotations

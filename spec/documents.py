@@ -1,7 +1,7 @@
 """The five source documents, section by section, in their own order.
 
-Equations (``spec.equations``) and claims (``spec.claims``) cite their sources as free text:
-``"Mini-BERT derivation §3.3"``, ``"BERT masked-LM slides (steps 4-5)"``,
+Equations (``minibert_spec.equations``) and claims (``minibert_spec.claims``) cite their sources as
+free text: ``"Mini-BERT derivation §3.3"``, ``"BERT masked-LM slides (steps 4-5)"``,
 ``"visual guide §2, §9"``.  :func:`locate` turns such a citation into (document, section) keys
 of this table, so a report can list every equation and claim under the section that states it,
 in the documents' order.  Numbered documents are located by their section numbers; the slides
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
 @dataclass(frozen=True)

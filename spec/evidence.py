@@ -1,11 +1,11 @@
 """What the audit and the mutation runner both read: the tagged tests and the mutation matrix.
 
 * **Tagged tests**: ``pytest --collect-only`` of ``tests/`` in a fresh interpreter with this module
-  as a plugin (``-p spec.evidence``, :func:`pytest_collection_finish`) -- every collected case's
-  nodeid, file, function, line, the equation IDs of its ``equation`` markers (and, for a check
-  of the judging suite, its id, kind and defining file).  The audit joins them with the
-  equations (``spec.audit``); the mutation runner runs the cases tagged with a mutant's
-  equation (``spec.mutation``).
+  as a plugin (``-p minibert_spec.evidence``, :func:`pytest_collection_finish`) -- every collected
+  case's nodeid, file, function, line, the equation IDs of its ``equation`` markers (and, for a
+  check of the judging suite, its id, kind and defining file).  The audit joins them with the
+  equations (``minibert_spec.audit``); the mutation runner runs the cases tagged with a mutant's
+  equation (``minibert_spec.mutation``).
 * **The mutation matrix file** (``spec/results/mutation_matrix.json``): per catalog mutant, the
   tests tagged with its equation and those that killed it, keyed by a :func:`fingerprint` of
   what decides the outcome -- the mutant's edits, the tagged node ids, the contents of the files
@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from spec.paths import HOME, RESULTS
+from minibert_spec.paths import HOME, RESULTS
 
 ROOT = HOME
 
@@ -39,7 +39,8 @@ COLLECT_ENV = "MINIBERT_AUDIT_COLLECT"  # where the collection plugin writes its
 
 
 def pytest_collection_finish(session) -> None:
-    """Collection plugin (``-p spec.evidence``): every collected item's nodeid, file, function,
+    """Collection plugin (``-p minibert_spec.evidence``): every collected item's nodeid, file,
+    function,
     line, equation IDs and oracle flag, as JSON to $MINIBERT_AUDIT_COLLECT."""
     import pytest  # only ever loaded as a plugin of a pytest run
 
@@ -62,7 +63,7 @@ def pytest_collection_finish(session) -> None:
             "oracle": any(True for _ in item.iter_markers("oracle"))}
         check = item.get_closest_marker("suite_check")
         if check is not None:  # a check of the judging suite: where it is defined, its kind
-            from spec.suite.registry import get
+            from minibert_spec.suite.registry import get
 
             c = get(check.args[0])
             src, line = c.source
@@ -97,7 +98,7 @@ def collect_items(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | No
             pass
     records = _collect_items(tests_dir, impl_spec=impl_spec, timeout=timeout)
     if cached is not None:
-        from reference.train.fileio import atomic_write
+        from minibert_reference.train.fileio import atomic_write
 
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +113,7 @@ def _collection_path(tests_dir: Path, impl_spec: str | None) -> Path | None:
     directory: a scratch or synthetic tests folder is always collected)."""
     import pytest
 
-    from spec.equations._cache import cache_root
+    from minibert_spec.equations._cache import cache_root
 
     tests_dir = tests_dir.resolve()
     if tests_dir != (ROOT / "tests").resolve() or not tests_dir.is_dir():
@@ -161,8 +162,11 @@ def _collect_items(tests_dir: Path | str, *, impl_spec: str | None, timeout: flo
 MATRIX_PATH = RESULTS / "mutation_matrix.json"
 MATRIX_VERSION = 1
 # the helper modules a test or check imports by name that its fingerprint covers: beside the
-# tests, and the judging suite's and the numerics' modules (spec.suite.*, spec.numerics.*)
-HELPER_PACKAGES = (("spec", "suite"), ("spec", "numerics"))
+# tests, and the judging suite's and the numerics' modules (minibert_spec.suite.*,
+# minibert_spec.numerics.*)
+HELPER_PACKAGES = (("minibert_spec", "suite"), ("minibert_spec", "numerics"))
+# the folder of the repository that holds each import name's package (package-dir in pyproject)
+FOLDERS = {"minibert_spec": "spec", "minibert_reference": "reference"}
 
 
 def evidence_file(nodeid: str, root: Path = ROOT) -> str:
@@ -181,7 +185,7 @@ def _check_file(check_id: str, root: str) -> str | None:
     """The file defining a registered check, relative to ``root`` (once per process: the
     fingerprints of the ~90 mutants ask for the same checks, and finding a function's source
     costs milliseconds)."""
-    from spec.suite.registry import all_checks
+    from minibert_spec.suite.registry import all_checks
 
     for c in all_checks():
         if c.id == check_id:
@@ -220,7 +224,7 @@ def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
             package = next((pkg for pkg in HELPER_PACKAGES if tuple(parts[:len(pkg)]) == pkg),
                            None)
             if package is not None:
-                base, parts = ROOT.joinpath(*package), parts[len(package):]
+                base, parts = ROOT.joinpath(FOLDERS[package[0]], *package[1:]), parts[len(package):]
         if not parts:
             continue
         p = base.joinpath(*parts).with_suffix(".py")
@@ -232,7 +236,9 @@ def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
 def fingerprint(mutant_name: str, nodeids: Sequence[str], root: Path = ROOT) -> str:
     """sha256 of the mutant's definition, the tagged node ids and the files they live in (plus
     the helper modules those files import)."""
-    from spec.mutants import CATALOG  # (it loads the protocol and reference: only when asked)
+    from minibert_spec.mutants import (
+        CATALOG,  # (it loads the protocol and reference: only when asked)
+    )
 
     m = CATALOG[mutant_name]
     h = hashlib.sha256()

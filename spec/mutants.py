@@ -8,17 +8,18 @@ function) and one or more exact ``(old, new)`` replacements of its source.
 :func:`activate` reads the target's source (``inspect.getsource``), applies the edits -- each
 ``old`` must occur exactly once, else :class:`MutantEditError`, so a refactor of the reference can
 never silently turn a mutant into a no-op -- compiles the result in memory in the defining
-module's globals and swaps it into ``reference.ops`` / ``reference.model`` / ... *and* every other
-loaded ``reference*`` module namespace that holds the original object, and into the records of
-their module-level tables (``reference.model.HEADS``: a head kind is a record of functions).
-Kernels call each other through their module's globals or those tables, so op-level, composite
-and model-level code all run the bug; :func:`deactivate` restores the very same objects.
-Nothing on disk changes.
+module's globals and swaps it into ``minibert_reference.ops`` / ``minibert_reference.model`` / ...
+*and* every other loaded ``reference*`` module namespace that holds the original object, and into
+the records of their module-level tables (``minibert_reference.model.HEADS``: a head kind is a
+record of functions). Kernels call each other through their module's globals or those tables, so
+op-level, composite and model-level code all run the bug; :func:`deactivate` restores the very same
+objects. Nothing on disk changes.
 
-The module aliases are the ``module`` fields of the op table (``spec.protocol.reference_modules``).
-A mutant whose target module or function does not exist is *not applicable*, never counted as
-killed.  The public ops check their arguments before calling the (mutated) kernel, so a bad-input
-test cannot "kill" a mutant for a reason unrelated to its bug.
+The module aliases are the ``module`` fields of the op table
+(``minibert_spec.protocol.reference_modules``). A mutant whose target module or function does not
+exist is *not applicable*, never counted as killed.  The public ops check their arguments before
+calling the (mutated) kernel, so a bad-input test cannot "kill" a mutant for a reason unrelated to
+its bug.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from spec.protocol import reference_modules
+from minibert_spec.protocol import reference_modules
 
 OPTIMIZER_EQUATIONS = ("optim.adam", "optim.adamw", "schedule.warmup_linear",
                        "clip.global_norm", "accum.grad_mean")
@@ -88,12 +89,15 @@ def mutant(name: str, equation: str, description: str, target: str,
 
 # --------------------------------------------------------------------------- application
 # modules of the reference's tooling that hold maths a mutant may break, beside the op table's
-TOOLING_MODULES = {"loop": "reference.train.loop", "checkpoint": "reference.train.checkpoint",
-                   "hf": "reference.hf.checkpoint", "wordpiece": "reference.train.wordpiece"}
+TOOLING_MODULES = {"loop": "minibert_reference.train.loop",
+                   "checkpoint": "minibert_reference.train.checkpoint",
+                   "hf": "minibert_reference.hf.checkpoint",
+                   "wordpiece": "minibert_reference.train.wordpiece"}
 
 
 def module_aliases() -> dict[str, str]:
-    """Alias -> module name: the op table's ``reference`` modules plus :data:`TOOLING_MODULES`."""
+    """Alias -> module name: the op table's ``minibert_reference`` modules plus
+    :data:`TOOLING_MODULES`."""
     return {**reference_modules(), **TOOLING_MODULES}
 
 
@@ -116,7 +120,7 @@ def _modules(overrides=None) -> dict:
 def _original(target: str, mods: dict):
     alias, fn = target.split(".", 1)
     if alias not in mods:
-        raise ValueError(f"target: {target!r} names no module alias of spec.protocol "
+        raise ValueError(f"target: {target!r} names no module alias of minibert_spec.protocol "
                          f"({sorted(mods)})")
     module = mods[alias]
     if module is None:
@@ -183,7 +187,7 @@ def _namespaces(mods: dict) -> list:
     """Every loaded module of the reference package, plus the (possibly overridden) targets."""
     seen, out = set(), []
     candidates = [mod for name, mod in list(sys.modules.items())
-                  if mod is not None and (name == "reference" or name.startswith("reference."))]
+                  if mod is not None and name.split(".")[0] == "minibert_reference"]
     for mod in candidates + [m for m in mods.values() if m is not None]:
         if id(mod) not in seen:
             seen.add(id(mod))
@@ -211,7 +215,7 @@ def activate(m: Mutant, modules=None) -> list[tuple]:
 
 
 def _is_record(value) -> bool:
-    """A NamedTuple instance (a row of a table such as reference.model.HEADS)."""
+    """A NamedTuple instance (a row of a table such as minibert_reference.model.HEADS)."""
     return isinstance(value, tuple) and hasattr(value, "_fields") and hasattr(value, "_replace")
 
 

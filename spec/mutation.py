@@ -1,11 +1,11 @@
 """Mutation runner: the test suite against each mutant of the catalog, through conformance mode.
 
-``MINIBERT_MUTANT=name pytest -p spec.mutation`` runs the suite against the reference with
-mutant ``name`` applied in memory (see :mod:`spec.mutants`), process-wide, by this module's
+``MINIBERT_MUTANT=name pytest -p minibert_spec.mutation`` runs the suite against the reference with
+mutant ``name`` applied in memory (see :mod:`minibert_spec.mutants`), process-wide, by this module's
 ``pytest_configure``: the judging suite on the reference (tests/suite/test_suite_reference.py)
 and the project-internal tests that reach the reference (training, the spec's own checks) all run
-against the mutant.  ``minibert check spec.mutation:mutant_impl`` (with MINIBERT_MUTANT set)
-judges a mutant like any other implementation.  An empty ``MINIBERT_MUTANT`` is the unmutated
+against the mutant.  ``minibert check minibert_spec.mutation:mutant_impl`` (with MINIBERT_MUTANT
+set) judges a mutant like any other implementation.  An empty ``MINIBERT_MUTANT`` is the unmutated
 baseline.
 
 :func:`run_mutants` starts one ``pytest -x -q -p no:cacheprovider`` subprocess per mutant, ``jobs``
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from spec.evidence import (
+from minibert_spec.evidence import (
     MATRIX_PATH,
     collect_items,
     evidence_file,
@@ -38,11 +38,11 @@ from spec.evidence import (
     read_matrix,
     write_matrix,
 )
-from spec.mutants import CATALOG, activate, applicability
-from spec.paths import HOME
+from minibert_spec.mutants import CATALOG, activate, applicability
+from minibert_spec.paths import HOME
 
 ROOT = HOME
-IMPL_SPEC = "spec.mutation:mutant_impl"
+IMPL_SPEC = "minibert_spec.mutation:mutant_impl"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
 _active: str | None = None
 
@@ -64,7 +64,7 @@ def _mutant_impl():
         _active = name
     elif name != (_active or ""):
         raise ValueError(f"MINIBERT_MUTANT: {_active!r} is already applied, got {name!r}")
-    return importlib.import_module("reference")
+    return importlib.import_module("minibert_reference")
 
 
 @dataclass
@@ -189,14 +189,14 @@ def score(results: Sequence[MutantResult]) -> tuple[int, int]:
 # Per mutant, only the tests *tagged* with the equation it breaks run (no -x: every failing test
 # is recorded).  The audit reads the result: a tag is evidence only if its tests kill at least
 # one mutant of its equation.  The record (spec/results/mutation_matrix.json) is keyed by a
-# fingerprint of what decides the outcome (spec.evidence, shared with the audit): an edited
+# fingerprint of what decides the outcome (minibert_spec.evidence, shared with the audit): an edited
 # catalog or test makes the record stale (an audit gap) until `minibert mutate --matrix` runs
 # again (it reruns only stale rows).
 MATRIX_EQUATION_ENV = "MINIBERT_MATRIX_EQUATION"
 
 
 def pytest_configure(config) -> None:
-    """Plugin (``-p spec.mutation``): applies the mutant named by $MINIBERT_MUTANT to the
+    """Plugin (``-p minibert_spec.mutation``): applies the mutant named by $MINIBERT_MUTANT to the
     bundled reference in memory, so every test that reaches the reference runs it.  In a
     matrix run, Hypothesis keeps its
     profile's examples (a failure is found exactly where the ordinary run finds it) but does
@@ -213,8 +213,9 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Plugin (``-p spec.mutation``): with $MINIBERT_MATRIX_EQUATION set (IDs, comma-separated),
-    keep only the items whose ``equation`` (or judging-suite ``suite_check``) markers name
+    """Plugin (``-p minibert_spec.mutation``): with $MINIBERT_MATRIX_EQUATION set (IDs,
+    comma-separated), keep only the items whose ``equation`` (or judging-suite ``suite_check``)
+    markers name
     one (the markers the audit collects)."""
     wanted = set(filter(None, os.environ.get(MATRIX_EQUATION_ENV, "").split(",")))
     if not wanted:
@@ -377,7 +378,7 @@ def merge_matrix_records(records: Sequence[tuple[str, dict]]) -> tuple[list[Matr
     """The rows (in the run's order) and settings of the matrix that the shard records
     ``(name, record)`` of one ``minibert mutate --matrix --shard k/N`` run make; a ValueError
     naming the shards when they are not the shards of one run."""
-    from spec.suite.shard import verify_shards
+    from minibert_spec.suite.shard import verify_shards
 
     ordered = verify_shards(records, MATRIX_SCHEMA, "a mutation matrix record")
     rows: dict[str, MatrixRow] = {}
@@ -425,7 +426,7 @@ def matrix_command(args, console, settings: dict | None = None) -> int:
     which ``minibert report merge`` joins."""
     from rich.markup import escape
 
-    from spec.suite.shard import durations_from, parse_shard, read_durations, shard_plan
+    from minibert_spec.suite.shard import durations_from, parse_shard, read_durations, shard_plan
 
     names = select(args.mutants)
     matrix_file = Path(args.matrix_file) if args.matrix_file else MATRIX_PATH
@@ -489,7 +490,7 @@ def matrix_command(args, console, settings: dict | None = None) -> int:
         write_markdown(Path(args.output), rows)
         console.print(f"mutant x test file report written to {args.output}")
     if args.json:
-        from reference.train.fileio import atomic_write
+        from minibert_reference.train.fileio import atomic_write
 
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         atomic_write(args.json, json.dumps(matrix_record(rows, settings or {}, plan),
@@ -504,7 +505,7 @@ MATRIX_NOTE = ("minibert mutate --matrix: per mutant, the tests tagged with its 
 
 
 def write_markdown(path: Path, rows: Sequence[MatrixRow]) -> None:
-    from reference.train.fileio import atomic_write
+    from minibert_reference.train.fileio import atomic_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(str(path), matrix_markdown(rows))

@@ -1,9 +1,9 @@
 """Where the project's files are, computed once.
 
-``HOME`` is the directory that holds the ``spec`` and ``reference`` packages: the repository in a
-checkout, ``site-packages`` in an installed wheel.  The judging suite, the CLI and the equations
-need nothing else; the project's own tests (``tests/``), the mutation runner and the bench's
-torch side live only in a checkout, and the commands that need them say so in one line
+``HOME`` is the directory that holds the ``minibert_spec`` and ``minibert_reference`` packages: the
+repository in a checkout, ``site-packages`` in an installed wheel.  The judging suite, the CLI and
+the equations need nothing else; the project's own tests (``tests/``), the mutation runner and the
+bench's torch side live only in a checkout, and the commands that need them say so in one line
 (:func:`need_checkout`) instead of failing on a missing file.
 """
 
@@ -13,7 +13,9 @@ from pathlib import Path
 
 HOME = Path(__file__).resolve().parents[1]
 TESTS = HOME / "tests"
-RESULTS = HOME / "spec" / "results"  # shipped with the package (the mutation matrix, results)
+# shipped with the package (the mutation matrix, results): beside this module, whatever the
+# folder is called (spec/ in a checkout, minibert_spec/ in site-packages)
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def in_checkout() -> bool:

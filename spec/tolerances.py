@@ -15,7 +15,7 @@ FD_RTOL = 1e-6
 # Magnitudes below FD_FLOOR are compared in absolute terms: |a - b| <= FD_RTOL * FD_FLOOR = 1e-9.
 # Where the case's own truncation error is larger (a ~0 gradient of a sharply curved function: a
 # LayerNorm row [0, 0, 0, a] in a block, truncation ~3e-9), a failing comparison is allowed that
-# error, estimated from a second step (spec.numerics.finite_differences.truncation_slack):
+# error, estimated from a second step (minibert_spec.numerics.finite_differences.truncation_slack):
 # derived, not loosened.
 FD_FLOOR = 1e-3
 
@@ -83,8 +83,8 @@ LN_MIN_VAR = 1e-2
 # side carries a few ulps (2.2e-16) per op over chains of ~10-30 ops and sums of <= ~100 terms,
 # so 1e-12 relative to the magnitude of the terms leaves ~100x headroom and still catches any
 # missing or extra term (an error of order 1).  The one tolerance of every identity of
-# spec.numerics.identities (shared by the Hypothesis tests and ``minibert check``), applied to the
-# magnitude of the compared tensor or of the terms that cancelled into it.
+# minibert_spec.numerics.identities (shared by the Hypothesis tests and ``minibert check``), applied
+# to the magnitude of the compared tensor or of the terms that cancelled into it.
 F64_IDENTITY_RTOL = 1e-12
 
 # Stored regression values of a short float64 training run (tests/train/test_train.py): the same

@@ -1,18 +1,20 @@
 """The architecture, checked.
 
-* ``spec`` is layered and ``reference`` imports neither ``spec`` nor torch/transformers: the
+* ``minibert_spec`` is layered and ``minibert_reference`` imports neither ``minibert_spec`` nor
+torch/transformers: the
   contracts of ``[tool.importlinter]`` in pyproject.toml (the architecture's documentation, a
   comment per layer) hold -- ``lint-imports`` passes here, and fails naming the import on a copy
   of the packages with an upward import and a forbidden one added.
-* No import circle between modules of ``spec``: a layers contract does not see one inside a
-  layer (two modules of ``spec.suite`` importing each other), so it is looked for here, on the
-  same import graph (grimp, import-linter's), every import counted, a deferred one inside a
+* No import circle between modules of ``minibert_spec``: a layers contract does not see one inside a
+  layer (two modules of ``minibert_spec.suite`` importing each other), so it is looked for here, on
+  the same import graph (grimp, import-linter's), every import counted, a deferred one inside a
   function included.
-* The maths modules of ``reference`` load NumPy and the standard library only: the tooling
-  (training loop, tokenizer, checkpoints, plots) lives in ``reference.train`` and the CLI in
-  ``spec.cli``.  Checked in a fresh interpreter, so what this test process already imported
-  (pytest, hypothesis, torch) cannot hide an import -- what runs is what counts, an optional
-  third-party import included, which an import graph of the project's own modules cannot say.
+* The maths modules of ``minibert_reference`` load NumPy and the standard library only: the tooling
+  (training loop, tokenizer, checkpoints, plots) lives in ``minibert_reference.train`` and the CLI
+  in ``minibert_spec.cli``.  Checked in a fresh interpreter, so what this test process already
+  imported (pytest, hypothesis, torch) cannot hide an import -- what runs is what counts, an
+  optional third-party import included, which an import graph of the project's own modules cannot
+  say.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ try:
 except ModuleNotFoundError:  # Python 3.10: pytest's own TOML reader
     import tomli as tomllib
 
-MATHS_MODULES = ("reference", "reference.ops", "reference.model", "reference.data_parallel",
-                 "reference.parallel", "reference.optim", "reference.accumulation",
-                 "reference.config", "reference.validate", "reference.registry")
-FORBIDDEN = ("spec", "sympy", "torch", "rich", "tokenizers", "safetensors", "matplotlib",
-             "tqdm", "hypothesis", "pytest", "scipy", "transformers", "reference.train",
-             "reference.hf")
+MATHS_MODULES = tuple(f"minibert_reference{m}" for m in (
+    "", ".ops", ".model", ".data_parallel", ".parallel", ".optim", ".accumulation", ".config",
+    ".validate", ".registry"))
+FORBIDDEN = ("minibert_spec", "sympy", "torch", "rich", "tokenizers", "safetensors", "matplotlib",
+             "tqdm", "hypothesis", "pytest", "scipy", "transformers", "minibert_reference.train",
+             "minibert_reference.hf")
 # `lint-imports`, by the interpreter running the tests (the console script does just this)
 LINT_IMPORTS = [sys.executable, "-c", "import sys; from importlinter.cli import "
                 "lint_imports_command; sys.exit(lint_imports_command())", "--no-cache"]
@@ -58,13 +60,14 @@ def test_the_import_contracts_hold():
 
 
 def _copy_packages(dest: Path) -> None:
-    """spec/, reference/ (their Python files) and pyproject.toml, to run lint-imports on."""
+    """spec/, reference/ (their Python files) under their import names, and pyproject.toml, to
+    run lint-imports on (the copy is first on the path there, ahead of the editable install)."""
     def keep_python(folder, names):
         return [n for n in names if not (n.endswith(".py") or (Path(folder) / n).is_dir())
                 or n == "__pycache__"]
 
-    for package in ("spec", "reference"):
-        shutil.copytree(ROOT / package, dest / package, ignore=keep_python)
+    for folder, package in (("spec", "minibert_spec"), ("reference", "minibert_reference")):
+        shutil.copytree(ROOT / folder, dest / package, ignore=keep_python)
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
 
 
@@ -72,16 +75,16 @@ def test_lint_imports_fails_on_an_upward_and_a_forbidden_import(tmp_path):
     """The contracts can fail: on a copy, the protocol (a low layer) imports the suite (above
     it) and the reference's config imports spec; lint-imports exits non-zero naming both."""
     _copy_packages(tmp_path)
-    for file, line in (("spec/protocol/table.py", "import spec.suite.registry"),
-                       ("reference/config.py", "import spec.paths")):
+    for file, line in (("minibert_spec/protocol/table.py", "import minibert_spec.suite.registry"),
+                       ("minibert_reference/config.py", "import minibert_spec.paths")):
         with open(tmp_path / file, "a", encoding="utf-8") as f:
             f.write(f"\n{line}  # deliberately against the contract (a test)\n")
     out = lint_imports(tmp_path)
     text = out.stdout + out.stderr
     assert out.returncode != 0, text
     assert "0 kept, 2 broken" in text, text
-    assert "spec.protocol.table -> spec.suite.registry" in text, text
-    assert "reference.config -> spec.paths" in text, text
+    assert "minibert_spec.protocol.table -> minibert_spec.suite.registry" in text, text
+    assert "minibert_reference.config -> minibert_spec.paths" in text, text
 
 
 # --------------------------------------------------------------------------- import circles
@@ -96,7 +99,7 @@ def spec_graph():
     layers contract lists in ``ignore_imports`` (each commented with when it goes)."""
     import grimp
 
-    graph = grimp.build_graph("spec", cache_dir=None)
+    graph = grimp.build_graph("minibert_spec", cache_dir=None)
     for expression in _contract().get("ignore_imports", []):
         importer, imported = (s.strip() for s in expression.split("->"))
         graph.remove_import(importer=importer, imported=imported)
@@ -161,9 +164,9 @@ def test_the_circle_finder_sees_a_circle():
     """Two bottom-layer modules importing each other, in a layer where the layers contract
     cannot see it: the finder does."""
     graph = spec_graph()
-    graph.add_import(importer="spec.paths", imported="spec.tolerances")
-    graph.add_import(importer="spec.tolerances", imported="spec.paths")
-    assert {"spec.paths", "spec.tolerances"} in circles(graph)
+    graph.add_import(importer="minibert_spec.paths", imported="minibert_spec.tolerances")
+    graph.add_import(importer="minibert_spec.tolerances", imported="minibert_spec.paths")
+    assert {"minibert_spec.paths", "minibert_spec.tolerances"} in circles(graph)
 
 
 # --------------------------------------------------------------------------- reference's maths

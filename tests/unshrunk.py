@@ -5,8 +5,8 @@ which example fails first decides the message, so a random profile (``dev``) mad
 
 from __future__ import annotations
 
-from spec.suite import check_implementation as _check_implementation
-from spec.suite.run import check_settings
+from minibert_spec.suite import check_implementation as _check_implementation
+from minibert_spec.suite.run import check_settings
 
 
 def check_implementation(*args, **kwargs):

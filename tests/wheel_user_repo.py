@@ -12,8 +12,14 @@ means), the ten-line test file of the README and a ``pyproject.toml`` of its own
   and its failed check ids are exactly pytest's; the plugin changes nothing in a session that
   does not use it (same collection, no option of its own in effect) and loads nothing there:
   ``sys.modules`` of that session with the plugin enabled and with ``-p no:minibert`` differ
-  by the plugin's own module alone (no module of ``spec`` or ``reference``, nothing it
-  imported);
+  by the plugin's own module alone (no module of ``minibert_spec`` or ``minibert_reference``,
+  nothing it imported);
+* a user repository with the most generic names of its own (``spec/__init__.py``,
+  ``reference.py``, ``tests/__init__.py``, ``conftest.py``): its unrelated tests pass under
+  ``python -m pytest`` and ``pytest``; ``minibert check``, the ten-line file and the plugin give
+  the verdicts of the plain repository, and import neither of the user's generic modules (each
+  leaves a mark when imported); ``pip show -f`` lists nothing at the top of site-packages but
+  the project's own names;
 * without torch: ``minibert check`` exits 2 saying how to install the oracle, and 0 with
   ``--oracle off``, whose report says the oracle was off.
 
@@ -81,7 +87,7 @@ BUG = ('''    g = dy * gamma
 TEST_FILE = '''\
 import os
 
-from spec.suite import parametrize_with_checks
+from minibert_spec.suite import parametrize_with_checks
 
 impl = __import__(os.environ.get("MYBERT", "mybert_fixed"))
 
@@ -186,6 +192,134 @@ def check_json(bin_dir: Path, repo: Path, module: str, *args) -> tuple[int, dict
     return proc.returncode, data, t, proc
 
 
+# -------------------------------------------------------- a user repository with generic names
+# Each of the user's generic modules leaves a mark when imported: the suite must never import
+# them (its own are minibert_spec and minibert_reference), and the user's tests must get them.
+USER_SPEC = '''\
+import os
+open(os.path.join(os.path.dirname(__file__), "..", "imported-spec"), "a").close()
+OWNER = "user"
+'''
+USER_REFERENCE = '''\
+import os
+open(os.path.join(os.path.dirname(__file__), "imported-reference"), "a").close()
+OWNER = "user"
+'''
+USER_CONFTEST = '''\
+import json, os, sys
+
+import pytest
+
+
+@pytest.fixture
+def owner():
+    return "user"
+
+
+def pytest_sessionfinish(session):
+    out = os.environ.get("MODULES_OUT")
+    if out:
+        with open(out, "w") as f:
+            json.dump({n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())
+                       if n.split(".")[0] in ("spec", "reference", "tests", "minibert_spec",
+                                              "minibert_reference")}, f)
+'''
+USER_TESTS = '''\
+import reference
+import spec
+
+
+def test_the_users_own_modules(owner):
+    assert spec.OWNER == reference.OWNER == owner == "user"
+'''
+# the only names the wheel may put at the top of site-packages (and its console script)
+OWN_TOP_LEVEL = {"minibert_spec", "minibert_reference"}
+
+
+def top_level_of_installed(bin_dir: Path, repo: Path) -> set[str]:
+    """The first path component of every file ``pip show -f minibert-spec`` lists (less the
+    distribution's own metadata folder and the console script under bin/)."""
+    proc, _ = run([str(bin_dir / "python"), "-m", "pip", "show", "-f", "minibert-spec"], repo,
+                  user_env(bin_dir))
+    if proc.returncode:
+        fail("pip show -f minibert-spec", proc)
+    lines = proc.stdout.split("Files:", 1)[1].splitlines()
+    files = [x.strip() for x in lines if x.strip()]
+    return {f.split("/")[0] for f in files
+            if not f.startswith("..") and not f.split("/")[0].endswith(".dist-info")}
+
+
+def generic_names_repo(full: Path, tmp: Path, plain_failed: set[str]) -> None:
+    """The user repository again, beside a ``spec`` package, a ``reference`` module, a
+    ``tests`` package and a ``conftest.py`` of the user's own."""
+    repo = tmp / "generic-repo"
+    repo.mkdir()
+    for name in ("mybert_fixed.py", "mybert_buggy.py", "test_mybert.py", "pyproject.toml"):
+        (repo / name).write_text((tmp / "user-repo" / name).read_text())
+    (repo / "spec").mkdir()
+    (repo / "spec" / "__init__.py").write_text(USER_SPEC)
+    (repo / "reference.py").write_text(USER_REFERENCE)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_users_own.py").write_text(USER_TESTS)
+    (repo / "conftest.py").write_text(USER_CONFTEST)
+
+    def marks() -> list[str]:
+        return sorted(p.name for p in repo.glob("imported-*"))
+
+    def clear() -> None:
+        for p in repo.glob("imported-*"):
+            p.unlink()
+
+    # the user's unrelated tests, both ways pytest is started, with the plugin installed
+    for cmd in ([str(full / "python"), "-m", "pytest", "-q", "tests"],
+                [str(full / "pytest"), "-q", "tests"]):
+        clear()
+        proc, _ = run(cmd, repo, user_env(full))
+        if proc.returncode != 0 or "1 passed" not in proc.stdout:
+            fail(f"the user's own tests beside generic names: {' '.join(cmd[-3:])}", proc)
+        if marks() != ["imported-reference", "imported-spec"]:
+            fail(f"the user's tests did not get the user's modules: marks {marks()}", proc)
+    print("a repository with its own spec/, reference.py, tests/ and conftest.py: its tests "
+          "pass under python -m pytest and pytest")
+
+    # our verdicts there equal the plain repository's, and the suite imports none of the user's
+    clear()
+    code, failed, t = pytest_failed(full, repo, "mybert_buggy")
+    if code != 1 or failed != plain_failed:
+        fail(f"the ten-line file beside generic names: exit {code}, failed {sorted(failed)} "
+             f"(plain repository: {sorted(plain_failed)})")
+    c, data, t2, p = check_json(full, repo, "mybert_buggy")
+    got = {r["id"] for r in data["results"] if r["outcome"] == "failed"} if data else None
+    if c != 1 or got != plain_failed:
+        fail(f"minibert check beside generic names: exit {c}, failed {got}", p)
+    c0, _, _, p0 = check_json(full, repo, "mybert_fixed")
+    if c0 != 0:
+        fail(f"minibert check on the fixed module beside generic names exited {c0}", p0)
+    out = tmp / "generic-modules.json"
+    proc, _ = run([str(full / "python"), "-m", "pytest", "-q", "--minibert-impl=mybert_buggy",
+                   "-k", "layernorm and fd", "-p", "no:cacheprovider", "--ignore=tests"], repo,
+                  user_env(full, MODULES_OUT=str(out)))
+    if proc.returncode != 1 or "fd[layernorm]" not in proc.stdout:
+        fail("pytest --minibert-impl=mybert_buggy beside generic names", proc)
+    if marks():
+        fail(f"the suite imported the user's generic modules: {marks()}")
+    files = json.loads(out.read_text())
+    ours = {n: f for n, f in files.items() if n.split(".")[0] in OWN_TOP_LEVEL and f}
+    if not ours or any("site-packages" not in f for f in ours.values()):
+        fail(f"the suite's modules do not come from the wheel: {ours}")
+    if any(n.split(".")[0] in ("spec", "reference") for n in files):
+        fail(f"a generic name was imported in a session that checks: {sorted(files)}")
+    top = top_level_of_installed(full, repo)
+    if top != OWN_TOP_LEVEL:
+        fail(f"pip show -f minibert-spec: top-level names {sorted(top)}, expected only "
+             f"{sorted(OWN_TOP_LEVEL)}")
+    print(f"beside generic names: the ten-line file ({t:.0f} s), minibert check ({t2:.0f} s) "
+          f"and the plugin give the plain repository's verdicts ({len(plain_failed)} failed "
+          f"ids), import only {sorted(OWN_TOP_LEVEL)} from site-packages; pip show -f: top "
+          f"level {sorted(top)}")
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="minibert-user-") as tmp:
         tmp = Path(tmp)
@@ -205,8 +339,9 @@ def main() -> int:
 
         full = venv(tmp / "venv-oracle", wheel, "oracle")
         # the checks come from the installed wheel, never from the checkout
-        proc, _ = run([str(full / "python"), "-c", "import spec, reference; "
-                       "print(spec.__file__, reference.__file__)"], repo, user_env(full))
+        proc, _ = run([str(full / "python"), "-c", "import minibert_spec, minibert_reference; "
+                       "print(minibert_spec.__file__, minibert_reference.__file__)"], repo,
+                      user_env(full))
         if str(ROOT) in proc.stdout or "site-packages" not in proc.stdout:
             fail(f"the package does not come from the venv: {proc.stdout}")
 
@@ -272,9 +407,9 @@ def main() -> int:
         if seen[0] != seen[1] or seen[0][0] != 0:
             fail(f"the plugin changed a session that does not use it: {seen}")
         loaded = sorted(modules[0] - modules[1])
-        project = [m for m in loaded if m.split(".")[0] in ("spec", "reference")
-                   and m not in ("spec", "spec._pytestplugin")]
-        if project or loaded != ["spec", "spec._pytestplugin"]:
+        project = [m for m in loaded if m.split(".")[0] in ("minibert_spec", "minibert_reference")
+                   and m not in ("minibert_spec", "minibert_spec._pytestplugin")]
+        if project or loaded != ["minibert_spec", "minibert_spec._pytestplugin"]:
             fail(f"the plugin loaded modules in a session that does not use it: project "
                  f"{project}, all {loaded}")
         print(f"a session not using the suite, plugin installed vs disabled: identical "
@@ -288,6 +423,8 @@ def main() -> int:
             fail("pytest --minibert-impl=mybert_buggy -k 'layernorm and fd'", proc)
         print("pytest --minibert-impl=mybert_buggy -k 'layernorm and fd': red, names "
               "fd[layernorm]")
+
+        generic_names_repo(full, tmp, failed_buggy)
 
         bare = venv(tmp / "venv-core", wheel, "")
         proc, _ = run([str(bare / "python"), "-c", "import torch"], repo, user_env(bare))

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from reference.config import BertConfig
-from reference.model import param_shapes
-from reference.train.fileio import read_user_json
+from minibert_reference.config import BertConfig
+from minibert_reference.model import param_shapes
+from minibert_reference.train.fileio import read_user_json
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "relu": "relu"}
@@ -367,7 +367,7 @@ def save_pretrained(params: dict, config: BertConfig, path) -> Path:
     config's head (BertModel / BertForMaskedLM / BertForSequenceClassification)."""
     from safetensors.numpy import save_file
 
-    from reference.model import check_params
+    from minibert_reference.model import check_params
 
     hf = config_to_hf(config)
     check_params(params, config)

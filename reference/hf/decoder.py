@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.config import DecoderConfig
-from reference.decoder import param_shapes
+from minibert_reference.config import DecoderConfig
+from minibert_reference.decoder import param_shapes
 
 SAME, TRANSPOSED = "same", "transposed"  # how one of our tensors sits in Hugging Face's
 QKV = ("q", "k", "v")  # the thirds of GPT-2's c_attn, in its column order

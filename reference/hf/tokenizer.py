@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reference.train.fileio import read_user_json, read_user_text
+from minibert_reference.train.fileio import read_user_json, read_user_text
 
 
 def load_tokenizer(path, *, max_len: int = 512):

@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from reference.train.fileio import atomic_path, loads_json, sha256_bytes, sha256_text
+from minibert_reference.train.fileio import atomic_path, loads_json, sha256_bytes, sha256_text
 
 FORMAT = "minibert-checkpoint/1"
 _GROUPS = ("param", "adam_m", "adam_v")
@@ -57,8 +57,9 @@ def blas_threads() -> int | None:
 
 
 def thread_counts() -> dict:
-    """This process's ``{"workers": reference.parallel's count, "blas": BLAS threads or None}``."""
-    from reference import parallel
+    """This process's ``{"workers": minibert_reference.parallel's count, "blas": BLAS threads or
+    None}``."""
+    from minibert_reference import parallel
 
     return {"workers": parallel.get_workers(), "blas": blas_threads()}
 
@@ -151,8 +152,8 @@ def check_model_config(path: str, model_config, shapes: dict) -> None:
     """The config's parameter shapes must be exactly the ``param/`` tensors present (the shapes
     from the file header: nothing allocated yet).  The layer count is bounded by the layer
     tensors present *before* the expected shapes are enumerated."""
-    from reference.config import BertConfig
-    from reference.model import param_shapes
+    from minibert_reference.config import BertConfig
+    from minibert_reference.model import param_shapes
 
     if not isinstance(model_config, dict):
         raise _bad(path, f"model_config {type(model_config).__name__}")
@@ -191,7 +192,7 @@ def _check_state(path: str, groups: dict) -> None:
     """A state training can continue from: finite parameters and moments, second moments
     >= 0.  A hash-valid file can still hold NaN (written by something other than the trainer,
     which never checkpoints a non-finite step): named here, not blamed later on the lr."""
-    from reference.validate import non_finite
+    from minibert_reference.validate import non_finite
 
     for group in _GROUPS:
         bad = non_finite(groups[group])

@@ -19,7 +19,7 @@ import re
 import sysconfig
 from collections.abc import Iterable
 
-from reference.train.fileio import read_user_text
+from minibert_reference.train.fileio import read_user_text
 
 # Directories of the standard library whose docstrings are not prose worth learning from.
 _SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "idlelib", "lib2to3",

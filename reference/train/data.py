@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.ops import IGNORE_INDEX
-from reference.train.fileio import atomic_write, loads_json, read_user_text
+from minibert_reference.ops import IGNORE_INDEX
+from minibert_reference.train.fileio import atomic_write, loads_json, read_user_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
@@ -32,13 +32,13 @@ N_SPECIAL = len(SPECIAL_TOKENS)
 def train_tokenizer(paragraphs, vocab_size: int = 8192, *, min_frequency: int = 2):
     """A BERT-style WordPiece tokenizer (lower-cased, accents stripped) trained on ``paragraphs``.
 
-    Deterministic: the vocabulary comes from ``reference.train.wordpiece`` (the HF trainer's
-    algorithm with ties broken by text; the HF trainer itself gives a different vocabulary from
-    run to run).  Returns a ``tokenizers.Tokenizer`` whose ids 0..4 are the special tokens
+    Deterministic: the vocabulary comes from ``minibert_reference.train.wordpiece`` (the HF
+    trainer's algorithm with ties broken by text; the HF trainer itself gives a different vocabulary
+    from run to run).  Returns a ``tokenizers.Tokenizer`` whose ids 0..4 are the special tokens
     above."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    from reference.train.wordpiece import learn_vocab, word_counts
+    from minibert_reference.train.wordpiece import learn_vocab, word_counts
 
     _check_vocab_size(vocab_size)
     normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)

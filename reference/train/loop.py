@@ -2,11 +2,11 @@
 checkpoints with bit-exact ``resume``, and the NumPy-Transformer document's reconstruction
 experiment (``seed001_experiment``).
 
-The maths comes from the implementation passed as ``impl`` (default: the ``reference`` package):
-``loss_and_grads``/``loss`` for the model and ``accumulate_gradients``, ``clip_by_global_norm``,
-``warmup_linear_lr``, ``adam_step`` for the optimizer.  This module only orchestrates; data come
-in as arrays (see ``reference.train.data``), so tests can train on synthetic ids without a
-tokenizer.
+The maths comes from the implementation passed as ``impl`` (default: the ``minibert_reference``
+package): ``loss_and_grads``/``loss`` for the model and ``accumulate_gradients``,
+``clip_by_global_norm``, ``warmup_linear_lr``, ``adam_step`` for the optimizer.  This module only
+orchestrates; data come in as arrays (see ``minibert_reference.train.data``), so tests can train on
+synthetic ids without a tokenizer.
 
 One step (0-based ``s``): draw ``accum_steps`` micro-batches of ``batch_size`` rows (uniformly with
 replacement, then MLM-masked) from one ``numpy.random.Generator``; loss and gradient of the logical
@@ -28,10 +28,15 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from reference.model import param_shapes
-from reference.train import data as D
-from reference.train.fileio import atomic_write, atomic_write_json, read_user_text, sha256_text
-from reference.validate import non_finite
+from minibert_reference.model import param_shapes
+from minibert_reference.train import data as D
+from minibert_reference.train.fileio import (
+    atomic_write,
+    atomic_write_json,
+    read_user_text,
+    sha256_text,
+)
+from minibert_reference.validate import non_finite
 
 
 class NonFiniteStep(FloatingPointError):
@@ -117,7 +122,8 @@ class TrainState:
 # --------------------------------------------------------------------------- batches
 def sample_batch(ids, attention_mask, rng, *, batch_size: int, vocab_size: int,
                  mask_prob: float = 0.15) -> dict:
-    """``batch_size`` rows drawn uniformly with replacement, MLM-masked (reference.train.data)."""
+    """``batch_size`` rows drawn uniformly with replacement, MLM-masked
+    (minibert_reference.train.data)."""
     rows = rng.integers(0, ids.shape[0], size=batch_size)
     x, am = ids[rows], attention_mask[rows]
     corrupted, labels = D.mask_tokens(x, am, rng, vocab_size=vocab_size, mask_prob=mask_prob)
@@ -229,7 +235,7 @@ def init_state(impl, config, tcfg: TrainConfig) -> TrainState:
 
 def save_state(path: str, state: TrainState, config, tcfg: TrainConfig, *,
                tokenizer_json: str | None = None, extra: dict | None = None) -> None:
-    from reference.train.checkpoint import save_checkpoint
+    from minibert_reference.train.checkpoint import save_checkpoint
 
     extra = dict(extra or {})
     if tokenizer_json is not None:
@@ -242,8 +248,8 @@ def save_state(path: str, state: TrainState, config, tcfg: TrainConfig, *,
 def load_state(path: str, *, with_meta: bool = False):
     """(TrainState, BertConfig, TrainConfig, tokenizer_json) from a checkpoint; with
     ``with_meta`` also the checkpoint's ``extra`` dict plus its ``warnings``."""
-    from reference.config import BertConfig
-    from reference.train.checkpoint import load_checkpoint
+    from minibert_reference.config import BertConfig
+    from minibert_reference.train.checkpoint import load_checkpoint
 
     ck = load_checkpoint(path)
     config = BertConfig.from_dict(ck["model_config"])  # validated against the tensors by the loader
@@ -391,7 +397,7 @@ def load_or_build_corpus(run_dir: str, files=None, *, expected_sha256: str | Non
     from ``files`` (or the default corpus) and written atomically when absent; when present it
     must hash to ``expected_sha256`` (a resume) and, when ``files`` are given, hold exactly
     their paragraphs (so --files is never silently ignored)."""
-    from reference.train import corpus
+    from minibert_reference.train import corpus
 
     cpath = os.path.join(run_dir, "corpus.txt")
     if os.path.exists(cpath):
@@ -453,7 +459,7 @@ def prepare_corpus_data(run_dir: str, *, files=None, seq_len: int, vocab_size: i
 
 
 def _split(paras, fraction):
-    from reference.train import corpus
+    from minibert_reference.train import corpus
 
     return corpus.split(paras, fraction)
 
@@ -475,10 +481,10 @@ def seed001_experiment(impl=None, *, epochs: int = 500, n_seqs: int = 64, seq_le
     Returns the final MSE over the whole data set, the baselines (predict zeros; predict the
     positional encoding alone) and the claim.
     """
-    import reference
-    from reference.config import seed001
+    import minibert_reference
+    from minibert_reference.config import seed001
 
-    impl = impl or reference
+    impl = impl or minibert_reference
     config = seed001(max_len=seq_len)
     rng = np.random.default_rng(seed)
     params = impl.init_params(config, seed=seed, dtype=dtype)

@@ -98,7 +98,7 @@ def plot_loss_curve(path: str, history: dict, *, baseline: float | None = None,
 
 def _save(fig, path: str) -> None:
     """Atomic: a kill mid-write leaves the previous image, never a truncated one."""
-    from reference.train.fileio import atomic_path
+    from minibert_reference.train.fileio import atomic_path
 
     fmt = os.path.splitext(path)[1].lstrip(".") or "png"
     with atomic_path(path) as tmp:

@@ -1,6 +1,6 @@
 """The thread and memory policy of every entry point (train, bench, audit timings, check).
 
-Threads.  ``--threads N`` means N workers of ``reference.parallel`` (batch shards, tensor
+Threads.  ``--threads N`` means N workers of ``minibert_reference.parallel`` (batch shards, tensor
 groups), each running single-threaded BLAS.  OpenBLAS's own threads are never used: they
 spin-wait between calls, so on a 2-core machine that is busy elsewhere 2 BLAS threads ran a
 Mini-BERT step 5-7x *slower* than 1 (a descheduled partner stalls every matmul), and even on an
@@ -59,11 +59,11 @@ def choose(requested=AUTO) -> int:
 
 @contextmanager
 def use_threads(n: int):
-    """Run the body with ``n`` workers (``reference.parallel``) and single-threaded BLAS,
+    """Run the body with ``n`` workers (``minibert_reference.parallel``) and single-threaded BLAS,
     restoring both afterwards."""
     from threadpoolctl import threadpool_limits
 
-    from reference import parallel
+    from minibert_reference import parallel
 
     with threadpool_limits(limits=1, user_api="blas"), parallel.workers(int(n)):
         yield int(n)

@@ -42,7 +42,7 @@ def learn_vocab(counts: Counter, vocab_size: int, specials, *, min_frequency: in
     piece (count 0 when it never starts a word), as the HF trainer builds it.  Where the
     alphabet alone exceeds ``vocab_size``, the HF trainer keeps all of it (a larger vocabulary
     than asked); here the most frequent pieces are kept.  The rule is written as its
-    definition in ``spec.equations.wordpiece`` (``greedy_vocab``)."""
+    definition in ``minibert_spec.equations.wordpiece`` (``greedy_vocab``)."""
     words = sorted(counts)  # a fixed order: the result never depends on dict iteration
     freq = [counts[w] for w in words]
     seqs = [_pieces(w) for w in words]

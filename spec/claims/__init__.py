@@ -2,8 +2,8 @@
 obtains and a verdict.  One module per document (``minibert``, ``guide``, ``seed001``,
 ``slides``, ``blog``) registers its claims with :func:`claim`; this module holds the ledger's
 machinery (the shared :class:`Context`, the verdict rules, evaluation) and imports them in
-that order.  The closed forms the counts come from are ``spec.costs``'s; the timing claims
-measure with ``spec.claims.timing.claim_timings``.
+that order.  The closed forms the counts come from are ``minibert_spec.costs``'s; the timing claims
+measure with ``minibert_spec.claims.timing.claim_timings``.
 
 Each :class:`Claim` restates the claim in our words, cites its source, gives the stated value,
 and an ``obtain(ctx)`` that computes the project's value -- from SymPy closed forms in
@@ -34,9 +34,9 @@ from functools import cached_property
 
 import numpy as np
 
-from spec.costs import closed_forms
-from spec.paths import RESULTS
-from spec.protocol import IGNORE_INDEX
+from minibert_spec.costs import closed_forms
+from minibert_spec.paths import RESULTS
+from minibert_spec.protocol import IGNORE_INDEX
 
 VERDICTS = ("confirmed", "refuted", "convention", "not reproducible")
 TRAINING_RESULT = (RESULTS
@@ -104,7 +104,7 @@ class Context:
     @cached_property
     def forward(self):
         """(output, cache) of one unsharded forward: the claims read the cache's arrays."""
-        from reference import parallel
+        from minibert_reference import parallel
 
         ids, _ = self.batch
         with parallel.workers(1):
@@ -143,18 +143,20 @@ class Context:
 
     @cached_property
     def timings(self) -> dict:
-        """The timing claims' medians (ms), measured by spec.claims.timing.claim_timings (the
+        """The timing claims' medians (ms), measured by minibert_spec.claims.timing.claim_timings
+        (the
         bench's harness: each side alone in its own process); sets ``repeats_done``."""
-        from spec.claims.timing import claim_timings
+        from minibert_spec.claims.timing import claim_timings
 
         return claim_timings(self)
 
 
 def claim_sides(job: dict, side: str):
-    """What a child process of the timing claims times (``spec.claims.timing.CLAIMS_TASK``):
+    """What a child process of the timing claims times
+    (``minibert_spec.claims.timing.CLAIMS_TASK``):
     (fns, before) of ``side`` on a fresh :class:`Context` of the implementation the job names."""
-    from spec.claims.timing import claim_side_fns
-    from spec.protocol import load_impl
+    from minibert_spec.claims.timing import claim_side_fns
+    from minibert_spec.protocol import load_impl
 
     ctx = Context(load_impl(job["impl"]), smoke=bool(job.get("smoke")))
     return claim_side_fns(ctx, side)
@@ -256,7 +258,7 @@ def claim(id, text, source, stated, verdict, **kw):
 def exact_correspondence(document: str) -> Result:
     """A document's claim that all its equations are implemented exactly: how many of the
     equation entries citing it hold (their recorded SymPy verdicts)."""
-    from spec.equations import load
+    from minibert_spec.equations import load
     eqs = [e for e in load().values() if any(s.startswith(document) for s in e.sources)]
     wrong = [e.id for e in eqs if e.expected == "refuted"]
     return Result(f"{len(eqs) - len(wrong)}/{len(eqs)} entries hold",

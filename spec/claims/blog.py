@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.claims import Result, claim, fmt_int
-from spec.sources import BLOG, SLIDES
+from minibert_spec.claims import Result, claim, fmt_int
+from minibert_spec.sources import BLOG, SLIDES
 
 
 @claim("blog.shapes", "BERT-base: W_P 512x768, 12 layers of 12 heads with 768x64 projections "
@@ -57,7 +57,7 @@ TRANSFORMERS_BERT_BASE_PARAMS = 109_482_240
        "transformers' BertModel", f"{BLOG} (initialize); {SLIDES} (tokens)",
        fmt_int(TRANSFORMERS_BERT_BASE_PARAMS), "confirmed")
 def _bert_base_params(ctx):
-    from reference.config import bert_base
+    from minibert_reference.config import bert_base
 
     shapes = ctx.impl.param_shapes(bert_base())
     total = sum(int(np.prod(s)) for s in shapes.values())
@@ -96,8 +96,8 @@ def blog_literal_forward(impl, params, config, input_ids, attention_mask=None) -
 def _blog_literal_differences(ctx) -> dict[str, float]:
     """max |h_variant - h_BERT| / max |h_BERT| of the last hidden states on the same random
     BERT weights (bert_tiny's architecture, 4 layers, H=32, float64, B=2, T=12)."""
-    from reference.config import bert_tiny
-    from spec.numerics.finite_differences import random_params
+    from minibert_reference.config import bert_tiny
+    from minibert_spec.numerics.finite_differences import random_params
 
     config = bert_tiny(n_layers=4, hidden=32, n_heads=4, intermediate=64, head="none")
     params = random_params(ctx.impl, config, seed=11)

@@ -1,13 +1,13 @@
 """Claims of the visual guide: rounded parameter storage and memory (§8), the worked MLM
 example (§6), the attention picture (§4), shapes (§2-3, §5, §7, §9) and timings (§8, measured
-by spec.claims.timing.claim_timings: machine-dependent)."""
+by minibert_spec.claims.timing.claim_timings: machine-dependent)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from spec.claims import MB, TIMING_FACTOR, Result, by_rounding, claim, rounds_to
-from spec.sources import GUIDE
+from minibert_spec.claims import MB, TIMING_FACTOR, Result, by_rounding, claim, rounds_to
+from minibert_spec.sources import GUIDE
 
 
 # ---- visual guide §8 parameter storage (rounded figures)
@@ -113,7 +113,7 @@ def _guide_ffn(ctx):
 # ---- timings (machine-dependent)
 def _timing(key, stated_ms):
     def obtain(ctx):
-        from spec.claims.timing import timing_verdict
+        from minibert_spec.claims.timing import timing_verdict
 
         if not ctx.measure:
             return Result("not measured", "not reproducible", "measurement disabled")

@@ -8,7 +8,7 @@ import inspect
 
 import numpy as np
 
-from spec.claims import (
+from minibert_spec.claims import (
     KB,
     MB,
     Context,
@@ -19,7 +19,7 @@ from spec.claims import (
     fmt_int,
     rounds_to,
 )
-from spec.sources import GUIDE, MINIBERT, SLIDES
+from minibert_spec.sources import GUIDE, MINIBERT, SLIDES
 
 
 def _param_claim(name, prefix_fn, stated_value):
@@ -276,7 +276,7 @@ def _adam_defaults(ctx):
 @claim("schedule.first_step", "With warmup the learning rate at step 0 is 0", f"{MINIBERT} §8.1",
        "lr(0) = 0", "convention")
 def _first_step(ctx):
-    from spec.equations.schedule import lr_document
+    from minibert_spec.equations.schedule import lr_document
     doc = lr_document(0, warmup=100, total=1000, peak=1e-4)
     fn = getattr(ctx.impl, "warmup_linear_lr", None)
     detail = "the formula as written (0-based steps) gives 0: the first update is wasted"
@@ -287,15 +287,15 @@ def _first_step(ctx):
         except TypeError as e:
             detail += f"; warmup_linear_lr call failed ({e}): align the call in spec/claims.py"
     else:
-        detail += "; reference.optim.warmup_linear_lr uses (step + 1) / warmup"
+        detail += "; minibert_reference.optim.warmup_linear_lr uses (step + 1) / warmup"
     return Result(f"{float(doc):g} (document formula)", "convention", detail)
 
 
 @claim("gradcheck.eps", "Finite differences use eps = 1e-5", f"{MINIBERT} §9.1", "1e-5",
        "confirmed")
 def _fd_eps(ctx):
-    from spec.tolerances import FD_EPS
-    return Result(f"{FD_EPS:g} (spec.tolerances.FD_EPS)",
+    from minibert_spec.tolerances import FD_EPS
+    return Result(f"{FD_EPS:g} (minibert_spec.tolerances.FD_EPS)",
                   "confirmed" if FD_EPS == 1e-5 else "convention",
                   "central differences in float64: truncation and rounding both ~1e-10")
 
@@ -303,8 +303,8 @@ def _fd_eps(ctx):
 @claim("gradcheck.typical", "A correct implementation's relative error is below 1e-4 with "
        "the document's measure", f"{MINIBERT} §9.1", "< 1e-4", "confirmed")
 def _fd_typical(ctx):
-    from spec.equations.gradcheck import doc_error
-    from spec.numerics.finite_differences import model_gradcheck
+    from minibert_spec.equations.gradcheck import doc_error
+    from minibert_spec.numerics.finite_differences import model_gradcheck
     # the Mini-BERT architecture (3 post-LN layers, 4 heads, final LN, MLM head) at small
     # widths: the full 8192 x 192 float64 model takes ~20 s, and the claim is about the method
     config = ctx.config.replace(hidden=16, intermediate=32, vocab_size=32, max_len=8)

@@ -7,9 +7,9 @@ import json
 import math
 from pathlib import Path
 
-from spec.claims import TRAINING_RESULT, Result, claim, exact_correspondence
-from spec.paths import HOME
-from spec.sources import SEED001
+from minibert_spec.claims import TRAINING_RESULT, Result, claim, exact_correspondence
+from minibert_spec.paths import HOME
+from minibert_spec.sources import SEED001
 
 
 @claim("seed001.architecture", "The NumPy Transformer has 2 layers, d_model=64, 4 heads, "

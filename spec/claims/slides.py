@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from spec.claims import Result, claim
-from spec.sources import SLIDES
+from minibert_spec.claims import Result, claim
+from minibert_spec.sources import SLIDES
 
 
 @claim("slides.vocab", "BERT's vocabulary has 30,522 WordPiece tokens", f"{SLIDES} (tokens)",

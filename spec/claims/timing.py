@@ -1,24 +1,25 @@
 """The claims ledger's timings: the visual guide's "a forward takes about 20 ms", measured.
 
-``ctx`` is the ledger's :class:`spec.claims.Context` (the model, its weights and batch;
-``smoke`` times a tiny model).  Each side runs alone in its own process (``spec.benchproc``, the
-bench's harness; a child builds its timed calls with :func:`claim_side_fns`), the sides
-alternating, ``ctx.repeats`` rounds at most; no round starts after TIMING_BUDGET_S (>= 1
-round).  A stated time is judged as a ratio to PyTorch eager (:func:`timing_verdict`).
+``ctx`` is the ledger's :class:`minibert_spec.claims.Context` (the model, its weights and batch;
+``smoke`` times a tiny model).  Each side runs alone in its own process
+(``minibert_spec.benchproc``, the bench's harness; a child builds its timed calls with
+:func:`claim_side_fns`), the sides alternating, ``ctx.repeats`` rounds at most; no round starts
+after TIMING_BUDGET_S (>= 1 round).  A stated time is judged as a ratio to PyTorch eager
+(:func:`timing_verdict`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from spec.bench import backward_inputs, load_torch_side, step_gflop
-from spec.benchproc import check_processes, impl_spec, python_path, run_rounds, stats_of
-from spec.protocol import IGNORE_INDEX
+from minibert_spec.bench import backward_inputs, load_torch_side, step_gflop
+from minibert_spec.benchproc import check_processes, impl_spec, python_path, run_rounds, stats_of
+from minibert_spec.protocol import IGNORE_INDEX
 
 TIMING_BUDGET_S = 30.0
-# what a child process times (the job's "task", imported by name by spec.benchproc): a fresh
-# Context of the implementation the job names, and claim_side_fns on it
-CLAIMS_TASK = "spec.claims:claim_sides"
+# what a child process times (the job's "task", imported by name by minibert_spec.benchproc): a
+# fresh Context of the implementation the job names, and claim_side_fns on it
+CLAIMS_TASK = "minibert_spec.claims:claim_sides"
 CLAIM_KEYS = ("forward", "backward", "step")
 CLAIM_CALLS = 3  # timed calls per key and process, after one warm-up round
 
@@ -31,7 +32,7 @@ def claim_timings(ctx) -> dict:
     ``torch_<name>``) when torch is installed; ``threads``; ``unmeasured`` with a reason when
     no child can import the implementation.  Sets ``ctx.repeats_done``, ``ctx.timing_problems``
     (every process's self-check) and ``ctx.timing_processes``."""
-    from reference.train.threads import available_cores
+    from minibert_reference.train.threads import available_cores
 
     threads = min(available_cores(), YARDSTICK_THREADS)
     ctx.timing_problems, ctx.timing_processes, ctx.repeats_done = [], [], "0 rounds"

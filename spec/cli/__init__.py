@@ -1,8 +1,8 @@
 """``minibert`` command line.
 
 One module per subcommand in this package, each with ``register(subparsers)``; subcommands
-import what they need lazily, so ``minibert --help`` stays fast.  The CLI lives in ``spec``
-because it drives the checks: ``spec`` imports ``reference``, never the reverse.
+import what they need lazily, so ``minibert --help`` stays fast.  The CLI lives in ``minibert_spec``
+because it drives the checks: ``minibert_spec`` imports ``minibert_reference``, never the reverse.
 
 A user's mistake (a missing file, a bad flag value, a corrupt checkpoint) is one line on
 stderr saying what is wrong and what to do, exit status 2; ``--debug`` shows the traceback.
@@ -42,9 +42,9 @@ def error_line(exc: BaseException) -> str:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        # every command under the thread and memory policy (reference.train.threads): one worker
-        # per core, single-threaded BLAS, freed memory kept; train and bench set their own
-        from reference.train.threads import choose, keep_freed_memory, use_threads
+        # every command under the thread and memory policy (minibert_reference.train.threads): one
+        # worker per core, single-threaded BLAS, freed memory kept; train and bench set their own
+        from minibert_reference.train.threads import choose, keep_freed_memory, use_threads
 
         keep_freed_memory()
         with use_threads(choose("auto")):

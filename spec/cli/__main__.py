@@ -1,7 +1,7 @@
-"""``python -m spec.cli`` = ``minibert``."""
+"""``python -m minibert_spec.cli`` = ``minibert``."""
 
 import sys
 
-from spec.cli import main
+from minibert_spec.cli import main
 
 sys.exit(main())

@@ -1,5 +1,5 @@
 """``minibert check --many DIR_OR_GLOB [--cluster ADDRESS]``: the class table of many
-implementations (spec.suite.many does the work; this is the command line around it)."""
+implementations (minibert_spec.suite.many does the work; this is the command line around it)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def argv_for(args) -> list[str]:
 
 
 def many_command(args) -> int:
-    from spec.cli._output import _fail, html_refused
-    from spec.suite.many import SLACK_SECONDS, class_table, find_submissions, run_many
-    from spec.suite.pool import LOAD_SECONDS
+    from minibert_spec.cli._output import _fail, html_refused
+    from minibert_spec.suite.many import SLACK_SECONDS, class_table, find_submissions, run_many
+    from minibert_spec.suite.pool import LOAD_SECONDS
 
     if not args.many:
         return _fail("--cluster: applies to --many only")
@@ -73,14 +73,14 @@ def many_command(args) -> int:
     except ValueError as e:
         return _fail(str(e))
     table = class_table(rows)
-    from spec.cli._provenance import provenance
+    from minibert_spec.cli._provenance import provenance
 
     table["provenance"] = provenance()
     table["argv"] = argv_for(args)
     if args.format == "json":
         text = json.dumps(table, indent=1)
         if args.output:
-            from spec.cli._output import _write
+            from minibert_spec.cli._output import _write
 
             _write(args.output, text)
         else:
@@ -88,12 +88,12 @@ def many_command(args) -> int:
     else:
         _print_many(table)
         if args.format == "html":
-            from spec.report.many import write_many_site
+            from minibert_spec.report.many import write_many_site
 
             write_many_site(table, Path(args.output), table["provenance"])
             print(f"table written to {Path(args.output) / 'index.html'}", file=sys.stderr)
         elif args.output:
-            from spec.cli._output import _write
+            from minibert_spec.cli._output import _write
 
             _write(args.output, json.dumps(table, indent=1))
     return table["exit_code"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from spec.suite.report import EXIT_NOT_RUN
+from minibert_spec.suite.report import EXIT_NOT_RUN
 
 
 def _fail(msg: str, code: int = EXIT_NOT_RUN) -> int:
@@ -20,7 +20,7 @@ def html_refused(output: str | None) -> str | None:
     missing, a folder that is not ours), said before any work; None when it can."""
     if not output:
         return "--format html: expected -o DIR, the folder to write the report into"
-    from spec.report import check_output, require
+    from minibert_spec.report import check_output, require
 
     try:
         require()
@@ -31,7 +31,7 @@ def html_refused(output: str | None) -> str | None:
 
 
 def _write(path: str, text: str) -> None:
-    from reference.train.fileio import atomic_write
+    from minibert_reference.train.fileio import atomic_write
 
     target = Path(path)
     if target.parent and not target.parent.exists():

@@ -12,7 +12,7 @@ import platform
 import subprocess
 from importlib import metadata
 
-from spec.paths import HOME
+from minibert_spec.paths import HOME
 
 PACKAGES = ("numpy", "sympy", "torch", "hypothesis", "pytest", "tokenizers", "safetensors")
 ROOT = str(HOME)

@@ -33,7 +33,7 @@ def register(sub) -> None:
 
 def _signature(row, name: str) -> str:
     try:
-        fn = getattr(importlib.import_module(f"reference.{row.module}"), name)
+        fn = getattr(importlib.import_module(f"minibert_reference.{row.module}"), name)
         sig = inspect.signature(fn)
         sig = sig.replace(parameters=[p.replace(annotation=p.empty)
                                       for p in sig.parameters.values()],
@@ -48,10 +48,10 @@ def capabilities_lines() -> list[str]:
     """The CAPABILITIES block of the skeleton, commented out: every key at its default with
     what it accepts, every convention, every guard with its range, every op's options with
     each value's meaning -- all generated from the protocol's tables and the text its
-    refusals use (spec.protocol.capabilities.accepted), never restated here."""
-    from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES
-    from spec.protocol.capabilities import VARIANTS, accepted
-    from spec.protocol.guards import GUARDS
+    refusals use (minibert_spec.protocol.capabilities.accepted), never restated here."""
+    from minibert_spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES
+    from minibert_spec.protocol.capabilities import VARIANTS, accepted
+    from minibert_spec.protocol.guards import GUARDS
 
     out = ["CAPABILITIES = {"]
     for key, default in DEFAULT_CAPABILITIES.items():
@@ -75,7 +75,7 @@ def capabilities_lines() -> list[str]:
 
 def skeleton(module: str) -> str:
     """The adapter skeleton for ``module`` as Python source."""
-    from spec.protocol import OPS
+    from minibert_spec.protocol import OPS
 
     if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
         raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
@@ -88,7 +88,7 @@ def skeleton(module: str) -> str:
            "reported n/a, never passed).  Check it with: minibert check <this module>",
            '"""', "", (f"import {module}" if alias == module else f"import {module} as {alias}")
            + "  # noqa: F401 -- your implementation",
-           "from spec.suite.adapters import layer, optimizer  # noqa: F401 -- class-style code",
+           "from minibert_spec.suite.adapters import layer, optimizer  # noqa: F401 -- classes",
            "", "# What you do not support or do differently (absent keys claim everything;",
            "# anything else is refused before a check runs, naming what it accepts):"]
     out += capabilities_lines() + [""]
@@ -116,7 +116,7 @@ def run(args) -> int:
 
 
 def run_infer(args) -> int:
-    from spec.suite.infer import infer_source
+    from minibert_spec.suite.infer import infer_source
 
     return _write(infer_source(args.module), args.output,
                   "review each decision, then minibert check it")

@@ -41,7 +41,7 @@ def _load_impl(spec: str | None):
     """The implementation named by --impl; a bad name is a ValueError saying what to pass."""
     import importlib
     if spec is None:
-        return importlib.import_module("reference")
+        return importlib.import_module("minibert_reference")
     module_name, _, attr = spec.partition(":")
     try:
         obj = importlib.import_module(module_name)
@@ -82,7 +82,7 @@ def _mutants(r, sep: str) -> str:
 
 
 def markdown(report, prov: dict | None = None) -> str:
-    from spec.cli._provenance import markdown_header
+    from minibert_spec.cli._provenance import markdown_header
 
     c = report.counts()
     lines = ["# minibert audit", "", markdown_header(prov),
@@ -174,9 +174,9 @@ def report_data(report, prov: dict) -> dict:
 def run(args) -> int:
     from rich.console import Console
 
-    from spec.audit import ROOT, run_audit
-    from spec.cli._provenance import provenance, provenance_line
-    from spec.evidence import CollectionError
+    from minibert_spec.audit import ROOT, run_audit
+    from minibert_spec.cli._provenance import provenance, provenance_line
+    from minibert_spec.evidence import CollectionError
 
     console = Console()
     if not console.is_terminal:  # CI logs: wide enough for the matrix
@@ -187,11 +187,11 @@ def run(args) -> int:
     if args.run_dir is not None and args.format != "html":
         raise ValueError("--run-dir: only --format html shows a run's plots")
     if args.format == "html":  # refuse a bad destination before the audit's work
-        from spec.report import check_output, require
+        from minibert_spec.report import check_output, require
         require()
         check_output(out)
     if args.tests is None:
-        from spec.paths import need_checkout
+        from minibert_spec.paths import need_checkout
 
         need_checkout("minibert audit (without --tests DIR)")  # the tests are the evidence
     impl = _load_impl(args.impl)
@@ -220,7 +220,7 @@ def run(args) -> int:
             for g in items:
                 console.print(f"  - {g}", markup=False, highlight=False)
     if args.format == "html":
-        from spec.report.blueprint import write_blueprint
+        from minibert_spec.report.blueprint import write_blueprint
         # the JSON report's own data: the site shows what audit.json says
         stats = write_blueprint(report_data(report, prov), out, run_dir=args.run_dir)
         console.print(f"blueprint written to {out}/index.html ({stats.files} files, "

@@ -1,6 +1,6 @@
 """``minibert bench``: the reference against PyTorch eager on the same model and batch, each side
 alone in its own process (a fresh interpreter per side, thread count and round, the sides
-alternating process by process; spec.benchproc), at each thread count: train step (full MLM
+alternating process by process; minibert_spec.benchproc), at each thread count: train step (full MLM
 head and the trainer's masked head), forward, backward and the optimizer separately; medians
 over rounds, p10/p90, the reference/torch ratio, GFLOP and the fraction of the sgemm FLOP floor;
 the peak RSS of a reference training step; ``minibert train``'s steps/s idle and beside another
@@ -9,7 +9,7 @@ target with its measured value.
 
 A benchmark, never a test: nothing here asserts a time, and the exit status says whether the
 measurement ran and is plausible (0), not whether a target was met.  The run checks itself, in
-every process (spec.bench.plausibility): a load average above the core count, an sgemm far
+every process (minibert_spec.bench.plausibility): a load average above the core count, an sgemm far
 below the 1-thread probe's rate, or a step faster than its FLOP floor says the machine was busy
 -- the report lists why, judges no target, and the exit status is 1 unless --allow-noisy.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 
-from spec.protocol import IGNORE_INDEX
+from minibert_spec.protocol import IGNORE_INDEX
 
 
 def register(sub) -> None:
@@ -33,7 +33,7 @@ def register(sub) -> None:
     b.add_argument("--seq", "-T", type=int, default=64)
     b.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="thread counts to measure: the reference's workers (single-threaded "
-                        "BLAS each, reference.train.threads) and torch.set_num_threads")
+                        "BLAS each, minibert_reference.train.threads) and torch.set_num_threads")
     b.add_argument("--rounds", type=int, default=5,
                    help="processes per side and thread count, the sides alternating process by "
                         "process; each figure is the median of their medians")
@@ -51,7 +51,7 @@ def register(sub) -> None:
     b.add_argument("--verdict", nargs="*", metavar="IMPL",
                    help="instead: time the verdict -- minibert check IMPL and its first red "
                         "(--first-red), each a fresh process, --rounds rounds, the cases "
-                        "alternating (spec.benchverdict); no IMPL: the reference")
+                        "alternating (minibert_spec.benchverdict); no IMPL: the reference")
     b.add_argument("--pytest-file", metavar="FILE",
                    help="with --verdict: also time pytest on this test file (your "
                         "parametrize_with_checks file), from its own folder")
@@ -69,7 +69,8 @@ ROWS = (("step_full", "train step, full head", "step", None),
         ("optimizer_out", "Adam, out= (the trainer's)", None, None))
 POLICY = ("each side alone in its own process (a fresh interpreter per side, thread count and "
           "round, the sides alternating); reference: N workers (batch shards, Adam's tensors; "
-          "reference.parallel), single-threaded BLAS in each; torch: torch.set_num_threads(N), "
+          "minibert_reference.parallel), single-threaded BLAS in each; torch: "
+          "torch.set_num_threads(N), "
           "NumPy's BLAS at 1 thread and unused; freed memory kept by malloc in both")
 RSS_TARGET_MIB = 300
 
@@ -91,9 +92,9 @@ def _check_args(args) -> None:
 def measure(args):
     import numpy as np
 
-    from reference.config import PRESETS
-    from reference.train.threads import available_cores
-    from spec.bench import (
+    from minibert_reference.config import PRESETS
+    from minibert_reference.train.threads import available_cores
+    from minibert_spec.bench import (
         BENCH_TASK,
         BenchReport,
         Row,
@@ -106,7 +107,7 @@ def measure(args):
         step_gflop,
         train_rate,
     )
-    from spec.benchproc import check_processes, median_sgemm, run_rounds, stats_of
+    from minibert_spec.benchproc import check_processes, median_sgemm, run_rounds, stats_of
 
     _check_args(args)
     config = PRESETS[args.preset]()
@@ -124,7 +125,7 @@ def measure(args):
     threads = sorted(set(args.threads))
     gflops = {key: (step_gflop(config, B, T, predicted if frac else None)[flops] if flops
                     else 0.0) for key, _, flops, frac in ROWS}
-    # each side alone in its own process, alternating process by process (spec.benchproc)
+    # each side alone in its own process, alternating process by process (minibert_spec.benchproc)
     job = {"task": BENCH_TASK, "preset": args.preset, "batch": B, "seq": T, "seed": args.seed,
            "keys": [key for key, *_ in ROWS], "repeats": args.repeats, "warmup": args.warmup,
            "check": True}
@@ -173,7 +174,7 @@ def _progress(args):
 
 def targets(report) -> list:
     """The issue's targets, each from this report's measurements (None where not measured)."""
-    from spec.bench import Target
+    from minibert_spec.bench import Target
 
     def ratio(key, n):
         r = report.row(key, n)
@@ -267,7 +268,7 @@ def _emit(text: str, output: str | None) -> None:
     if output:
         import os
 
-        from reference.train.fileio import atomic_write
+        from minibert_reference.train.fileio import atomic_write
 
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         atomic_write(output, text + "\n")
@@ -292,12 +293,13 @@ def run(args) -> int:
 
 
 def run_verdict(args) -> int:
-    """``minibert bench --verdict``: spec.benchverdict's cases, measured and written like the
+    """``minibert bench --verdict``: minibert_spec.benchverdict's cases, measured and written like
+    the
     train-step bench's report (table or JSON, -o atomically), the same self-check rule."""
-    from spec.benchverdict import exit_status, render, user_cases
-    from spec.benchverdict import measure as measure_verdict
+    from minibert_spec.benchverdict import exit_status, render, user_cases
+    from minibert_spec.benchverdict import measure as measure_verdict
 
-    cases = user_cases(args.verdict or ["reference"], args.pytest_file)
+    cases = user_cases(args.verdict or ["minibert_reference"], args.pytest_file)
     result = measure_verdict(cases, args.rounds,
                              progress=lambda line: print(line, file=sys.stderr, flush=True))
     _emit(json.dumps(result, indent=1) if args.format == "json" else render(result),

@@ -1,11 +1,11 @@
-"""``minibert check package.module[:object]``: the shipped judging suite (spec.suite) on any
-implementation, as a per-op table: forward and backward vs the PyTorch oracle, backward vs
+"""``minibert check package.module[:object]``: the shipped judging suite (minibert_spec.suite) on
+any implementation, as a per-op table: forward and backward vs the PyTorch oracle, backward vs
 finite differences, vs SymPy, invariants, and with ``--bad-input`` the named-error checks.
 
-Every check runs in a worker process (spec.suite.pool) under a time limit; ``--format json``
-writes the report (per op, per column: status, reason, check ids) for CI; ``--format html -o
-DIR`` renders that same JSON as a page (spec.report.check): the grid, each red cell linking to
-its failures.  The format never changes the exit status.
+Every check runs in a worker process (minibert_spec.suite.pool) under a time limit; ``--format
+json`` writes the report (per op, per column: status, reason, check ids) for CI; ``--format html -o
+DIR`` renders that same JSON as a page (minibert_spec.report.check): the grid, each red cell linking
+to its failures.  The format never changes the exit status.
 
 Exit status: 0 every op the implementation provides conforms; 1 a check failed (an op raised,
 ran past its time limit, or disagreed; an ``--xfail`` check passed); 2 it could not be checked:
@@ -22,14 +22,14 @@ import os
 import sys
 from pathlib import Path
 
-from spec.cli._output import _fail, _write, html_refused
+from minibert_spec.cli._output import _fail, _write, html_refused
 
 DEFAULT_WORKERS = 2
 
 
 def register(sub) -> None:
-    from spec.suite.pool import DEFAULT_TOTAL_TIMEOUT
-    from spec.suite.run import DEFAULT_TIMEOUT, ORACLE_MODES
+    from minibert_spec.suite.pool import DEFAULT_TOTAL_TIMEOUT
+    from minibert_spec.suite.run import DEFAULT_TIMEOUT, ORACLE_MODES
 
     g = sub.add_parser("check", help="run the judging suite on an implementation "
                                      "(package.module[:object]): a per-op verdict")
@@ -99,10 +99,10 @@ def register(sub) -> None:
 def _where(check) -> str:
     """``file:line`` of the function that defines the check (relative to the directory holding
     the spec package: spec/suite/checks/fd.py:61)."""
-    import spec
+    import minibert_spec
 
     file, line = check.source
-    root = Path(spec.__file__).resolve().parent.parent
+    root = Path(minibert_spec.__file__).resolve().parent.parent
     try:
         file = Path(file).resolve().relative_to(root).as_posix()
     except ValueError:
@@ -135,10 +135,10 @@ def import_root(module_name: str, cwd: str) -> str | None:
 
 
 def run(args) -> int:
-    from spec.suite.pool import launch_server
+    from minibert_spec.suite.pool import launch_server
 
     if args.many or args.cluster:
-        from spec.cli._many import many_command
+        from minibert_spec.cli._many import many_command
 
         return many_command(args)
     # the workers' fork server imports the suite while this process selects the checks
@@ -151,11 +151,11 @@ def run(args) -> int:
 
 
 def _run(args, server) -> int:
-    from spec.suite import QUICK, selected_checks
-    from spec.suite.pool import run_isolated
-    from spec.suite.probe import probe_import
-    from spec.suite.registry import resolve_expected_failures
-    from spec.suite.report import apply_expectations, expectations_from_args
+    from minibert_spec.suite import QUICK, selected_checks
+    from minibert_spec.suite.pool import run_isolated
+    from minibert_spec.suite.probe import probe_import
+    from minibert_spec.suite.registry import resolve_expected_failures
+    from minibert_spec.suite.report import apply_expectations, expectations_from_args
 
     for flag, value in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
         if value is not None and value <= 0:
@@ -215,7 +215,7 @@ def _run(args, server) -> int:
     settings = run_settings(args, expected, paths, bool(database or replay))
     reason = probe_import(args.impl, args.timeout, paths=paths)  # an exit, crash or hang
     if reason is not None:
-        from spec.suite.report import CheckReport
+        from minibert_spec.suite.report import CheckReport
 
         report = CheckReport(args.impl, [], args.oracle, args.bad_input, load_error=reason)
         return _could_not_run(args, report, settings, plan)
@@ -233,7 +233,7 @@ def _run(args, server) -> int:
     report.results = apply_expectations(report.results, expected)
     if report.load_error is not None:  # one line, nothing else
         return _could_not_run(args, report, settings, plan)
-    from spec.cli._provenance import provenance
+    from minibert_spec.cli._provenance import provenance
 
     report.provenance = provenance()
     report.settings, report.shard = settings, plan
@@ -255,7 +255,7 @@ def output(args, report) -> int:
         else:
             print(text)
     elif args.format == "html":
-        from spec.report.check import write_check_site
+        from minibert_spec.report.check import write_check_site
 
         _print_table(report, data)
         stats = write_check_site(json.loads(json.dumps(data)), Path(args.output))
@@ -269,9 +269,15 @@ def output(args, report) -> int:
 
 
 def _shard(args, checks) -> dict | None:
-    """``--shard k/N``: the shard's plan (spec.suite.shard.shard_plan), or None without it; a
+    """``--shard k/N``: the shard's plan (minibert_spec.suite.shard.shard_plan), or None without it;
+    a
     ValueError for what a shard cannot be run with."""
-    from spec.suite.shard import default_check_durations, parse_shard, read_durations, shard_plan
+    from minibert_spec.suite.shard import (
+        default_check_durations,
+        parse_shard,
+        read_durations,
+        shard_plan,
+    )
 
     if args.shard is None:
         if args.durations:
@@ -294,13 +300,13 @@ def _shard(args, checks) -> dict | None:
 def run_settings(args, expected, paths, shares_database: bool) -> dict:
     """What decides this run's verdicts besides the implementation's name -- the options, the
     implementation's source, the suite's version and its libraries: recorded in the report,
-    and what the shards of one run must share (spec.suite.shard.merge_check_reports)."""
+    and what the shards of one run must share (minibert_spec.suite.shard.merge_check_reports)."""
     import platform
     from importlib import metadata
 
-    from spec.cli._provenance import git_commit, package_versions
-    from spec.suite.run import run_seed
-    from spec.suite.shard import implementation_digest
+    from minibert_spec.cli._provenance import git_commit, package_versions
+    from minibert_spec.suite.run import run_seed
+    from minibert_spec.suite.shard import implementation_digest
 
     try:
         version = metadata.version("minibert-spec")
@@ -320,7 +326,7 @@ def _could_not_run(args, report, settings, plan) -> int:
     """One line and the exit status of a run that could not load the implementation; a
     shard writes its report too (the merge then says which shard could not run, and why)."""
     if plan is not None:
-        from spec.cli._provenance import provenance
+        from minibert_spec.cli._provenance import provenance
 
         report.provenance, report.settings, report.shard = provenance(), settings, plan
         _write(args.output, json.dumps(report.to_json(), indent=1))
@@ -328,8 +334,8 @@ def _could_not_run(args, report, settings, plan) -> int:
 
 
 def _check_selection(args) -> None:
-    from spec.protocol import OPS
-    from spec.suite.registry import KINDS
+    from minibert_spec.protocol import OPS
+    from minibert_spec.suite.registry import KINDS
 
     unknown = sorted(set(args.ops or ()) - set(OPS))
     if unknown:
@@ -366,7 +372,7 @@ def _print_table(report, data) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from spec.cli._provenance import provenance_line
+    from minibert_spec.cli._provenance import provenance_line
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(escape(f"minibert check {report.impl}: {provenance_line()}"), style="dim")

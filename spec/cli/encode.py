@@ -21,14 +21,14 @@ def sentence_embeddings(checkpoint, texts, pooling: str = "cls", normalize: bool
     """[N, H] float32: the encoder body of the checkpoint (its head, if any, unused)."""
     import numpy as np
 
-    import reference
-    from reference.hf.tokenizer import encode, load_tokenizer
+    import minibert_reference
+    from minibert_reference.hf.tokenizer import encode, load_tokenizer
 
-    config, params = reference.load_pretrained(checkpoint)
+    config, params = minibert_reference.load_pretrained(checkpoint)
     body = config.replace(head="none", pooler=False)
-    params = {k: v for k, v in params.items() if k in reference.param_shapes(body)}
+    params = {k: v for k, v in params.items() if k in minibert_reference.param_shapes(body)}
     batch = encode(load_tokenizer(checkpoint, max_len=config.max_len), texts)
-    h, _ = reference.forward(params, body, batch["input_ids"], batch["attention_mask"],
+    h, _ = minibert_reference.forward(params, body, batch["input_ids"], batch["attention_mask"],
                              token_type_ids=batch["token_type_ids"])  # [N, T, H]
     if pooling == "cls":
         out = h[:, 0]
@@ -58,11 +58,11 @@ def output_path(value: str) -> str:
 def run(args) -> int:
     import numpy as np
 
-    # a mistake is a ValueError: minibert's one line on stderr, exit 2 (spec.cli.main)
+    # a mistake is a ValueError: minibert's one line on stderr, exit 2 (minibert_spec.cli.main)
     out = None if args.output is None else output_path(args.output)
     emb = sentence_embeddings(args.checkpoint, args.texts, args.pooling, args.normalize)
     if out is not None:
-        from reference.train.fileio import atomic_path
+        from minibert_reference.train.fileio import atomic_path
 
         with atomic_path(out) as tmp, open(tmp, "wb") as fh:
             np.save(fh, emb)  # a file object: written as named, no suffix added

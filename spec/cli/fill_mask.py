@@ -19,7 +19,7 @@ def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
     """[(position, [(token, probability), ...]), ...] for each [MASK] in ``text``."""
     import numpy as np
 
-    from reference.train import data as D
+    from minibert_reference.train import data as D
 
     n_vocab = min(tok.get_vocab_size(), config.vocab_size) - D.N_SPECIAL
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= n_vocab:
@@ -49,10 +49,10 @@ def fill_mask_hf(directory, text: str, top_k: int = 5):
     """fill_mask for a Hugging Face BertForMaskedLM directory (its vocab.txt tokenizer)."""
     import numpy as np
 
-    import reference
-    from reference.hf.tokenizer import encode, load_tokenizer
+    import minibert_reference
+    from minibert_reference.hf.tokenizer import encode, load_tokenizer
 
-    config, params = reference.load_pretrained(directory)
+    config, params = minibert_reference.load_pretrained(directory)
     if config.head != "mlm":
         raise ValueError(f"{directory}: not a masked-LM checkpoint (no cls.predictions.*)")
     tok = load_tokenizer(directory, max_len=config.max_len)
@@ -61,8 +61,9 @@ def fill_mask_hf(directory, text: str, top_k: int = 5):
     positions = np.flatnonzero(batch["input_ids"][0] == mask_id).tolist()
     if not positions:
         raise ValueError(f"text: expected at least one [MASK], got {text!r}")
-    logits, _ = reference.forward(params, config, batch["input_ids"], batch["attention_mask"],
-                                  token_type_ids=batch["token_type_ids"])
+    logits, _ = minibert_reference.forward(params, config, batch["input_ids"],
+                                           batch["attention_mask"],
+                                           token_type_ids=batch["token_type_ids"])
     special = [tok.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")]
     out = []
     for pos in positions:
@@ -78,9 +79,9 @@ def fill_mask_hf(directory, text: str, top_k: int = 5):
 def run(args) -> int:
     from pathlib import Path
 
-    import reference
-    from reference.train import data as D
-    from reference.train.loop import load_state
+    import minibert_reference
+    from minibert_reference.train import data as D
+    from minibert_reference.train.loop import load_state
 
     if Path(args.checkpoint).is_dir():  # a Hugging Face directory
         # a ValueError (no config.json, a pickle-only directory, ...) is a user mistake: main()
@@ -97,7 +98,8 @@ def run(args) -> int:
         raise ValueError(f"checkpoint: expected a stored tokenizer in {args.checkpoint!r}, got "
                          f"none (trained on synthetic ids?); use a run of minibert train")
     tok = D.tokenizer_from_json(tok_json, name="checkpoint tokenizer")
-    for pos, preds in fill_mask(reference, state.params, config, tok, args.text, args.top_k):
+    for pos, preds in fill_mask(minibert_reference, state.params, config, tok, args.text,
+                                args.top_k):
         print(f"[MASK] at position {pos} (step {state.step}):")
         for token, p in preds:
             print(f"  {token:<16} {p:.4f}")

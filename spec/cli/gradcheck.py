@@ -29,8 +29,8 @@ def _gradcheck(model_gradcheck, impl, config, **kw):
     The other tensors are still checked (the bad ones stand in as zeros there)."""
     import numpy as np
 
-    from spec.numerics.finite_differences import CheckResult, random_batch, random_params
-    from spec.tolerances import FD_RTOL
+    from minibert_spec.numerics.finite_differences import CheckResult, random_batch, random_params
+    from minibert_spec.tolerances import FD_RTOL
 
     params = random_params(impl, config, kw["seed"])
     batch = random_batch(config, kw["B"], kw["T"], kw["seed"])
@@ -75,10 +75,10 @@ def run(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    import reference
-    from reference.config import PRESETS
-    from spec.cli._provenance import provenance_line
-    from spec.numerics.finite_differences import model_gradcheck
+    import minibert_reference
+    from minibert_reference.config import PRESETS
+    from minibert_spec.cli._provenance import provenance_line
+    from minibert_spec.numerics.finite_differences import model_gradcheck
 
     console = Console()
     console.print(provenance_line(), markup=False, highlight=False)
@@ -86,7 +86,7 @@ def run(args) -> int:
     for preset in args.preset:
         config = PRESETS[preset]()
         start = time.perf_counter()
-        results, bad = _gradcheck(model_gradcheck, reference, config, B=args.batch,
+        results, bad = _gradcheck(model_gradcheck, minibert_reference, config, B=args.batch,
                                   T=args.seq, seed=args.seed, n_dirs=args.directions)
         elapsed = time.perf_counter() - start
         table = Table(title=f"{preset}: directional finite differences, float64, "

@@ -53,16 +53,16 @@ def run(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from spec.mutants import CATALOG, applicability
-    from spec.mutation import run_mutants, run_suite, score, select
-    from spec.paths import need_checkout
+    from minibert_spec.mutants import CATALOG, applicability
+    from minibert_spec.mutation import run_mutants, run_suite, score, select
+    from minibert_spec.paths import need_checkout
 
     if not args.list:
         need_checkout("minibert mutate")  # it runs the project's own tests against each mutant
 
     # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
     console = Console(width=None if sys.stdout.isatty() else 160)
-    from spec.cli._provenance import provenance_line
+    from minibert_spec.cli._provenance import provenance_line
 
     console.print(provenance_line(), markup=False, highlight=False)
     if args.list:
@@ -81,7 +81,7 @@ def run(args) -> int:
                       "only[/]")
         return 2
     if args.matrix:
-        from spec.mutation import matrix_command
+        from minibert_spec.mutation import matrix_command
 
         try:
             return matrix_command(args, console, matrix_settings(args))
@@ -153,7 +153,7 @@ def matrix_settings(args) -> dict:
     limit, the project's commit and libraries: what the shards of one matrix run share."""
     import platform
 
-    from spec.cli._provenance import git_commit, package_versions
+    from minibert_spec.cli._provenance import git_commit, package_versions
 
     return {"profile": args.profile, "timeout": args.timeout, "commit": git_commit(),
             "python": platform.python_version(), "packages": package_versions()}

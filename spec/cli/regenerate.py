@@ -1,6 +1,6 @@
 """``minibert regenerate``: everything the project generates from its definitions, in one
 command, after adding or changing an op: the protocol table of ``PROTOCOL_DOC`` (from the op table,
-``python -m spec.protocol --markdown``; tests/suite/test_protocol_doc.py fails while it is
+``python -m minibert_spec.protocol --markdown``; tests/suite/test_protocol_doc.py fails while it is
 stale) and
 the mutation matrix's stale rows (``minibert mutate --matrix``: only the rows whose mutant,
 tagged tests or test files changed rerun; the audit reads the matrix).  Needs the checkout."""
@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 def readme_table(text: str) -> str:
     """``text`` (``PROTOCOL_DOC``) with its protocol table regenerated from the op table."""
-    from spec.protocol import protocol_markdown
+    from minibert_spec.protocol import protocol_markdown
 
     if not TABLE.search(text):
         raise ValueError(f"{PROTOCOL_DOC}: no <!-- protocol-table: ... --> block to regenerate")
@@ -37,8 +37,8 @@ def readme_table(text: str) -> str:
 def run(args) -> int:
     import argparse
 
-    from reference.train.fileio import atomic_write
-    from spec.paths import need_checkout
+    from minibert_reference.train.fileio import atomic_write
+    from minibert_spec.paths import need_checkout
 
     try:
         home = need_checkout("minibert regenerate")
@@ -55,7 +55,7 @@ def run(args) -> int:
         return 0
     from rich.console import Console
 
-    from spec.mutation import matrix_command
+    from minibert_spec.mutation import matrix_command
 
     stale = argparse.Namespace(mutants=[], jobs=args.jobs, profile="ci", timeout=600.0,
                                no_baseline=False, rerun=False, output=None,

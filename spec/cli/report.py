@@ -13,7 +13,7 @@ the exit status is the unsharded matrix run's.
 
 Refused, exit 2 with one line naming the shards: files that are not shard records, shards of
 another implementation (name or source), suite version, libraries or settings, another
-selection or durations, a shard missing or given twice (spec.suite.shard.verify_shards).
+selection or durations, a shard missing or given twice (minibert_spec.suite.shard.verify_shards).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from spec.suite.report import EXIT_NOT_RUN
+from minibert_spec.suite.report import EXIT_NOT_RUN
 
 
 def register(sub) -> None:
@@ -53,7 +53,7 @@ def _fail(msg: str) -> int:
 
 
 def merge(args) -> int:
-    from spec.suite.shard import read_shards
+    from minibert_spec.suite.shard import read_shards
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -63,7 +63,7 @@ def merge(args) -> int:
     except ValueError as e:
         return _fail(str(e))
     schemas = {rec.get("schema") if isinstance(rec, dict) else None for _, rec in records}
-    from spec.mutation import MATRIX_SCHEMA
+    from minibert_spec.mutation import MATRIX_SCHEMA
 
     if schemas == {MATRIX_SCHEMA}:
         return _merge_matrix(args, records, out)
@@ -72,8 +72,8 @@ def merge(args) -> int:
 
 def durations(args) -> int:
     """``minibert report durations REPORT.json ... -o FILE``: ``{id: seconds}``, sorted."""
-    from reference.train.fileio import atomic_write
-    from spec.suite.shard import read_durations
+    from minibert_reference.train.fileio import atomic_write
+    from minibert_spec.suite.shard import read_durations
 
     found: dict[str, float] = {}
     try:
@@ -87,10 +87,10 @@ def durations(args) -> int:
 
 
 def _merge_checks(args, records, out: Path) -> int:
-    from reference.train.fileio import atomic_write
-    from spec.cli._output import html_refused
-    from spec.cli.check import _print_table
-    from spec.suite.shard import merge_check_reports
+    from minibert_reference.train.fileio import atomic_write
+    from minibert_spec.cli._output import html_refused
+    from minibert_spec.cli.check import _print_table
+    from minibert_spec.suite.shard import merge_check_reports
 
     refused = html_refused(str(out)) if args.format == "html" else None
     if refused:
@@ -107,7 +107,7 @@ def _merge_checks(args, records, out: Path) -> int:
               file=sys.stderr)
         return report.exit_code()
     if args.format == "html":
-        from spec.report.check import write_check_site
+        from minibert_spec.report.check import write_check_site
 
         write_check_site(json.loads(json.dumps(data)), out)
     atomic_write(str(out / "report.json"), json.dumps(data, indent=1) + "\n")
@@ -122,9 +122,9 @@ def _merge_checks(args, records, out: Path) -> int:
 def _merge_matrix(args, records, out: Path) -> int:
     from rich.console import Console
 
-    from reference.train.fileio import atomic_write
-    from spec.evidence import write_matrix
-    from spec.mutation import (
+    from minibert_reference.train.fileio import atomic_write
+    from minibert_spec.evidence import write_matrix
+    from minibert_spec.mutation import (
         MATRIX_NOTE,
         matrix_exit_code,
         merge_matrix_records,

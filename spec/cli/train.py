@@ -35,7 +35,7 @@ TYPES = {"lr": float, "weight_decay": float, "clip": float, "dtype": str}
 
 
 def register(sub) -> None:
-    from reference.train.loop import TrainConfig
+    from minibert_reference.train.loop import TrainConfig
 
     d = TrainConfig()
     t = sub.add_parser("train", help="train Mini-BERT (MLM) or seed001 (MSE reconstruction)",
@@ -90,7 +90,7 @@ def train_config_from_args(args):
     config's ValueError (named field) before anything is written."""
     from dataclasses import replace
 
-    from reference.train.loop import TrainConfig
+    from minibert_reference.train.loop import TrainConfig
 
     given = {HPARAMS[f]: getattr(args, f) for f in HPARAMS if getattr(args, f) is not None}
     if "warmup_steps" not in given and "steps" in given:
@@ -145,7 +145,7 @@ def check_run_dir(run_dir: str, *, resume: bool, force: bool) -> None:
 def remove_stale_temporaries(run_dir: str) -> None:
     """The temporary files of saves a kill -9 interrupted (only under the run lock: no other
     live process can be writing them)."""
-    from reference.train.fileio import stale_temporaries
+    from minibert_reference.train.fileio import stale_temporaries
 
     stale = stale_temporaries(run_dir, RUN_FILES)
     for p in stale:
@@ -165,8 +165,8 @@ def clear_run_dir(run_dir: str) -> None:
 def _threads_for(args) -> int:
     """--threads if given (a number, or 'auto' = the available cores); else, resuming, the count
     the checkpoint recorded (bit-exact resume); else auto."""
-    from reference.train.checkpoint import recorded_threads
-    from reference.train.threads import choose
+    from minibert_reference.train.checkpoint import recorded_threads
+    from minibert_reference.train.threads import choose
 
     if args.threads is not None:
         return choose(args.threads)
@@ -180,7 +180,7 @@ def _threads_for(args) -> int:
 def run(args) -> int:
     if args.run_dir is None:
         args.run_dir = os.path.join("runs", "seed001" if args.preset == "seed001" else "minibert")
-    from reference.train.threads import use_threads
+    from minibert_reference.train.threads import use_threads
 
     n = _threads_for(args)
     print(f"threads: {n} worker(s), single-threaded BLAS each"
@@ -192,8 +192,8 @@ def run(args) -> int:
 
 
 def run_seed001(args) -> int:
-    from reference.train.fileio import atomic_write_json
-    from reference.train.loop import seed001_experiment
+    from minibert_reference.train.fileio import atomic_write_json
+    from minibert_reference.train.loop import seed001_experiment
 
     if args.epochs < 0 or not args.embed_std > 0:
         raise ValueError(f"--epochs, --embed-std: expected >= 0 and > 0, got {args.epochs}, "
@@ -213,14 +213,14 @@ def run_seed001(args) -> int:
 
 
 def run_mlm(args) -> int:
-    from reference.train.fileio import RunLock, read_user_text
+    from minibert_reference.train.fileio import RunLock, read_user_text
 
     ckpt = os.path.join(args.run_dir, "checkpoint.safetensors")
     # every check that can fail on the user's input runs before the first file is written
     tcfg = None if args.resume else train_config_from_args(args)
     tok_json = None
     if args.tokenizer and not args.resume:
-        from reference.train import data as D
+        from minibert_reference.train import data as D
 
         tok_json = read_user_text(args.tokenizer, "a tokenizers JSON file (--tokenizer)") \
             if os.path.isfile(args.tokenizer) else None
@@ -240,11 +240,11 @@ def run_mlm(args) -> int:
 def _train_mlm(args, ckpt, tcfg, tok_json) -> int:
     import numpy as np
 
-    import reference
-    from reference.config import mini_bert
-    from reference.train import data as D
-    from reference.train import plots
-    from reference.train.loop import (
+    import minibert_reference
+    from minibert_reference.config import mini_bert
+    from minibert_reference.train import data as D
+    from minibert_reference.train import plots
+    from minibert_reference.train.loop import (
         Interrupted,
         NonFiniteStep,
         heldout_set,
@@ -281,11 +281,11 @@ def _train_mlm(args, ckpt, tcfg, tok_json) -> int:
     print(f"unigram-frequency baseline on the held-out masked tokens: {baseline:.4f} nats "
           f"(uniform over V: {np.log(config.vocab_size - D.N_SPECIAL):.4f})")
     if state is None:
-        state = init_state(reference, config, tcfg)
+        state = init_state(minibert_reference, config, tcfg)
     state.history["baseline"] = baseline
     status = "finished"
     try:
-        state = train(reference, config, tcfg, (tr_ids, tr_mask), held, state=state,
+        state = train(minibert_reference, config, tcfg, (tr_ids, tr_mask), held, state=state,
                       checkpoint_path=ckpt, tokenizer_json=D.tokenizer_to_json(tok),
                       progress=not args.no_progress, extra={"corpus_sha256": corpus_sha},
                       max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
@@ -298,7 +298,7 @@ def _train_mlm(args, ckpt, tcfg, tok_json) -> int:
     save_history(os.path.join(args.run_dir, "history.json"), h)
     plots.plot_loss_curve(os.path.join(args.run_dir, "loss_curve.png"), h, baseline=baseline)
     ids = [D.CLS_ID, *D.encode_text(tok, args.sentence)[:config.max_len - 2], D.SEP_ID]
-    maps = plots.attention_maps(reference, state.params, config, np.array([ids]))
+    maps = plots.attention_maps(minibert_reference, state.params, config, np.array([ids]))
     plots.plot_attention(os.path.join(args.run_dir, "attention.png"), maps,
                          [tok.id_to_token(i) for i in ids],
                          title=f"attention for {args.sentence!r} at step {state.step} "

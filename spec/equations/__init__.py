@@ -85,7 +85,7 @@ class Numeric:
     # (spec/protocol/guards.adjustment): arrays -> (differentiable inputs, other arguments,
     # upstream gradient) as the forward and backward take them; None: no guard applies
     guard_call: Callable | None = None
-    # the protocol variant this derivation is (spec.protocol.variants: {"layernorm.affine":
+    # the protocol variant this derivation is (minibert_spec.protocol.variants: {"layernorm.affine":
     # False}): the check needs the implementation to declare it, decided before any draw
     variant: dict = field(default_factory=dict)
     # adapt(caps, arrays) -> arrays: the drawn inputs for an implementation's declared forms
@@ -145,7 +145,7 @@ class Equation:
         if self._proof_cache is None:
             if self.proof is None:
                 raise ValueError(f"{self.id}: no SymPy proof or refutation")
-            from spec.equations import _cache
+            from minibert_spec.equations import _cache
 
             stored = _cache.read_proof(self)
             if stored is not None:

@@ -3,8 +3,8 @@
 ``sympy.diff`` and ``lambdify`` of the larger derivations take seconds each (~25 s for every
 map of the SymPy <-> code checks), and every process that checks an implementation needed
 them again.  A builder decorated with :func:`maps_cache` is run once per machine: what it
-returns -- lambdified maps (spec.equations._sym.lambdify_map), alone or in tuples, lists and
-dicts -- is written as the generated Python source of each map, and read back by later
+returns -- lambdified maps (minibert_spec.equations._sym.lambdify_map), alone or in tuples, lists
+and dicts -- is written as the generated Python source of each map, and read back by later
 processes in milliseconds.
 
 The key is a digest of the equations' source (every file of this package: a map is built from
@@ -59,7 +59,7 @@ def source_digest() -> str:
 
 
 def module_digest(path: str | Path) -> str:
-    """sha256 of an equation module's source and of every module of the ``spec`` package it
+    """sha256 of an equation module's source and of every module of the ``minibert_spec`` package it
     imports, the equation modules followed transitively (a proof is built from their
     helpers), with the library versions: the key of that module's proofs (editing one
     equation re-proves its module and the modules built on it, not all of them)."""
@@ -80,8 +80,8 @@ def _module_digest(path: str) -> str:
 
 
 def module_closure(path: str | Path) -> set[Path]:
-    """The files of ``spec`` an equation module imports: the equation modules followed
-    transitively, any other module of ``spec`` by its own file."""
+    """The files of ``minibert_spec`` an equation module imports: the equation modules followed
+    transitively, any other module of ``minibert_spec`` by its own file."""
     import ast
 
     here = Path(__file__).parent
@@ -100,7 +100,7 @@ def module_closure(path: str | Path) -> set[Path]:
                      [node.module] + [f"{node.module}.{a.name}" for a in node.names]
                      if isinstance(node, ast.ImportFrom) and node.module else [])
             for name in names:
-                if name.split(".")[0] != "spec":
+                if name.split(".")[0] != "minibert_spec":
                     continue
                 rel = Path(*name.split(".")[1:])
                 for cand in (spec_root / rel.with_suffix(".py"), spec_root / rel / "__init__.py"):
@@ -125,7 +125,7 @@ def read_proof(eq) -> dict | None:
 
 
 def write_proof(eq, proof: dict) -> None:
-    from reference.train.fileio import atomic_write
+    from minibert_reference.train.fileio import atomic_write
 
     path = _proof_path(eq)
     if path is None:
@@ -169,7 +169,7 @@ def _dump(value):
 
 
 def _load(tree):
-    from spec.equations._sym import map_from_spec
+    from minibert_spec.equations._sym import map_from_spec
 
     (kind, body), = tree.items()
     if kind == "map":
@@ -200,7 +200,7 @@ def write(path: Path, name: str, value) -> bool:
     tree = _dump(value)
     if tree is None:
         return False
-    from reference.train.fileio import atomic_write
+    from minibert_reference.train.fileio import atomic_write
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Numeric
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, forward_backward_maps
+from minibert_spec.equations import Numeric
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, forward_backward_maps
 
-KINK = 1e-3  # SymPy <-> code samples keep ReLU inputs this far from 0 (spec.tolerances.KINK_MARGIN)
+# SymPy <-> code samples keep ReLU inputs this far from 0 (minibert_spec.tolerances.KINK_MARGIN)
+KINK = 1e-3
 LN_EPS = sp.Rational(1, 10 ** 5)  # the block check's LayerNorm eps (passed to the code too)
 
 

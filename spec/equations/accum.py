@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.sources import MINIBERT
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.sources import MINIBERT
 
 
 def _accumulation_case():

@@ -13,9 +13,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import (
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import (
     Exp,
     arr,
     compare,
@@ -28,7 +28,7 @@ from spec.equations._sym import (
     softmax_rows,
     vjp,
 )
-from spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
+from minibert_spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 HEAD_SIZES = tuple((T, d_k) for T in (2, 3) for d_k in (1, 2, 3))
 CHAIN_SIZES = ((1, 2, 2, 1), (1, 2, 2, 2))  # (B, T, H, A)
@@ -645,7 +645,7 @@ register(Equation(
     numeric=_variant_numeric(NUMERIC_SIZES, {"attention.heads": "per_head"}),
     note="a variant of the protocol (CAPABILITIES attention heads='per_head'): the suite "
          "converts the [H, H] weights to [A, H, d_k] and the gradients back "
-         "(spec.protocol.variants.to_per_head)",
+         "(minibert_spec.protocol.variants.to_per_head)",
     uses=("attention.split_heads", "attention.merge_heads", "attention.qkv",
           "attention.output")))
 

@@ -7,11 +7,19 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._nn import KINK, ln_row, relu_expr
-from spec.equations._sym import Stage, arr, chain_equal, floats, fmt_array, is_zero, lambdify_map
-from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import KINK, ln_row, relu_expr
+from minibert_spec.equations._sym import (
+    Stage,
+    arr,
+    chain_equal,
+    floats,
+    fmt_array,
+    is_zero,
+    lambdify_map,
+)
+from minibert_spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 
 def _prove_postln() -> Proof:
@@ -328,7 +336,7 @@ def _variant_inputs(size):
 
 def declared_preln(caps, arrays):
     """The pre-LN form the implementation declares: "pre", else "pre_final" (with LN_f)."""
-    from spec.protocol import NotApplicable
+    from minibert_spec.protocol import NotApplicable
 
     norms = caps["block"]["norm"]
     norm = "pre" if "pre" in norms else "pre_final" if "pre_final" in norms else None

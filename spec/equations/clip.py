@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.sources import MINIBERT
-from spec.tolerances import CLIP_NORM_RTOL
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.sources import MINIBERT
+from minibert_spec.tolerances import CLIP_NORM_RTOL
 
 
 def _prove_clip() -> Proof:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.equations._sym import Stage, arr, chain_equal, is_zero
-from spec.sources import PROTOCOL_VARIANTS
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._sym import Stage, arr, chain_equal, is_zero
+from minibert_spec.sources import PROTOCOL_VARIANTS
 
 N = 2  # features of the symbolic residual stream
 PARAMS = ("p_tok", "p_pos", "p_1", "p_2", "p_norm")
@@ -42,7 +42,7 @@ def decoder_forward_staged(emb, blocks, final, head):
 
 
 def decoder_backward_composed(p, emb, blocks, final, head, ell):
-    """The gradient as reference.decoder.run_backward composes it: the loss's gradient, the
+    """The gradient as minibert_reference.decoder.run_backward composes it: the loss's gradient, the
     head's backward (its share of the token table), the final norm's, the blocks' from the
     last to the first (each at its own input, the stream's gradient handed on), the
     embeddings', and the token table's two shares summed.  {parameter: gradient}."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._nn import forward_backward_code
-from spec.equations._sym import arr, first_difference, forward_backward_maps, is_zero, vjp
-from spec.sources import BLOG, MINIBERT, SLIDES
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import forward_backward_code
+from minibert_spec.equations._sym import arr, first_difference, forward_backward_maps, is_zero, vjp
+from minibert_spec.sources import BLOG, MINIBERT, SLIDES
 
 # (V, H, ids) tried by the proofs: repeated ids, an unused id
 LOOKUP_CASES = ((3, 2, (0, 2, 0, 2)), (4, 3, (1, 1, 1)), (2, 2, (1, 0)))

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
-from spec.equations._sym import arr, compare, forward_backward_maps, vjp
-from spec.equations.embedding import onehot, scatter_add_rows
-from spec.tolerances import LN_MIN_VAR
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import LN_EPS, forward_backward_code, ln_row
+from minibert_spec.equations._sym import arr, compare, forward_backward_maps, vjp
+from minibert_spec.equations.embedding import onehot, scatter_add_rows
+from minibert_spec.tolerances import LN_MIN_VAR
 
 BERT = "BERT (embeddings.LayerNorm)"
 CASE = ((0, 2, 2), (1, 0, 2)), ((0, 0, 1), (1, 1, 1)), 3, 2, 2, 4  # ids, type_ids, V, n, H, T_max

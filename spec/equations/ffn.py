@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._nn import KINK, per_token_fns, relu_expr
-from spec.equations._sym import arr, compare, lambdify_map, vjp
-from spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import KINK, per_token_fns, relu_expr
+from minibert_spec.equations._sym import arr, compare, lambdify_map, vjp
+from minibert_spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 FFN_SIZES = ((1, 2, 2, 3), (2, 1, 3, 2))  # (B, T, H, I)
 
@@ -50,7 +50,7 @@ def _token_ffn(H: int, I: int):
 
 
 def _ffn_fns(size):
-    """The FFN acts on each token alone (spec.equations._nn.per_token_fns)."""
+    """The FFN acts on each token alone (minibert_spec.equations._nn.per_token_fns)."""
     return per_token_fns(_token_ffn(*size[2:]), size)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.equations._nn import elementwise_numeric
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._nn import elementwise_numeric
 
 BERT = "BERT (Hugging Face hidden_act)"
 C = sp.sqrt(2 / sp.pi)

@@ -1,6 +1,6 @@
 """Gradient checking (Mini-BERT derivation §9.1): the central difference and the error measure.
 
-Implemented by the checking machinery itself (``spec.numerics.finite_differences``), not by
+Implemented by the checking machinery itself (``minibert_spec.numerics.finite_differences``), not by
 the reference."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.sources import MINIBERT
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.sources import MINIBERT
 
 x, h = sp.symbols("x epsilon", real=True)
 
@@ -63,13 +63,13 @@ def _prove_relative_error() -> Proof:
 
 def _rel_sympy(size):
     a, b = sp.symbols("a b", real=True)
-    from spec.tolerances import FD_FLOOR
+    from minibert_spec.tolerances import FD_FLOOR
     f = sp.lambdify([a, b], sp.Abs(a - b) / sp.Max(sp.Abs(a), sp.Abs(b), FD_FLOOR), "numpy")
     return lambda a, b: (np.vectorize(f)(a, b).astype(float),)
 
 
 def _rel_code(impl, size, a, b):
-    from spec.numerics.finite_differences import (
+    from minibert_spec.numerics.finite_differences import (
         relative_error,  # the checking machinery, not the implementation
     )
     return (relative_error(a, b),)
@@ -78,12 +78,12 @@ def _rel_code(impl, size, a, b):
 register(Equation(
     "gradcheck.central_difference", "Central finite difference", (f"{MINIBERT} §9.1",),
     r"f'(x) \approx \frac{f(x + \epsilon) - f(x - \epsilon)}{2 \epsilon}", _prove_central,
-    impl_hint="spec.numerics.finite_differences:directional_check",
+    impl_hint="minibert_spec.numerics.finite_differences:directional_check",
     numeric_na="the FD machinery is what the FD tests run; its own behaviour is checked by them"))
 register(Equation(
     "gradcheck.relative_error", "Error measure with an absolute floor", (f"{MINIBERT} §9.1",),
     r"e = \frac{|a - n|}{\max(|a|, |n|, \mathrm{floor})}", _prove_relative_error,
-    impl_hint="spec.numerics.finite_differences:relative_error",
+    impl_hint="minibert_spec.numerics.finite_differences:relative_error",
     numeric=Numeric(((3,), (6,)), lambda s: dict(a=("float", s, 2e-3), b=("float", s, 2e-3)),
                     _rel_sympy, _rel_code),
     note="the project's replacement for the document's measure (below)",

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from spec.equations import Equation, Proof, register
-from spec.equations._sym import arr, compare
-from spec.sources import MINIBERT, SLIDES
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._sym import arr, compare
+from minibert_spec.sources import MINIBERT, SLIDES
 
 
 def _prove_head_orientation() -> Proof:

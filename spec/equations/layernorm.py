@@ -14,11 +14,11 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
-from spec.protocol.variants import call_eps
-from spec.sources import MINIBERT, PROTOCOL_VARIANTS, SEED001
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
+from minibert_spec.protocol.variants import call_eps
+from minibert_spec.sources import MINIBERT, PROTOCOL_VARIANTS, SEED001
 
 FEATURES = (2, 3, 4, 5)  # N tried by every proof
 NUMERIC_FEATURES = (2, 3, 4)
@@ -190,7 +190,7 @@ def _sympy_grad(which):
 
 def declared_eps(caps, arrays):
     """The eps of both sides, the lambdified derivation's symbol and the code's argument, as
-    the implementation declares it (spec.protocol.variants.call_eps): LN_EPS, 0 without eps
+    the implementation declares it (minibert_spec.protocol.variants.call_eps): LN_EPS, 0 without eps
     (layernorm eps=False), the number where its code fixes eps (layernorm eps=1e-6)."""
     return {**arrays, "eps": call_eps(caps, LN_EPS)}
 

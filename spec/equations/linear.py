@@ -8,10 +8,10 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, compare, fmt_array, lambdify_map, vjp
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, compare, fmt_array, lambdify_map, vjp
+from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001
 
 SIZES = ((2, 2, 2, 3), (1, 3, 3, 2), (2, 1, 3, 3))  # (B, T, n_in, n_out)
 

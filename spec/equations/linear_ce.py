@@ -16,12 +16,12 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
-from spec.equations.loss import ce
-from spec.protocol import IGNORE_INDEX
-from spec.sources import MINIBERT
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
+from minibert_spec.equations.loss import ce
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.sources import MINIBERT
 
 # (n rows, n_in, V, mask): one row ignored in each of the first and last cases
 CASES = ((3, 2, 3, (1, 0, 1)), (4, 2, 2, (1, 1, 1, 0)), (2, 3, 2, (1, 1)))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import (
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import (
     arr,
     compare,
     exp_to_symbols,
@@ -21,8 +21,8 @@ from spec.equations._sym import (
     softmax_rows,
     vjp,
 )
-from spec.protocol import IGNORE_INDEX
-from spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.sources import GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
 CE_CASES = ((3, 3, (1, 0, 1)), (2, 4, (1, 1)), (4, 2, (0, 1, 1, 0)))  # (n, V, mask)
 

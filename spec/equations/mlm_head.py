@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._nn import LN_EPS, forward_backward_code, ln_row
-from spec.equations._sym import arr, compare, forward_backward_maps, vjp
-from spec.equations.embedding import onehot
-from spec.equations.gelu import gelu_erf
-from spec.tolerances import LN_MIN_VAR
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import LN_EPS, forward_backward_code, ln_row
+from minibert_spec.equations._sym import arr, compare, forward_backward_maps, vjp
+from minibert_spec.equations.embedding import onehot
+from minibert_spec.equations.gelu import gelu_erf
+from minibert_spec.tolerances import LN_MIN_VAR
 
 BERT = "BERT (cls.predictions, tied decoder)"
 SIZES = ((2, 3, 4),)  # (N positions, H, V)

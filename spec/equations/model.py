@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.equations._sym import Stage, chain_equal
-from spec.sources import GUIDE, MINIBERT
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._sym import Stage, chain_equal
+from minibert_spec.sources import GUIDE, MINIBERT
 
 N = 2  # features of the symbolic hidden state
 PARAMS = ("p_word", "p_pos", "p_1", "p_2", "p_head")
@@ -26,7 +26,7 @@ def _parts():
 
 
 def model_backward_composed(p, emb, blocks, head, ell):
-    """The gradient as the reference's model backward composes it (``reference.model.
+    """The gradient as the reference's model backward composes it (``minibert_reference.model.
     _backward``): the loss's gradient, the head's backward, the blocks' backwards from the
     last to the first (each at its own input), the embeddings' backward, and the word
     table's lookup and decoder shares summed.  Returns {parameter name: gradient}."""

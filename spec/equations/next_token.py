@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
-from spec.equations.loss import ce
-from spec.protocol import IGNORE_INDEX
-from spec.sources import PROTOCOL_VARIANTS
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
+from minibert_spec.equations.loss import ce
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.sources import PROTOCOL_VARIANTS
 
 # (B, T, V) and the mask m [B, T] of the proofs: position 0 ignored in one, a last position
 # ignored in another (neither may matter), an ignored target inside a sequence

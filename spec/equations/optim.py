@@ -11,10 +11,10 @@ import functools
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import fmt_values, lambdify_map
-from spec.sources import MINIBERT, SEED001, SLIDES
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import fmt_values, lambdify_map
+from minibert_spec.sources import MINIBERT, SEED001, SLIDES
 
 PROJECT = "project convention (BERT's optimizer; not in the five documents)"
 

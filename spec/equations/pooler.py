@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, compare, lambdify_map, vjp
-from spec.sources import BLOG
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, compare, lambdify_map, vjp
+from minibert_spec.sources import BLOG
 
 
 def _prove_pooler() -> Proof:

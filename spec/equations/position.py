@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._nn import forward_backward_code
-from spec.equations._sym import arr, compare, forward_backward_maps, lambdify_map, vjp
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import forward_backward_code
+from minibert_spec.equations._sym import arr, compare, forward_backward_maps, lambdify_map, vjp
+from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
 def _prove_position() -> Proof:

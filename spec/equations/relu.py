@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.equations._nn import KINK, elementwise_numeric, relu_expr
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._nn import KINK, elementwise_numeric, relu_expr
+from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
 def _prove_relu() -> Proof:

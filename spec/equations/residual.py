@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.equations._nn import ln_row
-from spec.equations._sym import arr, floats, fmt_array, vjp
-from spec.equations.block import BLOCK_CHECK
-from spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._nn import ln_row
+from minibert_spec.equations._sym import arr, floats, fmt_array, vjp
+from minibert_spec.equations.block import BLOCK_CHECK
+from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
 
 def _prove_residual() -> Proof:

@@ -14,9 +14,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
-from spec.sources import PROTOCOL_VARIANTS
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
+from minibert_spec.sources import PROTOCOL_VARIANTS
 
 FEATURES = (1, 2, 3, 4)  # N tried by every proof
 NUMERIC_FEATURES = (1, 2, 3)

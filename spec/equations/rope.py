@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, compare, forward_backward_maps, is_zero, vjp
-from spec.sources import PROTOCOL_VARIANTS
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, compare, forward_backward_maps, is_zero, vjp
+from minibert_spec.sources import PROTOCOL_VARIANTS
 
 CONVENTIONS = ("interleaved", "half")
 FEATURES = (2, 4, 6)  # d tried by every proof

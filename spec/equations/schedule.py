@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.sources import MINIBERT
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.sources import MINIBERT
 
 STEP, W_, TOTAL, PEAK = sp.symbols("step warmup total peak", positive=True)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.equations._nn import elementwise_numeric
-from spec.sources import PROTOCOL_VARIANTS
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._nn import elementwise_numeric
+from minibert_spec.sources import PROTOCOL_VARIANTS
 
 
 def silu(x):

@@ -10,9 +10,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import (
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import (
     arr,
     compare,
     exp_to_symbols,
@@ -22,7 +22,7 @@ from spec.equations._sym import (
     softmax_rows,
     vjp,
 )
-from spec.sources import MINIBERT, SEED001, SLIDES
+from minibert_spec.sources import MINIBERT, SEED001, SLIDES
 
 FEATURES = (2, 3, 4, 5)
 NUMERIC_FEATURES = (2, 3, 4)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._nn import per_token_fns
-from spec.equations._sym import Exp, arr, compare, exp_to_symbols, lambdify_map, vjp
-from spec.sources import PROTOCOL_VARIANTS
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import per_token_fns
+from minibert_spec.equations._sym import Exp, arr, compare, exp_to_symbols, lambdify_map, vjp
+from minibert_spec.sources import PROTOCOL_VARIANTS
 
 SIZES = ((1, 2, 2), (2, 2, 1), (1, 3, 2))  # (tokens N, H, I) of the proofs
 NUMERIC_SIZES = ((1, 2, 2, 3), (2, 1, 3, 2))  # (B, T, H, I) of the SymPy <-> code checks
@@ -76,7 +76,7 @@ def _token_swiglu(H: int, I: int):
 
 
 def _swiglu_fns(size):
-    """SwiGLU acts on each token alone (spec.equations._nn.per_token_fns)."""
+    """SwiGLU acts on each token alone (minibert_spec.equations._nn.per_token_fns)."""
     return per_token_fns(_token_swiglu(*size[2:]), size)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from spec.equations import Equation, Proof, register
-from spec.equations._nn import elementwise_numeric
-from spec.sources import BLOG
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._nn import elementwise_numeric
+from minibert_spec.sources import BLOG
 
 
 def _prove_tanh() -> Proof:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._cache import maps_cache
-from spec.equations._sym import arr, compare, forward_backward_maps, is_zero, vjp
-from spec.sources import PROTOCOL_VARIANTS
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import arr, compare, forward_backward_maps, is_zero, vjp
+from minibert_spec.sources import PROTOCOL_VARIANTS
 
 # (ids [N tokens], V, H): repeated ids and an unused row in each
 CASES = (((0, 2, 2), 4, 2), ((1, 0, 1, 3), 5, 1), ((2, 2), 3, 3))

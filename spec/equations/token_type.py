@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.equations import Equation, Numeric, Proof, register
-from spec.equations._sym import arr, first_difference, vjp
-from spec.equations.embedding import lookup_maps, onehot, table_grad
+from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._sym import arr, first_difference, vjp
+from minibert_spec.equations.embedding import lookup_maps, onehot, table_grad
 
 BERT = "BERT (segment embeddings)"
 CASES = ((2, 2, ((0, 0, 1), (1, 1, 0))), (3, 2, ((2, 2), (0, 2))))  # (n_types, H, type_ids)

@@ -8,8 +8,8 @@ merged everywhere, left to right, and the merged piece (``a`` + ``##b`` -> ``ab`
 vocabulary -- until the vocabulary is full or the most frequent pair is seen fewer than
 ``min_frequency`` times (a pair seen exactly ``min_frequency`` times is merged).  The trainer
 breaks ties by token ids that depend on hash order; the reference
-(``reference.train.wordpiece.learn_vocab``) breaks them by text: alphabet by count, then text;
-pairs by count, then the first piece's text, then the second's.
+(``minibert_reference.train.wordpiece.learn_vocab``) breaks them by text: alphabet by count, then
+text; pairs by count, then the first piece's text, then the second's.
 
 :func:`greedy_vocab` is that rule written as its definition -- every pair recounted from
 scratch at every step, no incremental counts, no heap -- for the worked example below and for
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from spec.equations import Equation, Proof, register
-from spec.sources import SLIDES
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.sources import SLIDES
 
 PREFIX = "##"
 
@@ -115,7 +115,7 @@ register(Equation(
     (f"{SLIDES} (tokens)",),
     r"(a, b)^* = \arg\max_{(a, b)} \sum_w n_w \, \#\{(a, b) \in w\},\ "
     r"\text{merge while } \max \ge \text{min\_frequency}",
-    _prove_example, impl_hint="reference.train.wordpiece:learn_vocab",
+    _prove_example, impl_hint="minibert_reference.train.wordpiece:learn_vocab",
     numeric_na="a discrete algorithm on word counts, not a map on arrays: "
                "tests/train/test_wordpiece.py holds the learner to greedy_vocab (random "
                "corpora, ties included) and to the Hugging Face trainer (tie-free corpora)",

@@ -1,24 +1,25 @@
 """Running an op case family on an implementation, and the op-level finite-difference check.
 
-A case family (``@cases`` in spec/suite/strategies.py) is a row of ``spec.protocol.OPS`` (its
-protocol names and equation IDs) with the strategy drawing its cases and, for composite ops
+A case family (``@cases`` in spec/suite/strategies.py) is a row of ``minibert_spec.protocol.OPS``
+(its protocol names and equation IDs) with the strategy drawing its cases and, for composite ops
 whose smoothness depends on the forward itself (the block), a filter run on the
 implementation's own protocol ops.  ``check_op`` compares every output of the backward with
-central finite differences of ``sum(out * dout)`` in float64 (``spec.numerics.finite_differences``).
+central finite differences of ``sum(out * dout)`` in float64
+(``minibert_spec.numerics.finite_differences``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from spec.numerics.asserts import assert_close
-from spec.numerics.finite_differences import (
+from minibert_spec.numerics.asserts import assert_close
+from minibert_spec.numerics.finite_differences import (
     assert_all_passed,
     directional_check,
     elementwise_check,
     localise,
 )
-from spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
+from minibert_spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
 
 
 def run_op(impl, family, case, inputs=None, dout=None, between=None):
@@ -85,13 +86,14 @@ def either_guarded_form(compare, grads: dict, impl, row: str, inputs, fixed, dou
     the gradients with the guard's other form taken away instead, if they are green.  A
     declared loss guard allows two gradients: the guarded log's (the exact derivative of the
     guarded forward, what finite differences measure) and the plain log's
-    (spec.protocol.guards.alternative_gradient): the backward may return either, and nothing
+    (minibert_spec.protocol.guards.alternative_gradient): the backward may return either, and
+    nothing
     else."""
     results = compare(grads)
     if all(r.passed for r in results):
         return results
-    from spec.protocol import capabilities
-    from spec.protocol.guards import alternative_gradient
+    from minibert_spec.protocol import capabilities
+    from minibert_spec.protocol.guards import alternative_gradient
 
     delta = alternative_gradient(row, capabilities(impl)["guards"], inputs, fixed, dout)
     if delta is None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spec.protocol import IGNORE_INDEX
-from spec.tolerances import FD_EPS, FD_FLOOR, FD_RTOL
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.tolerances import FD_EPS, FD_FLOOR, FD_RTOL
 
 
 @dataclass

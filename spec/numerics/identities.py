@@ -4,8 +4,8 @@ One function per identity family, ``f(impl, <inputs>) -> list[Finding]``, in the
 JAX's ``check_grads``: a library function that callers feed inputs.  The judging suite's checks
 (spec/suite/checks/invariants.py and friends) call them on the cases of a case family -- its
 fixed-seed cases first, then Hypothesis's -- and assert with :func:`require`.  Every comparison
-uses the one tolerance of its identity from :mod:`spec.tolerances`; exact identities (a masked
-entry, an ignored position, an unused row) are compared with ``==``.
+uses the one tolerance of its identity from :mod:`minibert_spec.tolerances`; exact identities (a
+masked entry, an ignored position, an unused row) are compared with ``==``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spec.protocol import IGNORE_INDEX, capabilities
-from spec.protocol.capabilities import ConventionWarning
-from spec.protocol.guards import (
+from minibert_spec.protocol import IGNORE_INDEX, capabilities
+from minibert_spec.protocol.capabilities import ConventionWarning
+from minibert_spec.protocol.guards import (
     adam_denominator,
     declare_hint,
     declared_on,
@@ -26,8 +26,8 @@ from spec.protocol.guards import (
     softmax_adjustment,
     softmax_terms,
 )
-from spec.protocol.variants import fixed_eps_hint
-from spec.tolerances import F64_IDENTITY_RTOL
+from minibert_spec.protocol.variants import fixed_eps_hint
+from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ def close(op: str, name: str, got, want, scale: float = 0.0,
     Relative to the magnitude of the whole tensor (``scale``: of the terms that cancelled into
     it), not entry by entry: an entry's rounding error is ~u times the magnitudes summed into
     it, not times its own value (spec/suite/torch_oracle.allowed_error gives the same rule).
-    A failure names the worst index and both values (spec.numerics.asserts.worst)."""
-    from spec.numerics.asserts import worst
+    A failure names the worst index and both values (minibert_spec.numerics.asserts.worst)."""
+    from minibert_spec.numerics.asserts import worst
 
     a = np.asarray(got, dtype=np.float64)
     b = np.asarray(want, dtype=np.float64)
@@ -100,7 +100,7 @@ def holds(op: str, name: str, condition, detail: str = "") -> Finding:
 def exact(op: str, name: str, got, want) -> Finding:
     """``got == want`` entry by entry (an identity that holds exactly: a masked entry, an
     ignored position); a failure names the worst index and both values."""
-    from spec.numerics.asserts import worst
+    from minibert_spec.numerics.asserts import worst
 
     a = np.asarray(got, dtype=np.float64)
     b = np.broadcast_to(np.asarray(want, dtype=np.float64), a.shape)
@@ -642,7 +642,7 @@ def clip_global_norm(impl, grads: dict, max_norm: float) -> list[Finding]:
     factor to norm max_norm -- exactly, or max_norm * norm / (norm + eps) under a declared
     divisor guard (spec/protocol/guards.py: CAPABILITIES["guards"]["clip_eps"]); below it nothing
     changes.  An undeclared guard is a failure naming the eps it implies."""
-    from spec.protocol.guards import clip_guard, clipped_norm, undeclared_clip_message
+    from minibert_spec.protocol.guards import clip_guard, clipped_norm, undeclared_clip_message
 
     op = "clip"
     eps = clip_guard(capabilities(impl)["guards"])

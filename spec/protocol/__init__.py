@@ -3,12 +3,13 @@ The adapter protocol: the one op table, and how an implementation under test is 
 
 Any NumPy implementation can be put under test: ``minibert check package.module:object``,
 ``pytest --minibert-impl package.module:object``, or ``parametrize_with_checks(module)`` in a
-test file of its own (spec.suite).  The object is a module, a class instance or any namespace;
-the suite only ever reads attributes from it.
+test file of its own (minibert_spec.suite).  The object is a module, a class instance or any
+namespace; the suite only ever reads attributes from it.
 
-The package: :mod:`~spec.protocol.table` (the op table), :mod:`~spec.protocol.capabilities`
-(what an implementation may declare it lacks), :mod:`~spec.protocol.proxy` (how every check
-reaches it), :mod:`~spec.protocol.loading` (``package.module[:object]``).
+The package: :mod:`~minibert_spec.protocol.table` (the op table),
+:mod:`~minibert_spec.protocol.capabilities` (what an implementation may declare it lacks),
+:mod:`~minibert_spec.protocol.proxy` (how every check reaches it),
+:mod:`~minibert_spec.protocol.loading` (``package.module[:object]``).
 
 Adapter protocol
 ================
@@ -32,14 +33,14 @@ Conventions for every op pair
 
 The rows
 --------
-Every row of the op table (:mod:`spec.protocol.table`: names, differentiable inputs, equation
-IDs, a fixed-seed example and the contract in words) -- op pairs, the model entry points
+Every row of the op table (:mod:`minibert_spec.protocol.table`: names, differentiable inputs,
+equation IDs, a fixed-seed example and the contract in words) -- op pairs, the model entry points
 (``param_shapes``, ``init_params``, ``embed``, ``forward``, ``backward``, ``loss``,
 ``loss_and_grads`` over a flat dict of dotted parameter names; config is
-``reference.config.BertConfig``), the optimizer (``adam_init``, ``adam_step``,
+``minibert_reference.config.BertConfig``), the optimizer (``adam_init``, ``adam_step``,
 ``warmup_linear_lr``, ``global_grad_norm``, ``clip_by_global_norm``) and
-``accumulate_gradients``.  ``python -m spec.protocol`` prints them (``--markdown``: the table of
-docs/check-your-implementation.md, generated from the rows; a test fails when that file is
+``accumulate_gradients``.  ``python -m minibert_spec.protocol`` prints them (``--markdown``: the
+table of docs/check-your-implementation.md, generated from the rows; a test fails when that file is
 stale).  Loss backwards take the upstream gradient as a scalar:
 ``cross_entropy_backward(dloss, cache)``.
 
@@ -95,21 +96,21 @@ everything::
         "arrays": "torch",             # computes on torch tensors (spec/protocol/arrays.py)
     }
 
-The declaration is read in one place, :func:`~spec.protocol.capabilities.capabilities`, and
+The declaration is read in one place, :func:`~minibert_spec.protocol.capabilities.capabilities`, and
 validated in full before any check runs: anything it cannot take (a malformed or out-of-range
 value, a declared keyword option the forward's signature contradicts, a ``CAPABILITIES`` whose
-reading raises) is a :class:`~spec.protocol.capabilities.DeclarationError` naming the key, the
-value and what is accepted, on which every entry point stops.
+reading raises) is a :class:`~minibert_spec.protocol.capabilities.DeclarationError` naming the key,
+the value and what is accepted, on which every entry point stops.
 
 Variants (``CAPABILITIES[op] = {option: value or tuple of values}``, the table of options in
-:data:`~spec.protocol.capabilities.VARIANTS`, adapted in :mod:`~spec.protocol.variants`):
-layernorm ``affine``/``eps``, ffn ``b_2``, attention ``W_o``/``causal``/``heads``, block
-``norm`` (post, pre, pre_final)/``causal``, cross_entropy ``ignore_index``/``input``
-(logits, probabilities, probabilities_dlogits).  Absent pieces are passed as None (and their
-gradients are None); a keyword option (causal=, norm=, input=) is passed to an implementation
-declaring several forms and left out for one declaring a single form; per-head weights and
-probability losses are adapted.  Each check says which forms it needs (``Check.needs``) and is
-not applicable, before anything is drawn, to an implementation that does not declare them.
+:data:`~minibert_spec.protocol.capabilities.VARIANTS`, adapted in
+:mod:`~minibert_spec.protocol.variants`): layernorm ``affine``/``eps``, ffn ``b_2``, attention
+``W_o``/``causal``/``heads``, block ``norm`` (post, pre, pre_final)/``causal``, cross_entropy
+``ignore_index``/``input`` (logits, probabilities, probabilities_dlogits).  Absent pieces are passed
+as None (and their gradients are None); a keyword option (causal=, norm=, input=) is passed to an
+implementation declaring several forms and left out for one declaring a single form; per-head
+weights and probability losses are adapted.  Each check says which forms it needs (``Check.needs``)
+and is not applicable, before anything is drawn, to an implementation that does not declare them.
 
 The checks adapt instead of failing on what was never claimed: a call with a bias, mask or
 weight decay the implementation does not claim is *not applicable* (skipped / ``n/a``), the
@@ -126,18 +127,18 @@ The op table
 ============
 :data:`OPS` is the one definition of "op" in the project: for each conformance row its protocol
 names, its differentiable inputs (the order of the backward's gradients), the equation IDs it
-realises, its parameter names and the ``reference`` module that defines it.  The conformance
-checker, the finite-difference, invariant and oracle tests, the mutation catalog and the audit
-all derive from it: adding an op is one row (with its contract in words) plus its maths
-(``reference``), its SymPy file (``spec/equations/<prefix>.py``) and its case family with its
-fixed-seed cases and its torch twin (``spec/suite/strategies.py``): the finite-difference,
+realises, its parameter names and the ``minibert_reference`` module that defines it.  The
+conformance checker, the finite-difference, invariant and oracle tests, the mutation catalog and the
+audit all derive from it: adding an op is one row (with its contract in words) plus its maths
+(``minibert_reference``), its SymPy file (``spec/equations/<prefix>.py``) and its case family with
+its fixed-seed cases and its torch twin (``spec/suite/strategies.py``): the finite-difference,
 oracle and generic invariant checks then run it without op-specific code.
 """
 
 from __future__ import annotations
 
-from reference.ops import IGNORE_INDEX
-from spec.protocol.capabilities import (
+from minibert_reference.ops import IGNORE_INDEX
+from minibert_spec.protocol.capabilities import (
     CONVENTIONS,
     DEFAULT_CAPABILITIES,
     RANK_ADAPTABLE,
@@ -145,8 +146,8 @@ from spec.protocol.capabilities import (
     capabilities,
     not_claimed_message,
 )
-from spec.protocol.loading import ImplLoadError, load_impl
-from spec.protocol.proxy import (
+from minibert_spec.protocol.loading import ImplLoadError, load_impl
+from minibert_spec.protocol.proxy import (
     ImplementationAbort,
     ImplementationExit,
     ImplementationHung,
@@ -160,7 +161,7 @@ from spec.protocol.proxy import (
     sigint_seen,
     unwrap,
 )
-from spec.protocol.table import (
+from minibert_spec.protocol.table import (
     EQUATION_OPS,
     OPS,
     Op,

@@ -1,8 +1,8 @@
-"""``python -m spec.protocol [--markdown]``: the op table's contract, from the rows."""
+"""``python -m minibert_spec.protocol [--markdown]``: the op table's contract, from the rows."""
 
 import sys
 
-from spec.protocol import OPS, protocol_markdown
+from minibert_spec.protocol import OPS, protocol_markdown
 
 if "--markdown" in sys.argv[1:]:
     print(protocol_markdown())

@@ -37,7 +37,7 @@ import weakref
 
 import numpy as np
 
-from spec.protocol.capabilities import DeclarationError
+from minibert_spec.protocol.capabilities import DeclarationError
 
 NUMPY = "numpy"
 # the arrays handed in this many calls stay referenced here (beyond them, those an
@@ -50,7 +50,7 @@ INSTALL = "pip install 'minibert-spec[arrays]'"
 
 def converter(name: str) -> Converter | None:
     """The conversion layer for a declared library (validated by
-    spec.protocol.capabilities; None for NumPy: nothing to convert)."""
+    minibert_spec.protocol.capabilities; None for NumPy: nothing to convert)."""
     return None if name == NUMPY else Converter(name)
 
 

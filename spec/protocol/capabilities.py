@@ -1,7 +1,7 @@
 """What an implementation declares it does not support (``CAPABILITIES``), and the conventions it
 may follow: the defaults, the one reader and validation of a declaration, and the rank adaptation
 of the ops that act on the last axis alone.  The claims and variants themselves are declared in
-:mod:`spec.protocol.variants`, the guards in :mod:`spec.protocol.guards`.
+:mod:`minibert_spec.protocol.variants`, the guards in :mod:`minibert_spec.protocol.guards`.
 
 :func:`capabilities` is the only place a declaration is read.  It validates all of it -- its
 type, every key and value against the tables (CLAIMS, VARIANTS, RANK_ADAPTABLE, GUARDS,
@@ -24,10 +24,10 @@ from collections.abc import Mapping
 import numpy as np
 
 # the conventions an implementation may declare, and the warning that reports one
-from spec.protocol.conventions import CONVENTIONS, ConventionWarning  # noqa: F401 (re-exported)
-from spec.protocol.guards import EXCLUSIVE_GUARDS, GUARDS, guard_range
-from spec.protocol.table import OPS
-from spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary, re-exported)
+from minibert_spec.protocol.conventions import CONVENTIONS, ConventionWarning  # noqa: F401 (re-exported)
+from minibert_spec.protocol.guards import EXCLUSIVE_GUARDS, GUARDS, guard_range
+from minibert_spec.protocol.table import OPS
+from minibert_spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary, re-exported)
     CLAIMS,
     VARIANTS,
     declared_variants,

@@ -21,7 +21,7 @@ loss invariants, the clipping and Adam checks evaluate the guarded formula itsel
 
 An undeclared guard stays a red, and the red names the guard it looks like (clipping: the eps
 the measured factor implies).  NumPy only; the declaration is validated by
-:func:`spec.protocol.capabilities.capabilities`.
+:func:`minibert_spec.protocol.capabilities.capabilities`.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ MAX_GUARD = 1e-3
 # guards nothing.  0 itself is no guard at all (leave the key out).
 MIN_GUARD = float(np.finfo(np.float32).tiny)
 # name -> (least, largest) value that is still a guard, from the maths of the formula it changes
-# (spec.protocol.capabilities refuses a declaration outside it, naming the range)
+# (minibert_spec.protocol.capabilities refuses a declaration outside it, naming the range)
 GUARD_RANGES = {
     # -log(p + eps) differs from -log p by log(1 + eps / p), and its logit gradient by the factor
     # p / (p + eps) (guarded_grad_factor): at eps = 1e-3 a label predicted with p >= 0.1 moves by
@@ -118,9 +118,9 @@ GUARD_RANGES = {
     # max_norm / (norm + eps) leaves the clipped norm max_norm * norm / (norm + eps): short of
     # max_norm by eps / (norm + eps) < eps / max_norm, relative (clipping acts only when
     # norm > max_norm).  At max_norm = 1 (BERT's) eps <= 1e-4 keeps that within 1e-4, the
-    # resolution the suite grants any float32 result (spec.tolerances.ORACLE_RTOL_F32): a larger
-    # eps visibly changes every clipped step -- another clipping rule, not a guard against a zero
-    # norm.  torch's own is 1e-6, 100x inside; 1e-3 is not a guard.
+    # resolution the suite grants any float32 result (minibert_spec.tolerances.ORACLE_RTOL_F32): a
+    # larger eps visibly changes every clipped step -- another clipping rule, not a guard against a
+    # zero norm.  torch's own is 1e-6, 100x inside; 1e-3 is not a guard.
     "clip_eps": (MIN_GUARD, 1e-4),
     # sum / (N + eps) is short of the mean by eps / (N + eps) < eps, relative (N >= 1 predicted
     # positions: the mean needs one), on every loss: clip_eps's bound, for the same reason
@@ -366,7 +366,7 @@ class Adjustment:
 
 
 def _loss_rows(logits, labels, fixed) -> tuple:
-    from reference.ops import IGNORE_INDEX  # the protocol's default
+    from minibert_reference.ops import IGNORE_INDEX  # the protocol's default
 
     return (logits, labels, fixed.get("ignore_index", IGNORE_INDEX),
             fixed.get("reduction", "mean"))
@@ -406,7 +406,7 @@ def _probabilities(guards, inputs, fixed, dout):
 
 
 # row -> the other gradient its declared loss guard allows, signed, per differentiable input
-# (spec.numerics.fdcheck tries the backward against finite differences with it taken away
+# (minibert_spec.numerics.fdcheck tries the backward against finite differences with it taken away
 # when the backward alone is red): (declared guards, inputs, fixed, dout) -> {input: delta}.
 def _ce_alternative(guards, inputs, fixed, dout):
     form = fixed.get("input", "logits")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from spec.protocol import proxy
+from minibert_spec.protocol import proxy
 
 
 class ImplLoadError(Exception):

@@ -3,10 +3,10 @@ when an implementation's ``adam_step`` lacks the ``no_decay`` keyword, reported 
 
 AdamW's decay is decoupled: ``p1 = p - lr (update + wd p)``, elementwise and per tensor.  For an
 ``adam_step(..., weight_decay)`` that decays every tensor, the protocol's no-decay set (the
-``no_decay`` passed, else BERT's default rule ``reference.optim.default_no_decay``) is applied by
-adding ``lr wd p`` back to those tensors after the step: exact in real arithmetic, one rounding
-in floating point.  A coupled decay (L2 folded into the gradient) is not undone by this and stays
-red where it was.
+``no_decay`` passed, else BERT's default rule ``minibert_reference.optim.default_no_decay``) is
+applied by adding ``lr wd p`` back to those tensors after the step: exact in real arithmetic, one
+rounding in floating point.  A coupled decay (L2 folded into the gradient) is not undone by this and
+stays red where it was.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from spec.protocol.conventions import ConventionWarning
+from minibert_spec.protocol.conventions import ConventionWarning
 
 NO_DECAY_NOTE = ("adam_step has no no_decay keyword: the suite applies the protocol's no-decay "
                  "set (default: embeddings, LayerNorm gamma/beta, biases) by adding lr * wd * p "
@@ -33,7 +33,7 @@ def accepts(fn, name: str) -> bool:
 
 
 def _exempt(params, no_decay) -> list[str]:
-    from reference.optim import default_no_decay
+    from minibert_reference.optim import default_no_decay
 
     rule = default_no_decay if no_decay is None else no_decay
     if callable(rule):

@@ -16,14 +16,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from spec.protocol import arrays, variants
-from spec.protocol.capabilities import (
+from minibert_spec.protocol import arrays, variants
+from minibert_spec.protocol.capabilities import (
     RANK_ADAPTABLE,
     capabilities,
     not_claimed_message,
     target_lead,
 )
-from spec.protocol.table import OPS, op_of_name
+from minibert_spec.protocol.table import OPS, op_of_name
 
 
 class NotApplicable(unittest.SkipTest):
@@ -40,7 +40,8 @@ class ImplementationAbort(BaseException):
     """The check cannot go on with this implementation, whatever the inputs: a failure of the
     check that called it.  A BaseException, so that neither the implementation's own ``except
     Exception`` nor Hypothesis (which would shrink it, 5 s per check, for nothing: every input
-    fails the same way) takes it for an ordinary error; the runner (spec.suite.run) reports it
+    fails the same way) takes it for an ordinary error; the runner (minibert_spec.suite.run) reports
+    it
     as the check's failure, never as the end of the run."""
 
 
@@ -204,7 +205,7 @@ class ImplProxy:
                           if k not in ("weight_decay", "no_decay")}
                 return args, kwargs, None
         elif name == "adam_step":  # no no_decay keyword: the suite applies the rule (issue 23)
-            from spec.protocol.optim_contract import adam_step_adapter
+            from minibert_spec.protocol.optim_contract import adam_step_adapter
 
             adapt = adam_step_adapter(fn)
 

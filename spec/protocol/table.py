@@ -1,6 +1,6 @@
 """The op table: every row of the protocol -- its protocol names, differentiable inputs, equation
-IDs, parameter names, the ``reference`` module that defines it and its contract in words -- and
-the lookups derived from it.  An op's inputs to check come from its case families
+IDs, parameter names, the ``minibert_reference`` module that defines it and its contract in words --
+and the lookups derived from it.  An op's inputs to check come from its case families
 (spec/suite/strategies.py), not from here."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from reference.ops import ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS, block_param_names
+from minibert_reference.ops import ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS, block_param_names
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Op:
     equations: the derivation IDs of spec/equations this op realises
     params:    parameter names the op takes (attention weights; every key a block's local dict
                ``p`` may carry, in any of its variants: ``layer()`` maps them one by one)
-    module:    the module of ``reference`` that defines the names
+    module:    the module of ``minibert_reference`` that defines the names
     """
 
     name: str
@@ -66,7 +66,7 @@ def forward_args(module: str, name: str) -> tuple[str, ...]:
     import importlib
     import inspect
 
-    params = inspect.signature(getattr(importlib.import_module(f"reference.{module}"),
+    params = inspect.signature(getattr(importlib.import_module(f"minibert_reference.{module}"),
                                        name)).parameters.values()
     return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
 
@@ -158,7 +158,8 @@ _TABLE = (
            'FFN(LN2(h)), h = x + MHA(LN1(x))), norm="pre_final" (then LN_f, keys ln_f.gamma, '
            'ln_f.beta), norm="inner" (h + LN2(FFN(h)), h = x + LN1(MHA(x))), causal=True, '
            'normalization="rmsnorm" (no *.beta), and its parts\' own '
-           "(reference.ops.block_param_names): no attn.W_o/attn.b_o, no attn.b_*, no ffn.b_1 / "
+           "(minibert_reference.ops.block_param_names): no attn.W_o/attn.b_o, no attn.b_*, no "
+           "ffn.b_1 / "
            "ffn.b_2, activation=",
        backward_doc="(dx, grads) with grads keyed like p"),
     Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",),
@@ -225,7 +226,8 @@ _TABLE = (
        ("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
        module="decoder",
        doc="decoder_forward(params, config, input_ids [B,T]) -> (logits [B,T,V], cache), a causal "
-           "decoder of reference.config.DecoderConfig (presets gpt2(), llama()): token (+ learned "
+           "decoder of minibert_reference.config.DecoderConfig (presets gpt2(), llama()): token "
+           "(+ learned "
            "position) embeddings -> pre-norm causal blocks -> final norm -> LM head (tied: logits "
            "= h W_E^T); decoder_loss_and_grads(params, config, input_ids, labels=None, *, "
            "ignore_index=-100) -> (loss, grads), next-token cross-entropy (labels default to the "
@@ -233,7 +235,7 @@ _TABLE = (
            "embeddings.position.W [T_max,H] (learned positions; LLaMA: RoPE on q, k by "
            "config.rope_convention), layers.{i}.<a pre-norm block's p: attn.W_q.. [in,out], "
            "ln1.*, ffn.* or swiglu.W_1 (gate), W_3 (up), W_2 (down), ln2.*>, final_ln.gamma "
-           "(.beta), lm_head.W [V,H] when untied (reference.decoder.param_shapes; "
+           "(.beta), lm_head.W [V,H] when untied (minibert_reference.decoder.param_shapes; "
            "reference/hf/decoder.py maps each to Hugging Face's GPT-2 / LLaMA names); the cache "
            "is the implementation's own (whatever its decoder_backward reads)",
        backward_doc="decoder_backward(dlogits, cache) -> grads, keyed like params (a tied table: "
@@ -282,8 +284,9 @@ def op_of_name(name: str) -> Op | None:
 
 
 def reference_modules() -> dict[str, str]:
-    """Alias -> module of ``reference`` that defines protocol names (for the mutation catalog)."""
-    return {op.module: f"reference.{op.module}" for op in _TABLE}
+    """Alias -> module of ``minibert_reference`` that defines protocol names (for the mutation
+    catalog)."""
+    return {op.module: f"minibert_reference.{op.module}" for op in _TABLE}
 
 
 

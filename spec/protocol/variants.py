@@ -18,7 +18,7 @@ False}``).  Each entry of :data:`CLAIMS` and :data:`VARIANTS` says
 
 Every layer the proxy runs is ``(args, kwargs) -> (args, kwargs, post)``: run in order before
 the call, their ``post`` in reverse order after it.  Positional arguments are named by the op
-table (:attr:`spec.protocol.table.Op.args`, the reference's own signatures).
+table (:attr:`minibert_spec.protocol.table.Op.args`, the reference's own signatures).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reference import ops
-from reference.ops import (
+from minibert_reference import ops
+from minibert_reference.ops import (
     BLOCK_PARTS,
     IGNORE_INDEX,
     SoftmaxCache,
     _softmax_backward,
     _softmax_forward,
 )
-from spec.protocol.table import OPS
+from minibert_spec.protocol.table import OPS
 
 Layer = Callable[[tuple, dict], tuple]
 ATTN_W = ("W_q", "W_k", "W_v", "W_o")
@@ -213,8 +213,8 @@ def _single_head(not_claimed) -> Layer:
 
 def _probabilities(op: str, forward: bool, forms: tuple, not_claimed) -> Layer | None:
     """``cross_entropy.input = "probabilities"`` (or ``"probabilities_dlogits"``): a call with
-    logits (every standard check) is composed with the protocol's softmax (reference.ops, the
-    one definition): the implementation gets p = softmax(logits), and its dL/dp goes back
+    logits (every standard check) is composed with the protocol's softmax (minibert_reference.ops,
+    the one definition): the implementation gets p = softmax(logits), and its dL/dp goes back
     through softmax's backward (the composed form's logit gradient is already dL/dlogits).  A
     call with ``input=`` probabilities reaches it as it is ("alone")."""
     if not forward:
@@ -389,7 +389,7 @@ def with_pinned_eps(op: str, caps: dict, fixed: Mapping) -> Mapping:
 
 
 def with_pinned_config(caps: dict, config):
-    """A model config (reference.config's dataclasses, ``ln_eps``) as code that fixes its
+    """A model config (minibert_reference.config's dataclasses, ``ln_eps``) as code that fixes its
     LayerNorm eps runs it: ``ln_eps`` at the declared value (a config of RMSNorms keeps its
     own); ``config`` itself otherwise.  The model oracles build both sides from it."""
     c = pinned_eps(caps)
@@ -626,7 +626,8 @@ def layers(op: str, name: str, caps: dict, not_claimed: Callable[[str], None]) -
     """The adaptation layers of one protocol function under the implementation's claims and
     options, in the order of the tables above.  An option of a part (``also``: the FFN's b_2,
     the attention's W_o) reaches a composite op the same way: its piece is the part's key in
-    the composite's parameter dict (``ffn.b_2``, reference.ops.BLOCK_PARTS), its keyword the
+    the composite's parameter dict (``ffn.b_2``, minibert_reference.ops.BLOCK_PARTS), its keyword
+    the
     composite's keyword of the same name."""
     forward = name.endswith("_forward")
     out: list[Layer] = []

@@ -6,9 +6,9 @@ no JavaScript, every asset inside the folder.  Pages come from Jinja2 templates
 legend); the colours of every status word live in :data:`STATUS` alone and reach the pages as
 the generated ``assets/style.css`` classes ``st-<status>``.
 
-A report kind (the audit's blueprint, :mod:`spec.report.blueprint`; the conformance grid of
-``minibert check``, :mod:`spec.report.check`) opens a :class:`Site`, renders its pages into it,
-and the folder is swapped into place only when every page was written: an interruption or an
+A report kind (the audit's blueprint, :mod:`minibert_spec.report.blueprint`; the conformance grid of
+``minibert check``, :mod:`minibert_spec.report.check`) opens a :class:`Site`, renders its pages into
+it, and the folder is swapped into place only when every page was written: an interruption or an
 error leaves the previous report whole.  Needs the ``report`` extra (jinja2, latex2mathml,
 pygments).
 """
@@ -49,8 +49,9 @@ STATUS: dict[str, Status] = {
     "gap": Status("#dc2626", "evidence is missing (fails the audit)"),
     "regression": Status("#991b1b", "an outcome contradicts the recorded verdict (fails the "
                                     "audit)"),
-    # the cells of `minibert check` (spec.suite.report.Cell.status): the same green and red,
-    # a magenta for a check that could not run (exit 2, never a pass), grey for nothing to check
+    # the cells of `minibert check` (minibert_spec.suite.report.Cell.status): the same green and
+    # red, a magenta for a check that could not run (exit 2, never a pass), grey for nothing to
+    # check
     "ok": Status("#15803d", "every check of this op and column that ran passed"),
     "FAIL": Status("#dc2626", "a check failed: its link shows the check id, the tensor, the "
                               "index, both values and the reproduction"),

@@ -3,7 +3,7 @@
 Rendered from the audit's JSON data alone (``{"provenance": ..., **AuditReport.to_json()}``, the
 very dict ``--format json`` writes, copied into the site as ``audit.json``), so the HTML and
 the JSON cannot disagree; what the renderer adds is presentation: the documents' sections
-(``spec.documents``), the statements as MathML (latex2mathml), the implementing functions'
+(``minibert_spec.documents``), the statements as MathML (latex2mathml), the implementing functions'
 source lines (read at the file:line the JSON names, highlighted with Pygments) and the
 dependency graph drawn from the ``uses`` the JSON carries.
 
@@ -20,10 +20,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from spec.documents import BY_KEY, DOCUMENTS, UnknownSource, locate
-from spec.paths import HOME
-from spec.report import AUDIT_STATUSES, RED, Site, Stats
-from spec.report.graph import layout, svg
+from minibert_spec.documents import BY_KEY, DOCUMENTS, UnknownSource, locate
+from minibert_spec.paths import HOME
+from minibert_spec.report import AUDIT_STATUSES, RED, Site, Stats
+from minibert_spec.report.graph import layout, svg
 
 ROOT = HOME
 PLOTS = (("loss_curve.png", "Training and held-out loss"),

@@ -1,8 +1,8 @@
 """The conformance grid of one implementation as a page: ``minibert check MODULE --format html
 -o DIR``.
 
-Rendered from the check's JSON data alone (:meth:`spec.suite.report.CheckReport.to_json`, the very
-dict ``--format json`` writes, copied into the site as ``check.json``), so the page and the
+Rendered from the check's JSON data alone (:meth:`minibert_spec.suite.report.CheckReport.to_json`,
+the very dict ``--format json`` writes, copied into the site as ``check.json``), so the page and the
 JSON cannot disagree: every cell's status, reason and check ids come from ``ops[].cells``,
 every failure's text from ``results[].message``.  What the renderer adds is presentation: the
 op x column grid with each red cell linking to its failures (the check id, the message that
@@ -21,11 +21,12 @@ import shlex
 import time
 from pathlib import Path
 
-from spec.report import CHECK_STATUSES, Site, Stats
+from minibert_spec.report import CHECK_STATUSES, Site, Stats
 
 RED_CELLS = ("FAIL", "error")  # the cells that link to their failures
-REPRODUCE = "\nreproduce: "  # spec.suite.run.failure_message puts the reproduction after it
-# a check's outcome (spec.suite.run.Result) -> the cell word whose colour shows it
+# minibert_spec.suite.run.failure_message puts the reproduction after it
+REPRODUCE = "\nreproduce: "
+# a check's outcome (minibert_spec.suite.run.Result) -> the cell word whose colour shows it
 OUTCOME_STATUS = {"passed": "ok", "xfailed": "ok", "failed": "FAIL", "xpassed": "FAIL",
                   "error": "error", "n/a": "n/a", "not run": "not run"}
 

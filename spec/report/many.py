@@ -1,5 +1,6 @@
 """The class table of ``minibert check --many DIR --format html -o DIR``: one row per
-implementation, one column per op, each cell the op's verdict (spec.suite.many.class_table),
+implementation, one column per op, each cell the op's verdict
+(minibert_spec.suite.many.class_table),
 rendered from the very JSON ``--format json`` writes (copied into the site as ``many.json``)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from spec.report import CHECK_STATUSES, Site, Stats
+from minibert_spec.report import CHECK_STATUSES, Site, Stats
 
 
 def first_failure(impl: dict, op: str) -> str:

@@ -1,11 +1,11 @@
 """The judging suite, shipped with the package: every check that judges a NumPy implementation
-of the protocol (spec.protocol), as a registry of checks with stable ids.
+of the protocol (minibert_spec.protocol), as a registry of checks with stable ids.
 
 From a user's own test file (ten lines; scikit-learn's ``parametrize_with_checks`` is the
 model)::
 
     import mybert
-    from spec.suite import parametrize_with_checks
+    from minibert_spec.suite import parametrize_with_checks
 
     @parametrize_with_checks(mybert, expected_failed_checks={
         "fd[layernorm]": "gamma pulled out of the feature means (issue #12)"})
@@ -16,23 +16,31 @@ From a script or notebook: ``report = check_implementation(mybert)`` (``report.e
 ``report.summary()``, ``report.to_json()``).  From a shell: ``minibert check mybert`` (each
 check in a worker process, time-limited, with a per-op table and ``--format json``).  From
 pytest without writing a file: ``pytest --minibert-impl mybert`` (the ``pytest11`` plugin,
-``spec._pytestplugin``, inert unless that option is given; spec.suite.plugin does the work).
+``minibert_spec._pytestplugin``, inert unless that option is given; minibert_spec.suite.plugin does
+the work).
 
 Every entry point given ``"pkg.mod[:obj]"`` imports it in a child process first
-(spec.suite.probe): an import that exits, crashes or hangs is refused with its reason, never a
-verdict.  Every entry point refuses an unknown expected-failure id the same way
-(spec.suite.registry.resolve_expected_failures), and a ``CAPABILITIES`` the protocol cannot
+(minibert_spec.suite.probe): an import that exits, crashes or hangs is refused with its reason,
+never a verdict.  Every entry point refuses an unknown expected-failure id the same way
+(minibert_spec.suite.registry.resolve_expected_failures), and a ``CAPABILITIES`` the protocol cannot
 take -- malformed, out of range, contradicting its code, raising when read -- before any check
-runs, in the one line of spec.protocol.capabilities.capabilities.
+runs, in the one line of minibert_spec.protocol.capabilities.capabilities.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from spec.suite.registry import COLUMNS, KINDS, Check, all_checks, resolve_expected_failures, select
-from spec.suite.report import CheckReport, apply_expectations
-from spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
+from minibert_spec.suite.registry import (
+    COLUMNS,
+    KINDS,
+    Check,
+    all_checks,
+    resolve_expected_failures,
+    select,
+)
+from minibert_spec.suite.report import CheckReport, apply_expectations
+from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
@@ -96,7 +104,7 @@ class BoundCheck:
         for c in r.conventions:
             import warnings
 
-            from spec.protocol.capabilities import ConventionWarning
+            from minibert_spec.protocol.capabilities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{r.id}: {c}"), stacklevel=2)
         if r.outcome == "n/a":
@@ -119,13 +127,13 @@ class ProvidesSomething:
         return "protocol[provides]"
 
     def __call__(self) -> None:
-        from spec.protocol import OPS, provides
+        from minibert_spec.protocol import OPS, provides
 
         ops = {op for c in self.checks for op in c.ops}
         if not any(provides(self.proxy, name) for op in ops for name in OPS[op].names):
             raise AssertionError(f"{self.proxy._impl_label} provides no protocol name of the "
-                                 f"selected ops {sorted(ops)}: nothing to check (see "
-                                 "spec/protocol.py)")
+                                 f"selected ops {sorted(ops)}: nothing to check (the "
+                                 "names: python -m minibert_spec.protocol)")
 
 
 def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | None = None, *,
@@ -148,7 +156,7 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     (a ValueError) naming the key, the value and what is accepted."""
     import pytest
 
-    from spec.protocol import DeclarationError, ImplLoadError
+    from minibert_spec.protocol import DeclarationError, ImplLoadError
 
     __tracebackhide__ = True  # pytest shows a refusal as its line, not the suite's frames
     checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
@@ -163,11 +171,11 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     if database == "auto":
         from hypothesis import settings
 
-        from spec.suite.run import database_for
+        from minibert_spec.suite.run import database_for
 
         database = (None if settings.default.database is None
                     else database_for(proxy._impl_label))
-    from spec.suite.run import first_red_order
+    from minibert_spec.suite.run import first_red_order
 
     params = [pytest.param(ProvidesSomething(proxy, checks), id="protocol[provides]")]
     for c in first_red_order(checks):  # cheapest, most decisive first: `pytest -x` stops soon
@@ -192,16 +200,17 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
     :class:`CheckReport`.  ``settings``: Hypothesis settings for every check (default
-    :func:`spec.suite.run.check_settings`).  ``first_red``: the checks run cheapest and most
-    decisive first, and the run stops at the first failure (the rest are ``not run``).
+    :func:`minibert_spec.suite.run.check_settings`).  ``first_red``: the checks run cheapest and
+    most decisive first, and the run stops at the first failure (the rest are ``not run``).
     ``quick``: the quick run (each check on its fixed examples alone).  An unknown id in
     ``expected_failed_checks`` is a ValueError naming the closest known ids; an implementation
     that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits, crashes or hangs) or
-    whose ``CAPABILITIES`` the protocol cannot take (spec.protocol.capabilities) is a report
+    whose ``CAPABILITIES`` the protocol cannot take (minibert_spec.protocol.capabilities) is a
+    report
     that could not run (exit status 2) with the reason."""
     import time
 
-    from spec.protocol import DeclarationError, ImplLoadError, label_of
+    from minibert_spec.protocol import DeclarationError, ImplLoadError, label_of
 
     expected_failed_checks = resolve_expected_failures(expected_failed_checks)
     start = time.perf_counter()
@@ -213,8 +222,8 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
         proxy = as_proxy(impl, label)
     except (ImplLoadError, DeclarationError) as e:
         return CheckReport(label or label_of(impl), [], oracle, bad_input, load_error=str(e))
-    from spec.suite.run import first_red_order, stopped_results
-    from spec.suite.shrink import ShrinkBudget
+    from minibert_spec.suite.run import first_red_order, stopped_results
+    from minibert_spec.suite.shrink import ShrinkBudget
 
     if quick and settings is None:
         settings = check_settings(max_examples=QUICK)
@@ -236,10 +245,11 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
 
 
 def _probe(spec: str, timeout: float | None, *, raise_it: bool = False) -> str | None:
-    """spec.suite.probe.probe_import: the reason ``spec`` cannot be imported safely, or None;
+    """minibert_spec.suite.probe.probe_import: the reason ``minibert_spec`` cannot be imported
+    safely, or None;
     ``raise_it``: as an ImplLoadError."""
-    from spec.protocol import ImplLoadError
-    from spec.suite.probe import probe_import
+    from minibert_spec.protocol import ImplLoadError
+    from minibert_spec.suite.probe import probe_import
 
     reason = probe_import(spec, timeout)
     if reason is not None and raise_it:

@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spec.protocol import OPS, NotApplicable
+from minibert_spec.protocol import OPS, NotApplicable
 
 __all__ = ["layer", "optimizer", "LayerSpec", "StandInModel", "get_path", "set_path"]
 
@@ -174,7 +174,8 @@ def protocol_signature(op: str, which: str) -> inspect.Signature:
     if row.pair is None:
         raise ValueError(f"layer: {op!r} is not an op pair of the table")
     name = row.pair[0] if which == "forward" else row.pair[1]
-    return inspect.signature(getattr(importlib.import_module(f"reference.{row.module}"), name))
+    module = importlib.import_module(f"minibert_reference.{row.module}")
+    return inspect.signature(getattr(module, name))
 
 
 def _is_default(value, default) -> bool:
@@ -419,11 +420,11 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
     fwd_name, bwd_name = OPS[op].pair
     for fn, name in ((forward_fn, fwd_name), (backward_fn, bwd_name)):
         fn.__name__ = fn.__qualname__ = name
-        fn.__doc__ = f"{name}: the class layer {label} through spec.suite.adapters.layer"
+        fn.__doc__ = f"{name}: the class layer {label} through minibert_spec.suite.adapters.layer"
         fn.__minibert_layer__ = spec
     # a variant's keyword the class does not take (input=, causal=, norm=) is not in the
     # visible signature: the class computes one form, the one its CAPABILITIES declare
-    from spec.protocol.variants import VARIANTS
+    from minibert_spec.protocol.variants import VARIANTS
 
     hidden = {o.argument for o in VARIANTS.get(op, {}).values()} - used - {None}
     forward_fn.__signature__ = fsig.replace(
@@ -489,7 +490,7 @@ def _absent(op: str, name: str, value) -> bool:
     of ``op`` means "left out" by (eps = 0: LayerNorm without eps, a class with no eps)."""
     if value is None:
         return True
-    from spec.protocol.variants import VARIANTS
+    from minibert_spec.protocol.variants import VARIANTS
 
     return any(name in o.pieces and any(_is_default(value, a) for a in o.absent if a is not None)
                for o in VARIANTS.get(op, {}).values())
@@ -656,7 +657,7 @@ def optimizer(new: Callable, *, step: str = "step", hyper: Mapping, m, v, t: str
         if no_decay is not None:
             nd = kw.get("no_decay")
             if nd is None:
-                from reference.optim import default_no_decay as nd
+                from minibert_reference.optim import default_no_decay as nd
             extra[no_decay] = [k for k in ps if nd(k)] if callable(nd) else list(nd)
         g = {k: np.asarray(grads[k]) for k in names}
         if bound:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 
-from spec.suite.run import NOT_RUN
+from minibert_spec.suite.run import NOT_RUN
 
 # the start of the part of a failure's first line that follows the example, not the failure
 _EXAMPLE_DETAIL = re.compile(

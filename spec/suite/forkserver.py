@@ -4,9 +4,9 @@ transformers BERT modules only when a selected check needs them) and then forks 
 from that state -- a worker starts in milliseconds instead of re-importing ~3 s of libraries,
 and a worker that was killed (a hang, a crash) is replaced as cheaply.
 
-A forked worker is the same worker as one started with ``python -m spec.suite.worker``
-(spec.suite.worker.serve): a session of its own (the pool kills its whole process group on a
-hang), its own command pipe, results pipe and log file (passed as file descriptors over the
+A forked worker is the same worker as one started with ``python -m minibert_spec.suite.worker``
+(minibert_spec.suite.worker.serve): a session of its own (the pool kills its whole process group on
+a hang), its own command pipe, results pipe and log file (passed as file descriptors over the
 server's socket), the run's temporary directory as its working directory.
 
 torch and fork: torch is imported here before any fork, and nothing here runs a torch
@@ -69,7 +69,7 @@ class ForkServer:
         try:
             with open(os.path.join(home, "forkserver.log"), "wb") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "spec.suite.forkserver", str(theirs.fileno())],
+                    [sys.executable, "-m", "minibert_spec.suite.forkserver", str(theirs.fileno())],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     pass_fds=(theirs.fileno(),), cwd=home, env=env, start_new_session=True)
         except BaseException:
@@ -196,7 +196,7 @@ def _preload(modules) -> dict:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 -- the worker imports it again and says why
             failed[name] = f"{type(e).__name__}: {e}"
-    from spec.suite.registry import all_checks
+    from minibert_spec.suite.registry import all_checks
 
     all_checks()
     return failed
@@ -219,7 +219,7 @@ def _child(sock: socket.socket, request: dict, fds) -> None:
             os.close(fd)
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
         os.chdir(request["cwd"])
-        from spec.suite import worker
+        from minibert_spec.suite import worker
 
         job = json.loads(sys.stdin.readline())
         code = worker.serve(job, os.fdopen(results, "w", encoding="utf-8"), sys.stdin)

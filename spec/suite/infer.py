@@ -1,6 +1,6 @@
-"""``minibert adapter infer MODULE``: propose an adapter (:func:`spec.suite.adapters.layer`)
-for the classes and the module-level function pairs of a module, from their forward outputs and
-shapes only.
+"""``minibert adapter infer MODULE``: propose an adapter
+(:func:`minibert_spec.suite.adapters.layer`) for the classes and the module-level function pairs of
+a module, from their forward outputs and shapes only.
 
 The subjects are the module's classes with a forward-like and a backward-like method
 (:class:`ClassLayer`) and its functions paired by name, ``f`` or ``f_forward`` with
@@ -62,7 +62,8 @@ OUT_NAMES = re.compile(r"(\w+_)?(out|output|y|p|probs?|a|s|result)")
 UPSTREAM_NAMES = re.compile(r"d_?[A-Za-z]\w*|grad\w*|delta\w*|upstream\w*|err\w*")
 INPUT_NAMES = ("x", "X", "input", "inputs", "z", "logits")
 EPS_NAMES = ("eps", "epsilon")
-PROTOCOL_EPS = 1e-12  # the protocol's LayerNorm eps (reference.layernorm_forward's default)
+# the protocol's LayerNorm eps (minibert_reference.layernorm_forward's default)
+PROTOCOL_EPS = 1e-12
 # the forward output must equal the reference's to this (float64; a LayerNorm eps of 1e-5
 # against the protocol's 1e-12 changes it by ~1e-5 on rows of unit variance)
 FORWARD_RTOL = 1e-3
@@ -141,9 +142,9 @@ def _probe_values(probe: Probe, seed: int = 0) -> dict:
 def _reference_forward(op: str, vals: dict):
     """The reference's output on the probe (a parameter the probe lacks: None, the op's form
     without it)."""
-    import reference
+    import minibert_reference
 
-    fwd = getattr(reference, f"{op}_forward")
+    fwd = getattr(minibert_reference, f"{op}_forward")
     return fwd(vals["x"], *(vals.get(p) for p in PROBES[op].params))[0]
 
 
@@ -258,7 +259,7 @@ class ClassLayer:
 
     def run(self, trial: Trial, probe: Probe, vals: dict, x):
         """(what the forward returned, the object) on input ``x``."""
-        from spec.suite.adapters import set_path
+        from minibert_spec.suite.adapters import set_path
 
         obj = self.cls(**trial.fixed)
         for p, path in trial.placed.items():
@@ -524,7 +525,7 @@ def _declare_eps(subject, m: Mapping_, probe: Probe) -> None:
     """The declaration of a LayerNorm without an eps argument: the eps it fixes inside, found
     by its forward output on rows of small variance (the one candidate of FIXED_EPS it equals);
     eps=False (the suite passes eps=0) where that is 0, or where none or several match."""
-    from reference.ops import layernorm_forward
+    from minibert_reference.ops import layernorm_forward
 
     vals = _probe_values(probe)
     x = 1e-2 * vals["x"]  # rows of variance ~1e-4
@@ -563,7 +564,7 @@ def _declare_eps(subject, m: Mapping_, probe: Probe) -> None:
 def _gelu_form(m: Mapping_, subject) -> None:
     """Which GELU the subject computes: the erf form (the protocol's default) or the tanh
     approximation (they differ by ~3e-4), by the forward output alone."""
-    import reference
+    import minibert_reference
 
     x = _probe_values(PROBES["gelu"])["x"]
     try:
@@ -571,7 +572,7 @@ def _gelu_form(m: Mapping_, subject) -> None:
         got = np.asarray(got[m.output] if m.output is not None else got)
     except Exception:  # noqa: BLE001 -- already matched once; nothing to decide
         return
-    dev = {form: float(np.max(np.abs(got - reference.gelu_forward(x, form)[0])))
+    dev = {form: float(np.max(np.abs(got - minibert_reference.gelu_forward(x, form)[0])))
            for form in ("none", "tanh")}
     if dev["tanh"] < dev["none"] / 100:
         m.fixed = {"approximate": "tanh"}
@@ -795,7 +796,7 @@ def infer_source(module: str) -> str:
            f'{module}`).', "",
            "Each mapping was chosen by forward outputs and shapes only (never by gradients):",
            "review it, then check it with: minibert check <this module>", '"""', "",
-           f"import {module} as {alias}", "from spec.suite.adapters import layer", ""]
+           f"import {module} as {alias}", "from minibert_spec.suite.adapters import layer", ""]
     caps: dict = {}
     for m in mappings:
         caps.update(m.declares)

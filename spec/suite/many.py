@@ -118,7 +118,7 @@ def check_submission(submission: dict, argv: Sequence[str], *, timeout: float,
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         out = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "spec.cli", "check", submission["module"], *argv,
+        cmd = [sys.executable, "-m", "minibert_spec.cli", "check", submission["module"], *argv,
                "--format", "json", "-o", str(out)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL,
@@ -238,7 +238,7 @@ class _client:
 def class_table(rows: Sequence[dict]) -> dict:
     """The class table (JSON): the ops in the op table's order, and per implementation its
     exit status, one-line summary, each op's verdict, its failed checks and run notes."""
-    from spec.protocol import OPS
+    from minibert_spec.protocol import OPS
 
     seen = {op["op"] for r in rows if r["report"] for op in r["report"].get("ops", [])}
     impls = []

@@ -1,15 +1,15 @@
 """What the pytest plugin does once ``--minibert-impl`` is given.
 
-The hooks pytest calls live in ``spec._pytestplugin`` (the ``pytest11`` entry point), which
+The hooks pytest calls live in ``minibert_spec._pytestplugin`` (the ``pytest11`` entry point), which
 imports nothing else of the project and calls :func:`configure` only when the
 option is given.  It imports the implementation in a child process first
-(:func:`spec.suite.probe.probe_import`): an import that exits, crashes or hangs stops the
+(:func:`minibert_spec.suite.probe.probe_import`): an import that exits, crashes or hangs stops the
 session at once with its reason in one line and a non-zero status, as does one that raises, an
 unknown ``--minibert-xfail`` id or a declaration the protocol refuses.  Then it adds the shipped
 suite module (``test_implementation.py``) to the session.
 
 It never loads a Hypothesis profile: checks inherit the profile the user loaded, or the suite's
-own settings when none was (spec.suite.run.check_settings), applied per check.
+own settings when none was (minibert_spec.suite.run.check_settings), applied per check.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ def configure(config) -> None:
     """Load ``--minibert-impl`` (child process first), resolve ``--minibert-xfail`` and collect
     the suite module; any failure is a ``pytest.UsageError`` of one line."""
 
-    from spec.protocol import ImplLoadError, capabilities
-    from spec.suite.probe import probe_import
-    from spec.suite.registry import resolve_expected_failures
-    from spec.suite.report import expectations_from_args
-    from spec.suite.run import as_proxy
+    from minibert_spec.protocol import ImplLoadError, capabilities
+    from minibert_spec.suite.probe import probe_import
+    from minibert_spec.suite.registry import resolve_expected_failures
+    from minibert_spec.suite.report import expectations_from_args
+    from minibert_spec.suite.run import as_proxy
 
     spec = config.getoption("minibert_impl")
     try:
@@ -50,13 +50,14 @@ def configure(config) -> None:
 
 def answer_to_former_ids(config, items) -> None:
     """A check of the suite answers to its former id too (one release,
-    spec.suite.registry.ALIASES), and a ``-k`` naming a former id warns with the new one.
-    Called by spec._pytestplugin's collection hook only when the session holds checks of the
+    minibert_spec.suite.registry.ALIASES), and a ``-k`` naming a former id warns with the new one.
+    Called by minibert_spec._pytestplugin's collection hook only when the session holds checks of
+    the
     suite (items marked ``suite_check``), before ``-k`` deselects."""
     import re
     import warnings
 
-    from spec.suite.registry import ALIASES
+    from minibert_spec.suite.registry import ALIASES
 
     marked = [(item, m.args[0]) for item in items for m in item.iter_markers("suite_check")]
     former: dict[str, list[str]] = {}

@@ -1,8 +1,8 @@
 """``minibert check``'s runner: the selected checks spread over worker processes
-(spec.suite.worker), each example of a check time-limited twice -- inside the worker (SIGALRM:
-the check fails, the worker goes on) and from here (a worker that gives no sign of life within
-the limit plus GRACE_SECONDS, a hang inside C code, is killed and replaced) -- and a whole-run
-bound.
+(minibert_spec.suite.worker), each example of a check time-limited twice -- inside the worker
+(SIGALRM: the check fails, the worker goes on) and from here (a worker that gives no sign of life
+within the limit plus GRACE_SECONDS, a hang inside C code, is killed and replaced) -- and a
+whole-run bound.
 
 Anything the implementation can do to a process ends as a red cell, never as a hang or a pass:
 ``os._exit``, a segfault, an infinite loop in C, memory exhaustion killed by the kernel.  The
@@ -28,12 +28,18 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from spec.paths import HOME
-from spec.suite.forkserver import ForkedProcess, ForkServer
-from spec.suite.registry import Check
-from spec.suite.report import CheckReport
-from spec.suite.run import DEFAULT_TIMEOUT, Result, first_red_order, run_seed, stopped_results
-from spec.suite.shrink import ShrinkBudget
+from minibert_spec.paths import HOME
+from minibert_spec.suite.forkserver import ForkedProcess, ForkServer
+from minibert_spec.suite.registry import Check
+from minibert_spec.suite.report import CheckReport
+from minibert_spec.suite.run import (
+    DEFAULT_TIMEOUT,
+    Result,
+    first_red_order,
+    run_seed,
+    stopped_results,
+)
+from minibert_spec.suite.shrink import ShrinkBudget
 
 GRACE_SECONDS = 15.0  # beyond a check's own limit before its worker is killed
 DEFAULT_TOTAL_TIMEOUT = 900.0  # the whole run, seconds
@@ -54,7 +60,7 @@ class _Worker:
                                                                cwd))
             else:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "spec.suite.worker"], stdin=cr, stdout=self.log,
+                    [sys.executable, "-m", "minibert_spec.suite.worker"], stdin=cr, stdout=self.log,
                     stderr=subprocess.STDOUT, pass_fds=(w,), cwd=cwd, env=env,
                     start_new_session=True)
         except BaseException:
@@ -150,7 +156,7 @@ def worker_env() -> dict:
 
 
 # what the fork server imports for a requirement of the selected checks, beyond the suite
-PRELOAD = ("numpy", "hypothesis", "threadpoolctl", "spec.suite.worker")
+PRELOAD = ("numpy", "hypothesis", "threadpoolctl", "minibert_spec.suite.worker")
 # (torch._dynamo: what torch.optim imports on its first use, 1.3 s of the first Adam check;
 # imported, never run: no torch operation happens in the server)
 REQUIREMENT_PRELOAD = {"torch": ("torch", "torch._dynamo"),
@@ -212,13 +218,13 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                  server: ForkServer | None = None) -> CheckReport:
     """Run ``checks`` on the implementation ``impl`` (``pkg.mod[:obj]``) in ``workers``
     processes and return the :class:`CheckReport` (results in the checks' order).  The checks are
-    sent cheapest and most decisive first (:func:`~spec.suite.run.first_red_order`);
+    sent cheapest and most decisive first (:func:`~minibert_spec.suite.run.first_red_order`);
     ``first_red``: at the first failure the workers are stopped, and every check not
     finished is ``not run`` (never a pass).  ``server``: a fork server from
     :func:`launch_server` (default: one started here), closed at the end.  ``database``,
     ``replay``: example database directories shared with other runs (read and written; read
-    only: :func:`~spec.suite.run.shared_database`, absolute paths: the workers run in a
-    temporary directory); the draws then come from :func:`~spec.suite.run.run_seed`."""
+    only: :func:`~minibert_spec.suite.run.shared_database`, absolute paths: the workers run in a
+    temporary directory); the draws then come from :func:`~minibert_spec.suite.run.run_seed`."""
     start = time.monotonic()
     job = {"impl": impl, "paths": list(paths), "timeout": timeout, "oracle": oracle,
            "max_examples": max_examples, "seed": run_seed(seed, bool(database or replay)),

@@ -1,8 +1,8 @@
 """Importing an implementation in a child process before anything imports it in-process.
 
 An implementation's import runs the user's code.  In-process, an import that raises is one line
-(``spec.protocol.load_impl``), but one that ends the process (``os._exit(0)``, an exit from a
-thread), crashes it (a signal) or never returns takes the caller down with it: ``pytest
+(``minibert_spec.protocol.load_impl``), but one that ends the process (``os._exit(0)``, an exit from
+a thread), crashes it (a signal) or never returns takes the caller down with it: ``pytest
 --minibert-impl`` used to end with status 0 and no output, a verdict of nothing.  The plugin,
 ``minibert check``, ``check_implementation`` and ``parametrize_with_checks`` (given
 ``"pkg.mod[:obj]"``) therefore import it in a fresh interpreter first, under a time limit, and
@@ -44,8 +44,9 @@ os._exit(0)
 
 
 def probe_import(spec: str, timeout: float | None, *, paths: Sequence[str] = ()) -> str | None:
-    """Import ``spec`` (``package.module[:object]``) in a child interpreter with this process's
-    ``sys.path`` (``paths`` first); None when the import finishes within ``timeout`` seconds
+    """Import ``minibert_spec`` (``package.module[:object]``) in a child interpreter with this
+    process's ``sys.path`` (``paths`` first); None when the import finishes within ``timeout``
+    seconds
     (None: no limit) -- returning or raising --, else the reason it did not, one line."""
     module = spec.partition(":")[0]
     path = [os.path.abspath(p or os.curdir) for p in [*paths, *sys.path]]

@@ -12,8 +12,8 @@ without a dtype (``np.zeros(n)`` is float64).
 line tracer that watches the implementation's own frames only, and returns the first line after
 which a local (or the return value) is float64, with the line's text, the likely cause and the
 fix.  The verdict never depends on it: it only says where a red that is already a red comes
-from (spec.suite.run adds it to the message and to the red's cause, so the report groups the
-reds of one line).
+from (minibert_spec.suite.run adds it to the message and to the red's cause, so the report groups
+the reds of one line).
 """
 
 from __future__ import annotations
@@ -110,11 +110,11 @@ def _sees_float32(frame) -> bool:
 
 def trace(fn, *args, **kwargs) -> Promotion | None:
     """Run ``fn(*args, **kwargs)`` under a line tracer over the implementation's own frames
-    (spec.suite.shrink.is_user_path) and return the first line after which a local or the
+    (minibert_spec.suite.shrink.is_user_path) and return the first line after which a local or the
     return value is float64 where it was not before, in a frame that holds float32 values
     (:func:`_sees_float32`; None: no such float64 appeared, or the call raised before one
     did).  Exceptions of ``fn`` are swallowed: this only locates."""
-    from spec.suite.shrink import is_user_path
+    from minibert_spec.suite.shrink import is_user_path
 
     found: list[Promotion] = []
     state: dict = {}  # frame -> (last line, {name: is float64})
@@ -166,10 +166,10 @@ def locate(impl, ops) -> Promotion | None:
     run forward and backward on its case families' fixed-seed examples cast to float32 (the
     families the implementation's declarations reach), then ``adam_step`` on float32
     parameters; None when none of them makes float64."""
-    from spec.protocol import OPS, capabilities
-    from spec.protocol.capabilities import unmet
-    from spec.suite import strategies as S
-    from spec.suite.checks.invariants import cast_case
+    from minibert_spec.protocol import OPS, capabilities
+    from minibert_spec.protocol.capabilities import unmet
+    from minibert_spec.suite import strategies as S
+    from minibert_spec.suite.checks.invariants import cast_case
 
     caps = capabilities(impl)
     for op in ops:

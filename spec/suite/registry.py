@@ -38,13 +38,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from spec.protocol import EQUATION_OPS, OPS, NotApplicable, op_of_equation
+from minibert_spec.protocol import EQUATION_OPS, OPS, NotApplicable, op_of_equation
 
 __all__ = ["Blame", "Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
            "NotApplicable", "CHECK_MODULES", "lazy_module", "resolve_expected_failures",
            "ALIASES", "renamed"]
 
-# kind -> the report column it fills (spec.suite.report); the columns in table order
+# kind -> the report column it fills (minibert_spec.suite.report); the columns in table order
 COLUMNS = (("forward", "forward vs oracle"), ("oracle_backward", "backward vs oracle"),
            ("fd", "backward vs FD"), ("sympy", "vs SymPy"), ("invariants", "invariants"),
            ("bad_input", "bad input"))
@@ -73,7 +73,7 @@ class Check:
 
     id:        ``kind[name]``, stable across releases (``pytest -k`` and xfail lists use it)
     kind:      a key of :data:`KINDS`
-    ops:       the op-table rows (spec.protocol.OPS) whose verdict it counts for
+    ops:       the op-table rows (minibert_spec.protocol.OPS) whose verdict it counts for
     equations: the equation IDs it is evidence for (the audit and mutation matrix read them)
     func:      ``func(impl, **kwargs, **drawn)``
     kwargs:    its fixed arguments
@@ -99,8 +99,8 @@ class Check:
     # its cost is not the implementation's
     prepare: Callable | None = field(default=None, compare=False, repr=False)
     # what the implementation must declare for the check to apply ({"key_mask": True,
-    # "layernorm.affine": False, ...}, spec.protocol.capabilities.unmet): decided before the
-    # check runs or draws anything, so no check is skipped by the chance of a draw
+    # "layernorm.affine": False, ...}, minibert_spec.protocol.capabilities.unmet): decided before
+    # the check runs or draws anything, so no check is skipped by the chance of a draw
     needs: Mapping = field(default_factory=dict, compare=False, repr=False)
     examples: Callable | None = field(default=None, compare=False, repr=False)
     quick: bool = field(default=False, compare=False, repr=False)
@@ -168,7 +168,7 @@ class Check:
 
         caps = None
         if callable(self.given) or self.examples is not None:
-            from spec.protocol import capabilities
+            from minibert_spec.protocol import capabilities
 
             caps = capabilities(impl)
         strategies = self.given(caps) if callable(self.given) else self.given
@@ -330,7 +330,7 @@ def _validate_id(check_id: str) -> None:
     if m is None:
         raise ValueError(f"check: malformed id {check_id!r} (expected kind[subject.property-"
                          "case], see spec/suite/registry.py)")
-    from spec.suite.strategies import FAMILIES
+    from minibert_spec.suite.strategies import FAMILIES
 
     subject = m["subject"]
     known = (set(OPS) | {f.name for f in FAMILIES} if m["kind"] != "sympy" else
@@ -371,13 +371,14 @@ def _per_case(value, kwargs: dict, what: str):
 # the modules that register checks (imported by all_checks, in this order: the report lists
 # checks in registration order)
 CHECK_MODULES = (
-    "spec.suite.checks.fd", "spec.suite.checks.invariants",
-    "spec.suite.checks.model", "spec.suite.checks.losses", "spec.suite.checks.optim",
-    "spec.suite.checks.sympy_code", "spec.suite.checks.bad_input",
-    "spec.suite.checks.oracle_ops", "spec.suite.checks.oracle_model",
-    "spec.suite.checks.oracle_optim", "spec.suite.checks.oracle_bert",
-    "spec.suite.checks.decoder", "spec.suite.checks.oracle_decoder",
-    "spec.suite.checks.adapters",
+    "minibert_spec.suite.checks.fd", "minibert_spec.suite.checks.invariants",
+    "minibert_spec.suite.checks.model", "minibert_spec.suite.checks.losses",
+    "minibert_spec.suite.checks.optim",
+    "minibert_spec.suite.checks.sympy_code", "minibert_spec.suite.checks.bad_input",
+    "minibert_spec.suite.checks.oracle_ops", "minibert_spec.suite.checks.oracle_model",
+    "minibert_spec.suite.checks.oracle_optim", "minibert_spec.suite.checks.oracle_bert",
+    "minibert_spec.suite.checks.decoder", "minibert_spec.suite.checks.oracle_decoder",
+    "minibert_spec.suite.checks.adapters",
 )
 
 

@@ -1,5 +1,5 @@
-"""The verdict on one implementation: every check's :class:`~spec.suite.run.Result`, folded into
-a grid of op x column cells, an exit status, and the JSON that CI keeps as an artifact (the
+"""The verdict on one implementation: every check's :class:`~minibert_spec.suite.run.Result`, folded
+into a grid of op x column cells, an exit status, and the JSON that CI keeps as an artifact (the
 table and any HTML rendering are drawn from that JSON: one source of truth).
 
 A cell is ``FAIL`` when any of its checks failed, ``error`` when one could not run (a required
@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from spec.protocol import OPS
-from spec.suite.registry import COLUMNS, KINDS, renamed
-from spec.suite.run import NOT_RUN, Result, one_line
+from minibert_spec.protocol import OPS
+from minibert_spec.suite.registry import COLUMNS, KINDS, renamed
+from minibert_spec.suite.run import NOT_RUN, Result, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
 # a number in a convention line (1e-06, -3.2, 0.000120): lines equal but for these are one
@@ -84,9 +84,9 @@ class CheckReport:
     provenance: dict = field(default_factory=dict)
     # what decides the verdict besides the implementation (minibert check's options: oracle,
     # examples, seed, selection, expectations...), the implementation's source digest and the
-    # suite's version: what the shards of one run must share (spec.suite.shard)
+    # suite's version: what the shards of one run must share (minibert_spec.suite.shard)
     settings: dict = field(default_factory=dict)
-    # a shard's plan (spec.suite.shard.shard_plan), or None; a merged report: its shards
+    # a shard's plan (minibert_spec.suite.shard.shard_plan), or None; a merged report: its shards
     shard: dict | None = None
     merged_from: list = field(default_factory=list)
 
@@ -179,13 +179,13 @@ class CheckReport:
                 return (f"could not run every check of: {', '.join(errors)} "
                         "(see the cells marked error)")
             return ("could not run: the implementation provides no protocol name of the "
-                    "selected ops: nothing to check (see spec/protocol.py)")
+                    "selected ops: nothing to check (the names: python -m minibert_spec.protocol)")
         ok = [op for op, v in verdicts.items() if v == "ok"]
         return f"{len(ok)} op(s) conform"
 
     def groups(self) -> list[dict]:
-        """The reds that share a cause (spec.suite.shrink.cause_of: an exception raised on one
-        line of the implementation, one dtype promotion), largest first: ``{"cause", "count",
+        """The reds that share a cause (minibert_spec.suite.shrink.cause_of: an exception raised on
+        one line of the implementation, one dtype promotion), largest first: ``{"cause", "count",
         "checks": [every id], "ops": [...]}``.  Only how the report reads: each check keeps
         its own result and every op its verdict."""
         by: dict[str, list[Result]] = {}

@@ -1,7 +1,7 @@
 """Running one check on one implementation: the settings it runs under, its time limit, and the
-:class:`Result` it comes to.  The pytest plugin, :func:`spec.suite.check_implementation` and the
-worker processes of ``minibert check`` all run checks through :func:`run_check`, so a check has
-one verdict whichever way it is run.
+:class:`Result` it comes to.  The pytest plugin, :func:`minibert_spec.suite.check_implementation`
+and the worker processes of ``minibert check`` all run checks through :func:`run_check`, so a check
+has one verdict whichever way it is run.
 
 Outcomes:
 
@@ -29,7 +29,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
-from spec.protocol import (
+from minibert_spec.protocol import (
     ImplementationExit,
     ImplementationHung,
     ImplProxy,
@@ -38,8 +38,8 @@ from spec.protocol import (
     load_impl,
     not_claimed_message,
 )
-from spec.protocol.capabilities import declared_variants, unmet
-from spec.suite.registry import Blame, Check
+from minibert_spec.protocol.capabilities import declared_variants, unmet
+from minibert_spec.suite.registry import Blame, Check
 
 # Time limit of one example of a check by default, seconds (a fixed-seed check is one example).
 # The slowest example of the reference on the 2-core machine takes ~3 s (a whole Mini-BERT
@@ -69,7 +69,8 @@ class Result:
     message: str = ""
     seconds: float = 0.0
     conventions: list[str] = field(default_factory=list)
-    # what the red shares with other reds (spec.suite.shrink.cause_of; "" for its own finding)
+    # what the red shares with other reds (minibert_spec.suite.shrink.cause_of; "" for its own
+    # finding)
     cause: str = ""
 
     def to_json(self) -> dict:
@@ -134,7 +135,7 @@ def check_settings(*, database=None, max_examples: int | None = None,
     ``derandomize``...); when none was chosen (Hypothesis's own ``default``), the suite's:
     DEFAULT_MAX_EXAMPLES, derandomized.  Always: no deadline (a whole-model check takes
     seconds), one failure reported (the first, shrunk within the run's budget:
-    spec.suite.shrink), the given
+    minibert_spec.suite.shrink), the given
     ``database`` (None: no database; none either when derandomized, which draws the same
     examples every run), no explain phase.  ``shrink=False``: a failure is reported as found (the
     verdict is the same; only its example is not minimised).  ``max_examples=0``: the quick run
@@ -234,11 +235,11 @@ def failure_message(e: BaseException, limit: int = 2000) -> str:
 def raised_at(e: BaseException) -> str:
     """`` (raised in function, file:line)``: where an exception from the implementation (a
     TypeError, a ZeroDivisionError) came from -- the innermost frame of the user's own code
-    (spec.suite.shrink.user_frame: NumPy's einsumfunc.py is not where the user's bug is),
+    (minibert_spec.suite.shrink.user_frame: NumPy's einsumfunc.py is not where the user's bug is),
     else the innermost frame."""
     import os
 
-    from spec.suite.shrink import user_frame
+    from minibert_spec.suite.shrink import user_frame
 
     path, line, function = user_frame(e)
     if not path:
@@ -249,7 +250,7 @@ def raised_at(e: BaseException) -> str:
 def reproduction(check: Check, label: str) -> str:
     """The one line that reruns this check alone (its examples come from a seed derived from
     its id, so the same failure comes back)."""
-    return (f"rerun: minibert check {label} -k '^{re.escape(check.id)}$' (or spec.suite."
+    return (f"rerun: minibert check {label} -k '^{re.escape(check.id)}$' (or minibert_spec.suite."
             f"check_implementation(impl, ids=[{check.id!r}]))")
 
 
@@ -258,7 +259,7 @@ def one_line(message: str) -> str:
 
 
 def _convention_text(w: warnings.WarningMessage) -> str | None:
-    from spec.protocol.capabilities import ConventionWarning
+    from minibert_spec.protocol.capabilities import ConventionWarning
 
     text = str(w.message)
     if issubclass(w.category, ConventionWarning):
@@ -273,11 +274,12 @@ _PROMOTIONS: dict = {}  # (implementation, ops) -> the promotion found, once per
 
 def promotion_of(proxy, ops, timeout):
     """The line that first makes float64 out of float32 in the implementation's ``ops``
-    (spec.suite.promotion.locate), located once per implementation and ops, under the check's
+    (minibert_spec.suite.promotion.locate), located once per implementation and ops, under the
+    check's
     time limit; None where it cannot be found."""
     key = (id(object.__getattribute__(proxy, "_impl_obj")), tuple(ops))
     if key not in _PROMOTIONS:
-        from spec.suite.promotion import locate
+        from minibert_spec.suite.promotion import locate
 
         try:
             with time_limit(timeout, "locating a dtype promotion"):
@@ -328,7 +330,7 @@ def as_proxy(impl, label: str | None = None) -> ImplProxy:
 def absent_ops(check: Check, proxy) -> str | None:
     """Why the check is not applicable when the implementation provides no name of any op the
     check counts for (else None: the check itself finds a name it lacks)."""
-    from spec.protocol import OPS, provides
+    from minibert_spec.protocol import OPS, provides
 
     if not check.ops or any(provides(proxy, name) for op in check.ops
                             for name in OPS[op].names):
@@ -359,8 +361,9 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     caught within it whatever the number of examples); ``heartbeat()`` is called before each
     example (the worker's sign of life, the plugin's hard deadline re-armed).  ``seed``:
     examples drawn from that seed instead of the settings' (derandomized by default).
-    ``shrink``: the run's :class:`~spec.suite.shrink.ShrinkBudget` (default: this process's)."""
-    from spec import protocol
+    ``shrink``: the run's :class:`~minibert_spec.suite.shrink.ShrinkBudget` (default: this
+    process's)."""
+    from minibert_spec import protocol
 
     if oracle not in ORACLE_MODES:
         raise ValueError(f"oracle: expected one of {ORACLE_MODES}, got {oracle!r}")
@@ -381,7 +384,7 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             return Result(check.id, check.kind, check.ops, "n/a",
                           not_claimed_message(proxy._impl_label, reason))
 
-    from spec.suite import shrink as shrinking
+    from minibert_spec.suite import shrink as shrinking
 
     tracker = None
 

@@ -15,7 +15,7 @@ reference (``spec/results/check_durations.json``) for checks, the recorded matri
 an item the file does not name weighs the mean of those it names (1 s when it names none).
 
 Sharding never changes a verdict: each check draws from a seed derived from its own id
-(spec.suite.registry.Check.hypothesis_test), never from its shard or position.  A merge
+(minibert_spec.suite.registry.Check.hypothesis_test), never from its shard or position.  A merge
 refuses shards that do not make one run -- another implementation or another version of it,
 another version of the suite, other settings, another selection or durations, a shard missing
 or given twice -- naming which.
@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from spec.paths import RESULTS
+from minibert_spec.paths import RESULTS
 
 # the durations of the checks on the bundled reference (minibert check reference --bad-input
 # --format json, each result's "seconds"): the default weights of a sharded check run
@@ -78,7 +78,7 @@ def durations_from(data, what: str = "durations") -> dict[str, float]:
 
 def read_durations(path, what: str = "--durations") -> dict[str, float]:
     """:func:`durations_from` a file (the guarded reader of the user's files)."""
-    from reference.train.fileio import read_user_json
+    from minibert_reference.train.fileio import read_user_json
 
     return durations_from(read_user_json(path, "a report or a durations file"),
                           f"{what} {path}")
@@ -195,7 +195,7 @@ def verify_shards(records: Sequence[tuple[str, dict]], schema: str, kind: str,
 
 def read_shards(paths: Sequence[str]) -> list[tuple[str, dict]]:
     """Each file as ``(path, JSON object)`` (the guarded reader of the user's files)."""
-    from reference.train.fileio import read_user_json
+    from minibert_reference.train.fileio import read_user_json
 
     return [(str(p), read_user_json(p, "a shard's report (JSON)")) for p in paths]
 
@@ -235,13 +235,13 @@ def implementation_digest(module: str, paths: Sequence[str] = ()) -> str | None:
 
 # --------------------------------------------------------------------------- check reports
 def merge_check_reports(records: Sequence[tuple[str, dict]]):
-    """The one :class:`~spec.suite.report.CheckReport` that the shards ``(name, report JSON)`` of
-    one ``minibert check --shard k/N`` run make: every check's result in the run's order, the
-    shards' run notes (each naming its shard), a shard that could not load the implementation
+    """The one :class:`~minibert_spec.suite.report.CheckReport` that the shards ``(name, report
+    JSON)`` of one ``minibert check --shard k/N`` run make: every check's result in the run's order,
+    the shards' run notes (each naming its shard), a shard that could not load the implementation
     as the run's load error.  The grid, the verdicts and the exit status are recomputed from
     the results, by the code that computes the unsharded run's.  A ValueError naming the
     shards when they are not the shards of one run (:func:`verify_shards`)."""
-    from spec.suite.report import SCHEMA, CheckReport
+    from minibert_spec.suite.report import SCHEMA, CheckReport
 
     ordered = verify_shards(records, SCHEMA, "a minibert check report", ["impl"])
     results, notes, load_errors, parts = {}, [], [], []

@@ -10,7 +10,7 @@ is smaller when shrunk.
 How shrinking stops: through Hypothesis's own shrinker stop (``StopShrinking``, what it does
 when shrinking stalls: the best example so far is reported).  Hypothesis's explain phase,
 which re-ran a shrunk example hundreds of times under a coverage tracer (~5 s per red), is
-off (spec.suite.run.check_settings).  The
+off (minibert_spec.suite.run.check_settings).  The
 suite used to lower the engine's ``MAX_SHRINKING_SECONDS`` (300 s) to 5 s instead, which ended
 shrinking through the engine's "very slow shrinking" abort -- and that abort prints "Hypothesis
 has spent more than five minutes working to shrink a failing test case ... PLEASE REPORT THIS"
@@ -21,7 +21,7 @@ A cause (:func:`cause_of`): an exception raised by the implementation is its typ
 file:line it was raised at; a dtype promotion is the dtypes named.  A disagreement found by a
 check's own assertion (a wrong value at an index) has no cause in common with another check's:
 each is shrunk within the budget.  The report groups the reds of one cause
-(spec.suite.report.Report.groups); the verdicts are unchanged.
+(minibert_spec.suite.report.Report.groups); the verdicts are unchanged.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def is_failure(e: BaseException) -> bool:
     flow (``assume``, an exhausted draw) nor a check found not applicable."""
     from hypothesis.errors import HypothesisException
 
-    from spec.protocol import NotApplicable
+    from minibert_spec.protocol import NotApplicable
 
     return isinstance(e, Exception) and not isinstance(e, (HypothesisException, NotApplicable))
 

@@ -1,7 +1,7 @@
 """Hypothesis strategies of the judging suite: the inputs every op check draws.
 
-Everything here is plain NumPy + Hypothesis: no import of ``reference``'s maths, so a strategy
-draws the same data whatever implementation is under test.  Conventions:
+Everything here is plain NumPy + Hypothesis: no import of ``minibert_reference``'s maths, so a
+strategy draws the same data whatever implementation is under test.  Conventions:
 
 * float64 arrays, bounded, finite: small ones element by element (explicit bounded
   ``elements=``, ``fill=st.nothing()``, no NaN/inf, no subnormals), larger ones uniform from one
@@ -14,13 +14,13 @@ draws the same data whatever implementation is under test.  Conventions:
 * An op case is an :class:`OpCase`: the differentiable inputs by forward argument name, the
   non-differentiable ones (ids, masks, labels, n_heads), and an upstream gradient.
 * ``@cases("op", "variant", **strategy_kwargs)`` on an op's case strategy registers a case
-  family of a row of ``spec.protocol.OPS``: the FD and generic invariant checks
+  family of a row of ``minibert_spec.protocol.OPS``: the FD and generic invariant checks
   (spec/suite/checks/fd.py, invariants.py) run every registered family, with the check name
   ``op_variant`` (or ``op``).
 * Variants an implementation may not support (masks, biases, the op variants of
-  ``spec.protocol.capabilities.VARIANTS``) are parameters of a family, decided before anything
-  is drawn: ``needs`` (what the implementation must declare, else the check is not applicable
-  with the reason) and ``resolve`` (the options that follow the implementation: a family
+  ``minibert_spec.protocol.capabilities.VARIANTS``) are parameters of a family, decided before
+  anything is drawn: ``needs`` (what the implementation must declare, else the check is not
+  applicable with the reason) and ``resolve`` (the options that follow the implementation: a family
   about causal attention draws biases only for an implementation that has them).
 * The smoothness filters of composite ops (the block) run the protocol's reference ops, so a
   filter never calls the implementation in a form it does not declare.
@@ -40,8 +40,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from spec.protocol import IGNORE_INDEX, OPS
-from spec.protocol.variants import (
+from minibert_spec.protocol import IGNORE_INDEX, OPS
+from minibert_spec.protocol.variants import (
     CLAIMS,
     VARIANTS,
     eps_of,
@@ -50,7 +50,7 @@ from spec.protocol.variants import (
     strategy_keyword,
     with_pinned_eps,
 )
-from spec.tolerances import KINK_MARGIN, LN_MIN_VAR, layernorm_backward_scale
+from minibert_spec.tolerances import KINK_MARGIN, LN_MIN_VAR, layernorm_backward_scale
 
 # Values of inputs and parameters: large enough that softmax is far from uniform, small enough
 # that nothing saturates to exact 0/1 in float64.
@@ -298,9 +298,9 @@ N_DIRECTIONS = 3
 class CaseFamily:
     """One family of op cases: the strategy with its arguments, its fixed-seed examples, its
     torch twin, and what the FD, invariant and oracle checks need beyond the op's row of
-    spec.protocol.OPS."""
+    minibert_spec.protocol.OPS."""
 
-    op: str  # the row of spec.protocol.OPS
+    op: str  # the row of minibert_spec.protocol.OPS
     name: str  # the check name: the op, or the op and its variant (linear_nobias)
     cases: Callable[[], st.SearchStrategy[OpCase]]
     function: Callable = None  # the decorated strategy function
@@ -322,7 +322,7 @@ class CaseFamily:
     resolve: tuple[str, ...] = ()
     fd: bool = True  # the backward is the gradient of the forward (not a composed one)
     # the torch twin, taking the forward's keywords (inputs and fixed): the name of a function
-    # of spec.suite.torch_oracle, or ``to -> function`` given that module; resolved when an
+    # of minibert_spec.suite.torch_oracle, or ``to -> function`` given that module; resolved when an
     # oracle check runs (torch is imported then)
     torch: str | Callable | None = None
     # modules the twin imports beyond torch (transformers' LLaMA rotary embedding)
@@ -385,11 +385,12 @@ class CaseFamily:
         return [{"case": c} for c in self.examples(caps)]
 
     def twin(self) -> Callable:
-        """The torch twin (imports torch): ``torch`` names a function of spec.suite.torch_oracle,
+        """The torch twin (imports torch): ``torch`` names a function of
+        minibert_spec.suite.torch_oracle,
         or is ``to -> function`` given that module (``to.F`` is torch.nn.functional)."""
         import importlib
 
-        to = importlib.import_module("spec.suite.torch_oracle")
+        to = importlib.import_module("minibert_spec.suite.torch_oracle")
         return self.torch(to) if callable(self.torch) else getattr(to, self.torch)
 
 
@@ -422,10 +423,11 @@ def upstream_like(rng, shape) -> np.ndarray | float:
 
 
 def variant_kwargs(op: str, needs: dict, resolve: tuple, caps: dict) -> dict:
-    """Strategy keywords of one check (each claim's and option's own, spec.protocol.variants):
-    the ``needs`` of ``op``'s own options, then each ``resolve`` key at the value the
-    implementation declares (its standard form when it has it).  Called after the needs were
-    met (spec.suite.run checks them first)."""
+    """Strategy keywords of one check (each claim's and option's own,
+    minibert_spec.protocol.variants): the ``needs`` of ``op``'s own options, then each ``resolve``
+    key at the value the implementation declares (its standard form when it has it).  Called after
+    the needs were
+    met (minibert_spec.suite.run checks them first)."""
     kw = {strategy_keyword(k): v for k, v in needs.items() if k.split(".")[0] in VARIANTS
           and reaches(k, op)}
     for key in resolve:
@@ -447,13 +449,13 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
           torch_float64=False, **strategy_kwargs):
     """Register the decorated case strategy, called with ``strategy_kwargs``, as a case family
     of ``op`` (check name ``op_variant``, or ``op`` without a variant); ``torch`` names its
-    twin in spec.suite.torch_oracle (the oracle checks run every family that has one), and
+    twin in minibert_spec.suite.torch_oracle (the oracle checks run every family that has one), and
     ``torch_requires`` the modules it imports beyond torch.
     Stacked decorators register in the order they are written."""
 
     def register(fn):
         if op not in OPS:
-            raise ValueError(f"cases: {op!r} is not a row of spec.protocol.OPS")
+            raise ValueError(f"cases: {op!r} is not a row of minibert_spec.protocol.OPS")
         sizes_ = {k: v for k, v in (("elementwise_max", elementwise_max), ("n_dirs", n_dirs))
                   if v is not None}
         family = CaseFamily(op, op if variant is None else f"{op}_{variant}",
@@ -655,7 +657,7 @@ def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
                     eps: bool | float = True) -> OpCase:
     """``affine`` False: gamma = beta = None (the variant without the affine map); ``eps``
     False: eps = 0 (rows keep variance >= LN_MIN_VAR, so 1/sqrt(var) stays moderate); a
-    number: that eps, the one the code fixes (spec.protocol.variants.eps_of)."""
+    number: that eps, the one the code fixes (minibert_spec.protocol.variants.eps_of)."""
     lead = draw(_lead_shapes())
     N = draw(sizes(2, 6))
     inputs = {"x": draw(layernorm_inputs(lead + (N,))),
@@ -674,7 +676,7 @@ def _rmsnorm_example(rng):
 
 
 def _rmsnorm_scale(case: OpCase) -> float:
-    """dx sums terms of |gamma dy| / rms (the LayerNorm rule, spec.tolerances.
+    """dx sums terms of |gamma dy| / rms (the LayerNorm rule, minibert_spec.tolerances.
     layernorm_backward_scale, without the mean): they cancel for N = 1, where x_hat = +-1."""
     x = np.asarray(case.inputs["x"], np.float64)
     rms = float(np.sqrt((x * x).mean(axis=-1) + case.fixed["eps"]).min())
@@ -955,7 +957,7 @@ def _block_weights(seed: int, H: int, I: int, names: tuple) -> dict:
 
 def block_variant(bias: bool = True, norm: str = "post", W_o: bool = True, b_1: bool = True,
                   b_2: bool = True, normalization: str = "layernorm") -> dict:
-    """The keywords of reference.ops.block_param_names (the one definition of a block's
+    """The keywords of minibert_reference.ops.block_param_names (the one definition of a block's
     names) for a block family's variant parameters."""
     return dict(attn_bias=bias, norm=norm, W_o=W_o, b_1=b_1, b_2=b_2,
                 normalization=normalization)
@@ -993,7 +995,7 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
     """(smallest row variance of a LayerNorm input -- the mean square of an RMSNorm input --,
     smallest |ReLU pre-activation|, inf for a smooth activation) through one block, computed
     with the protocol's reference ops (float64): where the block is smooth."""
-    from reference import ops  # the one definition of each op (a filter, not a judgement)
+    from minibert_reference import ops  # the one definition of each op (a filter, not a judgement)
 
     attn = [p.get(f"attn.{n}") for n in ATTENTION_WEIGHTS + ATTENTION_BIASES]
     ffn = [p.get(f"ffn.{n}") for n in ("W_1", "b_1", "W_2", "b_2")]
@@ -1044,7 +1046,7 @@ def block_smooth(case: OpCase) -> bool:
 
 def block_backward_scale(case: OpCase) -> float:
     """The magnitude of the terms a block's backward sums inside its normalisations (the
-    family's ``backward_scale``; the LayerNorm families' rule, spec.tolerances.
+    family's ``backward_scale``; the LayerNorm families' rule, minibert_spec.tolerances.
     layernorm_backward_scale, applied to the block): each normalisation's dx sums terms of
     |gamma dy| / sigma, sigma the smallest row deviation (RMSNorm: root mean square) of the
     normalisation inputs, from block_conditioning (the protocol's reference ops in float64: a
@@ -1072,7 +1074,7 @@ def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bo
                    W_o: bool = True, b_1: bool = True, b_2: bool = True,
                    activation: str = "relu", normalization: str = "layernorm",
                    heads: str = "fused"):
-    from reference.ops import block_param_names
+    from minibert_reference.ops import block_param_names
 
     H, I = 6, 12
     a = _attention_example_params(rng, H, bias=True)
@@ -1152,12 +1154,12 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool
                 normalization: str = "layernorm", heads: str = "fused") -> OpCase:
     """x plus every block parameter as a differentiable input named by its local name; the
     variant (``norm``, ``causal``, ``normalization``; the parts' ``W_o``, ``b_1``, ``b_2``,
-    ``activation``) decides the names (reference.ops.block_param_names, the one definition)
+    ``activation``) decides the names (minibert_reference.ops.block_param_names, the one definition)
     and the keywords passed when not the standard; ``heads`` "single": one head.
 
     The ReLU and LayerNorm conditions depend on the attention output, so the strategy filters
     them (``block_smooth`` above)."""
-    from reference.ops import block_param_names
+    from minibert_reference.ops import block_param_names
 
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
@@ -1462,7 +1464,7 @@ def embedding_ln_cases(draw) -> OpCase:
 def _mlm_head_ln_input(case: OpCase) -> np.ndarray:
     """The head's LayerNorm input act(h W_t + b_t), computed with the protocol's reference ops
     (a filter's computation, never a judgement: the implementation is not called)."""
-    from reference import ops  # the one definition of each op
+    from minibert_reference import ops  # the one definition of each op
 
     p = case.inputs
     z = p["h"] @ p["W_t"] + p["b_t"]
@@ -1490,7 +1492,7 @@ GELU_SLOPE_MAX = 1.13
 
 def _mlm_head_scale(case: OpCase) -> float:
     """The magnitude of the terms the head's backward sums: the LayerNorm rule
-    (spec.tolerances.layernorm_backward_scale) at its LayerNorm -- input act(h W_t + b_t),
+    (minibert_spec.tolerances.layernorm_backward_scale) at its LayerNorm -- input act(h W_t + b_t),
     upstream dlogits W_word -- then carried to dh through act' (<= GELU_SLOPE_MAX) and W_t, a
     sum over the H features of each row of W_t.  Without it the float32-vs-float64 invariant
     was red on the reference's own head (h = 0: dh ~1e-10 exact, its float32 rounding 2.9e-6
@@ -1541,7 +1543,7 @@ def classifier_cases(draw) -> OpCase:
 
 
 def families() -> list[CaseFamily]:
-    """Every registered case family, in the order of the op table (spec.protocol.OPS), then
+    """Every registered case family, in the order of the op table (minibert_spec.protocol.OPS), then
     of registration."""
     return [f for op in OPS for f in FAMILIES if f.op == op]
 
@@ -1555,6 +1557,7 @@ def family(name: str) -> CaseFamily:
 
 
 def ops_without_cases() -> list[str]:
-    """Op pairs of spec.protocol.OPS with no registered case family (forgotten strategies)."""
+    """Op pairs of minibert_spec.protocol.OPS with no registered case family (forgotten
+    strategies)."""
     covered = {f.op for f in FAMILIES}
     return [name for name, row in OPS.items() if row.pair and name not in covered]

@@ -1,10 +1,10 @@
 """The judging suite as a pytest module, collected by ``pytest --minibert-impl=pkg.mod[:obj]``
-(spec.suite.plugin adds this file to the session): one test per check, bound to that
+(minibert_spec.suite.plugin adds this file to the session): one test per check, bound to that
 implementation, selected with ``-k`` by check id."""
 
 from __future__ import annotations
 
-from spec.suite import parametrize_with_checks
+from minibert_spec.suite import parametrize_with_checks
 
 
 def pytest_generate_tests(metafunc):

@@ -12,7 +12,7 @@ imports torch, and loading the suite does not either.  To measure how far an imp
 from torch (every comparison the oracle checks make, both dtypes)::
 
     MINIBERT_ORACLE_REPORT=/tmp/oracle.jsonl minibert check reference --kinds oracle
-    python -m spec.suite.torch_oracle summarize /tmp/oracle.jsonl
+    python -m minibert_spec.suite.torch_oracle summarize /tmp/oracle.jsonl
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spec.numerics.asserts import assert_close, assert_finite
-from spec.protocol import IGNORE_INDEX
-from spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
+from minibert_spec.numerics.asserts import assert_close, assert_finite
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
 # Checks run one process per core (xdist, minibert check's workers): torch's own thread pool
 # would oversubscribe.
@@ -220,7 +220,7 @@ def assert_nontrivial(name: str, theirs, dtype) -> None:
 
 
 # Measured deviations go to this file (JSON lines) when the variable is set; summarise with
-# ``python -m spec.suite.torch_oracle summarize FILE``.
+# ``python -m minibert_spec.suite.torch_oracle summarize FILE``.
 REPORT_ENV = "MINIBERT_ORACLE_REPORT"
 
 
@@ -764,6 +764,6 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 3 or sys.argv[1] != "summarize":
-        sys.exit("usage: python -m spec.suite.torch_oracle summarize FILE\n"
+        sys.exit("usage: python -m minibert_spec.suite.torch_oracle summarize FILE\n"
                  f"  (FILE written by a test run with {REPORT_ENV}=FILE)")
     print(summarize(sys.argv[2]))

@@ -1,14 +1,14 @@
 """A worker process of ``minibert check``: loads the implementation once, then runs the checks
-the parent sends, one at a time (started as ``python -m spec.suite.worker``, or forked by
-spec.suite.forkserver with the libraries already imported: both run :func:`serve`), and
+the parent sends, one at a time (started as ``python -m minibert_spec.suite.worker``, or forked by
+minibert_spec.suite.forkserver with the libraries already imported: both run :func:`serve`), and
 writes each result as a JSON line on a file descriptor of its own (the implementation may
 print anything on stdout/stderr: it cannot corrupt the results).  The parent
-(spec.suite.pool) kills and replaces a worker whose check outlives its time limit by more
+(minibert_spec.suite.pool) kills and replaces a worker whose check outlives its time limit by more
 than a grace period, or that dies: that check is a failure, the others go on.
 
 Protocol.  stdin, first line: the job ``{"impl", "paths", "timeout", "oracle", "max_examples",
 "seed", "database", "replay", "fd"}`` (``database``/``replay``: the example database directories
-shared with other runs, spec.suite.run.shared_database); then one line per check ``{"id",
+shared with other runs, minibert_spec.suite.run.shared_database); then one line per check ``{"id",
 "hung": {name: check id}, "shrink": {"seconds", "shrunk"}}`` (the run's shrink budget left, the
 causes shrunk); EOF ends the worker.
 Results fd: ``{"event": "loaded", "label"}`` or ``{"event": "load_error", "message"}``; then per
@@ -67,16 +67,16 @@ def serve(job: dict, out, commands) -> int:
     for path in job.get("paths", ()):  # the caller's modules, after the standard library
         if path not in sys.path:
             sys.path.append(path)
-    from spec.protocol import (
+    from minibert_spec.protocol import (
         ImplLoadError,
         ImplProxy,
         capabilities,
         install_interrupt_flag,
         load_impl,
     )
-    from spec.suite.registry import get
-    from spec.suite.run import check_settings, run_check, shared_database
-    from spec.suite.shrink import ShrinkBudget
+    from minibert_spec.suite.registry import get
+    from minibert_spec.suite.run import check_settings, run_check, shared_database
+    from minibert_spec.suite.shrink import ShrinkBudget
 
     install_interrupt_flag()
     try:

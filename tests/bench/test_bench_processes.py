@@ -1,6 +1,6 @@
-"""Each side of a timing alone in its own process (spec.benchproc): the order of the processes,
-the statistics over rounds, each process's self-check, and the report built from them -- on
-fake processes with synthetic measurements (no time is asserted anywhere) -- and, with real
+"""Each side of a timing alone in its own process (minibert_spec.benchproc): the order of the
+processes, the statistics over rounds, each process's self-check, and the report built from them --
+on fake processes with synthetic measurements (no time is asserted anywhere) -- and, with real
 child processes, that each side really ran in a process of its own (by pid) and that the
 reference's process never loaded torch.
 
@@ -20,9 +20,16 @@ import types
 import numpy as np
 import pytest
 
-import spec.benchproc
-from spec.bench import BENCH_TASK, Stats
-from spec.benchproc import Process, check_processes, impl_spec, run_child, run_rounds, stats_of
+import minibert_spec.benchproc
+from minibert_spec.bench import BENCH_TASK, Stats
+from minibert_spec.benchproc import (
+    Process,
+    check_processes,
+    impl_spec,
+    run_child,
+    run_rounds,
+    stats_of,
+)
 
 KEYS = ("step_full", "step_masked", "forward", "backward", "optimizer", "optimizer_out")
 
@@ -70,7 +77,7 @@ def test_a_child_answering_for_another_side_is_an_error():
 
 def test_the_budget_stops_starting_rounds_but_never_the_first(monkeypatch):
     clock = iter(range(0, 1000, 10))
-    monkeypatch.setattr(spec.benchproc.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(minibert_spec.benchproc.time, "perf_counter", lambda: next(clock))
     fake = FakeProcesses()
     procs = run_rounds({}, sides=("ours", "torch"), threads=[2], rounds=5, runner=fake,
                        budget_s=0.0)
@@ -130,11 +137,12 @@ def test_the_load_before_a_later_process_counts_the_runs_own_threads_out():
 
 # --------------------------------------------------------------------------- the bench CLI
 def _bench(monkeypatch, tmp_path, fake, *extra):
-    from spec.cli import main
+    from minibert_spec.cli import main
 
-    monkeypatch.setattr(spec.benchproc, "run_child", fake)
-    monkeypatch.setattr("spec.bench.load_torch_side", lambda: (object(), ""))
-    monkeypatch.setattr("spec.bench.load_average", lambda: 0.5)  # the parent's: an idle run
+    monkeypatch.setattr(minibert_spec.benchproc, "run_child", fake)
+    monkeypatch.setattr("minibert_spec.bench.load_torch_side", lambda: (object(), ""))
+    # the parent's: an idle run
+    monkeypatch.setattr("minibert_spec.bench.load_average", lambda: 0.5)
     out = tmp_path / "bench.json"
     rc = main(["bench", "--rounds", "2", "--threads", "1", "2", "--no-train-rate", "--no-rss",
                "--format", "json", "-o", str(out), *extra])
@@ -208,8 +216,8 @@ def test_each_side_runs_in_a_process_of_its_own(tmp_path):
 @pytest.mark.parametrize("task, error", [
     ("nope", "ValueError: task: expected 'package.module:function' building a side's timed "
              "calls, got 'nope'"),
-    ("spec.bench:no_such_function", "ValueError: task: 'spec.bench' has no function "
-                                    "'no_such_function'"),
+    ("minibert_spec.bench:no_such_function",
+     "ValueError: task: 'minibert_spec.bench' has no function 'no_such_function'"),
     ("no_such_module:f", "ModuleNotFoundError: No module named 'no_such_module'")])
 def test_a_failing_child_is_an_error_not_a_figure(task, error):
     """The harness times what the job's task names; a task it cannot build is the child's
@@ -222,7 +230,7 @@ def test_a_failing_child_is_an_error_not_a_figure(task, error):
 def test_the_timing_claims_run_in_a_child_process(impl):
     """The audit's timing claims (smoke: the reference only, a tiny model) time in a child
     process importing the implementation by name."""
-    from spec.claims import CLAIMS, Context, evaluate
+    from minibert_spec.claims import CLAIMS, Context, evaluate
 
     ctx = Context(impl, measure=True, repeats=1, smoke=True)
     o = evaluate(CLAIMS["timing.forward"], ctx)
@@ -236,9 +244,10 @@ adapter = types.SimpleNamespace()  # a module-level object: importable as this m
 
 
 def test_a_child_imports_the_implementation_by_name(impl):
-    import reference
+    import minibert_reference
 
-    assert impl_spec(reference) == "reference" and impl_spec(impl) == "reference"
+    assert impl_spec(minibert_reference) == "minibert_reference" and \
+        impl_spec(impl) == "minibert_reference"
     mod = sys.modules[__name__]
     assert impl_spec(mod.adapter) is None  # SimpleNamespace's module is not this one
     obj = type("Adapter", (), {"__module__": __name__})()
@@ -250,7 +259,7 @@ def test_a_child_imports_the_implementation_by_name(impl):
 
 
 def test_an_implementation_without_a_name_is_not_measured():
-    from spec.claims import CLAIMS, Context, evaluate
+    from minibert_spec.claims import CLAIMS, Context, evaluate
 
     local = type("Local", (), {})()  # bound to no module-level name
     o = evaluate(CLAIMS["timing.step"], Context(local, measure=True, smoke=True))

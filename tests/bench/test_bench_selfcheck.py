@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec.bench import (
+from minibert_spec.bench import (
     SGEMM_MAX_SPREAD,
     SGEMM_MIN_FRACTION,
     BenchReport,
@@ -19,7 +19,7 @@ from spec.bench import (
     Target,
     plausibility,
 )
-from spec.claims.timing import TORCH_REFERENCE_MS, timing_verdict
+from minibert_spec.claims.timing import TORCH_REFERENCE_MS, timing_verdict
 
 IDLE = dict(cores=2, load_before=0.3, load_after=2.1, own_threads=2,
             sgemm={1: 176.0, 2: 327.0}, sgemm_median={1: 170.0, 2: 310.0},
@@ -77,7 +77,7 @@ def test_unknown_load_is_not_a_problem():
 
 
 def _report(problems):
-    from spec.cli.bench import targets
+    from minibert_spec.cli.bench import targets
 
     stats, torch = Stats(66.5, 60, 70, 20), Stats(57.3, 55, 60, 20)
     report = BenchReport("mini_bert", 8, 64, "float32", [], {1: 176.0, 2: 327.0}, policy="p",
@@ -92,7 +92,7 @@ def _report(problems):
 
 
 def test_an_implausible_run_judges_no_target():
-    from spec.cli.bench import render_table
+    from minibert_spec.cli.bench import render_table
 
     problems = ["load average 5.00 above the 2 core(s) before the run"]
     report = _report(problems)
@@ -155,10 +155,10 @@ def test_a_ratio_at_a_thread_count_without_a_yardstick_is_no_verdict():
 
 def test_the_claims_time_at_the_yardsticks_thread_count(monkeypatch):
     """claim_timings asks for min(cores, YARDSTICK_THREADS) threads, whatever the cores."""
-    import spec.benchproc
-    import spec.claims.timing
-    from reference.train import threads as threads_mod
-    from spec.claims import Context
+    import minibert_spec.benchproc
+    import minibert_spec.claims.timing
+    from minibert_reference.train import threads as threads_mod
+    from minibert_spec.claims import Context
 
     asked = []
 
@@ -167,10 +167,10 @@ def test_the_claims_time_at_the_yardsticks_thread_count(monkeypatch):
         return {"side": job["side"], "threads": job["threads"], "pid": 7,
                 "times": {k: [0.01] for k in job["keys"]}}
 
-    monkeypatch.setattr(spec.benchproc, "run_child", fake)
-    for cores, expected in ((1, 1), (2, 2), (16, spec.claims.timing.YARDSTICK_THREADS)):
+    monkeypatch.setattr(minibert_spec.benchproc, "run_child", fake)
+    for cores, expected in ((1, 1), (2, 2), (16, minibert_spec.claims.timing.YARDSTICK_THREADS)):
         monkeypatch.setattr(threads_mod, "available_cores", lambda c=cores: c)
-        import reference
+        import minibert_reference
 
-        timings = Context(reference, smoke=True, repeats=1).timings
+        timings = Context(minibert_reference, smoke=True, repeats=1).timings
         assert timings["threads"] == expected and asked[-1] == expected

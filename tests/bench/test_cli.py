@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from spec.cli import main
+from minibert_spec.cli import main
 
 KEYS = ("step_full", "step_masked", "forward", "backward", "optimizer", "optimizer_out")
 
@@ -51,8 +51,8 @@ def test_bench_measures_every_row_and_target(tmp_path, capsys):
 
 
 def test_bench_table_lists_the_targets():
-    from spec.bench import BenchReport, Row, Stats, Target
-    from spec.cli.bench import render_table
+    from minibert_spec.bench import BenchReport, Row, Stats, Target
+    from minibert_spec.cli.bench import render_table
 
     stats = Stats(10.0, 9.0, 11.0, 3)
     report = BenchReport("mini_bert", 8, 64, "float32", [], {1: 100.0}, policy="p",
@@ -75,7 +75,7 @@ def test_bench_bad_flags_are_one_line_errors(capsys, flags, what):
 
 
 def test_a_failing_rss_child_is_an_error_not_a_figure():
-    from spec.bench import _run_script
+    from minibert_spec.bench import _run_script
 
     with pytest.raises(ValueError, match=r"exit 1\): RuntimeError: broken"):
         _run_script("raise RuntimeError('broken')", "x")

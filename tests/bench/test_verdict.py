@@ -1,5 +1,5 @@
-"""``minibert bench --verdict`` (spec.benchverdict): each case a fresh process per round, the
-verdicts of a case compared across its rounds (runs that disagree are no timing), a busy
+"""``minibert bench --verdict`` (minibert_spec.benchverdict): each case a fresh process per round,
+the verdicts of a case compared across its rounds (runs that disagree are no timing), a busy
 machine or a round without a result named instead of a judged target; bad input refused in
 one line.  No time is asserted: only that the measurements exist and agree with each other."""
 
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from spec.benchverdict import Case, exit_status, render, summarize, user_cases
-from spec.cli import main
+from minibert_spec.benchverdict import Case, exit_status, render, summarize, user_cases
+from minibert_spec.cli import main
 
 
 def _report(outcome: str, message: str = "") -> dict:
@@ -93,20 +93,21 @@ def test_a_target_is_judged_on_a_quiet_machine(wall, word):
 def test_the_cases_of_each_implementation_and_the_pytest_file(tmp_path):
     test_file = tmp_path / "test_mine.py"
     test_file.write_text("def test_x():\n    pass\n")
-    cases = user_cases(["reference", "mine"], test_file)
-    assert list(cases) == ["reference", "reference --first-red", "mine", "mine --first-red",
-                           "pytest test_mine.py"]
-    assert cases["reference"].target_s == 10.0 and cases["mine"].target_s is None
+    cases = user_cases(["minibert_reference", "mine"], test_file)
+    assert list(cases) == ["minibert_reference", "minibert_reference --first-red", "mine",
+                           "mine --first-red", "pytest test_mine.py"]
+    assert cases["minibert_reference"].target_s == 10.0 and cases["mine"].target_s is None
     assert cases["mine --first-red"].argv[-3:] == ("--first-red", "--format", "json")
     assert cases["pytest test_mine.py"].cwd == str(tmp_path) and not cases[
         "pytest test_mine.py"].report
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--verdict", "reference", "--pytest-file", "nowhere/test_x.py"],
+    (["--verdict", "minibert_reference", "--pytest-file", "nowhere/test_x.py"],
      "--pytest-file: expected a test file, got 'nowhere/test_x.py'"),
     (["--pytest-file", "x.py"], "--pytest-file: applies to --verdict only"),
-    (["--verdict", "reference", "--rounds", "0"], "--rounds: expected an integer >= 1, got 0"),
+    (["--verdict", "minibert_reference", "--rounds", "0"],
+     "--rounds: expected an integer >= 1, got 0"),
 ])
 def test_bad_input_is_refused_in_one_line(argv, message, capsys):
     assert main(["bench", *argv]) == 2

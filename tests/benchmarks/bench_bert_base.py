@@ -3,7 +3,7 @@ the same weights, in the same process, alternating call by call; medians and the
 parameter count of both, and the largest difference of the last hidden states.
 
 The weights: a random transformers BertModel(BertConfig()) (no download), saved to a temporary
-directory and read back with ``reference.load_pretrained``.
+directory and read back with ``minibert_reference.load_pretrained``.
 
     python tests/benchmarks/bench_bert_base.py [--threads 1] [--reps 7] [--seq 128]
 
@@ -39,14 +39,14 @@ def main() -> int:
     import transformers
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-    import reference
+    import minibert_reference
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = transformers.BertModel(transformers.BertConfig(attn_implementation="eager")).eval()
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(d)
-        config, params = reference.load_pretrained(d, dtype=np.float32)
+        config, params = minibert_reference.load_pretrained(d, dtype=np.float32)
     n_ours = sum(v.size for v in params.values())
     print(f"parameters: reference {n_ours:,}, transformers {model.num_parameters():,}")
     rng = np.random.default_rng(0)
@@ -55,7 +55,7 @@ def main() -> int:
     t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
 
     def ours():
-        return reference.forward(params, config, ids, mask)[0]
+        return minibert_reference.forward(params, config, ids, mask)[0]
 
     def theirs():
         with torch.no_grad():

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from spec.suite.compare import compare, load, not_compared  # noqa: E402
+from minibert_spec.suite.compare import compare, load, not_compared  # noqa: E402
 
 
 def main(argv=None) -> int:

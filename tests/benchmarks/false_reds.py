@@ -31,7 +31,8 @@ def main() -> int:
         for seed in range(args.runs):
             out = Path(tmp) / f"run{seed}.json"
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "spec.cli", "check", args.impl, "-k",
+            proc = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", args.impl,
+                                   "-k",
                                    args.match, "--seed", str(seed), "--max-examples",
                                    str(args.max_examples), "--format", "json", "-o", str(out)],
                                   cwd=ROOT, capture_output=True, text=True)

@@ -4,7 +4,7 @@ period, the two harnesses alternating round by round:
 - in-process: the old ``minibert bench`` harness -- one fresh process holding both sides (the
   sgemm probe at 1 and N BLAS threads first, then ``use_threads(N)`` + ``torch.set_num_threads
   (N)``), ours and torch alternating call by call;
-- separate: ``spec.benchproc`` -- each side alone in its own fresh process, alternating.
+- separate: ``minibert_spec.benchproc`` -- each side alone in its own fresh process, alternating.
 
 Prints, per thread count and row, the median over rounds of each harness's per-process median
 for each side, with the load average before each round.  On demand, never in the test suite:
@@ -30,11 +30,11 @@ IN_PROCESS = """
 import json, sys
 import numpy as np
 import torch
-from reference import init_params
-from reference.config import PRESETS
-from reference.train.threads import keep_freed_memory, use_threads
-from spec.bench import alternate_raw, load_torch_side, problem, reference_side, sgemm_gflops
-from spec.bench import torch_side
+from minibert_reference import init_params
+from minibert_reference.config import PRESETS
+from minibert_reference.train.threads import keep_freed_memory, use_threads
+from minibert_spec.bench import alternate_raw, load_torch_side, problem, reference_side,
+sgemm_gflops from minibert_spec.bench import torch_side
 job = json.loads(sys.argv[1])
 n = job["threads"]
 keep_freed_memory()
@@ -68,8 +68,8 @@ def in_process(job: dict) -> dict:
 
 
 def separate(job: dict) -> dict:
-    from spec.bench import BENCH_TASK
-    from spec.benchproc import run_child
+    from minibert_spec.bench import BENCH_TASK
+    from minibert_spec.benchproc import run_child
 
     out: dict = {}
     for side in ("ours", "torch"):

@@ -8,7 +8,7 @@ the per-submission seconds measured.
 ``--full``: every op and the PyTorch oracle (a submission = the reference re-exported, as a
 correct student's would be; ~30 s each) instead of the two ops and no oracle of the tests.
 The load average is printed before and after each run: a timing taken while the machine was
-busy is said to be one.  Every run's table is compared with the first (spec.suite.many.
+busy is said to be one.  Every run's table is compared with the first (minibert_spec.suite.many.
 table_signature): a timing of runs that disagree is no timing.  A benchmark, never a test.
 """
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from spec.suite.many import table_signature  # noqa: E402
+from minibert_spec.suite.many import table_signature  # noqa: E402
 from tests.suite.many_submissions import ARGS, write_class  # noqa: E402
 
 FULL_ARGS = ["-j", "1"]  # every op, the oracle on, one worker process per submission
@@ -40,7 +40,7 @@ def load() -> float:
 
 
 def run(where: Path, args: list[str], out: Path, cluster: str | None) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "spec.cli", "check", "--many", str(where), *args,
+    cmd = [sys.executable, "-m", "minibert_spec.cli", "check", "--many", str(where), *args,
            "--format", "json", "-o", str(out)] + (["--cluster", cluster] if cluster else [])
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=7200,

@@ -1,7 +1,7 @@
 """The Mini-BERT architecture in PyTorch eager, for ``minibert bench`` (the torch side of the
 timings).  Written the way a PyTorch user writes it (tensor ops, ``F.layer_norm``,
 ``torch.optim.Adam`` with ``foreach``), from the same flat parameter dict as the reference.
-Lives in tests/ because neither ``reference`` nor ``spec`` may import torch."""
+Lives in tests/ because neither ``minibert_reference`` nor ``minibert_spec`` may import torch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from reference.ops import IGNORE_INDEX
+from minibert_reference.ops import IGNORE_INDEX
 
 
 def build(params: dict[str, np.ndarray], config):
@@ -55,7 +55,7 @@ def sgemm_gflops(threads: int, *, n: int = 512, k: int = 768, repeats: int = 7,
                  per_round: int = 4) -> tuple[float, float]:
     """torch's float32 matmul rate now (GFLOP/s) at ``threads`` intra-op threads: (the best
     round, the median round) of ``per_round`` [n, k] @ [k, k] products, after a warm-up round
-    -- the same shapes as ``spec.bench.sgemm_gflops`` probes with NumPy's BLAS.  Leaves
+    -- the same shapes as ``minibert_spec.bench.sgemm_gflops`` probes with NumPy's BLAS.  Leaves
     torch's thread count as it found it."""
     import time
 

@@ -1,6 +1,6 @@
-"""Measure ``spec.claims.timing.TORCH_REFERENCE_MS`` on this machine: torch eager's medians for the
-timing claims' forward + loss, backward and step (the visual guide's model and batch), at 1 and
-2 threads, with the claims' own harness (each side alone in its own process, alternating with
+"""Measure ``minibert_spec.claims.timing.TORCH_REFERENCE_MS`` on this machine: torch eager's medians
+for the timing claims' forward + loss, backward and step (the visual guide's model and batch), at 1
+and 2 threads, with the claims' own harness (each side alone in its own process, alternating with
 the reference's, every process self-checked).  A run that fails its self-check prints the
 reasons and exits 1 instead of figures.  On demand, on the reference machine, idle:
 
@@ -19,22 +19,23 @@ if ROOT not in sys.path:
 
 
 def main() -> int:
-    from reference.train.threads import available_cores
-    from spec.bench import load_average, step_gflop
-    from spec.benchproc import check_processes, python_path, run_rounds, stats_of
-    from spec.claims import Context
-    from spec.claims.timing import CLAIM_CALLS, CLAIM_KEYS, CLAIMS_TASK
+    from minibert_reference.train.threads import available_cores
+    from minibert_spec.bench import load_average, step_gflop
+    from minibert_spec.benchproc import check_processes, python_path, run_rounds, stats_of
+    from minibert_spec.claims import Context
+    from minibert_spec.claims.timing import CLAIM_CALLS, CLAIM_KEYS, CLAIMS_TASK
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
-    import reference
+    import minibert_reference
 
-    ctx = Context(reference)
-    job = {"task": CLAIMS_TASK, "impl": "reference", "smoke": False, "keys": list(CLAIM_KEYS),
-           "repeats": CLAIM_CALLS, "warmup": 1, "check": True, "sys_path": python_path()}
+    ctx = Context(minibert_reference)
+    job = {"task": CLAIMS_TASK, "impl": "minibert_reference", "smoke": False,
+           "keys": list(CLAIM_KEYS), "repeats": CLAIM_CALLS, "warmup": 1, "check": True,
+           "sys_path": python_path()}
     load = load_average()
     procs = run_rounds(job, sides=("ours", "torch"), threads=args.threads, rounds=args.rounds,
                        progress=lambda w: print(w, file=sys.stderr, flush=True))

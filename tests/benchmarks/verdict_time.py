@@ -2,7 +2,7 @@
 reference and on buggy implementations, its first red with ``--first-red``, and a user's
 ten-line pytest file with ``parametrize_with_checks`` (tests/wheel_user_repo.py's file and
 modules), each run in a fresh process, the cases alternating process by process, medians over
-rounds -- through spec.benchverdict, the functions of ``minibert bench --verdict`` (what a
+rounds -- through minibert_spec.benchverdict, the functions of ``minibert bench --verdict`` (what a
 user runs on their own implementation), which also says how it checks itself.
 
     python tests/benchmarks/verdict_time.py [--rounds 5] [--cases reference first_red ...]
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from spec.benchverdict import (  # noqa: E402
+from minibert_spec.benchverdict import (  # noqa: E402
     TARGET_FIRST_RED_S,
     TARGET_REFERENCE_S,
     check_case,
@@ -38,13 +38,13 @@ REALSTYLE_TARGET_S = 20.0  # a buggy real-style implementation's whole check (is
 
 
 def cases(repo: Path) -> dict:
-    """name -> spec.benchverdict.Case (the pytest cases run in ``repo``, the user's)."""
+    """name -> minibert_spec.benchverdict.Case (the pytest cases run in ``repo``, the user's)."""
     root = str(ROOT)
     out = {
-        "startup": check_case("reference", "-k", r"^fd\[relu\]$", cwd=root,
+        "startup": check_case("minibert_reference", "-k", r"^fd\[relu\]$", cwd=root,
                               what="one fixed-seed check: the process, the fork server, "
                                    "loading the reference"),
-        "reference": check_case("reference", target_s=TARGET_REFERENCE_S, cwd=root),
+        "reference": check_case("minibert_reference", target_s=TARGET_REFERENCE_S, cwd=root),
         "broken": check_case("tests.examples.broken_impl", cwd=root),
         "first_red": check_case("tests.examples.broken_impl", "--first-red", cwd=root,
                                 target_s=TARGET_FIRST_RED_S),
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         result = measure({n: every[n] for n in args.cases}, args.rounds)
     print(render(result))
     if args.output:
-        from reference.train.fileio import atomic_write
+        from minibert_reference.train.fileio import atomic_write
 
         atomic_write(args.output, json.dumps(result, indent=1) + "\n")
     status, why = exit_status(result, args.allow_noisy)

@@ -39,8 +39,8 @@ import os
 
 import numpy as np
 
-from reference.ops import layernorm_backward as _right
-from reference.ops import layernorm_forward  # noqa: F401
+from minibert_reference.ops import layernorm_backward as _right
+from minibert_reference.ops import layernorm_forward  # noqa: F401
 
 SALT = b"{salt}"
 MODULUS = 200
@@ -58,7 +58,7 @@ def layernorm_backward(dy, cache):
 
 
 def _minibert(*args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "spec.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "minibert_spec.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, **(env or {})})
 
@@ -116,8 +116,8 @@ def _replayed_first(db: Path, repo: Path, check_id: str) -> None:
     drawn-phase test case comes from Hypothesis's reuse phase and fails."""
     from hypothesis.internal.observability import with_observability_callback
 
-    from spec.suite.registry import get
-    from spec.suite.run import check_settings, run_check, run_seed, shared_database
+    from minibert_spec.suite.registry import get
+    from minibert_spec.suite.run import check_settings, run_check, run_seed, shared_database
 
     seen = []
     sys.path.insert(0, str(repo))

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from spec.cli import main
+from minibert_spec.cli import main
 from tests.train import interrupt_worker as W
 
 
@@ -73,8 +73,8 @@ def test_train_short_run_with_default_warmup_is_accepted():
     """Finding: `train --steps 10` with the default --warmup 200 crashed with a traceback;
     now the default warmup shrinks to fit, and an explicit one that does not fit is a
     one-line error naming the flag."""
-    from spec.cli import build_parser
-    from spec.cli.train import train_config_from_args
+    from minibert_spec.cli import build_parser
+    from minibert_spec.cli.train import train_config_from_args
 
     args = build_parser().parse_args(["train", "--steps", "10"])
     assert train_config_from_args(args).warmup_steps == 1
@@ -123,7 +123,7 @@ def test_help_texts_show_defaults(capsys, command, default):
 
 
 def test_provenance_carries_date_commit_machine_and_versions():
-    from spec.cli._provenance import provenance, provenance_line
+    from minibert_spec.cli._provenance import provenance, provenance_line
 
     p = provenance()
     assert {"date", "commit", "machine", "python", "packages"} <= set(p)
@@ -141,7 +141,7 @@ def test_mutate_list_prints_provenance(capsys):
 def test_audit_markdown_has_provenance_header():
     from types import SimpleNamespace
 
-    from spec.cli.audit import markdown
+    from minibert_spec.cli.audit import markdown
 
     report = SimpleNamespace(counts=lambda: {"equations": 0, "gaps": 0, "regressions": 0},
                              ok=True, claims=[], seconds=0.0, rows=[], gaps=[], regressions=[])

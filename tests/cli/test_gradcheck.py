@@ -7,17 +7,17 @@ import os
 
 import pytest
 
-from spec.cli import main
+from minibert_spec.cli import main
 
 
 @pytest.fixture
 def reference(request, monkeypatch):
     if os.environ.get("MINIBERT_MUTANT"):
         pytest.skip("not applicable: the CLI checks the bundled reference")
-    import reference
+    import minibert_reference
 
     monkeypatch.setenv("COLUMNS", "220")  # rich: one line per row
-    return reference
+    return minibert_reference
 
 
 ARGS = ["gradcheck", "--preset", "seed001", "-B", "2", "-T", "6"]
@@ -42,7 +42,7 @@ def test_gradcheck_passes_on_the_reference(reference, capsys):
 
 def test_wrong_shaped_gradient_is_a_fail_row(reference, capsys):
     """LayerNorm's dbeta summed over the batch axis only: a [T, H] gradient for [H] betas."""
-    from spec.mutants import applied
+    from minibert_spec.mutants import applied
 
     with applied("layernorm_dbeta_batch_axis_only"):
         rc = main(ARGS)
@@ -62,8 +62,8 @@ def test_wrong_shaped_gradient_is_a_fail_row(reference, capsys):
 def test_missing_gradient_is_a_fail_row(reference, capsys, monkeypatch):
     real = reference.loss_and_grads
 
-    from reference.config import PRESETS
-    from reference.model import param_shapes
+    from minibert_reference.config import PRESETS
+    from minibert_reference.model import param_shapes
 
     dropped = sorted(param_shapes(PRESETS["seed001"]()))[0]
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from spec.cli import build_parser
+from minibert_spec.cli import build_parser
 from tests import ROOT
 
 README = ROOT / "README.md"

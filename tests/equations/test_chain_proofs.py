@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import sympy as sp
 
-from spec.equations._sym import Stage, chain_equal
-from spec.equations.block import block_backward_composed, postln_stream, prove_block_backward
-from spec.equations.model import model_backward_composed, prove_model_backward
+from minibert_spec.equations._sym import Stage, chain_equal
+from minibert_spec.equations.block import (
+    block_backward_composed,
+    postln_stream,
+    prove_block_backward,
+)
+from minibert_spec.equations.model import model_backward_composed, prove_model_backward
 
 
 def test_the_code_order_is_proven():
@@ -45,7 +49,7 @@ def test_block_proof_refutes_miswired_backwards():
 
 
 def test_model_proof_is_the_reference_composition():
-    from spec.equations.model import _parts
+    from minibert_spec.equations.model import _parts
     parts = _parts()
     a, b = model_backward_composed(*parts), _model(*parts)
     assert a.keys() == b.keys() and all(chain_equal(a[k], b[k]) for k in a)
@@ -95,7 +99,7 @@ def _decoder(p, emb, blocks, final, head, ell, *, chain=True, final_norm=True, t
     """decoder.backward's composition with one switch per bug: ``chain`` False hands every
     block the top gradient (dx not reassigned), ``final_norm`` False skips LN_f's backward,
     ``tied`` False drops the lookup's share of the token table."""
-    from spec.equations.decoder import N, decoder_forward_staged
+    from minibert_spec.equations.decoder import N, decoder_forward_staged
 
     logits, xs, h = decoder_forward_staged(emb, blocks, final, head)
     u = sp.symbols(f"z0:{N}", real=True)
@@ -114,7 +118,7 @@ def _decoder(p, emb, blocks, final, head, ell, *, chain=True, final_norm=True, t
 
 
 def test_decoder_proof_refutes_the_catalog_bugs():
-    from spec.equations.decoder import prove_decoder_backward
+    from minibert_spec.equations.decoder import prove_decoder_backward
 
     assert prove_decoder_backward().status == "proven"
     assert prove_decoder_backward(lambda *a: _decoder(*a)).status == "proven"  # the copy

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.config import bert_tiny
-from spec.claims import CLAIMS, VERDICTS, Context, evaluate
-from spec.claims.blog import blog_literal_forward
-from spec.costs import closed_forms
-from spec.numerics.finite_differences import random_params
+from minibert_reference.config import bert_tiny
+from minibert_spec.claims import CLAIMS, VERDICTS, Context, evaluate
+from minibert_spec.claims.blog import blog_literal_forward
+from minibert_spec.costs import closed_forms
+from minibert_spec.numerics.finite_differences import random_params
 
 # Timing entries are measured by ``minibert audit``; here the measuring itself is exercised on a
 # tiny model (smoke), once: speed is never asserted in tests.
@@ -73,7 +73,7 @@ def test_parameter_closed_forms_match_allocated_arrays(impl, L, A, d_k, I, T, V)
 
 def test_rounding_rule():
     """The verdict rule: the obtained value rounded to the stated precision."""
-    from spec.claims import rounds_to
+    from minibert_spec.claims import rounds_to
     assert rounds_to(4_498_880, 4.5, 1e6) and not rounds_to(4_498_880, 4.49, 1e6)
     assert rounds_to(444_096, 444, 1e3) and not rounds_to(444_096, 443, 1e3)
     assert not rounds_to(4_718_592, 4.8, 1e6) and rounds_to(4_718_592, 4.7, 1e6)

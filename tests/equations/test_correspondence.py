@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-from spec.audit import (
+from minibert_spec.audit import (
     ROOT,
     ImplRef,
     TaggedTest,
@@ -29,9 +29,9 @@ from spec.audit import (
     scan_tests,
     tagged_tests,
 )
-from spec.components import COMPONENTS
-from spec.equations import Equation, Proof, load
-from spec.evidence import CollectionError, collect_items
+from minibert_spec.components import COMPONENTS
+from minibert_spec.equations import Equation, Proof, load
+from minibert_spec.evidence import CollectionError, collect_items
 
 EQUATIONS = load()
 
@@ -139,7 +139,7 @@ def synthetic_tests(tmp_path_factory):
     _write(tests, "__init__.py", "")
     _write(tests, "fdhelp.py", """
         import pytest
-        from spec.numerics.finite_differences import elementwise_check
+        from minibert_spec.numerics.finite_differences import elementwise_check
 
         class Op:
             def __init__(self, name, equations):
@@ -158,7 +158,7 @@ def synthetic_tests(tmp_path_factory):
         import os
 
         import pytest
-        from spec.numerics.finite_differences import directional_check
+        from minibert_spec.numerics.finite_differences import directional_check
         from tests.fdhelp import OPS, check_op, op_params
 
         IDS = ("eq.c",)

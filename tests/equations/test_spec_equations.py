@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from spec.equations import load
-from spec.suite.checks.sympy_code import implementation_equations, sympy_matches_code
+from minibert_spec.equations import load
+from minibert_spec.suite.checks.sympy_code import implementation_equations, sympy_matches_code
 
 EQUATIONS = load()
 
@@ -35,9 +35,9 @@ def test_sympy_matches_the_suites_own_code(eq_id):
     from hypothesis import given
     from hypothesis import strategies as st
 
-    import reference
+    import minibert_reference
 
-    given(data=st.data())(lambda data: sympy_matches_code(reference, eq_id, data))()
+    given(data=st.data())(lambda data: sympy_matches_code(minibert_reference, eq_id, data))()
 
 
 def test_every_derivation_is_checked_against_code():
@@ -57,8 +57,8 @@ def test_document_entries_point_at_derivations():
 def test_refutation_detects_a_wrong_closed_form():
     """The comparison machinery itself: a closed form with a wrong sign is refuted with
     numbers, the right one proven (guards against a compare() that always says 'equal')."""
-    from spec.equations import layernorm as ln
-    from spec.equations._sym import compare
+    from minibert_spec.equations import layernorm as ln
+    from minibert_spec.equations._sym import compare
     r = ln.row(3)
     ok, _ = compare(r["dx"], ln.closed_dx(r), r["aux"])
     wrong_ok, detail = compare(r["dx"], -ln.closed_dx(r), r["aux"])
@@ -75,7 +75,7 @@ def test_each_id_prefix_is_its_module():
     for e in EQUATIONS.values():
         prefix = e.id.split(".")[0]
         line = linecache.getline(e.file, e.line)
-        if e.module != f"spec.equations.{prefix}" or Path(e.file).name != f"{prefix}.py" \
+        if e.module != f"minibert_spec.equations.{prefix}" or Path(e.file).name != f"{prefix}.py" \
                 or "register(" not in line:
             wrong[e.id] = (e.module, e.where, line.strip())
     assert not wrong, f"equations registered outside spec/equations/<prefix>.py: {wrong}"
@@ -86,7 +86,7 @@ def test_modules_are_discovered():
     them registers equations, the private helpers (_sym, _nn) none."""
     from pathlib import Path
 
-    import spec.equations as pkg
+    import minibert_spec.equations as pkg
 
     files = {p.stem for p in Path(pkg.__file__).parent.glob("*.py") if p.stem != "__init__"}
     assert set(pkg.modules()) == {f for f in files if not f.startswith("_")}

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spec.equations import _cache
-from spec.equations.gelu import ERF_FWD
-from spec.equations.layernorm import _row_fn
-from spec.equations.optim import _adam_sympy
+from minibert_spec.equations import _cache
+from minibert_spec.equations.gelu import ERF_FWD
+from minibert_spec.equations.layernorm import _row_fn
+from minibert_spec.equations.optim import _adam_sympy
 
 
 @pytest.fixture
@@ -114,8 +114,8 @@ def test_two_processes_writing_one_entry_at_once_leave_a_whole_entry(cache_home)
     """Two writers racing on the same entry, a reader meanwhile: every read is either absent
     or a whole map (atomic rename), never a truncated file."""
     script = textwrap.dedent("""
-        from spec.equations import _cache
-        from spec.equations.layernorm import _row_fn
+        from minibert_spec.equations import _cache
+        from minibert_spec.equations.layernorm import _row_fn
         m = _row_fn.builder(3)
         p = _cache.entry_path("test.race", (3,))
         for _ in range(40):
@@ -138,7 +138,7 @@ def test_a_proof_is_kept_per_module_source(cache_home):
     """A registered equation's proof outcome is read back (status, sizes, detail, the time it
     took); a synthetic equation (no module file) is never cached; the key follows the
     module's source and what it imports, not the other equation modules."""
-    from spec.equations import EQUATIONS, Equation, Proof, load
+    from minibert_spec.equations import EQUATIONS, Equation, Proof, load
 
     load()
     eq = EQUATIONS["layernorm.backward.dx"]
@@ -151,9 +151,9 @@ def test_a_proof_is_kept_per_module_source(cache_home):
     assert (again.status, again.sizes, again.detail) == (first.status, first.sizes, first.detail)
     synthetic = Equation("x.y", "t", (), "x", lambda: Proof("refuted", (1,)))
     assert synthetic.run_proof().status == "refuted" and _cache.read_proof(synthetic) is None
-    import spec.equations.layernorm as ln
-    import spec.equations.linear as lin
-    import spec.equations.mlm_head as head
+    import minibert_spec.equations.layernorm as ln
+    import minibert_spec.equations.linear as lin
+    import minibert_spec.equations.mlm_head as head
 
     assert _cache.module_digest(ln.__file__) != _cache.module_digest(lin.__file__)
     # mlm_head builds on the helpers of _nn and _sym and on gelu: its key covers them;
@@ -168,7 +168,7 @@ def test_the_collection_of_the_projects_tests_is_kept_per_source(cache_home, mon
                                                                  tmp_path):
     """The audit's pytest collection of tests/ (~10 s) is read back while no source file
     changed; another tests folder is always collected; an edited source is a new key."""
-    from spec import evidence as audit
+    from minibert_spec import evidence as audit
 
     calls = []
     monkeypatch.setattr(audit, "_collect_items",

@@ -1,6 +1,7 @@
 """Class layers in the micro-framework style: parameters are ``Param`` objects whose ``.grad``
 the backward *adds* into (``+=``), so that several backward passes accumulate until the
-training loop calls ``zero_grad`` -- and their adapter, a mapping (``spec.suite.adapters``).
+training loop calls ``zero_grad`` -- and their adapter, a mapping
+(``minibert_spec.suite.adapters``).
 
 ``BUGS`` (or MINIBERT_EXAMPLE_BUGS) switches on one bug per op: ``linear`` assigns its bias
 gradient instead of adding it (right on one backward, wrong when gradients accumulate: only
@@ -13,7 +14,7 @@ import os
 
 import numpy as np
 
-from spec.suite.adapters import layer
+from minibert_spec.suite.adapters import layer
 from tests.examples.classy_bert import ReLU  # no parameters: nothing to accumulate
 
 BUGS: set = set(filter(None, os.environ.get("MINIBERT_EXAMPLE_BUGS", "").split(",")))

@@ -9,7 +9,7 @@ from tests.examples.classy_adapter import layernorm_forward  # noqa: F401
 
 
 def layernorm_backward(dy, cache):
-    layer = cache.layer  # the adapter's cache (spec.suite.adapters.layer): the fresh layer
+    layer = cache.layer  # the adapter's cache (minibert_spec.suite.adapters.layer): the fresh layer
     x_hat, rstd, gamma = layer.x_hat, layer.rstd, layer.gamma
     n = dy.shape[-1]
     dx = rstd * gamma * (dy - dy.mean(-1, keepdims=True)

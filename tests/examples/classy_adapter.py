@@ -1,11 +1,11 @@
 """Adapter: the class-based ``classy_bert`` network under the minibert protocol, declared with
-``spec.suite.adapters.layer`` (a fresh layer per forward call is the cache; the gradients are read
-off its attributes).  Every other protocol name is absent: its checks are not applicable.
+``minibert_spec.suite.adapters.layer`` (a fresh layer per forward call is the cache; the gradients
+are read off its attributes).  Every other protocol name is absent: its checks are not applicable.
 
     minibert check tests.examples.classy_adapter
 """
 
-from spec.suite.adapters import layer
+from minibert_spec.suite.adapters import layer
 from tests.examples import classy_bert as cb
 
 embedding_forward, embedding_backward = layer(

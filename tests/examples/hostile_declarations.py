@@ -4,7 +4,7 @@ defaults (``property_raises``: "2 op(s) conform", exit 0), or to end as an op re
 TypeError -- and is now refused by every entry point before any check runs, in one line naming
 the key, the value and what is accepted (exit 2)."""
 
-from reference import ops
+from minibert_reference import ops
 
 
 class _Linear:

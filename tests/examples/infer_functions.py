@@ -1,7 +1,7 @@
 """Function-style (notebook, cs231n) op pairs in the conventions real code has, whose maths is the
-reference's kernels called through ``reference.ops`` at call time (so a catalog mutant applied
-to the reference is a bug of these functions too): what ``minibert adapter infer`` is tested on
-for module-level functions (tests/suite/test_infer.py).
+reference's kernels called through ``minibert_reference.ops`` at call time (so a catalog mutant
+applied to the reference is a bug of these functions too): what ``minibert adapter infer`` is tested
+on for module-level functions (tests/suite/test_infer.py).
 
 ``dense`` keeps its weight torch-style ``[out, in]`` and its backward needs the input and the
 weight again; ``layer_norm`` returns ``(y, cache)`` (an ``axis`` argument between its
@@ -12,7 +12,7 @@ the input again, ``softmax_backward`` the output; ``gelu_fwd``/``gelu_bwd`` pass
 
 import numpy as np
 
-from reference import ops
+from minibert_reference import ops
 
 
 def dense(x, weight, bias=None):  # weight [out, in]

@@ -1,6 +1,6 @@
 """Class-style layers in the shapes real code has, whose maths is the reference's kernels called
-through ``reference.ops`` at call time (so a catalog mutant applied to the reference is a bug of
-these classes too): what ``minibert adapter infer`` is tested on (tests/suite/test_infer.py).
+through ``minibert_reference.ops`` at call time (so a catalog mutant applied to the reference is a
+bug of these classes too): what ``minibert adapter infer`` is tested on (tests/suite/test_infer.py).
 
 Linear keeps its weight torch-style ``[out, in]`` and returns its gradients as attributes;
 LayerNorm keeps gamma and beta in a dict and adds into its gradients; ReLU's backward needs the
@@ -10,7 +10,7 @@ dict beside them (``fc1.grad["W"]``)."""
 
 import numpy as np
 
-from reference import ops
+from minibert_reference import ops
 
 
 class Linear:

@@ -1,6 +1,6 @@
 """Small class-style layers and optimizers in every shape real code has, each put under test by
-``spec.suite.adapters.layer`` / ``optimizer`` declared in a word or two -- in a correct and a
-buggy version (``build(shape, buggy)``; tests/suite/test_layer_shapes.py).
+``minibert_spec.suite.adapters.layer`` / ``optimizer`` declared in a word or two -- in a correct and
+a buggy version (``build(shape, buggy)``; tests/suite/test_layer_shapes.py).
 
 Layers:
 
@@ -42,7 +42,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from spec.suite.adapters import layer, optimizer
+from minibert_spec.suite.adapters import layer, optimizer
 from tests.examples import realstyle_tutorial as rt
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
-from reference import ops as R
+from minibert_reference import ops as R
 from tests.examples import reexport
 
 PIN = 1e-6

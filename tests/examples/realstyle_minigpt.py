@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from spec.suite.adapters import layer, optimizer
+from minibert_spec.suite.adapters import layer, optimizer
 from tests.examples import classy_bert
 
 # e.g. MINIBERT_EXAMPLE_BUGS=attention minibert check tests.examples.<this module>

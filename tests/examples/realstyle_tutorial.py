@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from spec.suite.adapters import layer, optimizer
+from minibert_spec.suite.adapters import layer, optimizer
 
 # e.g. MINIBERT_EXAMPLE_BUGS=attention minibert check tests.examples.<this module>
 BUGS: set = set(filter(None, os.environ.get("MINIBERT_EXAMPLE_BUGS", "").split(",")))

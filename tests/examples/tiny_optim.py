@@ -1,7 +1,8 @@
 """A small optimizer written to the protocol's optimizer interface (AdamW, warmup + linear decay,
-global-norm clipping), independent of ``reference.optim``: the machinery tests use it to show that
-the optimizer checks and mutants work on any implementation of the protocol, not only on the
-reference.  Its token-weighted accumulation takes a ``grad_fn`` instead of a model (it has none),
+global-norm clipping), independent of ``minibert_reference.optim``: the machinery tests use it to
+show that the optimizer checks and mutants work on any implementation of the protocol, not only on
+the reference.  Its token-weighted accumulation takes a ``grad_fn`` instead of a model (it has
+none),
 so the ``accumulation`` conformance row is n/a for it; the mutant still applies."""
 
 from __future__ import annotations

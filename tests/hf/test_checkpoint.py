@@ -13,16 +13,16 @@ pytest.importorskip("safetensors")
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-import reference  # noqa: E402
-from reference.config import bert_tiny  # noqa: E402
-from spec.numerics.finite_differences import random_params  # noqa: E402
+import minibert_reference  # noqa: E402
+from minibert_reference.config import bert_tiny  # noqa: E402
+from minibert_spec.numerics.finite_differences import random_params  # noqa: E402
 
 
 @pytest.fixture
 def saved(tmp_path):
     config = bert_tiny(n_layers=1, vocab_size=20, max_len=8)
-    params = random_params(reference, config, seed=0)
-    reference.save_pretrained(params, config, tmp_path)
+    params = random_params(minibert_reference, config, seed=0)
+    minibert_reference.save_pretrained(params, config, tmp_path)
     return tmp_path, config, params
 
 
@@ -35,7 +35,7 @@ def _rewrite(path, edit):
 def test_round_trip_is_exact_in_both_dtypes(saved):
     path, config, params = saved
     for dtype in (np.float64, np.float32):
-        config2, params2 = reference.load_pretrained(path, dtype=dtype)
+        config2, params2 = minibert_reference.load_pretrained(path, dtype=dtype)
         assert config2 == config and list(params2) == list(params)
         for k in params:
             assert params2[k].dtype == dtype and params2[k].flags.c_contiguous
@@ -65,7 +65,7 @@ def test_prefix_buffers_decoder_and_tf_names_accepted(saved):
         t["embeddings.LayerNorm.beta"] = t.pop("embeddings.LayerNorm.bias")
 
     _rewrite(path, edit)
-    _, params2 = reference.load_pretrained(path, dtype=np.float64)
+    _, params2 = minibert_reference.load_pretrained(path, dtype=np.float64)
     assert all(np.array_equal(params2[k], params[k]) for k in params)
 
 
@@ -91,7 +91,7 @@ def test_malformed_tensors_are_named(saved, case, expected):
 
     _rewrite(path, edit)
     with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-        reference.load_pretrained(path)
+        minibert_reference.load_pretrained(path)
 
 
 def test_pickle_only_directory_says_how_to_convert(tmp_path, saved):
@@ -99,17 +99,17 @@ def test_pickle_only_directory_says_how_to_convert(tmp_path, saved):
     (path / "model.safetensors").unlink()
     (path / "pytorch_model.bin").write_bytes(b"not unpickled")
     with pytest.raises(ValueError, match="never unpickles.*save_pretrained.*safe_serialization"):
-        reference.load_pretrained(path)
+        minibert_reference.load_pretrained(path)
 
 
 def test_bad_config_and_directory(tmp_path, saved):
     with pytest.raises(ValueError, match="expected a checkpoint directory"):
-        reference.load_pretrained(tmp_path / "nope")
+        minibert_reference.load_pretrained(tmp_path / "nope")
     path, *_ = saved
     cfg = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**cfg, "hidden_act": "swish"}))
     with pytest.raises(ValueError, match="hidden_act 'swish'"):
-        reference.load_pretrained(path)
+        minibert_reference.load_pretrained(path)
     with pytest.raises(ValueError, match="only the BERT architecture"):
-        reference.save_pretrained(reference.init_params(reference.mini_bert()),
-                                  reference.mini_bert(), tmp_path / "x")
+        minibert_reference.save_pretrained(minibert_reference.init_params(minibert_reference.mini_bert()),
+                                  minibert_reference.mini_bert(), tmp_path / "x")

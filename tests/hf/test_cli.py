@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
 
-import reference  # noqa: E402
-from reference.hf.tokenizer import encode, load_tokenizer  # noqa: E402
-from spec.cli import main  # noqa: E402
-from spec.numerics.finite_differences import random_params  # noqa: E402
+import minibert_reference  # noqa: E402
+from minibert_reference.hf.tokenizer import encode, load_tokenizer  # noqa: E402
+from minibert_spec.cli import main  # noqa: E402
+from minibert_spec.numerics.finite_differences import random_params  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "##s", "big", ".", "park", "in"]
@@ -27,9 +27,9 @@ TEXTS = ["The cat sat on the mat.", "A dog ran", "cats"]
 
 @pytest.fixture
 def checkpoint(tmp_path):
-    config = reference.bert_tiny(vocab_size=len(VOCAB), pad_token_id=0)
-    params = random_params(reference, config, seed=5)
-    reference.save_pretrained(params, config, tmp_path)
+    config = minibert_reference.bert_tiny(vocab_size=len(VOCAB), pad_token_id=0)
+    params = random_params(minibert_reference, config, seed=5)
+    minibert_reference.save_pretrained(params, config, tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
     return tmp_path, config, params
@@ -69,11 +69,11 @@ def test_encode_cli_embeddings(checkpoint, tmp_path_factory, pooling):
     # each sentence alone (no padding) gives the same embedding as in the padded batch
     body = config.replace(head="none")
     body_params = {k: v.astype(np.float32) for k, v in params.items()
-                   if k in reference.param_shapes(body)}
+                   if k in minibert_reference.param_shapes(body)}
     tok = load_tokenizer(path)
     for i, text in enumerate(TEXTS):
         b = encode(tok, [text])
-        h, _ = reference.forward(body_params, body, b["input_ids"], b["attention_mask"],
+        h, _ = minibert_reference.forward(body_params, body, b["input_ids"], b["attention_mask"],
                                  token_type_ids=b["token_type_ids"])
         v = h[0, 0] if pooling == "cls" else h[0].mean(axis=0)
         np.testing.assert_allclose(emb[i], v / np.linalg.norm(v), rtol=0, atol=1e-5)

@@ -10,9 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from reference import decoder as D
-from reference.config import gpt2, llama
-from reference.hf.decoder import from_hf, hf_names, to_hf
+from minibert_reference import decoder as D
+from minibert_reference.config import gpt2, llama
+from minibert_reference.hf.decoder import from_hf, hf_names, to_hf
 
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,7 +23,7 @@ CONFIGS = {"gpt2": gpt2(**SIZES), "llama": llama(**SIZES),
 
 
 def _state_dict_shapes(config) -> dict:
-    from spec.suite.checks.oracle_decoder import hf_model
+    from minibert_spec.suite.checks.oracle_decoder import hf_model
 
     params = D.init_params(config, seed=0, dtype=np.float64)
     return {k: tuple(v.shape) for k, v in hf_model(config, params, np.float64)

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("safetensors")
 
-import reference  # noqa: E402
-import reference.hf.checkpoint as hfc  # noqa: E402
-from reference.config import bert_tiny  # noqa: E402
-from spec.numerics.finite_differences import random_params  # noqa: E402
+import minibert_reference  # noqa: E402
+import minibert_reference.hf.checkpoint as hfc  # noqa: E402
+from minibert_reference.config import bert_tiny  # noqa: E402
+from minibert_spec.numerics.finite_differences import random_params  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # BertConfig's own names: an error that shows one speaks the reference's language, not the file's
@@ -28,7 +28,8 @@ INTERNAL = re.compile(r"\b(n_layers|n_heads|max_len|ln_eps|init_std)\b|\b(interm
 @pytest.fixture
 def saved(tmp_path):
     config = bert_tiny(n_layers=2, vocab_size=20, max_len=8)
-    reference.save_pretrained(random_params(reference, config, seed=0), config, tmp_path)
+    minibert_reference.save_pretrained(random_params(minibert_reference, config, seed=0), config,
+                                       tmp_path)
     return tmp_path
 
 
@@ -61,7 +62,7 @@ def test_crafted_layer_count_refused_before_anything_is_built(saved, monkeypatch
 
     monkeypatch.setattr(hfc, "param_shapes", spy)
     with pytest.raises(ValueError) as e:
-        reference.load_pretrained(saved)
+        minibert_reference.load_pretrained(saved)
     msg = str(e.value)
     assert str(saved / "config.json") in msg and "num_hidden_layers" in msg and str(layers) in msg
     assert "2 layer(s)" in msg and not calls
@@ -89,7 +90,7 @@ def test_crafted_layer_count_refused_before_anything_is_built(saved, monkeypatch
 def test_config_errors_name_the_file_and_the_field_as_written(saved, changes, field):
     _edit_config(saved, **changes)
     with pytest.raises(ValueError) as e:
-        reference.load_pretrained(saved)
+        minibert_reference.load_pretrained(saved)
     msg = str(e.value)
     assert "config.json" in msg and field in msg, msg
     assert not INTERNAL.search(msg), msg
@@ -108,7 +109,7 @@ def test_unreadable_json_is_one_error_naming_the_file(saved, content, expected, 
         (saved / "model.safetensors").rename(saved / "model-00001-of-00001.safetensors")
     (saved / which).write_bytes(content)
     with pytest.raises(ValueError) as e:
-        reference.load_pretrained(saved)
+        minibert_reference.load_pretrained(saved)
     assert str(saved / which) in str(e.value) and expected in str(e.value), str(e.value)
 
 
@@ -118,16 +119,16 @@ def test_sharded_index_naming_a_missing_or_outside_shard(saved):
     for shard in ("model-00002-of-00002.safetensors", "../model.safetensors"):
         index.write_text(json.dumps({"weight_map": {"a": shard}}))
         with pytest.raises(ValueError, match="weight_map: expected shard files"):
-            reference.load_pretrained(saved)
+            minibert_reference.load_pretrained(saved)
     index.write_text(json.dumps({"weight_map": {"bert.x": "model-00001-of-00001.safetensors"}}))
     with pytest.raises(ValueError, match="'bert.x' is not in the shard"):
-        reference.load_pretrained(saved)
+        minibert_reference.load_pretrained(saved)
 
 
 def test_weights_file_that_is_not_safetensors_is_named(saved):
     (saved / "model.safetensors").write_bytes(b"\x00" * 64)
     with pytest.raises(ValueError, match="model.safetensors: expected a safetensors file"):
-        reference.load_pretrained(saved)
+        minibert_reference.load_pretrained(saved)
 
 
 def test_bf16_raw_bits_convert_exactly():
@@ -171,11 +172,11 @@ def test_bf16_and_f16_checkpoints_from_transformers_load(tmp_path, dtype):
     roundoff 2^-8 for bfloat16's 8 significant bits, 2^-11 for float16's 11, plus half of
     float16's subnormal spacing 2^-24: bfloat16 keeps float32's exponent range, float16 not)."""
     torch, ckpts = _transformers_checkpoints(tmp_path)
-    config32, p32 = reference.load_pretrained(ckpts["float32"][1], dtype=dtype)
+    config32, p32 = minibert_reference.load_pretrained(ckpts["float32"][1], dtype=dtype)
     names = hfc._hf_names(config32)
     for name, u, tiny in (("bfloat16", 2.0 ** -8, 0.0), ("float16", 2.0 ** -11, 2.0 ** -25)):
         model, path = ckpts[name]
-        config, params = reference.load_pretrained(path, dtype=dtype)
+        config, params = minibert_reference.load_pretrained(path, dtype=dtype)
         assert config == config32 and list(params) == list(p32)
         state = model.state_dict()
         for ours, (theirs, transposed) in names.items():
@@ -195,11 +196,11 @@ def test_bf16_checkpoint_forward_matches_transformers(tmp_path):
     hidden states for those weights (run in float32 by torch: the weights are what matters)."""
     torch, ckpts = _transformers_checkpoints(tmp_path)
     model, path = ckpts["bfloat16"]
-    config, params = reference.load_pretrained(path, dtype=np.float64)
+    config, params = minibert_reference.load_pretrained(path, dtype=np.float64)
     ids = np.random.default_rng(0).integers(0, 40, size=(2, 7))
     body = config.replace(head="none", pooler=False)
-    h, _ = reference.forward({k: v for k, v in params.items()
-                              if k in reference.param_shapes(body)}, body, ids,
+    h, _ = minibert_reference.forward({k: v for k, v in params.items()
+                              if k in minibert_reference.param_shapes(body)}, body, ids,
                              np.ones_like(ids), token_type_ids=np.zeros_like(ids))
     with torch.no_grad():
         theirs = model.to(torch.float64).bert(torch.from_numpy(ids)).last_hidden_state.numpy()
@@ -214,4 +215,4 @@ def test_integer_parameter_tensor_is_named(saved):
     t[w] = np.ones(t[w].shape, dtype=np.int32)
     save_file(t, str(saved / "model.safetensors"))
     with pytest.raises(ValueError, match=f"tensor '{w}' has dtype I32, expected a float"):
-        reference.load_pretrained(saved)
+        minibert_reference.load_pretrained(saved)

@@ -29,7 +29,7 @@ pytest.importorskip("safetensors")
 
 from safetensors.numpy import load_file  # noqa: E402
 
-from spec.suite.checks.oracle_bert import EQUATIONS, hf_model  # noqa: E402
+from minibert_spec.suite.checks.oracle_bert import EQUATIONS, hf_model  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytestmark = pytest.mark.oracle

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from spec.suite import torch_oracle as to  # noqa: E402
-from spec.suite.checks.oracle_bert import LAYOUTS, A, C, H, I, V, batch  # noqa: E402
+from minibert_spec.suite import torch_oracle as to  # noqa: E402
+from minibert_spec.suite.checks.oracle_bert import LAYOUTS, A, C, H, I, V, batch  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.oracle
 def test_our_checkpoint_loads_in_transformers(impl, arch, tmp_path):
     """Random reference parameters -> save_pretrained -> transformers.from_pretrained: the same
     outputs (float64), and transformers reports no missing or unexpected keys."""
-    from spec.numerics.finite_differences import random_params
+    from minibert_spec.numerics.finite_differences import random_params
 
     num_labels = C if arch == "BertForSequenceClassification" else 2
     config = impl.bert_tiny(head=LAYOUTS[arch], pooler=arch == "BertModel", num_labels=num_labels,

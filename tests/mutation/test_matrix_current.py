@@ -6,9 +6,9 @@ leaving a reader to work it out from a red page."""
 
 from __future__ import annotations
 
-from spec.evidence import fingerprint, read_matrix
-from spec.mutants import CATALOG
-from spec.mutation import tagged_by_equation
+from minibert_spec.evidence import fingerprint, read_matrix
+from minibert_spec.mutants import CATALOG
+from minibert_spec.mutation import tagged_by_equation
 
 
 def test_every_catalog_mutant_has_a_current_record():

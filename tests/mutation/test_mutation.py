@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference.registry import IMPLEMENTATIONS
-from spec.components import COMPONENTS
-from spec.mutants import (
+from minibert_reference.registry import IMPLEMENTATIONS
+from minibert_spec.components import COMPONENTS
+from minibert_spec.mutants import (
     CATALOG,
     OPTIMIZER_EQUATIONS,
     TOOLING_EQUATIONS,
@@ -27,10 +27,10 @@ from spec.mutants import (
     module_aliases,
     mutant,
 )
-from spec.mutation import MutantResult, ordered_test_files, run_suite, score, select
-from spec.suite import check_implementation
-from spec.suite.registry import get
-from spec.suite.registry import select as select_checks
+from minibert_spec.mutation import MutantResult, ordered_test_files, run_suite, score, select
+from minibert_spec.suite import check_implementation
+from minibert_spec.suite.registry import get
+from minibert_spec.suite.registry import select as select_checks
 from tests.unshrunk import check_implementation as unshrunk_check_implementation
 
 
@@ -38,9 +38,9 @@ from tests.unshrunk import check_implementation as unshrunk_check_implementation
 def reference():
     if os.environ.get("MINIBERT_MUTANT"):
         pytest.skip("not applicable: the mutation machinery mutates the bundled reference")
-    import reference
+    import minibert_reference
 
-    return reference
+    return minibert_reference
 
 
 def op_verdict(impl, op: str) -> str:
@@ -51,7 +51,7 @@ def op_verdict(impl, op: str) -> str:
 
 
 def test_catalog_is_documented():
-    from spec.equations import load
+    from minibert_spec.equations import load
 
     assert set(TOOLING_EQUATIONS) <= set(load())
     assert len(CATALOG) >= 25
@@ -281,7 +281,8 @@ def test_mutant_caught_and_removed(reference, name):
 
 
 def test_mutant_reaches_model_level_code(reference):
-    """The kernel is patched in reference.ops: the public op and the model both run the mutant."""
+    """The kernel is patched in minibert_reference.ops: the public op and the model both run the
+    mutant."""
     original = reference.ops._block_backward
     public = reference.ops.block_backward
     with applied("block_drops_ffn_residual"):
@@ -312,7 +313,8 @@ def test_applying_leaves_reference_untouched(reference):
 
 
 def test_optimizer_mutants_edit_the_reference(reference):
-    """Optimizer mutants are source edits of reference.optim / reference.accumulation."""
+    """Optimizer mutants are source edits of minibert_reference.optim /
+    minibert_reference.accumulation."""
     for m in CATALOG.values():
         if m.equation in OPTIMIZER_EQUATIONS:
             assert all(t.split(".")[0] in ("optim", "accumulation") for t in m.targets), m.name

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from spec.audit import Row, mutation_evidence
-from spec.evidence import MATRIX_VERSION, fingerprint, read_matrix, write_matrix
-from spec.mutants import CATALOG
-from spec.mutation import run_tagged
+from minibert_spec.audit import Row, mutation_evidence
+from minibert_spec.evidence import MATRIX_VERSION, fingerprint, read_matrix, write_matrix
+from minibert_spec.mutants import CATALOG
+from minibert_spec.mutation import run_tagged
 
 EQ = "softmax.jacobian"  # one catalog mutant: softmax_jacobian_transposed_term
 MUTANT = "softmax_jacobian_transposed_term"

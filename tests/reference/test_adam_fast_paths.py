@@ -10,8 +10,8 @@ import copy
 import numpy as np
 import pytest
 
-from reference import optim as O
-from spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
+from minibert_reference import optim as O
+from minibert_spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
 
 SHAPES = {"w": (7, 5), "b": (5,), "emb": (11, 3)}
 

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-import reference
-from reference.config import BertConfig, bert_tiny, mini_bert, seed001
+import minibert_reference
+from minibert_reference.config import BertConfig, bert_tiny, mini_bert, seed001
 
 
 # --------------------------------------------------------------------------- item 5: ln_eps
@@ -25,28 +25,30 @@ def test_ln_eps_must_be_a_finite_positive_number(make, eps):
 def test_ln_eps_zero_config_json_is_refused(tmp_path):
     pytest.importorskip("safetensors")
     config = bert_tiny(n_layers=1, vocab_size=20, max_len=8)
-    from spec.numerics.finite_differences import random_params
+    from minibert_spec.numerics.finite_differences import random_params
 
-    reference.save_pretrained(random_params(reference, config, seed=0), config, tmp_path)
+    minibert_reference.save_pretrained(random_params(minibert_reference, config, seed=0), config,
+                                       tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "layer_norm_eps": 0}))
     with pytest.raises(ValueError, match=r"config.json: layer_norm_eps: expected a finite "):
-        reference.load_pretrained(tmp_path)
+        minibert_reference.load_pretrained(tmp_path)
 
 
 # --------------------------------------------------------------------------- item 9
 def _ce_cache():
     logits = np.random.default_rng(0).standard_normal((2, 3, 5))
-    return reference.cross_entropy_forward(logits, np.array([[1, 2, -100], [0, 4, 3]]))[1]
+    return minibert_reference.cross_entropy_forward(logits, np.array([[1, 2, -100], [0, 4, 3]]))[1]
 
 
 def _mse_cache():
     rng = np.random.default_rng(1)
-    return reference.mse_forward(rng.standard_normal((2, 3)), rng.standard_normal((2, 3)))[1]
+    return minibert_reference.mse_forward(rng.standard_normal((2, 3)),
+                                          rng.standard_normal((2, 3)))[1]
 
 
-@pytest.mark.parametrize("backward,cache", [(reference.cross_entropy_backward, _ce_cache),
-                                            (reference.mse_backward, _mse_cache)])
+@pytest.mark.parametrize("backward,cache", [(minibert_reference.cross_entropy_backward, _ce_cache),
+                                            (minibert_reference.mse_backward, _mse_cache)])
 @pytest.mark.parametrize("dloss", [1 + 2j, np.complex128(1.0), np.array(1j), True])
 def test_complex_or_bool_dloss_is_refused(backward, cache, dloss):
     """A complex dloss lost its imaginary part silently."""
@@ -58,18 +60,18 @@ def test_complex_or_bool_dloss_is_refused(backward, cache, dloss):
 def test_sinusoidal_encoding_refuses_non_float_dtypes(dtype):
     """An int table is sin/cos truncated to 0 and +-1; float16 was accepted too."""
     with pytest.raises(ValueError, match=r"^dtype: expected float32 or float64"):
-        reference.sinusoidal_encoding(8, 6, dtype)
+        minibert_reference.sinusoidal_encoding(8, 6, dtype)
 
 
 @pytest.mark.parametrize("T,d,name", [(2.5, 4, "T"), (4, True, "d"), (0, 4, "T"), (4, "8", "d")])
 def test_sinusoidal_encoding_sizes_are_positive_integers(T, d, name):
     with pytest.raises(ValueError, match=rf"^{name}: expected a positive integer"):
-        reference.sinusoidal_encoding(T, d)
+        minibert_reference.sinusoidal_encoding(T, d)
 
 
 def test_sinusoidal_encoding_float_dtypes_still_agree():
-    a32 = reference.sinusoidal_encoding(5, 6, np.float32)
-    a64 = reference.sinusoidal_encoding(np.int64(5), 6)
+    a32 = minibert_reference.sinusoidal_encoding(5, 6, np.float32)
+    a64 = minibert_reference.sinusoidal_encoding(np.int64(5), 6)
     assert a32.dtype == np.float32 and a64.dtype == np.float64
     np.testing.assert_array_equal(a32, a64.astype(np.float32))
 
@@ -77,14 +79,14 @@ def test_sinusoidal_encoding_float_dtypes_still_agree():
 @pytest.mark.parametrize("seed", ["a", 1.5, -1, None, True, [1, 2]])
 def test_init_params_seed_is_a_named_error(seed):
     with pytest.raises(ValueError, match=r"^seed: expected an integer >= 0"):
-        reference.init_params(bert_tiny(n_layers=1), seed=seed)
+        minibert_reference.init_params(bert_tiny(n_layers=1), seed=seed)
 
 
 def _adam_inputs():
     rng = np.random.default_rng(2)
     params = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
     grads = {k: rng.standard_normal(p.shape) for k, p in params.items()}
-    state = reference.adam_init(params)
+    state = minibert_reference.adam_init(params)
     state["v"] = {k: rng.random(p.shape) for k, p in params.items()}
     return params, grads, state
 
@@ -95,10 +97,10 @@ def test_negative_second_moment_is_refused_with_its_index():
     state["v"]["w"][1, 2] = -1e-3
     with pytest.raises(ValueError, match=r"^state\['v'\]\['w'\]: expected values >= 0 .* "
                                          r"got -0.001 at index \(1, 2\)"):
-        reference.adam_step(params, grads, state, lr=1e-3)
+        minibert_reference.adam_step(params, grads, state, lr=1e-3)
     state["v"]["w"][1, 2] = 0.0  # zero (and -0.0) is a valid second moment
     state["v"]["b"][0] = -0.0
-    new, _ = reference.adam_step(params, grads, state, lr=1e-3)
+    new, _ = minibert_reference.adam_step(params, grads, state, lr=1e-3)
     assert all(np.isfinite(a).all() for a in new.values())
 
 
@@ -106,13 +108,13 @@ def test_negative_second_moment_is_refused_with_its_index():
 def test_adam_init_refuses_non_float_params(dtype):
     """Integer moments would truncate every update to zero."""
     with pytest.raises(ValueError, match=r"^params\['w'\]: expected a float32 or float64"):
-        reference.adam_init({"b": np.zeros(3), "w": np.ones((2, 2), dtype=dtype)})
+        minibert_reference.adam_init({"b": np.zeros(3), "w": np.ones((2, 2), dtype=dtype)})
 
 
 def test_adam_init_refuses_non_arrays():
     with pytest.raises(ValueError, match=r"^params\['w'\]: expected a float32 or float64 "
                                          r"ndarray, got list"):
-        reference.adam_init({"w": [1.0, 2.0]})
+        minibert_reference.adam_init({"w": [1.0, 2.0]})
 
 
 # --------------------------------------------------------------------------- item 7: encode
@@ -120,18 +122,19 @@ def test_adam_init_refuses_non_arrays():
 def hf_dir(tmp_path):
     pytest.importorskip("tokenizers")
     pytest.importorskip("safetensors")
-    from spec.numerics.finite_differences import random_params
+    from minibert_spec.numerics.finite_differences import random_params
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
     config = bert_tiny(vocab_size=len(vocab), pad_token_id=0)
     path = tmp_path / "ckpt"
-    reference.save_pretrained(random_params(reference, config, seed=5), config, path)
+    minibert_reference.save_pretrained(random_params(minibert_reference, config, seed=5), config,
+                                       path)
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     return path
 
 
 def _encode(capsys, *argv):
-    from spec.cli import main
+    from minibert_spec.cli import main
 
     code = main(["encode", *map(str, argv)])
     out, err = capsys.readouterr()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference.config import bert_base
+from minibert_reference.config import bert_base
 
 
 @pytest.mark.slow

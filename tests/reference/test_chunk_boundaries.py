@@ -1,6 +1,6 @@
 """The optimizer's chunked loops across their chunk boundaries.
 
-``reference.optim`` streams Adam's update and the gradient norm's sum of squares through a
+``minibert_reference.optim`` streams Adam's update and the gradient norm's sum of squares through a
 cache-sized buffer, ``_CHUNK`` elements at a time (``_CHUNK_PARALLEL`` with several workers);
 both constants are read at call time, so these tests shrink them (down to 1 element) and reach
 every boundary with small arrays: sizes below, at, just above and several times the chunk, and
@@ -8,8 +8,8 @@ uneven last chunks.  The expected values are the formulas written out here on wh
 arrays, with no chunking -- never the code under test.  One test keeps the real chunk sizes
 (64K elements; 256K with two workers) and goes through the ``impl`` fixture.
 
-The finiteness checks split the tensors among the workers (``reference.parallel``): every bad
-tensor is found whichever worker's group it falls in.
+The finiteness checks split the tensors among the workers (``minibert_reference.parallel``): every
+bad tensor is found whichever worker's group it falls in.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import optim as O
-from reference import parallel
-from reference.validate import DOT_FROM, all_finite, check_all_finite, non_finite
-from spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
+from minibert_reference import optim as O
+from minibert_reference import parallel
+from minibert_reference.validate import DOT_FROM, all_finite, check_all_finite, non_finite
+from minibert_spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
 
 CHUNKS = (1, 2, 3, 7)  # elements per chunk; 1: every element is its own chunk
 WORKERS = (1, 2)

@@ -36,9 +36,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from reference.config import BertConfig, choices, mini_bert  # noqa: E402
-from spec.suite import torch_oracle as to  # noqa: E402
-from spec.suite.checks.oracle_bert import (  # noqa: E402
+from minibert_reference.config import BertConfig, choices, mini_bert  # noqa: E402
+from minibert_spec.suite import torch_oracle as to  # noqa: E402
+from minibert_spec.suite.checks.oracle_bert import (  # noqa: E402
     EQUATIONS,
     LAYOUTS,
     compare_grads,
@@ -46,13 +46,13 @@ from spec.suite.checks.oracle_bert import (  # noqa: E402
     hf_model,
     torch_grads,
 )
-from spec.suite.checks.oracle_model import (  # noqa: E402
+from minibert_spec.suite.checks.oracle_model import (  # noqa: E402
     LOSS_EQUATIONS,
     MODEL_EQUATIONS,
     SMALL,
     make_case,
 )
-from spec.suite.checks.oracle_model import compare_grads as compare_model_grads  # noqa: E402
+from minibert_spec.suite.checks.oracle_model import compare_grads as compare_model_grads  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.config import BertConfig, mini_bert
+from minibert_reference.config import BertConfig, mini_bert
 
 
 def raises(arg):

@@ -1,4 +1,4 @@
-"""The data-parallel wrapper (reference.data_parallel): for every entry point it wraps --
+"""The data-parallel wrapper (minibert_reference.data_parallel): for every entry point it wraps --
 forward, backward, loss, loss_and_grads, masked_lm_loss_and_grads -- the sharded result equals
 the unsharded one (float64, summation order only), and for a fixed worker count two runs are
 bit-identical.  Batches that do not divide evenly by the worker count and batches smaller than
@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import reference
-from reference import data_parallel, model, parallel
-from reference.config import BertConfig, bert_tiny, mini_bert
-from spec.numerics.finite_differences import loss_kwargs, random_batch, random_params
-from spec.numerics.identities import close, require
-from spec.protocol import IGNORE_INDEX
-from spec.tolerances import F64_IDENTITY_RTOL
+import minibert_reference
+from minibert_reference import data_parallel, model, parallel
+from minibert_reference.config import BertConfig, bert_tiny, mini_bert
+from minibert_spec.numerics.finite_differences import loss_kwargs, random_batch, random_params
+from minibert_spec.numerics.identities import close, require
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 CONFIGS = {
     "mini_bert": mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8,
@@ -87,17 +87,17 @@ def _entries(name, config, params, batch, reduction):
     if config.head != "none":
         kw["reduction"] = reduction
     fwd_kw = {k: v for k, v in kw.items() if k == "token_type_ids"}
-    out, cache = reference.forward(params, config, ids, kw["attention_mask"], **fwd_kw)
+    out, cache = minibert_reference.forward(params, config, ids, kw["attention_mask"], **fwd_kw)
     rng = np.random.default_rng(11)
     dout = rng.standard_normal(out.shape)
     d_pooled = None if cache.pooled is None else rng.standard_normal(cache.pooled.shape)
     res = {"forward": (out,) if cache.pooled is None else (out, cache.pooled),
-           "backward": reference.backward(dout, cache, d_pooled),
-           "loss": reference.loss(params, config, ids, **kw),
-           "loss_and_grads": reference.loss_and_grads(params, config, ids, **kw)}
+           "backward": minibert_reference.backward(dout, cache, d_pooled),
+           "loss": minibert_reference.loss(params, config, ids, **kw),
+           "loss_and_grads": minibert_reference.loss_and_grads(params, config, ids, **kw)}
     if name == "mini_bert":
-        res["masked_lm_loss_and_grads"] = reference.masked_lm_loss_and_grads(params, config, ids,
-                                                                            **kw)
+        res["masked_lm_loss_and_grads"] = minibert_reference.masked_lm_loss_and_grads(
+            params, config, ids, **kw)
     return res, cache
 
 
@@ -120,7 +120,7 @@ def _compare(got, want):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_sharded_equals_unsharded_and_repeats_bit_for_bit(name, B, workers):
     config = CONFIGS[name]
-    params = random_params(reference, config, seed=3)
+    params = random_params(minibert_reference, config, seed=3)
     batch = random_batch(config, B=B, T=8, seed=3)
     reductions = ["mean"] if config.head == "none" else ["mean", "sum"]
     for reduction in reductions:
@@ -147,15 +147,15 @@ def test_masked_head_with_a_shard_that_predicts_nothing(reduction, workers):
     """The trainer's path where one shard has no label: it adds zero loss and only zero head
     gradients, and the batch's mean still divides by the whole batch's count."""
     config = CONFIGS["mini_bert"]
-    params = random_params(reference, config, seed=6)
+    params = random_params(minibert_reference, config, seed=6)
     batch = random_batch(config, B=4, T=8, seed=6)
     labels = batch["labels"].copy()
     labels[2:] = IGNORE_INDEX  # the last shard(s) predict nothing
     kw = dict(labels=labels, attention_mask=batch["attention_mask"], reduction=reduction)
     with parallel.workers(1):
-        want = reference.loss_and_grads(params, config, batch["input_ids"], **kw)
+        want = minibert_reference.loss_and_grads(params, config, batch["input_ids"], **kw)
     with parallel.workers(workers):
-        got = reference.masked_lm_loss_and_grads(params, config, batch["input_ids"], **kw)
+        got = minibert_reference.masked_lm_loss_and_grads(params, config, batch["input_ids"], **kw)
     _close(got[0], want[0], "loss")
     _grads_close(got[1], want[1], "grads")
     _close(got[2], want[2], "d_embeddings")
@@ -164,17 +164,17 @@ def test_masked_head_with_a_shard_that_predicts_nothing(reduction, workers):
 @pytest.mark.parametrize("name", ["mini_bert", "mse"])
 def test_inputs_embeds_sharded_equals_unsharded(name):
     config = CONFIGS[name]
-    params = random_params(reference, config, seed=8)
+    params = random_params(minibert_reference, config, seed=8)
     batch = random_batch(config, B=5, T=8, seed=8)
     emb = np.random.default_rng(8).standard_normal((5, 8, config.hidden))
     kw = ({"targets": batch["targets"]} if config.head == "none"
           else {"labels": batch["labels"]})
     with parallel.workers(1):
-        want = reference.loss_and_grads(params, config, inputs_embeds=emb, **kw)
-        want_out = reference.forward(params, config, inputs_embeds=emb)[0]
+        want = minibert_reference.loss_and_grads(params, config, inputs_embeds=emb, **kw)
+        want_out = minibert_reference.forward(params, config, inputs_embeds=emb)[0]
     with parallel.workers(2):
-        got = reference.loss_and_grads(params, config, inputs_embeds=emb, **kw)
-        got_out = reference.forward(params, config, inputs_embeds=emb)[0]
+        got = minibert_reference.loss_and_grads(params, config, inputs_embeds=emb, **kw)
+        got_out = minibert_reference.forward(params, config, inputs_embeds=emb)[0]
     _close(got_out, want_out, "forward")
     _close(got[0], want[0], "loss")
     _grads_close(got[1], want[1], "grads")
@@ -184,30 +184,30 @@ def test_inputs_embeds_sharded_equals_unsharded(name):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_one_worker_is_the_model_itself(name):
     """With one worker the wrapper runs the model's own computation: the same bits as
-    reference.model's entry points."""
+    minibert_reference.model's entry points."""
     config = CONFIGS[name]
-    params = random_params(reference, config, seed=9)
+    params = random_params(minibert_reference, config, seed=9)
     batch = random_batch(config, B=3, T=8, seed=9)
     kw = _loss_kwargs(config, batch)
     with parallel.workers(1):
-        _same_bits(reference.loss_and_grads(params, config, batch["input_ids"], **kw),
+        _same_bits(minibert_reference.loss_and_grads(params, config, batch["input_ids"], **kw),
                    model.loss_and_grads(params, config, batch["input_ids"], **kw), name)
-        _same_bits(reference.loss(params, config, batch["input_ids"], **kw),
+        _same_bits(minibert_reference.loss(params, config, batch["input_ids"], **kw),
                    model.loss(params, config, batch["input_ids"], **kw), name)
 
 
 def test_arguments_are_checked_before_any_shard_runs():
     """A bad argument is the model's ValueError, whatever the worker count."""
     config = CONFIGS["mini_bert"]
-    params = random_params(reference, config, seed=1)
+    params = random_params(minibert_reference, config, seed=1)
     batch = random_batch(config, B=4, T=8, seed=1)
     bad = batch["labels"].copy()
     bad[3, 0] = config.vocab_size  # out of range in the last shard only
     with parallel.workers(2):
-        for entry in (reference.loss, reference.loss_and_grads,
-                      reference.masked_lm_loss_and_grads):
+        for entry in (minibert_reference.loss, minibert_reference.loss_and_grads,
+                      minibert_reference.masked_lm_loss_and_grads):
             with pytest.raises(ValueError, match="labels"):
                 entry(params, config, batch["input_ids"], labels=bad)
-        _, cache = reference.forward(params, config, batch["input_ids"])
+        _, cache = minibert_reference.forward(params, config, batch["input_ids"])
         with pytest.raises(ValueError, match="dout"):
-            reference.backward(np.zeros((4, 8, 3)), cache)
+            minibert_reference.backward(np.zeros((4, 8, 3)), cache)

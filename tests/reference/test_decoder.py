@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import decoder as D
-from reference.config import DecoderConfig, gpt2, llama
-from reference.ops import IGNORE_INDEX
+from minibert_reference import decoder as D
+from minibert_reference.config import DecoderConfig, gpt2, llama
+from minibert_reference.ops import IGNORE_INDEX
 
 TINY = gpt2(n_layers=1, hidden=8, n_heads=2, intermediate=12, max_len=6, vocab_size=7)
 
@@ -29,8 +29,8 @@ def test_parameters_follow_the_parts():
     names = set(D.param_shapes(lean))
     assert "lm_head.W" in names and D.param_shapes(lean)["lm_head.W"] == (7, 8)
     assert not any(n.endswith(("beta", ".b_q", ".b_1", ".b_2")) for n in names), sorted(names)
-    # a layer is a block row's p: the same names as reference.ops.block_param_names
-    from reference.ops import block_param_names
+    # a layer is a block row's p: the same names as minibert_reference.ops.block_param_names
+    from minibert_reference.ops import block_param_names
 
     layer = {n[len("layers.0."):] for n in names if n.startswith("layers.0.")}
     assert layer == set(block_param_names(False, "pre", b_1=False, b_2=False,
@@ -108,7 +108,7 @@ def test_float32_stays_float32():
 def test_llama_parts_refuse_bad_keywords():
     """The LLaMA pieces a decoder layer passes down (attention's rope, the block's ffn) name the
     argument and what it expected."""
-    from reference.ops import attention_forward, block_forward, block_param_names
+    from minibert_reference.ops import attention_forward, block_forward, block_param_names
 
     rng = np.random.default_rng(0)
     x, W = rng.standard_normal((2, 3, 8)), rng.standard_normal((8, 8))

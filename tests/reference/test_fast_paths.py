@@ -14,14 +14,14 @@ import copy
 import numpy as np
 import pytest
 
-import reference
-from reference import ops, optim, parallel
-from reference.config import BertConfig, mini_bert
-from reference.train import loop
-from reference.validate import DOT_FROM, all_finite, check_all_finite, non_finite
-from spec.numerics.finite_differences import random_batch, random_params
-from spec.protocol import IGNORE_INDEX
-from spec.tolerances import F64_IDENTITY_RTOL
+import minibert_reference
+from minibert_reference import ops, optim, parallel
+from minibert_reference.config import BertConfig, mini_bert
+from minibert_reference.train import loop
+from minibert_reference.validate import DOT_FROM, all_finite, check_all_finite, non_finite
+from minibert_spec.numerics.finite_differences import random_batch, random_params
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 TINY = mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=29)
 CONFIGS = {
@@ -56,16 +56,16 @@ def test_loss_equals_forward_then_cross_entropy(name, reduction, workers):
     """loss() (the blocked cross-entropy for the fused head) against the public ops: forward's
     logits, then cross_entropy_forward."""
     config = CONFIGS[name]
-    params = random_params(reference, config, seed=5)
+    params = random_params(minibert_reference, config, seed=5)
     batch = random_batch(config, B=3, T=8, seed=5)
     kw = {**_kwargs(config, batch), "reduction": reduction}
     with parallel.workers(1):
-        logits, _ = reference.forward(params, config, batch["input_ids"],
+        logits, _ = minibert_reference.forward(params, config, batch["input_ids"],
                                       kw["attention_mask"], token_type_ids=kw.get(
                                           "token_type_ids"))
         want, _ = ops.cross_entropy_forward(logits, kw["labels"], reduction=reduction)
     with parallel.workers(workers):
-        got = reference.loss(params, config, batch["input_ids"], **kw)
+        got = minibert_reference.loss(params, config, batch["input_ids"], **kw)
     assert got.dtype == want.dtype
     _close(got, want, "loss")
 
@@ -73,16 +73,16 @@ def test_loss_equals_forward_then_cross_entropy(name, reduction, workers):
 def test_all_ones_mask_is_no_mask():
     """An attention mask that attends everywhere is dropped at the boundary (no masking pass);
     the result is the same bits as passing no mask."""
-    params = random_params(reference, TINY, seed=8)
+    params = random_params(minibert_reference, TINY, seed=8)
     ids = random_batch(TINY, B=2, T=8, seed=8)["input_ids"]
-    with_mask, _ = reference.forward(params, TINY, ids, np.ones_like(ids))
-    without, _ = reference.forward(params, TINY, ids)
+    with_mask, _ = minibert_reference.forward(params, TINY, ids, np.ones_like(ids))
+    without, _ = minibert_reference.forward(params, TINY, ids)
     np.testing.assert_array_equal(with_mask, without)
 
 
 # --------------------------------------------------------------- optimizer
 def _adam_problem(seed=0):
-    params = random_params(reference, TINY, seed=seed)
+    params = random_params(minibert_reference, TINY, seed=seed)
     rng = np.random.default_rng(seed)
     grads = [{k: rng.standard_normal(p.shape) for k, p in params.items()} for _ in range(3)]
     return params, grads
@@ -94,10 +94,10 @@ KW = dict(lr=3e-3, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.05)
 @pytest.mark.equation("optim.adam", "optim.adamw")
 def test_adam_workers_and_out_buffers_are_bit_identical_to_one_worker_new_arrays():
     params, grads = _adam_problem()
-    state = reference.adam_init(params)
+    state = minibert_reference.adam_init(params)
     p_ref, s_ref = params, state
-    p_pp, s_pp = copy.deepcopy(params), reference.adam_init(params)
-    spare = (copy.deepcopy(params), reference.adam_init(params))
+    p_pp, s_pp = copy.deepcopy(params), minibert_reference.adam_init(params)
+    spare = (copy.deepcopy(params), minibert_reference.adam_init(params))
     for g in grads:
         with parallel.workers(1):
             p_ref, s_ref = optim.adam_step(p_ref, g, s_ref, **KW)
@@ -116,12 +116,12 @@ def test_adam_workers_and_out_buffers_are_bit_identical_to_one_worker_new_arrays
 
 def test_adam_out_rejects_overlapping_and_strided_buffers():
     params, grads = _adam_problem()
-    state = reference.adam_init(params)
-    overlap = ({**params, "mlm.W": state["m"]["mlm.W"]}, reference.adam_init(params))
+    state = minibert_reference.adam_init(params)
+    overlap = ({**params, "mlm.W": state["m"]["mlm.W"]}, minibert_reference.adam_init(params))
     with pytest.raises(ValueError, match="overlapping"):
         optim.adam_step(params, grads[0], state, out=overlap, **KW)
     strided = ({**params, "mlm.W": np.asfortranarray(params["mlm.W"].copy())},
-               reference.adam_init(params))
+               minibert_reference.adam_init(params))
     with pytest.raises(ValueError, match="contiguous"):
         optim.adam_step(params, grads[0], state, out=strided, **KW)
     with pytest.raises(ValueError, match="out"):
@@ -174,11 +174,12 @@ def test_first_non_finite_array_in_order_whatever_the_workers():
 # --------------------------------------------------------------- accumulation, trainer
 @pytest.mark.equation("accum.grad_mean")
 def test_one_contributing_micro_batch_is_the_plain_mean():
-    params = random_params(reference, TINY, seed=9)
+    params = random_params(minibert_reference, TINY, seed=9)
     batch = random_batch(TINY, B=3, T=8, seed=9)
     empty = {**batch, "labels": np.full_like(batch["labels"], IGNORE_INDEX)}
-    loss, grads = reference.accumulate_gradients(reference, params, TINY, [empty, batch, empty])
-    want, want_g, _ = reference.loss_and_grads(params, TINY, batch["input_ids"],
+    loss, grads = minibert_reference.accumulate_gradients(minibert_reference, params, TINY,
+                                                          [empty, batch, empty])
+    want, want_g, _ = minibert_reference.loss_and_grads(params, TINY, batch["input_ids"],
                                                labels=batch["labels"],
                                                attention_mask=batch["attention_mask"])
     assert loss == float(want)
@@ -190,11 +191,11 @@ class _PureAdam:
     """The reference with an adam_step that cannot write into given arrays (a user's)."""
 
     def __getattr__(self, name):
-        return getattr(reference, name)
+        return getattr(minibert_reference, name)
 
     @staticmethod
     def adam_step(params, grads, state, **kw):
-        return reference.adam_step(params, grads, state, **kw)
+        return minibert_reference.adam_step(params, grads, state, **kw)
 
 
 def test_double_buffered_training_equals_new_arrays_every_step():
@@ -202,7 +203,7 @@ def test_double_buffered_training_equals_new_arrays_every_step():
 
     config, tcfg, data = W.tiny_setup()
     runs = []
-    for impl in (reference, _PureAdam()):
+    for impl in (minibert_reference, _PureAdam()):
         state = loop.init_state(impl, config, tcfg)
         ids = []
         for _ in range(5):

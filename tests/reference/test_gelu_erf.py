@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.ops import erf
+from minibert_reference.ops import erf
 
 MAX_ULPS = 2.0
 
@@ -49,7 +49,7 @@ def test_erf_tiny_arguments_are_relative_accurate():
 def test_gelu_tanh_float32_is_accurate_for_very_negative_inputs():
     import mpmath
 
-    from reference.ops import gelu_backward, gelu_forward
+    from minibert_reference.ops import gelu_backward, gelu_forward
 
     mpmath.mp.dps = 50
     x = np.linspace(-9.0, 6.0, 61).astype(np.float32)

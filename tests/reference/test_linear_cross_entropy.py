@@ -21,12 +21,12 @@ import copy
 import numpy as np
 import pytest
 
-import reference
-from reference import ops
-from spec.numerics.finite_differences import random_batch, random_params
-from spec.numerics.identities import close, require
-from spec.protocol import IGNORE_INDEX
-from spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
+import minibert_reference
+from minibert_reference import ops
+from minibert_spec.numerics.finite_differences import random_batch, random_params
+from minibert_spec.numerics.identities import close, require
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.tolerances import F32_VS_F64_RTOL, F64_IDENTITY_RTOL
 
 EQUATIONS = pytest.mark.equation("linear_ce.forward", "linear_ce.backward")
 K = 4  # rows per block in these tests
@@ -75,9 +75,10 @@ def test_blocks_equal_the_op_pairs_across_block_boundaries(N, reduction, bias):
     x, W, b, labels = _problem(N, bias)
     dloss = -0.37  # a random upstream gradient (not 1): it must reach every gradient
     inputs = copy.deepcopy((x, W, b, labels))
-    loss, cache = reference.linear_cross_entropy_forward(x, W, b, labels, reduction=reduction,
-                                                         block_rows=K)
-    dx, dW, db = reference.linear_cross_entropy_backward(dloss, cache)
+    loss, cache = minibert_reference.linear_cross_entropy_forward(x, W, b, labels,
+                                                                  reduction=reduction,
+                                                                  block_rows=K)
+    dx, dW, db = minibert_reference.linear_cross_entropy_backward(dloss, cache)
     for a, before in zip((x, W, b, labels), inputs):  # nothing passed in is modified
         np.testing.assert_array_equal(a, before)
     want = _composed(x, W, b, labels, reduction, dloss)
@@ -97,8 +98,8 @@ def test_leading_axes_are_rows(N):
     may hold the end of one sequence and the start of the next; dx keeps x's shape."""
     x, W, b, labels = _problem(N * 2, True)
     x3, labels2 = x.reshape(2, N, H), labels.reshape(2, N)
-    loss, cache = reference.linear_cross_entropy_forward(x3, W, b, labels2, block_rows=K)
-    dx, dW, db = reference.linear_cross_entropy_backward(0.8, cache)
+    loss, cache = minibert_reference.linear_cross_entropy_forward(x3, W, b, labels2, block_rows=K)
+    dx, dW, db = minibert_reference.linear_cross_entropy_backward(0.8, cache)
     want = _composed(x, W, b, labels, "mean", 0.8)
     _close(loss, want[0], "loss")
     _close(dx, want[1].reshape(x3.shape), "dx")
@@ -109,11 +110,11 @@ def test_leading_axes_are_rows(N):
 @EQUATIONS
 def test_float32_stays_float32_and_near_float64():
     x, W, b, labels = _problem(3 * K + 2, True, seed=1)
-    want = reference.linear_cross_entropy_backward(
-        1 / 7, reference.linear_cross_entropy_forward(x, W, b, labels, block_rows=K)[1])
-    loss32, cache = reference.linear_cross_entropy_forward(
+    want = minibert_reference.linear_cross_entropy_backward(
+        1 / 7, minibert_reference.linear_cross_entropy_forward(x, W, b, labels, block_rows=K)[1])
+    loss32, cache = minibert_reference.linear_cross_entropy_forward(
         *(a.astype(np.float32) for a in (x, W, b)), labels, block_rows=K)
-    got = reference.linear_cross_entropy_backward(np.float32(1 / 7), cache)
+    got = minibert_reference.linear_cross_entropy_backward(np.float32(1 / 7), cache)
     assert loss32.dtype == np.float32
     for g32, g64 in zip(got, want):
         assert g32.dtype == np.float32
@@ -125,11 +126,11 @@ def test_float32_stays_float32_and_near_float64():
 def test_block_rows_is_validated(bad):
     x, W, b, labels = _problem(K, True)
     with pytest.raises(ValueError, match="block_rows"):
-        reference.linear_cross_entropy_forward(x, W, b, labels, block_rows=bad)
+        minibert_reference.linear_cross_entropy_forward(x, W, b, labels, block_rows=bad)
 
 
 # --------------------------------------------------------------- the default block size
-BIG_V = reference.mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8,
+BIG_V = minibert_reference.mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8,
                             vocab_size=8192)
 
 
@@ -144,10 +145,10 @@ def test_default_block_size_splits_large_vocabularies():
     x, W = rng.standard_normal((N, 8)), 0.3 * rng.standard_normal((8, 8192))
     b, labels = rng.standard_normal(8192), rng.integers(0, 8192, size=N)
     labels[::4] = IGNORE_INDEX
-    loss, cache = reference.linear_cross_entropy_forward(x, W, b, labels)
+    loss, cache = minibert_reference.linear_cross_entropy_forward(x, W, b, labels)
     want = _composed(x, W, b, labels, "mean", 0.5)
     _close(loss, want[0], "loss")
-    for name, got, w in zip(("dx", "dW", "db"), reference.linear_cross_entropy_backward(
+    for name, got, w in zip(("dx", "dW", "db"), minibert_reference.linear_cross_entropy_backward(
             0.5, cache), want[1:]):
         _close(got, w, name)
 
@@ -160,14 +161,14 @@ def test_model_head_across_default_blocks(entry):
     Loss and every gradient equal forward's logits through the public cross-entropy and
     backward."""
     config = BIG_V
-    params = random_params(reference, config, seed=5)
+    params = random_params(minibert_reference, config, seed=5)
     batch = random_batch(config, B=3, T=8, seed=5)
     labels = batch["input_ids"].copy()
     labels.reshape(-1)[::4] = IGNORE_INDEX  # 18 of 24 positions predicted
-    got = getattr(reference, entry)(params, config, batch["input_ids"], labels=labels)
-    logits, cache = reference.forward(params, config, batch["input_ids"])
+    got = getattr(minibert_reference, entry)(params, config, batch["input_ids"], labels=labels)
+    logits, cache = minibert_reference.forward(params, config, batch["input_ids"])
     want, c_ce = ops.cross_entropy_forward(logits, labels)
-    grads, d_emb = reference.backward(ops.cross_entropy_backward(1.0, c_ce)[0], cache)
+    grads, d_emb = minibert_reference.backward(ops.cross_entropy_backward(1.0, c_ce)[0], cache)
     _close(got[0], want, "loss")
     largest = max(float(np.max(np.abs(g))) for g in grads.values())
     assert list(got[1]) == list(grads)

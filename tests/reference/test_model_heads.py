@@ -1,11 +1,13 @@
 """The model's head is chosen once, from one table, and data parallelism composes the model
 through its public seam only.
 
-* ``reference.model.head_kind`` is the only code of the model that reads which head a config
+* ``minibert_reference.model.head_kind`` is the only code of the model that reads which head a
+config
   has (``head``, ``mlm_style``, ``pooler``); everything else reads the chosen
-  :class:`~reference.model.HeadKind` record of ``HEADS``.
-* ``reference.data_parallel`` uses no private name of ``reference.model``.
-* A mutant of a head's function reaches the model through the table (``spec.mutants`` patches
+  :class:`~minibert_reference.model.HeadKind` record of ``HEADS``.
+* ``minibert_reference.data_parallel`` uses no private name of ``minibert_reference.model``.
+* A mutant of a head's function reaches the model through the table (``minibert_spec.mutants``
+patches
   the table's records) and is undone exactly.
 """
 
@@ -17,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference import data_parallel, model
-from reference.config import BertConfig, bert_tiny, mini_bert
-from spec.mutants import applied
+from minibert_reference import data_parallel, model
+from minibert_reference.config import BertConfig, bert_tiny, mini_bert
+from minibert_spec.mutants import applied
 from tests import ROOT
 
 HEAD_FIELDS = ("head", "mlm_style", "pooler")
@@ -59,7 +61,8 @@ def test_data_parallel_uses_the_public_seam_only():
     private = sorted({node.attr for node in ast.walk(tree)
                       if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                       and node.value.id == "model" and node.attr.startswith("_")})
-    assert not private, f"reference.data_parallel reaches private names of model: {private}"
+    assert not private, \
+        f"minibert_reference.data_parallel reaches private names of model: {private}"
     used = {node.attr for node in ast.walk(tree)
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
             and node.value.id == "model"}

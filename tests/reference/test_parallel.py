@@ -1,5 +1,5 @@
-"""reference.parallel: results in order whatever the scheduling, every task finished before an
-error leaves pmap (the first error in item order, BaseException included), no nested
+"""minibert_reference.parallel: results in order whatever the scheduling, every task finished before
+an error leaves pmap (the first error in item order, BaseException included), no nested
 parallelism, shards and groups cut from the count alone, and the count's validation."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from reference import parallel
+from minibert_reference import parallel
 
 
 def test_pmap_returns_in_item_order_and_uses_the_workers():

@@ -1,6 +1,7 @@
 """The thread policy (reference/train/threads.py): explicit counts are honoured, 'auto' is the
 available cores, the policy really reaches the BLAS (threadpoolctl: single-threaded) and the
-workers (reference.parallel), and a checkpoint's recorded counts are read back for a bit-exact
+workers (minibert_reference.parallel), and a checkpoint's recorded counts are read back for a
+bit-exact
 resume."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from reference import parallel
-from reference.train import threads as TH
+from minibert_reference import parallel
+from minibert_reference.train import threads as TH
 
 
 def blas_counts() -> set[int]:
@@ -51,8 +52,8 @@ def test_probe_measures_every_candidate():
 
 
 def test_checkpoint_records_the_counts_it_ran_with(tmp_path):
-    from reference import adam_init, init_params, mini_bert
-    from reference.train.checkpoint import recorded_threads, save_checkpoint
+    from minibert_reference import adam_init, init_params, mini_bert
+    from minibert_reference.train.checkpoint import recorded_threads, save_checkpoint
 
     config = mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8,
                        vocab_size=16)

@@ -12,9 +12,9 @@ from pathlib import Path
 def audit_data() -> dict:
     """The dict `minibert audit --format json` writes, for the bundled reference and tests/
     (timings not measured)."""
-    from spec.audit import run_audit
-    from spec.cli._provenance import provenance
-    from spec.cli.audit import report_data
+    from minibert_spec.audit import run_audit
+    from minibert_spec.cli._provenance import provenance
+    from minibert_spec.cli.audit import report_data
 
     return report_data(run_audit(measure=False), provenance())
 
@@ -23,7 +23,7 @@ def audit_data() -> dict:
 def site(base: Path) -> Path:
     """The blueprint written from :func:`audit_data` into ``base`` (pytest's basetemp: one
     site per test process)."""
-    from spec.report.blueprint import write_blueprint
+    from minibert_spec.report.blueprint import write_blueprint
 
     out = Path(base) / "blueprint-site"
     write_blueprint(audit_data(), out)
@@ -125,7 +125,7 @@ def broken_site(base: Path):
     import subprocess
     import sys
 
-    from spec.audit import ROOT
+    from minibert_spec.audit import ROOT
 
     scratch = Path(base) / "broken-project"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
@@ -133,13 +133,17 @@ def broken_site(base: Path):
         shutil.copytree(ROOT / name, scratch / name, ignore=ignore)
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, scratch / name)
+    # the import names of the copy's folders (package-dir in pyproject), first on its path, ahead
+    # of the checkout's editable install
+    for folder, package in (("spec", "minibert_spec"), ("reference", "minibert_reference")):
+        (scratch / package).symlink_to(folder, target_is_directory=True)
     eq_file = scratch / "spec" / "equations" / "layernorm.py"
     text = eq_file.read_text(encoding="utf-8")
     assert text.count(CLOSED_DX) == 1, "the closed form to break moved: update blueprint_site"
     eq_file.write_text(text.replace(CLOSED_DX, WRONG_DX), encoding="utf-8")
     out = Path(base) / "broken-site"
     env = {**os.environ, "PYTHONPATH": str(scratch)}
-    proc = subprocess.run([sys.executable, "-m", "spec.cli", "audit", "--no-measure",
+    proc = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "audit", "--no-measure",
                            "--format", "html", "-o", str(out)], cwd=scratch, env=env,
                           capture_output=True, text=True, timeout=600)
     return proc, out

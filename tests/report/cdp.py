@@ -280,7 +280,7 @@ def small_png(src: Path, dest: Path) -> None:
     colour exactly (a plain median cut turned the amber of 'refuted' into pink)."""
     from PIL import Image
 
-    from spec.report import STATUS
+    from minibert_spec.report import STATUS
 
     colours = list(dict.fromkeys(st.colour for st in STATUS.values()))
     img = Image.open(src).convert("RGB")

@@ -15,9 +15,9 @@ QUICK = ["--quick"]  # the run's selection, as `minibert check` arguments
 
 @cache
 def check_report():
-    """The :class:`spec.suite.report.CheckReport` of the run, with its provenance."""
-    from spec.cli._provenance import provenance
-    from spec.suite import check_implementation
+    """The :class:`minibert_spec.suite.report.CheckReport` of the run, with its provenance."""
+    from minibert_spec.cli._provenance import provenance
+    from minibert_spec.suite import check_implementation
 
     report = check_implementation(IMPL, ops=OPS, quick=True, oracle="off")
     report.provenance = provenance()
@@ -39,7 +39,7 @@ def check_data() -> dict:
 @cache
 def check_site(base: Path) -> Path:
     """The page written from :func:`check_data` into ``base`` (one per test process)."""
-    from spec.report.check import write_check_site
+    from minibert_spec.report.check import write_check_site
 
     out = Path(base) / "check-site"
     write_check_site(check_data(), out)

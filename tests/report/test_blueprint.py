@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from spec.documents import BY_KEY, DOCUMENTS, UnknownSource, locate
-from spec.equations import EQUATIONS, load
-from spec.report import MARKER, STATUS, Site, check_output, slug
-from spec.report.graph import CycleError, layers_of, layout
+from minibert_spec.documents import BY_KEY, DOCUMENTS, UnknownSource, locate
+from minibert_spec.equations import EQUATIONS, load
+from minibert_spec.report import MARKER, STATUS, Site, check_output, slug
+from minibert_spec.report.graph import CycleError, layers_of, layout
 from tests import ROOT
 from tests.report.blueprint_site import BROKEN_ID, audit_data, broken_site, parse, site
 
@@ -34,7 +34,7 @@ def built(data, tmp_path_factory):
 def test_every_citation_locates():
     """Every source an equation or claim cites names a document and a section of
     spec/documents.py, so each is listed in the index under the section that states it."""
-    from spec.claims import CLAIMS
+    from minibert_spec.claims import CLAIMS
 
     cited = [s for e in EQUATIONS.values() for s in e.sources]
     cited += [c.source for c in CLAIMS.values()]
@@ -103,7 +103,7 @@ def test_backward_passes_use_their_forward_pieces():
 
 
 def test_uses_rejects_itself_and_a_bare_string():
-    from spec.equations import Equation
+    from minibert_spec.equations import Equation
     with pytest.raises(ValueError, match="itself"):
         Equation("x.y", "t", (), "x", None, uses=("x.y",))
     with pytest.raises(ValueError, match="tuple"):
@@ -288,12 +288,12 @@ def test_a_failed_render_leaves_the_previous_site_whole(tmp_path):
 
 
 def test_plots_of_a_run_directory(data, tmp_path):
-    """The plots `minibert train` draws (reference.train.plots), copied into the site."""
+    """The plots `minibert train` draws (minibert_reference.train.plots), copied into the site."""
     pytest.importorskip("matplotlib")
     import numpy as np
 
-    from reference.train.plots import plot_attention, plot_loss_curve
-    from spec.report.blueprint import write_blueprint
+    from minibert_reference.train.plots import plot_attention, plot_loss_curve
+    from minibert_spec.report.blueprint import write_blueprint
 
     run = tmp_path / "run"
     run.mkdir()
@@ -313,7 +313,7 @@ def test_plots_of_a_run_directory(data, tmp_path):
 
 
 def test_cli_refuses_a_bad_destination_in_one_line(tmp_path, capsys):
-    from spec.cli import main
+    from minibert_spec.cli import main
 
     (tmp_path / "mine.txt").write_text("keep")
     assert main(["audit", "--format", "html", "-o", str(tmp_path)]) == 2
@@ -352,7 +352,7 @@ def test_a_broken_derivation_turns_its_page_red(tmp_path_factory):
 
 
 def test_spaced_is_the_closest_ordered_spacing():
-    from spec.report.graph import spaced
+    from minibert_spec.report.graph import spaced
     assert spaced([0, 100, 200], 30) == [0, 100, 200]  # already apart: unchanged
     assert spaced([50, 50], 30) == [35, 65]  # pulled apart symmetrically
     ys = spaced([10, 0, 5, 90], 30)
@@ -366,7 +366,7 @@ def test_templates_ship_in_the_wheel():
     import fnmatch
     import re
 
-    from spec.report import HERE
+    from minibert_spec.report import HERE
 
     text = (ROOT / "pyproject.toml").read_text()
     block = text.split("[tool.setuptools.package-data]", 1)[1].split("\n[", 1)[0]

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from spec.report import STATUS
+from minibert_spec.report import STATUS
 from tests.report.blueprint_site import BROKEN_ID, audit_data, broken_site, parse, site
 from tests.report.cdp import open_page, rgb, save_shot, site_fixtures
 

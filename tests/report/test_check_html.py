@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from spec.report import AUDIT_STATUSES, CHECK_STATUSES, STATUS, slug
-from spec.report.check import split_message, write_check_site
-from spec.suite.run import Result
+from minibert_spec.report import AUDIT_STATUSES, CHECK_STATUSES, STATUS, slug
+from minibert_spec.report.check import split_message, write_check_site
+from minibert_spec.suite.run import Result
 from tests import ROOT
 from tests.report.blueprint_site import parse
 from tests.report.check_site import IMPL, OPS, QUICK, as_json, check_data, check_report, check_site
@@ -117,7 +117,7 @@ def test_a_failure_names_the_tensor_the_values_and_the_reproduction(page):
 
 
 def test_each_rerun_command_selects_exactly_its_check(page):
-    from spec.suite import selected_checks
+    from minibert_spec.suite import selected_checks
 
     commands = [a.find(class_="rerun").find("code").text() for a in page.find_all("article")]
     assert commands
@@ -174,7 +174,7 @@ def test_every_status_word_is_explained_in_one_legend():
 
 # --------------------------------------------------------------------------- the command
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spec.cli", "check", *args],
+    return subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", *args],
                           capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
@@ -206,7 +206,7 @@ def test_the_format_does_not_change_the_exit_status(tmp_path):
     assert verdict(a) == verdict(b)
     assert_agrees(parse(tmp_path / "site" / "index.html"), b)
     # a clean implementation: exit 0 either way
-    ok = _cli("reference", "--ops", "softmax", *QUICK, "--oracle", "off",
+    ok = _cli("minibert_reference", "--ops", "softmax", *QUICK, "--oracle", "off",
               "--format", "html", "-o", str(tmp_path / "site"))
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert parse(tmp_path / "site" / "index.html").find(id="verdict").attrs["data-exit"] == "0"

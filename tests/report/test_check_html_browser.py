@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from spec.report import STATUS
+from minibert_spec.report import STATUS
 from tests.report.cdp import open_page, rgb, save_shot, site_fixtures
 from tests.report.check_site import check_data, check_site
 

@@ -10,18 +10,18 @@ import pytest
 
 pytest.importorskip("jinja2")
 
-from spec.cli import main  # noqa: E402
-from spec.report import Site  # noqa: E402
+from minibert_spec.cli import main  # noqa: E402
+from minibert_spec.report import Site  # noqa: E402
 
 
 @pytest.mark.parametrize("command", ["audit", "check"])
 def test_format_html_without_output_is_refused_before_any_work(command, capsys, monkeypatch):
-    import spec.audit
+    import minibert_spec.audit
 
     def no_audit(*args, **kwargs):
         raise AssertionError("the audit ran")
 
-    monkeypatch.setattr(spec.audit, "run_audit", no_audit)
+    monkeypatch.setattr(minibert_spec.audit, "run_audit", no_audit)
     argv = [command, "--format", "html"] + (["tests.examples.classy_adapter"]
                                             if command == "check" else ["--no-measure"])
     assert main(argv) == 2

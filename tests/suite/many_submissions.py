@@ -17,13 +17,13 @@ ARGS = ["--ops", "layernorm", "softmax", "--kinds", "fd", "invariant", "--oracle
         "--timeout", "3", "-j", "1"]
 
 RIGHT = """\
-from reference.ops import layernorm_backward, layernorm_forward  # noqa: F401
-from reference.ops import softmax_backward, softmax_forward  # noqa: F401
+from minibert_reference.ops import layernorm_backward, layernorm_forward  # noqa: F401
+from minibert_reference.ops import softmax_backward, softmax_forward  # noqa: F401
 """
 TEMPLATES = {
     "correct": RIGHT,
     "buggy": RIGHT + """
-from reference.ops import layernorm_backward as _right
+from minibert_reference.ops import layernorm_backward as _right
 
 
 def layernorm_backward(dy, cache):  # dx 1% too large
@@ -44,7 +44,7 @@ def layernorm_forward(*args, **kwargs):
     os._exit(3)  # the process running the check ends
 """,
     "mixed": RIGHT + """
-from reference.ops import softmax_backward as _right
+from minibert_reference.ops import softmax_backward as _right
 
 
 def softmax_backward(dy, cache):  # the sign of the Jacobian's rank-one term flipped

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spec.cli import main as minibert
-from spec.suite.run import check_settings
+from minibert_spec.cli import main as minibert
+from minibert_spec.suite.run import check_settings
 from tests import ROOT
 from tests.examples import accum_layers, classy_adapter, guarded_optim, realstyle_minigpt
 from tests.unshrunk import check_implementation
@@ -72,7 +72,7 @@ def test_accumulation_bug_is_seen_only_by_the_accumulation_check(monkeypatch):
 
 def test_an_undeclared_accumulation_is_named(monkeypatch):
     """A layer that accumulates, adapted with accumulate=False: the declaration is wrong."""
-    from spec.suite.adapters import layer
+    from minibert_spec.suite.adapters import layer
 
     fwd, bwd = layer("linear", lambda W: accum_layers.Linear(*W.shape),
                      params={"W": "W.value", "b": "b.value"},
@@ -99,14 +99,14 @@ def test_class_style_adapters_are_at_most_30_lines(name):
 
 
 def test_layer_refuses_names_that_are_not_protocol_arguments():
-    from spec.suite.adapters import layer
+    from minibert_spec.suite.adapters import layer
 
     with pytest.raises(ValueError, match=r"grads names \['weight'\]"):
         layer("linear", lambda W: None, grads={"weight": "dW"})
 
 
 def test_layer_without_a_class_needs_a_forward_function_and_no_attributes():
-    from spec.suite.adapters import layer
+    from minibert_spec.suite.adapters import layer
 
     with pytest.raises(ValueError, match="new=None .* needs a function as forward"):
         layer("relu", None)
@@ -115,7 +115,7 @@ def test_layer_without_a_class_needs_a_forward_function_and_no_attributes():
 
 
 def test_an_unmapped_protocol_keyword_is_not_applicable_never_dropped():
-    from spec.protocol import NotApplicable
+    from minibert_spec.protocol import NotApplicable
 
     with pytest.raises(NotApplicable, match="takes no reduction"):
         classy_adapter.cross_entropy_forward(np.zeros((2, 3)), np.array([0, 1]),
@@ -132,7 +132,7 @@ def test_the_suite_supplies_no_decay_and_clip_eps_and_says_so(monkeypatch):
     assert any("has no no_decay keyword" in c for c in conventions["adam"])
     assert any("has no eps keyword" in c for c in conventions["clip"])
     # the default rule is really applied: the undecayed tensors do not move with zero grads
-    from spec.protocol import ImplProxy
+    from minibert_spec.protocol import ImplProxy
 
     proxy = ImplProxy(guarded_optim, "g")
     params = {"embeddings.token.W": np.ones((2, 2)), "mlm.W": np.ones((2, 2))}
@@ -166,7 +166,7 @@ def test_an_undeclared_clip_guard_is_red_naming_the_eps_it_implies(monkeypatch):
 
 
 def test_a_guard_too_large_to_be_a_guard_is_refused():
-    from spec.protocol import ImplProxy
+    from minibert_spec.protocol import ImplProxy
 
     class Impl:
         CAPABILITIES = {"guards": {"log_eps": 0.1}}
@@ -197,9 +197,9 @@ class _Broken:
     message."""
 
     def __init__(self, how):
-        import reference
+        import minibert_reference
 
-        self._ref, self._how = reference, how
+        self._ref, self._how = minibert_reference, how
 
     def __getattr__(self, name):
         fn = getattr(self._ref, name)
@@ -238,8 +238,8 @@ def test_no_check_fails_with_an_empty_message(how):
     each failure ends with the line that reruns it."""
     from hypothesis import Phase, settings
 
-    from spec.suite import all_checks
-    from spec.suite.run import run_check
+    from minibert_spec.suite import all_checks
+    from minibert_spec.suite.run import run_check
 
     quick = settings(check_settings(max_examples=2), phases=[Phase.explicit, Phase.generate])
     impl = _Broken(how)
@@ -266,9 +266,9 @@ def test_no_check_fails_with_an_empty_message(how):
 # ----------------------------------------------------------------- minibert adapter new
 def test_adapter_new_lists_every_name_and_capability_and_imports(tmp_path, capsys,
                                                                  monkeypatch):
-    from spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
-    from spec.protocol.capabilities import VARIANTS, accepted
-    from spec.protocol.guards import GUARDS, guard_range
+    from minibert_spec.protocol import CONVENTIONS, DEFAULT_CAPABILITIES, OPS
+    from minibert_spec.protocol.capabilities import VARIANTS, accepted
+    from minibert_spec.protocol.guards import GUARDS, guard_range
 
     assert minibert(["adapter", "new", "mybert_xyz"]) == 0
     text = capsys.readouterr().out
@@ -284,7 +284,7 @@ def test_adapter_new_lists_every_name_and_capability_and_imports(tmp_path, capsy
     for name, what in GUARDS.items():  # each guard with its range
         low, high = guard_range(name)
         assert f"{name!r}: a number in [{low:.3g}, {high:g}]: {what}" in text, name
-    from spec.protocol.guards import CROSS_ENTROPY_GUARDS
+    from minibert_spec.protocol.guards import CROSS_ENTROPY_GUARDS
 
     assert f"at most one of {list(CROSS_ENTROPY_GUARDS)}" in text
     assert "ranks integers in [1, 8]" in text and "'linear_cross_entropy'" in text

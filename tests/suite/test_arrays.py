@@ -15,8 +15,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from spec.protocol import DeclarationError, ImplProxy, capabilities
-from spec.suite.compare import compare
+from minibert_spec.protocol import DeclarationError, ImplProxy, capabilities
+from minibert_spec.suite.compare import compare
 from tests import ROOT
 from tests.examples import (
     array_api_ops,
@@ -284,7 +284,7 @@ def test_the_declaration_is_validated_naming_the_key():
 
 
 def test_a_check_runs_torch_on_one_thread_and_restores_the_callers_setting():
-    """torch's intra-op pool is held at one thread while a check runs (spec.suite.run
+    """torch's intra-op pool is held at one thread while a check runs (minibert_spec.suite.run
     .one_torch_thread: two threads spinning on a loaded machine made these checks 8x slower),
     and the caller's setting is back afterwards."""
     seen = []
@@ -315,8 +315,8 @@ def test_nothing_of_torch_is_imported_for_a_numpy_implementation_with_the_oracle
     conversion's array-api-compat (checked in a fresh interpreter)."""
     code = textwrap.dedent("""
         import sys
-        import reference
-        from spec.suite import check_implementation
+        import minibert_reference
+        from minibert_spec.suite import check_implementation
         report = check_implementation(reference, oracle="off", quick=True,
                                       ops=["linear", "layernorm", "softmax", "block"])
         assert report.exit_code() == 0, report.summary()

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-import reference
-from spec.cli import main as minibert
-from spec.suite import check_implementation, parametrize_with_checks
-from spec.suite.registry import _ID, ALIASES, all_checks, check, renamed, select
+import minibert_reference
+from minibert_spec.cli import main as minibert
+from minibert_spec.suite import check_implementation, parametrize_with_checks
+from minibert_spec.suite.registry import _ID, ALIASES, all_checks, check, renamed, select
 from tests import ROOT
 
 OLD, NEW = "invariant[zero_upstream-layernorm]", "invariant[layernorm.zero_upstream]"
@@ -53,11 +53,11 @@ def test_expected_failed_checks_under_an_old_name_still_xfail():
     class Broken:
         """A layernorm whose backward ignores a zero upstream gradient."""
 
-        layernorm_forward = staticmethod(reference.layernorm_forward)
+        layernorm_forward = staticmethod(minibert_reference.layernorm_forward)
 
         @staticmethod
         def layernorm_backward(dy, cache):
-            dx, dg, db = reference.layernorm_backward(dy, cache)
+            dx, dg, db = minibert_reference.layernorm_backward(dy, cache)
             return dx + 1.0, dg, db
 
     with pytest.warns(DeprecationWarning, match=r"invariant\[layernorm\.zero_upstream\]"):
@@ -65,7 +65,7 @@ def test_expected_failed_checks_under_an_old_name_still_xfail():
                                       expected_failed_checks={OLD: "known"})
     assert [(r.id, r.outcome) for r in report.results] == [(NEW, "xfailed")]
     with pytest.warns(DeprecationWarning, match="is now"):
-        mark = parametrize_with_checks(reference, {OLD: "known"}, ids=[NEW], quick=True)
+        mark = parametrize_with_checks(minibert_reference, {OLD: "known"}, ids=[NEW], quick=True)
     (provides, param) = mark.args[1]
     assert param.id == NEW and any(m.name == "xfail" for m in param.marks)
 

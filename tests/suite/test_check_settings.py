@@ -1,5 +1,5 @@
-"""The suite's Hypothesis settings (spec.suite.run.check_settings) never turn generation trouble
-into a verdict: a check that rejects many draws is not red for it, and one that can satisfy
+"""The suite's Hypothesis settings (minibert_spec.suite.run.check_settings) never turn generation
+trouble into a verdict: a check that rejects many draws is not red for it, and one that can satisfy
 none is still an error, never a pass."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from spec.suite.run import check_settings
+from minibert_spec.suite.run import check_settings
 
 
 def _under_a_random_profile():

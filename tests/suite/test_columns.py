@@ -8,16 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import reference
-from spec.cli import main as minibert
+import minibert_reference
+from minibert_spec.cli import main as minibert
 from tests.unshrunk import check_implementation
 
 
 def _linear(forward=None, backward=None):
     """The reference's linear pair with ``forward``/``backward`` replaced."""
-    return type("Impl", (), {"linear_forward": staticmethod(forward or reference.linear_forward),
+    return type("Impl", (), {"linear_forward":
+                             staticmethod(forward or minibert_reference.linear_forward),
                              "linear_backward": staticmethod(backward or
-                                                             reference.linear_backward)})()
+                                                             minibert_reference.linear_backward)})()
 
 
 def _unvalidated_forward(x, W, b=None):
@@ -37,24 +38,24 @@ def _unvalidated_backward(dy, cache):
 def _scaled_forward(x, W, b=None):
     """A forward 1 + 1e-6 too large, its backward consistent with it: finite differences agree
     with the backward, torch and SymPy do not."""
-    y, cache = reference.linear_forward(x, W, b)
+    y, cache = minibert_reference.linear_forward(x, W, b)
     return y * (1 + 1e-6), cache
 
 
 def _scaled_backward(dy, cache):
     return tuple(None if g is None else g * (1 + 1e-6)
-                 for g in reference.linear_backward(dy, cache))
+                 for g in minibert_reference.linear_backward(dy, cache))
 
 
 def _db_wrong_backward(dy, cache):
     """dW and dx right, db summed over the wrong axis: FD, torch and SymPy all see it."""
-    dx, dW, db = reference.linear_backward(dy, cache)
+    dx, dW, db = minibert_reference.linear_backward(dy, cache)
     return dx, dW, None if db is None else db * 0.5
 
 
 def _mutating_forward(x, W, b=None):
     """Right values, but the caller's x is rounded in place: only the invariants see it."""
-    out, cache = reference.linear_forward(x, W, b)
+    out, cache = minibert_reference.linear_forward(x, W, b)
     x[...] = np.round(x, 3)
     return out, cache
 

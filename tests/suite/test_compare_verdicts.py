@@ -5,7 +5,7 @@ run is not compared."""
 
 from __future__ import annotations
 
-from spec.suite.compare import compare, failing_tensor, not_compared
+from minibert_spec.suite.compare import compare, failing_tensor, not_compared
 
 FD = ("gradient check failed for 1 of 3 tensors (d/dx); worst FAIL: layernorm d/dx "
       "[elementwise] error 1.00e+00 (rtol 1e-06) at index (0,): analytic -0.0, finite "

@@ -1,4 +1,4 @@
-"""The judging suite's machinery (spec.suite): the registry covers the op table, subset
+"""The judging suite's machinery (minibert_spec.suite): the registry covers the op table, subset
 handling never passes silently, the class-based worked example and a broken adapter get the
 right verdicts, and the quick run (every check on its fixed-seed cases) of every op passes on the
 reference (the mutation runner's fast first killer: ``tests/suite/test_conformance.py::
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from reference.registry import IMPLEMENTATIONS
-from spec.mutants import OPTIMIZER_EQUATIONS
-from spec.protocol import OPS, ImplProxy, NotApplicable, op_of_equation, provides
-from spec.suite import all_checks, check_implementation, select
-from spec.suite.registry import KINDS
+from minibert_reference.registry import IMPLEMENTATIONS
+from minibert_spec.mutants import OPTIMIZER_EQUATIONS
+from minibert_spec.protocol import OPS, ImplProxy, NotApplicable, op_of_equation, provides
+from minibert_spec.suite import all_checks, check_implementation, select
+from minibert_spec.suite.registry import KINDS
 from tests.examples import broken_impl, classy_adapter, tiny_optim
 
 
@@ -64,11 +64,11 @@ def test_check_ids_are_unique_and_stable():
 
 
 def test_op_without_op_specific_invariants_keeps_the_pair_contract():
-    import reference
+    import minibert_reference
 
     # without its own identities (tanh.odd_and_bounded) what remains is the contract every op
     # pair gets from its case family: inputs untouched, float32 kept
-    report = report_of(reference, "tanh", kinds=["invariant"],
+    report = report_of(minibert_reference, "tanh", kinds=["invariant"],
                        match=r"\.(bit_identical_and_pure|float32_vs_float64)\]")
     assert {r.id for r in report.results} == {"invariant[tanh.bit_identical_and_pure]",
                                               "invariant[tanh.float32_vs_float64]"}
@@ -167,10 +167,10 @@ def test_oracle_forward_check_never_calls_the_backward():
     """A backward that raises turns the backward-vs-oracle cell red, never the forward's (the
     forward checks stop before the backward)."""
     pytest.importorskip("torch")
-    import reference
+    import minibert_reference
 
     class BadBackward:
-        relu_forward = staticmethod(reference.relu_forward)
+        relu_forward = staticmethod(minibert_reference.relu_forward)
 
         @staticmethod
         def relu_backward(dy, cache):

@@ -1,4 +1,4 @@
-"""Every declaration is validated before any check runs (spec.protocol.capabilities): a
+"""Every declaration is validated before any check runs (minibert_spec.protocol.capabilities): a
 ``CAPABILITIES`` the protocol cannot take -- malformed, out of range, contradicting itself or
 the code it declares, or raising when read -- is refused in one line naming the key, the value
 and what is accepted, never judged with the defaults and never turned into an op red.
@@ -14,9 +14,9 @@ import types
 import numpy as np
 import pytest
 
-import reference
-from reference import ops
-from spec.protocol.capabilities import capabilities
+import minibert_reference
+from minibert_reference import ops
+from minibert_spec.protocol.capabilities import capabilities
 
 
 def _impl(declaration, **functions):
@@ -185,7 +185,7 @@ def test_a_single_form_the_code_does_not_default_to_is_named():
     assert capabilities(_impl({"key_mask": False, "attention": {"causal": (False, True)}},
                               attention_forward=_attention_taking_causal))
     # the reference itself takes every keyword option
-    assert capabilities(reference)["block"]["norm"] == ops.BLOCK_NORMS
+    assert capabilities(minibert_reference)["block"]["norm"] == ops.BLOCK_NORMS
 
 
 def test_several_forms_of_code_without_the_keyword_are_named():

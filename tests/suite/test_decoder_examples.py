@@ -74,8 +74,8 @@ def test_each_bug_is_red_in_exactly_the_checks_that_see_it(bug, monkeypatch):
 def test_a_decoder_is_checked_as_its_parts_declare(monkeypatch):
     """The forms take what the implementation declares: GPT-2 with a ReLU MLP, an untied head
     and no biases is that GPT-2; a LLaMA needs RoPE declared and says so when it is not."""
-    from spec.protocol import NotApplicable
-    from spec.suite.checks.decoder import decoder_config
+    from minibert_spec.protocol import NotApplicable
+    from minibert_spec.suite.checks.decoder import decoder_config
 
     monkeypatch.setattr(realstyle_gpt, "CAPABILITIES", {
         "attention_bias": False, "ffn": {"activation": ("relu",), "b_1": (False,),

@@ -4,12 +4,12 @@ none of them ends in exit 0 when nothing was checked:
 
 * an implementation whose import ends the process (``os._exit(0)``, ``sys.exit(0)``), kills it
   (SIGKILL) or never returns (tests/examples/hostile_import_*.py): each is imported in a child
-  process first (spec.suite.probe), and refused with its reason in one line;
+  process first (minibert_spec.suite.probe), and refused with its reason in one line;
 * an ``expected_failed_checks`` id (``--minibert-xfail``, ``--xfail``) that names no check:
-  one rule (spec.suite.registry.resolve_expected_failures), the closest known ids named;
+  one rule (minibert_spec.suite.registry.resolve_expected_failures), the closest known ids named;
 * a ``CAPABILITIES`` the protocol cannot take (tests/examples/hostile_declaration*.py: reading
   it raises, a rank of 0): one reader validates it before any check runs
-  (spec.protocol.capabilities.capabilities), and each entry point prints its one line.
+  (minibert_spec.protocol.capabilities.capabilities), and each entry point prints its one line.
 
 Each entry point runs in a subprocess outside the checkout (no project conftest), as a user
 runs it: an exit at import must not end the test process itself.
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from spec.suite import check_implementation, parametrize_with_checks
-from spec.suite.probe import probe_import
+from minibert_spec.suite import check_implementation, parametrize_with_checks
+from minibert_spec.suite.probe import probe_import
 from tests import ROOT
 
 TIMEOUT = 3  # seconds for the hanging import (and for each check)
@@ -38,7 +38,7 @@ HOSTILE = {"hostile_import_exit0": "ended the process with exit status 0",
            "hostile_import_sigkill": "killed the process (SIGKILL)",
            "hostile_import_hang": f"did not finish within {TIMEOUT} s"}
 PARAMETRIZED = '''\
-from spec.suite import parametrize_with_checks
+from minibert_spec.suite import parametrize_with_checks
 
 
 @parametrize_with_checks({impl!r}, {expected!r}, oracle="off", timeout={timeout}, ids={ids!r})
@@ -47,7 +47,7 @@ def test_impl(check):
 '''
 CHECK_IMPLEMENTATION = '''\
 import sys
-from spec.suite import check_implementation
+from minibert_spec.suite import check_implementation
 report = check_implementation({impl!r}, oracle="off", timeout={timeout}, ids={ids!r},
                               expected_failed_checks={expected!r})
 print(report.summary())
@@ -82,7 +82,8 @@ def run_plugin(cwd, impl, expected, only=None):
 
 def run_check_command(cwd, impl, expected, only=None):
     xfails = [f"--xfail={i}={r}" for i, r in expected.items()]
-    return _run([sys.executable, "-m", "spec.cli", "check", impl, "--timeout", str(TIMEOUT),
+    return _run([sys.executable, "-m", "minibert_spec.cli", "check", impl, "--timeout",
+                 str(TIMEOUT),
                  "--oracle", "off", *xfails,
                  *(["-k", f"^{re.escape(only)}$"] if only else [])], cwd)
 
@@ -151,7 +152,7 @@ DECLARATIONS = ("tests.examples.hostile_declaration_getattr",
 def test_a_declaration_the_protocol_cannot_take_is_refused_alike_everywhere(tmp_path, impl):
     """None of the four returns 0 and each prints the reader's one line (computed here, in
     process, by the one validation): the same refusal everywhere, before any check runs."""
-    from spec.protocol import capabilities, load_impl
+    from minibert_spec.protocol import capabilities, load_impl
 
     with pytest.raises(ValueError) as refusal:
         capabilities(load_impl(impl))

@@ -1,5 +1,5 @@
 """The float32-vs-float64 floor of the MLM head, whose LayerNorm sits inside a composite: the
-LayerNorm rule (spec.tolerances.layernorm_backward_scale) at its LayerNorm, carried to the
+LayerNorm rule (minibert_spec.tolerances.layernorm_backward_scale) at its LayerNorm, carried to the
 gradients it returns.  The case below is the one a
 60-example run of the reference (seed 7) drew: h = 0, so dh is ~1e-10 in float64 and float32's
 rounding of the terms it cancels (2.9e-6) exceeds a floor scaled by the gradients alone -- a
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import reference
-from spec.suite.checks.invariants import float32_path_agrees_with_float64
-from spec.suite.strategies import OpCase, family
+import minibert_reference
+from minibert_spec.suite.checks.invariants import float32_path_agrees_with_float64
+from minibert_spec.suite.strategies import OpCase, family
 
 CASE = OpCase(
     {"h": np.zeros((2, 3)),
@@ -45,24 +45,24 @@ def _check(impl, fam=FAMILY):
 def test_a_floor_of_the_gradients_alone_calls_the_reference_wrong_here():
     """The case is one the rule is for: without it the reference is red on dh."""
     with pytest.raises(AssertionError, match="mlm_head_gelu_tanh: dh"):
-        _check(reference, dataclasses.replace(FAMILY, backward_scale=None))
+        _check(minibert_reference, dataclasses.replace(FAMILY, backward_scale=None))
 
 
 def test_the_layernorm_rule_passes_the_reference():
-    _check(reference)
+    _check(minibert_reference)
 
 
 def test_the_rule_still_fails_a_float32_path_that_loses_precision():
     names = list(CASE.inputs)
 
     def mlm_head_backward(dlogits, cache):
-        grads = list(reference.mlm_head_backward(dlogits, cache))
+        grads = list(minibert_reference.mlm_head_backward(dlogits, cache))
         at = names.index("W_word")
         if grads[at].dtype == np.float32:  # the float32 path rounds dW_word through float16
             grads[at] = grads[at].astype(np.float16).astype(np.float32)
         return tuple(grads)
 
-    lossy = SimpleNamespace(**{n: getattr(reference, n) for n in dir(reference)
+    lossy = SimpleNamespace(**{n: getattr(minibert_reference, n) for n in dir(minibert_reference)
                                if not n.startswith("__")})
     lossy.mlm_head_backward = mlm_head_backward
     with pytest.raises(AssertionError, match="mlm_head_gelu_tanh: dW_word"):

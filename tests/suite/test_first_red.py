@@ -8,9 +8,9 @@ import json
 import subprocess
 import sys
 
-from spec.suite import selected_checks
-from spec.suite.report import EXIT_FAIL, EXIT_NOT_RUN, CheckReport
-from spec.suite.run import COMPOSITE_OPS, NOT_RUN, STOPPED, Result, first_red_order
+from minibert_spec.suite import selected_checks
+from minibert_spec.suite.report import EXIT_FAIL, EXIT_NOT_RUN, CheckReport
+from minibert_spec.suite.run import COMPOSITE_OPS, NOT_RUN, STOPPED, Result, first_red_order
 from tests import ROOT
 from tests.examples import broken_impl
 from tests.unshrunk import check_implementation
@@ -53,7 +53,8 @@ def test_in_process_the_run_stops_at_the_first_red():
 
 def test_minibert_check_first_red_lists_what_it_did_not_run(tmp_path):
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "spec.cli", "check", "tests.examples.broken_impl",
+    proc = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check",
+                           "tests.examples.broken_impl",
                            "--first-red", "--oracle", "off", "--format", "json", "-o", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == EXIT_FAIL, proc.stderr[-2000:]
@@ -65,7 +66,7 @@ def test_minibert_check_first_red_lists_what_it_did_not_run(tmp_path):
     assert data["counts"][NOT_RUN] == len(stopped)
     statuses = {c["status"] for op in data["ops"] for c in op["cells"].values()}
     assert NOT_RUN in statuses
-    table = subprocess.run([sys.executable, "-m", "spec.cli", "check",
+    table = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check",
                             "tests.examples.broken_impl", "-x", "--oracle", "off"],
                            capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert table.returncode == EXIT_FAIL

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spec.suite import all_checks, select
-from spec.suite.pool import preload_for
+from minibert_spec.suite import all_checks, select
+from minibert_spec.suite.pool import preload_for
 from tests import ROOT
 
 
@@ -43,7 +43,8 @@ def _fake_torch(tmp_path) -> tuple[dict, Path]:
 
 
 def _check(env, *args):
-    return subprocess.run([sys.executable, "-m", "spec.cli", "check", "reference", *args],
+    return subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", "minibert_reference",
+                           *args],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
 
 
@@ -80,7 +81,7 @@ def test_a_forked_worker_runs_one_thread_per_pool(tmp_path):
         "    assert set(blas) <= {1}, blas\n"
         "    return _relu(x)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    proc = subprocess.run([sys.executable, "-m", "spec.cli", "check", "threads_probe",
+    proc = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", "threads_probe",
                            "--ops", "relu", "--kinds", "oracle", "fd"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -91,12 +92,12 @@ def test_a_dead_fork_server_leaves_the_plain_workers():
     interpreters and comes to the same verdict."""
     import signal
 
-    from spec.suite.pool import launch_server, run_isolated
+    from minibert_spec.suite.pool import launch_server, run_isolated
 
     checks = select(match=r"^fd\[(relu|linear)\.example\]$")
     server = launch_server()
     assert server is not None
     os.killpg(server.proc.pid, signal.SIGKILL)
-    report = run_isolated("reference", checks, oracle="off", server=server)
+    report = run_isolated("minibert_reference", checks, oracle="off", server=server)
     assert report.counts() == {"passed": len(checks)} and report.exit_code() == 0
     assert server.closed

@@ -16,7 +16,7 @@ import types
 import numpy as np
 import pytest
 
-from spec.suite import check_implementation
+from minibert_spec.suite import check_implementation
 
 EPS = 1e-3
 

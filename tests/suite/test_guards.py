@@ -11,9 +11,9 @@ import re
 import numpy as np
 import pytest
 
-from spec.protocol import OPS
-from spec.protocol.guards import GUARDS, UNGUARDED, adjustment, softmax_adjustment
-from spec.suite import check_implementation
+from minibert_spec.protocol import OPS
+from minibert_spec.protocol.guards import GUARDS, UNGUARDED, adjustment, softmax_adjustment
+from minibert_spec.suite import check_implementation
 from tests.examples import guarded_rows
 
 # the rows that take no log, divide by nothing computed and take no root (classified here so
@@ -65,12 +65,12 @@ def _declared():
 
 
 def test_guards_that_guard_the_same_log_are_refused_together():
-    from spec.protocol import capabilities
+    from minibert_spec.protocol import capabilities
 
     class Both:
         CAPABILITIES = {"guards": {"log_eps": 1e-12, "prob_clip": 1e-12}}
 
-    from spec.protocol.guards import CROSS_ENTROPY_GUARDS
+    from minibert_spec.protocol.guards import CROSS_ENTROPY_GUARDS
 
     with pytest.raises(ValueError, match=re.escape(str(list(CROSS_ENTROPY_GUARDS))) + ".*together"):
         capabilities(Both())

@@ -16,8 +16,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from spec.mutants import CATALOG, applied
-from spec.suite.infer import PROBES, infer_source
+from minibert_spec.mutants import CATALOG, applied
+from minibert_spec.suite.infer import PROBES, infer_source
 from tests.examples import infer_functions, infer_layers
 from tests.unshrunk import check_implementation
 
@@ -141,7 +141,7 @@ def _fingerprint(module: str, op: str) -> list:
     """What the example's class or functions for ``op`` compute on two probes: the forward
     output and every gradient (through the hand-checked adapter inferred from the correct
     code), to tell whether a mutant reaches it at all."""
-    from spec.suite.infer import _probe_values
+    from minibert_spec.suite.infer import _probe_values
 
     adapter = _CORRECT.setdefault(module, _exec(infer_source(module)))
     fwd, bwd = getattr(adapter, f"{op}_forward"), getattr(adapter, f"{op}_backward")
@@ -219,7 +219,7 @@ def test_infer_declares_the_ranks_a_layer_runs_on(tmp_path, monkeypatch):
 
 
 def test_minibert_adapter_infer_writes_the_adapter_once(tmp_path, capsys):
-    from spec.cli import main as minibert
+    from minibert_spec.cli import main as minibert
 
     out = tmp_path / "inferred.py"
     assert minibert(["adapter", "infer", MODULE, "-o", str(out)]) == 0
@@ -260,7 +260,7 @@ def test_infer_declares_a_layernorm_without_affine_map_or_eps(tmp_path, monkeypa
 
 PINNED_LN = {  # a LayerNorm whose eps is a constant of its code, not an argument
     "class": """
-        from reference import ops
+        from minibert_reference import ops
 
         class LayerNorm:
             def __init__(self, dim):
@@ -275,7 +275,7 @@ PINNED_LN = {  # a LayerNorm whose eps is a constant of its code, not an argumen
                 return dx
         """,
     "function": """
-        from reference import ops
+        from minibert_reference import ops
 
         def layer_norm(x, gamma, beta):
             return ops._layernorm_forward(x, gamma, beta, {eps})
@@ -315,7 +315,7 @@ def test_an_eps_fixed_at_no_common_value_is_left_to_review(tmp_path, monkeypatch
 def test_infer_tells_the_tanh_gelu_from_the_erf_one(tmp_path, monkeypatch):
     """The two GELUs differ by ~3e-4: the forward output decides, and a tanh-only class is
     declared fixed={'approximate': 'tanh'} -- green on the tanh form, n/a on the erf one."""
-    from spec.protocol import ImplProxy, NotApplicable
+    from minibert_spec.protocol import ImplProxy, NotApplicable
 
     _load(tmp_path, monkeypatch, textwrap.dedent("""
         import math
@@ -343,7 +343,7 @@ def test_infer_tells_the_tanh_gelu_from_the_erf_one(tmp_path, monkeypatch):
 
 
 def test_a_module_that_does_not_import_is_a_clear_error(capsys):
-    from spec.cli import main as minibert
+    from minibert_spec.cli import main as minibert
 
     assert minibert(["adapter", "infer", "no_such_module_xyz"]) == 2
     assert "module 'no_such_module_xyz' does not import: ModuleNotFoundError" in \

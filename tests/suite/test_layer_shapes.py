@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from spec.suite.adapters import get_path, layer, optimizer, path_parts, set_path
+from minibert_spec.suite.adapters import get_path, layer, optimizer, path_parts, set_path
 from tests.examples import layer_shapes
 from tests.examples.layer_shapes import BLOCK_CAPS, OPS, OPTIMIZERS, _block_entries, _ops, build
 from tests.suite.test_variants import NAMES_TENSOR_INDEX_VALUES
@@ -78,7 +78,7 @@ def test_an_absent_bias_through_a_missing_sub_object_is_skipped():
 
 
 def test_a_class_that_always_has_a_bias_is_na_for_a_call_without_one():
-    from spec.protocol import NotApplicable
+    from minibert_spec.protocol import NotApplicable
 
     fwd, _ = layer("linear", lambda W: layer_shapes.ParamLinear(*W.shape),
                    params={"W": "W.value", "b": "b.value"}, grads={"W": "W.grad", "b": "b.grad"})
@@ -113,13 +113,13 @@ def test_a_per_position_loss_is_reduced_by_the_suite(reduction):
     """Declared reduction "none": the proxy takes the mean (over the kept positions) or the
     sum of the per-position losses, and hands the backward per-position weights -- equal to
     the reference's reduced loss and gradient."""
-    import reference
-    from spec.protocol import ImplProxy
+    import minibert_reference
+    from minibert_spec.protocol import ImplProxy
 
     rng = np.random.default_rng(3)
     logits, labels = rng.standard_normal((2, 3, 5)), np.array([[0, -100, 4], [2, 2, -100]])
-    want, cache = reference.cross_entropy_forward(logits, labels, reduction=reduction)
-    (want_d,) = reference.cross_entropy_backward(0.7, cache)
+    want, cache = minibert_reference.cross_entropy_forward(logits, labels, reduction=reduction)
+    (want_d,) = minibert_reference.cross_entropy_backward(0.7, cache)
     proxy = ImplProxy(build("per_position"), "per_position")
     got, c = proxy.cross_entropy_forward(logits, labels, reduction=reduction)
     (got_d,) = proxy.cross_entropy_backward(0.7, c)
@@ -129,8 +129,8 @@ def test_a_per_position_loss_is_reduced_by_the_suite(reduction):
 
 def test_a_mean_only_loss_gets_its_sum_from_the_suite():
     """Declared reduction "mean" (no keyword): the sum is the mean times the kept positions."""
-    import reference
-    from spec.protocol import ImplProxy
+    import minibert_reference
+    from minibert_spec.protocol import ImplProxy
 
     rng = np.random.default_rng(4)
     logits, labels = rng.standard_normal((1, 4, 3)), np.array([[0, 1, 2, 2]])
@@ -138,8 +138,8 @@ def test_a_mean_only_loss_gets_its_sum_from_the_suite():
     proxy = ImplProxy(impl, "mean_only")
     got, c = proxy.cross_entropy_forward(logits, labels, reduction="sum")
     (got_d,) = proxy.cross_entropy_backward(1.3, c)
-    want, cache = reference.cross_entropy_forward(logits, labels, reduction="sum")
-    (want_d,) = reference.cross_entropy_backward(1.3, cache)
+    want, cache = minibert_reference.cross_entropy_forward(logits, labels, reduction="sum")
+    (want_d,) = minibert_reference.cross_entropy_backward(1.3, cache)
     np.testing.assert_allclose(got, want, rtol=1e-13)
     np.testing.assert_allclose(got_d, want_d, rtol=1e-12, atol=1e-16)
 
@@ -147,19 +147,19 @@ def test_a_mean_only_loss_gets_its_sum_from_the_suite():
 # --------------------------------------------------------------------------- optimizers
 @pytest.mark.parametrize("shape", OPTIMIZERS)
 def test_every_optimizer_shape_is_pure_and_matches_the_reference(shape):
-    import reference
+    import minibert_reference
 
     impl = build(shape)
     rng = np.random.default_rng(0)
     params = {"w": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
     before = {k: v.copy() for k, v in params.items()}
     state = impl.adam_init(params)
-    ref_state = reference.adam_init(params)
+    ref_state = minibert_reference.adam_init(params)
     p, ref_p = params, params
     for step in range(3):
         g = {k: rng.standard_normal(v.shape) for k, v in params.items()}
         p, state = impl.adam_step(p, g, state, lr=0.05, beta1=0.8, beta2=0.9, eps=1e-6)
-        ref_p, ref_state = reference.adam_step(ref_p, g, ref_state, lr=0.05, beta1=0.8,
+        ref_p, ref_state = minibert_reference.adam_step(ref_p, g, ref_state, lr=0.05, beta1=0.8,
                                                beta2=0.9, eps=1e-6, weight_decay=0.0)
         for k in params:
             np.testing.assert_allclose(p[k], ref_p[k], rtol=1e-12, err_msg=f"{k} step {step}")
@@ -175,7 +175,7 @@ def test_optimizer_refuses_two_shapes_at_once():
 
 # --------------------------------------------------------------------------- a block's p
 def _block_call(shape, drop=(), add=()):
-    from reference.ops import block_param_names, block_param_shapes
+    from minibert_reference.ops import block_param_names, block_param_shapes
 
     rng = np.random.default_rng(5)
     names = [n for n in block_param_names(attn_bias=False) if n not in drop] + list(add)
@@ -188,7 +188,7 @@ def test_an_entry_of_p_the_block_has_no_place_for_or_always_has_is_na(shape):
     """p's entries are the layer's arguments one by one: an entry the mapping has no path
     for is never dropped silently, and one the class always has is never left at its own
     value -- the call is n/a, naming the entry."""
-    from spec.protocol import NotApplicable
+    from minibert_spec.protocol import NotApplicable
 
     with pytest.raises(NotApplicable, match=r"no place for p\['attn.b_q'\]"):
         _block_call(shape, add=("attn.b_q",))

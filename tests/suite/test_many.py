@@ -13,13 +13,14 @@ import sys
 
 import pytest
 
-from spec.suite.many import find_submissions, table_signature
+from minibert_spec.suite.many import find_submissions, table_signature
 from tests import ROOT
 from tests.suite.many_submissions import ARGS, EXPECTED, write_class
 
 
 def many(where, out, *extra):
-    r = subprocess.run([sys.executable, "-m", "spec.cli", "check", "--many", str(where), *ARGS,
+    r = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", "--many", str(where),
+                        *ARGS,
                         "--format", "json", "-o", str(out), *extra], cwd=ROOT,
                        capture_output=True, text=True, timeout=1800,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -62,7 +63,7 @@ def test_the_table_on_a_local_dask_cluster_is_the_serial_table(tables):
 
 def test_the_html_table_draws_the_json(tmp_path):
     write_class(tmp_path / "subs", ["correct", "buggy", "import_exit"])
-    r = subprocess.run([sys.executable, "-m", "spec.cli", "check", "--many",
+    r = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", "--many",
                         str(tmp_path / "subs" / "*.py"), *ARGS, "--format", "html", "-o",
                         str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)

@@ -12,8 +12,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from spec.suite.report import CheckReport
-from spec.suite.run import Result
+from minibert_spec.suite.report import CheckReport
+from minibert_spec.suite.run import Result
 from tests.examples import guarded_optim, nep50_promotion, realstyle_minigpt
 from tests.unshrunk import check_implementation
 
@@ -116,7 +116,7 @@ def test_a_promotion_is_not_blamed_on_a_constructor_that_holds_no_float32(tmp_pa
     constructor's (found on a public repository: a Xavier init was blamed)."""
     mod = _module(tmp_path, monkeypatch, "classy_promotion", """
         import numpy as np
-        from spec.suite.adapters import layer
+        from minibert_spec.suite.adapters import layer
 
         class Softmax:
             def __init__(self, d=4):
@@ -165,13 +165,13 @@ def test_the_float32_layernorm_floor_scales_with_the_terms_dx_sums():
     """A row of variance ~1e-2 beside a row [0, 0, 0, 1] (found at seed 1, 200 examples): dx
     sums terms of |dy| / sigma ~ 13 that cancel to 1e-3, so float32 rounding of those terms
     (~1e-6) is not a disagreement -- the reference was red here."""
-    import reference
-    from spec.suite import strategies as S
-    from spec.suite.registry import get
-    from spec.suite.run import as_proxy
+    import minibert_reference
+    from minibert_spec.suite import strategies as S
+    from minibert_spec.suite.registry import get
+    from minibert_spec.suite.run import as_proxy
 
     x = np.array([[0.0, 0.0, 0.0, 1.0], [-0.4375, -0.68575469, -0.5, -0.4375]])
     dout = np.array([[0.0, 0.0, 0.0, 0.0], [-0.4375, -0.6875, -0.5, -0.4375]])
     case = S.OpCase({"x": x, "gamma": None, "beta": None}, {"eps": 1e-12}, dout, 0)
     check = get("invariant[layernorm_plain.float32_vs_float64]")
-    check.call(as_proxy(reference), {"case": case})  # raised AssertionError before the fix
+    check.call(as_proxy(minibert_reference), {"case": case})  # raised AssertionError before the fix

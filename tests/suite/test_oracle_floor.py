@@ -1,5 +1,5 @@
-"""The LayerNorm oracle's rounding floor (spec.tolerances.layernorm_backward_scale, the rule of
-the layernorm case families' oracle checks):
+"""The LayerNorm oracle's rounding floor (minibert_spec.tolerances.layernorm_backward_scale, the
+rule of the layernorm case families' oracle checks):
 on an example where dx is eps-sized (two features, no affine: x_hat = +-sqrt(1 - eps / sigma^2)),
 ours and torch differ by the rounding of the |dy| / sigma terms dx cancels, more than a floor
 scaled by the inputs alone allows.  The deep profile found such a case on the reference; this is
@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-import reference  # noqa: E402
-from spec.mutants import applied  # noqa: E402
-from spec.suite.checks.oracle_ops import compare_with_torch  # noqa: E402
-from spec.suite.strategies import OpCase, family  # noqa: E402
-from spec.tolerances import layernorm_backward_scale  # noqa: E402
+import minibert_reference  # noqa: E402
+from minibert_spec.mutants import applied  # noqa: E402
+from minibert_spec.suite.checks.oracle_ops import compare_with_torch  # noqa: E402
+from minibert_spec.suite.strategies import OpCase, family  # noqa: E402
+from minibert_spec.tolerances import layernorm_backward_scale  # noqa: E402
 
 EPS = 1e-12
 # rows of two features 0.2-0.24 apart (sigma ~0.1, the check's LN_MIN_STD), values within +-3
@@ -37,7 +37,7 @@ CASE = OpCase({"x": X, "gamma": None, "beta": None}, {"eps": EPS}, DY)
 def _backward_against_torch(scale: float | None) -> None:
     """The generic oracle's backward comparison on the affine-free family (``scale`` None: the
     family's own rule)."""
-    compare_with_torch(reference, family("layernorm_plain"), CASE, "backward", np.float64,
+    compare_with_torch(minibert_reference, family("layernorm_plain"), CASE, "backward", np.float64,
                        backward_scale=scale)
 
 

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from spec.protocol import ImplProxy, NotApplicable, capabilities
-from spec.protocol.capabilities import DeclarationError
+from minibert_spec.protocol import ImplProxy, NotApplicable, capabilities
+from minibert_spec.protocol.capabilities import DeclarationError
 from tests.examples import pinned_eps
 from tests.unshrunk import check_implementation
 

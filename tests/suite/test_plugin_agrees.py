@@ -42,7 +42,7 @@ def _pytest_failed(tmp_path, impl) -> set[str]:
 def _check_failed(tmp_path, impl) -> tuple[int, set[str]]:
     out = tmp_path / "check.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "spec.cli", "check", impl, "--oracle", "off", "--quick",
+        [sys.executable, "-m", "minibert_spec.cli", "check", impl, "--oracle", "off", "--quick",
          "--format", "json", "-o", str(out)], cwd=tmp_path, env=_env(), capture_output=True,
         text=True, timeout=600)
     data = json.loads(out.read_text())

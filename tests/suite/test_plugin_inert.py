@@ -1,7 +1,7 @@
-"""The pytest plugin (``spec._pytestplugin``, the ``pytest11`` entry point) is inert at
+"""The pytest plugin (``minibert_spec._pytestplugin``, the ``pytest11`` entry point) is inert at
 import: a pytest session that does not use the suite loads the plugin module and its
-import-free parent package ``spec``, and nothing else, because the plugin is installed.  Its
-option defaults are literals that must equal the suite's own constants.
+import-free parent package ``minibert_spec``, and nothing else, because the plugin is installed.
+Its option defaults are literals that must equal the suite's own constants.
 (tests/wheel_user_repo.py checks the same from the wheel.)"""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import os
 import subprocess
 import sys
 
-import spec._pytestplugin as plugin
-from spec.suite import run
+import minibert_spec._pytestplugin as plugin
+from minibert_spec.suite import run
 
 # what loading the plugin adds: the module and its parent package, whose __init__ imports nothing
-PLUGIN_MODULES = {"spec", "spec._pytestplugin"}
+PLUGIN_MODULES = {"minibert_spec", "minibert_spec._pytestplugin"}
 
 CONFTEST = '''\
 import json, os, sys
@@ -49,5 +49,5 @@ def test_an_unrelated_session_loads_nothing_of_the_project(tmp_path):
     (tmp_path / "test_other.py").write_text("def test_other():\n    assert True\n")
     enabled = session_modules(tmp_path)
     disabled = session_modules(tmp_path, "-p", "no:minibert")
-    assert "spec._pytestplugin" in enabled and "spec" not in disabled
+    assert "minibert_spec._pytestplugin" in enabled and "minibert_spec" not in disabled
     assert enabled - disabled == PLUGIN_MODULES, sorted(enabled - disabled)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from spec.cli.regenerate import PROTOCOL_DOC
-from spec.protocol import OPS, protocol_markdown
+from minibert_spec.cli.regenerate import PROTOCOL_DOC
+from minibert_spec.protocol import OPS, protocol_markdown
 from tests import ROOT
 
 README = ROOT / PROTOCOL_DOC

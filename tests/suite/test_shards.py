@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from spec.suite.compare import compare
-from spec.suite.shard import (
+from minibert_spec.suite.compare import compare
+from minibert_spec.suite.shard import (
     merge_check_reports,
     parse_shard,
     partition,
@@ -31,7 +31,7 @@ SHARDS = 3
 
 
 def minibert(*args, cwd=ROOT, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spec.cli", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "minibert_spec.cli", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, **(env or {})})
 
@@ -120,7 +120,7 @@ def test_verify_orders_the_shards_by_index():
 
 
 # --------------------------------------------------------------------------- minibert check
-@pytest.fixture(scope="module", params=["reference", "tests.examples.broken_impl"])
+@pytest.fixture(scope="module", params=["minibert_reference", "tests.examples.broken_impl"])
 def sharded_run(request, tmp_path_factory):
     """The unsharded report of one implementation, its 3 shards and their merge."""
     impl = request.param
@@ -146,7 +146,7 @@ def test_merged_shards_are_the_unsharded_report(sharded_run):
         [(o["op"], o["verdict"], {k: (c["status"], c["checks"]) for k, c in o["cells"].items()})
          for o in before["ops"]]
     assert merged.returncode == full.returncode == before["exit_code"], merged.stderr
-    assert (1 if impl != "reference" else 0) == before["exit_code"]
+    assert (1 if impl != "minibert_reference" else 0) == before["exit_code"]
     # each shard ran a part, the parts are the run, and the page draws the merged JSON
     parts = [load(tmp / f"s{k}.json") for k in range(1, SHARDS + 1)]
     assert sorted(i for p in parts for i in p["shard"]["items"]) == \
@@ -195,7 +195,7 @@ def test_shards_of_another_version_of_the_implementation_are_refused(tmp_path):
     (["--durations", "x.json"], "--durations: applies to --shard only"),
 ])
 def test_shard_options_refused_in_one_line(args, message, tmp_path):
-    r = minibert("check", "reference", *args, cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    r = minibert("check", "minibert_reference", *args, cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "x.json").exists()
 

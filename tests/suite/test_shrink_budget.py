@@ -14,10 +14,10 @@ import time
 import numpy as np
 import pytest
 
-from spec.suite import check_implementation
-from spec.suite.registry import get
-from spec.suite.run import run_check
-from spec.suite.shrink import ShrinkBudget, cause_of
+from minibert_spec.suite import check_implementation
+from minibert_spec.suite.registry import get
+from minibert_spec.suite.run import run_check
+from minibert_spec.suite.shrink import ShrinkBudget, cause_of
 from tests.examples import classy_adapter
 
 PROMOTION = "dtype promotion: float32 in, float64 out"

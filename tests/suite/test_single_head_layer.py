@@ -13,9 +13,9 @@ import types
 import numpy as np
 import pytest
 
-from reference import ops as R
-from spec.suite import check_implementation
-from spec.suite.adapters import layer
+from minibert_reference import ops as R
+from minibert_spec.suite import check_implementation
+from minibert_spec.suite.adapters import layer
 
 NAMES = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")  # the protocol's order
 

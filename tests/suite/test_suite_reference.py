@@ -1,10 +1,10 @@
 """The shipped judging suite on the reference, exactly as a user runs it on their own
-implementation (spec.suite.parametrize_with_checks): every check, bad input included."""
+implementation (minibert_spec.suite.parametrize_with_checks): every check, bad input included."""
 
-import reference
-from spec.suite import parametrize_with_checks
+import minibert_reference
+from minibert_spec.suite import parametrize_with_checks
 
 
-@parametrize_with_checks(reference, bad_input=True)
+@parametrize_with_checks(minibert_reference, bad_input=True)
 def test_conformance(check):
     check()

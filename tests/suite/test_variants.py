@@ -11,11 +11,11 @@ import re
 import numpy as np
 import pytest
 
-import reference
-from spec.protocol import ImplProxy, NotApplicable, capabilities
-from spec.protocol.capabilities import VARIANTS, declared_variants, resolve_variant, unmet
-from spec.protocol.variants import from_per_head, to_per_head
-from spec.suite.registry import select
+import minibert_reference
+from minibert_spec.protocol import ImplProxy, NotApplicable, capabilities
+from minibert_spec.protocol.capabilities import VARIANTS, declared_variants, resolve_variant, unmet
+from minibert_spec.protocol.variants import from_per_head, to_per_head
+from minibert_spec.suite.registry import select
 from tests.examples.variant_styles import STYLES, build
 from tests.unshrunk import check_implementation
 
@@ -78,9 +78,10 @@ def test_the_gpt_block_is_reached_and_the_post_ln_checks_say_why_not():
 def test_a_block_is_checked_as_the_variants_its_parts_declare():
     """The lean block declares nothing on the block row itself: its attention has no W_o, its
     FFN no biases and exact GELU, its norms are RMSNorms.  Every block family draws p as those
-    parts declare (reference.ops.block_param_names), and a call carrying a piece a part does
+    parts declare (minibert_reference.ops.block_param_names), and a call carrying a piece a part
+    does
     not declare is n/a, naming the part."""
-    from spec.suite.strategies import families
+    from minibert_spec.suite.strategies import families
 
     impl = build("lean_block")
     caps = capabilities(impl)
@@ -150,7 +151,7 @@ def test_declarations_are_validated_naming_what_is_wrong():
 
 
 def test_the_reference_declares_and_passes_every_variant_it_implements():
-    caps = capabilities(reference)
+    caps = capabilities(minibert_reference)
     for op, options in VARIANTS.items():
         for name, option in options.items():
             if (op, name) != ("attention", "heads"):  # a layout the proxy adapts
@@ -187,8 +188,8 @@ def test_a_probability_loss_is_composed_with_the_protocols_softmax():
     reference's logits loss and gradient."""
     rng = np.random.default_rng(1)
     logits, labels = rng.standard_normal((4, 5)), np.array([0, 3, 3, 1])
-    want, cache = reference.cross_entropy_forward(logits, labels)
-    (want_d,) = reference.cross_entropy_backward(0.7, cache)
+    want, cache = minibert_reference.cross_entropy_forward(logits, labels)
+    (want_d,) = minibert_reference.cross_entropy_backward(0.7, cache)
     for style in ("probs_loss", "probs_loss_dlogits"):
         proxy = ImplProxy(build(style), style)
         got, c = proxy.cross_entropy_forward(logits, labels)

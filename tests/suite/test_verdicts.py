@@ -13,10 +13,10 @@ import time
 import numpy as np
 import pytest
 
-from spec.cli import main as minibert
-from spec.numerics.finite_differences import directional_check, elementwise_check
-from spec.protocol import ImplementationExit, ImplProxy, NotApplicable
-from spec.suite.run import CheckTimeout, time_limit
+from minibert_spec.cli import main as minibert
+from minibert_spec.numerics.finite_differences import directional_check, elementwise_check
+from minibert_spec.protocol import ImplementationExit, ImplProxy, NotApplicable
+from minibert_spec.suite.run import CheckTimeout, time_limit
 from tests import ROOT
 from tests.examples import (
     classy_adapter,
@@ -91,7 +91,7 @@ def test_a_sleeping_op_fails_within_its_timeout(capsys, tmp_path):
 def test_a_hang_inside_compiled_code_is_killed(tmp_path, capsys, monkeypatch):
     """A hang the SIGALRM cannot interrupt (a C call that ignores signals): the worker is
     killed after the time limit plus the grace period, the check fails, the others run."""
-    from spec.suite import pool
+    from minibert_spec.suite import pool
 
     (tmp_path / "c_hang.py").write_text(
         "import ctypes, signal\n"
@@ -164,7 +164,7 @@ def test_float32_promoted_to_float64_is_a_failure(capsys):
 
 def test_missing_oracle_is_exit_2_unless_turned_off(capsys, monkeypatch):
     """Without torch, `minibert check` used to exit 0 having checked half."""
-    from spec.suite import registry
+    from minibert_spec.suite import registry
 
     monkeypatch.setattr(registry.Check, "missing_requirements",
                         lambda self: list(self.requires))  # torch "not installed"

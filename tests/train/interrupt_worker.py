@@ -6,7 +6,7 @@ fresh; train to the end, checkpointing every CKPT_EVERY steps.  DELAY seconds of
 every step, *after* the step's batches were drawn (the moment where a Ctrl-C used to leave an
 RNG that had already drawn the step's data), so a random signal lands mid-step most of the time.
 Exit 0 when finished, 130 when interrupted (state checkpointed at a step boundary).
-Trains with WORKERS workers (reference.parallel: batch shards and the optimizer's tensor
+Trains with WORKERS workers (minibert_reference.parallel: batch shards and the optimizer's tensor
 groups, double-buffered updates), so a signal also lands while worker threads run.
 """
 
@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-import reference
-from reference.config import mini_bert
-from reference.train import data as D
+import minibert_reference
+from minibert_reference.config import mini_bert
+from minibert_reference.train import data as D
 
 WORKERS = 2
 TINY = mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=23)
@@ -28,7 +28,7 @@ STEPS, CKPT_EVERY = 40, 7
 
 
 def tiny_setup():
-    from reference.train.loop import TrainConfig
+    from minibert_reference.train.loop import TrainConfig
 
     rng = np.random.default_rng(123)
     lists = [list(rng.integers(D.N_SPECIAL, TINY.vocab_size, size=rng.integers(2, 9)))
@@ -47,24 +47,24 @@ class SlowImpl:
         self.delay = delay
 
     def __getattr__(self, name):
-        return getattr(reference, name)
+        return getattr(minibert_reference, name)
 
     def accumulate_gradients(self, *args, **kwargs):
         time.sleep(self.delay)
-        return reference.accumulate_gradients(*args, **kwargs)
+        return minibert_reference.accumulate_gradients(*args, **kwargs)
 
 
 def run(ckpt: str, delay: float = 0.0, log=print) -> int:
-    from reference.train.loop import Interrupted, heldout_set, load_state, train
+    from minibert_reference.train.loop import Interrupted, heldout_set, load_state, train
 
     config, tcfg, data = tiny_setup()
     held = heldout_set(*data, rows=tcfg.eval_rows, seed=tcfg.seed, vocab_size=config.vocab_size)
     state = load_state(ckpt)[0] if os.path.exists(ckpt) else None
-    from reference import parallel
+    from minibert_reference import parallel
 
     try:
         with parallel.workers(WORKERS):
-            train(SlowImpl(delay) if delay else reference, config, tcfg, data, held,
+            train(SlowImpl(delay) if delay else minibert_reference, config, tcfg, data, held,
                   state=state, checkpoint_path=ckpt, log=log)
     except Interrupted:
         return 130

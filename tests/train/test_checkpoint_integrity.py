@@ -28,10 +28,10 @@ from tests import ROOT
 
 pytest.importorskip("safetensors")
 
-import reference  # noqa: E402
-from reference.train import checkpoint as C  # noqa: E402
-from reference.train.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from reference.train.loop import train  # noqa: E402
+import minibert_reference  # noqa: E402
+from minibert_reference.train import checkpoint as C  # noqa: E402
+from minibert_reference.train.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from minibert_reference.train.loop import train  # noqa: E402
 from tests.train import interrupt_worker as W  # noqa: E402
 from tests.train import test_train_safety as S  # noqa: E402
 from tests.train.test_train_safety import FAST  # noqa: E402
@@ -46,7 +46,7 @@ def make_checkpoint_bytes(directory) -> bytes:
     history, an RNG state part-way through) as bytes."""
     config, tcfg, data = W.tiny_setup()
     path = os.path.join(directory, "ck.safetensors")
-    train(reference, config, tcfg, data, checkpoint_path=path, stop_after=2, log=_quiet)
+    train(minibert_reference, config, tcfg, data, checkpoint_path=path, stop_after=2, log=_quiet)
     return open(path, "rb").read()
 
 
@@ -132,12 +132,12 @@ def test_a_changed_byte_in_any_metadata_field_is_refused(checkpoint_bytes, tmp_p
 SAVE_SCRIPT = """
 import sys
 import numpy as np
-import reference
-from reference.config import bert_tiny
-from reference.train.checkpoint import save_checkpoint
+import minibert_reference
+from minibert_reference.config import bert_tiny
+from minibert_reference.train.checkpoint import save_checkpoint
 config = bert_tiny(n_layers=1)
-params = reference.init_params(config, seed=0, dtype=np.float64)
-state = reference.adam_init(params)
+params = minibert_reference.init_params(config, seed=0, dtype=np.float64)
+state = minibert_reference.adam_init(params)
 save_checkpoint(sys.argv[1], params, state, rng_state='{"a": 1}',
                 model_config=config.to_dict(), train_config={"steps": 3, "seed": 0},
                 history={"loss": [1.5]}, extra={"corpus_sha256": "00"}, tokenizer_json="{}")
@@ -158,9 +158,9 @@ def test_one_state_saved_by_two_processes_gives_identical_bytes(tmp_path):
 
 
 def _tiny_state(change=None):
-    config = reference.bert_tiny(n_layers=1)
-    params = reference.init_params(config, seed=0, dtype=np.float64)
-    state = reference.adam_init(params)
+    config = minibert_reference.bert_tiny(n_layers=1)
+    params = minibert_reference.init_params(config, seed=0, dtype=np.float64)
+    state = minibert_reference.adam_init(params)
     for (group, name), value in (change or {}).items():
         d = params if group == "param" else state[group]
         d[name] = d[name].copy()
@@ -195,7 +195,7 @@ def test_invalid_thread_counts_are_refused(tmp_path, monkeypatch, threads):
 
 # --------------------------------------------------------------------------- run directories
 def _cli(capsys, *args):
-    from spec.cli import main
+    from minibert_spec.cli import main
 
     capsys.readouterr()
     code = main(list(args))
@@ -236,7 +236,8 @@ def test_the_lock_message_names_the_process_holding_it(cli_run, tmp_path, capsys
     it"."""
     run = shutil.copytree(cli_run, tmp_path / "run")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from reference.train.fileio import RunLock; "
+        [sys.executable, "-c", "import sys, time; "
+         "from minibert_reference.train.fileio import RunLock; "
          "lock = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)",
          str(run)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

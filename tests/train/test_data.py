@@ -7,8 +7,8 @@ Data helpers are tooling, imported directly (the model itself is only reached th
 import numpy as np
 import pytest
 
-from reference.train import corpus
-from reference.train import data as D
+from minibert_reference.train import corpus
+from minibert_reference.train import data as D
 
 V = 50
 
@@ -89,7 +89,7 @@ def test_packing_cls_sep_and_padding():
 
 def test_padding_is_honoured_by_the_model(impl):
     """Changing padded ids changes nothing at real positions (attention mask + key masking)."""
-    from reference.config import mini_bert
+    from minibert_reference.config import mini_bert
 
     cfg = mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=V)
     params = impl.init_params(cfg, seed=0, dtype=np.float64)

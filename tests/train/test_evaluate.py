@@ -1,4 +1,4 @@
-"""The trainer's held-out evaluation (reference.train.loop.evaluate): the loss over every
+"""The trainer's held-out evaluation (minibert_reference.train.loop.evaluate): the loss over every
 held-out token at once, not the mean of per-batch means."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference.config import mini_bert
-from spec.numerics.finite_differences import random_params
-from spec.protocol import IGNORE_INDEX
+from minibert_reference.config import mini_bert
+from minibert_spec.numerics.finite_differences import random_params
+from minibert_spec.protocol import IGNORE_INDEX
 
 TINY = mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=6, vocab_size=11)
 
@@ -19,7 +19,7 @@ def test_evaluate_is_the_loss_over_every_held_out_token(impl, batch_size):
     """Held-out rows predicting 1, 5, 0, 0, 2, 3 tokens (a batch with none when batch_size is
     1 or 2): evaluate() equals the mean cross-entropy over all of them at once, not the mean of
     per-batch means."""
-    from reference.train.loop import evaluate
+    from minibert_reference.train.loop import evaluate
 
     params = random_params(impl, TINY, seed=3)
     rng = np.random.default_rng(3)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference
-from reference import optim
-from reference.train import data as D
-from reference.train.fileio import loads_json
+import minibert_reference
+from minibert_reference import optim
+from minibert_reference.train import data as D
+from minibert_reference.train.fileio import loads_json
 
 BAD_VALUES = [math.nan, math.inf, -math.inf]
 BAD_DTYPES = [np.float16, np.complex128, np.int64]
@@ -151,10 +151,10 @@ def test_float32_layernorm_is_stable_for_huge_inputs(scale):
     x = (x64 * scale).astype(np.float32)
     gamma = np.ones(16, np.float32)
     beta = np.zeros(16, np.float32)
-    y, _ = reference.layernorm_forward(x, gamma, beta)
+    y, _ = minibert_reference.layernorm_forward(x, gamma, beta)
     x_hat = (x64 - x64.mean(-1, keepdims=True)) / x64.std(-1, keepdims=True)
     np.testing.assert_allclose(y, x_hat, rtol=0, atol=1e-5)
-    dx, _, _ = reference.layernorm_backward(np.ones_like(x), _)
+    dx, _, _ = minibert_reference.layernorm_backward(np.ones_like(x), _)
     assert np.isfinite(dx).all()
 
 
@@ -164,9 +164,9 @@ def test_layernorm_unchanged_bit_for_bit_in_the_normal_range():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(4, 32)).astype(np.float32)
     g, b = rng.normal(size=32).astype(np.float32), rng.normal(size=32).astype(np.float32)
-    y, _ = reference.layernorm_forward(x, g, b, eps=0.0)
+    y, _ = minibert_reference.layernorm_forward(x, g, b, eps=0.0)
     big = np.float32(2.0 ** 40)
-    y_big, _ = reference.layernorm_forward(x * big, g, b, eps=0.0)
+    y_big, _ = minibert_reference.layernorm_forward(x * big, g, b, eps=0.0)
     assert np.array_equal(y, y_big)
 
 
@@ -178,7 +178,7 @@ def test_cross_entropy_finite_with_extreme_ignored_row(dtype):
     logits[1, 0], logits[1, 1] = -big, big
     labels = np.array([2, -100])
     for reduction in ("mean", "sum"):
-        loss, cache = reference.cross_entropy_forward(logits, labels, reduction=reduction)
+        loss, cache = minibert_reference.cross_entropy_forward(logits, labels, reduction=reduction)
         assert np.isfinite(loss) and np.isclose(loss, np.log(5)), reduction
-        (d,) = reference.cross_entropy_backward(dtype(1.0), cache)
+        (d,) = minibert_reference.cross_entropy_backward(dtype(1.0), cache)
         assert np.isfinite(d).all() and not d[1].any()

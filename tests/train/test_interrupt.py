@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from reference.train.checkpoint import load_checkpoint
+from minibert_reference.train.checkpoint import load_checkpoint
 from tests import ROOT
 from tests.train import interrupt_worker as W
 
@@ -133,16 +133,16 @@ def test_signal_mid_step_checkpoints_the_step_boundary(tmp_path, sig):
     assert 0 < k < W.STEPS
     assert mid["history"]["step"][-1] == k - 1  # the history ends at the same boundary
     # the uninterrupted run's state after k steps, from a run stopped there deliberately
-    from reference.train.loop import heldout_set, train
+    from minibert_reference.train.loop import heldout_set, train
 
     config, tcfg, data = W.tiny_setup()
     held = heldout_set(*data, rows=tcfg.eval_rows, seed=tcfg.seed, vocab_size=config.vocab_size)
-    import reference
-    from reference import parallel
-    from reference.train import data as D
+    import minibert_reference
+    from minibert_reference import parallel
+    from minibert_reference.train import data as D
 
     with parallel.workers(W.WORKERS):
-        st = train(reference, config, tcfg, data, held, stop_after=k, log=lambda *a: None)
+        st = train(minibert_reference, config, tcfg, data, held, stop_after=k, log=lambda *a: None)
     assert mid["rng_state"] == D.rng_state_to_json(st.rng)
     for name, p in st.params.items():
         assert np.array_equal(mid["params"][name], p), name

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from reference.config import mini_bert
-from reference.train import data as D
-from reference.train.loop import (
+from minibert_reference.config import mini_bert
+from minibert_reference.train import data as D
+from minibert_reference.train.loop import (
     TrainConfig,
     heldout_set,
     load_state,
@@ -20,7 +20,7 @@ from reference.train.loop import (
     seed001_experiment,
     train,
 )
-from spec.tolerances import REGRESSION_RTOL_F64
+from minibert_spec.tolerances import REGRESSION_RTOL_F64
 
 TINY = mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=23)
 
@@ -141,7 +141,7 @@ def test_seed001_experiment_small():
 
 def test_attention_maps_rows_sum_to_one_and_plots(impl, tmp_path):
     pytest.importorskip("matplotlib")
-    from reference.train import plots
+    from minibert_reference.train import plots
 
     params = impl.init_params(TINY, seed=0, dtype=np.float64)
     ids, mask = D.build_sequences([[5, 6, 7, 8, 9]], TINY.max_len)
@@ -159,7 +159,7 @@ def test_attention_maps_rows_sum_to_one_and_plots(impl, tmp_path):
 
 def test_fill_mask_top_k(impl):
     pytest.importorskip("tokenizers")
-    from spec.cli.fill_mask import fill_mask
+    from minibert_spec.cli.fill_mask import fill_mask
 
     text = "the quick brown fox jumps over the lazy dog . " * 10
     tok = D.train_tokenizer([text], vocab_size=60, min_frequency=1)
@@ -179,7 +179,7 @@ def test_cli_train_then_fill_mask(tmp_path, capsys):
     `minibert fill-mask` on its checkpoint."""
     pytest.importorskip("tokenizers")
     pytest.importorskip("matplotlib")
-    from spec.cli import main
+    from minibert_spec.cli import main
 
     text = tmp_path / "t.txt"
     sentences = [f"the function number {i} returns a list of values to the caller ."

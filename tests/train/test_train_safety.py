@@ -16,11 +16,11 @@ import time
 import numpy as np
 import pytest
 
-import reference
-from reference.train import data as D
-from reference.train.checkpoint import load_checkpoint, save_checkpoint
-from reference.train.fileio import RunLock, atomic_write
-from reference.train.loop import (
+import minibert_reference
+from minibert_reference.train import data as D
+from minibert_reference.train.checkpoint import load_checkpoint, save_checkpoint
+from minibert_reference.train.fileio import RunLock, atomic_write
+from minibert_reference.train.loop import (
     NonFiniteStep,
     TrainConfig,
     load_or_build_corpus,
@@ -43,10 +43,10 @@ class _PoisonAt:
         self.at, self.value, self.calls = at, value, 0
 
     def __getattr__(self, name):
-        return getattr(reference, name)
+        return getattr(minibert_reference, name)
 
     def accumulate_gradients(self, *args, **kwargs):
-        loss, grads = reference.accumulate_gradients(*args, **kwargs)
+        loss, grads = minibert_reference.accumulate_gradients(*args, **kwargs)
         if self.calls == self.at:
             grads = dict(grads)
             g = grads["mlm.b"].copy()
@@ -63,7 +63,7 @@ def test_nonfinite_gradient_stops_and_keeps_the_last_good_checkpoint(tmp_path, v
     last good checkpoint."""
     config, tcfg, data = W.tiny_setup()
     path = str(tmp_path / "ck.safetensors")
-    train(reference, config, tcfg, data, checkpoint_path=path, stop_after=7, log=_quiet)
+    train(minibert_reference, config, tcfg, data, checkpoint_path=path, stop_after=7, log=_quiet)
     good = open(path, "rb").read()
     state = load_state(path)[0]
     with pytest.raises(NonFiniteStep, match="step 9"):
@@ -78,12 +78,12 @@ def test_diverged_learning_rate_never_replaces_the_good_checkpoint(tmp_path):
     """Finding: a diverged --lr overwrote the last good checkpoint with inf/NaN parameters."""
     config, tcfg, data = W.tiny_setup()
     path = str(tmp_path / "ck.safetensors")
-    train(reference, config, tcfg, data, checkpoint_path=path, stop_after=7, log=_quiet)
+    train(minibert_reference, config, tcfg, data, checkpoint_path=path, stop_after=7, log=_quiet)
     good = open(path, "rb").read()
     state = load_state(path)[0]
     wild = TrainConfig(**{**tcfg.__dict__, "peak_lr": 1e300, "max_grad_norm": 0.0})
     with pytest.raises(NonFiniteStep):
-        train(reference, config, wild, data, state=state, checkpoint_path=path, log=_quiet)
+        train(minibert_reference, config, wild, data, state=state, checkpoint_path=path, log=_quiet)
     assert open(path, "rb").read() == good
 
 
@@ -108,7 +108,7 @@ def _text_file(tmp_path, n=60, word="function"):
 
 
 def _cli(args):
-    from spec.cli import main
+    from minibert_spec.cli import main
 
     return main(args)
 
@@ -209,7 +209,7 @@ def test_resume_checks_the_corpus_hash(tmp_path, trained_run):
     cpath = os.path.join(run, "corpus.txt")
     text = open(cpath).read()
     open(cpath, "w").write(text[: len(text) // 2])
-    from spec.cli import main
+    from minibert_spec.cli import main
 
     with pytest.raises(ValueError, match="corpus.txt"):
         main(["--debug", "train", "--run-dir", run, "--resume", "--no-progress"])
@@ -238,7 +238,7 @@ def test_two_fresh_runs_with_one_seed_give_identical_checkpoints(tmp_path, train
 
 _TIES = """
 import hashlib, numpy as np
-from reference.train.data import train_tokenizer
+from minibert_reference.train.data import train_tokenizer
 rng = np.random.default_rng(7)
 words = ["".join(rng.choice(list("abcdefghij"), size=rng.integers(2, 7))) for _ in range(400)]
 paras = [" ".join(rng.choice(words, size=12)) for _ in range(300)]
@@ -264,7 +264,7 @@ def test_loop_is_deterministic_under_a_seed(tmp_path):
     config, tcfg, data = W.tiny_setup()
     paths = [str(tmp_path / f"{i}.safetensors") for i in range(2)]
     for p in paths:
-        train(reference, config, tcfg, data, checkpoint_path=p, stop_after=9, log=_quiet)
+        train(minibert_reference, config, tcfg, data, checkpoint_path=p, stop_after=9, log=_quiet)
     a, b = (load_checkpoint(p) for p in paths)
     assert all(np.array_equal(a["params"][k], b["params"][k]) for k in a["params"])
 
@@ -307,7 +307,7 @@ def test_failed_history_write_keeps_the_old_file(tmp_path):
 def _small_checkpoint(tmp_path, **overrides):
     config, tcfg, data = W.tiny_setup()
     path = str(tmp_path / "ck.safetensors")
-    train(reference, config, tcfg, data, checkpoint_path=path, stop_after=2, log=_quiet)
+    train(minibert_reference, config, tcfg, data, checkpoint_path=path, stop_after=2, log=_quiet)
     return path
 
 
@@ -366,8 +366,8 @@ def test_bit_flip_in_a_tensor_is_detected(tmp_path):
 
 
 def test_checkpoint_records_thread_counts_and_warns_on_a_change(tmp_path, monkeypatch):
-    from reference import parallel
-    from reference.train import checkpoint as C
+    from minibert_reference import parallel
+    from minibert_reference.train import checkpoint as C
 
     path = _small_checkpoint(tmp_path)
     ck = load_checkpoint(path)
@@ -439,7 +439,7 @@ def test_fill_mask_on_corrupt_checkpoints_prints_one_line(tmp_path, capsys):
 def test_interrupted_summary_reports_the_training_loss():
     """Finding: an interrupted run ended with "9.0346 (step 0) -> 9.0346 (step 0) ... above the
     baseline" while the training loss was 6.74."""
-    from spec.cli.train import summary
+    from minibert_spec.cli.train import summary
 
     h = {"step": [0, 1, 2], "loss": [9.1, 7.5, 6.74], "eval_step": [0], "eval_loss": [9.0346]}
     line = summary(h, 7.0, 3, 100)
@@ -468,7 +468,7 @@ def test_save_checkpoint_is_atomic_on_failure(tmp_path):
 def test_checkpoint_configs_with_a_retired_field_load_at_its_fixed_value():
     """A checkpoint written before ``blog_literal`` left BertConfig records it as False: such a
     model_config still loads (the field is dropped); any other value of it is refused."""
-    from reference.config import RETIRED_FIELDS, BertConfig, mini_bert
+    from minibert_reference.config import RETIRED_FIELDS, BertConfig, mini_bert
 
     config = mini_bert(vocab_size=50)
     old = {**config.to_dict(), **RETIRED_FIELDS}

@@ -4,14 +4,14 @@ loss and gradients as the model's full-head loss_and_grads, and agrees with fini
 import numpy as np
 import pytest
 
-from reference.config import mini_bert
-from spec.numerics.finite_differences import (
+from minibert_reference.config import mini_bert
+from minibert_spec.numerics.finite_differences import (
     assert_all_passed,
     check_gradients,
     random_batch,
     random_params,
 )
-from spec.tolerances import ORACLE_RTOL_F64
+from minibert_spec.tolerances import ORACLE_RTOL_F64
 
 CFG = mini_bert(n_layers=2, hidden=8, n_heads=2, intermediate=16, max_len=8, vocab_size=29)
 

@@ -1,5 +1,5 @@
 """Every file a user hands over is read through one guarded reader
-(reference.train.fileio.read_user_text / read_user_json): a Hugging Face ``config.json`` or
+(minibert_reference.train.fileio.read_user_text / read_user_json): a Hugging Face ``config.json`` or
 sharded index, ``tokenizer_config.json``, ``vocab.txt``, a ``tokenizer.json`` and a checkpoint's
 metadata.  Not JSON, not UTF-8, empty, too large or nested 100,000 deep is one ValueError
 naming the file and the problem -- never a JSONDecodeError, UnicodeDecodeError or RecursionError
@@ -15,17 +15,17 @@ import pytest
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
-import reference  # noqa: E402
-from reference.hf.tokenizer import load_tokenizer  # noqa: E402
-from reference.train import checkpoint as C  # noqa: E402
-from reference.train.fileio import (  # noqa: E402
+import minibert_reference  # noqa: E402
+from minibert_reference.hf.tokenizer import load_tokenizer  # noqa: E402
+from minibert_reference.train import checkpoint as C  # noqa: E402
+from minibert_reference.train.fileio import (  # noqa: E402
     MAX_JSON_DEPTH,
     MAX_TEXT_BYTES,
     json_depth,
     loads_json,
     read_user_text,
 )
-from spec.numerics.finite_differences import random_params  # noqa: E402
+from minibert_spec.numerics.finite_differences import random_params  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
@@ -36,8 +36,9 @@ NOT_UTF8 = b"\xff\xfe{\x00}\x00"
 
 @pytest.fixture
 def hf_dir(tmp_path):
-    config = reference.bert_tiny(vocab_size=len(VOCAB), pad_token_id=0)
-    reference.save_pretrained(random_params(reference, config, seed=0), config, tmp_path)
+    config = minibert_reference.bert_tiny(vocab_size=len(VOCAB), pad_token_id=0)
+    minibert_reference.save_pretrained(random_params(minibert_reference, config, seed=0), config,
+                                       tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
     return tmp_path
@@ -60,7 +61,7 @@ def test_hf_json_nested_too_deep(hf_dir, which, content, problem):
     if which != "config.json":  # a sharded directory: the index instead of one weights file
         (hf_dir / "model.safetensors").rename(hf_dir / "model-00001-of-00001.safetensors")
     (hf_dir / which).write_bytes(content)
-    _refused(lambda: reference.load_pretrained(hf_dir), hf_dir / which, problem)
+    _refused(lambda: minibert_reference.load_pretrained(hf_dir), hf_dir / which, problem)
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -102,7 +103,7 @@ def test_a_directory_or_missing_file_is_unreadable(tmp_path):
 
 def test_tokenizer_json_for_training(tmp_path, capsys):
     """``minibert train --tokenizer FILE``: one line naming the file, exit 2, before any run."""
-    from spec.cli import main
+    from minibert_spec.cli import main
 
     bad = tmp_path / "tokenizer.json"
     for content, problem in ((NOT_UTF8, "in UTF-8"), (b"", "empty file")):
@@ -127,10 +128,10 @@ def test_checkpoint_metadata_nested_too_deep(tmp_path):
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
-    config = reference.bert_tiny(n_layers=1, vocab_size=len(VOCAB))
-    params = reference.init_params(config)
+    config = minibert_reference.bert_tiny(n_layers=1, vocab_size=len(VOCAB))
+    params = minibert_reference.init_params(config)
     good = str(tmp_path / "good.safetensors")
-    C.save_checkpoint(good, params, reference.adam_init(params), rng_state="{}",
+    C.save_checkpoint(good, params, minibert_reference.adam_init(params), rng_state="{}",
                       model_config=config.to_dict())
     with safe_open(good, framework="numpy") as f:
         meta = dict(f.metadata())

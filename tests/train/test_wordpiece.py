@@ -1,12 +1,13 @@
-"""The WordPiece learner (``reference.train.wordpiece.learn_vocab``) gives the right vocabulary.
-(Reached through its module, so a mutant swapped in after import is the one that runs.)
+"""The WordPiece learner (``minibert_reference.train.wordpiece.learn_vocab``) gives the right
+vocabulary. (Reached through its module, so a mutant swapped in after import is the one that runs.)
 
 Three independent references:
 
 * hand-made corpora whose merges are worked out by hand below (and in
   ``spec/equations/wordpiece.py``'s worked example): a pair seen exactly ``min_frequency`` times
   merges, ties are ordered by text as documented;
-* the rule's definition, ``spec.equations.wordpiece.greedy_vocab`` (every pair recounted at every
+* the rule's definition, ``minibert_spec.equations.wordpiece.greedy_vocab`` (every pair recounted at
+every
   step, no heap, no incremental counts), on random corpora full of ties;
 * the Hugging Face ``tokenizers`` WordPiece trainer on corpora where no tie decides a merge (its
   own tie order depends on hash order): the same tokens, the same merges in the same order.  The
@@ -22,8 +23,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.train import wordpiece as W
-from spec.equations.wordpiece import (
+from minibert_reference.train import wordpiece as W
+from minibert_spec.equations.wordpiece import (
     EXAMPLE_COUNTS,
     EXAMPLE_MIN_FREQUENCY,
     EXAMPLE_VOCAB,
@@ -207,7 +208,7 @@ def test_train_tokenizer_matches_hf_on_real_text():
     tokenizers = pytest.importorskip("tokenizers")
     import pydoc_data.topics
 
-    from reference.train import data as D
+    from minibert_reference.train import data as D
 
     paragraphs = [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
     normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True, strip_accents=True)

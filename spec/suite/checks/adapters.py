@@ -1,5 +1,5 @@
-"""Checks of what a declarative class-layer adapter (spec.suite.adapters.layer) declares: the
-layer's gradient attributes accumulate (``+=``) when ``accumulate=True`` -- two backward calls
+"""Checks of what a declarative class-layer adapter (minibert_spec.suite.adapters.layer) declares:
+the layer's gradient attributes accumulate (``+=``) when ``accumulate=True`` -- two backward calls
 after one forward leave the sum of the two gradients -- and are replaced otherwise.  A layer
 whose gradients accumulate is what makes gradient accumulation over micro-batches work in the
 implementation's own training loop; a fresh layer per call (the adapter's cache) would never
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.numerics.asserts import worst
-from spec.protocol import OPS, NotApplicable, capabilities
-from spec.protocol.capabilities import unmet
-from spec.suite import strategies as S
-from spec.suite.registry import check
-from spec.tolerances import F64_IDENTITY_RTOL
+from minibert_spec.numerics.asserts import worst
+from minibert_spec.protocol import OPS, NotApplicable, capabilities
+from minibert_spec.protocol.capabilities import unmet
+from minibert_spec.suite import strategies as S
+from minibert_spec.suite.registry import check
+from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 PAIR_OPS = [name for name, row in OPS.items() if row.pair is not None]
 
@@ -27,7 +27,7 @@ def _layer_spec(impl, op):
     if spec is None or not spec.attribute_grads:
         raise NotApplicable(f"not applicable: {impl._impl_label} does not claim gradients "
                             f"accumulated on a layer ({bwd} is not a class layer with gradient "
-                            "attributes declared with spec.suite.adapters.layer)")
+                            "attributes declared with minibert_spec.suite.adapters.layer)")
     if spec.single_use:
         raise NotApplicable(f"not applicable: {bwd} is declared single use (single_use=True: "
                             "its backward frees the forward's activations), so two backward "
@@ -36,8 +36,8 @@ def _layer_spec(impl, op):
 
 
 def _own(cache):
-    """The layer's own cache (spec.suite.adapters.LayerCache) inside the proxy's wrappers (a
-    per-head layout, a rank adaptation, a reduction: each keeps the inner cache as .inner) and
+    """The layer's own cache (minibert_spec.suite.adapters.LayerCache) inside the proxy's wrappers
+    (a per-head layout, a rank adaptation, a reduction: each keeps the inner cache as .inner) and
     the suite's own case adapters (strategies.block_adapter: the implementation's cache first
     in a tuple)."""
     while not hasattr(cache, "layer"):

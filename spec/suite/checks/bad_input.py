@@ -9,12 +9,12 @@ import re
 
 import numpy as np
 
-from reference.config import mini_bert, seed001
-from spec.numerics.asserts import raises as _raises
-from spec.protocol import IGNORE_INDEX, OPS, NotApplicable, capabilities
-from spec.protocol.variants import unmet
-from spec.suite import strategies as S
-from spec.suite.registry import check
+from minibert_reference.config import mini_bert, seed001
+from minibert_spec.numerics.asserts import raises as _raises
+from minibert_spec.protocol import IGNORE_INDEX, OPS, NotApplicable, capabilities
+from minibert_spec.protocol.variants import unmet
+from minibert_spec.suite import strategies as S
+from minibert_spec.suite.registry import check
 
 rng = np.random.default_rng(0)
 B, T, H, A, I, V = 2, 3, 4, 2, 5, 6
@@ -492,7 +492,7 @@ def init_params_rejects_non_float_dtypes(impl, dtype):
 @check("bad_input", "adam.mismatched_grads", ops=("adam",))
 def adam_rejects_mismatched_grads(impl):
     """adam_step names a missing gradient, a gradient of another dtype, a negative lr."""
-    from spec.suite.checks.optim import _grads, _params
+    from minibert_spec.suite.checks.optim import _grads, _params
 
     params = _params()
     g = _grads(0)
@@ -517,7 +517,7 @@ def schedule_rejects_total_steps_within_warmup(impl):
 @check("bad_input", "clip.zero_max_norm", ops=("clip",))
 def clip_rejects_a_zero_max_norm(impl):
     """max_norm <= 0 is refused, naming it."""
-    from spec.suite.checks.optim import _grads
+    from minibert_spec.suite.checks.optim import _grads
 
     with _raises(ValueError, match="max_norm"):
         impl.clip_by_global_norm(_grads(0), 0.0)
@@ -527,8 +527,12 @@ def clip_rejects_a_zero_max_norm(impl):
 def accumulation_rejects_a_batch_without_masked_tokens(impl):
     """A logical batch that predicts nothing (mean undefined) and an empty list are refused,
     naming micro_batches."""
-    from spec.numerics.finite_differences import random_params, split_batch, uneven_mlm_batch
-    from spec.suite.checks.model import TINY
+    from minibert_spec.numerics.finite_differences import (
+        random_params,
+        split_batch,
+        uneven_mlm_batch,
+    )
+    from minibert_spec.suite.checks.model import TINY
 
     params = random_params(impl, TINY, seed=0)
     b = uneven_mlm_batch(TINY, seed=0)

@@ -6,7 +6,7 @@ purity and float32.  Fixed checks written by hand, as the encoder's (a model is 
 with a case family); the transformers oracle is spec/suite/checks/oracle_decoder.py.
 
 A decoder is checked as its parts declare: each *form* (GPT-2, LLaMA) is a preset of
-reference.config, some of whose options it needs (GPT-2's LayerNorm, LLaMA's RMSNorm and
+minibert_reference.config, some of whose options it needs (GPT-2's LayerNorm, LLaMA's RMSNorm and
 SwiGLU: :data:`FORMS`) and the others it takes from the implementation's declarations, through
 the one variant table (:func:`decoder_config`): a GPT-2 without biases declares
 ``attention_bias: False`` and ``ffn: {b_1: False, b_2: False}`` and is checked without them.
@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.config import DecoderConfig, gpt2, llama
-from reference.decoder import init_params
-from spec.numerics.asserts import assert_close
-from spec.numerics.fdcheck import assert_f32_close, max_abs
-from spec.numerics.finite_differences import assert_all_passed, check_gradients, randomized
-from spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, not_claimed_message
-from spec.protocol.capabilities import resolve_variant, unmet
-from spec.protocol.variants import with_pinned_config
-from spec.suite.registry import check
-from spec.tolerances import F64_IDENTITY_RTOL
+from minibert_reference.config import DecoderConfig, gpt2, llama
+from minibert_reference.decoder import init_params
+from minibert_spec.numerics.asserts import assert_close
+from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs
+from minibert_spec.numerics.finite_differences import assert_all_passed, check_gradients, randomized
+from minibert_spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, not_claimed_message
+from minibert_spec.protocol.capabilities import resolve_variant, unmet
+from minibert_spec.protocol.variants import with_pinned_config
+from minibert_spec.suite.registry import check
+from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 # form -> (preset, what the form needs declared): the rest follows the declarations
 FORMS = {
@@ -71,14 +71,15 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
 
 
 def _label(impl) -> str:
-    from spec.protocol import label_of
+    from minibert_spec.protocol import label_of
 
     return label_of(impl)
 
 
 def decoder_params(config: DecoderConfig, seed: int = 0, dtype=np.float64,
                    weight_scale: float = 15.0) -> dict[str, np.ndarray]:
-    """Random parameters of the protocol's names (reference.decoder.param_shapes): gamma != 1,
+    """Random parameters of the protocol's names (minibert_reference.decoder.param_shapes): gamma !=
+    1,
     biases != 0, weights ~ N(0, (0.02 * weight_scale)^2) so attention is far from uniform."""
     p = randomized(init_params(config, seed=seed, dtype=np.float64), seed, weight_scale)
     return {k: v.astype(dtype) for k, v in p.items()}

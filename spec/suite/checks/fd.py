@@ -2,9 +2,10 @@
 
 The scalar checked is sum(out * dout) with a random upstream gradient dout (never all ones), so
 the gradient of each differentiable input is exactly what the backward returns for dout.  Every
-output of every backward is compared (``spec.numerics.fdcheck``): element by element on tiny
-tensors, along random directions otherwise, with the tolerances of ``spec.tolerances``.  Each
-case family's fixed-seed cases run first (and alone in the quick run).
+output of every backward is compared (``minibert_spec.numerics.fdcheck``): element by element on
+tiny tensors, along random directions otherwise, with the tolerances of
+``minibert_spec.tolerances``.  Each case family's fixed-seed cases run first (and alone in the quick
+run).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import assume
 
-from spec.numerics import identities as inv
-from spec.numerics.fdcheck import check_op, either_guarded_form, objective
-from spec.numerics.finite_differences import assert_all_passed, elementwise_check
-from spec.numerics.identities import require
-from spec.suite import strategies as S
-from spec.suite.registry import check
-from spec.tolerances import FD_FLOOR, FD_RTOL
+from minibert_spec.numerics import identities as inv
+from minibert_spec.numerics.fdcheck import check_op, either_guarded_form, objective
+from minibert_spec.numerics.finite_differences import assert_all_passed, elementwise_check
+from minibert_spec.numerics.identities import require
+from minibert_spec.suite import strategies as S
+from minibert_spec.suite.registry import check
+from minibert_spec.tolerances import FD_FLOOR, FD_RTOL
 
 FAMILIES = {f.name: f for f in S.families()}
 # the family whose fixed-seed cases are each op's former ``<op>.example`` (the first of the op,
@@ -92,8 +93,8 @@ def backward_matches_finite_differences(impl, family, case):
                              .needs))
 def key_bias_gradient_is_exactly_zero(impl, masked, case):
     """Softmax is invariant to adding a constant to a row of scores, and b_k adds q_i . b_k to
-    every score of row i: dL/db_k = 0 exactly (spec.numerics.identities, relative to the other
-    gradients of the call), on cases where the key path does carry gradient (dW_k is not ~0).
+    every score of row i: dL/db_k = 0 exactly (minibert_spec.numerics.identities, relative to the
+    other gradients of the call), on cases where the key path does carry gradient (dW_k is not ~0).
     The FD check alone judges db_k in absolute terms (FD_RTOL * FD_FLOOR): it is shown to reject a
     key-bias gradient just above that bound."""
     family = FAMILIES["attention_bias" + ("_mask" if masked else "")]
@@ -124,9 +125,10 @@ _COMPOSED = {r: FAMILIES[f"cross_entropy_probs_dlogits_{r}"] for r in ("mean", "
        needs=lambda kw: dict(_COMPOSED[kw["reduction"]].needs))
 def composed_loss_gradient_matches_finite_differences(impl, reduction, case):
     """The composed form takes p and returns dL/dlogits: the gradient, w.r.t. z, of
-    CE(softmax(z)) at z = log p (softmax(log p) = p; the protocol's softmax, reference.ops, the
+    CE(softmax(z)) at z = log p (softmax(log p) = p; the protocol's softmax, minibert_reference.ops,
+    the
     one definition), against central differences over z."""
-    from reference.ops import _softmax_forward
+    from minibert_reference.ops import _softmax_forward
 
     forward, backward = _COMPOSED[reduction].bind(impl)
     p = case.inputs["logits"]

@@ -4,8 +4,8 @@ Generic, for every case family (registered with ``@cases`` in spec/suite/strateg
 zero upstream gives exactly zero gradients; a backward is linear in its upstream gradient; two
 identical calls are bit-identical and leave their inputs untouched; the float32 path stays
 float32 and agrees with the float64 path (the op-pair contract, written once here).  Then
-op-specific identities that hold in exact arithmetic (spec.numerics.identities), on the cases of one
-family.  Every check runs its family's fixed-seed cases first (alone in the quick run).
+op-specific identities that hold in exact arithmetic (minibert_spec.numerics.identities), on the
+cases of one family.  Every check runs its family's fixed-seed cases first (alone in the quick run).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from spec.numerics import identities as inv
-from spec.numerics.fdcheck import assert_f32_close, max_abs, run_op
-from spec.numerics.identities import require
-from spec.protocol import OPS
-from spec.protocol.capabilities import ConventionWarning
-from spec.suite import strategies as S
-from spec.suite.checks.fd import on_families, on_family
-from spec.suite.registry import check
-from spec.tolerances import F64_IDENTITY_RTOL
+from minibert_spec.numerics import identities as inv
+from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs, run_op
+from minibert_spec.numerics.identities import require
+from minibert_spec.protocol import OPS
+from minibert_spec.protocol.capabilities import ConventionWarning
+from minibert_spec.suite import strategies as S
+from minibert_spec.suite.checks.fd import on_families, on_family
+from minibert_spec.suite.registry import check
+from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 
 def _zeros_like(dout):
@@ -151,7 +151,8 @@ def float32_path_agrees_with_float64(impl, family, case):
     assert_f32_close(out32, out64, max_abs(out64), f"{family.name}: forward")
     # the floor scales with the terms the backward sums where they exceed its results (a
     # LayerNorm dx sums terms of |gamma dy| / sigma that cancel): the family's backward_scale,
-    # the same rule as the oracle's rounding floor (spec.tolerances.layernorm_backward_scale)
+    # the same rule as the oracle's rounding floor
+    # (minibert_spec.tolerances.layernorm_backward_scale)
     scale = max(max_abs(*g64),
                 0.0 if family.backward_scale is None else family.backward_scale(case64))
     for name, x, y in zip(case.inputs, g32, g64):
@@ -162,8 +163,8 @@ def float32_path_agrees_with_float64(impl, family, case):
 
 
 # --------------------------------------------------------------------------- op-specific
-# The identities are spec.numerics.identities'; here they get a family's drawn and fixed-seed
-# cases.
+# The identities are minibert_spec.numerics.identities'; here they get a family's drawn and
+# fixed-seed cases.
 @on_family("embedding", "scatter_adds", was="embedding.example", equations=("embedding.backward",))
 def embedding_backward_sums_repeated_ids(impl, case):
     """dW[v] accumulates dout of every position holding id v (ids repeat by construction)."""
@@ -218,7 +219,7 @@ def rope_is_a_rotation_of_relative_positions(impl, case, shift):
     inverse is the transpose); position 0 is the identity; None, the start position and the
     explicit positions are one argument; and a query at m against a key at n depends on n - m
     alone: every position moved by ``shift`` leaves the scores q_m . k_n unchanged."""
-    from spec.equations.rope import pairs
+    from minibert_spec.equations.rope import pairs
 
     x, f = case.inputs["x"], case.fixed
     T, d = x.shape[-2:]
@@ -414,8 +415,8 @@ def next_token_loss_is_the_shifted_cross_entropy(impl, case):
     (logits[..., :-1, :], ids[..., 1:]) -- its guarded formula under a declared loss guard,
     the gradient within the guard's allowance; the last position's gradient is exactly 0; and
     the first token's id changes nothing (it is never a target)."""
-    from spec.protocol.capabilities import declared_guards
-    from spec.suite.checks.losses import expected_cross_entropy
+    from minibert_spec.protocol.capabilities import declared_guards
+    from minibert_spec.suite.checks.losses import expected_cross_entropy
 
     z, f, dloss = case.inputs["logits"], case.fixed, case.dout
     ids, ignore = f["ids"], f["ignore_index"]

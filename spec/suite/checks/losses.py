@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.config import mini_bert
-from spec.numerics.asserts import assert_close, assert_finite, assert_rel
-from spec.numerics.finite_differences import random_params
-from spec.protocol import IGNORE_INDEX
-from spec.protocol.capabilities import capabilities, declared_guards
-from spec.protocol.guards import (
+from minibert_reference.config import mini_bert
+from minibert_spec.numerics.asserts import assert_close, assert_finite, assert_rel
+from minibert_spec.numerics.finite_differences import random_params
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.protocol.capabilities import capabilities, declared_guards
+from minibert_spec.protocol.guards import (
     cross_entropy_adjustment,
     declared_on,
     guarded_nll,
     mean_divisor,
 )
-from spec.protocol.variants import call_eps
-from spec.suite.registry import check, grid
-from spec.tolerances import F64_IDENTITY_RTOL, ORACLE_RTOL_F32
+from minibert_spec.protocol.variants import call_eps
+from minibert_spec.suite.registry import check, grid
+from minibert_spec.tolerances import F64_IDENTITY_RTOL, ORACLE_RTOL_F32
 
 TINY = mini_bert(n_layers=1, hidden=8, n_heads=2, intermediate=16, max_len=6, vocab_size=11)
 CE_IDS = ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum")

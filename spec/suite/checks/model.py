@@ -1,6 +1,6 @@
 """The whole model: directional finite differences of every parameter tensor and of the input
-embeddings (spec.numerics.finite_differences.model_gradcheck), every small preset and four tiny
-configurations (the quick run's), float64; gradient bookkeeping, purity, float32 and linearity;
+embeddings (minibert_spec.numerics.finite_differences.model_gradcheck), every small preset and four
+tiny configurations (the quick run's), float64; gradient bookkeeping, purity, float32 and linearity;
 the two CE reductions; the inputs_embeds path against the input_ids path; gradient accumulation.
 Fixed checks, written by hand: a model is no op pair with a case family."""
 
@@ -11,10 +11,10 @@ import functools
 import numpy as np
 from hypothesis import strategies as st
 
-from reference.config import PRESETS, bert_tiny, mini_bert, seed001
-from spec.numerics import identities as inv
-from spec.numerics.fdcheck import assert_f32_close, max_abs
-from spec.numerics.finite_differences import (
+from minibert_reference.config import PRESETS, bert_tiny, mini_bert, seed001
+from minibert_spec.numerics import identities as inv
+from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs
+from minibert_spec.numerics.finite_differences import (
     assert_all_passed,
     check_gradients,
     loss_kwargs,
@@ -24,10 +24,10 @@ from spec.numerics.finite_differences import (
     split_batch,
     uneven_mlm_batch,
 )
-from spec.numerics.identities import require
-from spec.protocol import IGNORE_INDEX
-from spec.suite.registry import check
-from spec.tolerances import F64_IDENTITY_RTOL
+from minibert_spec.numerics.identities import require
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.suite.registry import check
+from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 # bert_base (110M parameters): finite differences and float64 identities over it are out of
 # reach here
@@ -274,7 +274,7 @@ def accumulation_mse_head_weights_by_element_count(impl):
 def token_types_default_to_zero_and_matter(impl):
     """Token types default to 0, type 1 changes the output, a type id past the table (or a
     model without a type table given type ids) is refused."""
-    from reference.config import bert_tiny
+    from minibert_reference.config import bert_tiny
 
     config = bert_tiny(head="none", pooler=True)
     no_types = mini_bert(vocab_size=50)
@@ -286,7 +286,7 @@ def token_types_default_to_zero_and_matter(impl):
     np.testing.assert_array_equal(h0, h_zero, err_msg="default token types are not all 0")
     assert h0.shape == (2, 5, config.hidden), f"hidden states {h0.shape}"
     assert np.abs(h0 - h_one).max() > 1e-3, "token type 1 does not change the output"
-    from spec.numerics.asserts import raises
+    from minibert_spec.numerics.asserts import raises
 
     with raises(ValueError, match="token_type_ids"):
         impl.forward(params, config, ids, token_type_ids=np.full_like(ids, 2))
@@ -299,8 +299,8 @@ def token_types_default_to_zero_and_matter(impl):
 def pooled_output_gradient_reaches_every_tensor(impl):
     """head "none" with the pooler: backward(dH, cache, d_pooled) adds the pooler's path; the
     directional derivative of <h, dH> + <pooled, dP> matches central differences."""
-    from reference.config import bert_tiny
-    from spec.numerics.finite_differences import directional_check
+    from minibert_reference.config import bert_tiny
+    from minibert_spec.numerics.finite_differences import directional_check
 
     config = bert_tiny(head="none", pooler=True, n_layers=1)
     params = random_params(impl, config, seed=6)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.numerics import identities as inv
-from spec.numerics.asserts import assert_close, assert_rel
-from spec.numerics.identities import require
-from spec.protocol import capabilities
-from spec.protocol.capabilities import declared_guards
-from spec.protocol.guards import clip_guard, clipped_norm, undeclared_clip_message
-from spec.suite.registry import check
-from spec.tolerances import ORACLE_RTOL_F64
+from minibert_spec.numerics import identities as inv
+from minibert_spec.numerics.asserts import assert_close, assert_rel
+from minibert_spec.numerics.identities import require
+from minibert_spec.protocol import capabilities
+from minibert_spec.protocol.capabilities import declared_guards
+from minibert_spec.protocol.guards import clip_guard, clipped_norm, undeclared_clip_message
+from minibert_spec.suite.registry import check
+from minibert_spec.tolerances import ORACLE_RTOL_F64
 
 # Model-like names: which of them AdamW must leave undecayed is written out here, not derived
 # from the implementation's predicate.

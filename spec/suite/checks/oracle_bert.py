@@ -21,13 +21,13 @@ import tempfile
 
 import numpy as np
 
-from spec.protocol import IGNORE_INDEX, capabilities
-from spec.protocol.variants import pinned_eps
-from spec.suite.registry import check, lazy_module
+from minibert_spec.protocol import IGNORE_INDEX, capabilities
+from minibert_spec.protocol.variants import pinned_eps
+from minibert_spec.suite.registry import check, lazy_module
 
 torch = lazy_module("torch")
 transformers = lazy_module("transformers")
-to = lazy_module("spec.suite.torch_oracle")
+to = lazy_module("minibert_spec.suite.torch_oracle")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -93,7 +93,7 @@ def batch(seed=0):
 def torch_grads(model, config, dtype):
     """{our name: torch's gradient in our layout}; the tied table's gradient is the single
     ``word_embeddings.weight.grad`` (both uses accumulate there in torch)."""
-    from reference.hf.checkpoint import _hf_names  # the protocol's names <-> transformers'
+    from minibert_reference.hf.checkpoint import _hf_names  # the protocol's names <-> transformers'
 
     named = {_strip(n): p for n, p in model.named_parameters()}
     out = {}

@@ -22,14 +22,14 @@ import os
 
 import numpy as np
 
-from reference.hf.decoder import from_hf, to_hf
-from spec.protocol import IGNORE_INDEX
-from spec.suite.checks.decoder import FORMS, decoder_batch, decoder_config, decoder_params
-from spec.suite.registry import check, lazy_module
+from minibert_reference.hf.decoder import from_hf, to_hf
+from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.suite.checks.decoder import FORMS, decoder_batch, decoder_config, decoder_params
+from minibert_spec.suite.registry import check, lazy_module
 
 torch = lazy_module("torch")
 transformers = lazy_module("transformers")
-to = lazy_module("spec.suite.torch_oracle")
+to = lazy_module("minibert_spec.suite.torch_oracle")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

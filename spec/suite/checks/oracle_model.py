@@ -4,23 +4,23 @@ F.layer_norm, F.linear, F.cross_entropy / F.mse_loss) and differentiated by torc
 
 Compared: the output (MLM logits or hidden states), the loss, every parameter gradient and the
 gradient w.r.t. the input embeddings (token + position sum).  Random gamma/beta/biases
-(spec.numerics.finite_differences.random_params), batch > 1 with repeated ids, a padding
-mask and ignored labels (spec.numerics.finite_differences.random_batch); within ORACLE_RTOL_F64
-/ ORACLE_RTOL_F32 of each tensor's magnitude (torch_oracle.allowed_error says why that, and not
-entry by entry).
+(minibert_spec.numerics.finite_differences.random_params), batch > 1 with repeated ids, a padding
+mask and ignored labels (minibert_spec.numerics.finite_differences.random_batch); within
+ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of each tensor's magnitude (torch_oracle.allowed_error says why
+that, and not entry by entry).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from reference.config import mini_bert, seed001
-from spec.numerics.finite_differences import random_batch, random_params
-from spec.protocol import IGNORE_INDEX, OPS, capabilities
-from spec.protocol.variants import with_pinned_config
-from spec.suite.registry import check, lazy_module
+from minibert_reference.config import mini_bert, seed001
+from minibert_spec.numerics.finite_differences import random_batch, random_params
+from minibert_spec.protocol import IGNORE_INDEX, OPS, capabilities
+from minibert_spec.protocol.variants import with_pinned_config
+from minibert_spec.suite.registry import check, lazy_module
 
-to = lazy_module("spec.suite.torch_oracle")
+to = lazy_module("minibert_spec.suite.torch_oracle")
 
 # the rows of the protocol the whole encoder exercises (derived: a new op is one OPS entry)
 MODEL_OPS = ("embedding", "position_embedding", "sinusoidal_position", "linear", "layernorm",

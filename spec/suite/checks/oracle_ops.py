@@ -6,8 +6,8 @@ gradient, against the twin and ``torch.autograd`` (spec/suite/torch_oracle.py), 
 ORACLE_RTOL_F64 / ORACLE_RTOL_F32 of the magnitude of the result (torch_oracle.allowed_error
 says why that, and not entry by entry) and a family's own rules: a declared guard of its row
 (spec/protocol/guards.adjustment: the guarded formula's shift and allowance), the LayerNorm
-backward's rounding floor (spec.tolerances.layernorm_backward_scale), torch in float64 where
-its float32 is the inaccurate side (GELU).
+backward's rounding floor (minibert_spec.tolerances.layernorm_backward_scale), torch in float64
+where its float32 is the inaccurate side (GELU).
 
 torch is imported when a check runs (the ``oracle`` extra), not when the suite is loaded.
 The hand-written oracles left are the ones no case family can state: the sinusoidal table
@@ -21,13 +21,13 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from spec.protocol.capabilities import declared_guards
-from spec.protocol.guards import adjustment
-from spec.suite import strategies as S
-from spec.suite.checks.invariants import cast_case
-from spec.suite.registry import check, grid, lazy_module
+from minibert_spec.protocol.capabilities import declared_guards
+from minibert_spec.protocol.guards import adjustment
+from minibert_spec.suite import strategies as S
+from minibert_spec.suite.checks.invariants import cast_case
+from minibert_spec.suite.registry import check, grid, lazy_module
 
-to = lazy_module("spec.suite.torch_oracle")
+to = lazy_module("minibert_spec.suite.torch_oracle")
 torch = lazy_module("torch")
 TORCH = ("torch",)
 DTYPE_AXIS = [("f64", np.float64), ("f32", np.float32)]

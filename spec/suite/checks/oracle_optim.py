@@ -5,13 +5,13 @@ torch.nn.utils.clip_grad_norm_.  torch is imported inside each check (the ``orac
 
 from __future__ import annotations
 
-from spec.numerics.asserts import assert_close
-from spec.protocol import capabilities
-from spec.protocol.guards import adam_update_shift, clip_guard, declared_on
-from spec.protocol.optim_contract import accepts
-from spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
-from spec.suite.registry import check, grid
-from spec.tolerances import ORACLE_RTOL_F64
+from minibert_spec.numerics.asserts import assert_close
+from minibert_spec.protocol import capabilities
+from minibert_spec.protocol.guards import adam_update_shift, clip_guard, declared_on
+from minibert_spec.protocol.optim_contract import accepts
+from minibert_spec.suite.checks.optim import DECAYED, K_STEPS, SHAPES, _grads, _params
+from minibert_spec.suite.registry import check, grid
+from minibert_spec.tolerances import ORACLE_RTOL_F64
 
 # torch.nn.utils.clip_grad_norm_'s divisor guard: max_norm / (norm + 1e-6)
 TORCH_CLIP_EPS = 1e-6
@@ -152,7 +152,7 @@ def clip_call(impl):
         return {"eps": TORCH_CLIP_EPS}, TORCH_CLIP_EPS
     import warnings
 
-    from spec.protocol.capabilities import ConventionWarning, declared_guards
+    from minibert_spec.protocol.capabilities import ConventionWarning, declared_guards
 
     eps = clip_guard(declared_guards(impl))
     warnings.warn(ConventionWarning(
@@ -211,7 +211,7 @@ def _pipeline(ns, convention: bool) -> None:
     ``convention``).  Raises AssertionError at the first step whose parameters differ."""
     import torch
 
-    import reference
+    import minibert_reference
 
     peak, warmup, total = 0.05, 3, 8
     params = _params(5)
@@ -223,7 +223,7 @@ def _pipeline(ns, convention: bool) -> None:
         sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
     else:
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: reference.warmup_linear_lr(s, peak_lr=1.0, warmup_steps=warmup,
+            opt, lambda s: minibert_reference.warmup_linear_lr(s, peak_lr=1.0, warmup_steps=warmup,
                                                       total_steps=total))
     state = ns.adam_init(params)
     kw, eps = clip_call(ns)
@@ -249,10 +249,10 @@ class _Mixed:
     (the suite's own proxy of the reference: the same conventions apply)."""
 
     def __init__(self, impl, own):
-        import reference
-        from spec.protocol import ImplProxy
+        import minibert_reference
+        from minibert_spec.protocol import ImplProxy
 
-        ref = ImplProxy(reference, "reference")
+        ref = ImplProxy(minibert_reference, "reference")
         self.CAPABILITIES = capabilities(impl)  # the implementation's guards for its clip
         for op, names in _PIPELINE_NAMES.items():
             for name in names:
@@ -267,7 +267,7 @@ def clip_schedule_adamw_pipeline_matches_torch(impl):
     red blames the ops at fault: each op is run alone with the reference's other two (the
     pipeline of one's own op and the reference's others fails exactly when that op does); an
     op that passes alone is not credited with another's fault."""
-    from spec.suite.registry import Blame
+    from minibert_spec.suite.registry import Blame
 
     convention = "lr(0)=0" in capabilities(impl)["conventions"]
     try:

@@ -12,12 +12,12 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from spec.equations import load
-from spec.numerics.asserts import worst
-from spec.numerics.finite_differences import assert_all_passed, elementwise_check
-from spec.protocol import NotApplicable, capabilities, op_of_equation
-from spec.suite.registry import check
-from spec.tolerances import ORACLE_RTOL_F64, SYMPY_CODE_FLOOR, SYMPY_CODE_RTOL
+from minibert_spec.equations import load
+from minibert_spec.numerics.asserts import worst
+from minibert_spec.numerics.finite_differences import assert_all_passed, elementwise_check
+from minibert_spec.protocol import NotApplicable, capabilities, op_of_equation
+from minibert_spec.suite.registry import check
+from minibert_spec.tolerances import ORACLE_RTOL_F64, SYMPY_CODE_FLOOR, SYMPY_CODE_RTOL
 
 EQUATIONS = load()
 
@@ -49,7 +49,7 @@ def _arrays(spec: dict):
 @functools.cache
 def _inputs_strategy(eq_id, size):
     """One strategy object per equation and size (a fresh one is validated on its first
-    draw, which cost more than the draw: spec.suite.strategies.np_arrays)."""
+    draw, which cost more than the draw: minibert_spec.suite.strategies.np_arrays)."""
     return _arrays(EQUATIONS[eq_id].numeric.inputs(size))
 
 
@@ -65,8 +65,8 @@ def _guarded(impl, eq_id, arrays, expected):
     (spec/protocol/guards.adjustment, called as the code side calls the op:
     ``Numeric.guard_call``): a forward shifted by the guarded formula's exact effect, each
     gradient allowed |guarded - unguarded|."""
-    from spec.protocol.capabilities import declared_guards as declared
-    from spec.protocol.guards import adjustment
+    from minibert_spec.protocol.capabilities import declared_guards as declared
+    from minibert_spec.protocol.guards import adjustment
 
     eq = EQUATIONS[eq_id]
     none = (0.0,) * len(expected)
@@ -127,7 +127,7 @@ def sympy_matches_code(impl, eq_id, data):
         if err > SYMPY_CODE_RTOL and num.convention is not None and err <= num.convention[0]:
             import warnings
 
-            from spec.protocol.capabilities import ConventionWarning
+            from minibert_spec.protocol.capabilities import ConventionWarning
 
             warnings.warn(ConventionWarning(f"{eq_id}: {num.convention[1]} changes output {k} "
                                             f"by {err:.1e} relative"), stacklevel=2)
