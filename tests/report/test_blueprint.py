@@ -370,7 +370,7 @@ def test_templates_ship_in_the_wheel():
 
     text = (ROOT / "pyproject.toml").read_text()
     block = text.split("[tool.setuptools.package-data]", 1)[1].split("\n[", 1)[0]
-    patterns = re.findall(r'"spec\.report"\s*=\s*\[([^\]]*)\]', block)[0]
+    patterns = re.findall(r'"minibert_spec\.report"\s*=\s*\[([^\]]*)\]', block)[0]
     globs = re.findall(r'"([^"]+)"', patterns)
     files = [p.relative_to(HERE).as_posix() for p in (HERE / "templates").iterdir()]
     assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)
