@@ -1,7 +1,8 @@
 """The draws of one example differ (issue 41): arrays of SEEDED_FROM elements or more come from
-one drawn seed each, and Hypothesis hands two draws of one example the same integer on purpose;
-without the salt (how many seeded arrays the example drew before) W_q = W_k, y_hat = y, and a
-swap of their gradients is invisible."""
+one drawn seed each, and Hypothesis hands two draws of one example the same integer on purpose
+(in a few examples of a run: too few to count on); without the salt (how many seeded arrays the
+example drew before) W_q = W_k, y_hat = y, and a swap of their gradients is invisible.  Here
+every seed drawn is the same integer, the collision in every example."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import itertools
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import minibert_reference
 from minibert_spec.protocol import capabilities
@@ -42,7 +44,8 @@ def seeded_pairs(case) -> list:
             if a.shape == b.shape]
 
 
-def test_two_arrays_drawn_in_one_example_differ():
+def test_two_arrays_drawn_in_one_example_differ(monkeypatch):
+    monkeypatch.setattr(S, "_seed", lambda: st.just(7))  # every seed of an example the same
     compared = 0
     for name in FAMILIES:
         for case in drawn(name):
@@ -51,4 +54,4 @@ def test_two_arrays_drawn_in_one_example_differ():
                 assert not np.array_equal(a, b), (
                     f"{name}: {m} and {n} drawn equal in one example (a lost salt: a swap of "
                     f"their gradients would pass)")
-    assert compared >= DRAWS, f"only {compared} pairs of one shape compared"
+    assert compared >= DRAWS // 2, f"only {compared} pairs of one shape compared"
