@@ -15,12 +15,12 @@ import inspect
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
 
 import minibert_reference
 from minibert_spec.protocol import OPS, capabilities
 from minibert_spec.protocol.capabilities import unmet
 from minibert_spec.suite import strategies as S
+from tests.drawn import family_cases
 
 # drawn cases per family (and its fixed-seed ones): a sampled_from of two to four values turns
 # up in a handful
@@ -62,21 +62,6 @@ def off_default(value, default) -> bool:
     return value != default
 
 
-def family_cases(family, caps: dict) -> list:
-    """The family's fixed-seed cases and DRAWS drawn ones (derandomized: a rerun draws the
-    same)."""
-    cases = list(family.examples(caps))
-
-    @settings(max_examples=DRAWS, derandomize=True, database=None, deadline=None,
-              phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
-    @given(family.strategy_for(caps))
-    def draw(case):
-        cases.append(case)
-
-    draw()
-    return cases
-
-
 def drawn_off_default() -> dict:
     """(op, argument) -> whether some case of some family of the op passes it off its default."""
     caps = capabilities(minibert_reference)
@@ -87,7 +72,7 @@ def drawn_off_default() -> dict:
             seen.setdefault((family.op, name), False)
         if unmet(caps, dict(family.needs)):
             continue
-        for case in family_cases(family, caps):
+        for case in family_cases(family, caps, DRAWS):
             args = {**case.inputs, **case.fixed}
             for name, default in defaults.items():
                 if name in args and off_default(args[name], default):

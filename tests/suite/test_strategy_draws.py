@@ -9,12 +9,12 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import minibert_reference
 from minibert_spec.protocol import capabilities
 from minibert_spec.suite import strategies as S
+from tests.drawn import family_cases
 
 # families whose cases hold two or more inputs of one shape in every example (mse's y_hat and
 # y, SwiGLU's W_1 and W_3)
@@ -23,16 +23,7 @@ DRAWS = 20
 
 
 def drawn(name: str) -> list:
-    family, cases = S.family(name), []
-
-    @settings(max_examples=DRAWS, derandomize=True, database=None, deadline=None,
-              phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
-    @given(family.strategy_for(capabilities(minibert_reference)))
-    def draw(case):
-        cases.append(case)
-
-    draw()
-    return cases
+    return family_cases(S.family(name), capabilities(minibert_reference), DRAWS)
 
 
 def seeded_pairs(case) -> list:
