@@ -104,8 +104,10 @@ def config_from_hf(hf: dict, *, head: str, pooler: bool,
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{where}: position_embedding_type "
                          f"{hf['position_embedding_type']!r} is not supported (only 'absolute')")
-    if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        raise ValueError(f"{where}: decoder / cross-attention BERT is not supported")
+    for flag in ("is_decoder", "add_cross_attention"):  # either alone makes another model
+        if hf.get(flag):
+            raise ValueError(f"{where}: {flag}: expected false (a decoder / cross-attention "
+                             f"BERT is not supported), got {hf[flag]!r}")
     sizes = {ours: _int_field(hf, theirs, where, 2 if theirs == "type_vocab_size" else None)
              for theirs, ours in SIZE_FIELDS.items()}
     if sizes["hidden"] % sizes["n_heads"]:

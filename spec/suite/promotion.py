@@ -108,12 +108,33 @@ def _sees_float32(frame) -> bool:
     return False
 
 
+def in_adapter(frame) -> bool:
+    """Whether the frame runs an adapter of a file of its own (``minibert adapter new`` /
+    ``infer`` write one: ``import mybert as impl``): a module that defines protocol names and
+    holds another module of the user's.  Its stand-ins (a key mask of ones, zeros for an absent
+    bias) are float64 before the implementation runs, and naming one fixes nothing (issue 41):
+    its float64 reaches the implementation's frames, which are named instead.  A file that holds
+    its classes and their ``layer()`` together is the implementation itself."""
+    import types
+
+    from minibert_spec.protocol import OPS
+    from minibert_spec.suite.shrink import is_user_path
+
+    module = frame.f_globals
+    if not any(name in module for op in OPS.values() for name in op.names):
+        return False
+    return any(isinstance(v, types.ModuleType) and v.__name__ != module.get("__name__")
+               and is_user_path(getattr(v, "__file__", None) or "<none>")
+               for v in module.values())
+
+
 def trace(fn, *args, **kwargs) -> Promotion | None:
     """Run ``fn(*args, **kwargs)`` under a line tracer over the implementation's own frames
-    (minibert_spec.suite.shrink.is_user_path) and return the first line after which a local or the
-    return value is float64 where it was not before, in a frame that holds float32 values
-    (:func:`_sees_float32`; None: no such float64 appeared, or the call raised before one
-    did).  Exceptions of ``fn`` are swallowed: this only locates."""
+    (minibert_spec.suite.shrink.is_user_path, an adapter's own file left out: :func:`in_adapter`)
+    and return the first line after which a local or the return value is float64 where it was
+    not before, in a frame that holds float32 values (:func:`_sees_float32`; None: no such
+    float64 appeared, or the call raised before one did).  Exceptions of ``fn`` are swallowed:
+    this only locates."""
     from minibert_spec.suite.shrink import is_user_path
 
     found: list[Promotion] = []
@@ -144,8 +165,17 @@ def trace(fn, *args, **kwargs) -> Promotion | None:
             state[frame] = (frame.f_lineno, now)
         return local
 
+    adapters: dict = {}  # id of a module's globals -> whether it is an adapter's
+
+    def adapter(frame) -> bool:
+        key = id(frame.f_globals)
+        if key not in adapters:
+            adapters[key] = in_adapter(frame)
+        return adapters[key]
+
     def calls(frame, event, arg):
-        if found or event != "call" or not is_user_path(frame.f_code.co_filename):
+        if found or event != "call" or not is_user_path(frame.f_code.co_filename) \
+                or adapter(frame):
             return None
         state[frame] = (None, snapshot(frame))  # its arguments: the caller's doing
         return local

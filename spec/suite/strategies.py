@@ -628,6 +628,13 @@ def layernorm_eps() -> st.SearchStrategy[float]:
                      st.floats(-12.0, -3.0).map(lambda e: float(10.0 ** e)))
 
 
+def drawn_eps(draw, eps: bool | float) -> dict:
+    """A composite's LayerNorm eps as its case passes it: drawn (layernorm_eps) where the
+    implementation's LayerNorm takes eps inside the root (``layernorm.eps`` True), else left
+    out: the declared form's (a fixed number is passed by with_pinned_eps)."""
+    return {"eps": draw(layernorm_eps())} if eps is True else {}
+
+
 def _layernorm_example(rng, affine: bool = True, eps: bool | float = True):
     x = rng.standard_normal((2, 3, 6)) * 2 + 1
     gamma, beta = _gamma_beta(rng, 6)
@@ -891,6 +898,12 @@ def _ffn_example(rng, b_1: bool = True, b_2: bool = True, activation: str = "rel
        also=("relu",), torch="ffn")
 @cases("ffn", "nobias", needs={"ffn.b_1": False, "ffn.b_2": False},
        resolve=("ffn.activation",), also=("relu",), torch="ffn", omit=("ffn.no_b2",))
+# the other activations, each in an FFN of its own: the families above follow the declaration
+# to ReLU wherever it is declared, so an FFN that ignored ``activation`` was green (issue 41)
+@cases("ffn", "gelu", needs={"ffn.activation": "gelu"}, resolve=("ffn.b_1", "ffn.b_2"),
+       torch="ffn", omit=("ffn.no_b2",))
+@cases("ffn", "gelu_tanh", needs={"ffn.activation": "gelu_tanh"},
+       resolve=("ffn.b_1", "ffn.b_2"), torch="ffn", omit=("ffn.no_b2",))
 @fixed_examples(_ffn_example)
 @st.composite
 def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu") -> OpCase:
@@ -1448,16 +1461,20 @@ def _embedding_ln_example(rng):
 # a LayerNorm over 2 features has a zero Jacobian (see _BLOCK): gradients through it are
 # rounding noise in float32, so the float32-vs-float64 comparison needs H >= 3
 @cases("embedding_ln", smooth=embedding_ln_smooth, torch="embedding_ln",
-       f32_ok=lambda case: case.inputs["W_word"].shape[1] >= 3)
+       f32_ok=lambda case: case.inputs["W_word"].shape[1] >= 3, resolve=("layernorm.eps",))
 @fixed_examples(_embedding_ln_example)
 @st.composite
-def embedding_ln_cases(draw) -> OpCase:
+def embedding_ln_cases(draw, eps: bool | float = True) -> OpCase:
+    """eps drawn (layernorm_eps) for a LayerNorm with eps inside the root: an embedding
+    LayerNorm that ignores its eps was green at the default 1e-12; otherwise left out (the
+    declared form's, with_pinned_eps)."""
     B, T = draw(batch_seq())
     H, V, n_types = draw(sizes(2, 5)), draw(sizes(1, 5)), draw(sizes(1, 3))
     inputs = {"W_word": draw(arrays((V, H))), "W_pos": draw(arrays((T + draw(sizes(0, 2)), H))),
               "W_type": draw(arrays((n_types, H))), "gamma": draw(gammas(H)),
               "beta": draw(betas(H))}
-    fixed = {"ids": draw(token_ids((B, T), V)), "type_ids": draw(token_ids((B, T), n_types))}
+    fixed = {"ids": draw(token_ids((B, T), V)), "type_ids": draw(token_ids((B, T), n_types)),
+             **drawn_eps(draw, eps)}
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
@@ -1509,18 +1526,19 @@ _MLM = dict(smooth=mlm_head_smooth, also=("gelu",), torch="mlm_head",
             f32_ok=lambda case: case.inputs["h"].shape[-1] >= 3)
 
 
-@cases("mlm_head", "gelu", activation="gelu", **_MLM)
-@cases("mlm_head", "gelu_tanh", activation="gelu_tanh", **_MLM)
+@cases("mlm_head", "gelu", activation="gelu", resolve=("layernorm.eps",), **_MLM)
+@cases("mlm_head", "gelu_tanh", activation="gelu_tanh", resolve=("layernorm.eps",), **_MLM)
 @fixed_examples(_mlm_head_example)
 @st.composite
-def mlm_head_cases(draw, activation: str) -> OpCase:
+def mlm_head_cases(draw, activation: str, eps: bool | float = True) -> OpCase:
+    """eps drawn as embedding_ln_cases draws it (drawn_eps)."""
     lead = draw(_lead_shapes(3).filter(len))
     H, V = draw(sizes(2, 4)), draw(sizes(1, 6))
     inputs = {"h": draw(arrays(lead + (H,))), "W_t": draw(arrays((H, H))),
               "b_t": draw(arrays((H,))), "gamma": draw(gammas(H)), "beta": draw(betas(H)),
               "W_word": draw(arrays((V, H))), "b_dec": draw(arrays((V,)))}
-    return OpCase(inputs, {"activation": activation}, draw(upstream(lead + (V,))),
-                  draw(_seed()))
+    return OpCase(inputs, {"activation": activation, **drawn_eps(draw, eps)},
+                  draw(upstream(lead + (V,))), draw(_seed()))
 
 
 def _classifier_example(rng):

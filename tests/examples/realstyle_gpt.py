@@ -6,7 +6,8 @@ split) / SwiGLU), judged as the suite's ``decoder`` row through the thin adapter
 ``causal`` (the mask hides the past instead of the future), ``final_ln`` (the final norm's
 Jacobian skipped on the way back), ``tied`` (the tied table's gradient overwritten by the
 head's share: counted once), ``rope_sign`` (RoPE turns the other way, forward and backward
-consistently: only the oracle sees it).
+consistently: only the oracle sees it), ``rope_base`` (the blocks' RoPE at the default base
+10000 whatever the config's ``rope_base``: only a case off that default sees it).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class Attention:
         return x @ self.w[f"{n}.w"] + (self.w[f"{n}.b"] if f"{n}.b" in self.w else 0)
 
     def _rope(self, T, d, dtype):
-        inv = self.rope_base ** (-np.arange(0, d, 2) / d)
+        base = 10000.0 if "rope_base" in BUGS else self.rope_base
+        inv = base ** (-np.arange(0, d, 2) / d)
         ang = np.arange(T)[:, None] * inv[None]
         ang = np.concatenate([ang, ang], -1)
         s = -1.0 if "rope_sign" in BUGS else 1.0

@@ -86,6 +86,9 @@ def test_crafted_layer_count_refused_before_anything_is_built(saved, monkeypatch
     (dict(pad_token_id=20), "pad_token_id"),
     (dict(pad_token_id="0"), "pad_token_id"),
     (dict(hidden_act=["gelu"]), "hidden_act"),
+    # a decoder BERT carrying only one of the two flags (issue 41)
+    (dict(is_decoder=True), "is_decoder"),
+    (dict(add_cross_attention=True), "add_cross_attention"),
 ])
 def test_config_errors_name_the_file_and_the_field_as_written(saved, changes, field):
     _edit_config(saved, **changes)

@@ -108,3 +108,18 @@ def test_bad_input_column_runs_with_the_flag_and_says_so_without(capsys):
 
 
 UNVALIDATED = CASES["bad_input"][0]
+
+
+def test_a_bad_input_case_of_an_undeclared_form_is_na_not_red():
+    """A bad input of a form the implementation does not declare (a bias to a bias-free class,
+    a probability input to a loss on logits) is n/a with the reason: the proxy's NotApplicable
+    inside the case was a red ("expected ValueError, got NotApplicable") before (issue 41)."""
+    from tests.examples import backprop_numpy, realstyle_tutorial
+
+    for impl, ids in ((realstyle_tutorial, ["bad_input[attention.b_q_shape]",
+                                            "bad_input[attention.b_o_without_W_o]"]),
+                      (backprop_numpy, ["bad_input[cross_entropy.probabilities_zero]"])):
+        report = check_implementation(impl, ids=ids, bad_input=True)
+        assert {r.id: r.outcome for r in report.results} == dict.fromkeys(ids, "n/a"), [
+            (r.id, r.outcome, r.message[:200]) for r in report.results]
+        assert all("not applicable" in r.message for r in report.results)

@@ -36,6 +36,8 @@ BUGS = {
     "tied": (_fd(("gpt2",)) | {f"invariant[decoder.tied-{f}]" for f in FORMS}
              | _oracle(("backward",), ("gpt2",)), "embeddings.token.W"),
     "rope_sign": (_oracle(("forward", "backward"), ("llama",)), "decoder[llama]"),
+    # a pre-LN block dropping its rope_base (issue 41): green while every case ran at 10000
+    "rope_base": (_oracle(("forward", "backward"), ("llama",)), "decoder[llama]"),
 }
 TENSOR = re.compile(r"logits|(embeddings|layers\.\d|final_ln|lm_head)\.\w")
 # which checks are red is the point here, not their speed: a loaded machine (the FD checks

@@ -14,7 +14,13 @@ import pytest
 
 from minibert_spec.suite.report import CheckReport
 from minibert_spec.suite.run import Result
-from tests.examples import guarded_optim, nep50_promotion, realstyle_minigpt
+from tests.examples import (
+    guarded_optim,
+    nep50_promotion,
+    promotion_impl,
+    promotion_impl_adapter,
+    realstyle_minigpt,
+)
 from tests.unshrunk import check_implementation
 
 
@@ -142,6 +148,21 @@ def test_a_promotion_is_not_blamed_on_a_constructor_that_holds_no_float32(tmp_pa
     line = next(i for i, text in enumerate(source, 1) if "s = x / np.sqrt(self.d)" in text)
     assert f"float64 first appears at classy_promotion.py:{line} in forward" in first.message, \
         first.message[:600]
+
+
+def test_a_promotion_is_named_in_the_implementation_not_its_adapter():
+    """An adapter in a file of its own (tests/examples/promotion_impl_adapter.py) makes a
+    harmless float64 stand-in before the implementation promotes: the cause is the
+    implementation's line, never the adapter's (issue 41: its advice fixed nothing)."""
+    report = check_implementation(promotion_impl_adapter, ops=["softmax"], kinds=["invariant"])
+    caused = [r.message for r in report.failures() if "cause:" in r.message]
+    assert caused, report.summary()
+    source = open(promotion_impl.__file__).read().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "s = x / np.sqrt(self.d)" in text)
+    for message in caused:
+        assert f"float64 first appears at promotion_impl.py:{line} in forward" in message, \
+            message[:600]
+        assert "promotion_impl_adapter.py" not in message, message[:600]
 
 
 @pytest.mark.parametrize("bug", ["clip", "schedule"])

@@ -22,6 +22,8 @@ X = rng.standard_normal((B, T, H))
 W = rng.standard_normal((H, H))
 VEC = rng.standard_normal(H)
 IDS = np.array([[0, 1, 1], [5, 0, 2]])
+# softmax rows with a 0 (at label 2 of the first row)
+P_ZERO = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
 
 
 def f32(a):
@@ -156,6 +158,9 @@ FORWARD_CASES = [
      lambda m: m.attention_forward(X, W, W, W, W, VEC, f32(VEC), n_heads=A)),
     ("attention b_o inf", "b_o",
      lambda m: m.attention_forward(X, W, W, W, W, b_o=with_inf(VEC), n_heads=A)),
+    # an output bias with no output projection to add it to (n/a without attention.W_o False)
+    ("attention b_o without W_o", "b_o",
+     lambda m: m.attention_forward(X, W, W, W, None, b_o=VEC, n_heads=A)),
     ("attention mask shape", "mask",
      lambda m: m.attention_forward(X, W, W, W, W, n_heads=A, mask=np.ones((B, T + 1), bool))),
     ("attention mask [B,T,T]", "mask",
@@ -215,6 +220,10 @@ FORWARD_CASES = [
     ("ce float labels", "labels", lambda m: m.cross_entropy_forward(X, np.zeros((B, T)))),
     ("ce logits nan", "logits",
      lambda m: m.cross_entropy_forward(with_nan(X), np.zeros((B, T), int))),
+    # a probability of 0 at a label: -log 0 (n/a without the cross_entropy.input form)
+    *[(f"ce {form} zero", "logits", lambda m, form=form: m.cross_entropy_forward(
+        P_ZERO, np.array([2, 0]), input=form))
+      for form in ("probabilities", "probabilities_dlogits")],
     ("next_token T = 1, mean", "ids",
      lambda m: m.next_token_cross_entropy_forward(X[:, :1], np.zeros((B, 1), int))),
     ("next_token nothing predicted", "ids", lambda m: m.next_token_cross_entropy_forward(
