@@ -277,6 +277,15 @@ def whole_model(loss_and_grads: Callable | None = None, params: Mapping | None =
     return WholeModel(loss_and_grads, params, **kwargs)
 
 
+def declaration(obj) -> WholeModel | None:
+    """The whole model ``obj`` declares: itself, or its ``WHOLE_MODEL`` (a module or object that
+    also provides op pairs: the ``whole_model`` row beside its op rows); else None."""
+    if isinstance(obj, WholeModel):
+        return obj
+    found = getattr(obj, "WHOLE_MODEL", None)
+    return found if isinstance(found, WholeModel) else None
+
+
 def implementation(obj):
     """``obj`` as an implementation: a bare function (``minibert check mymodel:loss_and_grads``)
     becomes a :class:`WholeModel` at its module's ``params`` or ``init_params()``; anything

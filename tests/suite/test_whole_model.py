@@ -278,3 +278,23 @@ def test_the_command_line_judges_a_whole_model(capsys):
                  "off", "--format", "json"]) == 1
     out = capsys.readouterr().out
     assert "look next at the op rows attention, rope, softmax" in out
+
+
+def test_a_module_with_op_pairs_and_a_whole_model_gets_both_rows_the_model_first():
+    """``WHOLE_MODEL = whole_model(...)`` beside op pairs: the whole_model row is the first of
+    the report, beside the op rows; a bug in the model is red there and nowhere else."""
+    import types
+
+    import minibert_reference
+
+    def impl(model):
+        return types.SimpleNamespace(relu_forward=minibert_reference.relu_forward,
+                                     relu_backward=minibert_reference.relu_backward,
+                                     WHOLE_MODEL=model)
+
+    report = check_implementation(impl(wm_decoder.MODEL), oracle="off", settings=SETTINGS,
+                                  ops=["relu", "whole_model"], kinds=["fd", "invariant"])
+    assert list(report.verdicts().items())[:2] == [("whole_model", "ok"), ("relu", "ok")]
+    red = check_implementation(impl(wm_decoder.MODEL_ROPE_BUG), oracle="off",
+                               settings=SETTINGS, ops=["relu", "whole_model"], kinds=["fd"])
+    assert red.verdicts() == {"whole_model": "FAIL", "relu": "ok"}

@@ -22,7 +22,7 @@ from minibert_spec.numerics.finite_differences import (
 )
 from minibert_spec.protocol import unwrap
 from minibert_spec.protocol.conventions import ConventionWarning
-from minibert_spec.protocol.wholemodel import look_next
+from minibert_spec.protocol.wholemodel import declaration, look_next
 from minibert_spec.suite.registry import check
 
 # batch shapes and the seed of the parameters' move and the batch's values, drawn by Hypothesis
@@ -101,7 +101,7 @@ def _is_f32(grads) -> bool:
 def draw(impl, B: int, T: int, seed: int):
     """The inputs of one example: the declared params moved off their values (their own
     dtype), a batch of B x T, and the upstream gradient of a forward / backward pair."""
-    model = unwrap(impl)
+    model = declaration(unwrap(impl))
     rng = np.random.default_rng(seed)
     base = moved(model.params, rng)
     batch = model.draw_batch(B, T, rng)
