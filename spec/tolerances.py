@@ -19,6 +19,19 @@ FD_RTOL = 1e-6
 # derived, not loosened.
 FD_FLOOR = 1e-3
 
+# Float32-only code (a whole model that computes in float32 whatever it is given,
+# minibert_spec.numerics.finite_differences.gradcheck_dict): run as it is, so its loss carries
+# float32 rounding (~1e-7 relative per op) and an FD step of FD_EPS would measure rounding alone.
+# The step is 1e-2 along a unit direction (near eps32^(1/3) ~ 5e-3, where truncation ~ h^2 and
+# rounding ~ u / h balance), and each comparison is allowed the loss's own rounding noise,
+# measured on the case (FD_F32_NOISE_SIGMAS times the spread that fourth differences of the loss
+# show, whose smooth part ~ h^4 is ~1e-8): a floor that is stated in the verdict, since a gradient
+# error below it is not seen.  Above the floor, 1e-3 relative: the direction's own float32
+# rounding on the way in (~1e-5 relative) with 100x room; a wrong backward is off by O(1).
+FD_F32_EPS = 1e-2
+FD_F32_RTOL = 1e-3
+FD_F32_NOISE_SIGMAS = 6.0
+
 # SymPy <-> code: the lambdified SymPy expression and the NumPy function evaluate the same real
 # formula in float64 in different orders (a few ulps, 2.2e-16, per op over <= ~100 terms), on
 # inputs bounded by ~2.  Compared as max|a - b| / max(|a|, |b|, SYMPY_CODE_FLOOR): relative for

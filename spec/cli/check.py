@@ -35,6 +35,11 @@ def register(sub) -> None:
                                      "(package.module[:object]): a per-op verdict")
     g.add_argument("impl", nargs="?", help="the implementation, as package.module[:object]")
     g.add_argument("--ops", nargs="+", help="only the checks of these ops (default: all)")
+    g.add_argument("--model", action="store_true",
+                   help="the whole-model verdict alone, for any architecture: impl is your "
+                        "loss_and_grads(params, ids, ...) -> (loss, grads) (package.module:"
+                        "function; the params: that module's params or init_params()) or a "
+                        "minibert_spec.suite.whole_model(...) declaration")
     g.add_argument("--kinds", nargs="+", help="only these kinds of check: fd, oracle, "
                                               "oracle.forward, oracle.backward, sympy, "
                                               "invariant, bad_input")
@@ -166,6 +171,13 @@ def _run(args, server) -> int:
         return _fail(f"--max-examples: expected a positive integer, got {args.max_examples}")
     if args.quick and args.max_examples is not None:
         return _fail("--quick runs the fixed examples alone: --max-examples does not apply")
+    if getattr(args, "model", False):  # the whole_model row alone
+        if args.ops:
+            return _fail("--model: runs the whole_model row alone; not with --ops")
+        if args.impl and ":" not in args.impl:
+            return _fail(f"--model: expected package.module:function (your loss_and_grads) or "
+                         f"package.module:MODEL (a whole_model declaration), got {args.impl!r}")
+        args.ops = ["whole_model"]
     import warnings
 
     try:

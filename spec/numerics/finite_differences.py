@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minibert_spec.protocol import IGNORE_INDEX
-from minibert_spec.tolerances import FD_EPS, FD_FLOOR, FD_RTOL
+from minibert_spec.tolerances import (
+    FD_EPS,
+    FD_F32_EPS,
+    FD_F32_NOISE_SIGMAS,
+    FD_F32_RTOL,
+    FD_FLOOR,
+    FD_RTOL,
+)
 
 
 @dataclass
@@ -83,13 +90,14 @@ def _require_f64(name: str, x: np.ndarray) -> None:
 def directional_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.ndarray, *,
                       rng: np.random.Generator, n_dirs: int = 2, eps: float = FD_EPS,
                       rtol: float = FD_RTOL, floor: float = FD_FLOOR, op: str = "",
-                      tensor: str = "") -> CheckResult:
+                      tensor: str = "", noise: float = 0.0) -> CheckResult:
     """<grad, u> vs (f(x + eps u) - f(x - eps u)) / (2 eps) for ``n_dirs`` random unit vectors u.
 
     u is Gaussian (mixed signs, never all-ones) normalised to ||u|| = 1, so the step moves x by
     exactly eps whatever its size: each entry moves by ~eps / sqrt(x.size), which keeps a large
     tensor's perturbation from crossing ReLU kinks downstream.  ``f`` maps an array shaped like
-    ``x`` to a scalar; ``x`` is not modified.
+    ``x`` to a scalar; ``x`` is not modified.  ``noise``: an absolute allowance on |a - b| for
+    rounding in ``f`` itself (float32 code: :func:`rounding_noise`), 0 for float64 code.
     """
     _require_f64(tensor or "x", x)
     if grad.shape != x.shape:
@@ -103,7 +111,8 @@ def directional_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.
         numeric = (float(f(x + eps * u)) - float(f(x - eps * u))) / (2 * eps)
         err = float(relative_error(analytic, numeric, floor))
         if err > rtol:  # FD's own truncation error at this case, not the backward's
-            err = _judged(analytic, numeric, floor, truncation_slack(f, x, u, eps, numeric))
+            err = _judged(analytic, numeric, floor,
+                          truncation_slack(f, x, u, eps, numeric) + noise)
         if worst is None or err > worst[0]:
             worst = (err, analytic, numeric, k)
     err, a, n, k = worst
@@ -113,9 +122,9 @@ def directional_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.
 def elementwise_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.ndarray, *,
                       eps: float = FD_EPS, rtol: float = FD_RTOL, floor: float = FD_FLOOR,
                       indices: Iterable[tuple] | None = None, op: str = "",
-                      tensor: str = "") -> CheckResult:
+                      tensor: str = "", noise: float = 0.0) -> CheckResult:
     """Central difference of every element (or of ``indices``) against ``grad``; reports the
-    worst index."""
+    worst index.  ``noise``: as in :func:`directional_check`."""
     _require_f64(tensor or "x", x)
     if grad.shape != x.shape:
         raise ValueError(f"grad: expected shape {x.shape}, got {grad.shape}")
@@ -137,7 +146,7 @@ def elementwise_check(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.
             e = np.zeros_like(xp)
             e[idx] = 1.0
             err = _judged(analytic, numeric, floor,
-                          truncation_slack(f, xp, e, eps, numeric))
+                          truncation_slack(f, xp, e, eps, numeric) + noise)
         count += 1
         if worst[3] is None or err > worst[0]:
             worst = (err, analytic, numeric, idx)
@@ -151,10 +160,11 @@ LOCALISE_MAX = 64
 
 
 def localise(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.ndarray,
-             failed: CheckResult, rng: np.random.Generator) -> CheckResult:
+             failed: CheckResult, rng: np.random.Generator, *, eps: float = FD_EPS,
+             noise: float = 0.0) -> CheckResult:
     """The element-wise check behind a failed directional one: the worst index and both values
     (over every entry, or LOCALISE_MAX sampled ones); the directional result if no sampled
-    entry disagrees."""
+    entry disagrees.  ``eps``, ``noise``: the directional check's."""
     if failed.passed or failed.mode != "directional":
         return failed
     if x.size <= LOCALISE_MAX:
@@ -164,7 +174,7 @@ def localise(f: Callable[[np.ndarray], float], x: np.ndarray, grad: np.ndarray,
         indices = [np.unravel_index(int(i), x.shape) for i in flat]
         how = f"{LOCALISE_MAX} sampled entries of {x.size}"
     el = elementwise_check(f, x, grad, indices=indices, op=failed.op, tensor=failed.tensor,
-                           rtol=failed.rtol)
+                           rtol=failed.rtol, eps=eps, noise=noise)
     if el.passed:
         failed.note = f"(no single entry among {how} disagrees: a spread-out error)"
         return failed
@@ -211,6 +221,143 @@ def assert_all_passed(results: Iterable[CheckResult]) -> None:
             f"gradient check failed for {len(failed)} of {len(results)} tensors ("
             + ", ".join(f"d/d{r.tensor}" for r in failed) + f"); worst {worst}"
             + ("\n" + "\n".join(str(r) for r in failed) if len(failed) > 1 else ""))
+
+
+# --------------------------------------------------------------------------- a dict of arrays
+# FD of a scalar function of a dict of named arrays (a whole model's loss of its params, a
+# user-declared op's objective): each tensor along random directions, the worst failing one
+# localised to an element.  No architecture assumed: names are only names.
+@dataclass
+class DictGradcheck:
+    """The comparisons of :func:`gradcheck_dict`: one per tensor, in the dict's order (the
+    worst failing one localised to an element when it could be), the dtype the function ran
+    in, its FD step and the absolute rounding floor each comparison was allowed (0 in
+    float64)."""
+
+    results: list[CheckResult]
+    dtype: str
+    eps: float
+    noise: float
+    worst: CheckResult | None = None  # the worst failing tensor's, localised; None: all agree
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+    def floor_note(self) -> str:
+        """How the comparisons were made, in words (the verdict states a float32 floor)."""
+        if self.dtype != "float32":
+            return f"float64, step {self.eps:g}, rtol {self.results[0].rtol:g}" if \
+                self.results else "float64"
+        return (f"float32 code run as it is: step {self.eps:g}, rtol {FD_F32_RTOL:g} above a "
+                f"rounding floor of {self.noise:.1e} on each directional derivative (the "
+                "loss's own float32 noise, measured): a gradient error below it is not seen")
+
+
+def moved(params: Mapping[str, np.ndarray], rng: np.random.Generator, *, scale: float = 0.5,
+          least: float = 0.1) -> dict[str, np.ndarray]:
+    """Every float tensor moved off its value whatever its name: ``+ N(0, s^2)`` with ``s =
+    max(scale * rms, least)`` -- a gain of ones, a bias of zeros, a small-init weight all become
+    random, so a backward right only at initialisation (gamma = 1, beta = 0) is caught.  Dtypes
+    kept."""
+    out = {}
+    for name, value in params.items():
+        v = np.asarray(value)
+        if not np.issubdtype(v.dtype, np.floating):
+            out[name] = v.copy()
+            continue
+        s = max(scale * float(np.sqrt(np.mean(np.square(v, dtype=np.float64)))), least)
+        out[name] = (v + s * rng.standard_normal(v.shape)).astype(v.dtype)
+    return out
+
+
+def rounding_noise(f_of: Mapping[str, Callable[[np.ndarray], float]],
+                   points: Mapping[str, np.ndarray], eps: float, rng: np.random.Generator,
+                   *, samples: int = 8) -> float:
+    """The allowance on a central difference of step ``eps`` for rounding inside the function:
+    ``FD_F32_NOISE_SIGMAS * sigma / eps``, sigma the spread of one evaluation estimated from
+    fourth differences f(2h) - 4 f(h) + 6 f(0) - 4 f(-h) + f(-2h) along random unit directions
+    (variance 70 sigma^2; their smooth part ~ h^4 f'''' is ~1e-8 at h = 1e-2), at least
+    ``samples`` of them spread over the tensors, and never below one float32 ulp of f.  The
+    gradient under test takes no part: a wrong backward cannot widen its own allowance."""
+    names = list(points)
+    f0 = None
+    d4 = []
+    for k in range(max(samples, len(names))):
+        name = names[k % len(names)]
+        f, x = f_of[name], points[name]
+        f0 = float(f(x)) if f0 is None else f0
+        u = rng.standard_normal(x.shape)
+        u /= np.linalg.norm(u)
+        v = [float(f(x + j * eps * u)) for j in (2, 1, -1, -2)]
+        d4.append(v[0] - 4 * v[1] + 6 * f0 - 4 * v[2] + v[3])
+    sigma = max(float(np.sqrt(np.mean(np.square(d4)) / 70.0)),
+                float(np.finfo(np.float32).eps) * abs(f0))
+    return FD_F32_NOISE_SIGMAS * sigma / eps
+
+
+def gradcheck_dict(f: Callable[[dict], float], params: Mapping[str, np.ndarray],
+                   grads: Mapping[str, np.ndarray], *, rng: np.random.Generator,
+                   n_dirs: int = 1, op: str = "") -> DictGradcheck:
+    """Directional central differences of scalar ``f(params)`` w.r.t. every tensor of
+    ``params`` (torch gradcheck's fast mode: two evaluations per random mixed-sign unit
+    direction, whatever the tensor's size), each perturbed alone; the worst failing tensor is
+    then localised element-wise (:func:`localise`: the index and both values).
+
+    float64 params: the step and rtol of the float64 checks.  float32 params (code that
+    computes in float32 whatever it is given) are run as they are: the function gets float32
+    arrays, the step is FD_F32_EPS and each comparison is allowed the function's own rounding
+    noise (:func:`rounding_noise`), reported in the result.  ``grads`` must hold an array of
+    each tensor's shape (check that first: :func:`gradient_bookkeeping`)."""
+    f32 = any(np.asarray(v).dtype == np.float32 for v in params.values())
+    eps, rtol = (FD_F32_EPS, FD_F32_RTOL) if f32 else (FD_EPS, FD_RTOL)
+    points = {n: np.asarray(v, dtype=np.float64) for n, v in params.items()}
+
+    def f_of(name):
+        dtype = np.asarray(params[name]).dtype
+
+        def g(v):  # FD works in float64; the function gets its own dtype back
+            return f({**params, name: v.astype(dtype, copy=False)})
+        return g
+
+    fs = {n: f_of(n) for n in params}
+    noise = rounding_noise(fs, points, eps, rng) if f32 else 0.0
+    g64 = {n: np.asarray(grads[n], dtype=np.float64) for n in params}
+    results = [directional_check(fs[n], points[n], g64[n], rng=rng, n_dirs=n_dirs, eps=eps,
+                                 rtol=rtol, op=op, tensor=n, noise=noise) for n in params]
+    failed = [r for r in results if not r.passed]
+    worst = None
+    if failed:  # the element-wise check on the worst tensor: its index and both values
+        worst = max(failed, key=lambda r: r.error)
+        i = results.index(worst)
+        worst = results[i] = localise(fs[worst.tensor], points[worst.tensor], g64[worst.tensor],
+                                      worst, rng, eps=eps, noise=noise)
+    return DictGradcheck(results, "float32" if f32 else "float64", eps, noise, worst)
+
+
+def gradient_bookkeeping(params: Mapping[str, np.ndarray], grads) -> list[str]:
+    """What is wrong with ``grads`` as the gradient of ``params``, one line each: not a dict, a
+    missing or an extra key (named), a shape or dtype that is not the parameter's, a
+    non-finite entry (its index and value).  Empty when it is well formed."""
+    if not isinstance(grads, Mapping):
+        return [f"grads: expected a dict keyed like params, got {type(grads).__name__}"]
+    out = [f"grads lacks {k!r} (a parameter: its gradient is missing)"
+           for k in params if k not in grads]
+    out += [f"grads has {k!r}, which is not a parameter" for k in grads if k not in params]
+    for k in params:
+        if k not in grads:
+            continue
+        g, p = grads[k], np.asarray(params[k])
+        if not isinstance(g, np.ndarray):
+            out.append(f"grads[{k!r}]: expected a NumPy array, got {type(g).__name__}")
+        elif g.shape != p.shape:
+            out.append(f"grads[{k!r}]: shape {g.shape}, expected {p.shape} (the parameter's)")
+        elif g.dtype != p.dtype:
+            out.append(f"grads[{k!r}]: dtype {g.dtype}, expected {p.dtype} (the parameter's)")
+        elif not np.all(np.isfinite(g)):
+            idx = tuple(int(i) for i in np.argwhere(~np.isfinite(g))[0])
+            out.append(f"grads[{k!r}]: not finite at index {idx}: {g[idx]}")
+    return out
 
 
 # --------------------------------------------------------------------------- whole-model check

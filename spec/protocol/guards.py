@@ -89,6 +89,7 @@ UNGUARDED = {
     "accumulation": "the mean over the micro-batches' predicted tokens: the loss rows' mean_eps",
     "model": "its ops' guards (the loss rows', its LayerNorms' eps)",
     "decoder": "its ops' guards (the next-token loss's, its norms' eps)",
+    "whole_model": "the user's own model: judged as it computes, guards and all",
 }
 # A guard is a tiny number: anything larger changes ordinary results, not only the edge cases
 # the guard exists for, and is a different formula rather than a guard.  The upper bound of a

@@ -43,5 +43,17 @@ def load_impl(spec: str):
                 raise
             raise ImplLoadError(f"impl: {spec!r}: cannot read {part!r}: "
                                 f"{type(e).__name__}: {e}") from None
-    return obj
+    return as_implementation(obj)
+
+
+def as_implementation(obj):
+    """``obj``, or the whole model a bare function stands for (``mymodel:loss_and_grads``,
+    minibert_spec.protocol.wholemodel.implementation); an ImplLoadError when that function's
+    params or batch cannot be told."""
+    from minibert_spec.protocol.wholemodel import implementation
+
+    try:
+        return implementation(obj)
+    except ValueError as e:
+        raise ImplLoadError(f"impl: {e}") from None
 

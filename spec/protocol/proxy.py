@@ -322,14 +322,16 @@ class ImplProxy:
 
         return (dout, rc.inner, *args[2:]), kwargs, post
 
-SUBNAMESPACES = ("optim",)
+# where a protocol name may live besides the object itself: a package's optimizer submodule; a
+# module's whole-model declaration (WHOLE_MODEL = whole_model(...): its row beside the op rows)
+SUBNAMESPACES = ("optim", "WHOLE_MODEL")
 # Hypothesis looks these up on a test's first argument (its executor hooks).
 _HOST_PROBES = frozenset({"execute_example", "setup_example", "teardown_example"})
 
 
 def resolve(obj, name: str):
     """``obj.<name>``, else ``obj.optim.<name>`` (a package may keep its optimizer in a
-    submodule): raises AttributeError when neither exists."""
+    submodule), else ``obj.WHOLE_MODEL.<name>``: raises AttributeError when none exists."""
     try:
         return getattr(obj, name)
     except AttributeError:
@@ -337,7 +339,8 @@ def resolve(obj, name: str):
     if not name.startswith("_"):
         for sub in SUBNAMESPACES:
             ns = getattr(obj, sub, None)
-            if ns is None and inspect.ismodule(obj) and getattr(obj, "__path__", None):
+            if ns is None and sub == "optim" and inspect.ismodule(obj) \
+                    and getattr(obj, "__path__", None):
                 try:  # a package's submodule that nothing imported yet
                     ns = importlib.import_module(f"{obj.__name__}.{sub}")
                 except ImportError:

@@ -84,6 +84,16 @@ _ATTENTION_EQUATIONS = (
 
 
 _TABLE = (
+    # first: the first row of a report, the whole-model verdict that says which rows to read next
+    Op("whole_model", ("whole_model_loss_and_grads",), (), (), module="model",
+       doc="whole_model_loss_and_grads(params, batch) -> (loss, grads): any architecture, "
+           "declared from the function you have, minibert_spec.suite.whole_model(loss_and_grads"
+           "(params, ids, targets, ...) -> (loss, grads), params) or a forward(params, ...) -> "
+           "(loss, cache) / backward([dloss,] cache) -> grads pair (minibert check "
+           "mymodel:loss_and_grads: the module's params or init_params()); judged by finite "
+           "differences of the loss in every parameter tensor, float64 (float32-only code as it "
+           "is, above a stated rounding floor), grads keyed, shaped and typed like params",
+       backward_doc="grads keyed like params"),
     Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward"),
        doc="embedding_forward(ids [B,T] int, W [V,H]) -> W[ids] [B,T,H]"),
     Op("tied_embedding", _pair("tied_embedding"), ("x", "W_E"),

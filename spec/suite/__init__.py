@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from minibert_spec.protocol.wholemodel import WholeModel, whole_model
 from minibert_spec.suite.registry import (
     COLUMNS,
     KINDS,
@@ -44,7 +45,7 @@ from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_set
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
-           "DEFAULT_TIMEOUT"]
+           "DEFAULT_TIMEOUT", "whole_model", "WholeModel"]
 
 
 def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
@@ -159,8 +160,6 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     from minibert_spec.protocol import DeclarationError, ImplLoadError
 
     __tracebackhide__ = True  # pytest shows a refusal as its line, not the suite's frames
-    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
-                             quick=quick)
     expected = resolve_expected_failures(expected_failed_checks, stacklevel=2)
     try:  # loads it, and reads and validates its CAPABILITIES before any check is collected
         if isinstance(impl, str):
@@ -168,6 +167,8 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
         proxy = as_proxy(impl)
     except (ImplLoadError, DeclarationError) as e:
         raise type(e)(str(e)) from None
+    checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
+                             bad_input=bad_input, quick=quick)
     if database == "auto":
         from hypothesis import settings
 
@@ -228,8 +229,8 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     if quick and settings is None:
         settings = check_settings(max_examples=QUICK)
     budget = ShrinkBudget()  # one for the run
-    checks = selected_checks(ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
-                             quick=quick)
+    checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
+                             bad_input=bad_input, quick=quick)
     done: dict[str, Result] = {}
     for c in first_red_order(checks) if first_red else checks:
         r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings, shrink=budget)
@@ -242,6 +243,16 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     results = apply_expectations(results, expected_failed_checks)
     return CheckReport(proxy._impl_label, results, oracle, bad_input,
                        seconds=time.perf_counter() - start)
+
+
+def _model_ops(proxy, ops, ids):
+    """``ops``; for a whole model (a :class:`WholeModel`, or a bare function) with neither ops
+    nor ids given, its own row alone: every op row would be n/a."""
+    from minibert_spec.protocol import unwrap
+
+    if ops is None and ids is None and isinstance(unwrap(proxy), WholeModel):
+        return ("whole_model",)
+    return ops
 
 
 def _probe(spec: str, timeout: float | None, *, raise_it: bool = False) -> str | None:

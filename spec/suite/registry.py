@@ -378,7 +378,7 @@ CHECK_MODULES = (
     "minibert_spec.suite.checks.oracle_ops", "minibert_spec.suite.checks.oracle_model",
     "minibert_spec.suite.checks.oracle_optim", "minibert_spec.suite.checks.oracle_bert",
     "minibert_spec.suite.checks.decoder", "minibert_spec.suite.checks.oracle_decoder",
-    "minibert_spec.suite.checks.adapters",
+    "minibert_spec.suite.checks.adapters", "minibert_spec.suite.checks.wholemodel",
 )
 
 

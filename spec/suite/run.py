@@ -324,6 +324,10 @@ def as_proxy(impl, label: str | None = None) -> ImplProxy:
     if isinstance(impl, str):
         label = label or impl
         impl = load_impl(impl)
+    else:  # a bare function is a whole model (minibert_spec.protocol.wholemodel)
+        from minibert_spec.protocol.loading import as_implementation
+
+        impl = as_implementation(impl)
     return ImplProxy(impl, label or label_of(impl))
 
 
