@@ -108,8 +108,9 @@ class CheckReport:
                 for op in self.ops()}
 
     def ops(self) -> list[str]:
-        seen = {op for r in self.results for op in r.ops}
-        return [op for op in OPS if op in seen]
+        seen = dict.fromkeys(op for r in self.results for op in r.ops)
+        # the op table's order, then the implementation's declared ops (minibert_spec.ops)
+        return [op for op in OPS if op in seen] + [op for op in seen if op not in OPS]
 
     def verdicts(self) -> dict[str, str]:
         """op -> its row's verdict (:meth:`verdict` of its cells), in the op table's order."""
