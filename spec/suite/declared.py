@@ -160,8 +160,8 @@ def invariant(impl, decl: OpDeclaration, prop: str, case: DeclaredCase) -> None:
     float32_kept: float32 in, float32 out and gradients; finite: the output and the gradients
     of finite inputs are finite."""
     dtype = np.float32 if prop == "float32_kept" else np.float64
+    before = {n: v.copy() for n, v in case.inputs(decl, dtype).items()}
     inputs, out, dout, cache = _run(decl, case, dtype)
-    before = {n: v.copy() for n, v in inputs.items()}
     grads = decl.backward(dout, cache)
     if prop == "inputs_untouched":
         for n, v in inputs.items():
