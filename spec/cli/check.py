@@ -338,17 +338,18 @@ def _could_not_run(args, report, settings, plan) -> int:
 
 def _declared(args, module: str, paths) -> tuple[str | None, tuple]:
     """(why the implementation cannot be checked, or None; the checks of the ops it declares):
-    it is imported in a child process first (minibert_spec.suite.probe), then here to read its
-    ``OPS``.  An import that raises is left to the workers, which name it in one line."""
-    if not args.impl or args.list or not module or not all(
+    it is imported in a child process first (minibert_spec.suite.probe), then, when it has an
+    ``OPS``, here to read it (the workers import it anyway; an implementation without one is
+    not imported here).  An import that raises is left to the workers, which name it."""
+    if not args.impl or not module or not all(
             p.isidentifier() for p in module.split(".")):
         return None, ()
     from minibert_spec.protocol import DeclarationError, ImplLoadError, load_impl
     from minibert_spec.suite.declared import checks_of
-    from minibert_spec.suite.probe import probe_import
+    from minibert_spec.suite.probe import probe
 
-    reason = probe_import(args.impl, args.timeout, paths=paths)
-    if reason is not None:
+    reason, has_ops = probe(args.impl, args.timeout, paths=paths)
+    if reason is not None or not has_ops:  # nothing of its own to read: not imported here
         return reason, ()
     added = [p for p in paths if p not in sys.path]
     sys.path[:0] = added

@@ -202,7 +202,11 @@ def declared_ops(impl) -> tuple[OpDeclaration, ...]:
         obj = object.__getattribute__(impl, "_impl_obj")  # past a proxy (it raises on misses)
     except AttributeError:
         obj = impl
-    declared = getattr(obj, ATTRIBUTE, None)
+    try:
+        declared = getattr(obj, ATTRIBUTE, None)
+    except Exception as e:  # noqa: BLE001 -- a module __getattr__ failing: refused, named
+        raise DeclarationError(f"{ATTRIBUTE}: reading it raised {type(e).__name__}: {e}"
+                               ) from None
     if declared is None:
         return ()
     if not isinstance(declared, (list, tuple)):

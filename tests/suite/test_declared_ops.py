@@ -21,6 +21,7 @@ from minibert_spec import ops
 from minibert_spec.protocol import DeclarationError
 from minibert_spec.suite import check_implementation, parametrize_with_checks
 from minibert_spec.suite.declared import checks_of
+from minibert_spec.suite.probe import probe
 from tests import ROOT
 from tests.examples import declared_geglu
 
@@ -188,6 +189,20 @@ def test_a_malformed_ops_list_is_refused_by_every_entry_point():
         checks_of(family)
 
 
+def test_reading_ops_that_raises_is_refused_and_the_probe_says_who_declares():
+    class Hostile:
+        @property
+        def OPS(self):
+            raise RuntimeError("not built yet")
+
+    report = check_implementation(Hostile())
+    assert report.exit_code() == 2
+    assert report.load_error == "OPS: reading it raised RuntimeError: not built yet"
+    # minibert check imports in-process only what declares ops (the probe's child says)
+    assert probe("tests.examples.declared_geglu", 60, paths=[str(ROOT)]) == (None, True)
+    assert probe("tests.examples.classy_adapter", 60, paths=[str(ROOT)]) == (None, False)
+
+
 def _cli(*args, cwd, pythonpath) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
     return subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", *args],
@@ -204,6 +219,31 @@ def test_minibert_check_refuses_a_malformed_ops_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "minibert check: could not run: OPS[1]: expected minibert_spec.ops.declare(...), got "
         "str"], proc.stderr
+
+
+def test_minibert_check_lists_and_selects_the_declared_ops(tmp_path):
+    proc = _cli("tests.examples.declared_geglu", "--list", "--ops", "geglu", "--bad-input",
+                cwd=ROOT, pythonpath=[SUITE_ROOT])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    listed = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert [row[0] for row in listed] == GEGLU_IDS
+    assert {row[2] for row in listed} == {"geglu"}
+    assert all(row[3].startswith(str(Path("spec", "suite", "declared.py"))) or
+               "declared.py:" in row[3] for row in listed), listed
+
+
+@pytest.mark.slow
+def test_the_pytest_plugin_runs_the_declared_checks(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SUITE_ROOT, str(ROOT)])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--minibert-impl",
+         "tests.examples.declared_geglu:buggy", "-k", "geglu", "--minibert-xfail",
+         "fd[geglu]=the planted bug"], capture_output=True, text=True, cwd=tmp_path, env=env,
+        timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert re.search(r"2 failed, 5 passed, \d+ deselected, 1 xfailed", proc.stdout), \
+        proc.stdout[-3000:]
+    assert "FAILED ::test_check[oracle.backward[geglu-f64]]" in proc.stdout
 
 
 # --------------------------------------------------------------------------- the README
