@@ -40,6 +40,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from minibert_spec.protocol import OPS as TABLE
 from minibert_spec.protocol.capabilities import DeclarationError
 
 __all__ = ["Arg", "OpDeclaration", "array", "ints", "bools", "scalar", "declare",
@@ -147,8 +148,6 @@ def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[s
     DeclarationError naming the field, what was given and what is accepted."""
     if not isinstance(name, str) or not _NAME.match(name):
         _refuse(name, "name", name, "a lower-case identifier such as 'geglu' ([a-z][a-z0-9_]*)")
-    from minibert_spec.protocol import OPS as TABLE
-
     if name in TABLE:
         _refuse(name, "name", name, f"a name that is not a built-in op ({', '.join(TABLE)})")
     for what, fn in (("forward", forward), ("backward", backward)):

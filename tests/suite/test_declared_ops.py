@@ -133,6 +133,16 @@ def test_the_smooth_filter_keeps_the_draws_off_a_kink():
     assert outcomes(check_implementation(every, ids=["fd[op1]"])) == {"fd[op1]": "passed"}
 
 
+def test_declared_ops_keep_their_rows_in_the_class_table_and_the_shared_causes():
+    from minibert_spec.suite.many import class_table
+    from minibert_spec.suite.report import in_table_order
+
+    assert in_table_order(["geglu", "linear", "geglu", "alibi"]) == ["linear", "geglu", "alibi"]
+    report = {"ops": [{"op": "geglu", "verdict": "ok"}, {"op": "linear", "verdict": "ok"}]}
+    row = {"name": "a", "exit_code": 0, "reason": "", "seconds": 1.0, "report": report}
+    assert class_table([row])["ops"] == ["linear", "geglu"]
+
+
 def test_an_expected_failure_may_name_a_declared_check():
     report = check_implementation(declared_geglu.buggy, match=r"^fd\[geglu",
                                   expected_failed_checks={"fd[geglu]": "the planted bug"})
