@@ -170,15 +170,20 @@ def _run(args, server) -> int:
     cwd = os.getcwd()
     module = (args.impl or "").partition(":")[0]
     paths = [p for p in dict.fromkeys([cwd, import_root(module, cwd)]) if p]
-    # the implementation's own ops (OPS): imported here once a child process imported it
-    # safely (an exit, crash or hang is refused below, at the probe's place in the run)
-    reason, declared = _declared(args, module, paths)
     try:
         with warnings.catch_warnings(record=True) as renames:
             warnings.simplefilter("always", DeprecationWarning)
             checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
-                                     bad_input=args.bad_input, quick=args.quick,
-                                     extra=declared)
+                                     bad_input=args.bad_input, quick=args.quick)
+            # the implementation's own ops (OPS): imported here once a child process imported
+            # it safely (an exit, crash or hang is refused below, at the probe's place).  After
+            # the suite's own selection: the fork server imports the suite meanwhile, and a
+            # probe beside both missed a --timeout of 1 s on a loaded machine
+            reason, declared = _declared(args, module, paths)
+            if declared:
+                checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
+                                         bad_input=args.bad_input, quick=args.quick,
+                                         extra=declared)
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
     for w in renames:  # -k naming a former id: said, one line each
