@@ -20,6 +20,8 @@ means), the ten-line test file of the README and a ``pyproject.toml`` of its own
   the verdicts of the plain repository, and import neither of the user's generic modules (each
   leaves a mark when imported); ``pip show -f`` lists nothing at the top of site-packages but
   the project's own names;
+* an op of the user's own, declared (the README's GeGLU): ``minibert check`` exits 0 on it and
+  1 on its planted bug, red in FD and the oracle;
 * without torch: ``minibert check`` exits 2 saying how to install the oracle, and 0 with
   ``--oracle off``, whose report says the oracle was off.
 
@@ -190,6 +192,37 @@ def check_json(bin_dir: Path, repo: Path, module: str, *args) -> tuple[int, dict
                    str(out), *args], repo, user_env(bin_dir))
     data = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, data, t, proc
+
+
+# ---------------------------------------------- an op of the user's own (minibert_spec.ops)
+# the README's worked example (a GeGLU the op table lacks) and the bug its text plants
+GEGLU_BUG = ("(Phi + a * phi)", "Phi")
+
+
+def readme_geglu() -> str:
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(# mygeglu\.py.*?)```", text, re.S)
+    if len(blocks) != 1:
+        fail("the README's GeGLU example (```python, # mygeglu.py) is gone")
+    return blocks[0]
+
+
+def declared_op(bin_dir: Path, repo: Path) -> None:
+    """The README's GeGLU, declared in the user's repository: ``minibert check`` from the wheel
+    exits 0 on it, 1 on its planted bug with FD and the oracle red."""
+    for name, source, want in (("mygeglu", readme_geglu(), 0),
+                               ("mygeglu_buggy", readme_geglu().replace(*GEGLU_BUG), 1)):
+        (repo / f"{name}.py").write_text(source)
+        code, data, t, proc = check_json(bin_dir, repo, name, "-k", "geglu")
+        failed = {r["id"] for r in (data or {}).get("results", ()) if r["outcome"] == "failed"}
+        red = {"fd[geglu]", "oracle.backward[geglu-f64]"}
+        if code != want or (red <= failed) != bool(want):
+            fail(f"minibert check {name} -k geglu: exit {code}, failed {sorted(failed)}", proc)
+        print(f"minibert check {name} -k geglu (a declared op): exit {code} in {t:.0f} s, failed "
+              f"{sorted(failed)}")
+        (repo / f"{name}.py").unlink()
 
 
 # -------------------------------------------------------- a user repository with generic names
@@ -424,6 +457,7 @@ def main() -> int:
         print("pytest --minibert-impl=mybert_buggy -k 'layernorm and fd': red, names "
               "fd[layernorm]")
 
+        declared_op(full, repo)
         generic_names_repo(full, tmp, failed_buggy)
 
         bare = venv(tmp / "venv-core", wheel, "")

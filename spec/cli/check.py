@@ -158,7 +158,6 @@ def run(args) -> int:
 def _run(args, server) -> int:
     from minibert_spec.suite import QUICK, selected_checks
     from minibert_spec.suite.pool import run_isolated
-    from minibert_spec.suite.probe import probe_import
     from minibert_spec.suite.registry import resolve_expected_failures
     from minibert_spec.suite.report import apply_expectations, expectations_from_args
 
@@ -180,18 +179,31 @@ def _run(args, server) -> int:
         args.ops = ["whole_model"]
     import warnings
 
+    cwd = os.getcwd()
+    module = (args.impl or "").partition(":")[0]
+    paths = [p for p in dict.fromkeys([cwd, import_root(module, cwd)]) if p]
     try:
         with warnings.catch_warnings(record=True) as renames:
             warnings.simplefilter("always", DeprecationWarning)
             checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
                                      bad_input=args.bad_input, quick=args.quick)
+            # the implementation's own ops (OPS): imported here once a child process imported
+            # it safely (an exit, crash or hang is refused below, at the probe's place).  After
+            # the suite's own selection: the fork server imports the suite meanwhile, and a
+            # probe beside both missed a --timeout of 1 s on a loaded machine
+            reason, declared = _declared(args, module, paths)
+            if declared:
+                checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
+                                         bad_input=args.bad_input, quick=args.quick,
+                                         extra=declared)
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
     for w in renames:  # -k naming a former id: said, one line each
         print(f"minibert check: deprecated: {w.message}", file=sys.stderr)
-    _check_selection(args)
+    _check_selection(args, {op for c in declared for op in c.ops})
     try:
-        expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail")
+        expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail",
+                                             extra=declared)
         plan = _shard(args, checks)
     except ValueError as e:
         return _fail(str(e))
@@ -210,7 +222,6 @@ def _run(args, server) -> int:
         return _fail("impl: expected package.module[:object] (or --list)")
     if not checks:
         return _fail("the selection matches no check (see --list)")
-    module = args.impl.partition(":")[0]
     if not module or not all(p.isidentifier() for p in module.split(".")):
         return _fail(f"impl: expected package.module[:object], got {args.impl!r}")
     if args.oracle == "require":
@@ -220,13 +231,10 @@ def _run(args, server) -> int:
                          f"{'is' if len(needed) == 1 else 'are'} not installed: "
                          "pip install 'minibert-spec[oracle]' (the CPU wheel "
                          "torch==2.13.0), or pass --oracle off to check without it")
-    cwd = os.getcwd()
-    paths = [p for p in dict.fromkeys([cwd, import_root(module, cwd)]) if p]
     database = os.path.abspath(args.database) if args.database else None
     replay = [os.path.abspath(d) for d in args.replay]
     settings = run_settings(args, expected, paths, bool(database or replay))
-    reason = probe_import(args.impl, args.timeout, paths=paths)  # an exit, crash or hang
-    if reason is not None:
+    if reason is not None:  # the probe's: an exit, crash or hang; or a malformed OPS
         from minibert_spec.suite.report import CheckReport
 
         report = CheckReport(args.impl, [], args.oracle, args.bad_input, load_error=reason)
@@ -345,13 +353,43 @@ def _could_not_run(args, report, settings, plan) -> int:
     return _fail(f"could not run: {report.load_error}", report.exit_code())
 
 
-def _check_selection(args) -> None:
+def _declared(args, module: str, paths) -> tuple[str | None, tuple]:
+    """(why the implementation cannot be checked, or None; the checks of the ops it declares):
+    it is imported in a child process first (minibert_spec.suite.probe), then, when it has an
+    ``OPS``, here to read it (the workers import it anyway; an implementation without one is
+    not imported here).  An import that raises is left to the workers, which name it."""
+    if not args.impl or not module or not all(
+            p.isidentifier() for p in module.split(".")):
+        return None, ()
+    from minibert_spec.protocol import DeclarationError, ImplLoadError, load_impl
+    from minibert_spec.suite.declared import checks_of
+    from minibert_spec.suite.probe import probe
+
+    reason, has_ops = probe(args.impl, args.timeout, paths=paths)
+    if reason is not None or not has_ops:  # nothing of its own to read: not imported here
+        return reason, ()
+    added = [p for p in paths if p not in sys.path]
+    sys.path[:0] = added
+    try:
+        return None, checks_of(load_impl(args.impl))
+    except ImplLoadError:
+        return None, ()
+    except DeclarationError as e:
+        return str(e), ()
+    finally:
+        for p in added:
+            if p in sys.path:
+                sys.path.remove(p)
+
+
+def _check_selection(args, declared_ops=frozenset()) -> None:
     from minibert_spec.protocol import OPS
     from minibert_spec.suite.registry import KINDS
 
-    unknown = sorted(set(args.ops or ()) - set(OPS))
+    unknown = sorted(set(args.ops or ()) - set(OPS) - set(declared_ops))
     if unknown:
-        raise ValueError(f"--ops: unknown {unknown}; expected some of {list(OPS)}")
+        raise ValueError(f"--ops: unknown {unknown}; expected some of "
+                         f"{[*OPS, *sorted(declared_ops)]}")
     kinds = set(KINDS) | {k.split(".")[0] for k in KINDS}
     unknown = sorted(set(args.kinds or ()) - kinds)
     if unknown:

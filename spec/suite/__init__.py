@@ -50,11 +50,13 @@ __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "
 
 def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
                     ops: Iterable[str] | None = None, match: str | None = None,
-                    bad_input: bool = False, quick: bool = False) -> list[Check]:
+                    bad_input: bool = False, quick: bool = False,
+                    extra: Iterable[Check] = ()) -> list[Check]:
     """The checks a run covers: everything (bad-input checks only with ``bad_input``),
     narrowed by ids, kinds, ops or a regular expression on the id; ``quick``: the checks with
-    fixed examples (run on those alone, :data:`QUICK`)."""
-    checks = select(ids=ids, kinds=kinds, ops=ops, match=match)
+    fixed examples (run on those alone, :data:`QUICK`).  ``extra``: the checks of the ops the
+    implementation declares (minibert_spec.suite.declared.checks_of), selected alike."""
+    checks = select(ids=ids, kinds=kinds, ops=ops, match=match, extra=extra)
     if not bad_input and ids is None:
         checks = [c for c in checks if c.kind != "bad_input"]
     if quick:
@@ -131,6 +133,8 @@ class ProvidesSomething:
         from minibert_spec.protocol import OPS, provides
 
         ops = {op for c in self.checks for op in c.ops}
+        if any(op not in OPS for op in ops):  # a declared op: its functions are its own
+            return
         if not any(provides(self.proxy, name) for op in ops for name in OPS[op].names):
             raise AssertionError(f"{self.proxy._impl_label} provides no protocol name of the "
                                  f"selected ops {sorted(ops)}: nothing to check (the "
@@ -160,15 +164,18 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     from minibert_spec.protocol import DeclarationError, ImplLoadError
 
     __tracebackhide__ = True  # pytest shows a refusal as its line, not the suite's frames
-    expected = resolve_expected_failures(expected_failed_checks, stacklevel=2)
+    from minibert_spec.suite.declared import checks_of
+
     try:  # loads it, and reads and validates its CAPABILITIES before any check is collected
         if isinstance(impl, str):
             _probe(impl, timeout, raise_it=True)
         proxy = as_proxy(impl)
+        declared = checks_of(proxy)  # its own ops (OPS), validated
     except (ImplLoadError, DeclarationError) as e:
         raise type(e)(str(e)) from None
     checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
-                             bad_input=bad_input, quick=quick)
+                             bad_input=bad_input, quick=quick, extra=declared)
+    expected = resolve_expected_failures(expected_failed_checks, stacklevel=2, extra=declared)
     if database == "auto":
         from hypothesis import settings
 
@@ -212,17 +219,20 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     import time
 
     from minibert_spec.protocol import DeclarationError, ImplLoadError, label_of
+    from minibert_spec.suite.declared import checks_of
 
-    expected_failed_checks = resolve_expected_failures(expected_failed_checks)
     start = time.perf_counter()
     label = impl if isinstance(impl, str) else None
     reason = _probe(impl, timeout) if isinstance(impl, str) else None
     if reason is not None:
         return CheckReport(impl, [], oracle, bad_input, load_error=reason)
-    try:  # loads it, and reads and validates its CAPABILITIES before any check runs
+    try:  # loads it, and reads and validates its CAPABILITIES and OPS before any check runs
         proxy = as_proxy(impl, label)
+        declared = checks_of(proxy)
     except (ImplLoadError, DeclarationError) as e:
+        resolve_expected_failures(expected_failed_checks)  # an unknown id still refused
         return CheckReport(label or label_of(impl), [], oracle, bad_input, load_error=str(e))
+    expected_failed_checks = resolve_expected_failures(expected_failed_checks, extra=declared)
     from minibert_spec.suite.run import first_red_order, stopped_results
     from minibert_spec.suite.shrink import ShrinkBudget
 
@@ -230,7 +240,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
         settings = check_settings(max_examples=QUICK)
     budget = ShrinkBudget()  # one for the run
     checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
-                             bad_input=bad_input, quick=quick)
+                             bad_input=bad_input, quick=quick, extra=declared)
     done: dict[str, Result] = {}
     for c in first_red_order(checks) if first_red else checks:
         r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings, shrink=budget)

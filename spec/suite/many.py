@@ -236,11 +236,12 @@ class _client:
 
 
 def class_table(rows: Sequence[dict]) -> dict:
-    """The class table (JSON): the ops in the op table's order, and per implementation its
+    """The class table (JSON): the ops in the op table's order (then declared ops), and per
+    implementation its
     exit status, one-line summary, each op's verdict, its failed checks and run notes."""
-    from minibert_spec.protocol import OPS
+    from minibert_spec.suite.report import in_table_order
 
-    seen = {op["op"] for r in rows if r["report"] for op in r["report"].get("ops", [])}
+    seen = [op["op"] for r in rows if r["report"] for op in r["report"].get("ops", [])]
     impls = []
     for r in rows:
         rep = r["report"] or {}
@@ -256,7 +257,7 @@ def class_table(rows: Sequence[dict]) -> dict:
     codes = [i["exit_code"] for i in impls]
     exit_code = 0 if all(c == 0 for c in codes) else 1 if 1 in codes else 2
     return {"schema": SCHEMA, "exit_code": exit_code,
-            "ops": [op for op in OPS if op in seen], "implementations": impls}
+            "ops": in_table_order(seen), "implementations": impls}
 
 
 def table_signature(table: dict) -> list:

@@ -26,25 +26,28 @@ def configure(config) -> None:
     the suite module; any failure is a ``pytest.UsageError`` of one line."""
 
     from minibert_spec.protocol import ImplLoadError, capabilities
+    from minibert_spec.suite.declared import checks_of
     from minibert_spec.suite.probe import probe_import
     from minibert_spec.suite.registry import resolve_expected_failures
     from minibert_spec.suite.report import expectations_from_args
     from minibert_spec.suite.run import as_proxy
 
     spec = config.getoption("minibert_impl")
-    try:
-        config._minibert_expected = resolve_expected_failures(
-            expectations_from_args(config.getoption("minibert_xfail")), "--minibert-xfail")
-    except ValueError as e:
-        raise pytest.UsageError(str(e)) from None
     reason = probe_import(spec, config.getoption("minibert_timeout"))
     if reason is not None:
         raise pytest.UsageError(f"--minibert-impl {spec}: {reason}")
     try:  # an implementation that does not load stops the session at once, one line
         config._minibert_proxy = as_proxy(spec)
         capabilities(config._minibert_proxy)
+        declared = checks_of(config._minibert_proxy)  # its own ops (OPS), validated
     except (ImplLoadError, ValueError) as e:
         raise pytest.UsageError(f"--minibert-impl {spec}: {e}") from None
+    try:  # after loading: an id of a declared op is known only then
+        config._minibert_expected = resolve_expected_failures(
+            expectations_from_args(config.getoption("minibert_xfail")), "--minibert-xfail",
+            extra=declared)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
     config.args.append(str(SUITE_MODULE))
 
 

@@ -24,21 +24,26 @@ import tempfile
 from collections.abc import Sequence
 
 # The child: sys.path as the parent's, the import (and the attribute path), then a word in the
-# result file; os._exit skips the implementation's atexit hooks (not the import's business).
+# result file ("finished", "finished OPS" when the object declares ops of its own: the caller then
+# reads them in-process, minibert_spec.ops); os._exit skips the implementation's atexit hooks (not
+# the import's business).
 _CHILD = """\
 import importlib, os, sys
 spec, result, path = sys.argv[1], sys.argv[2], sys.argv[3]
 import json
 sys.path[:] = json.loads(path)
 module, _, attr = spec.partition(":")
+word = "finished"
 try:
     obj = importlib.import_module(module)
     for part in filter(None, attr.split(".")):
         obj = getattr(obj, part)
+    if getattr(obj, "OPS", None) is not None:
+        word = "finished OPS"
 except BaseException:  # raised: the in-process load names it
     pass
 with open(result, "w") as f:
-    f.write("finished")
+    f.write(word)
 os._exit(0)
 """
 
@@ -48,6 +53,14 @@ def probe_import(spec: str, timeout: float | None, *, paths: Sequence[str] = ())
     process's ``sys.path`` (``paths`` first); None when the import finishes within ``timeout``
     seconds
     (None: no limit) -- returning or raising --, else the reason it did not, one line."""
+    return probe(spec, timeout, paths=paths)[0]
+
+
+def probe(spec: str, timeout: float | None, *, paths: Sequence[str] = ()
+          ) -> tuple[str | None, bool]:
+    """:func:`probe_import`'s reason, and whether the imported object has an ``OPS`` (ops of
+    its own, minibert_spec.ops: ``minibert check`` then reads them in-process, and an
+    implementation without one is never imported by the parent)."""
     module = spec.partition(":")[0]
     path = [os.path.abspath(p or os.curdir) for p in [*paths, *sys.path]]
     with tempfile.TemporaryDirectory(prefix="minibert-probe-") as tmp:
@@ -61,18 +74,19 @@ def probe_import(spec: str, timeout: float | None, *, paths: Sequence[str] = ())
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
             _kill_group(child)
-            return f"impl: importing {module!r} did not finish within {timeout:g} s"
+            return f"impl: importing {module!r} did not finish within {timeout:g} s", False
         if os.path.exists(result):
-            return None
+            with open(result) as f:
+                return None, f.read().strip() == "finished OPS"
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"impl: importing {module!r} killed the process ({name})"
+        return f"impl: importing {module!r} killed the process ({name})", False
     return (f"impl: importing {module!r} ended the process with exit status {code} before the "
             "import finished (os._exit, or an exit from another thread): nothing could be "
-            "checked")
+            "checked"), False
 
 
 def _kill_group(child: subprocess.Popen) -> None:

@@ -394,8 +394,10 @@ def all_checks() -> tuple[Check, ...]:
     return tuple(_REGISTRY.values())
 
 
-def get(check_id: str) -> Check:
-    checks = {c.id: c for c in all_checks()}
+def get(check_id: str, extra: Iterable[Check] = ()) -> Check:
+    """The check of ``check_id`` among the registered ones and ``extra`` (an implementation's
+    declared ops' checks, minibert_spec.suite.declared)."""
+    checks = {c.id: c for c in (*all_checks(), *extra)}
     check_id = renamed(check_id)
     if check_id not in checks:
         raise KeyError(f"no check {check_id!r}")
@@ -404,11 +406,13 @@ def get(check_id: str) -> Check:
 
 def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None = None,
            kinds: Iterable[str] | None = None, ops: Iterable[str] | None = None,
-           match: str | None = None) -> list[Check]:
+           match: str | None = None, extra: Iterable[Check] = ()) -> list[Check]:
     """Checks filtered by exact ids, kinds (``oracle`` matches both oracle kinds), ops, or a
     regular expression searched in the id.  An old id (:data:`ALIASES`) selects its check and
-    warns; so does a pattern that matches no current id but old ones."""
-    out = list(all_checks() if checks is None else checks)
+    warns; so does a pattern that matches no current id but old ones.  ``extra``: checks
+    selected with the registered ones (an implementation's declared ops')."""
+    extra = tuple(extra)
+    out = [*(all_checks() if checks is None else checks), *extra]
     if ids is not None:
         wanted = [renamed(i, stacklevel=3) for i in ids]
         known = {c.id for c in out}
@@ -425,7 +429,7 @@ def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None =
     if match is not None:
         rx = re.compile(match)
         found = {c.id for c in out if rx.search(c.id)}
-        if not any(rx.search(c.id) for c in all_checks()):  # it names old ids, if any
+        if not any(rx.search(c.id) for c in (*all_checks(), *extra)):  # old ids, if any
             found = {renamed(old, stacklevel=3) for old in ALIASES if rx.search(old)}
         out = [c for c in out if c.id in found]
     return out
@@ -433,15 +437,17 @@ def select(checks: Iterable[Check] | None = None, *, ids: Iterable[str] | None =
 
 def resolve_expected_failures(expected: Mapping[str, str] | None,
                               what: str = "expected_failed_checks", *,
-                              stacklevel: int = 2) -> dict[str, str]:
+                              stacklevel: int = 2, extra: Iterable[Check] = ()
+                              ) -> dict[str, str]:
     """A user's expected failures (check id -> reason) with every id resolved to a registered
     check; the one rule for ``parametrize_with_checks``, ``check_implementation``, the pytest
     plugin (``--minibert-xfail``) and ``minibert check --xfail``.  An id that names no check is
     refused -- ValueError naming ``what``, each unknown id and its closest known ids -- because
-    an expectation that can never match would let a typo pass silently."""
+    an expectation that can never match would let a typo pass silently.  ``extra``: the
+    implementation's declared ops' checks, known too."""
     import difflib
 
-    known = {c.id for c in all_checks()}
+    known = {c.id for c in (*all_checks(), *extra)}
     out: dict[str, str] = {}
     unknown = []
     for check_id, reason in dict(expected or {}).items():

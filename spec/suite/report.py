@@ -26,6 +26,13 @@ _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 SCHEMA = "minibert-check/1"
 
 
+def in_table_order(ops: Iterable[str]) -> list[str]:
+    """The distinct ``ops`` in the op table's order, then the ops an implementation declares
+    (minibert_spec.ops: not rows of the table) in the order first seen."""
+    seen = dict.fromkeys(ops)
+    return [op for op in OPS if op in seen] + [op for op in seen if op not in OPS]
+
+
 @dataclass
 class Cell:
     status: str  # ok | FAIL | error | not run | n/a
@@ -108,8 +115,7 @@ class CheckReport:
                 for op in self.ops()}
 
     def ops(self) -> list[str]:
-        seen = {op for r in self.results for op in r.ops}
-        return [op for op in OPS if op in seen]
+        return in_table_order(op for r in self.results for op in r.ops)
 
     def verdicts(self) -> dict[str, str]:
         """op -> its row's verdict (:meth:`verdict` of its cells), in the op table's order."""
@@ -193,7 +199,7 @@ class CheckReport:
             if r.cause:
                 by.setdefault(r.cause, []).append(r)
         out = [{"cause": cause, "count": len(rs), "checks": [r.id for r in rs],
-                "ops": [op for op in OPS if any(op in r.ops for r in rs)]}
+                "ops": in_table_order(op for r in rs for op in r.ops)}
                for cause, rs in by.items() if len(rs) > 1]
         return sorted(out, key=lambda g: -g["count"])
 

@@ -74,6 +74,7 @@ def serve(job: dict, out, commands) -> int:
         install_interrupt_flag,
         load_impl,
     )
+    from minibert_spec.suite.declared import checks_of
     from minibert_spec.suite.registry import get
     from minibert_spec.suite.run import check_settings, run_check, shared_database
     from minibert_spec.suite.shrink import ShrinkBudget
@@ -82,6 +83,7 @@ def serve(job: dict, out, commands) -> int:
     try:
         obj = load_impl(job["impl"])
         capabilities(obj)
+        declared = checks_of(obj)  # the checks of the ops it declares (OPS)
     except (ImplLoadError, ValueError) as e:
         _emit(out, event="load_error", message=str(e))
         return 2
@@ -101,7 +103,7 @@ def serve(job: dict, out, commands) -> int:
         if "shrink" in command:
             budget.seconds = command["shrink"]["seconds"]
             budget.shrunk.update(command["shrink"]["shrunk"])
-        check = get(command["id"])
+        check = get(command["id"], declared)
         _emit(out, event="start", id=check.id)
         before, left = set(hung), budget.seconds
         result = run_check(check, proxy, settings=settings, timeout=job.get("timeout"),

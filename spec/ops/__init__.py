@@ -1,0 +1,222 @@
+"""Ops declared by a user: one declaration per op, from which the suite derives its checks.
+
+The built-in ops are rows of an op table with a case family each (spec/protocol/table.py,
+spec/suite/strategies.py); an op the table lacks (a GeGLU, an ALiBi bias, a router, a loss of
+one's own) is *declared* beside ``CAPABILITIES``, in the spirit of PyTorch's OpInfo (one entry
+per op -- its sample inputs, its reference, its error inputs -- from which every test is
+derived)::
+
+    from minibert_spec import ops
+
+    OPS = [ops.declare("geglu", forward=geglu_forward, backward=geglu_backward,
+                       args={"x": ops.array("n", "2*d")}, sizes={"n": (1, 3), "d": (1, 4)},
+                       torch=lambda torch, F, x: F.gelu(x.chunk(2, -1)[0]) * x.chunk(2, -1)[1])]
+
+* ``forward(**arrays, **scalars) -> (out, cache)`` and ``backward(dout, cache) -> (one gradient
+  per differentiable array, in the order of args)``: the protocol's pair convention;
+* ``args`` in the forward's keyword order, each a kind: :func:`array` (differentiable, float),
+  :func:`ints` (an integer array, e.g. ids), :func:`bools` (a mask), :func:`scalar` (a fixed
+  keyword value);
+* shapes are tuples of sizes: an integer, a symbol of ``sizes`` (``"d"``) or an integer multiple
+  of one (``"2*d"``); each symbol is drawn by Hypothesis in its ``(low, high)`` range;
+* ``torch`` (optional): the twin, called ``torch(torch, torch.nn.functional, **tensors)``, so
+  that declaring imports nothing; the oracle compares the forward and, through
+  ``torch.autograd``, the backward with it;
+* ``smooth`` (optional): ``smooth(**arrays) -> bool``, False where a central difference would
+  cross a kink (the draw is discarded, never judged).
+
+The suite derives from each declaration: ``fd[<name>]`` (central differences in float64 over
+drawn shapes and a random upstream gradient), ``oracle.forward|backward[<name>-f64|f32]`` (with
+a twin), ``invariant[<name>.inputs_untouched|float32_kept|finite]`` and
+``bad_input[<name>.rank|dtype|nan|shape]`` (spec/suite/declared.py).  A malformed declaration
+is a :class:`~minibert_spec.protocol.capabilities.DeclarationError`: one line naming the op, the
+field, what was given and what is accepted.  This module validates and describes; it draws
+nothing and imports neither Hypothesis nor torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from minibert_spec.protocol import OPS as TABLE
+from minibert_spec.protocol.capabilities import DeclarationError
+
+__all__ = ["Arg", "OpDeclaration", "array", "ints", "bools", "scalar", "declare",
+           "declared_ops", "shape_of", "DeclarationError", "ATTRIBUTE", "MAX_SIZE"]
+
+# the attribute of a user's module or object that lists its declared ops (beside CAPABILITIES)
+ATTRIBUTE = "OPS"
+# the largest size a symbol may be drawn at: FD costs two forwards per entry it localises, and
+# a declared op is checked on small shapes (as torch.autograd.gradcheck's users do)
+MAX_SIZE = 64
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_SIZE = re.compile(r"^(?:(?P<k>[1-9][0-9]*)\*)?(?P<sym>[A-Za-z_][A-Za-z0-9_]*)$")
+KINDS = ("array", "ints", "bools", "scalar")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a declared forward: its kind (:data:`KINDS`), its shape (sizes: ints,
+    symbols, ``"k*symbol"``), the range its entries are drawn from, or its fixed value."""
+
+    kind: str
+    shape: tuple = ()
+    low: float = -2.0
+    high: float = 2.0
+    value: object = None
+
+    @property
+    def differentiable(self) -> bool:
+        return self.kind == "array"
+
+
+def array(*shape, low: float = -2.0, high: float = 2.0) -> Arg:
+    """A differentiable float array of ``shape``, entries drawn in [low, high]."""
+    return Arg("array", tuple(shape), float(low), float(high))
+
+
+def ints(*shape, low: int = 0, high: int = 1) -> Arg:
+    """An integer array of ``shape`` (ids, positions), entries drawn in [low, high]."""
+    return Arg("ints", tuple(shape), int(low), int(high))
+
+
+def bools(*shape) -> Arg:
+    """A boolean array of ``shape`` (a mask)."""
+    return Arg("bools", tuple(shape), 0, 1)
+
+
+def scalar(value) -> Arg:
+    """A fixed keyword argument (an int, a float, a string, a bool), passed as it is."""
+    return Arg("scalar", (), value=value)
+
+
+@dataclass(frozen=True)
+class OpDeclaration:
+    """One declared op (see the module's docstring); built and validated by :func:`declare`."""
+
+    name: str
+    forward: Callable = field(repr=False)
+    backward: Callable = field(repr=False)
+    args: Mapping[str, Arg] = field(default_factory=dict)
+    sizes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    torch: Callable | None = field(default=None, repr=False)
+    smooth: Callable | None = field(default=None, repr=False)
+
+    @property
+    def differentiable(self) -> tuple[str, ...]:
+        """The arrays the backward returns a gradient for, in the forward's order."""
+        return tuple(n for n, a in self.args.items() if a.differentiable)
+
+    @property
+    def fixed(self) -> dict:
+        """The fixed keyword arguments (scalars)."""
+        return {n: a.value for n, a in self.args.items() if a.kind == "scalar"}
+
+
+def _refuse(name, what: str, got, expected: str):
+    raise DeclarationError(f"{ATTRIBUTE}[{name!r}].{what}: expected {expected}, got {got!r}")
+
+
+def _symbols(size) -> str | None:
+    """The symbol a size names (None for a literal int); a DeclarationError-worthy size: ''."""
+    if isinstance(size, bool):
+        return ""
+    if isinstance(size, int):
+        return None if size >= 1 else ""
+    m = _SIZE.match(size) if isinstance(size, str) else None
+    return m["sym"] if m else ""
+
+
+def shape_of(arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The concrete shape of ``arg`` for the drawn ``sizes`` (symbol -> int)."""
+    out = []
+    for s in arg.shape:
+        if isinstance(s, int):
+            out.append(s)
+            continue
+        m = _SIZE.match(s)
+        out.append(int(m["k"] or 1) * sizes[m["sym"]])
+    return tuple(out)
+
+
+def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[str, Arg],
+            sizes: Mapping[str, tuple[int, int]] | None = None, torch: Callable | None = None,
+            smooth: Callable | None = None) -> OpDeclaration:
+    """Declare one op (see the module's docstring); a malformed declaration is a
+    DeclarationError naming the field, what was given and what is accepted."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        _refuse(name, "name", name, "a lower-case identifier such as 'geglu' ([a-z][a-z0-9_]*)")
+    if name in TABLE:
+        _refuse(name, "name", name, f"a name that is not a built-in op ({', '.join(TABLE)})")
+    for what, fn in (("forward", forward), ("backward", backward)):
+        if not callable(fn):
+            _refuse(name, what, fn, "a function")
+    for what, fn in (("torch", torch), ("smooth", smooth)):
+        if fn is not None and not callable(fn):
+            _refuse(name, what, fn, "a function, or None")
+    if not isinstance(args, Mapping) or not args:
+        _refuse(name, "args", args, "a non-empty dict {argument name: ops.array(...) | "
+                "ops.ints(...) | ops.bools(...) | ops.scalar(...)}")
+    sizes = dict(sizes or {})
+    for sym, rng in sizes.items():
+        ok = (isinstance(rng, tuple) and len(rng) == 2
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in rng)
+              and 1 <= rng[0] <= rng[1] <= MAX_SIZE)
+        if not ok:
+            _refuse(name, f"sizes[{sym!r}]", rng, f"a pair (low, high) of ints, 1 <= low <= high"
+                    f" <= {MAX_SIZE}")
+    used = set()
+    for arg, spec in args.items():
+        if not isinstance(arg, str) or not arg.isidentifier():
+            _refuse(name, "args", arg, "argument names that are Python identifiers")
+        if not isinstance(spec, Arg):
+            _refuse(name, f"args[{arg!r}]", spec, "ops.array(...), ops.ints(...), "
+                    "ops.bools(...) or ops.scalar(value)")
+        for s in spec.shape:
+            sym = _symbols(s)
+            if sym == "":
+                _refuse(name, f"args[{arg!r}].shape", spec.shape, "sizes that are positive "
+                        "ints, symbols of sizes ('d') or multiples of one ('2*d')")
+            if sym is not None and sym not in sizes:
+                _refuse(name, f"args[{arg!r}].shape", s, f"a symbol of sizes {sorted(sizes)}")
+            used.add(sym)
+        if spec.kind != "scalar" and not spec.low <= spec.high:
+            _refuse(name, f"args[{arg!r}]", (spec.low, spec.high), "low <= high")
+    if not any(a.differentiable for a in args.values()):
+        _refuse(name, "args", sorted(args), "at least one ops.array(...) (a differentiable "
+                "input: the backward's gradients are what is checked)")
+    unused = sorted(set(sizes) - used)
+    if unused:
+        _refuse(name, "sizes", unused, "symbols that some argument's shape uses")
+    return OpDeclaration(name, forward, backward, dict(args), sizes, torch, smooth)
+
+
+def declared_ops(impl) -> tuple[OpDeclaration, ...]:
+    """The ops ``impl`` (a module, an object, a proxy of either) declares in its ``OPS``
+    attribute, validated: () when it has none; a DeclarationError when ``OPS`` is not a list
+    of :func:`declare` results with distinct names."""
+    try:
+        obj = object.__getattribute__(impl, "_impl_obj")  # past a proxy (it raises on misses)
+    except AttributeError:
+        obj = impl
+    try:
+        declared = getattr(obj, ATTRIBUTE, None)
+    except Exception as e:  # noqa: BLE001 -- a module __getattr__ failing: refused, named
+        raise DeclarationError(f"{ATTRIBUTE}: reading it raised {type(e).__name__}: {e}"
+                               ) from None
+    if declared is None:
+        return ()
+    if not isinstance(declared, (list, tuple)):
+        raise DeclarationError(f"{ATTRIBUTE}: expected a list of minibert_spec.ops.declare(...)"
+                               f", got {type(declared).__name__}")
+    seen = set()
+    for i, d in enumerate(declared):
+        if not isinstance(d, OpDeclaration):
+            raise DeclarationError(f"{ATTRIBUTE}[{i}]: expected minibert_spec.ops.declare(...),"
+                                   f" got {type(d).__name__}")
+        if d.name in seen:
+            raise DeclarationError(f"{ATTRIBUTE}[{i}]: the name {d.name!r} is declared twice")
+        seen.add(d.name)
+    return tuple(declared)
