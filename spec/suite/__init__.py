@@ -39,7 +39,7 @@ from minibert_spec.suite.registry import (
     resolve_expected_failures,
     select,
 )
-from minibert_spec.suite.report import CheckReport, apply_expectations
+from minibert_spec.suite.report import CheckReport, apply_expectations, check_thin
 from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
@@ -196,7 +196,8 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          expected_failed_checks: Mapping[str, str] | None = None,
                          progress: Callable[[Result], object] | None = None,
                          settings=None, first_red: bool = False,
-                         quick: bool = False) -> CheckReport:
+                         quick: bool = False,
+                         thin_rows: Mapping[str, str] | None = None) -> CheckReport:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
     :class:`CheckReport`.  ``settings``: Hypothesis settings for every check (default
@@ -204,6 +205,9 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     most decisive first, and the run stops at the first failure (the rest are ``not run``).
     ``quick``: the quick run (each check on its fixed examples alone).  An unknown id in
     ``expected_failed_checks`` is a ValueError naming the closest known ids; an implementation
+    ``thin_rows`` (op -> reason, as ``minibert check --thin``): rows known to be checked on too
+    little evidence, ``thin`` rather than ``not judged`` (an op the protocol does not have is a
+    ValueError).  An implementation
     that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits, crashes or hangs) or
     whose ``CAPABILITIES`` the protocol cannot take (minibert_spec.protocol.capabilities) is a
     report
@@ -213,6 +217,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     from minibert_spec.protocol import DeclarationError, ImplLoadError, label_of
 
     expected_failed_checks = resolve_expected_failures(expected_failed_checks)
+    thin_rows = check_thin(thin_rows, "thin_rows")
     start = time.perf_counter()
     label = impl if isinstance(impl, str) else None
     reason = _probe(impl, timeout) if isinstance(impl, str) else None
@@ -241,7 +246,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     results = [done.get(c.id) or stopped_results([c])[0] for c in checks]
     results = apply_expectations(results, expected_failed_checks)
     return CheckReport(proxy._impl_label, results, oracle, bad_input,
-                       seconds=time.perf_counter() - start)
+                       seconds=time.perf_counter() - start, thin=thin_rows)
 
 
 def _probe(spec: str, timeout: float | None, *, raise_it: bool = False) -> str | None:
