@@ -385,7 +385,7 @@ def _print_table(report, data) -> None:
     from rich.table import Table
 
     from minibert_spec.cli._provenance import provenance_line
-    from minibert_spec.suite.report import first_rows
+    from minibert_spec.suite.report import UNVERIFIED_HINT, first_rows
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(escape(f"minibert check {report.impl}: {provenance_line()}"), style="dim")
@@ -429,6 +429,10 @@ def _print_table(report, data) -> None:
                           f"{escape(row['not_judged'][:300])}[/]")
         for line in row["conventions"]:
             console.print(f"[yellow]convention {row['op']}: {escape(line)}[/]")
+    for d in data["unverified_declarations"]:
+        console.print(f"[yellow]unverified declaration {escape(d['declaration'])} "
+                      f"({', '.join(d['ops'])}): {d['checks']} check(s) ran under it, none "
+                      f"against the oracle or SymPy ({escape(UNVERIFIED_HINT)})[/]")
     grouped = {}  # check id -> its group, for the reds after a group's first
     for g in data["groups"]:
         console.print(f"[red]same cause, {g['count']} checks ({', '.join(g['ops'])}): "

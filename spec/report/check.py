@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from minibert_spec.report import CHECK_STATUSES, Site, Stats
-from minibert_spec.suite.report import first_rows
+from minibert_spec.suite.report import UNVERIFIED_HINT, first_rows
 
 RED_CELLS = ("FAIL", "error")  # the cells that link to their failures
 # minibert_spec.suite.run.failure_message puts the reproduction after it
@@ -108,6 +108,10 @@ def _notes(data: dict) -> tuple[list[str], list[str]]:
         remarks.append("oracle off (--oracle off): the PyTorch columns were not run")
     if not data["bad_input"]:
         remarks.append("bad input not run (pass --bad-input for the named-error checks)")
+    for d in data.get("unverified_declarations", ()):
+        remarks.append(f"unverified declaration {d['declaration']} ({', '.join(d['ops'])}): "
+                       f"{d['checks']} check(s) ran under it, none against the oracle or SymPy "
+                       f"({UNVERIFIED_HINT})")
     return problems, remarks
 
 

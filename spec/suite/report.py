@@ -29,6 +29,15 @@ from minibert_spec.suite.run import NOT_RUN, Result, is_absent, one_line
 EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
 # a row whose cells passed on too little evidence (unjudged), and one named knowingly so
 NOT_JUDGED, THIN = "not judged", "thin"
+# the kinds that compare the implementation with something outside it (torch, the derivation):
+# the only ones that can show a declared form or value wrong -- finite differences and the
+# generic invariants agree with any self-consistent code, whatever eps it fixes
+VERIFYING_KINDS = ("oracle.forward", "oracle.backward", "sympy")
+# the convention line minibert_spec.protocol.capabilities.declared_variants gives a declaration
+_DECLARED = re.compile(r"^variant (?P<declaration>[a-z_]+\.[A-Za-z_]+=[^:]+):")
+_RAN = ("passed", "failed", "xfailed", "xpassed")
+UNVERIFIED_HINT = ("finite differences and the invariants agree with any self-consistent "
+                   "code: run the oracle, or without --quick, to verify it")
 # a number in a convention line (1e-06, -3.2, 0.000120): lines equal but for these are one
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 SCHEMA = "minibert-check/1"
@@ -223,6 +232,27 @@ class CheckReport:
                     f"{lines[0]} (x{n} checks" + (", values differ)" if distinct > 1 else ")"))
         return out
 
+    def unverified(self) -> list[dict]:
+        """The declarations (``layernorm.eps=1e-05``, ``attention.W_o=False``) some check ran
+        under but no check of :data:`VERIFYING_KINDS` did: ``{"declaration", "ops",
+        "checks"}`` (the checks that ran under it), in the order first seen.  Under ``--quick
+        --oracle off`` a wrong eps declaration is green on FD and the invariants alone; the
+        report says the declaration went unverified."""
+        seen: dict[str, dict] = {}
+        for r in self.results:
+            if r.outcome not in _RAN:
+                continue
+            for line in r.conventions:
+                m = _DECLARED.match(line)
+                if m is None:
+                    continue
+                d = seen.setdefault(m["declaration"], {"ops": [], "checks": 0, "by": False})
+                d["ops"] += [op for op in r.ops if op not in d["ops"]]
+                d["checks"] += 1
+                d["by"] |= r.kind in VERIFYING_KINDS
+        return [{"declaration": k, "ops": d["ops"], "checks": d["checks"]}
+                for k, d in seen.items() if not d["by"]]
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for r in self.results:
@@ -269,8 +299,11 @@ class CheckReport:
                     "selected ops: nothing to check (the names: python -m minibert_spec.protocol)")
         ok = [op for op, v in verdicts.items() if v == "ok"]
         thin = [op for op, v in verdicts.items() if v == THIN]
-        return f"{len(ok)} op(s) conform" + (f", {len(thin)} named thin: {', '.join(thin)}"
-                                             if thin else "")
+        unverified = [d["declaration"] for d in self.unverified()]
+        return (f"{len(ok)} op(s) conform"
+                + (f", {len(thin)} named thin: {', '.join(thin)}" if thin else "")
+                + (f"; declaration(s) no oracle or SymPy check verified: "
+                   f"{', '.join(unverified)}" if unverified else ""))
 
     def groups(self) -> list[dict]:
         """The reds that share a cause (minibert_spec.suite.shrink.cause_of: an exception raised on
@@ -314,6 +347,7 @@ class CheckReport:
             **({"merged_from": self.merged_from} if self.merged_from else {}),
             **({"thin": self.thin} if self.thin else {}),
             "not_provided": self.not_provided(),
+            "unverified_declarations": self.unverified(),
         }
 
     @classmethod
