@@ -94,7 +94,8 @@ def unjudged(cells: Mapping[str, Cell]) -> str | None:
     asks nothing of the row."""
     fd = cells["fd"]
     if fd.checks and not fd.ran:
-        return f"its backward met no finite-difference check ({fd.detail})"
+        return (f"its backward met no finite-difference check (all {len(fd.checks)} n/a; "
+                f"the first: {fd.detail})")
     forward, identities = cells["forward"], (cells["invariants"], cells["sympy"])
     asked = forward.checks or any(c.checks for c in identities)
     if asked and not forward.ran and not any(c.ran for c in identities):
