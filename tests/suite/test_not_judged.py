@@ -171,3 +171,12 @@ def test_the_page_shows_the_provided_ops_first_and_the_rest_in_one_row(tmp_path)
     assert len(collapsed) == 1 and len(collapsed[0].find_all("code")) == len(
         data["not_provided"])
     assert "lacks" not in grid.text()  # the absent reason is not repeated in every cell
+
+
+def test_minibert_check_refuses_an_unknown_thin_row_in_one_line(capsys):
+    from minibert_spec.cli import main
+
+    assert main(["check", "tests.examples.single_head_noproj", "--quick",
+                 "--thin", "atention=no mask"]) == EXIT_NOT_RUN
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--thin: unknown op 'atention'" in err, err
