@@ -106,7 +106,8 @@ def _print_many(table: dict) -> None:
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 200)
-    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow"}
+    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow",
+             "not judged": "red", "thin": "yellow"}  # the row verdicts of suite/report.py
     t = Table(title=f"{len(table['implementations'])} implementations x {len(table['ops'])} ops")
     t.add_column("implementation", no_wrap=True)
     for op in table["ops"]:

@@ -12,7 +12,9 @@ ran past its time limit, or disagreed; an ``--xfail`` check passed); 2 it could 
 it does not load (its import, run first in a child process, raises, exits, crashes or hangs),
 provides nothing, an ``--xfail`` id names no check, the oracle is required but torch is not
 installed (``--oracle off`` to run without it, said in the report), a check could not run, or
-the run passed its time limit.  Every reason is one line.
+the run passed its time limit, or a row is not judged (its backward met no finite differences,
+or its forward neither the oracle nor an identity; ``--thin OP=REASON`` names a row knowingly
+so).  Every reason is one line.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ def register(sub) -> None:
     g.add_argument("--xfail", action="append", default=[], metavar="ID[=REASON]",
                    help="a check expected to fail (repeatable; strict: a pass fails the run); "
                         "an unknown id is refused")
+    g.add_argument("--thin", action="append", default=[], metavar="OP[=REASON]",
+                   help="a row known to be checked on too little evidence (its backward met no "
+                        "finite differences, or its forward neither the oracle nor an "
+                        "identity): said in the report, without exit 2 (repeatable)")
     g.add_argument("--list", action="store_true",
                    help="list the selected checks (id, kind, ops, file:line of the function "
                         "that defines it) and exit")
@@ -159,7 +165,11 @@ def _run(args, server) -> int:
     from minibert_spec.suite import QUICK, selected_checks
     from minibert_spec.suite.pool import run_isolated
     from minibert_spec.suite.registry import resolve_expected_failures
-    from minibert_spec.suite.report import apply_expectations, expectations_from_args
+    from minibert_spec.suite.report import (
+        apply_expectations,
+        expectations_from_args,
+        thin_from_args,
+    )
 
     for flag, value in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
         if value is not None and value <= 0:
@@ -204,6 +214,7 @@ def _run(args, server) -> int:
     try:
         expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail",
                                              extra=declared)
+        thin = thin_from_args(args.thin)
         plan = _shard(args, checks)
     except ValueError as e:
         return _fail(str(e))
@@ -234,6 +245,7 @@ def _run(args, server) -> int:
     database = os.path.abspath(args.database) if args.database else None
     replay = [os.path.abspath(d) for d in args.replay]
     settings = run_settings(args, expected, paths, bool(database or replay))
+    settings["thin_rows"] = thin
     if reason is not None:  # the probe's: an exit, crash or hang; or a malformed OPS
         from minibert_spec.suite.report import CheckReport
 
@@ -249,7 +261,7 @@ def _run(args, server) -> int:
                               database=database, replay=replay)
     finally:
         done()
-    report.bad_input = args.bad_input
+    report.bad_input, report.thin = args.bad_input, thin
     report.results = apply_expectations(report.results, expected)
     if report.load_error is not None:  # one line, nothing else
         return _could_not_run(args, report, settings, plan)
@@ -423,6 +435,7 @@ def _print_table(report, data) -> None:
     from rich.table import Table
 
     from minibert_spec.cli._provenance import provenance_line
+    from minibert_spec.suite.report import UNVERIFIED_HINT, first_rows
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(escape(f"minibert check {report.impl}: {provenance_line()}"), style="dim")
@@ -437,23 +450,39 @@ def _print_table(report, data) -> None:
     for col in data["columns"]:
         table.add_column(col["heading"])
     table.add_column("verdict")
-    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow"}
+    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow",
+             "not judged": "red", "thin": "yellow"}
 
     def cell(c):
         short = {"ok": c["detail"].split(",")[0], "FAIL": "see below", "n/a": "",
                  "error": "see below", "not run": ""}[c["status"]]
         return f"[{style[c['status']]}]{c['status']}[/] {escape(short)}".rstrip()
 
-    for row in data["ops"]:
+    absent = set(data["not_provided"])
+    rows = first_rows(data)
+    for row in rows:
         table.add_row(row["op"], *(cell(row["cells"][c["key"]]) for c in data["columns"]),
                       f"[{style[row['verdict']]}]{row['verdict']}[/]")
+    if absent:  # one line for the ops the implementation has no name of
+        table.add_row(f"{len(absent)} more ops", "[dim]n/a: not provided[/]",
+                      *[""] * (len(data["columns"]) - 1), "[dim]n/a[/]")
     console.print(table)
-    for row in data["ops"]:
+    if absent:
+        console.print(f"[dim]not provided (n/a, no name of theirs): "
+                      f"{escape(', '.join(data['not_provided']))}[/]")
+    for row in rows:
         if row["verdict"] == "n/a":
             reasons = {c["detail"] for c in row["cells"].values() if c["detail"]}
             console.print(f"[dim]n/a {row['op']}: {escape('; '.join(sorted(reasons))[:200])}[/]")
+        if "not_judged" in row:
+            console.print(f"[{style[row['verdict']]}]{row['verdict']} {row['op']}: "
+                          f"{escape(row['not_judged'][:300])}[/]")
         for line in row["conventions"]:
             console.print(f"[yellow]convention {row['op']}: {escape(line)}[/]")
+    for d in data["unverified_declarations"]:
+        console.print(f"[yellow]unverified declaration {escape(d['declaration'])} "
+                      f"({', '.join(d['ops'])}): {d['checks']} check(s) ran under it, none "
+                      f"against the oracle or SymPy ({escape(UNVERIFIED_HINT)})[/]")
     grouped = {}  # check id -> its group, for the reds after a group's first
     for g in data["groups"]:
         console.print(f"[red]same cause, {g['count']} checks ({', '.join(g['ops'])}): "

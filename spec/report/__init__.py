@@ -61,12 +61,17 @@ STATUS: dict[str, Status] = {
                              "implementation lacks, a column that was not run)"),
     "not run": Status("#a16207", "checks here were not run: the run stopped at its first red "
                                  "(--first-red); never a pass"),
+    # a row's verdict only (minibert_spec.suite.report.unjudged)
+    "not judged": Status("#9d174d", "the row's checks passed on too little evidence: its "
+                                    "backward met no finite differences, or its forward "
+                                    "neither the oracle nor an identity (exit 2)"),
+    "thin": Status("#a16207", "not judged, and named so knowingly (--thin OP=REASON)"),
 }
 RED = frozenset({"gap", "regression"})
 # the words each report's legend explains
 AUDIT_STATUSES = ("verified", "proven", "confirmed", "refuted", "convention",
                   "not reproducible", "gap", "regression")
-CHECK_STATUSES = ("ok", "FAIL", "error", "not run", "n/a")
+CHECK_STATUSES = ("ok", "FAIL", "error", "not run", "n/a", "not judged", "thin")
 
 
 def slug(status: str) -> str:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from minibert_spec.report import CHECK_STATUSES, Site, Stats
+from minibert_spec.suite.report import UNVERIFIED_HINT, first_rows
 
 RED_CELLS = ("FAIL", "error")  # the cells that link to their failures
 # minibert_spec.suite.run.failure_message puts the reproduction after it
@@ -54,9 +55,10 @@ def split_message(message: str) -> dict:
 
 
 def _grid(data: dict, results: dict[str, dict]) -> tuple[list[dict], list[dict]]:
-    """The grid's rows and, per red cell, its failures (in grid order)."""
+    """The grid's rows (the provided ops first; those not provided are one line of the
+    template, ``data["not_provided"]``) and, per red cell, its failures (in grid order)."""
     rows, failures = [], []
-    for row in data["ops"]:
+    for row in first_rows(data):
         op, cells = row["op"], []
         for col in data["columns"]:
             c = row["cells"][col["key"]]
@@ -73,7 +75,7 @@ def _grid(data: dict, results: dict[str, dict]) -> tuple[list[dict], list[dict]]
                 for k in failures[-1]["checks"]:
                     k["rerun"] = rerun_command(data["impl"], k["id"], k["kind"])
         rows.append({"op": op, "verdict": row["verdict"], "cells": cells,
-                     "conventions": row["conventions"]})
+                     "conventions": row["conventions"], "not_judged": row.get("not_judged")})
     return rows, failures
 
 
@@ -106,6 +108,10 @@ def _notes(data: dict) -> tuple[list[str], list[str]]:
         remarks.append("oracle off (--oracle off): the PyTorch columns were not run")
     if not data["bad_input"]:
         remarks.append("bad input not run (pass --bad-input for the named-error checks)")
+    for d in data.get("unverified_declarations", ()):
+        remarks.append(f"unverified declaration {d['declaration']} ({', '.join(d['ops'])}): "
+                       f"{d['checks']} check(s) ran under it, none against the oracle or SymPy "
+                       f"({UNVERIFIED_HINT})")
     return problems, remarks
 
 

@@ -40,7 +40,7 @@ from minibert_spec.suite.registry import (
     resolve_expected_failures,
     select,
 )
-from minibert_spec.suite.report import CheckReport, apply_expectations
+from minibert_spec.suite.report import CheckReport, apply_expectations, check_thin
 from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
@@ -204,7 +204,8 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          expected_failed_checks: Mapping[str, str] | None = None,
                          progress: Callable[[Result], object] | None = None,
                          settings=None, first_red: bool = False,
-                         quick: bool = False) -> CheckReport:
+                         quick: bool = False,
+                         thin_rows: Mapping[str, str] | None = None) -> CheckReport:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
     :class:`CheckReport`.  ``settings``: Hypothesis settings for every check (default
@@ -212,6 +213,9 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     most decisive first, and the run stops at the first failure (the rest are ``not run``).
     ``quick``: the quick run (each check on its fixed examples alone).  An unknown id in
     ``expected_failed_checks`` is a ValueError naming the closest known ids; an implementation
+    ``thin_rows`` (op -> reason, as ``minibert check --thin``): rows known to be checked on too
+    little evidence, ``thin`` rather than ``not judged`` (an op the protocol does not have is a
+    ValueError).  An implementation
     that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits, crashes or hangs) or
     whose ``CAPABILITIES`` the protocol cannot take (minibert_spec.protocol.capabilities) is a
     report
@@ -221,6 +225,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     from minibert_spec.protocol import DeclarationError, ImplLoadError, label_of
     from minibert_spec.suite.declared import checks_of
 
+    thin_rows = check_thin(thin_rows, "thin_rows")
     start = time.perf_counter()
     label = impl if isinstance(impl, str) else None
     reason = _probe(impl, timeout) if isinstance(impl, str) else None
@@ -252,7 +257,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     results = [done.get(c.id) or stopped_results([c])[0] for c in checks]
     results = apply_expectations(results, expected_failed_checks)
     return CheckReport(proxy._impl_label, results, oracle, bad_input,
-                       seconds=time.perf_counter() - start)
+                       seconds=time.perf_counter() - start, thin=thin_rows)
 
 
 def _model_ops(proxy, ops, ids):

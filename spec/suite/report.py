@@ -8,6 +8,12 @@ its first red before some of its checks (``--first-red``: never counted as passe
 when at least one passed and none failed, ``n/a`` (with the reason) otherwise.  A column
 that was not run at all (the oracle turned off, bad input not asked for) says so in every
 cell: nothing is silently absent.
+
+A row is ``ok`` only on evidence (:func:`unjudged`): its backward judged against finite
+differences by at least one check, and its forward against the oracle or by an identity (an
+invariant or the SymPy derivation).  A row whose cells pass but whose selected FD checks were
+all n/a is ``not judged`` with the reason, and the run exits 2 -- unless the row is named as
+knowingly thin (``thin``: op -> reason; ``minibert check --thin OP=REASON``), then ``thin``.
 """
 
 from __future__ import annotations
@@ -18,9 +24,20 @@ from dataclasses import dataclass, field
 
 from minibert_spec.protocol import OPS
 from minibert_spec.suite.registry import COLUMNS, KINDS, renamed
-from minibert_spec.suite.run import NOT_RUN, Result, one_line
+from minibert_spec.suite.run import NOT_RUN, Result, is_absent, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2
+# a row whose cells passed on too little evidence (unjudged), and one named knowingly so
+NOT_JUDGED, THIN = "not judged", "thin"
+# the kinds that compare the implementation with something outside it (torch, the derivation):
+# the only ones that can show a declared form or value wrong -- finite differences and the
+# generic invariants agree with any self-consistent code, whatever eps it fixes
+VERIFYING_KINDS = ("oracle.forward", "oracle.backward", "sympy")
+# the convention line minibert_spec.protocol.capabilities.declared_variants gives a declaration
+_DECLARED = re.compile(r"^variant (?P<declaration>[a-z_]+\.[A-Za-z_]+=[^:]+):")
+_RAN = ("passed", "failed", "xfailed", "xpassed")
+UNVERIFIED_HINT = ("finite differences and the invariants agree with any self-consistent "
+                   "code: run the oracle, or without --quick, to verify it")
 # a number in a convention line (1e-06, -3.2, 0.000120): lines equal but for these are one
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 SCHEMA = "minibert-check/1"
@@ -76,6 +93,49 @@ def _cell(results: list[Result], off_reason: str | None) -> Cell:
     return Cell("n/a", off_reason or "no check of this kind for this op")
 
 
+def unjudged(cells: Mapping[str, Cell]) -> str | None:
+    """Why a row whose cells passed is not judged (None: it is).  Its backward must have met
+    finite differences -- a selected FD check that ran (one n/a for every case the family draws
+    is no evidence: the FD cell ran nothing) -- and its forward the oracle or an identity (an
+    invariant or the SymPy derivation).  A column the selection left out (``--kinds``, ``-k``)
+    asks nothing of the row."""
+    fd = cells["fd"]
+    if fd.checks and not fd.ran:
+        return (f"its backward met no finite-difference check (all {len(fd.checks)} n/a; "
+                f"the first: {fd.detail})")
+    forward, identities = cells["forward"], (cells["invariants"], cells["sympy"])
+    asked = forward.checks or any(c.checks for c in identities)
+    if asked and not forward.ran and not any(c.ran for c in identities):
+        return (f"its forward met neither the oracle nor an identity "
+                f"({forward.detail or 'no oracle check'})")
+    return None
+
+
+def thin_from_args(values: Iterable[str]) -> dict[str, str]:
+    """``OP`` or ``OP=REASON`` strings (``minibert check --thin``) as rows named knowingly thin
+    (op -> reason), as :func:`expectations_from_args` reads ``--xfail``; an op the protocol
+    does not have is a ValueError naming it and the ops."""
+    out = {}
+    for value in values:
+        op, _, reason = value.partition("=")
+        out[op.strip()] = reason.strip() or "named thin on the command line"
+    return check_thin(out)
+
+
+def check_thin(thin: Mapping[str, str] | None, argument: str = "--thin") -> dict[str, str]:
+    """The rows named knowingly thin, validated: each key an op of the protocol, each reason a
+    string."""
+    thin = dict(thin or {})
+    unknown = sorted(op for op in thin if op not in OPS)
+    if unknown:
+        raise ValueError(f"{argument}: unknown op {', '.join(map(repr, unknown))}; expected "
+                         f"ops of the protocol ({', '.join(OPS)})")
+    bad = {op: r for op, r in thin.items() if not isinstance(r, str)}
+    if bad:
+        raise ValueError(f"{argument}: expected a reason (a string) per op, got {bad}")
+    return thin
+
+
 @dataclass
 class CheckReport:
     """Everything one run found: the results, what was not run and why, and the run's own
@@ -96,6 +156,8 @@ class CheckReport:
     # a shard's plan (minibert_spec.suite.shard.shard_plan), or None; a merged report: its shards
     shard: dict | None = None
     merged_from: list = field(default_factory=list)
+    # rows named knowingly thin (op -> reason): not judged, and said so, without exit 2
+    thin: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ folding
     def off_reasons(self) -> dict[str, str | None]:
@@ -117,17 +179,47 @@ class CheckReport:
     def ops(self) -> list[str]:
         return in_table_order(op for r in self.results for op in r.ops)
 
+    def not_provided(self) -> list[str]:
+        """The ops the implementation provides no name of (every check of theirs n/a for that
+        reason, the columns not run aside), in the op table's order: the table and the page
+        show them as one line after the provided ops."""
+        off = self.off_reasons()
+        by: dict[str, list[Result]] = {}
+        for r in self.results:
+            if off[KINDS[r.kind]] is None:
+                for op in r.ops:
+                    by.setdefault(op, []).append(r)
+        return [op for op in self.ops()
+                if by.get(op) and all(r.outcome == "n/a" and is_absent(r.message)
+                                      for r in by[op])]
+
     def verdicts(self) -> dict[str, str]:
         """op -> its row's verdict (:meth:`verdict` of its cells), in the op table's order."""
-        return {op: self.verdict(cells) for op, cells in self.grid().items()}
+        return {op: self.verdict(cells, self.thin.get(op)) for op, cells in self.grid().items()}
 
     @staticmethod
-    def verdict(cells: Mapping[str, Cell]) -> str:
+    def verdict(cells: Mapping[str, Cell], thin: str | None = None) -> str:
+        """The row's verdict: its worst cell, and an ``ok`` on too little evidence
+        (:func:`unjudged`) ``not judged`` -- ``thin`` when the row was named so (``thin``: the
+        reason)."""
         statuses = {c.status for c in cells.values()}
-        for s in ("FAIL", "error", NOT_RUN, "ok"):
+        for s in ("FAIL", "error", NOT_RUN):
             if s in statuses:
                 return s
+        if "ok" in statuses:
+            if unjudged(cells) is None:
+                return "ok"
+            return NOT_JUDGED if thin is None else THIN
         return "n/a"
+
+    def unjudged(self) -> dict[str, str]:
+        """op -> why its row is not judged (thin rows too, their reason given after)."""
+        out = {}
+        for op, cells in self.grid().items():
+            why = unjudged(cells) if self.verdict(cells) in (NOT_JUDGED, THIN) else None
+            if why is not None:
+                out[op] = why + (f"; named thin: {self.thin[op]}" if op in self.thin else "")
+        return out
 
     def conventions(self) -> dict[str, list[str]]:
         """op -> its convention lines, each once: lines that differ only in their numbers
@@ -147,6 +239,27 @@ class CheckReport:
                     f"{lines[0]} (x{n} checks" + (", values differ)" if distinct > 1 else ")"))
         return out
 
+    def unverified(self) -> list[dict]:
+        """The declarations (``layernorm.eps=1e-05``, ``attention.W_o=False``) some check ran
+        under but no check of :data:`VERIFYING_KINDS` did: ``{"declaration", "ops",
+        "checks"}`` (the checks that ran under it), in the order first seen.  Under ``--quick
+        --oracle off`` a wrong eps declaration is green on FD and the invariants alone; the
+        report says the declaration went unverified."""
+        seen: dict[str, dict] = {}
+        for r in self.results:
+            if r.outcome not in _RAN:
+                continue
+            for line in r.conventions:
+                m = _DECLARED.match(line)
+                if m is None:
+                    continue
+                d = seen.setdefault(m["declaration"], {"ops": [], "checks": 0, "by": False})
+                d["ops"] += [op for op in r.ops if op not in d["ops"]]
+                d["checks"] += 1
+                d["by"] |= r.kind in VERIFYING_KINDS
+        return [{"declaration": k, "ops": d["ops"], "checks": d["checks"]}
+                for k, d in seen.items() if not d["by"]]
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for r in self.results:
@@ -162,9 +275,9 @@ class CheckReport:
         verdicts = self.verdicts()
         if any(v == "FAIL" for v in verdicts.values()):
             return EXIT_FAIL
-        if not any(v in ("ok", "error") for v in verdicts.values()):
+        if not any(v in ("ok", "error", NOT_JUDGED, THIN) for v in verdicts.values()):
             return EXIT_NOT_RUN
-        if self.notes or any(v in ("error", NOT_RUN) for v in verdicts.values()):
+        if self.notes or any(v in ("error", NOT_RUN, NOT_JUDGED) for v in verdicts.values()):
             return EXIT_NOT_RUN
         return EXIT_OK
 
@@ -184,10 +297,20 @@ class CheckReport:
             if errors:
                 return (f"could not run every check of: {', '.join(errors)} "
                         "(see the cells marked error)")
+            thin = {op: why for op, why in self.unjudged().items() if op not in self.thin}
+            if thin:
+                op, why = next(iter(thin.items()))
+                return (f"not judged: {', '.join(thin)} ({op}: {why}); name a row knowingly "
+                        f"thin with --thin {op}=REASON")
             return ("could not run: the implementation provides no protocol name of the "
                     "selected ops: nothing to check (the names: python -m minibert_spec.protocol)")
         ok = [op for op, v in verdicts.items() if v == "ok"]
-        return f"{len(ok)} op(s) conform"
+        thin = [op for op, v in verdicts.items() if v == THIN]
+        unverified = [d["declaration"] for d in self.unverified()]
+        return (f"{len(ok)} op(s) conform"
+                + (f", {len(thin)} named thin: {', '.join(thin)}" if thin else "")
+                + (f"; declaration(s) no oracle or SymPy check verified: "
+                   f"{', '.join(unverified)}" if unverified else ""))
 
     def groups(self) -> list[dict]:
         """The reds that share a cause (minibert_spec.suite.shrink.cause_of: an exception raised on
@@ -212,7 +335,7 @@ class CheckReport:
 
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict:
-        grid = self.grid()
+        grid, why = self.grid(), self.unjudged()
         return {
             "schema": SCHEMA, "impl": self.impl, "exit_code": self.exit_code(),
             "summary": self.summary(), "oracle": self.oracle, "bad_input": self.bad_input,
@@ -220,7 +343,8 @@ class CheckReport:
             "load_error": self.load_error, "provenance": self.provenance,
             "columns": [{"key": k, "heading": h} for k, h in COLUMNS],
             "counts": self.counts(), "groups": self.groups(),
-            "ops": [{"op": op, "verdict": self.verdict(cells),
+            "ops": [{"op": op, "verdict": self.verdict(cells, self.thin.get(op)),
+                     **({"not_judged": why[op]} if op in why else {}),
                      "cells": {k: c.to_json() for k, c in cells.items()},
                      "conventions": self.conventions().get(op, [])}
                     for op, cells in grid.items()],
@@ -228,6 +352,9 @@ class CheckReport:
             **({"settings": self.settings} if self.settings else {}),
             **({"shard": self.shard} if self.shard is not None else {}),
             **({"merged_from": self.merged_from} if self.merged_from else {}),
+            **({"thin": self.thin} if self.thin else {}),
+            "not_provided": self.not_provided(),
+            "unverified_declarations": self.unverified(),
         }
 
     @classmethod
@@ -241,7 +368,16 @@ class CheckReport:
                    bool(data.get("bad_input")), list(data.get("notes") or []),
                    float(data.get("seconds") or 0.0), data.get("load_error"),
                    dict(data.get("provenance") or {}), dict(data.get("settings") or {}),
-                   data.get("shard"), list(data.get("merged_from") or []))
+                   data.get("shard"), list(data.get("merged_from") or []),
+                   check_thin(data.get("thin"), "thin"))
+
+
+def first_rows(data: dict) -> list[dict]:
+    """The rows of the ops the implementation provides, those with a verdict first, then the
+    n/a ones (the ops not provided are one line after them: ``data["not_provided"]``)."""
+    absent = set(data.get("not_provided", ()))
+    rows = [r for r in data["ops"] if r["op"] not in absent]
+    return sorted(rows, key=lambda r: r["verdict"] == "n/a")  # stable: table order kept
 
 
 def apply_expectations(results: Iterable[Result], expected: Mapping[str, str] | None

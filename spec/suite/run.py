@@ -340,8 +340,25 @@ def absent_ops(check: Check, proxy) -> str | None:
             provides(proxy, name) for op in check.ops for name in OPS[op].names):
         # (an op the implementation declares, minibert_spec.ops, brings its own functions)
         return None
-    names = ", ".join(n for op in check.ops for n in OPS[op].names)
-    return f"not applicable: {proxy._impl_label} lacks {names}"
+    return absent_message(proxy._impl_label, check.ops)
+
+
+# the end of a check's n/a reason when the implementation provides no name of its ops (the
+# report collapses such rows into one line: minibert_spec.suite.report.CheckReport.not_provided)
+NOT_PROVIDED = "not provided"
+
+
+def absent_message(label: str, ops) -> str:
+    from minibert_spec.protocol import OPS
+
+    names = ", ".join(n for op in ops for n in OPS[op].names)
+    return f"not applicable: {label} lacks {names}: {', '.join(ops)} {NOT_PROVIDED}"
+
+
+def is_absent(message: str) -> bool:
+    """The n/a reason :func:`absent_ops` gives (the implementation provides none of the
+    check's ops)."""
+    return message.startswith("not applicable: ") and message.endswith(NOT_PROVIDED)
 
 
 def unavailable(check: Check, oracle: str = "require") -> Result | None:

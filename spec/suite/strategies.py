@@ -834,6 +834,20 @@ _ATTN = dict(also=("heads",), torch="attention")
 _NOT_STANDARD = ("causal", "attention.noproj")  # the variants a standard family does not draw
 
 
+def with_and_without_mask(op: str, variant: str, *, needs: dict, resolve: tuple, **kw):
+    """Register a variant's family twice: without a key mask (``op_variant``, every
+    implementation of the variant can take it) and with one (``op_variant_mask``, for an
+    implementation that claims ``key_mask``).  A family whose mask followed the declaration drew
+    masked cases alone for the default claim, so a class with no mask argument had every FD,
+    oracle and invariant check of its declared form n/a (issue 41: a W_o-free single-head class
+    judged by one SymPy check)."""
+    resolve = tuple(k for k in resolve if k != "key_mask")
+    plain = cases(op, variant, masked=False, needs=needs, resolve=resolve, **kw)
+    masked = cases(op, f"{variant}_mask", masked=True, needs={**needs, "key_mask": True},
+                   resolve=resolve, **kw)
+    return lambda fn: plain(masked(fn))  # registered in that order
+
+
 @cases("attention", "nobias", bias=False, masked=False, omit=_NOT_STANDARD,
        needs=_attention_needs(False, False), resolve=_HEADS, **_ATTN)
 @cases("attention", "nobias_mask", bias=False, masked=True, omit=_NOT_STANDARD,
@@ -842,10 +856,12 @@ _NOT_STANDARD = ("causal", "attention.noproj")  # the variants a standard family
        needs=_attention_needs(True, False), resolve=_HEADS, **_ATTN)
 @cases("attention", "bias_mask", bias=True, masked=True, omit=_NOT_STANDARD,
        needs=_attention_needs(True, True), resolve=_HEADS, **_ATTN)
-@cases("attention", "noproj", omit=("causal", "dW_o"), needs={"attention.W_o": False},
-       resolve=("attention.causal",) + _FOLLOW + _HEADS, **_ATTN)
-@cases("attention", "causal", needs={"attention.causal": True}, omit=("attention.noproj",),
-       resolve=("attention.W_o",) + _FOLLOW + _HEADS, **_ATTN)
+@with_and_without_mask("attention", "noproj", omit=("causal", "dW_o"),
+                       needs={"attention.W_o": False},
+                       resolve=("attention.causal",) + _FOLLOW + _HEADS, **_ATTN)
+@with_and_without_mask("attention", "causal", needs={"attention.causal": True},
+                       omit=("attention.noproj",),
+                       resolve=("attention.W_o",) + _FOLLOW + _HEADS, **_ATTN)
 @fixed_examples(_attention_example)
 @st.composite
 def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
@@ -1141,25 +1157,27 @@ def _but(*keys: str) -> tuple[str, ...]:
        resolve=_PARTS, **_BLOCK)
 @cases("block", "bias_mask", bias=True, masked=True, omit=_POST,
        needs=_block_needs(True, True), resolve=_PARTS, **_BLOCK)
-@cases("block", "preln", omit=_PRE, needs={"block.norm": "pre"}, resolve=_but("block.norm"),
-       **_BLOCK)
-@cases("block", "preln_final", omit=_PRE, needs={"block.norm": "pre_final"},
-       resolve=_but("block.norm"), **_BLOCK)
-@cases("block", "innerln", omit=_PRE[:2] + _POST[:2], needs={"block.norm": "inner"},
-       resolve=_but("block.norm"), **_BLOCK)
-@cases("block", "causal", omit=_POST, needs={"block.causal": True},
-       resolve=_but("block.causal"), **_BLOCK)
+@with_and_without_mask("block", "preln", omit=_PRE, needs={"block.norm": "pre"},
+                       resolve=_but("block.norm"), **_BLOCK)
+@with_and_without_mask("block", "preln_final", omit=_PRE, needs={"block.norm": "pre_final"},
+                       resolve=_but("block.norm"), **_BLOCK)
+@with_and_without_mask("block", "innerln", omit=_PRE[:2] + _POST[:2],
+                       needs={"block.norm": "inner"},
+                       resolve=_but("block.norm"), **_BLOCK)
+@with_and_without_mask("block", "causal", omit=_POST, needs={"block.causal": True},
+                       resolve=_but("block.causal"), **_BLOCK)
 # the parts' own variants, each checked inside a block: no W_o and no FFN biases (bias-free
 # linears); GPT-2's block (causal, pre-LN with its final LN, gelu_new); RMSNorm's
-@cases("block", "lean", omit=_POST,
-       needs={"attention.W_o": False, "ffn.b_1": False, "ffn.b_2": False},
-       resolve=_but("attention.W_o", "ffn.b_1", "ffn.b_2"), **_BLOCK)
-@cases("block", "gpt2", omit=_PRE,
-       needs={"block.norm": "pre_final", "block.causal": True, "ffn.activation": "gelu_tanh"},
-       resolve=_but("block.norm", "block.causal", "ffn.activation"), **_BLOCK)
-@cases("block", "rmsnorm", omit=_PRE,
-       needs={"block.norm": "pre_final", "block.normalization": "rmsnorm"},
-       resolve=_but("block.norm", "block.normalization"), **_BLOCK)
+@with_and_without_mask("block", "lean", omit=_POST,
+                       needs={"attention.W_o": False, "ffn.b_1": False, "ffn.b_2": False},
+                       resolve=_but("attention.W_o", "ffn.b_1", "ffn.b_2"), **_BLOCK)
+@with_and_without_mask("block", "gpt2", omit=_PRE,
+                       needs={"block.norm": "pre_final", "block.causal": True,
+                              "ffn.activation": "gelu_tanh"},
+                       resolve=_but("block.norm", "block.causal", "ffn.activation"), **_BLOCK)
+@with_and_without_mask("block", "rmsnorm", omit=_PRE,
+                       needs={"block.norm": "pre_final", "block.normalization": "rmsnorm"},
+                       resolve=_but("block.norm", "block.normalization"), **_BLOCK)
 @fixed_examples(_block_example)
 @st.composite
 def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool = False,

@@ -45,8 +45,14 @@ def assert_agrees(doc, data: dict) -> None:
     """The page ``doc`` shows exactly what the JSON ``data`` says."""
     cells, ids = _cells(doc), _by_id(doc)
     results = {r["id"]: r for r in data["results"]}
-    expected = {(row["op"], k): c for row in data["ops"] for k, c in row["cells"].items()}
+    absent = data["not_provided"]  # one row for them all, their names once
+    shown = [row for row in data["ops"] if row["op"] not in absent]
+    expected = {(row["op"], k): c for row in shown for k, c in row["cells"].items()}
     assert set(cells) == set(expected)  # no cell missing, none invented
+    collapsed = doc.find_all("tr", class_="not-provided")
+    assert len(collapsed) == (1 if absent else 0)
+    if absent:
+        assert [c.text() for c in collapsed[0].find_all("code")] == absent
     linked = set()
     for (op, col), c in expected.items():
         td = cells[op, col]
@@ -78,7 +84,7 @@ def assert_agrees(doc, data: dict) -> None:
     assert linked == failed  # every failure reachable from the grid, and nothing else
     verdicts = {tr.attrs["data-op"]: tr.attrs["data-verdict"]
                 for tr in doc.find_all("tr") if "data-verdict" in tr.attrs}
-    assert verdicts == {row["op"]: row["verdict"] for row in data["ops"]}
+    assert verdicts == {row["op"]: row["verdict"] for row in shown}
     outcomes = [(tr.attrs["data-check"], tr.attrs["data-outcome"])
                 for tr in doc.find_all("tr") if "data-check" in tr.attrs]
     assert outcomes == [(r["id"], r["outcome"]) for r in data["results"]]
