@@ -89,6 +89,9 @@ class CheckReport:
     # a shard's plan (minibert_spec.suite.shard.shard_plan), or None; a merged report: its shards
     shard: dict | None = None
     merged_from: list = field(default_factory=list)
+    # how deep the run went (minibert_spec.suite.run.depth: the tier, the examples each check
+    # drew after its fixed-seed ones); {} when not said (a report read from an older JSON)
+    depth: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ folding
     def off_reasons(self) -> dict[str, str | None]:
@@ -210,7 +213,7 @@ class CheckReport:
         return {
             "schema": SCHEMA, "impl": self.impl, "exit_code": self.exit_code(),
             "summary": self.summary(), "oracle": self.oracle, "bad_input": self.bad_input,
-            "seconds": round(self.seconds, 2), "notes": self.notes,
+            "seconds": round(self.seconds, 2), "depth": self.depth, "notes": self.notes,
             "load_error": self.load_error, "provenance": self.provenance,
             "columns": [{"key": k, "heading": h} for k, h in COLUMNS],
             "counts": self.counts(), "groups": self.groups(),
@@ -235,7 +238,8 @@ class CheckReport:
                    bool(data.get("bad_input")), list(data.get("notes") or []),
                    float(data.get("seconds") or 0.0), data.get("load_error"),
                    dict(data.get("provenance") or {}), dict(data.get("settings") or {}),
-                   data.get("shard"), list(data.get("merged_from") or []))
+                   data.get("shard"), list(data.get("merged_from") or []),
+                   dict(data.get("depth") or {}))
 
 
 def apply_expectations(results: Iterable[Result], expected: Mapping[str, str] | None
