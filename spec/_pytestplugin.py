@@ -15,6 +15,8 @@ Its options, all prefixed::
     --minibert-oracle=require|off   the PyTorch oracle (default require: no torch is a failure)
     --minibert-bad-input            also run the bad-input checks
     --minibert-quick                the quick run: each check on its fixed examples alone
+    --minibert-deep                 the deep tier: 10 drawn examples per check (unless a
+                                    Hypothesis profile is loaded) and mini_bert-size model checks
     --minibert-timeout=SECONDS      per check, and for importing the implementation (default 30)
     --minibert-xfail=ID[=REASON]    an expected failure (repeatable; strict, as
                                     parametrize_with_checks' expected_failed_checks)
@@ -50,6 +52,10 @@ def pytest_addoption(parser):
                     help="also run the bad-input checks")
     group.addoption("--minibert-quick", action="store_true", default=False,
                     help="the quick run: each check on its fixed examples alone")
+    group.addoption("--minibert-deep", action="store_true", default=False,
+                    help="the deep tier: 10 drawn examples per check (unless a Hypothesis "
+                         "profile is loaded; the standard tier: 3) and the whole-model checks "
+                         "at the mini_bert preset's size")
     group.addoption("--minibert-timeout", type=float, default=DEFAULT_TIMEOUT,
                     metavar="SECONDS", help=f"per check, and for importing the implementation "
                                             f"(default {DEFAULT_TIMEOUT:g})")
@@ -63,6 +69,23 @@ def pytest_configure(config):
         from minibert_spec.suite.plugin import configure
 
         configure(config)
+
+
+def pytest_report_header(config):
+    """With --minibert-impl, the tier the session runs (a verdict never hides its depth)."""
+    if not config.getoption("minibert_impl", None):
+        return None
+    from minibert_spec.suite.run import depth, depth_line, tier_of
+
+    try:
+        tier = tier_of(config.getoption("minibert_quick"), config.getoption("minibert_deep"))
+    except ValueError as e:
+        raise pytest.UsageError(f"--minibert-quick, --minibert-deep: {e}") from None
+    from hypothesis import settings
+
+    chosen = settings.get_current_profile_name() not in (None, "default")
+    return "minibert: " + depth_line(depth(tier, settings.default.max_examples
+                                           if chosen and tier != "quick" else None))
 
 
 @pytest.hookimpl(tryfirst=True)

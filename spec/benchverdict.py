@@ -1,6 +1,7 @@
-"""``minibert bench --verdict [IMPL ...]``: what a verdict costs -- ``minibert check IMPL`` and its
-first red (``--first-red``), and optionally ``pytest`` on the user's own test file, each run in a
-fresh process, the cases alternating process by process, medians over rounds.
+"""``minibert bench --verdict [IMPL ...]``: what a verdict costs -- ``minibert check IMPL`` warm and
+cold (``XDG_CACHE_HOME`` an empty directory: a fresh machine, as a CI runner without a restored
+cache) and its first red (``--first-red``), and optionally ``pytest`` on the user's own test
+file, each run in a fresh process, the cases alternating process by process, medians over rounds.
 
 Per case: the wall time (median, p10-p90 over rounds) and, from the check's JSON report, the
 pool's own seconds and each kind's check seconds (summed over the workers: the CPU a kind costs,
@@ -36,6 +37,8 @@ VERDICT_EXITS = {"0", "1"}
 # the issue's targets (issue 29), seconds: a whole check of the reference, a first red, a
 # user's pytest file over the whole suite
 TARGET_REFERENCE_S = 10.0
+# issue 40: the reference's check on a fresh machine (CI runners: a cold cache every push)
+TARGET_REFERENCE_COLD_S = 12.0
 TARGET_FIRST_RED_S = 5.0
 TARGET_PYTEST_S = 15.0
 
@@ -43,7 +46,10 @@ TARGET_PYTEST_S = 15.0
 @dataclass(frozen=True)
 class Case:
     """One timed command: ``argv`` run in ``cwd`` with ``env`` added; ``report``: it is a
-    ``minibert check`` that writes its JSON report where ``-o`` says (appended per round)."""
+    ``minibert check`` that writes its JSON report where ``-o`` says (appended per round).
+    ``cache``: the ``XDG_CACHE_HOME`` each round gets -- "cold", an empty directory of its own
+    (a fresh machine: the cache directory removed first); "warm", one directory the case
+    shares across rounds, filled by an untimed run before the first; "user", the caller's."""
 
     argv: tuple[str, ...]
     what: str
@@ -51,15 +57,24 @@ class Case:
     cwd: str | None = None
     env: dict = field(default_factory=dict)
     report: bool = True
+    cache: str = "user"
+
+    def __post_init__(self):
+        if self.cache not in CACHES:
+            raise ValueError(f"cache: expected one of {CACHES}, got {self.cache!r}")
+
+
+CACHES = ("user", "cold", "warm")
 
 
 def check_case(impl: str, *extra: str, target_s: float | None = None, what: str = "",
-               cwd: str | None = None) -> Case:
+               cwd: str | None = None, cache: str = "user") -> Case:
     """``minibert check IMPL EXTRA... --format json`` as a case (run as ``python -m
     minibert_spec.cli``:
     the interpreter of this run, installed or not)."""
     argv = (sys.executable, "-m", "minibert_spec.cli", "check", impl, *extra, "--format", "json")
-    return Case(argv, what or " ".join(("minibert check", impl, *extra)), target_s, cwd)
+    return Case(argv, what or " ".join(("minibert check", impl, *extra)), target_s, cwd,
+                cache=cache)
 
 
 def pytest_case(test_file: str | os.PathLike, *, env: dict | None = None,
@@ -73,9 +88,10 @@ def pytest_case(test_file: str | os.PathLike, *, env: dict | None = None,
 
 
 def user_cases(impls, test_file=None) -> dict[str, Case]:
-    """The cases of ``minibert bench --verdict``: per implementation its whole check and its
-    first red; the user's pytest file, if given.  Targets where the issue set one: the
-    reference's whole check, every first red, the pytest file."""
+    """The cases of ``minibert bench --verdict``: per implementation its whole check warm and
+    cold (:class:`Case`'s ``cache``) and its first red; the user's pytest file, if given.
+    Targets where the issues set one: the reference's whole check warm and cold, every first
+    red, the pytest file."""
     if not impls:
         raise ValueError("--verdict: expected at least one implementation (package.module"
                          "[:object]), got none")
@@ -84,13 +100,30 @@ def user_cases(impls, test_file=None) -> dict[str, Case]:
                          "(no such file)")
     cases = {}
     for impl in impls:
-        cases[impl] = check_case(impl, target_s=TARGET_REFERENCE_S if impl == "minibert_reference"
-                                 else None)
-        cases[f"{impl} --first-red"] = check_case(impl, "--first-red",
+        ref = impl == "minibert_reference"
+        cases[f"{impl} (warm)"] = check_case(impl, target_s=TARGET_REFERENCE_S if ref else None,
+                                             what=f"minibert check {impl}, warm cache",
+                                             cache="warm")
+        cases[f"{impl} (cold)"] = check_case(impl, target_s=TARGET_REFERENCE_COLD_S if ref
+                                             else None, cache="cold",
+                                             what=f"minibert check {impl}, cold: no cache")
+        cases[f"{impl} --first-red"] = check_case(impl, "--first-red", cache="warm",
                                                   target_s=TARGET_FIRST_RED_S)
     if test_file is not None:
         cases[f"pytest {Path(test_file).name}"] = pytest_case(test_file)
     return cases
+
+
+def cache_home(case: Case, out_dir: Path) -> str | None:
+    """The ``XDG_CACHE_HOME`` of one run of ``case`` (None: the caller's): a cold run's is a
+    directory no run has used; a warm case's is its own, kept across its rounds."""
+    if case.cache == "cold":
+        return tempfile.mkdtemp(prefix="cold-cache-", dir=out_dir)
+    if case.cache == "warm":
+        path = out_dir / f"warm-cache-{abs(hash(case.argv)):x}"
+        path.mkdir(exist_ok=True)
+        return str(path)
+    return None
 
 
 def run_case(case: Case, out_dir: Path, timeout: float = 900) -> dict:
@@ -102,6 +135,9 @@ def run_case(case: Case, out_dir: Path, timeout: float = 900) -> dict:
         report = out_dir / f"report-{time.monotonic_ns()}.json"
         argv += ["-o", str(report)]
     env = {**os.environ, **case.env}
+    home = cache_home(case, out_dir)
+    if home is not None:
+        env["XDG_CACHE_HOME"] = home
     start = time.perf_counter()
     try:
         proc = subprocess.run(argv, cwd=case.cwd, env=env, capture_output=True, text=True,
@@ -182,6 +218,11 @@ def measure(cases: dict[str, Case], rounds: int, *, progress=None) -> dict:
               "cases": {}, "problems": []}
     runs: dict[str, list[dict]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory(prefix="minibert-verdict-") as tmp:
+        for case in cases.values():  # a warm case's cache, filled by a run not timed
+            if case.cache == "warm":
+                if progress is not None:
+                    progress(f"warming the cache: {case.what}")
+                run_case(case, Path(tmp))
         for k in range(rounds):
             for name, case in cases.items():  # alternating: one process per case per round
                 if progress is not None:

@@ -20,7 +20,8 @@ def argv_for(args) -> list[str]:
     import os
 
     out: list[str] = []
-    out += [flag for flag, on in (("--bad-input", args.bad_input), ("--quick", args.quick))
+    out += [flag for flag, on in (("--bad-input", args.bad_input), ("--quick", args.quick),
+                                  ("--deep", args.deep))
             if on]
     for attr, flag in PASSED:
         value = getattr(args, attr)

@@ -49,7 +49,8 @@ def register(sub) -> None:
                    help="exit 0 even when the run fails its self-check (busy machine); the "
                         "targets are still not judged")
     b.add_argument("--verdict", nargs="*", metavar="IMPL",
-                   help="instead: time the verdict -- minibert check IMPL and its first red "
+                   help="instead: time the verdict -- minibert check IMPL warm and cold (an "
+                        "empty cache directory: a fresh machine) and its first red "
                         "(--first-red), each a fresh process, --rounds rounds, the cases "
                         "alternating (minibert_spec.benchverdict); no IMPL: the reference")
     b.add_argument("--pytest-file", metavar="FILE",

@@ -31,10 +31,18 @@ DEFAULT_WORKERS = 2
 
 def register(sub) -> None:
     from minibert_spec.suite.pool import DEFAULT_TOTAL_TIMEOUT
-    from minibert_spec.suite.run import DEFAULT_TIMEOUT, ORACLE_MODES
+    from minibert_spec.suite.run import DEFAULT_TIMEOUT, ORACLE_MODES, TIERS
 
     g = sub.add_parser("check", help="run the judging suite on an implementation "
-                                     "(package.module[:object]): a per-op verdict")
+                                     "(package.module[:object]): a per-op verdict",
+                       description="Three tiers, said in the report's header and JSON "
+                                   "(\"depth\"): standard (the default: each check's "
+                                   "fixed-seed examples + "
+                                   f"{TIERS['standard']} drawn, the whole model at tiny "
+                                   "configurations), --deep (fixed-seed + "
+                                   f"{TIERS['deep']} drawn, and the whole model at the "
+                                   "mini_bert preset's size), --quick (the fixed-seed examples "
+                                   "alone).")
     g.add_argument("impl", nargs="?", help="the implementation, as package.module[:object]")
     g.add_argument("--ops", nargs="+", help="only the checks of these ops (default: all)")
     g.add_argument("--model", action="store_true",
@@ -58,10 +66,15 @@ def register(sub) -> None:
     g.add_argument("-j", "--workers", type=int, default=DEFAULT_WORKERS,
                    help=f"worker processes (default {DEFAULT_WORKERS})")
     g.add_argument("--max-examples", type=int,
-                   help="Hypothesis examples per check (default: the suite's, 10)")
+                   help="examples each check draws after its fixed-seed ones (default: the "
+                        f"tier's, {TIERS['standard']}; --deep: {TIERS['deep']})")
     g.add_argument("--quick", action="store_true",
                    help="the quick run: each check on its fixed examples alone, nothing drawn "
                         "(seconds: the first evidence on a new implementation)")
+    g.add_argument("--deep", action="store_true",
+                   help=f"the deep tier: {TIERS['deep']} drawn examples per check (not "
+                        f"{TIERS['standard']}) and the whole-model checks at the mini_bert "
+                        "preset's size (the nightly job's run)")
     g.add_argument("--seed", type=int, help="draw every check's examples from this seed (default: "
                                             "derandomized, the same examples every run)")
     g.add_argument("-x", "--first-red", action="store_true",
@@ -162,7 +175,7 @@ def run(args) -> int:
 
 
 def _run(args, server) -> int:
-    from minibert_spec.suite import QUICK, selected_checks
+    from minibert_spec.suite import selected_checks
     from minibert_spec.suite.pool import run_isolated
     from minibert_spec.suite.registry import resolve_expected_failures
     from minibert_spec.suite.report import (
@@ -187,6 +200,8 @@ def _run(args, server) -> int:
             return _fail(f"--model: expected package.module:function (your loss_and_grads) or "
                          f"package.module:MODEL (a whole_model declaration), got {args.impl!r}")
         args.ops = ["whole_model"]
+    if args.quick and args.deep:
+        return _fail("--quick and --deep: expected one tier, got both")
     import warnings
 
     cwd = os.getcwd()
@@ -196,7 +211,8 @@ def _run(args, server) -> int:
         with warnings.catch_warnings(record=True) as renames:
             warnings.simplefilter("always", DeprecationWarning)
             checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
-                                     bad_input=args.bad_input, quick=args.quick)
+                                     bad_input=args.bad_input, quick=args.quick,
+                                     deep=args.deep)
             # the implementation's own ops (OPS): imported here once a child process imported
             # it safely (an exit, crash or hang is refused below, at the probe's place).  After
             # the suite's own selection: the fork server imports the suite meanwhile, and a
@@ -205,7 +221,7 @@ def _run(args, server) -> int:
             if declared:
                 checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
                                          bad_input=args.bad_input, quick=args.quick,
-                                         extra=declared)
+                                         extra=declared, deep=args.deep)
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
     for w in renames:  # -k naming a former id: said, one line each
@@ -256,7 +272,7 @@ def _run(args, server) -> int:
         report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
                               total_timeout=args.total_timeout, oracle=args.oracle,
                               paths=paths, seed=args.seed,
-                              max_examples=QUICK if args.quick else args.max_examples,
+                              max_examples=examples_of(args),
                               first_red=args.first_red, on_result=progress, server=server,
                               database=database, replay=replay)
     finally:
@@ -269,6 +285,7 @@ def _run(args, server) -> int:
 
     report.provenance = provenance()
     report.settings, report.shard = settings, plan
+    report.depth = depth_of(args)
     code = output(args, report)
     if plan is not None:
         print(f"minibert check: shard {args.shard}: this exit status ({code}) is this part's "
@@ -346,7 +363,7 @@ def run_settings(args, expected, paths, shares_database: bool) -> dict:
         version = "unknown"
     return {"oracle": args.oracle, "bad_input": args.bad_input, "kinds": args.kinds,
             "ops": args.ops, "match": args.match, "quick": args.quick,
-            "max_examples": args.max_examples,
+            "max_examples": args.max_examples, "tier": depth_of(args)["tier"],
             "seed": run_seed(args.seed, shares_database), "timeout": args.timeout,
             "total_timeout": args.total_timeout, "expected_failures": expected,
             "implementation": implementation_digest(args.impl.partition(":")[0], paths),
@@ -361,6 +378,7 @@ def _could_not_run(args, report, settings, plan) -> int:
         from minibert_spec.cli._provenance import provenance
 
         report.provenance, report.settings, report.shard = provenance(), settings, plan
+        report.depth = depth_of(args)
         _write(args.output, json.dumps(report.to_json(), indent=1))
     return _fail(f"could not run: {report.load_error}", report.exit_code())
 
@@ -392,6 +410,19 @@ def _declared(args, module: str, paths) -> tuple[str | None, tuple]:
         for p in added:
             if p in sys.path:
                 sys.path.remove(p)
+
+
+def depth_of(args) -> dict:
+    """The run's tier and examples per check (minibert_spec.suite.run.depth)."""
+    from minibert_spec.suite.run import depth, tier_of
+
+    return depth(tier_of(args.quick, getattr(args, "deep", False)), args.max_examples)
+
+
+def examples_of(args) -> int:
+    """What each check draws, as the workers' ``max_examples``: the tier's unless
+    ``--max-examples`` says (0: the quick run's explicit phase alone)."""
+    return depth_of(args)["drawn_per_check"]
 
 
 def _check_selection(args, declared_ops=frozenset()) -> None:
@@ -439,6 +470,10 @@ def _print_table(report, data) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(escape(f"minibert check {report.impl}: {provenance_line()}"), style="dim")
+    if report.depth:
+        from minibert_spec.suite.run import depth_line
+
+        console.print(escape(depth_line(report.depth)))
     caption = [f"oracle: {report.oracle}"
                + (" (the PyTorch columns were not run)" if report.oracle == "off" else "")]
     if not report.bad_input:

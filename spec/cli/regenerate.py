@@ -1,7 +1,9 @@
 """``minibert regenerate``: everything the project generates from its definitions, in one
 command, after adding or changing an op: the protocol table of ``PROTOCOL_DOC`` (from the op table,
 ``python -m minibert_spec.protocol --markdown``; tests/suite/test_protocol_doc.py fails while it is
-stale) and
+stale), the numeric functions of the SymPy derivations as Python source
+(spec/equations/_generated, minibert_spec.equations._codegen: minutes; a check then builds
+nothing; tests/equations/test_generated_maps.py fails while they are stale) and
 the mutation matrix's stale rows (``minibert mutate --matrix``: only the rows whose mutant,
 tagged tests or test files changed rerun; the audit reads the matrix).  Needs the checkout."""
 
@@ -19,7 +21,10 @@ def register(sub) -> None:
     g = sub.add_parser("regenerate", help="regenerate the protocol table (docs/) and the stale "
                                           "rows of the mutation matrix (after adding an op)")
     g.add_argument("--no-matrix", action="store_true",
-                   help="the protocol table only (the matrix's stale rows take minutes)")
+                   help="not the matrix's stale rows (they take minutes)")
+    g.add_argument("--no-maps", action="store_true",
+                   help="not the SymPy maps' generated source (spec/equations/_generated: "
+                        "minutes)")
     g.add_argument("--jobs", "-j", type=int, default=2,
                    help="mutants run in parallel (default: 2)")
     g.set_defaults(func=run)
@@ -51,6 +56,12 @@ def run(args) -> int:
     if new != text:
         atomic_write(readme, new)
     print(f"{PROTOCOL_DOC}: protocol table {'rewritten' if new != text else 'already current'}")
+    if not args.no_maps:
+        from minibert_spec.equations import _codegen
+
+        changed = _codegen.write(_codegen.generate())
+        print(f"spec/equations/_generated: {len(changed)} file(s) rewritten"
+              + (f" ({', '.join(changed)})" if changed else " (already current)"))
     if args.no_matrix:
         return 0
     from rich.console import Console

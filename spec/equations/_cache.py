@@ -1,5 +1,10 @@
 """Lambdified SymPy maps, and the outcomes of the SymPy proofs, kept on disk.
 
+A check reads its maps from the Python source generated at development time
+(spec/equations/_generated, ``minibert regenerate``) and builds nothing; the disk cache below
+serves what was not generated (an equation edited and not yet regenerated, the tests' own
+builders) and the proofs.
+
 ``sympy.diff`` and ``lambdify`` of the larger derivations take seconds each (~25 s for every
 map of the SymPy <-> code checks), and every process that checks an implementation needed
 them again.  A builder decorated with :func:`maps_cache` is run once per machine: what it
@@ -21,6 +26,7 @@ equation.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -212,11 +218,22 @@ def write(path: Path, name: str, value) -> bool:
 
 
 _BUILDERS: dict = {}
+_WRAPPERS: list = []  # every maps_cache wrapper: regenerating empties their caches
+# while regenerating (:func:`recording`): (label, key, value) of every build, in order; None
+# otherwise
+_RECORD: list | None = None
+
+
+def entry_key(label: str, args: tuple) -> str:
+    """The name of one builder call among the generated maps (spec/equations/_generated)."""
+    return f"{label}|{args!r}"
 
 
 def maps_cache(fn=None, *, name: str | None = None):
-    """``functools.cache`` for a builder of lambdified maps, backed by the disk cache.
-    ``name`` tells apart builders that share a qualified name (closures made per call)."""
+    """``functools.cache`` for a builder of lambdified maps, backed first by the generated
+    source committed beside the equations (spec/equations/_generated, written by ``minibert
+    regenerate``: no SymPy work at all), then by the disk cache.  ``name`` tells apart
+    builders that share a qualified name (closures made per call)."""
     if fn is None:
         return functools.partial(maps_cache, name=name)
     label = name or f"{fn.__module__}.{fn.__qualname__}"
@@ -227,7 +244,17 @@ def maps_cache(fn=None, *, name: str | None = None):
     @functools.cache
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        path = entry_path(label, args + tuple(sorted(kwargs.items())))
+        key_args = args + tuple(sorted(kwargs.items()))
+        if _RECORD is not None:  # regenerating: built from SymPy, nothing read
+            value = fn(*args, **kwargs)
+            _RECORD.append((label, entry_key(label, key_args), value))
+            return value
+        from minibert_spec.equations._generated import generated_map
+
+        value = generated_map(entry_key(label, key_args))
+        if value is not None:
+            return value
+        path = entry_path(label, key_args)
         value = read(path)
         if value is None:
             value = fn(*args, **kwargs)
@@ -235,4 +262,22 @@ def maps_cache(fn=None, *, name: str | None = None):
         return value
 
     wrapper.builder = fn  # the uncached build (tests compare the two)
+    _WRAPPERS.append(wrapper)
     return wrapper
+
+
+@contextlib.contextmanager
+def recording():
+    """Every builder call in the block builds its maps from SymPy (neither the generated
+    source nor the disk cache is read) and is recorded: yields the list of ``(label, key,
+    value)``.  The builders' in-memory caches are emptied before and after."""
+    global _RECORD
+    for w in _WRAPPERS:
+        w.cache_clear()
+    _RECORD = []
+    try:
+        yield _RECORD
+    finally:
+        _RECORD = None
+        for w in _WRAPPERS:
+            w.cache_clear()

@@ -7,6 +7,8 @@ import numpy as np
 import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import lambdify_map
 from minibert_spec.sources import MINIBERT
 from minibert_spec.tolerances import CLIP_NORM_RTOL
 
@@ -31,19 +33,25 @@ def _clip_code(impl, size, g, max_norm):
     return (np.concatenate([clipped["a"], clipped["b"]]),)
 
 
-def _clip_sympy(size):
+@maps_cache
+def _clip_map(size):
     n = size[0]
-    gs = [sp.Symbol(f"g{i}", real=True) for i in range(n)]
+    gs = np.array([sp.Symbol(f"g{i}", real=True) for i in range(n)], dtype=object)
     c = sp.Symbol("c", positive=True)
     norm = sp.sqrt(sp.Add(*[x ** 2 for x in gs]))
-    out = [sp.Piecewise((x * c / norm, norm > c), (x, True)) for x in gs]
-    f = sp.lambdify([gs, c], out, "numpy")
+    out = np.array([sp.Piecewise((x * c / norm, norm > c), (x, True)) for x in gs],
+                   dtype=object)
+    return lambdify_map(dict(g=gs, max_norm=np.array([c], dtype=object)), [out])
+
+
+def _clip_sympy(size):
+    f = _clip_map(size)
 
     def clip(g, max_norm):
         # NumPy's Piecewise evaluates both branches: c / norm of an all-zero g is 0/0 in the
         # branch that is not taken
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (np.asarray(f(g, float(max_norm[0])), dtype=float),)
+            return f(g=g, max_norm=max_norm)
     return clip
 
 

@@ -7,6 +7,8 @@ import numpy as np
 import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._sym import lambdify_map
 from minibert_spec.sources import MINIBERT
 
 STEP, W_, TOTAL, PEAK = sp.symbols("step warmup total peak", positive=True)
@@ -54,11 +56,19 @@ def lr_project(step, warmup=W_, total=TOTAL, peak=PEAK):
                         (sp.Max(0, peak * (1 - (step - warmup) / (total - warmup))), True))
 
 
-def _schedule_sympy(size):
+@maps_cache
+def _schedule_map(size):
+    """lr at steps 0 .. total + 2 as a map of peak (each step's branch decided by SymPy; peak
+    of either sign, as the check draws it: a symbol without assumptions keeps the floor)."""
     warmup, total = size
-    f = sp.lambdify([STEP, PEAK], lr_project(STEP, sp.Integer(warmup), sp.Integer(total)),
-                    "numpy")
-    return lambda peak: (np.array([f(k, float(peak[0])) for k in range(total + 3)]),)
+    peak = sp.Symbol("peak")
+    lrs = np.array([lr_project(sp.Integer(k), sp.Integer(warmup), sp.Integer(total), peak)
+                    for k in range(total + 3)], dtype=object)
+    return lambdify_map(dict(peak=np.array([peak], dtype=object)), [lrs])
+
+
+def _schedule_sympy(size):
+    return _schedule_map(size)
 
 
 def _schedule_code(impl, size, peak):

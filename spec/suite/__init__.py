@@ -41,7 +41,15 @@ from minibert_spec.suite.registry import (
     select,
 )
 from minibert_spec.suite.report import CheckReport, apply_expectations, check_thin
-from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, as_proxy, check_settings, run_check
+from minibert_spec.suite.run import (
+    DEFAULT_TIMEOUT,
+    Result,
+    as_proxy,
+    check_settings,
+    depth,
+    run_check,
+    tier_of,
+)
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
@@ -51,16 +59,21 @@ __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "
 def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
                     ops: Iterable[str] | None = None, match: str | None = None,
                     bad_input: bool = False, quick: bool = False,
-                    extra: Iterable[Check] = ()) -> list[Check]:
+                    extra: Iterable[Check] = (), deep: bool = False) -> list[Check]:
     """The checks a run covers: everything (bad-input checks only with ``bad_input``),
     narrowed by ids, kinds, ops or a regular expression on the id; ``quick``: the checks with
-    fixed examples (run on those alone, :data:`QUICK`).  ``extra``: the checks of the ops the
-    implementation declares (minibert_spec.suite.declared.checks_of), selected alike."""
+    fixed examples (run on those alone, :data:`QUICK`); the checks of the deep tier alone
+    (:attr:`Check.deep`) only with ``deep`` or when ``ids`` names them.  ``extra``: the checks
+    of the ops the implementation declares (minibert_spec.suite.declared.checks_of), selected
+    alike."""
+    tier_of(quick, deep)  # both: refused
     checks = select(ids=ids, kinds=kinds, ops=ops, match=match, extra=extra)
     if not bad_input and ids is None:
         checks = [c for c in checks if c.kind != "bad_input"]
     if quick:
         checks = [c for c in checks if c.in_quick_run]
+    if not deep and ids is None:
+        checks = [c for c in checks if not c.deep]
     return checks
 
 
@@ -76,9 +89,9 @@ class BoundCheck:
     pytest shows as the parameter of ``test_conformance(check)``."""
 
     def __init__(self, check: Check, proxy, *, timeout: float | None, oracle: str,
-                 database=None, quick: bool = False):
+                 database=None, quick: bool = False, deep: bool = False):
         self.check, self.proxy, self.timeout, self.oracle = check, proxy, timeout, oracle
-        self.database, self.quick = database, quick
+        self.database, self.quick, self.tier = database, quick, tier_of(quick, deep)
 
     def __repr__(self) -> str:
         return self.check.id
@@ -99,7 +112,8 @@ class BoundCheck:
         try:
             r = run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
                           settings=check_settings(database=self.database,
-                                                  max_examples=QUICK if self.quick else None),
+                                                  max_examples=QUICK if self.quick else None,
+                                                  tier=self.tier),
                           heartbeat=heartbeat if self.timeout else None)
         finally:
             if self.timeout:
@@ -146,7 +160,7 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
                             ops: Iterable[str] | None = None, match: str | None = None,
                             bad_input: bool = False, oracle: str = "require",
                             timeout: float | None = DEFAULT_TIMEOUT, database="auto",
-                            quick: bool = False):
+                            quick: bool = False, deep: bool = False):
     """``@pytest.mark.parametrize("check", ...)`` over every selected check bound to ``impl``
     (a module, an object, or ``"pkg.mod:obj"``), each with its id (``pytest -k`` selects by
     it).  ``expected_failed_checks`` maps ids to reasons: strict xfails (a check that starts
@@ -154,7 +168,10 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     comparisons into skips that say so; by default a missing torch fails them.  ``database``:
     "auto" keeps each implementation's Hypothesis examples apart under ``.hypothesis/minibert``
     in the current directory (None: no database).  ``quick``: the quick run (each check on
-    its fixed examples alone).  An unknown id in ``expected_failed_checks`` is a ValueError
+    its fixed examples alone); ``deep``: the deep tier (10 drawn examples per check when no
+    Hypothesis profile is loaded, and the mini_bert-size model checks); by default the
+    standard tier (3, the model at tiny configurations: minibert_spec.suite.run.TIERS).  An
+    unknown id in ``expected_failed_checks`` is a ValueError
     naming the closest known ids (a former id answers, with a DeprecationWarning); a
     ``"pkg.mod[:obj]"`` whose import exits, crashes or hangs (within ``timeout``) is an
     ImplLoadError naming why, a ``CAPABILITIES`` the protocol cannot take a DeclarationError
@@ -174,7 +191,7 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     except (ImplLoadError, DeclarationError) as e:
         raise type(e)(str(e)) from None
     checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
-                             bad_input=bad_input, quick=quick, extra=declared)
+                             bad_input=bad_input, quick=quick, extra=declared, deep=deep)
     expected = resolve_expected_failures(expected_failed_checks, stacklevel=2, extra=declared)
     if database == "auto":
         from hypothesis import settings
@@ -192,7 +209,7 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
         if c.id in expected:
             marks.append(pytest.mark.xfail(strict=True, reason=expected[c.id]))
         params.append(pytest.param(BoundCheck(c, proxy, timeout=timeout, oracle=oracle,
-                                              database=database, quick=quick),
+                                              database=database, quick=quick, deep=deep),
                                    id=c.id, marks=marks))
     return pytest.mark.parametrize("check", params)
 
@@ -204,18 +221,19 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
                          expected_failed_checks: Mapping[str, str] | None = None,
                          progress: Callable[[Result], object] | None = None,
                          settings=None, first_red: bool = False,
-                         quick: bool = False,
+                         quick: bool = False, deep: bool = False,
                          thin_rows: Mapping[str, str] | None = None) -> CheckReport:
     """Run the selected checks on ``impl`` in this process (for scripts and notebooks; the
     ``minibert check`` command runs the same checks in worker processes) and return the
     :class:`CheckReport`.  ``settings``: Hypothesis settings for every check (default
     :func:`minibert_spec.suite.run.check_settings`).  ``first_red``: the checks run cheapest and
     most decisive first, and the run stops at the first failure (the rest are ``not run``).
-    ``quick``: the quick run (each check on its fixed examples alone).  An unknown id in
-    ``expected_failed_checks`` is a ValueError naming the closest known ids; an implementation
-    ``thin_rows`` (op -> reason, as ``minibert check --thin``): rows known to be checked on too
-    little evidence, ``thin`` rather than ``not judged`` (an op the protocol does not have is a
-    ValueError).  An implementation
+    ``quick``: the quick run (each check on its fixed examples alone); ``deep``: the deep tier
+    (see :func:`parametrize_with_checks`); the report says which tier ran
+    (``report.depth``).  ``thin_rows`` (op -> reason, as ``minibert check --thin``): rows known
+    to be checked on too little evidence, ``thin`` rather than ``not judged`` (an op the
+    protocol does not have is a ValueError).  An unknown id in ``expected_failed_checks`` is a
+    ValueError naming the closest known ids; an implementation
     that does not load (a ``"pkg.mod[:obj]"`` whose import raises, exits, crashes or hangs) or
     whose ``CAPABILITIES`` the protocol cannot take (minibert_spec.protocol.capabilities) is a
     report
@@ -241,11 +259,12 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     from minibert_spec.suite.run import first_red_order, stopped_results
     from minibert_spec.suite.shrink import ShrinkBudget
 
-    if quick and settings is None:
-        settings = check_settings(max_examples=QUICK)
+    tier = tier_of(quick, deep)
+    if settings is None:
+        settings = check_settings(max_examples=QUICK if quick else None, tier=tier)
     budget = ShrinkBudget()  # one for the run
     checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
-                             bad_input=bad_input, quick=quick, extra=declared)
+                             bad_input=bad_input, quick=quick, extra=declared, deep=deep)
     done: dict[str, Result] = {}
     for c in first_red_order(checks) if first_red else checks:
         r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings, shrink=budget)
@@ -257,7 +276,8 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     results = [done.get(c.id) or stopped_results([c])[0] for c in checks]
     results = apply_expectations(results, expected_failed_checks)
     return CheckReport(proxy._impl_label, results, oracle, bad_input,
-                       seconds=time.perf_counter() - start, thin=thin_rows)
+                       seconds=time.perf_counter() - start, thin=thin_rows,
+                       depth=depth(tier, settings.max_examples if tier != "quick" else None))
 
 
 def _model_ops(proxy, ops, ids):

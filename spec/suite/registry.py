@@ -83,6 +83,8 @@ class Check:
     examples:  ``caps -> [{keyword: value}]``: explicit examples, run before anything is drawn
                (Hypothesis's explicit phase) -- the case families' fixed-seed cases
     quick:     a check without ``given`` that belongs to the quick run (see :func:`quick`)
+    deep:      a check of the deep tier alone (``minibert check --deep``): the whole model at
+               the mini_bert preset's own size, seconds each whatever the examples drawn
     requires:  modules it imports beyond the core install (torch, transformers)
     """
 
@@ -104,6 +106,7 @@ class Check:
     needs: Mapping = field(default_factory=dict, compare=False, repr=False)
     examples: Callable | None = field(default=None, compare=False, repr=False)
     quick: bool = field(default=False, compare=False, repr=False)
+    deep: bool = field(default=False, compare=False, repr=False)
 
     @property
     def in_quick_run(self) -> bool:
@@ -261,7 +264,7 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
           requires: Iterable[str] | Callable = (), kinds_arg: str | None = None,
           prepare: Callable | None = None, needs: Mapping | Callable | None = None,
           examples: Callable | None = None, quick: bool | Callable = False,
-          was: str | Iterable[str] | Callable | None = None):
+          deep: bool | Callable = False, was: str | Iterable[str] | Callable | None = None):
     """Register the decorated function as one check, or one per case.
 
     ``kind`` is a key of :data:`KINDS`, or several separated by ``|`` (``"oracle.forward|
@@ -276,9 +279,10 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     implementation must declare (:attr:`Check.needs`).  ``given`` and ``examples`` may be
     callables of the case's kwargs returning what :class:`Check` takes (a function of the
     CAPABILITIES); ``quick`` (or a callable of the case's kwargs) puts a check without
-    ``given`` in the quick run.  ``was`` (the bracket part of the id(s) a check had before a
-    rename, or a callable of the case's kwargs returning them) keeps the old names for one
-    release (:data:`ALIASES`).
+    ``given`` in the quick run; ``deep`` (or a callable of the case's kwargs) keeps a check
+    out of every tier but the deep one (:attr:`Check.deep`).  ``was`` (the bracket part of
+    the id(s) a check had before a rename, or a callable of the case's kwargs returning them)
+    keeps the old names for one release (:data:`ALIASES`).
     """
     kinds = kind.split("|")
     for k in kinds:
@@ -310,7 +314,8 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
                           None if prepare is None else functools.partial(prepare, **kwargs),
                           dict(needs(kwargs) if callable(needs) else needs or {}),
                           _per_case(examples, kwargs, "examples"),
-                          bool(quick(kwargs) if callable(quick) else quick))
+                          bool(quick(kwargs) if callable(quick) else quick),
+                          bool(deep(kwargs) if callable(deep) else deep))
                 _validate_id(c.id)
                 if c.id in _REGISTRY and _REGISTRY[c.id].func is not fn:
                     raise ValueError(f"check: id {c.id!r} registered twice")

@@ -158,6 +158,9 @@ class CheckReport:
     merged_from: list = field(default_factory=list)
     # rows named knowingly thin (op -> reason): not judged, and said so, without exit 2
     thin: dict = field(default_factory=dict)
+    # how deep the run went (minibert_spec.suite.run.depth: the tier, the examples each check
+    # drew after its fixed-seed ones); {} when not said (a report read from an older JSON)
+    depth: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ folding
     def off_reasons(self) -> dict[str, str | None]:
@@ -339,7 +342,7 @@ class CheckReport:
         return {
             "schema": SCHEMA, "impl": self.impl, "exit_code": self.exit_code(),
             "summary": self.summary(), "oracle": self.oracle, "bad_input": self.bad_input,
-            "seconds": round(self.seconds, 2), "notes": self.notes,
+            "seconds": round(self.seconds, 2), "depth": self.depth, "notes": self.notes,
             "load_error": self.load_error, "provenance": self.provenance,
             "columns": [{"key": k, "heading": h} for k, h in COLUMNS],
             "counts": self.counts(), "groups": self.groups(),
@@ -369,7 +372,8 @@ class CheckReport:
                    float(data.get("seconds") or 0.0), data.get("load_error"),
                    dict(data.get("provenance") or {}), dict(data.get("settings") or {}),
                    data.get("shard"), list(data.get("merged_from") or []),
-                   check_thin(data.get("thin"), "thin"))
+                   check_thin(data.get("thin"), "thin"),
+                   dict(data.get("depth") or {}))
 
 
 def first_rows(data: dict) -> list[dict]:

@@ -49,8 +49,15 @@ from minibert_spec.suite.registry import Blame, Check
 # 2000 examples of a check take minutes, each of them seconds.
 DEFAULT_TIMEOUT = 30.0
 # The suite's own Hypothesis settings when the caller has not chosen a profile: every run of
-# one implementation draws the same examples (derandomized: two runs give one verdict).
-DEFAULT_MAX_EXAMPLES = 10
+# one implementation draws the same examples (derandomized: two runs give one verdict).  The
+# tiers: how many examples each check draws after its fixed-seed ones.  The standard tier
+# (the default) draws 3: on 11 buggy implementations (7 public repositories) its red rows
+# were those of 1 and of 10 drawn examples, while the quick run (nothing drawn) missed two
+# real LayerNorm bugs; the deep tier draws 10 (the default before issue 40) and adds the
+# whole-model checks at the mini_bert preset's size (Check.deep), seconds each.
+TIERS = {"quick": 0, "standard": 3, "deep": 10}
+DEFAULT_TIER = "standard"
+DEFAULT_MAX_EXAMPLES = TIERS[DEFAULT_TIER]
 ORACLE_MODES = ("require", "off")
 NOT_RUN = "not run"
 STOPPED = "not run: stopped at the first red (--first-red)"
@@ -72,6 +79,9 @@ class Result:
     # what the red shares with other reds (minibert_spec.suite.shrink.cause_of; "" for its own
     # finding)
     cause: str = ""
+    # the examples the check's body ran to the end on (fixed-seed and drawn; assume()-rejected
+    # ones not counted; 1 for a fixed check)
+    examples: int = 0
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -128,14 +138,45 @@ def time_limit(seconds: float | None, what: str):
 
 
 # --------------------------------------------------------------------------- settings
+def tier_of(quick: bool = False, deep: bool = False) -> str:
+    """The tier a run's flags ask for (:data:`TIERS`); a ValueError for both."""
+    if quick and deep:
+        raise ValueError("quick and deep: expected one tier, got both (--quick draws nothing, "
+                         "--deep draws the most)")
+    return "quick" if quick else "deep" if deep else DEFAULT_TIER
+
+
+def depth(tier: str, max_examples: int | None = None) -> dict:
+    """What a report says of its depth: the tier, and the examples each check draws after its
+    fixed-seed ones (``max_examples`` when given, else the tier's)."""
+    if tier not in TIERS:
+        raise ValueError(f"tier: expected one of {list(TIERS)}, got {tier!r}")
+    drawn = TIERS[tier] if max_examples is None else max_examples
+    return {"tier": tier, "drawn_per_check": drawn,
+            "mini_bert_size_model_checks": tier == "deep"}
+
+
+def depth_line(d: dict) -> str:
+    """The report header's words for :func:`depth`."""
+    if not d:
+        return ""
+    if d["tier"] == "quick":
+        return "tier quick: the fixed-seed examples alone, nothing drawn"
+    return (f"tier {d['tier']}: the fixed-seed examples + {d['drawn_per_check']} drawn per "
+            "check, the whole model at "
+            + ("every size, mini_bert's included" if d["mini_bert_size_model_checks"]
+               else "tiny configurations (mini_bert's size: --deep)"))
+
+
 def check_settings(*, database=None, max_examples: int | None = None,
-                   derandomize: bool | None = None, shrink: bool = True):
+                   derandomize: bool | None = None, shrink: bool = True,
+                   tier: str = DEFAULT_TIER):
     """The Hypothesis settings a check runs under, built per check (never loaded as a global
     profile).  Inherited from the profile the caller loaded (their ``max_examples``,
     ``derandomize``...); when none was chosen (Hypothesis's own ``default``), the suite's:
-    DEFAULT_MAX_EXAMPLES, derandomized.  Always: no deadline (a whole-model check takes
-    seconds), one failure reported (the first, shrunk within the run's budget:
-    minibert_spec.suite.shrink), the given
+    the ``tier``'s examples (:data:`TIERS`), derandomized.  Always: no deadline (a
+    whole-model check takes seconds), one failure reported (the first, shrunk within the
+    run's budget: minibert_spec.suite.shrink), the given
     ``database`` (None: no database; none either when derandomized, which draws the same
     examples every run), no explain phase.  ``shrink=False``: a failure is reported as found (the
     verdict is the same; only its example is not minimised).  ``max_examples=0``: the quick run
@@ -146,9 +187,11 @@ def check_settings(*, database=None, max_examples: int | None = None,
     parent = settings.default
     chosen = settings.get_current_profile_name() not in (None, "default")
     kw = {}
+    if tier not in TIERS:
+        raise ValueError(f"tier: expected one of {list(TIERS)}, got {tier!r}")
     if not chosen:
-        kw.update(max_examples=DEFAULT_MAX_EXAMPLES, derandomize=True)
-    if max_examples == 0:
+        kw.update(max_examples=TIERS[tier] or 1, derandomize=True)
+    if max_examples == 0 or (max_examples is None and not chosen and TIERS[tier] == 0):
         kw["phases"] = [Phase.explicit]
     elif max_examples is not None:
         kw["max_examples"] = max_examples
@@ -478,4 +521,5 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             message = "failed without a message"  # never an empty red (spec/suite/run.py)
         message += "\n" + reproduction(check, proxy._impl_label)
     return Result(check.id, check.kind, ops, outcome, message,
-                  round(time.perf_counter() - start, 3), conventions, cause)
+                  round(time.perf_counter() - start, 3), conventions, cause,
+                  len(test.completed) if test is not None else 0)

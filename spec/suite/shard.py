@@ -274,4 +274,5 @@ def merge_check_reports(records: Sequence[tuple[str, dict]]):
     return CheckReport(first.impl, [] if load_errors else [results[i] for i in selection],
                   first.oracle, first.bad_input, notes,
                   max(p["seconds"] for p in parts), "; ".join(load_errors) or None,
-                  first.provenance, first.settings, None, parts, first.thin)
+                  first.provenance, first.settings, None, parts, first.thin,
+                  first.depth)

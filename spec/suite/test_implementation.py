@@ -17,6 +17,7 @@ def pytest_generate_tests(metafunc):
                                    bad_input=config.getoption("minibert_bad_input"),
                                    oracle=config.getoption("minibert_oracle"),
                                    quick=config.getoption("minibert_quick"),
+                                   deep=config.getoption("minibert_deep"),
                                    timeout=config.getoption("minibert_timeout"))
     metafunc.parametrize(*mark.args, **mark.kwargs)
 

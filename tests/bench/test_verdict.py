@@ -9,7 +9,14 @@ import json
 
 import pytest
 
-from minibert_spec.benchverdict import Case, exit_status, render, summarize, user_cases
+from minibert_spec.benchverdict import (
+    Case,
+    exit_status,
+    render,
+    run_case,
+    summarize,
+    user_cases,
+)
 from minibert_spec.cli import main
 
 
@@ -94,12 +101,35 @@ def test_the_cases_of_each_implementation_and_the_pytest_file(tmp_path):
     test_file = tmp_path / "test_mine.py"
     test_file.write_text("def test_x():\n    pass\n")
     cases = user_cases(["minibert_reference", "mine"], test_file)
-    assert list(cases) == ["minibert_reference", "minibert_reference --first-red", "mine",
+    assert list(cases) == ["minibert_reference (warm)", "minibert_reference (cold)",
+                           "minibert_reference --first-red", "mine (warm)", "mine (cold)",
                            "mine --first-red", "pytest test_mine.py"]
-    assert cases["minibert_reference"].target_s == 10.0 and cases["mine"].target_s is None
+    assert cases["minibert_reference (warm)"].target_s == 10.0
+    assert cases["minibert_reference (cold)"].target_s == 12.0
+    assert cases["mine (warm)"].target_s is None and cases["mine (cold)"].target_s is None
+    assert [cases[f"mine ({c})"].cache for c in ("warm", "cold")] == ["warm", "cold"]
     assert cases["mine --first-red"].argv[-3:] == ("--first-red", "--format", "json")
     assert cases["pytest test_mine.py"].cwd == str(tmp_path) and not cases[
         "pytest test_mine.py"].report
+
+
+def test_a_cold_run_gets_an_empty_cache_of_its_own_and_a_warm_case_keeps_one(tmp_path):
+    """Cold: the cache directory removed first (XDG_CACHE_HOME, as minibert check reads it, an
+    empty directory no other run used); warm: one directory across the case's rounds."""
+    import sys
+
+    script = ("import os, pathlib; home = pathlib.Path(os.environ['XDG_CACHE_HOME']); "
+              "print(home, len(list(home.iterdir()))); (home / 'entry').write_text('x')")
+    for cache in ("cold", "warm"):
+        case = Case((sys.executable, "-c", script), cache, report=False, cache=cache)
+        seen = [run_case(case, tmp_path)["summary"].split() for _ in range(3)]
+        homes, entries = {h for h, _ in seen}, [int(n) for _, n in seen]
+        if cache == "cold":
+            assert len(homes) == 3 and entries == [0, 0, 0]
+        else:
+            assert len(homes) == 1 and entries == [0, 1, 1]
+    with pytest.raises(ValueError, match="cache: expected one of"):
+        Case(("x",), "x", cache="lukewarm")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -115,14 +145,16 @@ def test_bad_input_is_refused_in_one_line(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.slow  # the slow tier (conftest.py): four minibert check processes
+@pytest.mark.slow  # the slow tier (conftest.py): eight minibert check processes
 def test_bench_verdict_times_a_buggy_implementation_end_to_end(tmp_path):
     out = tmp_path / "verdict.json"
     rc = main(["bench", "--verdict", "tests.examples.broken_impl", "--rounds", "2",
                "--format", "json", "-o", str(out), "--allow-noisy"])  # this machine may be busy
     assert rc == 0
     result = json.loads(out.read_text())
-    whole = result["cases"]["tests.examples.broken_impl"]
+    whole = result["cases"]["tests.examples.broken_impl (warm)"]
+    cold = result["cases"]["tests.examples.broken_impl (cold)"]
+    assert cold["exit"] == ["1"] and cold["wall_s"]["n"] == 2
     first = result["cases"]["tests.examples.broken_impl --first-red"]
     assert whole["exit"] == first["exit"] == ["1"]  # red both ways, in both rounds
     assert whole["wall_s"]["n"] == first["wall_s"]["n"] == 2

@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
 
 from minibert_spec.benchverdict import (  # noqa: E402
     TARGET_FIRST_RED_S,
+    TARGET_REFERENCE_COLD_S,
     TARGET_REFERENCE_S,
     check_case,
     exit_status,
@@ -44,7 +45,12 @@ def cases(repo: Path) -> dict:
         "startup": check_case("minibert_reference", "-k", r"^fd\[relu\]$", cwd=root,
                               what="one fixed-seed check: the process, the fork server, "
                                    "loading the reference"),
-        "reference": check_case("minibert_reference", target_s=TARGET_REFERENCE_S, cwd=root),
+        "reference": check_case("minibert_reference", target_s=TARGET_REFERENCE_S, cwd=root,
+                                cache="warm", what="minibert check minibert_reference, warm"),
+        "reference_cold": check_case("minibert_reference", target_s=TARGET_REFERENCE_COLD_S,
+                                     cwd=root, cache="cold",
+                                     what="minibert check minibert_reference, cold: no cache"),
+        "reference_deep": check_case("minibert_reference", "--deep", cwd=root, cache="warm"),
         "broken": check_case("tests.examples.broken_impl", cwd=root),
         "first_red": check_case("tests.examples.broken_impl", "--first-red", cwd=root,
                                 target_s=TARGET_FIRST_RED_S),
@@ -58,7 +64,8 @@ def cases(repo: Path) -> dict:
     return out
 
 
-DEFAULT_CASES = ("startup", "reference", "first_red", "broken", "pytest_fixed", "pytest_buggy")
+DEFAULT_CASES = ("startup", "reference", "reference_cold", "reference_deep", "first_red",
+                 "broken", "pytest_fixed", "pytest_buggy")
 
 
 def user_repo(where: Path) -> Path:

@@ -20,7 +20,7 @@ def test_readme_protocol_table_is_the_generated_one():
     assert m, f"{PROTOCOL_DOC}: the protocol table's markers are missing"
     assert m.group(1) == protocol_markdown(), (
         f"{PROTOCOL_DOC}: the protocol table is stale: regenerate it with "
-        "`minibert regenerate --no-matrix`")
+        "`minibert regenerate --no-matrix --no-maps`")
 
 
 def test_every_row_is_documented_and_its_backward_follows_its_inputs():

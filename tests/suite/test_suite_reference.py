@@ -1,10 +1,11 @@
 """The shipped judging suite on the reference, exactly as a user runs it on their own
-implementation (minibert_spec.suite.parametrize_with_checks): every check, bad input included."""
+implementation (minibert_spec.suite.parametrize_with_checks): every check, bad input and the deep
+tier's mini_bert-size model checks included."""
 
 import minibert_reference
 from minibert_spec.suite import parametrize_with_checks
 
 
-@parametrize_with_checks(minibert_reference, bad_input=True)
+@parametrize_with_checks(minibert_reference, bad_input=True, deep=True)
 def test_conformance(check):
     check()

@@ -52,6 +52,13 @@ def _quick(kw) -> bool:
     return kw["config"] in TINY_CONFIGS
 
 
+def mini_bert_size(kw) -> bool:
+    """A case at the mini_bert preset's own size (V=8192, H=192): seconds whatever the
+    examples drawn, so in the deep tier alone; the tiny configurations and the smaller
+    presets stand for the whole model in the standard one."""
+    return "mini_bert" in (kw.get("config"), kw.get("preset"), kw.get("name"))
+
+
 @functools.cache
 def _random_params(impl, config_name, seed):
     return random_params(impl, CONFIGS[config_name](), seed)
@@ -95,6 +102,7 @@ def _loss_ids(kw):
 
 
 @check("fd", "model", cases=_cases(), equations=_loss_ids, ops=("model",), quick=_quick,
+       deep=mini_bert_size,
        was=lambda kw: f"model.example-{kw['config'][5:]}" if _quick(kw) else None)
 def model_gradients_match_finite_differences(impl, config, B, T, reduction, seed, n_dirs):
     """Every parameter tensor and the input embeddings, float64, padded batch."""
@@ -108,7 +116,7 @@ def model_gradients_match_finite_differences(impl, config, B, T, reduction, seed
 
 
 @check("fd", "model.gradcheck", cases=[(p, {"preset": p}) for p in SMALL_PRESETS],
-       ops=("model",))
+       ops=("model",), deep=mini_bert_size)
 def model_gradcheck_cli_sizes(impl, preset):
     """The whole-model gradient check `minibert gradcheck` runs (B=2, T=8, one direction)."""
     config = PRESETS[preset]()
@@ -151,7 +159,7 @@ def model_sum_reduction_is_n_times_mean(impl):
 
 
 @check("invariant", "model.inputs_embeds_path", cases=[(p, {"preset": p}) for p in SMALL_PRESETS],
-       ops=("model",))
+       ops=("model",), deep=mini_bert_size)
 def inputs_embeds_path_matches_input_ids_path(impl, preset):
     """forward(inputs_embeds=embed(ids)) gives the logits/hidden states, loss, block gradients
     and input gradient of forward(ids); the embedding tables, bypassed, get exactly zero."""
@@ -327,6 +335,7 @@ def pooled_output_gradient_reaches_every_tensor(impl):
 @check("invariant", "model.gradient_bookkeeping",
        cases=[(f"{c}-{np.dtype(d).name}", {"config": c, "dtype": d})
               for c in CONFIGS for d in DTYPES], ops=("model",), quick=_quick,
+       deep=mini_bert_size,
        was=lambda kw: (f"model.example-{kw['config'][5:]}"
                        if _quick(kw) and kw["dtype"] == np.float64 else None))
 def model_grads_match_params_keys_shapes_dtypes(impl, config, dtype):
@@ -355,7 +364,7 @@ def model_grads_match_params_keys_shapes_dtypes(impl, config, dtype):
 
 
 @check("invariant", "model.bit_identical_and_pure",
-       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",))
+       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",), deep=mini_bert_size)
 def model_identical_calls_bit_identical_and_pure(impl, preset):
     """Two identical loss_and_grads calls give the same bits and leave params untouched."""
     config, params, ids, kw = model_case(impl, preset, np.float64)
@@ -371,7 +380,7 @@ def model_identical_calls_bit_identical_and_pure(impl, preset):
 
 
 @check("invariant", "model.float32_vs_float64",
-       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",))
+       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",), deep=mini_bert_size)
 def model_float32_agrees_with_float64(impl, preset):
     """float32 params (rounded from the float64 ones) through the same code: logits, loss,
     every gradient and the input gradient agree with the float64 run on those rounded values."""
@@ -391,7 +400,7 @@ def model_float32_agrees_with_float64(impl, preset):
 
 
 @check("invariant", "model.backward_linear_in_upstream",
-       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",))
+       cases=[(p, {"preset": p}) for p in SMALL_PRESETS], ops=("model",), deep=mini_bert_size)
 def model_backward_zero_and_linear_in_upstream(impl, preset):
     """backward(0) == 0 exactly and backward is linear in the upstream gradient."""
     config, params, ids, kw = model_case(impl, preset, np.float64)

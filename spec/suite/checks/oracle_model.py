@@ -18,6 +18,7 @@ from minibert_reference.config import mini_bert, seed001
 from minibert_spec.numerics.finite_differences import random_batch, random_params
 from minibert_spec.protocol import IGNORE_INDEX, OPS, capabilities
 from minibert_spec.protocol.variants import with_pinned_config
+from minibert_spec.suite.checks.model import mini_bert_size
 from minibert_spec.suite.registry import check, lazy_module
 
 to = lazy_module("minibert_spec.suite.torch_oracle")
@@ -104,7 +105,7 @@ def compare_grads(label, grads, d_emb, theirs, dtype, params, T):
 # hand-written, not a case family's oracle: a whole model is a config, a flat parameter dict and a
 # batch through embeddings, blocks, head and loss -- no op pair with inputs to draw
 @check("oracle.forward|oracle.backward", "model.loss", kinds_arg="part", ops=("model",),
-       equations=MODEL_EQUATIONS + LOSS_EQUATIONS, requires=("torch",),
+       equations=MODEL_EQUATIONS + LOSS_EQUATIONS, requires=("torch",), deep=mini_bert_size,
        cases=[(f"{cid}-{dl}", dict(dtype=dt, name=c[0], config=c[1], B=c[2], T=c[3], seed=c[4],
                                     loss=c[5]))
               for cid, c in zip(loss_case_ids, LOSS_CASES) for dl, dt in DTYPES])
@@ -130,7 +131,7 @@ def model_loss_and_grads(impl, part, dtype, name, config, B, T, seed, loss):
 
 
 @check("oracle.forward|oracle.backward", "model.dout", kinds_arg="part", ops=("model",),
-       equations=MODEL_EQUATIONS, requires=("torch",),
+       equations=MODEL_EQUATIONS, requires=("torch",), deep=mini_bert_size,
        cases=[(f"{cid}-{dl}", dict(dtype=dt, name=c[0], config=c[1], B=c[2], T=c[3], seed=c[4]))
               for cid, c in zip(case_ids, CASES) for dl, dt in DTYPES])
 def model_forward_backward(impl, part, dtype, name, config, B, T, seed):

@@ -1,0 +1,62 @@
+"""The numeric functions of the SymPy derivations, as Python source generated once, at
+development time, and committed: one module per equation module (``softmax.py`` holds the maps
+of spec/equations/softmax.py), and ``_index.py``, which names each builder call's module and the
+digest of the equations' source they were generated from.  ``minibert regenerate`` writes them
+(spec/equations/_codegen.py, with SymPy's NumPy code printer through lambdify);
+tests/equations/test_generated_maps.py fails when regenerating would change a byte.
+
+A check reads a map here in milliseconds: no derivation, no lambdify, nothing built on the
+user's clock.  While the equations' source differs from the one the maps were generated from
+(an equation edited and not yet regenerated), nothing here is used: the maps are built from
+SymPy as before (spec/equations/_cache.py), never read stale."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+from pathlib import Path
+
+# how maps are stored and generated, not what they compute: left out of equations_digest
+STORAGE = ("_cache.py", "_codegen.py")
+
+
+@functools.cache
+def equations_digest() -> str:
+    """sha256 of the files of the equations package that decide what the maps compute (not of
+    :data:`STORAGE`, nor of this folder): the generated maps are used only while it is the one
+    they were generated from, so an equation edited and not regenerated is built from SymPy,
+    never read stale."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py")):
+        if path.name not in STORAGE:
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@functools.cache
+def _current_index() -> dict:
+    """key -> module, or {} when there is no index or it is not the equations' current one."""
+    try:
+        from minibert_spec.equations._generated._index import DIGEST, INDEX
+    except ImportError:
+        return {}
+    return INDEX if DIGEST == equations_digest() else {}
+
+
+def generated_map(key: str):
+    """What one builder call (spec/equations/_cache.entry_key) returns -- a map, or tuples,
+    lists and dicts of maps -- from its generated source; None when it was not generated (or
+    the equations changed since)."""
+    module = _current_index().get(key)
+    if module is None:
+        return None
+    return importlib.import_module(f"{__name__}.{module}").MAPS[key]
+
+
+def map_of(fn, names, shapes):
+    """The map over named arrays around a generated function of their flattened elements (as
+    lambdify_map makes it)."""
+    from minibert_spec.equations._sym import _map_call
+
+    return _map_call(fn, names, shapes)
