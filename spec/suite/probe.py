@@ -64,15 +64,20 @@ def probe_import(spec: str, timeout: float | None, *, paths: Sequence[str] = ())
             return f"impl: importing {module!r} did not finish within {timeout:g} s"
         if os.path.exists(result):
             return None
+    return ended(f"importing {module!r}", code, "before the import finished")
+
+
+def ended(what: str, code: int, before: str, then: str = "nothing could be checked") -> str:
+    """The one-line reason of a child that ended without saying it finished: ``what`` (e.g.
+    "importing 'mybert'") killed it (a signal) or ended it with exit status ``code``."""
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"impl: importing {module!r} killed the process ({name})"
-    return (f"impl: importing {module!r} ended the process with exit status {code} before the "
-            "import finished (os._exit, or an exit from another thread): nothing could be "
-            "checked")
+        return f"impl: {what} killed the process ({name})"
+    return (f"impl: {what} ended the process with exit status {code} {before} (os._exit, or "
+            f"an exit from another thread): {then}")
 
 
 def _kill_group(child: subprocess.Popen) -> None:
