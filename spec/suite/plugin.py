@@ -32,6 +32,7 @@ def configure(config) -> None:
     from minibert_spec.suite.run import as_proxy
 
     spec = config.getoption("minibert_impl")
+    _current_directory_first()
     try:
         config._minibert_expected = resolve_expected_failures(
             expectations_from_args(config.getoption("minibert_xfail")), "--minibert-xfail")
@@ -46,6 +47,18 @@ def configure(config) -> None:
     except (ImplLoadError, ValueError) as e:
         raise pytest.UsageError(f"--minibert-impl {spec}: {e}") from None
     config.args.append(str(SUITE_MODULE))
+
+
+def _current_directory_first() -> None:
+    """The current directory at the front of ``sys.path``, where ``minibert check`` and
+    ``python -m pytest`` look first: ``pytest --minibert-impl=mybert`` (whose script's path
+    does not hold it) finds a mybert.py beside the user as they do."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def answer_to_former_ids(config, items) -> None:
