@@ -41,7 +41,7 @@ def argv_for(args) -> list[str]:
 
 def many_command(args) -> int:
     from minibert_spec.cli._output import _fail, html_refused
-    from minibert_spec.suite.many import SLACK_SECONDS, class_table, find_submissions, run_many
+    from minibert_spec.suite.many import SLACK_SECONDS, class_table, run_many, survey
     from minibert_spec.suite.pool import LOAD_SECONDS
 
     if not args.many:
@@ -55,13 +55,15 @@ def many_command(args) -> int:
     if refused:
         return _fail(refused)
     try:
-        submissions = find_submissions(args.many)
+        submissions, skipped = survey(args.many)
     except ValueError as e:
         return _fail(str(e))
     timeout = args.total_timeout + LOAD_SECONDS + SLACK_SECONDS
     where = f"on the Dask cluster {args.cluster}" if args.cluster else "one after the other"
-    print(f"minibert check --many: {len(submissions)} implementations, {where}",
-          file=sys.stderr)
+    print(f"minibert check --many: {len(submissions)} implementations, {where}"
+          + (f"; {len(skipped)} entries not checked" if skipped else ""), file=sys.stderr)
+    for e in skipped:
+        print(f"  not checked: {e['name']}: {e['reason']}", file=sys.stderr)
 
     def said(row):
         print(f"  {row['name']}: exit {row['exit_code']} ({row['seconds']:.1f} s)"
@@ -72,7 +74,7 @@ def many_command(args) -> int:
                         on_row=said)
     except ValueError as e:
         return _fail(str(e))
-    table = class_table(rows)
+    table = class_table(rows, skipped)
     from minibert_spec.cli._provenance import provenance
 
     table["provenance"] = provenance()
@@ -119,3 +121,5 @@ def _print_many(table: dict) -> None:
     for i in table["implementations"]:
         if i["exit_code"] != 0:
             console.print(f"[red]{escape(i['name'])}: {escape(i['summary'])}[/]")
+    for e in table["skipped"]:
+        console.print(f"[yellow]not checked: {escape(e['name'])}: {escape(e['reason'])}[/]")
