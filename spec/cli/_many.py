@@ -40,7 +40,7 @@ def argv_for(args) -> list[str]:
 
 
 def many_command(args) -> int:
-    from minibert_spec.cli._output import _fail, html_refused
+    from minibert_spec.cli._output import _fail, databases_refused, html_refused
     from minibert_spec.suite.many import SLACK_SECONDS, class_table, run_many, survey
     from minibert_spec.suite.pool import LOAD_SECONDS
 
@@ -51,7 +51,8 @@ def many_command(args) -> int:
            if on]
     if bad:
         return _fail(f"--many: not with {', '.join(bad)} (each submission is checked whole)")
-    refused = html_refused(args.output) if args.format == "html" else None
+    refused = (html_refused(args.output) if args.format == "html" else None) \
+        or databases_refused(args)
     if refused:
         return _fail(refused)
     try:

@@ -1,0 +1,57 @@
+"""Issue 41: the entry points' arguments validated before anything runs, each refusal one line
+naming the flag and the value, exit 2 -- ``--database``/``--replay`` onto a path that cannot
+hold a database (a run that could not save its failures read as one that had)."""
+
+from __future__ import annotations
+
+import pytest
+
+from minibert_spec.cli import main
+
+IMPL = "tests.examples.classy_adapter"
+
+
+def _refused(capsys, rc) -> str:
+    cap = capsys.readouterr()
+    assert rc == 2, cap
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in cap.err, cap.err
+    return lines[0]
+
+
+def _database_cases(tmp_path) -> dict:
+    (tmp_path / "afile").write_text("x")
+    return {"a regular file": (str(tmp_path / "afile"), "is a file, not a directory"),
+            "a path under a file": (str(tmp_path / "afile" / "db"), "which is a file"),
+            # exists, but nothing can be written there (root included)
+            "an unwritable directory": ("/proc", "cannot be written")}
+
+
+@pytest.mark.parametrize("case", ["a regular file", "a path under a file",
+                                  "an unwritable directory"])
+@pytest.mark.parametrize("many", [False, True], ids=["check", "many"])
+def test_database_that_cannot_be_written_is_refused_naming_it(case, many, tmp_path, capsys):
+    path, said = _database_cases(tmp_path)[case]
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "one.py").write_text("x = 1\n")
+    target = ["--many", str(tmp_path / "subs")] if many else [IMPL]
+    line = _refused(capsys, main(["check", *target, "--oracle", "off", "--database", path]))
+    assert f"--database {path}" in line and said in line, line
+
+
+@pytest.mark.parametrize("case", ["a regular file", "a path under a file"])
+def test_replay_of_a_file_is_refused_naming_it(case, tmp_path, capsys):
+    path, said = _database_cases(tmp_path)[case]
+    line = _refused(capsys, main(["check", IMPL, "--oracle", "off", "--replay", path]))
+    assert f"--replay {path}" in line and said in line, line
+
+
+def test_a_database_folder_that_can_be_written_is_taken(tmp_path):
+    from argparse import Namespace
+
+    from minibert_spec.cli._output import databases_refused
+
+    db = tmp_path / "new" / "db"
+    assert databases_refused(Namespace(database=str(db), replay=[str(tmp_path / "none")])) \
+        is None
+    assert db.is_dir() and list(db.iterdir()) == []  # created, the write test removed
