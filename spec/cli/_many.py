@@ -46,6 +46,13 @@ def many_command(args) -> int:
 
     if not args.many:
         return _fail("--cluster: applies to --many only")
+    if args.cluster is not None:
+        from minibert_spec.suite.many import parse_cluster
+
+        try:
+            parse_cluster(args.cluster)
+        except ValueError as e:
+            return _fail(str(e))
     bad = [flag for flag, on in (("IMPL", args.impl), ("--shard", args.shard),
                                  ("--first-red", args.first_red), ("--list", args.list))
            if on]

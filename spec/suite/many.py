@@ -241,6 +241,26 @@ def run_many(submissions: Sequence[dict], argv: Sequence[str], *, timeout: float
         return [rows[i] for i in range(len(submissions))]
 
 
+CLUSTER_FORMS = ("local, local:N (N workers, a positive integer) or a Dask scheduler's address "
+                 "(tcp://HOST:PORT, HOST:PORT)")
+
+
+def parse_cluster(value: str) -> int | None:
+    """``--cluster``'s value: the number of workers of a ``LocalCluster`` to start here
+    (``local``: one per core, ``local:N``), or None for a scheduler's address; a ValueError
+    naming the flag for anything else (``local:-1``, ``local: 2``, ``local:abc``, a port that
+    is not a number), said at once rather than after Dask's 30 s of trying to connect."""
+    m = re.fullmatch(r"local(?::(\d+))?", value)
+    if m:
+        n = int(m.group(1)) if m.group(1) else os.cpu_count() or 1
+        if n >= 1:
+            return n
+    elif not value.startswith("local") and \
+            re.fullmatch(r"(?:[a-z][a-z0-9+.-]*://)?[A-Za-z0-9_.\-\[\]]+(?::\d{1,5})?", value):
+        return None
+    raise ValueError(f"--cluster: expected {CLUSTER_FORMS}, got {value!r}")
+
+
 class _client:
     """A Dask client of the cluster at ``address``, or of a ``LocalCluster`` started here
     (``local`` or ``local:N``: N single-threaded worker processes), closed on exit."""
@@ -254,11 +274,8 @@ class _client:
         except ImportError:
             raise ValueError("--cluster needs Dask: pip install 'minibert-spec[cluster]' "
                              "(dask[distributed])") from None
-        m = re.fullmatch(r"local(?::(\d+))?", self.address)
-        if m:
-            n = int(m.group(1) or os.cpu_count() or 1)
-            if n < 1:
-                raise ValueError(f"--cluster {self.address}: expected at least one worker")
+        n = parse_cluster(self.address)
+        if n is not None:
             # each check runs in processes of its own: a task only waits on one
             self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                         dashboard_address=None, host="127.0.0.1")

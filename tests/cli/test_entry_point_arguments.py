@@ -55,3 +55,23 @@ def test_a_database_folder_that_can_be_written_is_taken(tmp_path):
     assert databases_refused(Namespace(database=str(db), replay=[str(tmp_path / "none")])) \
         is None
     assert db.is_dir() and list(db.iterdir()) == []  # created, the write test removed
+
+
+@pytest.mark.parametrize("value", ["local:-1", "local: 2", "local:abc", "local:0", "localhost:x",
+                                   "tcp://host:port", "two words"])
+def test_a_cluster_value_dask_cannot_take_is_refused_at_once(value, tmp_path, capsys):
+    """``local:-1`` and ``local: 2`` were taken as a scheduler's address (a 30 s time-out),
+    ``local:abc`` said "invalid literal for int()" without the flag."""
+    (tmp_path / "one.py").write_text("x = 1\n")
+    line = _refused(capsys, main(["check", "--many", str(tmp_path), "--cluster", value]))
+    assert line.startswith("minibert check: --cluster: expected local, local:N") and \
+        repr(value) in line, line
+
+
+def test_the_cluster_forms_dask_takes_are_taken():
+    from minibert_spec.suite.many import parse_cluster
+
+    assert parse_cluster("local:3") == 3 and parse_cluster("local") >= 1
+    for address in ("tcp://10.0.0.5:8786", "scheduler:8786", "tls://sched.example.org:8786",
+                    "127.0.0.1"):
+        assert parse_cluster(address) is None, address
