@@ -75,3 +75,14 @@ def test_the_cluster_forms_dask_takes_are_taken():
     for address in ("tcp://10.0.0.5:8786", "scheduler:8786", "tls://sched.example.org:8786",
                     "127.0.0.1"):
         assert parse_cluster(address) is None, address
+
+
+def test_train_threads_are_bounded_by_the_cores(tmp_path, capsys):
+    from minibert_reference.train.threads import available_cores
+
+    cores = available_cores()
+    rc = main(["train", "--run-dir", str(tmp_path / "r"), "--threads", "100000", "--steps", "1",
+               "--warmup", "1", "--no-progress"])
+    line = _refused(capsys, rc)
+    assert f"--threads: expected 'auto' or an integer in [1, {cores}]" in line, line
+    assert "'100000'" in line and not (tmp_path / "r").exists()
