@@ -52,9 +52,8 @@ def database_refused(flag: str, path: str, *, write: bool) -> str | None:
     target = Path(path)
     if target.exists() and not target.is_dir():
         return f"{flag} {path}: is a file, not a directory (Hypothesis's example database)"
-    up = next((p for p in target.absolute().parents if p.exists()), None)
-    if not target.exists() and up is not None and not up.is_dir():
-        return f"{flag} {path}: lies under {up}, which is a file, not a directory"
+    if _under_a_file(target):
+        return f"{flag} {path}: {_under_a_file(target)}"
     if not write:
         if target.is_dir():
             try:
@@ -77,3 +76,23 @@ def databases_refused(args) -> str | None:
     said = [database_refused("--database", args.database, write=True)] if args.database else []
     said += [database_refused("--replay", d, write=False) for d in args.replay]
     return next((s for s in said if s), None)
+
+
+def file_refused(flag: str, path: str) -> str | None:
+    """Why ``path`` cannot be the file ``flag`` writes -- a directory (``-o .``), a path under
+    a file --, said before the work whose result it would hold; None when it can be."""
+    target = Path(path)
+    if target.is_dir():
+        return f"{flag} {path}: is a directory; expected the path of a file to write"
+    if _under_a_file(target):
+        return f"{flag} {path}: {_under_a_file(target)}"
+    return None
+
+
+def _under_a_file(target: Path) -> str | None:
+    """'lies under F, which is a file' where the nearest existing folder above ``target`` is
+    a file (nothing can be created there); else None."""
+    up = next((p for p in target.absolute().parents if p.exists()), None)
+    if not target.exists() and up is not None and not up.is_dir():
+        return f"lies under {up}, which is a file, not a directory"
+    return None

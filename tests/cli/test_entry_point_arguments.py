@@ -86,3 +86,25 @@ def test_train_threads_are_bounded_by_the_cores(tmp_path, capsys):
     line = _refused(capsys, rc)
     assert f"--threads: expected 'auto' or an integer in [1, {cores}]" in line, line
     assert "'100000'" in line and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("verdict", [False, True], ids=["bench", "bench --verdict"])
+def test_bench_output_that_cannot_be_written_is_refused_before_measuring(verdict, tmp_path,
+                                                                         capsys):
+    """``-o .`` lost the timings after the whole measurement (17 s and more)."""
+    (tmp_path / "afile").write_text("x")
+    for output, said in ((str(tmp_path), "is a directory"),
+                         (str(tmp_path / "afile" / "t.json"), "which is a file")):
+        rc = main(["bench", *(["--verdict", IMPL] if verdict else []), "-o", output])
+        line = _refused(capsys, rc)
+        assert f"-o {output}: " in line and said in line, line
+
+
+@pytest.mark.parametrize("impl", ["tests.examples.hostile_import_exit0",
+                                  "tests.examples.hostile_nothing"])
+def test_bench_verdict_refuses_what_cannot_be_checked_before_timing_it(impl, capsys):
+    rc = main(["bench", "--verdict", impl, "--rounds", "1"])
+    cap = capsys.readouterr()
+    assert rc == 2, cap
+    assert f"--verdict {impl}: cannot be checked, nothing timed" in cap.err, cap.err
+    assert "round 1/1" not in cap.err, cap.err  # nothing was timed
