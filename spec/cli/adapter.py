@@ -182,6 +182,9 @@ def run_infer(args) -> int:
         said = [m for m in got.missing if not m.endswith("gives the reference's output")]
         raise ValueError(f"{args.module}: nothing could be mapped to an op; "
                          f"{(said or list(got.missing) or ['nothing found'])[0]}")
+    for line in got.missing:  # the module's own code raised while it was probed: said here too
+        if " raised " in line:
+            print(f"minibert adapter infer: note: {line}", file=sys.stderr)
     return _write(got.source, args.output, "review each decision, then minibert check it")
 
 
