@@ -88,6 +88,19 @@ def pytest_report_header(config):
                                            if chosen and tier != "quick" else None))
 
 
+def pytest_sessionfinish(session, exitstatus):
+    if getattr(session.config, "_minibert_session_mark", None):
+        session.config._minibert_exitstatus = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    """The session ran to its end (minibert_spec.suite.plugin's exit guard waits for this)."""
+    if getattr(config, "_minibert_session_mark", None):
+        from minibert_spec.suite.plugin import session_finished
+
+        session_finished(config)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Before ``-k`` deselects: checks of the suite answer to their former ids (one release).

@@ -158,6 +158,22 @@ def run_case(case: Case, out_dir: Path, timeout: float = 900) -> dict:
     return row
 
 
+def unreachable(impls, timeout: float = 900) -> str | None:
+    """Why one of ``impls`` cannot be checked -- it does not import, exits, hangs, provides
+    nothing, or torch is required and missing --, found by its quick first-red run (a
+    ``minibert check`` like the timed ones, on its fixed examples alone): said before anything
+    is timed, one line; None when every one reaches a verdict."""
+    with tempfile.TemporaryDirectory(prefix="minibert-verdict-") as tmp:
+        for impl in impls:
+            row = run_case(check_case(impl, "--quick", "--first-red"), Path(tmp), timeout)
+            if str(row["exit"]) not in VERDICT_EXITS:
+                said = (row.get("summary") or row.get("report", {}).get("summary")
+                        or "no report").strip().splitlines()
+                return (f"--verdict {impl}: cannot be checked, nothing timed (its quick run: "
+                        f"exit {row['exit']}: {said[-1] if said else 'no report'})")
+    return None
+
+
 def _stats(values) -> dict:
     values = sorted(values)
 

@@ -41,28 +41,38 @@ def argv_for(args) -> list[str]:
 
 
 def many_command(args) -> int:
-    from minibert_spec.cli._output import _fail, html_refused
-    from minibert_spec.suite.many import SLACK_SECONDS, class_table, find_submissions, run_many
+    from minibert_spec.cli._output import _fail, databases_refused, html_refused
+    from minibert_spec.suite.many import SLACK_SECONDS, class_table, run_many, survey
     from minibert_spec.suite.pool import LOAD_SECONDS
 
     if not args.many:
         return _fail("--cluster: applies to --many only")
+    if args.cluster is not None:
+        from minibert_spec.suite.many import parse_cluster
+
+        try:
+            parse_cluster(args.cluster)
+        except ValueError as e:
+            return _fail(str(e))
     bad = [flag for flag, on in (("IMPL", args.impl), ("--shard", args.shard),
                                  ("--first-red", args.first_red), ("--list", args.list))
            if on]
     if bad:
         return _fail(f"--many: not with {', '.join(bad)} (each submission is checked whole)")
-    refused = html_refused(args.output) if args.format == "html" else None
+    refused = (html_refused(args.output) if args.format == "html" else None) \
+        or databases_refused(args)
     if refused:
         return _fail(refused)
     try:
-        submissions = find_submissions(args.many)
+        submissions, skipped = survey(args.many)
     except ValueError as e:
         return _fail(str(e))
     timeout = args.total_timeout + LOAD_SECONDS + SLACK_SECONDS
     where = f"on the Dask cluster {args.cluster}" if args.cluster else "one after the other"
-    print(f"minibert check --many: {len(submissions)} implementations, {where}",
-          file=sys.stderr)
+    print(f"minibert check --many: {len(submissions)} implementations, {where}"
+          + (f"; {len(skipped)} entries not checked" if skipped else ""), file=sys.stderr)
+    for e in skipped:
+        print(f"  not checked: {e['name']}: {e['reason']}", file=sys.stderr)
 
     def said(row):
         print(f"  {row['name']}: exit {row['exit_code']} ({row['seconds']:.1f} s)"
@@ -73,7 +83,7 @@ def many_command(args) -> int:
                         on_row=said)
     except ValueError as e:
         return _fail(str(e))
-    table = class_table(rows)
+    table = class_table(rows, skipped)
     from minibert_spec.cli._provenance import provenance
 
     table["provenance"] = provenance()
@@ -121,3 +131,5 @@ def _print_many(table: dict) -> None:
     for i in table["implementations"]:
         if i["exit_code"] != 0:
             console.print(f"[red]{escape(i['name'])}: {escape(i['summary'])}[/]")
+    for e in table["skipped"]:
+        console.print(f"[yellow]not checked: {escape(e['name'])}: {escape(e['reason'])}[/]")

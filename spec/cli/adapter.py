@@ -12,6 +12,11 @@ import inspect
 import re
 import sys
 
+# adapter infer: seconds for the import and the inference together (~2 s on the examples)
+INFER_TIMEOUT = 60.0
+# what the module printed is shown up to this many characters (its end: where it stopped)
+SHOWN_OUTPUT = 20_000
+
 
 def register(sub) -> None:
     g = sub.add_parser("adapter", help="write the skeleton of an adapter (every protocol name "
@@ -28,6 +33,9 @@ def register(sub) -> None:
     inf.add_argument("module", help="the import name of your implementation (e.g. mybert)")
     inf.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
                                             "instead of printing it")
+    inf.add_argument("--timeout", type=float, default=INFER_TIMEOUT,
+                     help="seconds for importing MODULE and running its classes and functions, "
+                          f"in a child process (default {INFER_TIMEOUT:g})")
     inf.set_defaults(func=run_infer)
 
 
@@ -41,7 +49,27 @@ def _signature(row, name: str) -> str:
         text = re.sub(r"<class 'numpy\.(\w+)'>", r"np.\1", str(sig))
         return re.sub(r"<function (\w+) at 0x[0-9a-f]+>", r"\1", text)  # no_decay's rule
     except (ImportError, AttributeError, TypeError, ValueError):
-        return "(...)"
+        return "(*args, **kwargs)"  # no reference function to read: valid Python still
+
+
+def _default_imports() -> list[str]:
+    """The imports the signatures' function defaults need once a row is uncommented
+    (adam_step's ``no_decay=default_no_decay``), from the reference module that defines each."""
+    from minibert_spec.protocol import OPS
+
+    out = {}
+    for row in OPS.values():
+        for name in row.names:
+            try:
+                fn = getattr(importlib.import_module(f"minibert_reference.{row.module}"), name)
+                params = inspect.signature(fn).parameters.values()
+            except (ImportError, AttributeError, TypeError, ValueError):
+                continue
+            for p in params:
+                if inspect.isfunction(p.default):
+                    out[f"from {p.default.__module__} import {p.default.__name__}  # noqa: "
+                        f"F401 -- {name}(..., {p.name}=)"] = None
+    return list(out)
 
 
 def capabilities_lines() -> list[str]:
@@ -86,9 +114,11 @@ def skeleton(module: str) -> str:
            "",
            "Uncomment and fill in the rows your code has; delete the others (a missing name is",
            "reported n/a, never passed).  Check it with: minibert check <this module>",
-           '"""', "", (f"import {module}" if alias == module else f"import {module} as {alias}")
+           '"""', "", "import numpy as np  # noqa: F401 -- the dtypes of the signatures below",
+           "", (f"import {module}" if alias == module else f"import {module} as {alias}")
            + "  # noqa: F401 -- your implementation",
            "from minibert_spec.suite.adapters import layer, optimizer  # noqa: F401 -- classes",
+           *_default_imports(),
            "", "# What you do not support or do differently (absent keys claim everything;",
            "# anything else is refused before a check runs, naming what it accepts):"]
     out += capabilities_lines() + [""]
@@ -112,14 +142,50 @@ def skeleton(module: str) -> str:
 
 
 def run(args) -> int:
-    return _write(skeleton(args.module), args.output)
+    import os
+
+    from minibert_spec.cli.check import import_root
+
+    text = skeleton(args.module)
+    cwd = os.getcwd()  # searched as minibert check searches it; the module is not run
+    if import_root(args.module, cwd) is None:
+        print(f"minibert adapter: note: module {args.module!r} is not found from {cwd} (the "
+              "current directory and sys.path): the skeleton imports it", file=sys.stderr)
+    return _write(text, args.output)
 
 
 def run_infer(args) -> int:
-    from minibert_spec.suite.infer import infer_source
+    """The adapter inferred in a child process, as ``minibert check`` runs an implementation:
+    only the adapter goes to stdout (or ``-o``); what the module printed goes to stderr; a
+    module that hangs, exits, crashes or raises is one line, exit 2."""
+    import os
 
-    return _write(infer_source(args.module), args.output,
-                  "review each decision, then minibert check it")
+    from minibert_spec.cli.check import import_root
+    from minibert_spec.suite.infer import infer_isolated
+
+    if args.timeout is not None and not args.timeout > 0:
+        raise ValueError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    if args.output and os.path.exists(args.output):  # refused before the module runs
+        raise ValueError(f"--output: {args.output} exists; not overwritten")
+    cwd = os.getcwd()
+    paths = [p for p in dict.fromkeys([cwd, import_root(args.module, cwd)]) if p]
+    got = infer_isolated(args.module, args.timeout, paths=paths)
+    if got.output:
+        shown = got.output[-SHOWN_OUTPUT:]
+        print(f"minibert adapter infer: what {args.module} printed"
+              + (f" (its last {SHOWN_OUTPUT} characters)" if shown != got.output else "")
+              + ":", file=sys.stderr)
+        print(shown.rstrip("\n"), file=sys.stderr)
+    if got.reason is not None:
+        raise ValueError(got.reason)
+    if not got.mapped:  # an adapter of nothing is no adapter: a red, with the first reason
+        said = [m for m in got.missing if not m.endswith("gives the reference's output")]
+        raise ValueError(f"{args.module}: nothing could be mapped to an op; "
+                         f"{(said or list(got.missing) or ['nothing found'])[0]}")
+    for line in got.missing:  # the module's own code raised while it was probed: said here too
+        if " raised " in line:
+            print(f"minibert adapter infer: note: {line}", file=sys.stderr)
+    return _write(got.source, args.output, "review each decision, then minibert check it")
 
 
 def _write(text: str, output: str | None,

@@ -278,6 +278,11 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def run(args) -> int:
+    from minibert_spec.cli._output import file_refused
+
+    refused = file_refused("-o", args.output) if args.output else None
+    if refused:  # before anything is measured: a report that cannot be written is lost
+        raise ValueError(refused)
     if args.verdict is not None:
         return run_verdict(args)
     if args.pytest_file is not None:
@@ -297,10 +302,14 @@ def run_verdict(args) -> int:
     """``minibert bench --verdict``: minibert_spec.benchverdict's cases, measured and written like
     the
     train-step bench's report (table or JSON, -o atomically), the same self-check rule."""
-    from minibert_spec.benchverdict import exit_status, render, user_cases
+    from minibert_spec.benchverdict import exit_status, render, unreachable, user_cases
     from minibert_spec.benchverdict import measure as measure_verdict
 
-    cases = user_cases(args.verdict or ["minibert_reference"], args.pytest_file)
+    impls = args.verdict or ["minibert_reference"]
+    cases = user_cases(impls, args.pytest_file)
+    refused = unreachable(impls)
+    if refused:
+        raise ValueError(refused)
     result = measure_verdict(cases, args.rounds,
                              progress=lambda line: print(line, file=sys.stderr, flush=True))
     _emit(json.dumps(result, indent=1) if args.format == "json" else render(result),

@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from minibert_spec.cli._output import _fail, _write, html_refused
+from minibert_spec.cli._output import _fail, _write, databases_refused, html_refused
 
 DEFAULT_WORKERS = 2
 
@@ -258,6 +258,9 @@ def _run(args, server) -> int:
                          f"{'is' if len(needed) == 1 else 'are'} not installed: "
                          "pip install 'minibert-spec[oracle]' (the CPU wheel "
                          "torch==2.13.0), or pass --oracle off to check without it")
+    refused = databases_refused(args)
+    if refused:
+        return _fail(refused)
     database = os.path.abspath(args.database) if args.database else None
     replay = [os.path.abspath(d) for d in args.replay]
     settings = run_settings(args, expected, paths, bool(database or replay))

@@ -166,14 +166,21 @@ def _threads_for(args) -> int:
     """--threads if given (a number, or 'auto' = the available cores); else, resuming, the count
     the checkpoint recorded (bit-exact resume); else auto."""
     from minibert_reference.train.checkpoint import recorded_threads
-    from minibert_reference.train.threads import choose
+    from minibert_reference.train.threads import available_cores, choose
 
-    if args.threads is not None:
-        return choose(args.threads)
+    recorded = None
     if getattr(args, "resume", False) and args.preset != "seed001":
         recorded = recorded_threads(os.path.join(args.run_dir, "checkpoint.safetensors"))
-        if recorded is not None:
-            return recorded["workers"]
+    if args.threads is not None:
+        n, cores = choose(args.threads), available_cores()
+        # more workers than cores only slows a run down (or exhausts the machine: 100000
+        # threads); the one exception, the count a checkpoint recorded (a bit-exact resume)
+        if n > cores and not (recorded is not None and n == recorded["workers"]):
+            raise ValueError(f"--threads: expected 'auto' or an integer in [1, {cores}] (the "
+                             f"cores this process may use), got {args.threads!r}")
+        return n
+    if recorded is not None:
+        return recorded["workers"]
     return choose("auto")
 
 

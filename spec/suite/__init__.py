@@ -97,6 +97,7 @@ class BoundCheck:
         return self.check.id
 
     def __call__(self) -> None:
+        __tracebackhide__ = True  # a red under pytest reads as the check's message, first
         import faulthandler
 
         import pytest
@@ -144,6 +145,7 @@ class ProvidesSomething:
         return "protocol[provides]"
 
     def __call__(self) -> None:
+        __tracebackhide__ = True  # its message, not the suite's frames
         from minibert_spec.protocol import OPS, provides
 
         ops = {op for c in self.checks for op in c.ops}

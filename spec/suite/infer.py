@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["PROBES", "Mapping_", "infer", "infer_source"]
+__all__ = ["PROBES", "Mapping_", "infer", "infer_isolated", "infer_source"]
 
 FORWARDS = ("forward", "__call__", "call", "fprop", "forward_pass")
 BACKWARDS = ("backward", "backprop", "bprop", "backward_pass")
@@ -243,6 +243,8 @@ class ClassLayer:
     """A class of the module with a forward-like and a backward-like method: built fresh for
     each run, the probe's parameters set on its array attributes."""
 
+    raised = ""  # what its forward last raised on a probe: said where it maps to nothing
+
     def __init__(self, cls):
         self.cls, self.label = cls, cls.__name__
         self.forward, self.backward = _method(cls, FORWARDS), _method(cls, BACKWARDS)
@@ -293,6 +295,8 @@ class FunctionPair:
     parameters or its eps) and its backward, paired by name (``layer_norm`` /
     ``layer_norm_backward``, ``relu_forward`` / ``relu_backward``); ``backward`` None for a
     forward found alone."""
+
+    raised = ""  # as ClassLayer.raised
 
     def __init__(self, forward, backward=None):
         self.fn, self.bfn = forward, backward
@@ -589,7 +593,8 @@ def _forward_hits(subject, probe: Probe) -> list:
     for trial in subject.trials(probe):
         try:
             returned, obj = subject.run(trial, probe, vals, vals["x"])
-        except Exception:  # noqa: BLE001 -- a candidate that does not run is not the mapping
+        except Exception as e:  # noqa: BLE001 -- a candidate that does not run is not the mapping
+            subject.raised = f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
             continue
         hit = _output(returned, want)
         if hit is not None:
@@ -683,17 +688,18 @@ def _module_functions(mod) -> list:
             if f.__module__ in (mod.__name__, None) and not f.__name__.startswith("_")]
 
 
+def load_module(module: str):
+    """The user's module, imported; a ValueError saying why it does not import."""
+    try:
+        return importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 -- the user's module: say why, never a traceback
+        raise ValueError(f"module {module!r} does not import: {type(e).__name__}: {e}") from e
+
+
 def infer(module) -> tuple[list[Mapping_], list[str]]:
     """(the mappings found, what could not be mapped) for the classes and the module-level
     function pairs defined in ``module``."""
-    if isinstance(module, str):
-        try:
-            mod = importlib.import_module(module)
-        except Exception as e:  # noqa: BLE001 -- the user's module: say why, never a traceback
-            raise ValueError(f"module {module!r} does not import: {type(e).__name__}: {e}") \
-                from e
-    else:
-        mod = module
+    mod = load_module(module) if isinstance(module, str) else module
     classes = [c for _, c in inspect.getmembers(mod, inspect.isclass)
                if c.__module__ == mod.__name__]
     pairs, alone = _pairs(_module_functions(mod))
@@ -723,7 +729,7 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
     missing += [_unmapped_class(s) for s in subjects[:len(classes)]
                 if s not in used and s.forward]
     missing += [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
-                for s in pairs if s not in used]
+                + _raised(s) for s in pairs if s not in used]
     return mappings, missing
 
 
@@ -737,7 +743,12 @@ def _unmapped_class(subject: ClassLayer) -> str:
             return (f"class {subject.label}: its forward gives the reference's "
                     f"{' / '.join(ops)} output, but it has no backward method "
                     f"({', '.join(BACKWARDS)}): write the backward's call by hand")
-    return f"class {subject.label}: matches no op this can infer ({', '.join(PROBES)})"
+    return f"class {subject.label}: matches no op this can infer ({', '.join(PROBES)})" + \
+        _raised(subject)
+
+
+def _raised(subject) -> str:
+    return f" (its forward raised {subject.raised})" if subject.raised else ""
 
 
 def _function_call(m: Mapping_, alias: str) -> list[str]:
@@ -790,7 +801,11 @@ def infer_source(module: str) -> str:
     if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
         raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
                          f"{module!r}")
-    mappings, missing = infer(module)
+    return render_source(module, *infer(module))
+
+
+def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> str:
+    """The adapter's source for what :func:`infer` found in ``module``."""
     alias = "impl"
     out = [f'"""Adapter: {module} under the minibert protocol (from `minibert adapter infer '
            f'{module}`).', "",
@@ -811,3 +826,108 @@ def infer_source(module: str) -> str:
     out.append("# not mapped (write these by hand, or leave them n/a):")
     out += [f"#   {s}" for s in missing] or ["#   nothing"]
     return "\n".join(out) + "\n"
+
+
+# The child of infer_isolated: sys.path as the parent's, the module imported (then a word in the
+# stage file, so that a hang or an exit is said to be the import's or the inference's), the
+# adapter's source (or why there is none) in the result file.  Whatever the module prints goes
+# to the child's stdout and stderr, which the parent shows on its stderr; os._exit ends it even
+# with a leftover non-daemon thread of the module's.
+_INFER_CHILD = """\
+import json, os, sys
+module, stage, result = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path[:] = json.loads(sys.argv[4])
+
+
+def say(**what):
+    with open(result + ".part", "w") as f:
+        json.dump(what, f)
+    os.replace(result + ".part", result)
+
+
+try:
+    from minibert_spec.suite.infer import infer, load_module, render_source
+
+    load_module(module)
+    with open(stage, "w") as f:
+        f.write("imported")
+    mappings, missing = infer(module)
+    say(source=render_source(module, mappings, missing), mapped=len(mappings),
+        missing=missing)
+except ValueError as e:  # the module does not import, or an argument refused: its one line
+    say(refused=str(e))
+except BaseException as e:  # SystemExit and KeyboardInterrupt too: the user's code raised
+    lines = str(e).strip().splitlines()
+    say(raised=type(e).__name__ + (": " + lines[0] if lines else ""))
+for stream in (sys.stdout, sys.stderr):
+    try:
+        stream.flush()
+    except BaseException:
+        pass
+os._exit(0)
+"""
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """What :func:`infer_isolated` got: the adapter's ``source``, or the one-line ``reason``
+    there is none; ``output``, what the module printed (stdout and stderr); ``mapped``, the
+    number of ops mapped, and ``missing``, what was not."""
+
+    source: str | None
+    reason: str | None
+    output: str
+    mapped: int = 0
+    missing: tuple = ()
+
+
+def infer_isolated(module: str, timeout: float | None, *, paths=()) -> Inferred:
+    """:func:`infer_source` of ``module`` run as ``minibert check`` runs an implementation: in
+    a child interpreter (this process's ``sys.path``, ``paths`` first) of its own session,
+    under a time limit of ``timeout`` seconds for the import and the inference together (None:
+    none), with what the module prints captured.  An import or an inference that hangs, exits
+    (``sys.exit`` or ``os._exit``), crashes or raises gives a reason of one line, never a
+    source."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from minibert_spec.suite.probe import _kill_group, ended
+
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
+                         f"{module!r}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout}")
+    path = list(dict.fromkeys(os.path.abspath(p or os.curdir) for p in [*paths, *sys.path]))
+    with tempfile.TemporaryDirectory(prefix="minibert-infer-") as tmp:
+        stage, result = os.path.join(tmp, "stage"), os.path.join(tmp, "result")
+        printed = os.path.join(tmp, "output")
+        with open(printed, "wb") as out:
+            child = subprocess.Popen(
+                [sys.executable, "-c", _INFER_CHILD, module, stage, result, json.dumps(path)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)  # a hang's children are killed with it
+            try:
+                code = child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(child)
+                code = None
+        with open(printed, "rb") as f:
+            output = f.read().decode("utf-8", "replace")
+        what = (f"inferring an adapter for {module!r} (its classes and functions run)"
+                if os.path.exists(stage) else f"importing {module!r}")
+        if code is None:
+            return Inferred(None, f"impl: {what} did not finish within {timeout:g} s", output)
+        if not os.path.exists(result):
+            return Inferred(None, ended(what, code, "before it finished",
+                                           "nothing could be inferred"), output)
+        with open(result, encoding="utf-8") as f:
+            said = json.load(f)
+    if "source" in said:
+        return Inferred(said["source"], None, output, said["mapped"], tuple(said["missing"]))
+    if "refused" in said:
+        return Inferred(None, said["refused"], output)
+    return Inferred(None, f"impl: {what} raised {said['raised']}", output)

@@ -37,24 +37,39 @@ _SKIP = re.compile(r"^(_|test_|conftest\.py$|setup\.py$)")
 
 
 def find_submissions(where: str) -> list[dict]:
-    """The submissions under ``where``: a directory (each ``*.py`` module and each package
-    directly inside it) or a glob (each matching module file or package directory).  Each is
-    ``{"name": what the table shows, "module": the module the check imports, "files": {path:
-    bytes}}``; a single-file submission is imported under a name of its own (``sub_<stem>``:
-    a file named ``random.py`` or ``my-bert.py`` is checked too).  A ValueError naming
-    ``--many`` when nothing is found or a submission is too large."""
+    """The submissions under ``where`` (:func:`survey`'s first half)."""
+    return survey(where)[0]
+
+
+def survey(where: str) -> tuple[list[dict], list[dict]]:
+    """(the submissions, the entries not checked) under ``where``: a directory (each ``*.py``
+    module and each package directly inside it) or a glob (each matching module file or
+    package directory).  Each submission is ``{"name": what the table shows, "module": the
+    module the check imports, "files": {path: bytes}}``, plus ``"refused"``, the one-line
+    reason, for one too large to check (a red row of its own, never a refusal of the class); a
+    single-file submission is imported under a name of its own (``sub_<stem>``: a file named
+    ``random.py`` or ``my-bert.py`` is checked too).  Every other entry of the directory (or
+    match of the glob) is ``{"name", "reason"}`` in the second list: a folder without
+    ``__init__.py``, a ``.PY`` or ``.py.txt`` file, a test file -- named, so that no submission
+    is left out unsaid.  A ValueError naming ``--many`` when no submission is found."""
     base = Path(where)
-    if base.is_dir():
-        paths = sorted(p for p in base.iterdir()
-                       if (p.suffix == ".py" and p.is_file() and not _SKIP.match(p.name))
-                       or (p.is_dir() and (p / "__init__.py").is_file()))
-    else:
-        paths = sorted(Path(p) for p in glob.glob(where, recursive=True)
-                       if (p.endswith(".py") and os.path.isfile(p))
-                       or os.path.isfile(os.path.join(p, "__init__.py")))
+    entries = sorted(base.iterdir()) if base.is_dir() else \
+        sorted(Path(p) for p in glob.glob(where, recursive=True))
+    paths, skipped = [], []
+    for p in entries:
+        reason = _not_a_submission(p, named=base.is_dir())
+        if reason is None:
+            paths.append(p)
+        else:
+            skipped.append({"name": str(p.relative_to(base)) if base.is_dir() else str(p),
+                            "reason": reason})
     if not paths:
+        said = "; ".join(f"{e['name']}: {e['reason']}" for e in skipped[:3])
         raise ValueError(f"--many {where}: expected a directory of submissions (one module or "
-                         "package each) or a glob matching them, found none")
+                         "package each) or a glob matching them, found none"
+                         + (f" (not checked: {said}"
+                            + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+                            + ")" if said else ""))
     names = _names(paths)
     out = []
     for p, name in zip(paths, names):
@@ -67,11 +82,32 @@ def find_submissions(where: str) -> list[dict]:
             module = f"sub_{_slug(p.stem)}"
         size = sum(f.stat().st_size for f in files.values())
         if size > MAX_SUBMISSION_BYTES:
-            raise ValueError(f"--many: submission {name} holds {size} bytes; expected at most "
-                             f"{MAX_SUBMISSION_BYTES}")
+            out.append({"name": name, "module": module, "files": {},
+                        "refused": f"{name}: its files hold {size} bytes; expected at most "
+                                   f"{MAX_SUBMISSION_BYTES} (not checked)"})
+            continue
         out.append({"name": name, "module": module,
                     "files": {k: f.read_bytes() for k, f in files.items()}})
-    return out
+    return out, skipped
+
+
+def _not_a_submission(p: Path, *, named: bool) -> str | None:
+    """Why the entry ``p`` is not checked (None: it is a submission); ``named``: an entry of
+    the directory given (a glob's matches were chosen by the user: no name is left out)."""
+    if p.name == "__pycache__" or p.name.startswith("."):
+        return "hidden, or Python's bytecode cache"
+    if p.is_dir():
+        if (p / "__init__.py").is_file():
+            return None
+        return "a folder without __init__.py (not a package: make it one, or give its module)"
+    if not p.is_file():
+        return "not a regular file or folder"
+    if p.suffix != ".py":
+        return (f"not a .py file (ends in {''.join(p.suffixes) or 'no suffix'!r}: rename it "
+                "NAME.py to check it)")
+    if named and _SKIP.match(p.name):
+        return "a helper by its name (_*, test_*, conftest.py, setup.py)"
+    return None
 
 
 def _slug(text: str) -> str:
@@ -104,6 +140,9 @@ def check_submission(submission: dict, argv: Sequence[str], *, timeout: float,
     if version is not None and version != here:
         row["reason"] = (f"the worker runs minibert-spec {here}, the caller {version}: "
                          "install one version everywhere")
+        return row
+    if submission.get("refused"):
+        row["reason"] = submission["refused"]
         return row
     if submission.get("module") is None:
         row["reason"] = f"{submission['name']}: not an importable package name"
@@ -202,6 +241,26 @@ def run_many(submissions: Sequence[dict], argv: Sequence[str], *, timeout: float
         return [rows[i] for i in range(len(submissions))]
 
 
+CLUSTER_FORMS = ("local, local:N (N workers, a positive integer) or a Dask scheduler's address "
+                 "(tcp://HOST:PORT, HOST:PORT)")
+
+
+def parse_cluster(value: str) -> int | None:
+    """``--cluster``'s value: the number of workers of a ``LocalCluster`` to start here
+    (``local``: one per core, ``local:N``), or None for a scheduler's address; a ValueError
+    naming the flag for anything else (``local:-1``, ``local: 2``, ``local:abc``, a port that
+    is not a number), said at once rather than after Dask's 30 s of trying to connect."""
+    m = re.fullmatch(r"local(?::(\d+))?", value)
+    if m:
+        n = int(m.group(1)) if m.group(1) else os.cpu_count() or 1
+        if n >= 1:
+            return n
+    elif not value.startswith("local") and \
+            re.fullmatch(r"(?:[a-z][a-z0-9+.-]*://)?[A-Za-z0-9_.\-\[\]]+(?::\d{1,5})?", value):
+        return None
+    raise ValueError(f"--cluster: expected {CLUSTER_FORMS}, got {value!r}")
+
+
 class _client:
     """A Dask client of the cluster at ``address``, or of a ``LocalCluster`` started here
     (``local`` or ``local:N``: N single-threaded worker processes), closed on exit."""
@@ -215,11 +274,8 @@ class _client:
         except ImportError:
             raise ValueError("--cluster needs Dask: pip install 'minibert-spec[cluster]' "
                              "(dask[distributed])") from None
-        m = re.fullmatch(r"local(?::(\d+))?", self.address)
-        if m:
-            n = int(m.group(1) or os.cpu_count() or 1)
-            if n < 1:
-                raise ValueError(f"--cluster {self.address}: expected at least one worker")
+        n = parse_cluster(self.address)
+        if n is not None:
             # each check runs in processes of its own: a task only waits on one
             self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                         dashboard_address=None, host="127.0.0.1")
@@ -235,10 +291,10 @@ class _client:
             self.cluster.close()
 
 
-def class_table(rows: Sequence[dict]) -> dict:
+def class_table(rows: Sequence[dict], skipped: Sequence[dict] = ()) -> dict:
     """The class table (JSON): the ops in the op table's order (then declared ops), and per
-    implementation its
-    exit status, one-line summary, each op's verdict, its failed checks and run notes."""
+    implementation its exit status, one-line summary, each op's verdict, its failed checks and
+    run notes; ``skipped``, the entries not checked with their reasons (:func:`survey`)."""
     from minibert_spec.suite.report import in_table_order
 
     seen = [op["op"] for r in rows if r["report"] for op in r["report"].get("ops", [])]
@@ -257,7 +313,8 @@ def class_table(rows: Sequence[dict]) -> dict:
     codes = [i["exit_code"] for i in impls]
     exit_code = 0 if all(c == 0 for c in codes) else 1 if 1 in codes else 2
     return {"schema": SCHEMA, "exit_code": exit_code,
-            "ops": in_table_order(seen), "implementations": impls}
+            "ops": in_table_order(seen), "implementations": impls,
+            "skipped": [dict(e) for e in skipped]}
 
 
 def table_signature(table: dict) -> list:

@@ -33,6 +33,7 @@ def configure(config) -> None:
     from minibert_spec.suite.run import as_proxy
 
     spec = config.getoption("minibert_impl")
+    _current_directory_first()
     reason = probe_import(spec, config.getoption("minibert_timeout"))
     if reason is not None:
         raise pytest.UsageError(f"--minibert-impl {spec}: {reason}")
@@ -49,6 +50,97 @@ def configure(config) -> None:
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
     config.args.append(str(SUITE_MODULE))
+    _exit_guard(config, spec)
+
+
+def _exit_guard(config, spec: str) -> None:
+    """The session goes on in a forked child while this process waits for it: a check whose
+    implementation ends the process (``os._exit(0)`` in a forward, an exit from a thread) used
+    to end pytest with status 0 and half a report.  The child marks a session that ran to its
+    end (``pytest_unconfigure``); without the mark, this process says so in one line and
+    exits non-zero -- as ``minibert check``'s workers do.  Not under an xdist worker (its
+    controller sees a lost worker) nor where there is no fork."""
+    import os
+    import sys
+    import tempfile
+
+    if not hasattr(os, "fork") or hasattr(config, "workerinput"):
+        return
+    fd, mark = tempfile.mkstemp(prefix="minibert-session-")
+    os.close(fd)
+    os.unlink(mark)  # created by the child at the session's end
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: the session itself
+        config._minibert_session_mark = mark
+        return
+    code = _wait(pid, mark)
+    if os.path.exists(mark):
+        with open(mark) as f:
+            said = f.read()
+        os.unlink(mark)
+        # the session's own status: also when a thread the implementation left behind kept
+        # the child from exiting (it was killed after the grace period)
+        os._exit(int(said) if said.strip().lstrip("-").isdigit() else code)
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.suspend_global_capture(in_=True)
+    how = f"killed by signal {-code}" if code < 0 else f"ended with exit status {code}"
+    print(f"\nminibert: --minibert-impl {spec}: the session {how} before it finished (the "
+          "implementation ended the process: os._exit, an exit from a thread, a crash): not "
+          "a verdict", file=sys.stderr, flush=True)
+    os._exit(1 if code == 0 else code if code > 0 else 128 - code)
+
+
+# seconds a child that marked its session finished may take to exit (a non-daemon thread of
+# the implementation's holds it at the interpreter's exit: then it is killed)
+EXIT_GRACE = 10.0
+
+
+def _wait(pid: int, mark: str) -> int:
+    """The child's exit code (negative: the signal), or its session's status once it marked
+    the session finished and did not exit within :data:`EXIT_GRACE` seconds (then killed)."""
+    import os
+    import signal
+    import time
+
+    marked_at = None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if marked_at is None and os.path.exists(mark):
+            marked_at = time.monotonic()
+        if marked_at is not None and time.monotonic() - marked_at > EXIT_GRACE:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return 0  # the mark's status decides
+        time.sleep(0.05)
+
+
+def session_finished(config) -> None:
+    """Called by the plugin's ``pytest_unconfigure``: the mark :func:`_exit_guard` waits for,
+    holding the session's exit status (written whole: a rename)."""
+    import os
+
+    mark = getattr(config, "_minibert_session_mark", None)
+    if mark:
+        with open(mark + ".part", "w") as f:
+            f.write(str(int(getattr(config, "_minibert_exitstatus", 0))))
+        os.replace(mark + ".part", mark)
+
+
+def _current_directory_first() -> None:
+    """The current directory at the front of ``sys.path``, where ``minibert check`` and
+    ``python -m pytest`` look first: ``pytest --minibert-impl=mybert`` (whose script's path
+    does not hold it) finds a mybert.py beside the user as they do."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def answer_to_former_ids(config, items) -> None:

@@ -78,15 +78,20 @@ def probe(spec: str, timeout: float | None, *, paths: Sequence[str] = ()
         if os.path.exists(result):
             with open(result) as f:
                 return None, f.read().strip() == "finished OPS"
+    return ended(f"importing {module!r}", code, "before the import finished"), False
+
+
+def ended(what: str, code: int, before: str, then: str = "nothing could be checked") -> str:
+    """The one-line reason of a child that ended without saying it finished: ``what`` (e.g.
+    "importing 'mybert'") killed it (a signal) or ended it with exit status ``code``."""
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"impl: importing {module!r} killed the process ({name})", False
-    return (f"impl: importing {module!r} ended the process with exit status {code} before the "
-            "import finished (os._exit, or an exit from another thread): nothing could be "
-            "checked"), False
+        return f"impl: {what} killed the process ({name})"
+    return (f"impl: {what} ended the process with exit status {code} {before} (os._exit, or "
+            f"an exit from another thread): {then}")
 
 
 def _kill_group(child: subprocess.Popen) -> None:

@@ -252,6 +252,12 @@ def merge_check_reports(records: Sequence[tuple[str, dict]]):
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"{name}: expected a minibert check report, got one whose "
                              f"results cannot be read ({type(e).__name__}: {e})") from None
+        # its seconds as a --durations file must hold them: the merge writes durations.json
+        durations_from(rec, name)
+        run_s = rec.get("seconds", 0.0)
+        if isinstance(run_s, bool) or not (isinstance(run_s, (int, float)) and run_s >= 0):
+            raise ValueError(f"{name}: expected the run's seconds >= 0, got "
+                             f"{rec.get('seconds')!r}")
         parts.append({"shard": f"{k}/{n}", "file": name, "exit_code": part.exit_code(),
                       "seconds": round(part.seconds, 2),
                       "machine": part.provenance.get("machine"),

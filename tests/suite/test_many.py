@@ -91,3 +91,70 @@ def test_submissions_are_found_named_and_isolated(tmp_path):
     assert names == ["ann/mybert.py", "bob/mybert.py"]
     with pytest.raises(ValueError, match="--many .*found none"):
         find_submissions(str(tmp_path / "empty*"))
+
+
+def test_every_entry_not_checked_is_named_with_its_reason(tmp_path):
+    """Issue 41: a folder without __init__.py, a .PY or .py.txt file, a test file, a README were
+    left out of the class table and nothing named them: a grader would miss a student."""
+    from minibert_spec.suite.many import survey
+
+    (tmp_path / "ann.py").write_text("x = 1\n")
+    (tmp_path / "bob").mkdir()
+    (tmp_path / "bob" / "mybert.py").write_text("x = 1\n")  # no __init__.py
+    (tmp_path / "cat.PY").write_text("x = 1\n")
+    (tmp_path / "dan.py.txt").write_text("x = 1\n")
+    (tmp_path / "test_ann.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("the class\n")
+    subs, skipped = survey(str(tmp_path))
+    assert [s["name"] for s in subs] == ["ann.py"]
+    reasons = {e["name"]: e["reason"] for e in skipped}
+    assert sorted(reasons) == ["README.md", "bob", "cat.PY", "dan.py.txt", "test_ann.py"]
+    assert "folder without __init__.py" in reasons["bob"]
+    assert "'.PY'" in reasons["cat.PY"] and "'.py.txt'" in reasons["dan.py.txt"]
+    assert "test_*" in reasons["test_ann.py"]
+    # a glob's matches that are not submissions are named too
+    subs, skipped = survey(str(tmp_path / "[a-c]*"))
+    assert [s["name"] for s in subs] == ["ann.py"]
+    assert sorted(e["name"].rsplit("/", 1)[-1] for e in skipped) == ["bob", "cat.PY"]
+    # with no submission at all, the refusal names what it found
+    with pytest.raises(ValueError, match=r"found none \(not checked: .*folder without"):
+        survey(str(tmp_path / "bob*"))
+
+
+def test_a_submission_too_large_is_its_own_red_row_not_a_refusal_of_the_class(tmp_path,
+                                                                               monkeypatch):
+    from minibert_spec.suite import many as m
+
+    monkeypatch.setattr(m, "MAX_SUBMISSION_BYTES", 100)
+    (tmp_path / "small.py").write_text("x = 1\n")
+    (tmp_path / "large.py").write_text("x = 1\n" + "#" * 200)
+    subs = {s["name"]: s for s in m.find_submissions(str(tmp_path))}
+    assert sorted(subs) == ["large.py", "small.py"]
+    assert "hold 206 bytes; expected at most 100" in subs["large.py"]["refused"]
+    row = m.check_submission(subs["large.py"], [], timeout=60)
+    assert row["exit_code"] == 2 and "expected at most 100" in row["reason"], row
+    table = m.class_table([row], [{"name": "x.PY", "reason": "not a .py file"}])
+    assert table["exit_code"] == 2 and table["skipped"][0]["name"] == "x.PY"
+    assert "could not run" in table["implementations"][0]["summary"]
+    from minibert_spec.report.many import write_many_site
+
+    write_many_site(table, tmp_path / "site")
+    assert 'data-skipped="x.PY"' in (tmp_path / "site" / "index.html").read_text()
+
+
+@pytest.mark.slow  # a --many run: a minibert check process per submission
+def test_minibert_check_many_prints_the_entries_not_checked(tmp_path):
+    """The command line: each entry not checked on stderr and in the JSON table."""
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "nothing.py").write_text("SOMETHING = 1\n")  # provides nothing: exit 2
+    (tmp_path / "subs" / "eve.PY").write_text("x = 1\n")
+    out = tmp_path / "many.json"
+    r = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", "--many",
+                        str(tmp_path / "subs"), "--oracle", "off", "--quick", "--ops", "relu",
+                        "--kinds", "fd", "--format", "json", "-o", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "not checked: eve.PY: not a .py file" in r.stderr, r.stderr[-3000:]
+    table = json.loads(out.read_text())
+    assert [e["name"] for e in table["skipped"]] == ["eve.PY"]
+    assert r.returncode == 2, r.stderr[-3000:]

@@ -113,6 +113,21 @@ def test_merge_refuses_a_shard_whose_results_are_not_its_checks():
         merge_check_reports(records)
 
 
+@pytest.mark.parametrize("where, match", [
+    ("result", r"s2.json: expected ids mapped to seconds >= 0, got 'fd\[op\d\]': -1.0"),
+    ("run", r"s2.json: expected the run's seconds >= 0, got -3.0")])
+def test_merge_refuses_negative_seconds(where, match):
+    """Issue 41: a shard with negative seconds was merged, and its durations.json was then
+    refused by the next sharded run's --durations."""
+    records = _fake_shards()
+    if where == "result":
+        records[1][1]["results"][0]["seconds"] = -1.0
+    else:
+        records[1][1]["seconds"] = -3.0
+    with pytest.raises(ValueError, match=match):
+        merge_check_reports(records)
+
+
 def test_verify_orders_the_shards_by_index():
     records = _fake_shards()
     ordered = verify_shards(records[::-1], "minibert-check/1", "a check report")

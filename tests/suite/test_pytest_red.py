@@ -1,0 +1,44 @@
+"""Under pytest (the plugin, parametrize_with_checks) a red reads as the check's message first,
+not as ~30 lines of the suite's own ``BoundCheck.__call__`` source before it (issue 41): the
+suite's frames are hidden (``__tracebackhide__``); the user's test line stays."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests import ROOT
+
+
+def test_a_red_under_pytest_shows_the_checks_message_first(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "MINIBERT_", "HYPOTHESIS"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    got = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                          "no:xdist", "--minibert-impl=tests.examples.broken_impl",
+                          "--minibert-oracle=off", "--minibert-quick", "-k", "fd and layernorm"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-3000:]
+    failure = got.stdout.split("test_check[fd[layernorm]]", 1)[1]
+    lines = failure.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("E "))
+    assert "AssertionError: fd[layernorm]: gradient check failed" in lines[first], failure
+    assert first < 10, "\n".join(lines[:first + 1])  # the header and the user's `check()`
+    assert "faulthandler" not in failure and "def __call__" not in failure, failure
+
+
+def test_a_session_the_implementation_ends_is_not_exit_0(tmp_path):
+    """``os._exit(0)`` in a forward ended ``pytest --minibert-impl`` with status 0 and half a
+    report (issue 41): the session runs in a forked child, and one that did not reach its end
+    is one line and a non-zero status."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "MINIBERT_", "HYPOTHESIS"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["MINIBERT_HOSTILE"] = "forward:os_exit"
+    got = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                          "no:xdist", "--minibert-impl=tests.examples.hostile_anywhere",
+                          "--minibert-oracle=off", "--minibert-quick", "-k", "relu"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 1, got.stdout[-2000:] + got.stderr[-2000:]
+    assert "the session ended with exit status 0 before it finished" in got.stderr, got.stderr
