@@ -45,7 +45,7 @@ def test_parameters_follow_the_parts():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda p, ids: D.decoder_forward(p, object(), ids), "config: expected a reference"),
+    (lambda p, ids: D.decoder_forward(p, object(), ids), "config: expected a minibert_reference"),
     (lambda p, ids: D.decoder_forward(p, TINY, ids + 7), r"input_ids: .*\[0, 7\)"),
     (lambda p, ids: D.decoder_forward(p, TINY, np.zeros((1, 7), int)),
      r"input_ids: sequence length 7 exceeds config.max_len=6"),

@@ -317,7 +317,7 @@ def test_nothing_of_torch_is_imported_for_a_numpy_implementation_with_the_oracle
         import sys
         import minibert_reference
         from minibert_spec.suite import check_implementation
-        report = check_implementation(reference, oracle="off", quick=True,
+        report = check_implementation(minibert_reference, oracle="off", quick=True,
                                       ops=["linear", "layernorm", "softmax", "block"])
         assert report.exit_code() == 0, report.summary()
         print(sorted(m for m in sys.modules
