@@ -168,6 +168,20 @@ def depth_line(d: dict) -> str:
                else "tiny configurations (mini_bert's size: --deep)"))
 
 
+def profile_chosen() -> bool:
+    """Whether the caller loaded a Hypothesis profile of their own, whose ``max_examples`` and
+    ``derandomize`` the checks then inherit.  Neither Hypothesis's ``default`` nor the ``ci``
+    profile Hypothesis loads by itself where it sees a CI variable (``CI=true``...) is a
+    choice: under that one every check drew 100 examples, 33 times the standard tier, in every
+    user's CI.  A ``ci`` profile the user registered (which replaces Hypothesis's) is one."""
+    from hypothesis import _settings, settings
+
+    name = settings.get_current_profile_name()
+    if name in (None, "default"):
+        return False
+    return not (name == "ci" and settings.get_profile("ci") is getattr(_settings, "CI", None))
+
+
 def check_settings(*, database=None, max_examples: int | None = None,
                    derandomize: bool | None = None, shrink: bool = True,
                    tier: str = DEFAULT_TIER):
@@ -185,7 +199,7 @@ def check_settings(*, database=None, max_examples: int | None = None,
     from hypothesis import HealthCheck, Phase, settings
 
     parent = settings.default
-    chosen = settings.get_current_profile_name() not in (None, "default")
+    chosen = profile_chosen()
     kw = {}
     if tier not in TIERS:
         raise ValueError(f"tier: expected one of {list(TIERS)}, got {tier!r}")

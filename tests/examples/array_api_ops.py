@@ -128,12 +128,12 @@ def gelu_backward(dy, cache):
 
 # ----------------------------------------------------------------------------- the adapter
 CAPABILITIES = {"arrays": "array_api_strict"}
-OPS = ("linear", "layernorm", "softmax", "gelu")
+PROVIDED = ("linear", "layernorm", "softmax", "gelu")  # not OPS: that name declares ops
 
 
 def on(library: str) -> SimpleNamespace:
     """The same functions, declared to compute on ``library`` ("numpy", "cupy", "torch")."""
     me = sys.modules[__name__]
-    names = [f"{op}_{d}" for op in OPS for d in ("forward", "backward")]
+    names = [f"{op}_{d}" for op in PROVIDED for d in ("forward", "backward")]
     return SimpleNamespace(CAPABILITIES={"arrays": library}, __name__=f"{__name__}:{library}",
                            **{n: getattr(me, n) for n in names})

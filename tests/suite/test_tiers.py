@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -134,3 +135,30 @@ def test_the_plugin_says_its_tier_in_pytest_s_header(tmp_path):
         standard.stdout
     assert "fd[model.gradcheck-seed001]" in standard.stdout
     assert "fd[model.gradcheck-mini_bert]" not in standard.stdout
+
+
+_SETTINGS_UNDER_CI = """
+import sys
+from hypothesis import settings
+if sys.argv[1] == "own":  # the user's own ci profile, registered over Hypothesis's
+    settings.register_profile("ci", max_examples=7)
+    settings.load_profile("ci")
+from minibert_spec.suite.run import check_settings, profile_chosen
+s = check_settings()
+print(settings.get_current_profile_name(), profile_chosen(), s.max_examples, s.derandomize)
+"""
+
+
+@pytest.mark.parametrize("profile, expected", [
+    ("hypothesis's", f"ci False {TIERS['standard']} True"),  # loaded by Hypothesis, not chosen
+    ("own", "ci True 7 True")])  # derandomize: from the built-in it extends
+def test_hypothesis_s_own_ci_profile_is_not_a_user_s_choice(profile, expected):
+    """Hypothesis loads a ``ci`` profile by itself where ``CI`` is set (100 examples): every
+    check of a user's CI job drew 100 examples instead of the tier's 3, and the plugin's header
+    said so.  A ``ci`` profile the user registers is theirs, and is honoured."""
+    env = {**os.environ, "CI": "true"}
+    env.pop("MINIBERT_PROFILE", None)
+    r = subprocess.run([sys.executable, "-c", _SETTINGS_UNDER_CI, profile], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == expected.split()
