@@ -192,6 +192,7 @@ def test_one_busy_process_fails_the_run(monkeypatch, tmp_path, capsys, allow):
 
 
 # --------------------------------------------------------------------------- real processes
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_each_side_runs_in_a_process_of_its_own(tmp_path):
     """The real harness on a tiny batch: ours and torch alternate in fresh processes (pids
     distinct from each other and from this one); the reference's process never imports

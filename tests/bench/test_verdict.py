@@ -132,6 +132,7 @@ def test_a_cold_run_gets_an_empty_cache_of_its_own_and_a_warm_case_keeps_one(tmp
         Case(("x",), "x", cache="lukewarm")
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("argv, message", [
     (["--verdict", "minibert_reference", "--pytest-file", "nowhere/test_x.py"],
      "--pytest-file: expected a test file, got 'nowhere/test_x.py'"),

@@ -47,6 +47,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("hostile", sorted(BAD))
 def test_infer_on_a_hostile_module_is_one_line_and_non_zero(hostile):
     start = time.monotonic()

@@ -46,6 +46,7 @@ def test_fill_mask_on_a_non_checkpoint_file(tmp_path, capsys):
     assert "x.txt" in err
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("text, needle", [("no mask here", "[MASK]"),
                                           ("the [mask] returns", "capitals")])
 def test_fill_mask_text_without_mask(run_dir, capsys, text, needle):

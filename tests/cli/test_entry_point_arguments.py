@@ -100,6 +100,7 @@ def test_bench_output_that_cannot_be_written_is_refused_before_measuring(verdict
         assert f"-o {output}: " in line and said in line, line
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("impl", ["tests.examples.hostile_import_exit0",
                                   "tests.examples.hostile_nothing"])
 def test_bench_verdict_refuses_what_cannot_be_checked_before_timing_it(impl, capsys):

@@ -4,6 +4,7 @@ hand-written backward can have, and each is caught."""
 
 from __future__ import annotations
 
+import pytest
 import sympy as sp
 
 from minibert_spec.equations._sym import Stage, chain_equal
@@ -117,6 +118,7 @@ def _decoder(p, emb, blocks, final, head, ell, *, chain=True, final_norm=True, t
     return grads
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_decoder_proof_refutes_the_catalog_bugs():
     from minibert_spec.equations.decoder import prove_decoder_backward
 

@@ -214,6 +214,7 @@ def synthetic_records(synthetic_tests):
     return collect_items(synthetic_tests, impl_spec="pkg.mod:obj")
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_collection_on_synthetic_tests(synthetic_tests, synthetic_records):
     got = {t.nodeid: (t.ids, t.oracle, t.fd)
            for t in tagged_tests(synthetic_records, synthetic_tests)}

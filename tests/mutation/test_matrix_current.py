@@ -6,11 +6,14 @@ leaving a reader to work it out from a red page."""
 
 from __future__ import annotations
 
+import pytest
+
 from minibert_spec.evidence import fingerprint, read_matrix
 from minibert_spec.mutants import CATALOG
 from minibert_spec.mutation import tagged_by_equation
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_every_catalog_mutant_has_a_current_record():
     matrix = read_matrix()
     assert matrix is not None, \

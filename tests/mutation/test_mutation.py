@@ -246,6 +246,7 @@ def test_every_mutant_has_an_expected_killer():
     assert set.union(*killers) == set(CATALOG)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY_VARIANT_CHECKS))
 def test_variant_mutant_caught_by_its_variant_checks(reference, name):
     """Each mutant of a variant's reference code is caught by the checks of that variant (the
@@ -271,6 +272,7 @@ def test_mutant_killed_by_its_new_test(reference, name):
     kill(reference)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY))
 def test_mutant_caught_and_removed(reference, name):
     op = CAUGHT_BY[name]
@@ -280,6 +282,7 @@ def test_mutant_caught_and_removed(reference, name):
     assert op_verdict(reference, op) == "ok"
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_mutant_reaches_model_level_code(reference):
     """The kernel is patched in minibert_reference.ops: the public op and the model both run the
     mutant."""
@@ -373,12 +376,14 @@ def test_mutant_of_a_missing_function_is_not_applicable(reference):
 SELECTION = ["tests/suite/test_conformance.py::test_op_conforms[layernorm]"]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_runner_kills_and_reports_the_killer(reference):
     killed = run_suite("layernorm_gamma_outside_means", SELECTION, timeout=120)
     assert killed.status == "killed", killed
     assert killed.killer == SELECTION[0] and "layernorm" in killed.message
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_runner_reports_survivors(reference):
     survived = run_suite("tanh_backward_missing_square", SELECTION, timeout=120)
     assert survived.status == "survived", survived

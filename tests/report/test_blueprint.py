@@ -151,6 +151,7 @@ def test_layout_refuses_a_cycle_and_unknown_nodes():
 
 
 # --------------------------------------------------------------------------- the site vs JSON
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_site_json_is_the_audit_json(data, built):
     assert json.loads((built / "audit.json").read_text()) == data
 
@@ -287,6 +288,7 @@ def test_a_failed_render_leaves_the_previous_site_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_plots_of_a_run_directory(data, tmp_path):
     """The plots `minibert train` draws (minibert_reference.train.plots), copied into the site."""
     pytest.importorskip("matplotlib")

@@ -123,6 +123,7 @@ def test_screenshots(browser, built, tmp_path):
             (1280, height)  # the viewport
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_broken_derivation_is_red_on_screen(browser, tmp_path_factory):
     """The scratch project with a wrong LayerNorm dx closed form (tests/report/blueprint_site.py):
     in the browser its page's badge, its index entries and its graph node are red, and the

@@ -184,6 +184,7 @@ def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_html_needs_a_folder(tmp_path):
     p = _cli(IMPL, "--format", "html")
     assert p.returncode == 2 and p.stdout == ""
@@ -195,6 +196,7 @@ def test_html_needs_a_folder(tmp_path):
     assert "expected a folder" in p.stderr and (tmp_path / "f.html").read_text() == "mine"
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_the_format_does_not_change_the_exit_status(tmp_path):
     args = [IMPL, "--ops", "layernorm", "softmax", *QUICK, "--oracle", "off"]
     as_json_ = _cli(*args, "--format", "json", "-o", str(tmp_path / "r.json"))

@@ -32,6 +32,7 @@ def _verdicts(report):
 
 
 # ----------------------------------------------------------------- the examples
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("module", list(EXAMPLES), ids=lambda m: m.__name__.split(".")[-1])
 def test_correct_example_is_green_in_its_rows_and_na_elsewhere(module, monkeypatch):
     monkeypatch.setattr(module, "BUGS", set())
@@ -46,6 +47,7 @@ def test_correct_example_is_green_in_its_rows_and_na_elsewhere(module, monkeypat
 BUGGY = [(m, op) for m, ops in EXAMPLES.items() for op in ops if op != "relu"]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("module,bug", BUGGY,
                          ids=[f"{m.__name__.split('.')[-1]}-{op}" for m, op in BUGGY])
 def test_buggy_example_is_red_on_exactly_its_op_naming_index_and_values(module, bug,
@@ -143,6 +145,7 @@ def test_the_suite_supplies_no_decay_and_clip_eps_and_says_so(monkeypatch):
 
 
 # ----------------------------------------------------------------- guards
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_an_undeclared_log_guard_is_red_and_named(monkeypatch):
     monkeypatch.setattr(guarded_optim, "BUGS", set())
     monkeypatch.setattr(guarded_optim, "CAPABILITIES", {})
@@ -230,8 +233,8 @@ class _Broken:
         return wrong
 
 
-@pytest.mark.parametrize("how", [  # "values" shrinks a red in every check: slow tier
-    pytest.param("values", marks=pytest.mark.slow), "shape", "dtype", "raise"])
+@pytest.mark.slow  # every check, once per spoiling: 20-60 s each (issue 40)
+@pytest.mark.parametrize("how", ["values", "shape", "dtype", "raise"])
 def test_no_check_fails_with_an_empty_message(how):
     """Every check on an implementation broken four ways: each failure's first line says
     something (never "AssertionError" alone, never Hypothesis's "N distinct failures"), and

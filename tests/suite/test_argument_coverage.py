@@ -89,6 +89,7 @@ ARGUMENTS = sorted((op, name) for op, row in OPS.items()
                    if row.pair and op not in S.ops_without_cases() for name in keyword_defaults(op))
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("op, argument", [
     pytest.param(op, name, id=f"{op}.{name}",
                  marks=[pytest.mark.xfail(strict=True, reason=NOT_YET[op, name])]

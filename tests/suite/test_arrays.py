@@ -192,6 +192,7 @@ class _TorchMutate:
         return (dy,)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("numpy_one,torch_one,op", [(hostile_upcast, _TorchUpcast(), "linear"),
                                                     (hostile_mutate, _TorchMutate(), "relu")],
                          ids=["upcast", "mutate"])
@@ -310,6 +311,7 @@ def test_a_check_runs_torch_on_one_thread_and_restores_the_callers_setting():
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_nothing_of_torch_is_imported_for_a_numpy_implementation_with_the_oracle_off():
     """The suite on a NumPy implementation with the oracle off imports neither torch nor the
     conversion's array-api-compat (checked in a fresh interpreter)."""

@@ -87,6 +87,7 @@ def test_minibert_check_list_names_the_defining_file_and_line(capsys):
     assert source[int(lineno) - 1].startswith("def backward_matches_finite_differences(")
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_pytest_k_with_an_old_id_selects_the_renamed_check(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MINIBERT_"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -94,6 +94,7 @@ def test_the_unbroken_columns_stay_green():
     assert cells["fd"].status == cells["sympy"].status == "ok"
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_bad_input_column_runs_with_the_flag_and_says_so_without(capsys):
     """`minibert check --bad-input` used to run no bad-input test at all (n/a for every op):
     a linear without validation read "1 op(s) conform", exit 0."""

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests import ROOT
 
 MYBERT = '''\
@@ -27,6 +29,7 @@ PYTEST_SCRIPT = ("import sys, pytest; sys.path[:] = [p for p in sys.path if p no
                  "; sys.exit(pytest.main(sys.argv[1:]))")
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_the_plugin_finds_a_module_in_the_current_directory(tmp_path):
     (tmp_path / "mybert_here.py").write_text(MYBERT)
     env = {k: v for k, v in os.environ.items()

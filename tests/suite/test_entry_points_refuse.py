@@ -111,8 +111,8 @@ ENTRY_POINTS = {"plugin": run_plugin, "minibert check": run_check_command,
                 "parametrize_with_checks": run_parametrize_with_checks}
 
 
-@pytest.mark.parametrize("module", [  # the hang waits out the import timeout: slow tier
-    pytest.param(m, marks=pytest.mark.slow) if m.endswith("_hang") else m for m in sorted(HOSTILE)])
+@pytest.mark.slow  # four entry points per module, 8-10 s each; the hang waits out its timeout
+@pytest.mark.parametrize("module", sorted(HOSTILE))
 def test_an_import_that_exits_crashes_or_hangs_is_refused_everywhere(tmp_path, module):
     outcomes = {name: run(tmp_path, f"tests.examples.{module}", {})
                 for name, run in ENTRY_POINTS.items()}
@@ -125,6 +125,7 @@ def test_an_import_that_exits_crashes_or_hangs_is_refused_everywhere(tmp_path, m
     assert outcomes["minibert check"].returncode == 2
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_an_unknown_expected_failure_is_refused_alike_everywhere(tmp_path):
     impl, expected = "tests.examples.classy_adapter", {"fd[layernrom]": "a typo"}
     outcomes = {name: run(tmp_path, impl, expected) for name, run in ENTRY_POINTS.items()}
@@ -148,6 +149,7 @@ DECLARATIONS = ("tests.examples.hostile_declaration_getattr",
                 "tests.examples.hostile_declarations:ranks_zero")
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("impl", DECLARATIONS)
 def test_a_declaration_the_protocol_cannot_take_is_refused_alike_everywhere(tmp_path, impl):
     """None of the four returns 0 and each prints the reader's one line (computed here, in

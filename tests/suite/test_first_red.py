@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from minibert_spec.suite import selected_checks
 from minibert_spec.suite.report import EXIT_FAIL, EXIT_NOT_RUN, CheckReport
 from minibert_spec.suite.run import COMPOSITE_OPS, NOT_RUN, STOPPED, Result, first_red_order
@@ -51,6 +53,7 @@ def test_in_process_the_run_stops_at_the_first_red():
                                               selected_checks()]  # the report's own order
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_minibert_check_first_red_lists_what_it_did_not_run(tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check",

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from minibert_spec.suite import all_checks, select
 from minibert_spec.suite.pool import preload_for
 from tests import ROOT
@@ -48,6 +50,7 @@ def _check(env, *args):
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_oracle_off_imports_nothing_of_torch_in_any_process(tmp_path):
     env, marker = _fake_torch(tmp_path)
     out = tmp_path / "r.json"
@@ -65,6 +68,7 @@ def test_oracle_off_imports_nothing_of_torch_in_any_process(tmp_path):
     assert proc.returncode != 0
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_forked_worker_runs_one_thread_per_pool(tmp_path):
     """The server imported torch with the environment's one thread; the worker also sets it
     explicitly: an oracle check runs, and torch says 1 thread in the worker."""
@@ -87,6 +91,7 @@ def test_a_forked_worker_runs_one_thread_per_pool(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 def test_a_dead_fork_server_leaves_the_plain_workers():
     """The server killed before it answered: the run starts its workers as fresh
     interpreters and comes to the same verdict."""

@@ -62,6 +62,7 @@ def _implementation(form: str, gradient: str) -> types.ModuleType:
 FORMS = ["logits", "probabilities_dlogits", "probabilities"]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("gradient", ["guarded", "plain"])
 @pytest.mark.parametrize("form", FORMS)
 def test_either_gradient_of_a_guarded_loss_is_green_in_every_kind(form, gradient):
@@ -71,6 +72,7 @@ def test_either_gradient_of_a_guarded_loss_is_green_in_every_kind(form, gradient
     assert not report.failures(), [(r.id, r.message[:300]) for r in report.failures()]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("form", FORMS)
 def test_a_gradient_the_guard_does_not_allow_is_red(form):
     report = check_implementation(_implementation(form, "wrong"), ops=["cross_entropy"],

@@ -140,6 +140,7 @@ def test_a_class_with_a_forward_and_no_backward_method_is_named(tmp_path, monkey
     assert "class Noise: matches no op this can infer" in src, src
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("module", EXAMPLES)
 def test_the_inferred_adapter_is_green_on_correct_code(module, tmp_path, monkeypatch):
     adapter = _load(tmp_path, monkeypatch, infer_source(module), "inferred_ok")
@@ -180,6 +181,7 @@ def test_the_catalog_mutants_of_the_inferred_ops_are_tried():
     assert len(MUTANTS) >= 15, MUTANTS
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("module", EXAMPLES)
 @pytest.mark.parametrize("name", MUTANTS)
 def test_infer_never_infers_a_bug_away(name, module, tmp_path, monkeypatch):
@@ -297,6 +299,7 @@ PINNED_LN = {  # a LayerNorm whose eps is a constant of its code, not an argumen
         """}
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("style", sorted(PINNED_LN))
 @pytest.mark.parametrize("eps", [1e-6, 1e-5])
 def test_infer_finds_the_eps_a_layernorm_fixes_inside(style, eps, tmp_path, monkeypatch):

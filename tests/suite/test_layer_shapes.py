@@ -28,6 +28,7 @@ def _report(shape: str, buggy: bool):
     return op, check_implementation(build(shape, buggy), ops=[op], kinds=kinds)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("shape", sorted(OPS))
 def test_the_correct_shape_is_green_in_its_row(shape):
     op, report = _report(shape, buggy=False)
@@ -36,6 +37,7 @@ def test_the_correct_shape_is_green_in_its_row(shape):
     assert report.counts().get("passed", 0) >= 4, report.counts()
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("shape", sorted(OPS))
 def test_the_buggy_shape_is_red_on_its_op_naming_tensor_index_and_values(shape):
     op, report = _report(shape, buggy=True)

@@ -61,6 +61,7 @@ def test_the_table_on_a_local_dask_cluster_is_the_serial_table(tables):
     assert r.returncode == 1
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_the_html_table_draws_the_json(tmp_path):
     write_class(tmp_path / "subs", ["correct", "buggy", "import_exit"])
     r = subprocess.run([sys.executable, "-m", "minibert_spec.cli", "check", "--many",

@@ -39,6 +39,7 @@ def test_every_variant_has_a_family_without_and_one_with_a_mask(op):
     assert not missing, f"variants of {op} drawn with a mask only or without one only: {missing}"
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("bug, verdict", [("", "ok"), ("upcast", "FAIL"), ("no_v_path", "FAIL")])
 def test_a_w_o_free_single_head_class_without_a_mask_is_judged_by_fd_and_the_oracle(
         monkeypatch, bug, verdict):

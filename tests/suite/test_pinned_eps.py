@@ -26,6 +26,7 @@ def declared():
     return check_implementation(pinned_eps.declared, ops=ROWS, kinds=KINDS)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_the_declared_module_is_green_on_every_layernorm_row(declared):
     failed = [f"{r.id}: {r.message[:300]}" for r in declared.failures()]
     assert not failed, "\n".join(failed)
@@ -42,6 +43,7 @@ def test_the_declared_module_is_green_on_every_layernorm_row(declared):
     assert any(i.startswith("oracle.backward[model.dout-") for i in ran)
 
 
+@pytest.mark.slow  # its fixture runs every layernorm row (48 s): the slow tier (issue 40)
 def test_a_check_about_another_eps_says_the_declaration_fixes_it(declared):
     by_id = {r.id: r for r in declared.results}
     inside = by_id["invariant[layernorm.eps_inside_sqrt-1e-05]"]
@@ -52,6 +54,7 @@ def test_a_check_about_another_eps_says_the_declaration_fixes_it(declared):
             assert "eps fixed at 1e-06 by the declaration" in r.message, r.message
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_the_same_module_undeclared_is_red_on_every_layernorm_row():
     report = check_implementation(pinned_eps.undeclared, ops=ROWS,
                                   kinds=["invariant", "oracle.forward"])

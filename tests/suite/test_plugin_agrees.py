@@ -49,6 +49,7 @@ def _check_failed(tmp_path, impl) -> tuple[int, set[str]]:
     return proc.returncode, {r["id"] for r in data["results"] if r["outcome"] == "failed"}
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("impl", ["tests.examples.broken_impl", "tests.examples.hostile_mutate",
                                   "tests.examples.classy_adapter"])
 def test_pytest_plugin_and_minibert_check_fail_the_same_checks(tmp_path, impl):

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import minibert_spec._pytestplugin as plugin
 from minibert_spec.suite import run
 
@@ -44,6 +46,7 @@ def session_modules(repo, *args) -> set[str]:
     return set(json.loads(out.read_text()))
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 def test_an_unrelated_session_loads_nothing_of_the_project(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_other.py").write_text("def test_other():\n    assert True\n")

@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests import ROOT
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_red_under_pytest_shows_the_checks_message_first(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "MINIBERT_", "HYPOTHESIS"))}
@@ -28,6 +31,7 @@ def test_a_red_under_pytest_shows_the_checks_message_first(tmp_path):
     assert "faulthandler" not in failure and "def __call__" not in failure, failure
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_session_the_implementation_ends_is_not_exit_0(tmp_path):
     """``os._exit(0)`` in a forward ended ``pytest --minibert-impl`` with status 0 and half a
     report (issue 41): the session runs in a forked child, and one that did not reach its end

@@ -188,6 +188,7 @@ def test_a_merge_with_a_shard_missing_or_twice_is_refused_naming_it(sharded_run)
     assert r.returncode == 2 and "settings.max_examples differs (None vs 50)" in r.stderr
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_shards_of_another_version_of_the_implementation_are_refused(tmp_path):
     """A shard run on an edited implementation (same module name) does not merge."""
     src = ROOT / "tests" / "examples" / "broken_impl.py"
@@ -202,6 +203,7 @@ def test_shards_of_another_version_of_the_implementation_are_refused(tmp_path):
     assert r.returncode == 2 and "settings.implementation differs" in r.stderr
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("args, message", [
     (["--shard", "2/3", "-x", "-o", "x.json"], "--shard: not with --first-red"),
     (["--shard", "2/3"], "--shard: expected -o FILE"),
@@ -215,6 +217,7 @@ def test_shard_options_refused_in_one_line(args, message, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_shard_that_cannot_load_the_implementation_makes_the_merge_say_so(tmp_path):
     (tmp_path / "gone.py").write_text("raise ImportError('no numpy here')\n")
     for k in (1, 2):

@@ -91,6 +91,7 @@ def test_the_old_mechanism_printed_the_false_warning(capfd, monkeypatch):
     assert any("five minutes" in str(p) and "PLEASE REPORT" in str(p) for p in printed)
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 def test_the_report_groups_the_reds_of_one_cause_and_keeps_every_verdict():
     report = check_implementation(SlowUpcast(), ops=["relu"])  # with the oracle: f32 reds too
     groups = report.groups()

@@ -48,6 +48,7 @@ def _module(bug: float) -> types.ModuleType:
     return m
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 @pytest.mark.parametrize("bug, verdict", [(1.0, "ok"), (1.001, "FAIL")])
 def test_a_single_head_class_is_judged_on_the_attention_row(bug, verdict):
     report = check_implementation(_module(bug), ops=["attention"], kinds=["fd", "oracle"])

@@ -98,6 +98,7 @@ def _cli(*args):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 def test_the_command_says_its_tier_in_the_header_the_json_and_help(tmp_path):
     out = tmp_path / "r.json"
     r = _cli("minibert_reference", "-k", re.escape(DRAWING), "--oracle", "off", "--deep",

@@ -32,6 +32,7 @@ def _report(style: str, buggy: bool):
     return op, check_implementation(build(style, buggy), ops=[op], kinds=KINDS)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("style", sorted(STYLES))
 def test_the_correct_style_is_green_in_its_row(style):
     op, report = _report(style, buggy=False)
@@ -43,6 +44,7 @@ def test_the_correct_style_is_green_in_its_row(style):
             assert "does not claim" in r.message or "lacks" in r.message, r.message
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("style", sorted(STYLES))
 def test_the_buggy_style_is_red_on_its_op_naming_tensor_index_and_values(style):
     op, report = _report(style, buggy=True)
@@ -234,6 +236,7 @@ def _clipped_ce_module(tmp_path, monkeypatch, name: str, caps: dict):
     return importlib.import_module(name)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_two_sided_probability_clip_is_judged_as_declared(tmp_path, monkeypatch):
     """np.clip(p, eps, 1 - eps) declared as guards prob_clip_both: green, judged against the
     same clipped formula; undeclared, the loss at a confident correct prediction (-log(1 -

@@ -72,6 +72,7 @@ def test_an_implementation_providing_nothing_could_not_run(capsys):
     assert "op(s) conform" not in out
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_sleeping_op_fails_within_its_timeout(capsys, tmp_path):
     """The hanging op is red at its first check's time limit; every later check that calls it
     fails at once (no second wait): at most one wait per worker, whatever the machine's load."""
@@ -88,6 +89,7 @@ def test_a_sleeping_op_fails_within_its_timeout(capsys, tmp_path):
     assert all(r["outcome"] == "failed" for r in relu if r["outcome"] != "n/a")
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_a_hang_inside_compiled_code_is_killed(tmp_path, capsys, monkeypatch):
     """A hang the SIGALRM cannot interrupt (a C call that ignores signals): the worker is
     killed after the time limit plus the grace period, the check fails, the others run."""
@@ -162,6 +164,7 @@ def test_float32_promoted_to_float64_is_a_failure(capsys):
     assert "1 op(s) fail: linear" in out
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_missing_oracle_is_exit_2_unless_turned_off(capsys, monkeypatch):
     """Without torch, `minibert check` used to exit 0 having checked half."""
     from minibert_spec.suite import registry
@@ -268,6 +271,7 @@ def test_pytest_minibert_impl_unloadable_is_a_usage_error_at_once(tmp_path):
         assert any(x.startswith(f"ERROR: --minibert-impl {spec}:") and why in x for x in err)
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_pytest_minibert_impl_providing_nothing_is_red(tmp_path):
     proc, records = _pytest_impl(tmp_path, EX + "hostile_nothing", "--minibert-quick")
     assert proc.returncode == 1, proc.stdout[-2000:]
@@ -276,6 +280,7 @@ def test_pytest_minibert_impl_providing_nothing_is_red(tmp_path):
         [f.split("::")[-1] for f in failed] == ["test_check[protocol[provides]]"]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_pytest_minibert_impl_fails_on_sys_exit(tmp_path):
     proc, records = _pytest_impl(tmp_path, EX + "hostile_exit", "--minibert-quick", "-k", "relu")
     assert proc.returncode == 1, proc.stdout[-2000:]
@@ -296,6 +301,7 @@ BUGGY = [(m, op) for m, ops in REALSTYLE.items() for op in sorted(ops)
          if not (m is realstyle_minigpt and op in ("adam", "schedule"))]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("module", list(REALSTYLE), ids=lambda m: m.__name__.split(".")[-1])
 def test_realstyle_implementation_is_green_in_every_row_it_provides(module, monkeypatch):
     monkeypatch.setattr(module, "BUGS", set())
@@ -306,6 +312,7 @@ def test_realstyle_implementation_is_green_in_every_row_it_provides(module, monk
     assert {op for op, v in got.items() if v == "n/a"} == set(got) - REALSTYLE[module]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("module,bug", BUGGY,
                          ids=[f"{m.__name__.split('.')[-1]}-{op}" for m, op in BUGGY])
 def test_a_bug_in_one_op_makes_only_that_row_red(module, bug, monkeypatch):
@@ -315,6 +322,7 @@ def test_a_bug_in_one_op_makes_only_that_row_red(module, bug, monkeypatch):
     assert [op for op, v in got.items() if v == "FAIL"] == [bug]
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_conventions_are_reported_with_the_number_they_change(monkeypatch):
     monkeypatch.setattr(realstyle_minigpt, "BUGS", set())
     ops = ["cross_entropy", "schedule", "clip"]

@@ -250,6 +250,7 @@ def test_the_lock_message_names_the_process_holding_it(cli_run, tmp_path, capsys
     assert "internal error" not in err and f"pid {holder.pid}: " in err and "RunLock" in err, err
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 def test_temporary_files_of_a_killed_save_are_removed_at_the_next_start(cli_run, tmp_path,
                                                                         capsys):
     """kill -9 during a save left 54 MB temporary files that nothing cleaned."""

@@ -94,6 +94,7 @@ def _campaign(tmp_path, reference_run, n: int, seed: int) -> dict:
     return figures
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_interrupt_at_random_moments_resumes_bit_exact(tmp_path, reference_run):
     figures = _campaign(tmp_path, reference_run, n=1, seed=1)
     assert set(figures) == set(SIGNALS)

@@ -155,6 +155,7 @@ def test_bad_flag_on_an_existing_run_writes_nothing(tmp_path, trained_run, flag,
     assert _snapshot(run) == before
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 def test_existing_run_dir_needs_resume_or_force(tmp_path, trained_run, capsys):
     """Finding: `minibert train` into an existing run dir without --resume silently
     overwrote it."""
@@ -185,6 +186,7 @@ def test_two_runs_in_one_dir_are_locked(tmp_path, trained_run, capsys):
     assert _snapshot(run) == before
 
 
+@pytest.mark.slow  # the slow tier: >= 4.5 s of the default run (issue 40)
 def test_resume_reports_ignored_flags_and_uses_the_checkpoint_tokenizer(tmp_path, trained_run,
                                                                         capsys):
     """Findings: --resume silently ignored every other flag; --resume ignored the tokenizer
@@ -215,6 +217,7 @@ def test_resume_checks_the_corpus_hash(tmp_path, trained_run):
         main(["--debug", "train", "--run-dir", run, "--resume", "--no-progress"])
 
 
+@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 def test_two_fresh_runs_with_one_seed_give_identical_checkpoints(tmp_path, trained_run):
     """Finding: two fresh runs with one seed differed (the HF WordPiece trainer is not
     deterministic).  Now every tensor, the generator and the stored tokenizer (trained by each
