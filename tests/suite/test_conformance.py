@@ -29,7 +29,6 @@ def report_of(impl, op, **kw):
 
 # No equation markers here: the evidence for the equations is the registry's own tags
 # (tests/suite/test_suite_reference.py); these run the same fixed-seed checks op by op.
-@pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("op", list(OPS))
 def test_op_conforms(impl, op):
     """Every check of the op on its fixed-seed cases (the quick run)."""
