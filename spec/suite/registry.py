@@ -81,7 +81,8 @@ class Check:
                implementation's CAPABILITIES returning them (a case family's strategy follows
                the variant the implementation declares), or None: run once
     examples:  ``caps -> [{keyword: value}]``: explicit examples, run before anything is drawn
-               (Hypothesis's explicit phase) -- the case families' fixed-seed cases
+               (by :meth:`hypothesis_test` itself, as Hypothesis's explicit phase would, without
+               its eager printing) -- the case families' fixed-seed cases
     quick:     a check without ``given`` that belongs to the quick run (see :func:`quick`)
     deep:      a check of the deep tier alone (``minibert check --deep``): the whole model at
                the mini_bert preset's own size, seconds each whatever the examples drawn
@@ -167,7 +168,7 @@ class Check:
             test = functools.partial(run, None)
             test.completed = completed
             return test
-        from hypothesis import example, given
+        from hypothesis import given
 
         caps = None
         if callable(self.given) or self.examples is not None:
@@ -190,9 +191,34 @@ class Check:
         # Hypothesis keys its database and derandomized seed by a digest of the function:
         # add the id, so every check (and every parametrization of one function) has its own
         body._hypothesis_internal_add_digest = self.id.encode()
+
+        def fixed_examples():
+            # the fixed examples, run here rather than as Hypothesis @example()s: Hypothesis
+            # pretty-prints an explicit example's arguments before running it, failing or not
+            # (every array to text: ~6% of a whole run); the text is built on a failure alone
+            from hypothesis.control import BuildContext
+            from hypothesis.errors import UnsatisfiedAssumption
+            from hypothesis.internal.conjecture.data import ConjectureData
+            from hypothesis.internal.entropy import deterministic_PRNG
+
+            for kw in explicit:  # in the order given
+                try:
+                    # what Hypothesis sets up around an explicit example: the seeded global
+                    # random state, and a build context (assume() inside a test case)
+                    with deterministic_PRNG(), BuildContext(ConjectureData.for_choices([]),
+                                                            is_final=True, wrapped_test=body):
+                        run(kw)
+                except UnsatisfiedAssumption:  # as Hypothesis does: an explicit example
+                    continue  # that assume() rejects is not run, and not counted
+                except BaseException as e:
+                    if is_failure_of_example(e):
+                        e.add_note("Failing explicit example: " + call_text(body.__name__, kw))
+                    raise
+
+        if settings is not None and is_quick(settings):
+            fixed_examples.completed = completed
+            return fixed_examples
         test = given(**strategies)(body)
-        for kw in reversed(explicit):  # run in the order given
-            test = example(**kw)(test)
         if seed is not None:
             import hashlib
 
@@ -200,9 +226,38 @@ class Check:
 
             digest = hashlib.sha256(f"{seed}:{self.id}".encode()).digest()
             test = use_seed(int.from_bytes(digest[:8], "big"))(test)
-        test = settings(test) if settings is not None else test
-        test.completed = completed
-        return test
+        fixed_first = True
+        if settings is not None:
+            from hypothesis import Phase
+
+            # a profile without the explicit phase (phases=[Phase.generate]) runs no fixed one
+            fixed_first = Phase.explicit in settings.phases
+            test = settings.__class__(settings, phases=[p for p in settings.phases
+                                                        if p is not Phase.explicit])(test)
+
+        def fixed_then_drawn():
+            if fixed_first:
+                fixed_examples()
+            test()
+
+        fixed_then_drawn.completed = completed
+        return fixed_then_drawn
+
+
+def is_failure_of_example(e: BaseException) -> bool:
+    """An exception that fails the example (not Hypothesis's control flow, not a Ctrl-C)."""
+    from hypothesis.errors import HypothesisException
+
+    return isinstance(e, Exception) and not isinstance(e, HypothesisException)
+
+
+def call_text(name: str, kwargs: Mapping) -> str:
+    """``name(k=v, ...)`` as Hypothesis prints a falsifying example (its pretty-printer)."""
+    from hypothesis.vendor.pretty import RepresentationPrinter
+
+    printer = RepresentationPrinter()
+    printer.repr_call(name, (), dict(kwargs), force_split=True)
+    return printer.getvalue()
 
 
 def is_quick(settings) -> bool:
