@@ -93,6 +93,15 @@ def pytest_sessionfinish(session, exitstatus):
         session.config._minibert_exitstatus = int(exitstatus)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up
+def pytest_runtest_setup(item):
+    """Under the exit guard: which test runs now, named if the session ends during it."""
+    if getattr(item.config, "_minibert_session_mark", None):
+        from minibert_spec.suite.plugin import running
+
+        running(item.config, item.nodeid, item.get_closest_marker("suite_check") is not None)
+
+
 def pytest_unconfigure(config):
     """The session ran to its end (minibert_spec.suite.plugin's exit guard waits for this)."""
     if getattr(config, "_minibert_session_mark", None):

@@ -80,6 +80,8 @@ def _exit_guard(config, spec: str) -> None:
         with open(mark) as f:
             said = f.read()
         os.unlink(mark)
+        if os.path.exists(mark + RUNNING):
+            os.unlink(mark + RUNNING)
         # the session's own status: also when a thread the implementation left behind kept
         # the child from exiting (it was killed after the grace period)
         os._exit(int(said) if said.strip().lstrip("-").isdigit() else code)
@@ -87,10 +89,43 @@ def _exit_guard(config, spec: str) -> None:
     if capman is not None:
         capman.suspend_global_capture(in_=True)
     how = f"killed by signal {-code}" if code < 0 else f"ended with exit status {code}"
-    print(f"\nminibert: --minibert-impl {spec}: the session {how} before it finished (the "
-          "implementation ended the process: os._exit, an exit from a thread, a crash): not "
-          "a verdict", file=sys.stderr, flush=True)
+    print(f"\nminibert: --minibert-impl {spec}: the session {how} before it finished "
+          f"({_who_ended_it(mark)}): not a verdict", file=sys.stderr, flush=True)
     os._exit(1 if code == 0 else code if code > 0 else 128 - code)
+
+
+def _who_ended_it(mark: str) -> str:
+    """Which test ran when the session ended (:func:`running` wrote it): a check of the suite
+    (then the implementation ended the process), a test of the user's own collected beside the
+    suite (not the implementation under check, as far as the suite knows), or none yet."""
+    import os
+
+    try:
+        with open(mark + RUNNING) as f:
+            kind, _, nodeid = f.read().partition(" ")
+        os.unlink(mark + RUNNING)
+    except OSError:
+        return ("before any test ran: during collection, a test module's import or the "
+                "implementation's ended the process")
+    if kind == "suite":
+        return (f"while running {nodeid}, a check of the suite: the implementation ended the "
+                "process: os._exit, an exit from a thread, a crash")
+    return (f"while running {nodeid}, a test of your own collected with the suite, not one of "
+            "its checks: it, or what it called, ended the process")
+
+
+# beside the session mark: the test running now ("suite <nodeid>" or "user <nodeid>")
+RUNNING = ".running"
+
+
+def running(config, nodeid: str, of_suite: bool) -> None:
+    """Called by the plugin's ``pytest_runtest_setup`` under the exit guard: the test that
+    runs now, for the guard's message if the session ends during it (one small write per
+    test)."""
+    mark = getattr(config, "_minibert_session_mark", None)
+    if mark:
+        with open(mark + RUNNING, "w") as f:
+            f.write(f"{'suite' if of_suite else 'user'} {nodeid}")
 
 
 # seconds a child that marked its session finished may take to exit (a non-daemon thread of

@@ -46,3 +46,27 @@ def test_a_session_the_implementation_ends_is_not_exit_0(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert got.returncode == 1, got.stdout[-2000:] + got.stderr[-2000:]
     assert "the session ended with exit status 0 before it finished" in got.stderr, got.stderr
+    # it names the check that ran, and blames the implementation
+    assert "while running " in got.stderr and "relu" in got.stderr.split("while running ")[1]
+    assert "a check of the suite: the implementation ended the process" in got.stderr
+
+
+@pytest.mark.slow  # the slow tier: a pytest session in a subprocess
+def test_a_session_the_users_own_test_ends_names_that_test(tmp_path):
+    """The plugin adds the suite to the user's own session: a test of theirs collected beside
+    it that ends the process is still red, and named as theirs, not the implementation's."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "MINIBERT_", "HYPOTHESIS"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    (tmp_path / "test_mine.py").write_text("import os\n\n\ndef test_leaves():\n"
+                                           "    os._exit(0)\n")
+    got = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                          "no:xdist", "--minibert-impl=tests.examples.broken_impl",
+                          "--minibert-oracle=off", "--minibert-quick", "-k",
+                          "leaves or (fd and layernorm)", "test_mine.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 1, got.stdout[-2000:] + got.stderr[-2000:]
+    assert "before it finished" in got.stderr, got.stderr
+    assert "while running test_mine.py::test_leaves, a test of your own" in got.stderr, \
+        got.stderr
+    assert "the implementation ended" not in got.stderr
