@@ -75,17 +75,13 @@ def pytest_report_header(config):
     """With --minibert-impl, the tier the session runs (a verdict never hides its depth)."""
     if not config.getoption("minibert_impl", None):
         return None
-    from minibert_spec.suite.run import depth, depth_line, profile_chosen, tier_of
+    from minibert_spec.suite.run import depth, depth_line, tier_of
 
     try:
         tier = tier_of(config.getoption("minibert_quick"), config.getoption("minibert_deep"))
     except ValueError as e:
         raise pytest.UsageError(f"--minibert-quick, --minibert-deep: {e}") from None
-    from hypothesis import settings
-
-    chosen = profile_chosen()
-    return "minibert: " + depth_line(depth(tier, settings.default.max_examples
-                                           if chosen and tier != "quick" else None))
+    return "minibert: " + depth_line(depth(tier))  # the settings the checks will run under
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -279,7 +279,7 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     results = apply_expectations(results, expected_failed_checks)
     return CheckReport(proxy._impl_label, results, oracle, bad_input,
                        seconds=time.perf_counter() - start, thin=thin_rows,
-                       depth=depth(tier, settings.max_examples if tier != "quick" else None))
+                       depth=depth(tier, settings=settings))
 
 
 def _model_ops(proxy, ops, ids):

@@ -146,12 +146,18 @@ def tier_of(quick: bool = False, deep: bool = False) -> str:
     return "quick" if quick else "deep" if deep else DEFAULT_TIER
 
 
-def depth(tier: str, max_examples: int | None = None) -> dict:
+def depth(tier: str, max_examples: int | None = None, settings=None) -> dict:
     """What a report says of its depth: the tier, and the examples each check draws after its
-    fixed-seed ones (``max_examples`` when given, else the tier's)."""
+    fixed-seed ones -- read from the settings the checks run under: ``settings``, else
+    :func:`check_settings`'s (the one rule: ``max_examples`` when given, else the profile the
+    caller chose, else the tier's)."""
     if tier not in TIERS:
         raise ValueError(f"tier: expected one of {list(TIERS)}, got {tier!r}")
-    drawn = TIERS[tier] if max_examples is None else max_examples
+    from minibert_spec.suite.registry import is_quick
+
+    applied = settings if settings is not None else check_settings(
+        max_examples=0 if tier == "quick" else max_examples, tier=tier)
+    drawn = 0 if is_quick(applied) else applied.max_examples
     return {"tier": tier, "drawn_per_check": drawn,
             "mini_bert_size_model_checks": tier == "deep"}
 

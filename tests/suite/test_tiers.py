@@ -77,6 +77,22 @@ def test_without_a_profile_each_tier_draws_its_examples():
                                 "mini_bert_size_model_checks": True}
 
 
+def test_the_depth_said_is_what_the_checks_run_under():
+    # one rule (check_settings): a profile the caller loaded is what is drawn, and said
+    with no_profile():
+        assert depth("standard")["drawn_per_check"] == 3
+        assert depth("quick")["drawn_per_check"] == 0
+    settings.register_profile("minibert-test-tiers-7", max_examples=7)
+    previous = settings.get_current_profile_name()
+    settings.load_profile("minibert-test-tiers-7")
+    try:
+        assert depth("standard")["drawn_per_check"] == 7 == check_settings().max_examples
+        assert depth("quick")["drawn_per_check"] == 0
+        assert depth("deep", 4)["drawn_per_check"] == 4
+    finally:
+        settings.load_profile(previous)
+
+
 @pytest.mark.parametrize("deep", [False, True])
 def test_the_report_says_the_tier_and_each_check_counts_its_examples(deep):
     from minibert_spec.protocol import capabilities
@@ -85,10 +101,11 @@ def test_the_report_says_the_tier_and_each_check_counts_its_examples(deep):
     with no_profile():
         report = check_implementation(minibert_reference, ids=[DRAWING], oracle="off",
                                       deep=deep)
+        # depth() reads the settings the checks run under: the profile loaded, or the tier's
+        assert report.depth == depth("deep" if deep else "standard")
     (r,) = report.results
     drawn = TIERS["deep" if deep else "standard"]
     assert r.outcome == "passed" and r.examples == fixed + drawn
-    assert report.depth == depth("deep" if deep else "standard")
     assert report.to_json()["depth"]["drawn_per_check"] == drawn
     assert report.to_json()["results"][0]["examples"] == fixed + drawn
 
