@@ -92,10 +92,11 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up
 def pytest_runtest_setup(item):
     """Under the exit guard: which test runs now, named if the session ends during it."""
-    if getattr(item.config, "_minibert_session_mark", None):
+    mark = getattr(item.config, "_minibert_session_mark", None)
+    if mark:
         from minibert_spec.suite.plugin import running
 
-        running(item.config, item.nodeid, item.get_closest_marker("suite_check") is not None)
+        running(mark, item.nodeid, item.get_closest_marker("suite_check") is not None)
 
 
 def pytest_unconfigure(config):

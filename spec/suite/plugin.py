@@ -118,14 +118,12 @@ def _who_ended_it(mark: str) -> str:
 RUNNING = ".running"
 
 
-def running(config, nodeid: str, of_suite: bool) -> None:
-    """Called by the plugin's ``pytest_runtest_setup`` under the exit guard: the test that
-    runs now, for the guard's message if the session ends during it (one small write per
-    test)."""
-    mark = getattr(config, "_minibert_session_mark", None)
-    if mark:
-        with open(mark + RUNNING, "w") as f:
-            f.write(f"{'suite' if of_suite else 'user'} {nodeid}")
+def running(mark: str, nodeid: str, of_suite: bool) -> None:
+    """Called by the plugin's ``pytest_runtest_setup`` under the exit guard (``mark``: its
+    session mark): the test that runs now, for the guard's message if the session ends during
+    it (one small write per test)."""
+    with open(mark + RUNNING, "w") as f:
+        f.write(f"{'suite' if of_suite else 'user'} {nodeid}")
 
 
 # seconds a child that marked its session finished may take to exit (a non-daemon thread of
