@@ -209,7 +209,8 @@ def _imported_names(source: str) -> frozenset:
 def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
     """The helper modules (``tests/x.py``, or a module of a package of ``HELPER_PACKAGES``:
     ``spec/suite/x.py``, ``spec/numerics/x.py``; not ``test_*``) a test or check module imports
-    by name."""
+    by name; a package imported by name (``minibert_spec.suite.strategies``: a folder with an
+    ``__init__.py``) is every ``*.py`` file of its folder."""
     try:
         names = _imported_names(test_file.read_text(encoding="utf-8"))
     except (OSError, SyntaxError):
@@ -227,10 +228,12 @@ def _helper_files(test_file: Path, tests_dir: Path) -> list[Path]:
                 base, parts = ROOT.joinpath(FOLDERS[package[0]], *package[1:]), parts[len(package):]
         if not parts:
             continue
-        p = base.joinpath(*parts).with_suffix(".py")
-        if p.is_file() and not p.name.startswith("test_") and p != test_file:
-            out.append(p)
-    return out
+        folder = base.joinpath(*parts)
+        candidates = (sorted(folder.glob("*.py")) if (folder / "__init__.py").is_file()
+                      else [folder.with_suffix(".py")])
+        out.extend(p for p in candidates
+                   if p.is_file() and not p.name.startswith("test_") and p != test_file)
+    return list(dict.fromkeys(out))
 
 
 def fingerprint(mutant_name: str, nodeids: Sequence[str], root: Path = ROOT) -> str:

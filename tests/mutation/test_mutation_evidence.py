@@ -12,7 +12,14 @@ from types import SimpleNamespace
 import pytest
 
 from minibert_spec.audit import Row, mutation_evidence
-from minibert_spec.evidence import MATRIX_VERSION, fingerprint, read_matrix, write_matrix
+from minibert_spec.evidence import (
+    MATRIX_VERSION,
+    ROOT,
+    _helper_files,
+    fingerprint,
+    read_matrix,
+    write_matrix,
+)
 from minibert_spec.mutants import CATALOG
 from minibert_spec.mutation import run_tagged
 
@@ -105,6 +112,34 @@ def test_fingerprint_follows_test_files_and_their_helpers(tmp_path):
     (tests / "test_a.py").write_text("from tests.helpers import X\n\ndef test_x():\n    1\n")
     assert fingerprint(MUTANT, ids, tmp_path) != second
     assert fingerprint(MUTANT, [], tmp_path) != fingerprint(MUTANT, ids, tmp_path)
+
+
+def test_fingerprint_follows_every_module_of_an_imported_package(tmp_path):
+    """A package imported by name (a folder with an ``__init__.py``) is every module of its
+    folder: a change to a module its ``__init__`` re-exports stales the record (the suite's
+    strategies are such a package; dropped, a change to a strategy kept a row "current")."""
+    pkg = tmp_path / "tests" / "kit"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from tests.kit.part import X\n")
+    (pkg / "part.py").write_text("X = 1\n")
+    (pkg / "test_kit.py").write_text("def test_y():\n    pass\n")
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "from tests import kit\n\ndef test_x():\n    assert kit.X\n")
+    ids = ["tests/test_a.py::test_x"]
+    assert [p.name for p in _helper_files(tmp_path / "tests" / "test_a.py", tmp_path / "tests")] \
+        == ["__init__.py", "part.py"]  # its modules, not its tests
+    first = fingerprint(MUTANT, ids, tmp_path)
+    (pkg / "part.py").write_text("X = 2\n")
+    assert fingerprint(MUTANT, ids, tmp_path) != first
+
+
+def test_the_suite_checks_fingerprint_every_module_of_the_strategies():
+    """The FD checks import the strategies package by name: each of its modules is a helper."""
+    checks = ROOT / "spec" / "suite" / "checks" / "fd.py"
+    helpers = set(_helper_files(checks, ROOT / "tests"))
+    modules = sorted((ROOT / "spec" / "suite" / "strategies").glob("*.py"))
+    assert len(modules) > 2 and ROOT / "spec" / "suite" / "strategies" / "kit.py" in modules
+    assert not [m for m in modules if m not in helpers], sorted(helpers)
 
 
 def test_matrix_file_round_trip_and_corruption(tmp_path):

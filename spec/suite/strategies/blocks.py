@@ -1,0 +1,388 @@
+"""Case families of the FFN, SwiGLU, the transformer block (every norm placement and
+part variant, with its adapter, smoothness filter and backward scale) and the pooler."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from minibert_spec.suite.strategies.attention import (
+    _FOLLOW,
+    _HEADS,
+    ATTENTION_BIASES,
+    ATTENTION_WEIGHTS,
+    _attention_example_params,
+    _example_mask,
+    causal_key_masks,
+    with_and_without_mask,
+)
+from minibert_spec.suite.strategies.kit import (
+    OpCase,
+    _lead_shapes,
+    _seed,
+    arrays,
+    batch_seq,
+    betas,
+    cases,
+    fixed_examples,
+    gammas,
+    head_dims,
+    key_masks,
+    sizes,
+    upstream,
+    upstream_like,
+)
+from minibert_spec.suite.strategies.norms import layernorm_eps
+from minibert_spec.tolerances import KINK_MARGIN, LN_MIN_VAR
+
+
+# --------------------------------------------------------------------------- ffn / block
+@st.composite
+def ffn_params(draw, H: int, I: int) -> dict:
+    """W_1 [H, I], b_1 [I] (kept off 0 so a zero input is not at the kink), W_2 [I, H], b_2."""
+    return {"W_1": draw(arrays((H, I))), "b_1": draw(arrays((I,), margin=KINK_MARGIN)),
+            "W_2": draw(arrays((I, H))), "b_2": draw(arrays((H,)))}
+
+
+def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray | None) -> bool:
+    """The FFN's ReLU pre-activation x W_1 + b_1 is at least KINK_MARGIN from 0 everywhere."""
+    return bool(np.min(np.abs(x @ W_1 + (0 if b_1 is None else b_1))) > KINK_MARGIN)
+
+
+def _ffn_example(rng, b_1: bool = True, b_2: bool = True, activation: str = "relu"):
+    for _ in range(100):  # keep every ReLU pre-activation away from the kink
+        x, W_1, b_1_ = (rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 8)),
+                        0.3 * rng.standard_normal(8))
+        if np.min(np.abs(x @ W_1 + (b_1_ if b_1 else 0))) > 100 * KINK_MARGIN:
+            break
+    inputs = {"x": x, "W_1": W_1, "b_1": b_1_ if b_1 else None,
+              "W_2": rng.standard_normal((8, 4)),
+              "b_2": 0.3 * rng.standard_normal(4) if b_2 else None}
+    fixed = {} if activation == "relu" else {"activation": activation}
+    return OpCase(inputs, fixed, upstream_like(rng, (2, 3, 4)))
+
+
+@cases("ffn", needs={"ffn.b_2": True}, resolve=("ffn.b_1", "ffn.activation"), also=("relu",),
+       torch="ffn", omit=("ffn.no_b2",))
+@cases("ffn", "nob2", needs={"ffn.b_2": False}, resolve=("ffn.b_1", "ffn.activation"),
+       also=("relu",), torch="ffn")
+@cases("ffn", "nobias", needs={"ffn.b_1": False, "ffn.b_2": False},
+       resolve=("ffn.activation",), also=("relu",), torch="ffn", omit=("ffn.no_b2",))
+# the other activations, each in an FFN of its own: the families above follow the declaration
+# to ReLU wherever it is declared, so an FFN that ignored ``activation`` was green (issue 41)
+@cases("ffn", "gelu", needs={"ffn.activation": "gelu"}, resolve=("ffn.b_1", "ffn.b_2"),
+       torch="ffn", omit=("ffn.no_b2",))
+@cases("ffn", "gelu_tanh", needs={"ffn.activation": "gelu_tanh"},
+       resolve=("ffn.b_1", "ffn.b_2"), torch="ffn", omit=("ffn.no_b2",))
+@fixed_examples(_ffn_example)
+@st.composite
+def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu") -> OpCase:
+    """``b_1``/``b_2`` False: the FFN without that bias (None); ``activation`` as the
+    implementation declares it (passed when not ReLU)."""
+    B, T = draw(batch_seq())
+    H, I = draw(sizes(1, 4)), draw(sizes(1, 5))
+    inputs = {"x": draw(arrays((B, T, H))), **draw(ffn_params(H, I))}
+    if not b_1:
+        inputs["b_1"] = None
+    if not b_2:
+        inputs["b_2"] = None
+    if activation == "relu":
+        assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
+    fixed = {} if activation == "relu" else {"activation": activation}
+    return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
+
+
+def _swiglu_example(rng, bias: bool = False):
+    H, I = 4, 6
+    inputs = {"x": rng.standard_normal((2, 3, H)), "W_1": 0.7 * rng.standard_normal((H, I)),
+              "W_2": 0.7 * rng.standard_normal((I, H)), "W_3": 0.7 * rng.standard_normal((H, I)),
+              "b_1": 0.3 * rng.standard_normal(I) if bias else None,
+              "b_2": 0.3 * rng.standard_normal(H) if bias else None,
+              "b_3": 0.3 * rng.standard_normal(I) if bias else None}
+    return OpCase(inputs, {}, upstream_like(rng, (2, 3, H)))
+
+
+_SWIGLU = dict(also=("silu",), torch="swiglu", torch_requires=("transformers",))
+
+
+@cases("swiglu", needs={"swiglu.bias": False}, **_SWIGLU)
+@cases("swiglu", "bias", needs={"swiglu.bias": True}, **_SWIGLU)
+@fixed_examples(_swiglu_example)
+@st.composite
+def swiglu_cases(draw, bias: bool = False) -> OpCase:
+    """x [..., H] (one to three leading axes), W_1, W_3 [H, I], W_2 [I, H] in [-1.5, 1.5];
+    ``bias``: b_1, b_2, b_3 too (None without: LLaMA's form)."""
+    lead = draw(_lead_shapes(3).filter(len))
+    H, I = draw(sizes(1, 4)), draw(sizes(1, 5))
+    inputs = {"x": draw(arrays(lead + (H,))), "W_1": draw(arrays((H, I), -1.5, 1.5)),
+              "W_2": draw(arrays((I, H), -1.5, 1.5)), "W_3": draw(arrays((H, I), -1.5, 1.5))}
+    inputs.update({n: draw(arrays((k,), -1.0, 1.0)) if bias else None
+                   for n, k in (("b_1", I), ("b_2", H), ("b_3", I))})
+    return OpCase(inputs, {}, draw(upstream(lead + (H,))), draw(_seed()))
+
+
+def _block_weights(seed: int, H: int, I: int, names: tuple) -> dict:
+    """A block's attention and FFN weights (those of ``names``) from one drawn seed, bounded as
+    the attention and FFN families draw them element by element (|W_q..| <= 1, |W_1..| <= 2,
+    b_1 off ReLU's kink): drawing the ~15 tensors of a block element by element was most of
+    the time of its oracle checks, and a block's failure is localised by its ops' own
+    families, not by shrinking its weights."""
+    rng = np.random.default_rng(seed)
+    p = {n: rng.uniform(-1.0, 1.0, (H, H)) for n in ATTENTION_WEIGHTS}
+    if "attn.b_q" in names:
+        p.update({n: rng.uniform(-1.0, 1.0, H) for n in ATTENTION_BIASES})
+    p = {f"attn.{k}": v for k, v in p.items()}
+    p.update({"ffn.W_1": rng.uniform(-2.0, 2.0, (H, I)),
+              "ffn.b_1": rng.choice([-1.0, 1.0], I) * rng.uniform(2 * KINK_MARGIN, 2.0, I),
+              "ffn.W_2": rng.uniform(-2.0, 2.0, (I, H)), "ffn.b_2": rng.uniform(-2.0, 2.0, H)})
+    return {n: p[n] for n in names if n in p}
+
+
+def block_variant(bias: bool = True, norm: str = "post", W_o: bool = True, b_1: bool = True,
+                  b_2: bool = True, normalization: str = "layernorm") -> dict:
+    """The keywords of minibert_reference.ops.block_param_names (the one definition of a block's
+    names) for a block family's variant parameters."""
+    return dict(attn_bias=bias, norm=norm, W_o=W_o, b_1=b_1, b_2=b_2,
+                normalization=normalization)
+
+
+def block_adapter(impl):
+    """block_forward(x, p, ...) with p a dict -> forward(x, **p) and a tuple backward."""
+
+    def forward(x, *, n_heads, mask=None, eps=1e-12, **p):
+        variant = {k: p.pop(k) for k in BLOCK_KEYWORDS if k in p}
+        out, cache = impl.block_forward(x, p, n_heads=n_heads, mask=mask, eps=eps, **variant)
+        return out, (cache, tuple(p))
+
+    def backward(dout, cache):
+        cache, names = cache
+        dx, grads = impl.block_backward(dout, cache)
+        if set(grads) != set(names):
+            raise AssertionError(f"block_backward: grads keys {sorted(grads)} != params "
+                                 f"{sorted(names)}")
+        return (dx, *(grads[n] for n in names))
+
+    return forward, backward
+
+
+# the keywords a block's variant passes to block_forward (its own options' and its parts'),
+# each only when not the standard form
+BLOCK_STANDARD = {"norm": "post", "causal": False, "activation": "relu",
+                  "normalization": "layernorm"}
+BLOCK_KEYWORDS = tuple(BLOCK_STANDARD)
+
+
+def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, norm="post",
+                       eps=1e-12, activation="relu",
+                       normalization="layernorm") -> tuple[float, float]:
+    """(smallest row variance of a LayerNorm input -- the mean square of an RMSNorm input --,
+    smallest |ReLU pre-activation|, inf for a smooth activation) through one block, computed
+    with the protocol's reference ops (float64): where the block is smooth."""
+    from minibert_reference import ops  # the one definition of each op (a filter, not a judgement)
+
+    attn = [p.get(f"attn.{n}") for n in ATTENTION_WEIGHTS + ATTENTION_BIASES]
+    ffn = [p.get(f"ffn.{n}") for n in ("W_1", "b_1", "W_2", "b_2")]
+    variances, kinks = [], []
+
+    def ln(v, name):
+        centred = v if normalization == "rmsnorm" else v - v.mean(axis=-1, keepdims=True)
+        variances.append(float(np.min((centred * centred).mean(axis=-1))))
+        return ops._norm_forward(v, p, name, eps, normalization)[0]
+
+    def ffn_of(v):
+        pre = v @ ffn[0] + (0 if ffn[1] is None else ffn[1])
+        kinks.append(float(np.min(np.abs(pre))) if activation == "relu" else np.inf)
+        return ops._ffn_forward(v, *ffn, activation)[0]
+
+    def mha(v):
+        return ops._attention_forward(v, *attn, n_heads=n_heads, mask=mask, causal=causal)[0]
+
+    if norm == "post":
+        h = ln(x + mha(x), "ln1")
+        ln(h + ffn_of(h), "ln2")
+    elif norm == "inner":
+        h = x + ln(mha(x), "ln1")
+        ln(ffn_of(h), "ln2")
+    else:
+        h = x + mha(ln(x, "ln1"))
+        out = h + ffn_of(ln(h, "ln2"))
+        if norm == "pre_final":
+            ln(out, "ln_f")
+    return min(variances), min(kinks)
+
+
+def _case_conditioning(case: OpCase) -> tuple[float, float]:
+    """block_conditioning of a block family's case (its inputs and fixed arguments)."""
+    p, f = case.inputs, case.fixed
+    mask = None if f["mask"] is None else np.asarray(f["mask"], bool)
+    return block_conditioning(p["x"], p, n_heads=f["n_heads"], mask=mask, eps=f["eps"],
+                              **{k: f[k] for k in BLOCK_KEYWORDS if k in f})
+
+
+def block_smooth(case: OpCase) -> bool:
+    """Every normalisation input has row variance (RMSNorm: mean square) >= LN_MIN_VAR and the
+    FFN's ReLU pre-activation is >= KINK_MARGIN from 0 (computed with the protocol's reference
+    ops: the filter never calls the implementation in a form it does not declare)."""
+    var, kink = _case_conditioning(case)
+    return var >= LN_MIN_VAR and kink > KINK_MARGIN
+
+
+def block_backward_scale(case: OpCase) -> float:
+    """The magnitude of the terms a block's backward sums inside its normalisations (the
+    family's ``backward_scale``; the LayerNorm families' rule, minibert_spec.tolerances.
+    layernorm_backward_scale, applied to the block): each normalisation's dx sums terms of
+    |gamma dy| / sigma, sigma the smallest row deviation (RMSNorm: root mean square) of the
+    normalisation inputs, from block_conditioning (the protocol's reference ops in float64: a
+    filter's computation, never a judgement), and dy bounded by the upstream gradient for the
+    last normalisation and, for the one before it, by the last one's terms (its dy is what the
+    last one's backward returned): the two factors 2 |gamma| / sigma in series.
+    Float32 rounds those terms and every gradient upstream of a normalisation carries that
+    rounding: without it the float32-vs-float64 invariant was red on the reference's own
+    blocks (3 of 4 seeds at 100 examples, up to 7e-3 relative on dx)."""
+    var, _ = _case_conditioning(case)
+    gamma = max(float(np.abs(v).max()) for k, v in case.inputs.items() if k.endswith(".gamma"))
+    # one normalisation's amplification
+    factor = 2.0 * gamma / float(np.sqrt(var + case.fixed["eps"]))
+    return float(np.abs(case.dout).max()) * factor * max(1.0, factor)
+
+
+def _block_fixed(n_heads: int, mask, eps: float, **variant) -> dict:
+    """A block case's fixed arguments: each keyword of the variant only when it is not the
+    standard form (an implementation with one form is called without it)."""
+    return {"n_heads": n_heads, "mask": mask, "eps": eps,
+            **{k: v for k, v in variant.items() if v != BLOCK_STANDARD[k]}}
+
+
+def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
+                   W_o: bool = True, b_1: bool = True, b_2: bool = True,
+                   activation: str = "relu", normalization: str = "layernorm",
+                   heads: str = "fused"):
+    from minibert_reference.ops import block_param_names
+
+    H, I = 6, 12
+    a = _attention_example_params(rng, H, bias=True)
+    p = {f"attn.{k}": v for k, v in a.items() if k != "x"}
+    p["ln1.gamma"], p["ln1.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    p["ffn.W_1"], p["ffn.b_1"] = 0.5 * rng.standard_normal((H, I)), 0.2 * rng.standard_normal(I)
+    p["ffn.W_2"], p["ffn.b_2"] = 0.5 * rng.standard_normal((I, H)), 0.2 * rng.standard_normal(H)
+    p["ln2.gamma"], p["ln2.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    p["ln_f.gamma"], p["ln_f.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization))
+    inputs = {"x": a["x"], **{n: p[n] for n in names}}
+    fixed = _block_fixed(1 if heads == "single" else 2, _example_mask(3) if masked else None,
+                         1e-12, norm=norm, causal=causal, activation=activation,
+                         normalization=normalization)
+    return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
+
+
+_BLOCK = dict(
+    adapter=block_adapter, smooth=block_smooth, torch="block_flat",
+    backward_scale=block_backward_scale,
+    # a LayerNorm over 2 features maps every row to gamma * (+-1, -+1) + beta: its Jacobian is 0
+    # (up to eps), so every gradient upstream of it is a pure cancellation, ~0 in float64 and
+    # rounding noise of O(u * terms) in float32
+    f32_ok=lambda case: case.inputs["x"].shape[-1] >= 3,
+    elementwise_max=0, n_dirs=2)  # ~20 tensors through a whole block: directional only
+_INNER = ("block.innerln", "block.innerln_backward")  # the x + LN(f(x)) block's IDs
+_POST = ("block.preln", "block.preln_backward") + _INNER  # not exercised by a post-LN family
+_PRE = ("block.postln", "block.backward") + _INNER  # not exercised by a pre-LN family
+# the options of a block's parts (and its own normalisation) that every block family takes as
+# the implementation declares them: a block is checked as the variants its parts declare (one
+# head for a single-head attention)
+_PARTS = ("attention.W_o", "ffn.b_1", "ffn.b_2", "ffn.activation", "block.normalization") \
+    + _HEADS
+
+
+def _block_needs(bias: bool, masked: bool) -> dict:
+    return {"block.norm": "post", "block.causal": False,
+            **({"attention_bias": True} if bias else {}), **({"key_mask": True} if masked else {})}
+
+
+def _but(*keys: str) -> tuple[str, ...]:
+    """The block's followed options except those a family fixes."""
+    return tuple(k for k in ("block.norm", "block.causal") + _PARTS if k not in keys) + _FOLLOW
+
+
+@cases("block", "nobias", bias=False, masked=False, omit=_POST,
+       needs=_block_needs(False, False), resolve=_PARTS, **_BLOCK)
+@cases("block", "nobias_mask", bias=False, masked=True, omit=_POST,
+       needs=_block_needs(False, True), resolve=_PARTS, **_BLOCK)
+@cases("block", "bias", bias=True, masked=False, omit=_POST, needs=_block_needs(True, False),
+       resolve=_PARTS, **_BLOCK)
+@cases("block", "bias_mask", bias=True, masked=True, omit=_POST,
+       needs=_block_needs(True, True), resolve=_PARTS, **_BLOCK)
+@with_and_without_mask("block", "preln", omit=_PRE, needs={"block.norm": "pre"},
+                       resolve=_but("block.norm"), **_BLOCK)
+@with_and_without_mask("block", "preln_final", omit=_PRE, needs={"block.norm": "pre_final"},
+                       resolve=_but("block.norm"), **_BLOCK)
+@with_and_without_mask("block", "innerln", omit=_PRE[:2] + _POST[:2],
+                       needs={"block.norm": "inner"},
+                       resolve=_but("block.norm"), **_BLOCK)
+@with_and_without_mask("block", "causal", omit=_POST, needs={"block.causal": True},
+                       resolve=_but("block.causal"), **_BLOCK)
+# the parts' own variants, each checked inside a block: no W_o and no FFN biases (bias-free
+# linears); GPT-2's block (causal, pre-LN with its final LN, gelu_new); RMSNorm's
+@with_and_without_mask("block", "lean", omit=_POST,
+                       needs={"attention.W_o": False, "ffn.b_1": False, "ffn.b_2": False},
+                       resolve=_but("attention.W_o", "ffn.b_1", "ffn.b_2"), **_BLOCK)
+@with_and_without_mask("block", "gpt2", omit=_PRE,
+                       needs={"block.norm": "pre_final", "block.causal": True,
+                              "ffn.activation": "gelu_tanh"},
+                       resolve=_but("block.norm", "block.causal", "ffn.activation"), **_BLOCK)
+@with_and_without_mask("block", "rmsnorm", omit=_PRE,
+                       needs={"block.norm": "pre_final", "block.normalization": "rmsnorm"},
+                       resolve=_but("block.norm", "block.normalization"), **_BLOCK)
+@fixed_examples(_block_example)
+@st.composite
+def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
+                W_o: bool = True, b_1: bool = True, b_2: bool = True, activation: str = "relu",
+                normalization: str = "layernorm", heads: str = "fused") -> OpCase:
+    """x plus every block parameter as a differentiable input named by its local name; the
+    variant (``norm``, ``causal``, ``normalization``; the parts' ``W_o``, ``b_1``, ``b_2``,
+    ``activation``) decides the names (minibert_reference.ops.block_param_names, the one definition)
+    and the keywords passed when not the standard; ``heads`` "single": one head.
+
+    The ReLU and LayerNorm conditions depend on the attention output, so the strategy filters
+    them (``block_smooth`` above)."""
+    from minibert_reference.ops import block_param_names
+
+    B, T = draw(batch_seq())
+    A, d_k = draw(head_dims())
+    if heads == "single":
+        A, d_k = 1, A * d_k
+    H = A * d_k
+    assume(H >= 2)  # a LayerNorm over one feature is constant: nothing to differentiate
+    I = draw(sizes(1, 5))
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization))
+    p = _block_weights(draw(_seed()), H, I, names)
+    for ln in ("ln1", "ln2", "ln_f"):
+        if f"{ln}.gamma" in names:
+            p[f"{ln}.gamma"] = draw(gammas(H))
+        if f"{ln}.beta" in names:
+            p[f"{ln}.beta"] = draw(betas(H))
+    inputs = {"x": draw(arrays((B, T, H))), **{n: p[n] for n in names}}
+    mask = None
+    if masked:
+        mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
+    fixed = _block_fixed(A, mask, draw(layernorm_eps()), norm=norm, causal=causal,
+                         activation=activation, normalization=normalization)
+    return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
+
+
+def _pooler_example(rng, bias: bool = True):
+    inputs = {"h": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 4)),
+              "b": 0.3 * rng.standard_normal(4) if bias else None}
+    return OpCase(inputs, {}, upstream_like(rng, (2, 4)))
+
+
+@cases("pooler", also=("tanh",), torch="pooler")
+@cases("pooler", "nobias", bias=False, also=("tanh",), torch="pooler")
+@fixed_examples(_pooler_example)
+@st.composite
+def pooler_cases(draw, bias: bool = True) -> OpCase:
+    B, T = draw(batch_seq())
+    H = draw(sizes(1, 4))
+    inputs = {"h": draw(arrays((B, T, H))), "W": draw(arrays((H, H))),
+              "b": draw(arrays((H,))) if bias else None}
+    return OpCase(inputs, {}, draw(upstream((B, H))), draw(_seed()))
