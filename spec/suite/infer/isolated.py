@@ -1,0 +1,111 @@
+"""``minibert adapter infer``'s run: the inference in a child interpreter of its own
+session, under a time limit, what the module prints captured (:func:`infer_isolated`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# The child of infer_isolated: sys.path as the parent's, the module imported (then a word in the
+# stage file, so that a hang or an exit is said to be the import's or the inference's), the
+# adapter's source (or why there is none) in the result file.  Whatever the module prints goes
+# to the child's stdout and stderr, which the parent shows on its stderr; os._exit ends it even
+# with a leftover non-daemon thread of the module's.
+_INFER_CHILD = """\
+import json, os, sys
+module, stage, result = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path[:] = json.loads(sys.argv[4])
+
+
+def say(**what):
+    with open(result + ".part", "w") as f:
+        json.dump(what, f)
+    os.replace(result + ".part", result)
+
+
+try:
+    from minibert_spec.suite.infer import infer, load_module, render_source
+
+    load_module(module)
+    with open(stage, "w") as f:
+        f.write("imported")
+    mappings, missing = infer(module)
+    say(source=render_source(module, mappings, missing), mapped=len(mappings),
+        missing=missing)
+except ValueError as e:  # the module does not import, or an argument refused: its one line
+    say(refused=str(e))
+except BaseException as e:  # SystemExit and KeyboardInterrupt too: the user's code raised
+    lines = str(e).strip().splitlines()
+    say(raised=type(e).__name__ + (": " + lines[0] if lines else ""))
+for stream in (sys.stdout, sys.stderr):
+    try:
+        stream.flush()
+    except BaseException:
+        pass
+os._exit(0)
+"""
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """What :func:`infer_isolated` got: the adapter's ``source``, or the one-line ``reason``
+    there is none; ``output``, what the module printed (stdout and stderr); ``mapped``, the
+    number of ops mapped, and ``missing``, what was not."""
+
+    source: str | None
+    reason: str | None
+    output: str
+    mapped: int = 0
+    missing: tuple = ()
+
+
+def infer_isolated(module: str, timeout: float | None, *, paths=()) -> Inferred:
+    """:func:`infer_source` of ``module`` run as ``minibert check`` runs an implementation: in
+    a child interpreter (this process's ``sys.path``, ``paths`` first) of its own session,
+    under a time limit of ``timeout`` seconds for the import and the inference together (None:
+    none), with what the module prints captured.  An import or an inference that hangs, exits
+    (``sys.exit`` or ``os._exit``), crashes or raises gives a reason of one line, never a
+    source."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from minibert_spec.suite.probe import _kill_group, ended
+
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
+                         f"{module!r}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout}")
+    path = list(dict.fromkeys(os.path.abspath(p or os.curdir) for p in [*paths, *sys.path]))
+    with tempfile.TemporaryDirectory(prefix="minibert-infer-") as tmp:
+        stage, result = os.path.join(tmp, "stage"), os.path.join(tmp, "result")
+        printed = os.path.join(tmp, "output")
+        with open(printed, "wb") as out:
+            child = subprocess.Popen(
+                [sys.executable, "-c", _INFER_CHILD, module, stage, result, json.dumps(path)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)  # a hang's children are killed with it
+            try:
+                code = child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(child)
+                code = None
+        with open(printed, "rb") as f:
+            output = f.read().decode("utf-8", "replace")
+        what = (f"inferring an adapter for {module!r} (its classes and functions run)"
+                if os.path.exists(stage) else f"importing {module!r}")
+        if code is None:
+            return Inferred(None, f"impl: {what} did not finish within {timeout:g} s", output)
+        if not os.path.exists(result):
+            return Inferred(None, ended(what, code, "before it finished",
+                                           "nothing could be inferred"), output)
+        with open(result, encoding="utf-8") as f:
+            said = json.load(f)
+    if "source" in said:
+        return Inferred(said["source"], None, output, said["mapped"], tuple(said["missing"]))
+    if "refused" in said:
+        return Inferred(None, said["refused"], output)
+    return Inferred(None, f"impl: {what} raised {said['raised']}", output)

@@ -1,0 +1,131 @@
+"""What :mod:`minibert_spec.suite.infer` recognises and records: the names it reads a
+forward, a backward and their parameters by, its tolerances, the ops' probes
+(:data:`PROBES`, :data:`VARIANT_PROBES`), and the records of a run (:class:`Trial`) and of a
+mapping found (:class:`Mapping_`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FORWARDS = ("forward", "__call__", "call", "fprop", "forward_pass")
+BACKWARDS = ("backward", "backprop", "bprop", "backward_pass")
+# module-level functions: a forward's name with one of these suffixes or none (``softmax``,
+# ``relu_forward``), its backward's the same base with one of these (prefix, suffix)
+FORWARD_SUFFIXES = ("_forward", "_fwd", "_fprop", "_forward_pass")
+BACKWARD_AFFIXES = (("", "_backward"), ("", "_bwd"), ("", "_bprop"), ("", "_backprop"),
+                    ("", "_backward_pass"), ("", "_grad"), ("", "_gradient"),
+                    ("", "_derivative"), ("", "_deriv"), ("", "_prime"), ("d_", ""),
+                    ("grad_", ""), ("backward_", ""))
+# a forward function found without a backward is reported when its name says an op
+OP_NAMES = {"linear": ("linear", "dense", "affine"), "layernorm": ("layernorm", "layer_norm"),
+            "relu": ("relu",), "gelu": ("gelu",), "softmax": ("softmax",),
+            "ffn": ("ffn", "feed_forward", "feedforward", "mlp")}
+# a backward's parameter names: its cache, the forward's output, the upstream gradient
+CACHE_NAMES = re.compile(r"cache\w*|ctx|saved\w*")
+OUT_NAMES = re.compile(r"(\w+_)?(out|output|y|p|probs?|a|s|result)")
+UPSTREAM_NAMES = re.compile(r"d_?[A-Za-z]\w*|grad\w*|delta\w*|upstream\w*|err\w*")
+INPUT_NAMES = ("x", "X", "input", "inputs", "z", "logits")
+EPS_NAMES = ("eps", "epsilon")
+# the protocol's LayerNorm eps (minibert_reference.layernorm_forward's default)
+PROTOCOL_EPS = 1e-12
+# the forward output must equal the reference's to this (float64; a LayerNorm eps of 1e-5
+# against the protocol's 1e-12 changes it by ~1e-5 on rows of unit variance)
+FORWARD_RTOL = 1e-3
+# how deep gradients are looked for: one level below a sub-layer (an FFN's
+# linear1.gradients.dLdW), where parameters are found two levels down (linear1.weights)
+GRAD_DEPTH = 3
+
+
+@dataclass(frozen=True, eq=False)
+class Probe:
+    """An op's probe: the input and parameters (float64, distinct sizes) in the protocol's
+    layout, and the sizes a constructor may be given."""
+
+    op: str
+    params: tuple[str, ...]  # the protocol's parameters the class may hold
+    shapes: Mapping[str, tuple]  # x and each parameter
+    sizes: tuple[int, ...]  # the sizes an integer constructor argument may take
+    declares: dict = field(default_factory=dict)  # the CAPABILITIES of this form of the op
+
+
+# B = 2, T = 3: distinct from every size, so a size found on an axis names that axis alone
+PROBES = {
+    "linear": Probe("linear", ("W", "b"), {"x": (2, 3, 4), "W": (4, 5), "b": (5,)}, (4, 5)),
+    "layernorm": Probe("layernorm", ("gamma", "beta"),
+                       {"x": (2, 3, 6), "gamma": (6,), "beta": (6,)}, (6,)),
+    "relu": Probe("relu", (), {"x": (2, 3, 4)}, ()),
+    "gelu": Probe("gelu", (), {"x": (2, 3, 4)}, ()),
+    "softmax": Probe("softmax", (), {"x": (2, 3, 5)}, ()),
+    # H = 4, I = 7: W_1 [H, I] and W_2 [I, H] told apart by shape, each bias by its length
+    "ffn": Probe("ffn", ("W_1", "b_1", "W_2", "b_2"),
+                 {"x": (2, 3, 4), "W_1": (4, 7), "b_1": (7,), "W_2": (7, 4), "b_2": (4,)},
+                 (4, 7)),
+}
+# the declared forms tried where a class matches no standard probe of its op
+VARIANT_PROBES = {
+    "layernorm": Probe("layernorm", (), {"x": (2, 3, 6)}, (6,),
+                       {"layernorm": {"affine": False}}),
+}
+
+
+@dataclass
+class Mapping_:
+    """What was inferred for one op: the class, its construction, and the layer() arguments,
+    each with its evidence."""
+
+    op: str
+    cls: type | None  # None: module-level functions (``forward``, ``backward``)
+    ctor: dict  # constructor argument -> expression of the protocol's arguments
+    params: dict = field(default_factory=dict)  # protocol name -> attribute path
+    grads: dict = field(default_factory=dict)
+    transposed: tuple = ()
+    forward: str | Callable = "forward"
+    backward: str | Callable = "backward"
+    output: int | None = None
+    again: tuple = ()
+    accumulate: bool = False
+    single_use: bool = False
+    ranks: tuple = ()  # the input ranks its forward and backward run on, where not all do
+    declares: dict = field(default_factory=dict)  # the op's declared form (CAPABILITIES)
+    fixed: dict = field(default_factory=dict)  # the one value of an argument it computes
+    evidence: list = field(default_factory=list)
+    inputs: tuple = ()  # a forward function's protocol arguments in its own order
+    trial: Trial | None = None  # how the probe ran it
+
+
+def _probe_values(probe: Probe, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    vals = {k: rng.standard_normal(s) for k, s in probe.shapes.items()}
+    if "gamma" in vals:  # gamma away from 1, so gamma and beta cannot be confused
+        vals["gamma"] = 1 + 0.5 * vals["gamma"]
+    if probe.op == "relu":  # no pre-activation near the kink
+        vals["x"] = np.where(np.abs(vals["x"]) < 0.1, 0.5, vals["x"])
+    return vals
+
+
+def _reference_forward(op: str, vals: dict):
+    """The reference's output on the probe (a parameter the probe lacks: None, the op's form
+    without it)."""
+    import minibert_reference
+
+    fwd = getattr(minibert_reference, f"{op}_forward")
+    return fwd(vals["x"], *(vals.get(p) for p in PROBES[op].params))[0]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One way to run a subject on a probe: constructor or forward-function arguments fixed
+    (``fixed``: sizes, the protocol's eps), the probe's parameters placed (``placed``: param ->
+    attribute path or argument name), some stored ``transposed``."""
+
+    fixed: dict
+    placed: dict
+    transposed: tuple
+
+    def layout(self, p: str, vals: dict):
+        """The probe's parameter ``p`` in the subject's own layout."""
+        return vals[p].T.copy() if p in self.transposed else vals[p].copy()

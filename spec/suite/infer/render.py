@@ -1,0 +1,87 @@
+"""The adapter's source written from what :func:`~minibert_spec.suite.infer.match.infer`
+found: one comment per decision with its evidence, one ``layer()`` call per op (the package's
+docstring, :mod:`minibert_spec.suite.infer`, says how each is decided)."""
+
+from __future__ import annotations
+
+import re
+
+from minibert_spec.suite.infer.match import infer
+from minibert_spec.suite.infer.probes import Mapping_
+
+
+def _function_call(m: Mapping_, alias: str) -> list[str]:
+    """``None, forward=..., backward=..., inputs=...`` of a function pair: the protocol's
+    arguments passed in the function's own order (by keyword where it skips one)."""
+    fwd = f"{alias}.{m.forward.__name__}"
+    if None in m.inputs:  # an argument in between left at its default: call by keyword
+        back = {**m.params, **({"eps": next(iter(m.trial.fixed))} if m.trial.fixed else {})}
+        given = [n for n in m.inputs if n is not None]
+        fwd = f"lambda {', '.join(given)}: {fwd}({given[0]}, " + \
+            ", ".join(f"{back[n]}={n}" for n in given[1:]) + ")"
+    kw = [f"forward={fwd}", f"backward={alias}.{m.backward.__name__}"]
+    inputs = tuple(n for n in m.inputs if n is not None)
+    return kw + ([f"inputs={inputs!r}"] if inputs != ("x",) else [])
+
+
+def _call(m: Mapping_, alias: str) -> str:
+    if m.cls is None:
+        new, kw = "None", _function_call(m, alias) + ([f"grads={m.grads!r}"] if m.grads else [])
+    else:
+        args = sorted({re.match(r"\w+", e).group(0) for e in m.ctor.values()
+                       if re.match(r"[A-Za-z_]", e)})
+        ctor = ", ".join(f"{k}={v}" for k, v in m.ctor.items())
+        new = f"lambda {', '.join(args)}: {alias}.{m.cls.__name__}({ctor})" if m.ctor else \
+            f"{alias}.{m.cls.__name__}"
+        kw = [f"params={m.params!r}"] if m.params else []
+        kw += [f"grads={m.grads!r}"] if m.grads else []
+        if m.forward != "forward":
+            kw.append(f"forward={m.forward!r}")
+        if m.backward != "backward":
+            kw.append(f"backward={m.backward!r}")
+    for name in ("transposed", "again"):
+        if getattr(m, name):
+            kw.append(f"{name}={getattr(m, name)!r}")
+    if m.output is not None:
+        kw.append(f"output={m.output}")
+    if m.fixed:
+        kw.append(f"fixed={m.fixed!r}")
+    for name in ("accumulate", "single_use"):
+        if getattr(m, name):
+            kw.append(f"{name}=True")
+    name = m.op
+    return f"{name}_forward, {name}_backward = layer(\n    {name!r}, {new},\n    " + \
+        ",\n    ".join(kw) + ")" if kw else \
+        f"{name}_forward, {name}_backward = layer({name!r}, {new})"
+
+
+def infer_source(module: str) -> str:
+    """The adapter's source for ``module`` (see the module's docstring)."""
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
+                         f"{module!r}")
+    return render_source(module, *infer(module))
+
+
+def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> str:
+    """The adapter's source for what :func:`infer` found in ``module``."""
+    alias = "impl"
+    out = [f'"""Adapter: {module} under the minibert protocol (from `minibert adapter infer '
+           f'{module}`).', "",
+           "Each mapping was chosen by forward outputs and shapes only (never by gradients):",
+           "review it, then check it with: minibert check <this module>", '"""', "",
+           f"import {module} as {alias}", "from minibert_spec.suite.adapters import layer", ""]
+    caps: dict = {}
+    for m in mappings:
+        caps.update(m.declares)
+        if m.ranks:  # the input ranks the op runs on (other ranks are reshaped to one of them)
+            caps.setdefault("ranks", {})[m.op] = m.ranks
+    if caps:
+        out += ["# what the code declares (its forms, the ranks it runs on)",
+                f"CAPABILITIES = {caps!r}", ""]
+    for m in mappings:
+        out += [f"# {e}" for e in m.evidence]
+        out += [_call(m, alias), ""]
+    out.append("# not mapped (write these by hand, or leave them n/a):")
+    out += [f"#   {s}" for s in missing] or ["#   nothing"]
+    return "\n".join(out) + "\n"

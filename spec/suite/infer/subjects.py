@@ -1,0 +1,241 @@
+"""The subjects of :mod:`minibert_spec.suite.infer`: the user's module imported, its
+classes with a forward and a backward (:class:`ClassLayer`) and its function pairs
+(:class:`FunctionPair`) found, and how each is built and run on a probe (its constructor's
+sizes, the probe's parameters placed on its arrays or arguments)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import re
+
+import numpy as np
+
+from minibert_spec.suite.infer.probes import (
+    BACKWARD_AFFIXES,
+    BACKWARDS,
+    EPS_NAMES,
+    FORWARD_SUFFIXES,
+    FORWARDS,
+    OP_NAMES,
+    PROTOCOL_EPS,
+    Probe,
+    Trial,
+)
+
+
+def _arrays(obj, depth: int = 2, prefix: str = "") -> dict[str, np.ndarray]:
+    """path -> float array attribute of ``obj`` (through sub-objects and lists, ``depth``
+    levels): where a layer may keep a parameter or a gradient."""
+    out: dict[str, np.ndarray] = {}
+    items = obj.items() if isinstance(obj, dict) else \
+        vars(obj).items() if hasattr(obj, "__dict__") else ()
+    for name, v in items:
+        if not isinstance(name, str) or not name.isidentifier():
+            continue
+        path = f"{prefix}{name}"
+        if isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating):
+            out[path] = v
+        elif depth > 1 and (isinstance(v, dict) or (
+                hasattr(v, "__dict__") and not inspect.isroutine(v) and not isinstance(v, type)
+                and type(v).__module__ != "builtins")):
+            out.update(_arrays(v, depth - 1, path + "."))
+    return out
+
+
+def _method(cls, names) -> str | None:
+    for n in names:
+        if callable(getattr(cls, n, None)) and (n != "__call__" or "__call__" in vars(cls)):
+            return n
+    return None
+
+
+def _ctor_trials(cls, probe: Probe):
+    """kwargs to build ``cls`` with: its required arguments, and those defaulting to None or an
+    integer (a size the class may build its parameters from), given each an ordering of the
+    probe's sizes; an ``eps``/``epsilon`` the protocol's (a LayerNorm's)."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    sized = [p for p in sig.parameters.values() if p.kind in kinds and (
+        p.default is p.empty or p.default is None or
+        (isinstance(p.default, int) and not isinstance(p.default, bool)))
+        and p.name not in EPS_NAMES]
+    fixed = _eps_args(sig.parameters, probe)
+    required = [p for p in sized if p.default is p.empty]
+    if len(required) > 3:
+        return
+    optional = [p for p in sized if p.default is not p.empty][:3 - len(required)]
+    sizes = probe.sizes or (4,)
+    for n_opt in range(len(optional) + 1):  # the fewest arguments first
+        names = required + optional[:n_opt]
+        for combo in itertools.product(sizes, repeat=len(names)):
+            yield {**{p.name: int(v) for p, v in zip(names, combo)}, **fixed}
+
+
+def _eps_args(names, probe: Probe) -> dict:
+    """A LayerNorm's ``eps``/``epsilon`` argument (of a constructor or a forward function):
+    the protocol's eps, which the adapter then passes on."""
+    return {n: PROTOCOL_EPS for n in names if n in EPS_NAMES and probe.op == "layernorm"}
+
+
+def _place(slots: dict, probe: Probe):
+    """Every way to put the probe's parameters in the slots (attribute path or argument name
+    -> the shape there, None: any), each in its shape or the transposed one: [({param: slot},
+    transposed)]."""
+    options = []
+    for p in probe.params:
+        shape = probe.shapes[p]
+        here = [(slot, False) for slot, s in slots.items() if s is None or s == shape]
+        if len(shape) == 2 and shape[0] != shape[1]:
+            here += [(slot, True) for slot, s in slots.items() if s is None or s == shape[::-1]]
+        options.append(here + ([(None, False)] if p == "b" else []))
+    for combo in itertools.product(*options):
+        paths = [c[0] for c in combo if c[0] is not None]
+        if len(paths) != len(set(paths)):
+            continue
+        yield ({p: c[0] for p, c in zip(probe.params, combo) if c[0] is not None},
+               tuple(p for p, c in zip(probe.params, combo) if c[1]))
+
+
+class ClassLayer:
+    """A class of the module with a forward-like and a backward-like method: built fresh for
+    each run, the probe's parameters set on its array attributes."""
+
+    raised = ""  # what its forward last raised on a probe: said where it maps to nothing
+
+    def __init__(self, cls):
+        self.cls, self.label = cls, cls.__name__
+        self.forward, self.backward = _method(cls, FORWARDS), _method(cls, BACKWARDS)
+
+    def trials(self, probe: Probe):
+        for kwargs in _ctor_trials(self.cls, probe):
+            try:
+                arrays = _arrays(self.cls(**kwargs))
+            except Exception:  # noqa: BLE001 -- these sizes do not build it
+                continue
+            slots = {path: a.shape for path, a in arrays.items()}
+            for placed, transposed in _place(slots, probe):
+                yield Trial(kwargs, placed, transposed)
+
+    def run(self, trial: Trial, probe: Probe, vals: dict, x):
+        """(what the forward returned, the object) on input ``x``."""
+        from minibert_spec.suite.adapters import set_path
+
+        obj = self.cls(**trial.fixed)
+        for p, path in trial.placed.items():
+            set_path(obj, path, trial.layout(p, vals))
+        if "b" in probe.params and "b" not in trial.placed:
+            for path, a in _arrays(obj).items():  # a bias we did not place must not be used
+                if a.shape == probe.shapes["b"]:
+                    set_path(obj, path, np.zeros_like(a))
+        return getattr(obj, self.forward)(x.copy()), obj
+
+    def forward_names(self, trial: Trial) -> dict:
+        params = list(inspect.signature(getattr(self.cls, self.forward)).parameters)
+        return {params[1]: "x"} if len(params) > 1 else {}  # (self, x, ...)
+
+    def backward_call(self, obj):
+        return getattr(obj, self.backward)
+
+    def source(self) -> str:
+        try:
+            return inspect.getsource(getattr(self.cls, self.backward))
+        except (OSError, TypeError):
+            return ""
+
+    def describe(self, trial: Trial) -> str:
+        return f"{self.label}({', '.join(f'{k}={v}' for k, v in trial.fixed.items())})." \
+            f"{self.forward}"
+
+
+class FunctionPair:
+    """Module-level functions: a forward (its first argument the input, the others the op's
+    parameters or its eps) and its backward, paired by name (``layer_norm`` /
+    ``layer_norm_backward``, ``relu_forward`` / ``relu_backward``); ``backward`` None for a
+    forward found alone."""
+
+    raised = ""  # as ClassLayer.raised
+
+    def __init__(self, forward, backward=None):
+        self.fn, self.bfn = forward, backward
+        self.label = forward.__name__
+        self.forward, self.backward = forward, backward
+        self.args = [p for p in inspect.signature(forward).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+    def trials(self, probe: Probe):
+        if not self.args:
+            return
+        rest = [p for p in self.args[1:] if p.name not in EPS_NAMES]
+        fixed = _eps_args([p.name for p in self.args[1:]], probe)
+        needed = {p.name for p in rest if p.default is p.empty}
+        for placed, transposed in _place({p.name: None for p in rest}, probe):
+            if needed <= set(placed.values()):
+                yield Trial(fixed, placed, transposed)
+
+    def run(self, trial: Trial, probe: Probe, vals: dict, x):
+        kwargs = {arg: trial.layout(p, vals) for p, arg in trial.placed.items()}
+        return self.fn(x.copy(), **kwargs, **trial.fixed), None
+
+    def forward_names(self, trial: Trial) -> dict:
+        return {self.args[0].name: "x", **{arg: p for p, arg in trial.placed.items()},
+                **{arg: "eps" for arg in trial.fixed}}
+
+    def backward_call(self, obj):
+        return self.bfn
+
+    def source(self) -> str:
+        return ""
+
+    def describe(self, trial: Trial) -> str:
+        args = [self.args[0].name] + [f"{arg}={p}" for p, arg in trial.placed.items()] + \
+            [f"{arg}=eps" for arg in trial.fixed]
+        return f"{self.label}({', '.join(args)})"
+
+    def inputs(self, trial: Trial) -> tuple:
+        """The protocol arguments in the order of the function's own: None where one is
+        skipped (a keyword call then)."""
+        back = {**{arg: p for p, arg in trial.placed.items()}, **{a: "eps" for a in trial.fixed}}
+        names = [p.name for p in self.args]
+        last = max((names.index(a) for a in back), default=0)
+        return ("x",) + tuple(back.get(n) for n in names[1:last + 1])
+
+
+def _pairs(functions) -> tuple[list[FunctionPair], list]:
+    """(forward/backward pairs by name, the forwards found without a backward): ``f`` or
+    ``f_forward`` with ``f_backward`` (``_bwd``, ``_grad``, ``_derivative``, ``d_f``, ...)."""
+    by_name = {f.__name__: f for f in functions}
+    pairs, alone, taken = [], [], set()
+    for f in functions:
+        name = f.__name__
+        if name in taken or any((b and name.startswith(b)) or (a and name.endswith(a))
+                                for b, a in BACKWARD_AFFIXES):
+            continue
+        stem = re.sub(rf"({'|'.join(FORWARD_SUFFIXES)})$", "", name)
+        back = next((by_name[b + base + a] for base in (name, stem) for b, a in BACKWARD_AFFIXES
+                     if b + base + a in by_name and b + base + a != name), None)
+        if back is not None:
+            pairs.append(FunctionPair(f, back))
+            taken.add(back.__name__)
+        elif any(alias in name.lower() for aliases in OP_NAMES.values() for alias in aliases):
+            alone.append(f)
+    return pairs, alone
+
+
+def _module_functions(mod) -> list:
+    """The functions defined in ``mod`` (``__module__`` None too: code executed from a
+    notebook's cells into the module's namespace), not those it imported."""
+    return [f for _, f in inspect.getmembers(mod, inspect.isfunction)
+            if f.__module__ in (mod.__name__, None) and not f.__name__.startswith("_")]
+
+
+def load_module(module: str):
+    """The user's module, imported; a ValueError saying why it does not import."""
+    try:
+        return importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 -- the user's module: say why, never a traceback
+        raise ValueError(f"module {module!r} does not import: {type(e).__name__}: {e}") from e
