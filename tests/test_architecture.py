@@ -20,6 +20,7 @@ torch/transformers: the
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from minibert_spec.cli.regenerate import ARCHITECTURE_DOC, architecture_doc, layer_tables
 from tests import ROOT
 
 try:
@@ -56,7 +58,7 @@ def lint_imports(cwd: Path) -> subprocess.CompletedProcess:
 def test_the_import_contracts_hold():
     out = lint_imports(ROOT)
     assert out.returncode == 0, f"lint-imports failed:\n{out.stdout}{out.stderr}"
-    assert "2 kept, 0 broken" in out.stdout, out.stdout  # both contracts were read and checked
+    assert "3 kept, 0 broken" in out.stdout, out.stdout  # the three contracts were read and checked
 
 
 def _copy_packages(dest: Path) -> None:
@@ -73,24 +75,28 @@ def _copy_packages(dest: Path) -> None:
 
 def test_lint_imports_fails_on_an_upward_and_a_forbidden_import(tmp_path):
     """The contracts can fail: on a copy, the protocol (a low layer) imports the suite (above
-    it) and the reference's config imports spec; lint-imports exits non-zero naming both."""
+    it), the suite's drawing kit imports its runner (above it, inside the suite) and the
+    reference's config imports spec; lint-imports exits non-zero naming all three."""
     _copy_packages(tmp_path)
     for file, line in (("minibert_spec/protocol/table.py", "import minibert_spec.suite.registry"),
+                       ("minibert_spec/suite/strategies/kit.py", "import minibert_spec.suite.run"),
                        ("minibert_reference/config.py", "import minibert_spec.paths")):
         with open(tmp_path / file, "a", encoding="utf-8") as f:
             f.write(f"\n{line}  # deliberately against the contract (a test)\n")
     out = lint_imports(tmp_path)
     text = out.stdout + out.stderr
     assert out.returncode != 0, text
-    assert "0 kept, 2 broken" in text, text
+    assert "0 kept, 3 broken" in text, text
     assert "minibert_spec.protocol.table -> minibert_spec.suite.registry" in text, text
+    assert "minibert_spec.suite.strategies.kit -> minibert_spec.suite.run" in text, text
     assert "minibert_reference.config -> minibert_spec.paths" in text, text
 
 
 # --------------------------------------------------------------------------- import circles
 def _contract() -> dict:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    (layers,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    (layers,) = [c for c in config["tool"]["importlinter"]["contracts"]
+                 if c["type"] == "layers" and c["containers"] == ["minibert_spec"]]
     return layers
 
 
@@ -199,3 +205,67 @@ def test_boundary_check_sees_a_forbidden_import(tmp_path):
             "import scratchpkg\nprint(json.dumps(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "rich" in forbidden_in(json.loads(out.stdout))
+
+
+# ------------------------------------------------------------------- the layers, written once
+def _layers_doc() -> tuple[str, str]:
+    return ((ROOT / ARCHITECTURE_DOC).read_text(encoding="utf-8"),
+            (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_the_drawn_layers_are_the_contracts():
+    """docs/architecture.md's layer tables are what `minibert regenerate` writes from the
+    contracts of pyproject.toml, every layer of each contract in its order."""
+    doc, pyproject = _layers_doc()
+    assert architecture_doc(doc, pyproject) == doc, (
+        f"{ARCHITECTURE_DOC}: the layer tables are stale: run `minibert regenerate --no-matrix "
+        "--no-maps`")
+    config = tomllib.loads(pyproject)
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract["type"] != "layers":
+            continue
+        rows = [line for line in doc.splitlines() if line.startswith("| `")]
+        for layer in contract["layers"]:
+            names = " \\| ".join(f"`{n.strip()}`" for n in layer.split("|"))
+            assert any(row.startswith(f"| {names} |") for row in rows), (contract["name"], layer)
+
+
+def test_a_layer_changed_in_pyproject_changes_the_drawing():
+    """The drawing follows the contracts (so the test above can fail): a layer renamed or a
+    comment changed in pyproject.toml changes the tables; a layers array the reader cannot
+    follow is a ValueError, not a table missing a layer."""
+    doc, pyproject = _layers_doc()
+    renamed = pyproject.replace('"pool",', '"pools",', 1)
+    assert 'pools' in layer_tables(renamed) and architecture_doc(doc, renamed) != doc
+    reworded = pyproject.replace("# the five source documents, named once",
+                                 "# the five source documents, named twice", 1)
+    assert "named twice" in layer_tables(reworded)
+    unreadable = pyproject.replace('    "pool",\n', '    "pool", "forkserver-copy",\n', 1)
+    with pytest.raises(ValueError, match="neither an entry nor a comment"):
+        layer_tables(unreadable)
+
+
+def test_the_layers_are_written_only_in_pyproject():
+    """No other file lists the layers by hand (they went stale three times): no tracked text
+    file outside pyproject.toml holds a layer of siblings as the contract spells it ("audit |
+    mutation") or two adjacent layers as an arrow (``cli`` -> ``report``); the generated
+    tables are drawn with backticks and escaped bars, so they do not match."""
+    _, pyproject = _layers_doc()
+    config = tomllib.loads(pyproject)
+    patterns = []
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract["type"] != "layers":
+            continue
+        layers = contract["layers"]
+        patterns += [re.escape(layer) for layer in layers if "|" in layer]
+        patterns += [rf"`*{re.escape(a.split('|')[-1].strip())}`*\s*->\s*"
+                     rf"`*{re.escape(b.split('|')[0].strip())}`*\b"
+                     for a, b in zip(layers, layers[1:])]
+    copy = re.compile("|".join(patterns))
+    files = subprocess.run(["git", "ls-files", "*.py", "*.md", "*.toml", "*.txt"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    found = [f"{name}: {m.group(0)!r}" for name in files if name != "pyproject.toml"
+             for m in [copy.search((ROOT / name).read_text(encoding="utf-8", errors="replace"))]
+             if m]
+    assert not found, "the layers copied by hand (write them in pyproject.toml only):\n" + (
+        "\n".join(found))

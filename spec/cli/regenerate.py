@@ -1,7 +1,9 @@
 """``minibert regenerate``: everything the project generates from its definitions, in one
 command, after adding or changing an op: the protocol table of ``PROTOCOL_DOC`` (from the op table,
 ``python -m minibert_spec.protocol --markdown``; tests/suite/test_protocol_doc.py fails while it is
-stale), the numeric functions of the SymPy derivations as Python source
+stale), the layer tables of ``ARCHITECTURE_DOC`` (from the import-linter contracts of
+pyproject.toml, the one place the layers are written; tests/test_architecture.py fails while they
+are stale), the numeric functions of the SymPy derivations as Python source
 (spec/equations/_generated, minibert_spec.equations._codegen: minutes; a check then builds
 nothing; tests/equations/test_generated_maps.py fails while they are stale) and
 the mutation matrix's stale rows (``minibert mutate --matrix``: only the rows whose mutant,
@@ -15,6 +17,9 @@ import sys
 # the file that holds the generated protocol table (the README links to it)
 PROTOCOL_DOC = "docs/check-your-implementation.md"
 TABLE = re.compile(r"(<!-- protocol-table:[^\n]*-->\n)(.*?)(\n<!-- /protocol-table -->)", re.S)
+# the file that draws the layers, and its generated block
+ARCHITECTURE_DOC = "docs/architecture.md"
+LAYERS = re.compile(r"(<!-- layers:[^\n]*-->\n)(.*?)(\n<!-- /layers -->)", re.S)
 
 
 def register(sub) -> None:
@@ -39,6 +44,61 @@ def readme_table(text: str) -> str:
     return TABLE.sub(lambda m: m.group(1) + protocol_markdown() + m.group(3), text, count=1)
 
 
+def _layer_comments(block: str) -> list[tuple[str, str]]:
+    """``(layer, its comment)`` in the order of the ``layers = [...]`` array of one contract's
+    TOML text: the ``#`` lines above an entry (and one after it on its line) are its comment."""
+    body = re.search(r"^layers = \[\n(.*?)^\]", block, re.S | re.M)
+    if body is None:
+        raise ValueError("a layers contract without a `layers = [` ... `]` array")
+    rows, words = [], []
+    for line in body.group(1).splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            words.append(line.lstrip("#").strip())
+        elif entry := re.fullmatch(r'"([^"]+)",?\s*(?:#\s*(.*))?', line):
+            rows.append((entry.group(1), " ".join(words + [entry.group(2) or ""]).strip()))
+            words = []
+        elif line:
+            raise ValueError(f"a layers array line neither an entry nor a comment: {line!r}")
+    return rows
+
+
+def layer_tables(pyproject: str) -> str:
+    """Every layers contract of ``pyproject``'s ``[tool.importlinter]`` as a Markdown table, top
+    layer first, each layer with the comment written above it there.  The layers are read with
+    the TOML parser and the comments from the text; the two must name the same layers."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: pytest's own TOML reader
+        import tomli as tomllib
+
+    contracts = [c for c in tomllib.loads(pyproject)["tool"]["importlinter"]["contracts"]
+                 if c["type"] == "layers"]
+    blocks = [b for b in pyproject.split("[[tool.importlinter.contracts]]")[1:]
+              if re.search(r'^type = "layers"', b, re.M)]
+    out = []
+    for contract, block in zip(contracts, blocks, strict=True):
+        rows = _layer_comments(block)
+        if [layer for layer, _ in rows] != contract["layers"]:
+            raise ValueError(f"{contract['name']}: the layers read from the text differ from "
+                             f"the TOML's: {[r[0] for r in rows]} != {contract['layers']}")
+        container = ", ".join(f"`{c}`" for c in contract["containers"])
+        out += [f"**{contract['name']}** (in {container})", "",
+                "| layer (top to bottom) | what lives there |", "|---|---|"]
+        for layer, comment in rows:
+            names = " \\| ".join(f"`{name.strip()}`" for name in layer.split("|"))
+            out.append(f"| {names} | {comment.replace('|', chr(92) + '|')} |")
+        out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
+def architecture_doc(text: str, pyproject: str) -> str:
+    """``text`` (``ARCHITECTURE_DOC``) with its layer tables regenerated from ``pyproject``."""
+    if not LAYERS.search(text):
+        raise ValueError(f"{ARCHITECTURE_DOC}: no <!-- layers: ... --> block to regenerate")
+    return LAYERS.sub(lambda m: m.group(1) + layer_tables(pyproject) + m.group(3), text, count=1)
+
+
 def run(args) -> int:
     import argparse
 
@@ -50,12 +110,19 @@ def run(args) -> int:
         readme = home / PROTOCOL_DOC
         text = readme.read_text(encoding="utf-8")
         new = readme_table(text)
+        layers_doc = home / ARCHITECTURE_DOC
+        layers_text = layers_doc.read_text(encoding="utf-8")
+        new_layers = architecture_doc(
+            layers_text, (home / "pyproject.toml").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         print(f"minibert regenerate: {e}", file=sys.stderr)
         return 2
-    if new != text:
-        atomic_write(readme, new)
-    print(f"{PROTOCOL_DOC}: protocol table {'rewritten' if new != text else 'already current'}")
+    for path, old, now, what in ((readme, text, new, f"{PROTOCOL_DOC}: protocol table"),
+                                 (layers_doc, layers_text, new_layers,
+                                  f"{ARCHITECTURE_DOC}: layer tables")):
+        if now != old:
+            atomic_write(path, now)
+        print(f"{what} {'rewritten' if now != old else 'already current'}")
     if not args.no_maps:
         from minibert_spec.equations import _codegen
 

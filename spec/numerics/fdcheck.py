@@ -1,6 +1,6 @@
 """Running an op case family on an implementation, and the op-level finite-difference check.
 
-A case family (``@cases`` in spec/suite/strategies.py) is a row of ``minibert_spec.protocol.OPS``
+A case family (``@cases`` in spec/suite/strategies/) is a row of ``minibert_spec.protocol.OPS``
 (its protocol names and equation IDs) with the strategy drawing its cases and, for composite ops
 whose smoothness depends on the forward itself (the block), a filter run on the
 implementation's own protocol ops.  ``check_op`` compares every output of the backward with
@@ -24,7 +24,7 @@ from minibert_spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
 
 def run_op(impl, family, case, inputs=None, dout=None, between=None):
     """forward + backward; returns (out, grads tuple aligned with the differentiable inputs).
-    ``family`` / ``case``: a ``CaseFamily`` and one of its ``OpCase`` s (spec/suite/strategies.py;
+    ``family`` / ``case``: a ``CaseFamily`` and one of its ``OpCase`` s (spec/suite/strategies/;
     this layer takes them as they come, it does not import the suite).  ``between``: other
     inputs run through the forward before the backward (the cache of the first call must still
     be the one the backward uses)."""

@@ -1,7 +1,7 @@
 """Ops declared by a user: one declaration per op, from which the suite derives its checks.
 
 The built-in ops are rows of an op table with a case family each (spec/protocol/table.py,
-spec/suite/strategies.py); an op the table lacks (a GeGLU, an ALiBi bias, a router, a loss of
+spec/suite/strategies/); an op the table lacks (a GeGLU, an ALiBi bias, a router, a loss of
 one's own) is *declared* beside ``CAPABILITIES``, in the spirit of PyTorch's OpInfo (one entry
 per op -- its sample inputs, its reference, its error inputs -- from which every test is
 derived)::

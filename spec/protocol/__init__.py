@@ -131,7 +131,7 @@ realises, its parameter names and the ``minibert_reference`` module that defines
 conformance checker, the finite-difference, invariant and oracle tests, the mutation catalog and the
 audit all derive from it: adding an op is one row (with its contract in words) plus its maths
 (``minibert_reference``), its SymPy file (``spec/equations/<prefix>.py``) and its case family with
-its fixed-seed cases and its torch twin (``spec/suite/strategies.py``): the finite-difference,
+its fixed-seed cases and its torch twin (``spec/suite/strategies/``): the finite-difference,
 oracle and generic invariant checks then run it without op-specific code.
 """
 

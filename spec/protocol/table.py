@@ -1,7 +1,7 @@
 """The op table: every row of the protocol -- its protocol names, differentiable inputs, equation
 IDs, parameter names, the ``minibert_reference`` module that defines it and its contract in words --
 and the lookups derived from it.  An op's inputs to check come from its case families
-(spec/suite/strategies.py), not from here."""
+(spec/suite/strategies/), not from here."""
 
 from __future__ import annotations
 

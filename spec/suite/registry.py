@@ -15,7 +15,7 @@ optional ``-case`` labels::
     bad_input[layernorm.gamma_shape]         fd[model-mini_bert-B2-T1-sum]
 
 * ``kind`` is a key of :data:`KINDS` (the report column it fills);
-* ``subject`` (``[a-z0-9_]+``) is a case family (``linear_nobias``, spec/suite/strategies.py)
+* ``subject`` (``[a-z0-9_]+``) is a case family (``linear_nobias``, spec/suite/strategies/)
   or a row of the op table (``layernorm``, ``model``); for ``sympy`` checks the bracket holds
   the equation ID itself (``sympy[layernorm.backward.dx]``: subject = its file in
   spec/equations);

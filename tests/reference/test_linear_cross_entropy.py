@@ -10,7 +10,7 @@ linear_backward), which the finite-difference and oracle tests check on their ow
 tests reach the default block size through the model (V = 8192).
 
 The generic evidence for the op pair (finite differences, invariants, the torch oracle) comes
-from its case families in tests/strategies.py like every op's; this file is the reference's own
+from its case families in spec/suite/strategies/ like every op's; this file is the reference's own
 (``block_rows`` is a reference keyword, not part of the protocol).
 """
 

@@ -99,7 +99,7 @@ def test_every_argument_is_drawn_off_its_default(coverage, op, argument):
     assert coverage[op, argument], (
         f"{op}: no case of its families passes {argument} at another value than its default "
         f"{keyword_defaults(op)[argument]!r}: an implementation that ignores {argument} "
-        f"is never seen (draw it in spec/suite/strategies.py)")
+        f"is never seen (draw it in spec/suite/strategies/)")
 
 
 def test_the_exemptions_name_real_arguments():

@@ -1,6 +1,6 @@
 """Mathematical invariants of the op pairs (no finite differences).
 
-Generic, for every case family (registered with ``@cases`` in spec/suite/strategies.py): a
+Generic, for every case family (registered with ``@cases`` in spec/suite/strategies/): a
 zero upstream gives exactly zero gradients; a backward is linear in its upstream gradient; two
 identical calls are bit-identical and leave their inputs untouched; the float32 path stays
 float32 and agrees with the float64 path (the op-pair contract, written once here).  Then

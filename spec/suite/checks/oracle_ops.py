@@ -1,5 +1,5 @@
 """Every op pair against PyTorch: one check over every case family that names its torch twin
-(``@cases(..., torch="name")`` in spec/suite/strategies.py), drawing from the same cases as the
+(``@cases(..., torch="name")`` in spec/suite/strategies/), drawing from the same cases as the
 finite-difference check, in float64 and float32.  The forward output (kind ``oracle.forward``)
 and every output of the backward (``oracle.backward``), given the same random upstream
 gradient, against the twin and ``torch.autograd`` (spec/suite/torch_oracle.py), within
