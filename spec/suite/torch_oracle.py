@@ -378,11 +378,15 @@ def causal_mask(T: int) -> torch.Tensor:
 
 
 def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, n_heads,
-              mask=None, causal=False):
+              mask=None, causal=False, rope=None, rope_base=10000.0):
     """torch's multi-head attention (the functional form of nn.MultiheadAttention) with
     separate Q/K/V projections.  ``mask`` [B, T] True = may be attended; torch's
     key_padding_mask is the opposite (True = ignore).  ``causal``: torch's attn_mask of a
-    causal attention; ``W_o`` None: the identity as torch's output projection (y = C)."""
+    causal attention; ``W_o`` None: the identity as torch's output projection (y = C).
+    ``rope``: multi_head_attention_forward has no rotary embedding, so :func:`rope_attention`."""
+    if rope is not None:
+        return rope_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads=n_heads,
+                              mask=mask, causal=causal, rope=rope, rope_base=rope_base)
     biases = (b_q, b_k, b_v)
     if any(b is None for b in biases) and not all(b is None for b in biases):
         raise ValueError("b_q, b_k, b_v: torch's attention takes all three or none")
@@ -398,6 +402,32 @@ def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, 
         use_separate_proj_weight=True, q_proj_weight=weight(W_q), k_proj_weight=weight(W_k),
         v_proj_weight=weight(W_v))
     return y.transpose(0, 1)  # [B, T, H]
+
+
+def rope_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, *, n_heads, mask, causal, rope,
+                   rope_base):
+    """LLaMA's attention as transformers writes it: q, k, v projected (F.linear), split into
+    heads [B, A, T, d_k], q and k turned by the RoPE twin of ``rope`` (``rope_half``:
+    transformers' apply_rotary_pos_emb; ``rope_interleaved``: Meta's complex product) at
+    positions 0..T-1, then torch's F.scaled_dot_product_attention with a boolean attn_mask
+    (True = may attend: the key mask and, when ``causal``, keys j <= i), merged and projected
+    (``W_o`` None: no projection)."""
+    B, T, H = x.shape
+    d_k = H // n_heads
+
+    def heads(W, b):  # [B, T, H] -> [B, A, T, d_k]: head a owns columns a*d_k .. (a+1)*d_k
+        return F.linear(x, weight(W), b).reshape(B, T, n_heads, d_k).transpose(1, 2)
+
+    turn = rope_half if rope == "half" else rope_interleaved
+    q, k = (turn(heads(W, b), base=rope_base) for W, b in ((W_q, b_q), (W_k, b_k)))
+    allowed = torch.ones(B, 1, T, T, dtype=torch.bool)  # [B, 1, T_q, T_k]
+    if mask is not None:
+        allowed = allowed & _keep(mask)[:, None, None, :]
+    if causal:
+        allowed = allowed & ~causal_mask(T)
+    C = F.scaled_dot_product_attention(q, k, heads(W_v, b_v), attn_mask=allowed)
+    C = C.transpose(1, 2).reshape(B, T, H)  # merge the heads
+    return C if W_o is None else F.linear(C, weight(W_o), b_o)
 
 
 def activation_of(x, activation: str):
@@ -439,18 +469,20 @@ def swiglu(x, W_1, W_2, W_3, b_1=None, b_2=None, b_3=None):
 
 
 def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, norm="post",
-          causal=False, activation="relu", normalization="layernorm"):
+          causal=False, activation="relu", normalization="layernorm", rope=None,
+          rope_base=10000.0):
     """torch's own encoder layer (``nn.TransformerEncoderLayer``, ReLU, no dropout; post-LN, or
     ``norm_first=True`` for norm "pre" / "pre_final", the latter followed by F.layer_norm with
     ``ln_f.*``, as ``nn.TransformerEncoder(norm=...)`` ends a pre-LN stack) run with our
     parameters (``torch.func.functional_call``); ``causal``: its causal ``src_mask``.
     Unbiased attention is torch's attention with zero biases.  A block the encoder layer cannot
-    be (GELU, RMSNorm, no W_o, no FFN bias, norm "inner": x + LN(f(x))) is composed from
+    be (GELU, RMSNorm, no W_o, no FFN bias, norm "inner": x + LN(f(x)), RoPE) is composed from
     torch's functions instead (:func:`composed_block`)."""
-    if activation != "relu" or normalization != "layernorm" or norm == "inner" or any(
+    if activation != "relu" or normalization != "layernorm" or norm == "inner" or rope or any(
             k not in p for k in _STANDARD_BLOCK):
         return composed_block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm,
-                              causal=causal, activation=activation, normalization=normalization)
+                              causal=causal, activation=activation, normalization=normalization,
+                              rope=rope, rope_base=rope_base)
     H = x.shape[-1]
     I = p["ffn.W_1"].shape[1]
     layer = _encoder_layer(H, n_heads, I, eps, x.dtype, norm_first=norm != "post")
@@ -477,9 +509,11 @@ def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, no
 
 
 def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12,
-                   norm="post", causal=False, activation="relu", normalization="layernorm"):
+                   norm="post", causal=False, activation="relu", normalization="layernorm",
+                   rope=None, rope_base=10000.0):
     """A block of any declared variant from torch's functions: :func:`attention` (torch's
-    multi-head attention; W_o absent: the identity), F.linear and the activation,
+    multi-head attention; W_o absent: the identity; ``rope``: :func:`rope_attention`), F.linear
+    and the activation,
     F.layer_norm or F.rms_norm; the residual sums where ``norm`` puts them."""
     H = x.shape[-1]
 
@@ -491,7 +525,8 @@ def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=
     def mha(v):
         return attention(v, *(p.get(f"attn.{n}") for n in ("W_q", "W_k", "W_v", "W_o", "b_q",
                                                              "b_k", "b_v", "b_o")),
-                         n_heads=n_heads, mask=mask, causal=causal)
+                         n_heads=n_heads, mask=mask, causal=causal, rope=rope,
+                         rope_base=rope_base)
 
     def mlp(v):
         return ffn(v, p["ffn.W_1"], p.get("ffn.b_1"), p["ffn.W_2"], p.get("ffn.b_2"),
@@ -509,11 +544,12 @@ def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=
 
 
 def block_flat(x, *, n_heads, mask=None, eps=1e-12, norm="post", causal=False,
-               activation="relu", normalization="layernorm", **p):
+               activation="relu", normalization="layernorm", rope=None, rope_base=10000.0, **p):
     """:func:`block` with the parameters as keywords (the block's case family passes each
     parameter as a differentiable input of its own)."""
     return block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm, causal=causal,
-                 activation=activation, normalization=normalization)
+                 activation=activation, normalization=normalization, rope=rope,
+                 rope_base=rope_base)
 
 
 _LAYERS: dict = {}

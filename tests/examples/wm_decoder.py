@@ -5,14 +5,20 @@ cross-entropy; a ``forward(params, idx) -> (loss, cache)`` / ``backward(dloss, c
 grads`` pair written by hand.  Judged by the ``whole_model`` row:
 ``whole_model(forward=forward, backward=backward, params=init_params())`` (``MODEL``).
 
+Its attention is also an op pair of the protocol (``attention_forward`` /
+``attention_backward``: causal, RoPE half split, biases; ``ATTENTION``, declared), as code
+that factors its layers out has it: the op rows then localise what the model-level row sees.
+
 ``make(bug=...)`` plants one backward bug (tests/suite/test_whole_model.py): ``rope`` (the
 backward turns the gradient the same way as the forward instead of back: a bug in RoPE's
-backward alone), ``head_bias`` (the head's bias gradient from the last position alone),
-``rmsnorm`` (the gain's gradient from x instead of x / rms), ``wpe`` (the position table's
-gradient from the first sequence alone).
+backward alone; ``make_attention("rope")`` is the op pair with it), ``head_bias`` (the head's
+bias gradient from the last position alone), ``rmsnorm`` (the gain's gradient from x instead
+of x / rms), ``wpe`` (the position table's gradient from the first sequence alone).
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -40,32 +46,74 @@ def init_params(seed: int = 0) -> dict:
     return p
 
 
-def rope_tables(T):
-    inv = 10000.0 ** (-np.arange(0, D, 2) / D)
-    ang = np.arange(T)[:, None] * inv[None, :]  # [T, D/2]
+def rope_tables(T, d=D, base=10000.0):
+    inv = base ** (-np.arange(0, d, 2) / d)
+    ang = np.arange(T)[:, None] * inv[None, :]  # [T, d/2]
     return np.concatenate([np.cos(ang)] * 2, -1), np.concatenate([np.sin(ang)] * 2, -1)
 
 
 def rotate_half(x):
-    x1, x2 = x[..., :D // 2], x[..., D // 2:]
+    x1, x2 = np.split(x, 2, -1)
     return np.concatenate([-x2, x1], -1)
 
 
 def rotate_half_t(x):  # the transpose of rotate_half
-    x1, x2 = x[..., :D // 2], x[..., D // 2:]
+    x1, x2 = np.split(x, 2, -1)
     return np.concatenate([x2, -x1], -1)
+
+
+def make_attention(bug: str | None = None):
+    """(attention_forward, attention_backward): one causal attention with RoPE (half split) on
+    q and k, as the protocol calls it; ``bug`` "rope": RoPE's backward turns the wrong way."""
+
+    def turn(x, cos, sin):  # RoPE
+        return x * cos + rotate_half(x) * sin
+
+    def turn_back(dy, cos, sin):  # its transpose
+        if bug == "rope":
+            return dy * cos + rotate_half(dy * sin)
+        return dy * cos + rotate_half_t(dy * sin)
+
+    def attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, *, n_heads, mask=None,
+                          causal=True, rope="half", rope_base=10000.0):
+        if mask is not None or not causal or rope != "half":
+            raise ValueError(f"causal RoPE (half) without a key mask only, got mask={mask}, "
+                             f"causal={causal}, rope={rope}")
+        B, T, H = x.shape
+        d = H // n_heads
+        cos, sin = (t.astype(x.dtype) for t in rope_tables(T, d, rope_base))  # float32 stays
+
+        def heads(t):
+            return t.reshape(B, T, n_heads, d).transpose(0, 2, 1, 3)
+
+        q, k, v = heads(x @ W_q + b_q), heads(x @ W_k + b_k), heads(x @ W_v + b_v)
+        qr, kr = turn(q, cos, sin), turn(k, cos, sin)
+        s = qr @ kr.transpose(0, 1, 3, 2) / d**0.5 + np.triu(np.full((T, T), -1e9, x.dtype), 1)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        a = e / e.sum(-1, keepdims=True)
+        ctx = (a @ v).transpose(0, 2, 1, 3).reshape(B, T, H)
+        return ctx @ W_o + b_o, (x, W_q, W_k, W_v, W_o, v, qr, kr, a, ctx, cos, sin)
+
+    def attention_backward(dy, cache):
+        x, W_q, W_k, W_v, W_o, v, qr, kr, a, ctx, cos, sin = cache
+        B, A, T, d = v.shape
+        dctx = (dy @ W_o.T).reshape(B, T, A, d).transpose(0, 2, 1, 3)
+        da = dctx @ v.transpose(0, 1, 3, 2)
+        dv = a.transpose(0, 1, 3, 2) @ dctx
+        ds = a * (da - (da * a).sum(-1, keepdims=True)) / d**0.5
+        dq = turn_back(ds @ kr, cos, sin)
+        dk = turn_back(ds.transpose(0, 1, 3, 2) @ qr, cos, sin)
+        dq, dk, dv = (t.transpose(0, 2, 1, 3).reshape(B, T, A * d) for t in (dq, dk, dv))
+        dx = dq @ W_q.T + dk @ W_k.T + dv @ W_v.T
+        dW = [np.einsum("bth,btk->hk", i, g) for i, g in ((x, dq), (x, dk), (x, dv), (ctx, dy))]
+        return (dx, *dW, *(g.sum((0, 1)) for g in (dq, dk, dv, dy)))
+
+    return attention_forward, attention_backward
 
 
 def make(bug: str | None = None):
     """(forward, backward) with the planted ``bug`` (None: correct)."""
-
-    def rope(x, cos, sin):
-        return x * cos + rotate_half(x) * sin
-
-    def rope_back(dy, cos, sin):
-        if bug == "rope":
-            return dy * cos + rotate_half(dy * sin)
-        return dy * cos + rotate_half_t(dy * sin)
+    attention_forward, attention_backward = make_attention("rope" if bug == "rope" else None)
 
     def rmsnorm(x, g):
         r = np.sqrt((x * x).mean(-1, keepdims=True) + EPS)
@@ -82,37 +130,31 @@ def make(bug: str | None = None):
     def forward(params, idx):
         p = params
         B, T = idx.shape
-        cos, sin = rope_tables(T)
-        causal = np.triu(np.full((T, T), -1e9), 1)
         x = p["wte"][idx] + p["wpe"][:T]
         caches = []
         for i in range(LAYERS):
             b = f"h.{i}."
             n1, c1 = rmsnorm(x, p[b + "ln_1.g"])
-            qkv = n1 @ p[b + "attn.c_attn.w"] + p[b + "attn.c_attn.b"]
-            q, k, v = (t.reshape(B, T, A, D).transpose(0, 2, 1, 3)
-                       for t in np.split(qkv, 3, -1))
-            qr, kr = rope(q, cos, sin), rope(k, cos, sin)
-            s = qr @ kr.transpose(0, 1, 3, 2) / np.sqrt(D) + causal
-            e = np.exp(s - s.max(-1, keepdims=True))
-            a = e / e.sum(-1, keepdims=True)
-            ctx = (a @ v).transpose(0, 2, 1, 3).reshape(B, T, H)
-            x = x + ctx @ p[b + "attn.c_proj.w"] + p[b + "attn.c_proj.b"]
+            # the fused c_attn's column blocks are W_q, W_k, W_v (and its bias's)
+            y, ca = attention_forward(
+                n1, *np.split(p[b + "attn.c_attn.w"], 3, -1), p[b + "attn.c_proj.w"],
+                *np.split(p[b + "attn.c_attn.b"], 3, -1), p[b + "attn.c_proj.b"], n_heads=A)
+            x = x + y
             n2, c2 = rmsnorm(x, p[b + "ln_2.g"])
             z = n2 @ p[b + "mlp.c_fc.w"] + p[b + "mlp.c_fc.b"]
             t = np.tanh(C * (z + 0.044715 * z**3))
             u = 0.5 * z * (1 + t)
             x = x + u @ p[b + "mlp.c_proj.w"] + p[b + "mlp.c_proj.b"]
-            caches.append((c1, n1, q, k, v, qr, kr, a, ctx, c2, n2, z, t, u))
+            caches.append((c1, ca, c2, n2, z, t, u))
         logits = x @ p["lm_head.w"] + p["lm_head.b"]
         zl = logits[:, :-1] - logits[:, :-1].max(-1, keepdims=True)
         logp = zl - np.log(np.exp(zl).sum(-1, keepdims=True))
         targets = idx[:, 1:]
         loss = -np.take_along_axis(logp, targets[..., None], -1).mean()
-        return loss, (p, idx, x, logp, caches, cos, sin)
+        return loss, (p, idx, x, logp, caches)
 
     def backward(dloss, cache):
-        p, idx, x, logp, caches, cos, sin = cache
+        p, idx, x, logp, caches = cache
         B, T = idx.shape
         g = {}
         dl = np.exp(logp)
@@ -125,7 +167,7 @@ def make(bug: str | None = None):
         dx = dlogits @ p["lm_head.w"].T
         for i in reversed(range(LAYERS)):
             b = f"h.{i}."
-            c1, n1, q, k, v, qr, kr, a, ctx, c2, n2, z, t, u = caches[i]
+            c1, ca, c2, n2, z, t, u = caches[i]
             g[b + "mlp.c_proj.w"] = np.einsum("btf,bth->fh", u, dx)
             g[b + "mlp.c_proj.b"] = dx.sum((0, 1))
             du = dx @ p[b + "mlp.c_proj.w"].T
@@ -134,19 +176,11 @@ def make(bug: str | None = None):
             g[b + "mlp.c_fc.b"] = dz.sum((0, 1))
             dn2, g[b + "ln_2.g"] = rmsnorm_back(dz @ p[b + "mlp.c_fc.w"].T, c2)
             dx = dx + dn2
-            g[b + "attn.c_proj.w"] = np.einsum("bth,btk->hk", ctx, dx)
-            g[b + "attn.c_proj.b"] = dx.sum((0, 1))
-            dctx = (dx @ p[b + "attn.c_proj.w"].T).reshape(B, T, A, D).transpose(0, 2, 1, 3)
-            da = dctx @ v.transpose(0, 1, 3, 2)
-            dv = a.transpose(0, 1, 3, 2) @ dctx
-            ds = a * (da - (da * a).sum(-1, keepdims=True)) / np.sqrt(D)
-            dq = rope_back(ds @ kr, cos, sin)
-            dk = rope_back(ds.transpose(0, 1, 3, 2) @ qr, cos, sin)
-            dqkv = np.concatenate([d.transpose(0, 2, 1, 3).reshape(B, T, H)
-                                   for d in (dq, dk, dv)], -1)
-            g[b + "attn.c_attn.w"] = np.einsum("bth,btk->hk", n1, dqkv)
-            g[b + "attn.c_attn.b"] = dqkv.sum((0, 1))
-            dn1, g[b + "ln_1.g"] = rmsnorm_back(dqkv @ p[b + "attn.c_attn.w"].T, c1)
+            dn1, dW_q, dW_k, dW_v, dW_o, db_q, db_k, db_v, db_o = attention_backward(dx, ca)
+            g[b + "attn.c_attn.w"] = np.concatenate([dW_q, dW_k, dW_v], -1)
+            g[b + "attn.c_attn.b"] = np.concatenate([db_q, db_k, db_v])
+            g[b + "attn.c_proj.w"], g[b + "attn.c_proj.b"] = dW_o, db_o
+            dn1, g[b + "ln_1.g"] = rmsnorm_back(dn1, c1)
             dx = dx + dn1
         g["wte"] = np.zeros_like(p["wte"])
         np.add.at(g["wte"], idx, dx)
@@ -159,6 +193,19 @@ def make(bug: str | None = None):
 
 forward, backward = make()
 MODEL = whole_model(forward=forward, backward=backward, params=init_params())
+
+
+def attention_ops(bug: str | None = None) -> SimpleNamespace:
+    """The model's attention as the protocol's op pair, declared (checked by the op rows
+    attention_causal_rope_half: ``minibert check tests.examples.wm_decoder:ATTENTION``)."""
+    forward, backward = make_attention(bug)
+    return SimpleNamespace(attention_forward=forward, attention_backward=backward,
+                           CAPABILITIES={"attention_bias": True, "key_mask": False,
+                                         "attention": {"causal": (True,), "rope": ("half",)}})
+
+
+ATTENTION = attention_ops()
+ATTENTION_ROPE_BUG = attention_ops("rope")
 # the RoPE backward bug alone, for the command line (minibert check ...:MODEL_ROPE_BUG --model)
 _rope_forward, _rope_backward = make("rope")
 MODEL_ROPE_BUG = whole_model(forward=_rope_forward, backward=_rope_backward, params=init_params())

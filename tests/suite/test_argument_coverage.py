@@ -35,12 +35,7 @@ NOT_PROTOCOL = {
 # arguments no case family draws off its default yet: each a strict xfail with what is missing
 # (it fails the run once a family draws it: then the entry goes)
 NOT_YET = {
-    ("attention", "rope"): "no attention family with RoPE: needs a torch twin with RoPE on q, k",
-    ("attention", "rope_base"): "no attention family with RoPE (see rope)",
     ("block", "ffn"): "no block family with SwiGLU: needs its weights, conditioning and twin",
-    ("block", "rope"): "no block family with RoPE (the decoder's LLaMA checks draw it: "
-    "spec/suite/checks/decoder.py NUMBERS)",
-    ("block", "rope_base"): "no block family with RoPE (see rope)",
 }
 
 

@@ -115,6 +115,30 @@ def test_a_bug_only_in_ropes_backward_is_red_at_model_level_and_points_at_attent
     assert "look next at the op rows attention, rope, softmax" in fd.message
 
 
+@pytest.mark.slow  # the slow tier: two runs of the attention row (~20 s)
+def test_the_op_rows_localise_the_rope_backward_bug_the_model_row_points_at():
+    """The same decoder's attention, as its own op pair (``wm_decoder.ATTENTION``, the code the
+    model runs), is judged by the causal RoPE rows (issue 39): correct, green; with the RoPE
+    backward bug the model-level row saw, red in FD and the float64 oracle, naming dq's
+    tensors (q and its bias), an index and both values -- the forward and the key path of
+    the value stay green."""
+    settings = check_settings(shrink=False, derandomize=True)
+    report = check_implementation(wm_decoder.ATTENTION, ops=["attention"], settings=settings)
+    assert report.verdicts()["attention"] == "ok", report.summary()
+    assert {r.id for r in report.results if r.outcome == "passed"} >= {
+        "fd[attention_causal_rope_half]", "oracle.backward[attention_causal_rope_half-f64]"}
+    failed = {r.id: r.message for r in check_implementation(
+        wm_decoder.ATTENTION_ROPE_BUG, ops=["attention"], settings=settings).results
+        if r.outcome == "failed"}
+    assert {"fd[attention_causal_rope_half]",
+            "oracle.backward[attention_causal_rope_half-f64]"} <= set(failed), sorted(failed)
+    assert not [i for i in failed if i.startswith("oracle.forward")], sorted(failed)
+    fd = failed["fd[attention_causal_rope_half]"]
+    assert re.search(r"d/d(W_q|b_q)\b.*at index \(\d+(, \d+)*,?\): analytic -?\d\.\d+e[-+]\d+, "
+                     r"finite difference -?\d\.\d+e[-+]\d+", fd), fd
+    assert "d/dW_v" not in fd.split("worst")[0], fd  # the value path is right
+
+
 def _wrapped(change):
     """The correct encoder's loss_and_grads with ``change(params, batch, grads)`` applied."""
     fn = wm_encoder.make()

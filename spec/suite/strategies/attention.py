@@ -1,12 +1,14 @@
-"""Case families of multi-head attention (biases, key masks, no output
-projection, causal, one head), the split/merge-heads and softmax-rows strategies, and the
-attention pieces the block families reuse (weights, example masks, ``with_and_without_mask``)."""
+"""Case families of multi-head attention (biases, key masks, no output projection, causal,
+causal with RoPE on queries and keys, one head), the split/merge-heads and softmax-rows
+strategies, and the attention pieces the block families reuse (weights, example masks,
+``with_and_without_mask``)."""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
 
+from minibert_spec.suite.strategies.embeddings import rope_bases
 from minibert_spec.suite.strategies.kit import (
     OpCase,
     _seed,
@@ -64,12 +66,14 @@ def _example_mask(padded_from: int) -> np.ndarray:
 
 
 def _attention_example(rng, bias: bool, masked: bool, W_o: bool = True, causal: bool = False,
-                       heads: str = "fused"):
-    inputs = _attention_example_params(rng, 6, bias, W_o)
+                       heads: str = "fused", rope: str | None = None):
+    H = 8 if rope else 6  # with RoPE, d_k even in both head layouts (2 heads: d_k = 4)
+    inputs = _attention_example_params(rng, H, bias, W_o)
     fixed = {"n_heads": 1 if heads == "single" else 2,
              "mask": _example_mask(2) if masked else None,
-             **({"causal": True} if causal else {})}
-    return OpCase(inputs, fixed, upstream_like(rng, (2, 4, 6)))
+             **({"causal": True} if causal else {}),
+             **({"rope": rope, "rope_base": 100.0} if rope else {})}
+    return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
 
 
 @fixed_examples(lambda rng: (rng.standard_normal((2, 5, 6)), rng.standard_normal((2, 3, 5, 2)),
@@ -128,6 +132,12 @@ def with_and_without_mask(op: str, variant: str, *, needs: dict, resolve: tuple,
     return lambda fn: plain(masked(fn))  # registered in that order
 
 
+# LLaMA's attention: causal, RoPE on queries and keys, one family per pair convention, each
+# with and without a key mask; the twin turns q and k with the RoPE twins
+_ROPE = dict(omit=("attention.noproj",), resolve=("attention.W_o",) + _FOLLOW + _HEADS,
+             also=("heads", "rope"), torch="attention")
+
+
 @cases("attention", "nobias", bias=False, masked=False, omit=_NOT_STANDARD,
        needs=_attention_needs(False, False), resolve=_HEADS, **_ATTN)
 @cases("attention", "nobias_mask", bias=False, masked=True, omit=_NOT_STANDARD,
@@ -142,15 +152,26 @@ def with_and_without_mask(op: str, variant: str, *, needs: dict, resolve: tuple,
 @with_and_without_mask("attention", "causal", needs={"attention.causal": True},
                        omit=("attention.noproj",),
                        resolve=("attention.W_o",) + _FOLLOW + _HEADS, **_ATTN)
+@with_and_without_mask("attention", "causal_rope_half",
+                       needs={"attention.causal": True, "attention.rope": "half"},
+                       torch_requires=("transformers",),
+                       **{**_ROPE, "omit": _ROPE["omit"] + ("interleaved",)})
+@with_and_without_mask("attention", "causal_rope_interleaved",
+                       needs={"attention.causal": True, "attention.rope": "interleaved"},
+                       **{**_ROPE, "omit": _ROPE["omit"] + ("half",)})
 @fixed_examples(_attention_example)
 @st.composite
 def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
-                    causal: bool = False, heads: str = "fused") -> OpCase:
+                    causal: bool = False, heads: str = "fused", rope: str | None = None) -> OpCase:
     """``W_o`` False: no output projection (W_o = b_o = None); ``causal``: the causal variant
-    (``causal=True`` passed; a key mask then keeps key 0); ``heads`` "single": one head.  The
-    per-head layout is the proxy's (a conversion of the same weights)."""
+    (``causal=True`` passed; a key mask then keeps key 0); ``heads`` "single": one head;
+    ``rope`` "half" or "interleaved": queries and keys turned by RoPE (``rope=``, and a drawn
+    ``rope_base``; d_k even).  The per-head layout is the proxy's (a conversion of the same
+    weights)."""
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
+    if rope is not None:
+        d_k += d_k % 2  # RoPE turns pairs of features
     if heads == "single":
         A, d_k = 1, A * d_k
     H = A * d_k
@@ -159,4 +180,6 @@ def attention_cases(draw, bias: bool, masked: bool, W_o: bool = True,
     if masked:
         mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
     fixed = {"n_heads": A, "mask": mask, **({"causal": True} if causal else {})}
+    if rope is not None:
+        fixed.update(rope=rope, rope_base=draw(rope_bases()))
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))

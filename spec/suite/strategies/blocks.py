@@ -17,6 +17,7 @@ from minibert_spec.suite.strategies.attention import (
     causal_key_masks,
     with_and_without_mask,
 )
+from minibert_spec.suite.strategies.embeddings import rope_bases
 from minibert_spec.suite.strategies.kit import (
     OpCase,
     _lead_shapes,
@@ -169,13 +170,13 @@ def block_adapter(impl):
 # the keywords a block's variant passes to block_forward (its own options' and its parts'),
 # each only when not the standard form
 BLOCK_STANDARD = {"norm": "post", "causal": False, "activation": "relu",
-                  "normalization": "layernorm"}
+                  "normalization": "layernorm", "rope": None, "rope_base": 10000.0}
 BLOCK_KEYWORDS = tuple(BLOCK_STANDARD)
 
 
 def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, norm="post",
-                       eps=1e-12, activation="relu",
-                       normalization="layernorm") -> tuple[float, float]:
+                       eps=1e-12, activation="relu", normalization="layernorm", rope=None,
+                       rope_base=10000.0) -> tuple[float, float]:
     """(smallest row variance of a LayerNorm input -- the mean square of an RMSNorm input --,
     smallest |ReLU pre-activation|, inf for a smooth activation) through one block, computed
     with the protocol's reference ops (float64): where the block is smooth."""
@@ -196,7 +197,8 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
         return ops._ffn_forward(v, *ffn, activation)[0]
 
     def mha(v):
-        return ops._attention_forward(v, *attn, n_heads=n_heads, mask=mask, causal=causal)[0]
+        return ops._attention_forward(v, *attn, n_heads=n_heads, mask=mask, causal=causal,
+                                      rope=rope, rope_base=rope_base)[0]
 
     if norm == "post":
         h = ln(x + mha(x), "ln1")
@@ -257,10 +259,10 @@ def _block_fixed(n_heads: int, mask, eps: float, **variant) -> dict:
 def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                    W_o: bool = True, b_1: bool = True, b_2: bool = True,
                    activation: str = "relu", normalization: str = "layernorm",
-                   heads: str = "fused"):
+                   heads: str = "fused", rope: str | None = None):
     from minibert_reference.ops import block_param_names
 
-    H, I = 6, 12
+    H, I = (8 if rope else 6), 12  # with RoPE, d_k even in both head layouts
     a = _attention_example_params(rng, H, bias=True)
     p = {f"attn.{k}": v for k, v in a.items() if k != "x"}
     p["ln1.gamma"], p["ln1.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
@@ -272,7 +274,8 @@ def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bo
     inputs = {"x": a["x"], **{n: p[n] for n in names}}
     fixed = _block_fixed(1 if heads == "single" else 2, _example_mask(3) if masked else None,
                          1e-12, norm=norm, causal=causal, activation=activation,
-                         normalization=normalization)
+                         normalization=normalization, rope=rope,
+                         rope_base=100.0 if rope else 10000.0)
     return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
 
 
@@ -304,6 +307,7 @@ def _but(*keys: str) -> tuple[str, ...]:
     return tuple(k for k in ("block.norm", "block.causal") + _PARTS if k not in keys) + _FOLLOW
 
 
+
 @cases("block", "nobias", bias=False, masked=False, omit=_POST,
        needs=_block_needs(False, False), resolve=_PARTS, **_BLOCK)
 @cases("block", "nobias_mask", bias=False, masked=True, omit=_POST,
@@ -333,15 +337,24 @@ def _but(*keys: str) -> tuple[str, ...]:
 @with_and_without_mask("block", "rmsnorm", omit=_PRE,
                        needs={"block.norm": "pre_final", "block.normalization": "rmsnorm"},
                        resolve=_but("block.norm", "block.normalization"), **_BLOCK)
+# LLaMA's attention inside a block: causal, RoPE on q and k, one family per pair convention
+@with_and_without_mask("block", "causal_rope_half", omit=_POST,
+                       needs={"block.causal": True, "attention.rope": "half"},
+                       resolve=_but("block.causal"), torch_requires=("transformers",), **_BLOCK)
+@with_and_without_mask("block", "causal_rope_interleaved", omit=_POST,
+                       needs={"block.causal": True, "attention.rope": "interleaved"},
+                       resolve=_but("block.causal"), **_BLOCK)
 @fixed_examples(_block_example)
 @st.composite
 def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                 W_o: bool = True, b_1: bool = True, b_2: bool = True, activation: str = "relu",
-                normalization: str = "layernorm", heads: str = "fused") -> OpCase:
+                normalization: str = "layernorm", heads: str = "fused",
+                rope: str | None = None) -> OpCase:
     """x plus every block parameter as a differentiable input named by its local name; the
     variant (``norm``, ``causal``, ``normalization``; the parts' ``W_o``, ``b_1``, ``b_2``,
     ``activation``) decides the names (minibert_reference.ops.block_param_names, the one definition)
-    and the keywords passed when not the standard; ``heads`` "single": one head.
+    and the keywords passed when not the standard; ``heads`` "single": one head; ``rope``:
+    RoPE on the attention's queries and keys at a drawn ``rope_base`` (d_k even).
 
     The ReLU and LayerNorm conditions depend on the attention output, so the strategy filters
     them (``block_smooth`` above)."""
@@ -349,6 +362,8 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool
 
     B, T = draw(batch_seq())
     A, d_k = draw(head_dims())
+    if rope is not None:
+        d_k += d_k % 2  # RoPE turns pairs of features
     if heads == "single":
         A, d_k = 1, A * d_k
     H = A * d_k
@@ -366,7 +381,8 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool
     if masked:
         mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
     fixed = _block_fixed(A, mask, draw(layernorm_eps()), norm=norm, causal=causal,
-                         activation=activation, normalization=normalization)
+                         activation=activation, normalization=normalization, rope=rope,
+                         rope_base=10000.0 if rope is None else draw(rope_bases()))
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
