@@ -72,6 +72,15 @@ class Promotion:
                 f"(`{self.text}`, into {self.name}): {self.cause}; fix: {self.fix}")
 
 
+# the cause of a line that matches none of _CAUSES
+UNKNOWN = ("a float64 value enters the computation here (a float64 constant, array or NumPy "
+           "scalar: NEP 50 promotes float32 with it)",
+           "make it a Python float or give it the input's dtype")
+# origins collected per traced call before one is chosen (a bound on the tracer's work)
+MAX_ORIGINS = 32
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
 def explain(text: str) -> tuple[str, str]:
     """(cause, fix) of a source line that makes float64 from float32 values."""
     for rx, cause, fix in _CAUSES:
@@ -79,9 +88,7 @@ def explain(text: str) -> tuple[str, str]:
         if m:
             word = m.group(1) if m.groups() and m.group(1) else ""
             return cause.format(word), fix.format(word)
-    return ("a float64 value enters the computation here (a float64 constant, array or "
-            "NumPy scalar: NEP 50 promotes float32 with it)",
-            "make it a Python float or give it the input's dtype")
+    return UNKNOWN
 
 
 def _is_float64(v) -> bool:
@@ -131,10 +138,15 @@ def in_adapter(frame) -> bool:
 def trace(fn, *args, **kwargs) -> Promotion | None:
     """Run ``fn(*args, **kwargs)`` under a line tracer over the implementation's own frames
     (minibert_spec.suite.shrink.is_user_path, an adapter's own file left out: :func:`in_adapter`)
-    and return the first line after which a local or the return value is float64 where it was
-    not before, in a frame that holds float32 values (:func:`_sees_float32`; None: no such
-    float64 appeared, or the call raised before one did).  Exceptions of ``fn`` are swallowed:
-    this only locates."""
+    and return the line where float64 comes from: a line after which a local or the return value
+    is float64 where it was not before, in a frame that holds float32 values
+    (:func:`_sees_float32`), and whose text names no local that was float64 already (an
+    *origin*; ``e = np.exp(s)`` after a float64 ``s`` only carries it on).  The first origin
+    whose line has a known cause (``np.sqrt(d)``, ``np.zeros(n)``...: :data:`_CAUSES`) is
+    chosen, else the first origin: a float64 table cast back to float32 on its next line is an
+    origin too, and naming it instead of the ``/ np.sqrt(d)`` that promotes fixes nothing.
+    None: no origin, or the call raised before one.  Exceptions of ``fn`` are swallowed: this
+    only locates."""
     from minibert_spec.suite.shrink import is_user_path
 
     found: list[Promotion] = []
@@ -143,25 +155,25 @@ def trace(fn, *args, **kwargs) -> Promotion | None:
     def snapshot(frame) -> dict:
         return {k: _is_float64(v) for k, v in frame.f_locals.items()}
 
-    def record(frame, line: int, name: str) -> None:
+    def record(frame, line: int, name: str, before: dict) -> None:
         text = linecache.getline(frame.f_code.co_filename, line).strip()
+        if {n for n, f64 in before.items() if f64} & set(_NAME.findall(text)):
+            return  # it reads a float64 local: carried on, not made here
         cause, fix = explain(text)
         found.append(Promotion(frame.f_code.co_filename, line, frame.f_code.co_name, text, name,
                                cause, fix))
 
     def local(frame, event, arg):
-        if found:
+        if len(found) >= MAX_ORIGINS:
             return None
         last, before = state.get(frame, (frame.f_lineno, {}))
         if event in ("line", "return"):
             now = snapshot(frame)
             new = [k for k, f64 in now.items() if f64 and not before.get(k)]
             if new and last is not None and _sees_float32(frame):
-                record(frame, last, new[0])
-                return None
-            if event == "return" and _is_float64(arg) and _sees_float32(frame):
-                record(frame, frame.f_lineno, "the return value")
-                return None
+                record(frame, last, new[0], before)
+            elif event == "return" and _is_float64(arg) and _sees_float32(frame):
+                record(frame, frame.f_lineno, "the return value", before)
             state[frame] = (frame.f_lineno, now)
         return local
 
@@ -174,8 +186,8 @@ def trace(fn, *args, **kwargs) -> Promotion | None:
         return adapters[key]
 
     def calls(frame, event, arg):
-        if found or event != "call" or not is_user_path(frame.f_code.co_filename) \
-                or adapter(frame):
+        if len(found) >= MAX_ORIGINS or event != "call" \
+                or not is_user_path(frame.f_code.co_filename) or adapter(frame):
             return None
         state[frame] = (None, snapshot(frame))  # its arguments: the caller's doing
         return local
@@ -188,7 +200,8 @@ def trace(fn, *args, **kwargs) -> Promotion | None:
         pass
     finally:
         sys.settrace(previous)
-    return found[0] if found else None
+    known = [p for p in found if (p.cause, p.fix) != UNKNOWN]
+    return (known or found or [None])[0]
 
 
 def locate(impl, ops) -> Promotion | None:
@@ -222,15 +235,18 @@ def locate(impl, ops) -> Promotion | None:
 
 
 def _run_pair(forward, backward, case) -> Promotion | None:
+    """The forward traced, then the backward: a forward's promotion is named before anything
+    the backward does (:func:`trace` chooses among the origins of one call)."""
     holder = {}
 
-    def both():
-        out, cache = forward(**case.inputs, **case.fixed)
-        holder["out"] = out
-        dout = case.dout if not isinstance(case.dout, np.ndarray) else case.dout
-        backward(dout, cache)
+    def run_forward():
+        holder["out"] = forward(**case.inputs, **case.fixed)
 
-    return trace(both)
+    hit = trace(run_forward)
+    if hit is not None or "out" not in holder:
+        return hit
+    _, cache = holder["out"]
+    return trace(lambda: backward(case.dout, cache))
 
 
 def _run_adam(impl) -> Promotion | None:

@@ -150,6 +150,38 @@ def test_a_promotion_is_not_blamed_on_a_constructor_that_holds_no_float32(tmp_pa
         first.message[:600]
 
 
+def test_a_promotion_is_named_where_it_is_made_not_where_a_table_is_cast_back(tmp_path,
+                                                                              monkeypatch):
+    """A softmax whose float64 table (made from integers) is cast to the input's dtype on its
+    way in, then scaled by ``np.sqrt(d)``, a float64 scalar: the cause is the scaling line --
+    the cast table was a float64 local first, and naming it fixes nothing (met on a RoPE
+    attention: ``cos, sin = (t.astype(x.dtype) for t in tables(T))`` was blamed).  A line that
+    only carries a float64 on (``np.exp(s - ...)``) is not named either."""
+    mod = _module(tmp_path, monkeypatch, "cast_table_promotion", """
+        import numpy as np
+
+        def _table(n):
+            return np.arange(n) / n  # float64 from integers
+
+        def softmax_forward(x, mask=None):
+            (w,) = (t.astype(x.dtype) for t in [_table(x.shape[-1])])
+            s = (x + 0 * w) / np.sqrt(x.shape[-1])
+            e = np.exp(s - s.max(-1, keepdims=True))
+            p = e / e.sum(-1, keepdims=True)
+            return p, p
+
+        def softmax_backward(dp, p):
+            return (p * (dp - (p * dp).sum(-1, keepdims=True)),)
+        """)
+    report = check_implementation(mod, ops=["softmax"], kinds=["invariant"])
+    first = next(r for r in report.failures() if "cause:" in r.message)
+    source = (tmp_path / "cast_table_promotion.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "/ np.sqrt(x.shape[-1])" in text)
+    assert f"float64 first appears at cast_table_promotion.py:{line} in softmax_forward" in \
+        first.message, first.message[:600]
+    assert "math.sqrt(d)" in first.message, first.message[:600]
+
+
 def test_a_promotion_is_named_in_the_implementation_not_its_adapter():
     """An adapter in a file of its own (tests/examples/promotion_impl_adapter.py) makes a
     harmless float64 stand-in before the implementation promotes: the cause is the
