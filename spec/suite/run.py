@@ -166,8 +166,11 @@ def depth_line(d: dict) -> str:
     """The report header's words for :func:`depth`."""
     if not d:
         return ""
-    if d["tier"] == "quick":
-        return "tier quick: the fixed-seed examples alone, nothing drawn"
+    if d["tier"] == "quick":  # drawn only where the caller's own settings draw
+        return ("tier quick: the fixed-seed examples alone, nothing drawn"
+                if not d["drawn_per_check"] else
+                f"tier quick: the quick checks, the fixed-seed examples + "
+                f"{d['drawn_per_check']} drawn per check (the settings given)")
     return (f"tier {d['tier']}: the fixed-seed examples + {d['drawn_per_check']} drawn per "
             "check, the whole model at "
             + ("every size, mini_bert's included" if d["mini_bert_size_model_checks"]

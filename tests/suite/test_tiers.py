@@ -93,6 +93,18 @@ def test_the_depth_said_is_what_the_checks_run_under():
         settings.load_profile(previous)
 
 
+def test_a_quick_run_under_the_caller_s_drawing_settings_says_it_draws():
+    """check_implementation(quick=True, settings=...) keeps the quick checks but draws what the
+    settings draw: the header says so, never "nothing drawn" beside 25 drawn in the JSON."""
+    from minibert_spec.suite.run import depth_line
+
+    drawing = check_settings(max_examples=5)
+    d = depth("quick", settings=drawing)
+    assert d["drawn_per_check"] == 5
+    assert "5 drawn per check" in depth_line(d) and "nothing drawn" not in depth_line(d)
+    assert depth_line(depth("quick")) == "tier quick: the fixed-seed examples alone, nothing drawn"
+
+
 @pytest.mark.parametrize("deep", [False, True])
 def test_the_report_says_the_tier_and_each_check_counts_its_examples(deep):
     from minibert_spec.protocol import capabilities
