@@ -382,8 +382,8 @@ def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, 
     """torch's multi-head attention (the functional form of nn.MultiheadAttention) with
     separate Q/K/V projections.  ``mask`` [B, T] True = may be attended; torch's
     key_padding_mask is the opposite (True = ignore).  ``causal``: torch's attn_mask of a
-    causal attention; ``W_o`` None: the identity as torch's output projection (y = C).
-    ``rope``: multi_head_attention_forward has no rotary embedding, so :func:`rope_attention`."""
+    causal attention; ``W_o`` None: the identity as torch's output projection (y = C);
+    ``rope`` (which torch's has not): :func:`rope_attention`."""
     if rope is not None:
         return rope_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads=n_heads,
                               mask=mask, causal=causal, rope=rope, rope_base=rope_base)
@@ -406,17 +406,12 @@ def attention(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *, 
 
 def rope_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, *, n_heads, mask, causal, rope,
                    rope_base):
-    """LLaMA's attention as transformers writes it: q, k, v projected (F.linear), split into
-    heads [B, A, T, d_k], q and k turned by the RoPE twin of ``rope`` (``rope_half``:
-    transformers' apply_rotary_pos_emb; ``rope_interleaved``: Meta's complex product) at
-    positions 0..T-1, then torch's F.scaled_dot_product_attention with a boolean attn_mask
-    (True = may attend: the key mask and, when ``causal``, keys j <= i), merged and projected
-    (``W_o`` None: no projection)."""
-    B, T, H = x.shape
-    d_k = H // n_heads
+    """LLaMA's attention: q, k turned by the RoPE twin of ``rope`` at positions 0..T-1, then
+    F.scaled_dot_product_attention, its boolean attn_mask True where a key may be attended."""
+    (B, T, H), A = x.shape, n_heads
 
     def heads(W, b):  # [B, T, H] -> [B, A, T, d_k]: head a owns columns a*d_k .. (a+1)*d_k
-        return F.linear(x, weight(W), b).reshape(B, T, n_heads, d_k).transpose(1, 2)
+        return F.linear(x, weight(W), b).reshape(B, T, A, H // A).transpose(1, 2)
 
     turn = rope_half if rope == "half" else rope_interleaved
     q, k = (turn(heads(W, b), base=rope_base) for W, b in ((W_q, b_q), (W_k, b_k)))
