@@ -23,8 +23,9 @@ LAYERS = re.compile(r"(<!-- layers:[^\n]*-->\n)(.*?)(\n<!-- /layers -->)", re.S)
 
 
 def register(sub) -> None:
-    g = sub.add_parser("regenerate", help="regenerate the protocol table (docs/) and the stale "
-                                          "rows of the mutation matrix (after adding an op)")
+    g = sub.add_parser("regenerate", help="regenerate the protocol table and the layer tables "
+                                          "(docs/) and the stale rows of the mutation matrix "
+                                          "(after adding an op)")
     g.add_argument("--no-matrix", action="store_true",
                    help="not the matrix's stale rows (they take minutes)")
     g.add_argument("--no-maps", action="store_true",
@@ -35,13 +36,20 @@ def register(sub) -> None:
     g.set_defaults(func=run)
 
 
+def _regenerated(text: str, block: re.Pattern, doc: str, body) -> str:
+    """``text`` (the file ``doc``) with the body of its generated ``block`` (an opening comment,
+    the body, a closing comment) replaced by ``body()``."""
+    if not block.search(text):
+        marker = block.pattern.split(":", 1)[0].removeprefix("(<!-- ")
+        raise ValueError(f"{doc}: no <!-- {marker}: ... --> block to regenerate")
+    return block.sub(lambda m: m.group(1) + body() + m.group(3), text, count=1)
+
+
 def readme_table(text: str) -> str:
     """``text`` (``PROTOCOL_DOC``) with its protocol table regenerated from the op table."""
     from minibert_spec.protocol import protocol_markdown
 
-    if not TABLE.search(text):
-        raise ValueError(f"{PROTOCOL_DOC}: no <!-- protocol-table: ... --> block to regenerate")
-    return TABLE.sub(lambda m: m.group(1) + protocol_markdown() + m.group(3), text, count=1)
+    return _regenerated(text, TABLE, PROTOCOL_DOC, protocol_markdown)
 
 
 def _layer_comments(block: str) -> list[tuple[str, str]]:
@@ -94,9 +102,7 @@ def layer_tables(pyproject: str) -> str:
 
 def architecture_doc(text: str, pyproject: str) -> str:
     """``text`` (``ARCHITECTURE_DOC``) with its layer tables regenerated from ``pyproject``."""
-    if not LAYERS.search(text):
-        raise ValueError(f"{ARCHITECTURE_DOC}: no <!-- layers: ... --> block to regenerate")
-    return LAYERS.sub(lambda m: m.group(1) + layer_tables(pyproject) + m.group(3), text, count=1)
+    return _regenerated(text, LAYERS, ARCHITECTURE_DOC, lambda: layer_tables(pyproject))
 
 
 def run(args) -> int:

@@ -36,7 +36,7 @@ RED = {
 
 
 def _failed(report) -> dict[str, str]:
-    return {r.id: r.message for r in report.results if r.outcome == "failed"}
+    return {r.id: r.message for r in report.failures()}
 
 
 @pytest.mark.slow  # the slow tier: 72 checks (~60 s)

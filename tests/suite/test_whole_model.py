@@ -128,8 +128,7 @@ def test_the_op_rows_localise_the_rope_backward_bug_the_model_row_points_at():
     assert {r.id for r in report.results if r.outcome == "passed"} >= {
         "fd[attention_causal_rope_half]", "oracle.backward[attention_causal_rope_half-f64]"}
     failed = {r.id: r.message for r in check_implementation(
-        wm_decoder.ATTENTION_ROPE_BUG, ops=["attention"], settings=settings).results
-        if r.outcome == "failed"}
+        wm_decoder.ATTENTION_ROPE_BUG, ops=["attention"], settings=settings).failures()}
     assert {"fd[attention_causal_rope_half]",
             "oracle.backward[attention_causal_rope_half-f64]"} <= set(failed), sorted(failed)
     assert not [i for i in failed if i.startswith("oracle.forward")], sorted(failed)
