@@ -7,13 +7,15 @@ function) and one or more exact ``(old, new)`` replacements of its source.
 
 :func:`activate` reads the target's source (``inspect.getsource``), applies the edits -- each
 ``old`` must occur exactly once, else :class:`MutantEditError`, so a refactor of the reference can
-never silently turn a mutant into a no-op -- compiles the result in memory in the defining
-module's globals and swaps it into ``minibert_reference.ops`` / ``minibert_reference.model`` / ...
-*and* every other loaded ``reference*`` module namespace that holds the original object, and into
-the records of their module-level tables (``minibert_reference.model.HEADS``: a head kind is a
-record of functions). Kernels call each other through their module's globals or those tables, so
-op-level, composite and model-level code all run the bug; :func:`deactivate` restores the very same
-objects. Nothing on disk changes.
+never silently turn a mutant into a no-op -- compiles the result in memory in the globals of the
+module that defines it (``minibert_reference.ops.norms`` for ``ops._layernorm_backward``) and
+swaps it into ``minibert_reference.ops`` / ``minibert_reference.model`` / ... *and* every other
+loaded ``reference*`` module namespace that holds the original object (a section of
+``minibert_reference.ops`` that imports another's kernel by name), and into the records of their
+module-level tables (``minibert_reference.model.HEADS``: a head kind is a record of functions).
+Kernels call each other through their module's globals or those tables, so op-level, composite
+and model-level code all run the bug; :func:`deactivate` restores the very same objects. Nothing
+on disk changes.
 
 The module aliases are the ``module`` fields of the op table
 (``minibert_spec.protocol.reference_modules``). A mutant whose target module or function does not
@@ -147,9 +149,12 @@ def _edited_source(m: Mutant, target: str, orig) -> str:
     return edited
 
 
-def _compile(m: Mutant, target: str, module, orig):
-    """The mutated function, defined in ``module``'s globals (so it sees the live, possibly
-    mutated, kernels) without its decorators (``@implements`` would register it)."""
+def _compile(m: Mutant, target: str, orig):
+    """The mutated function, defined in the globals of the module that defines ``orig`` (so it
+    sees the live, possibly mutated, kernels and every name its source uses: a target reached
+    through a package, ``ops._layernorm_backward``, lives in a section module such as
+    ``minibert_reference.ops.norms``) without its decorators (``@implements`` would register
+    it)."""
     tree = ast.parse(_edited_source(m, target, orig))
     fn_def = tree.body[0]
     if not isinstance(fn_def, ast.FunctionDef) or fn_def.name != orig.__name__:
@@ -158,7 +163,7 @@ def _compile(m: Mutant, target: str, module, orig):
     code = compile(tree, f"<mutant {m.name} of {inspect.getsourcefile(orig)}>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     local: dict = {}
-    exec(code, vars(module), local)  # noqa: S102 -- the catalog's own edits of the reference
+    exec(code, vars(sys.modules[orig.__module__]), local)  # noqa: S102 -- the catalog's own edits
     new = local[fn_def.name]
     for attr in ("__qualname__", "__doc__", "__equations__"):
         if hasattr(orig, attr):
@@ -170,7 +175,7 @@ def _compile(m: Mutant, target: str, module, orig):
 def _build(m: Mutant, mods: dict) -> list[tuple]:
     """[(original, mutated)] for each target; raises TargetMissing or MutantEditError."""
     found = [(t, *_original(t, mods)) for t in m.targets]
-    return [(orig, _compile(m, t, module, orig)) for t, module, orig in found]
+    return [(orig, _compile(m, t, orig)) for t, _module, orig in found]
 
 
 def applicability(m: Mutant, modules=None) -> str | None:
