@@ -34,26 +34,27 @@ from minibert_spec.protocol.variants import with_pinned_config
 from minibert_spec.suite.registry import check
 from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
-# Hugging Face's two forms: their positions, the final norm, a head without bias
+# Hugging Face's two forms: their positions (each form's own), the final norm, a head without bias
 _HF = {"decoder.final_norm": True, "decoder.head_bias": False}
-# form -> (preset, what the form needs declared): the rest follows the declarations.  The
-# forms after GPT-2 and LLaMA are those ports write, which transformers has no model of (their
+# form -> (preset, what the form needs declared, the decoder's own first: an implementation of
+# another form reads which one it declares): the rest follows the declarations.  The forms
+# after GPT-2 and LLaMA are those ports write, which transformers has no model of (their
 # oracle checks are not generated: spec/suite/checks/oracle_decoder.py)
 FORMS = {
-    "gpt2": (gpt2, {"block.normalization": "layernorm", "decoder.position": "learned", **_HF}),
-    "llama": (llama, {"block.normalization": "rmsnorm", "block.ffn": "swiglu",
-                      "decoder.position": "rope", **_HF}),
+    "gpt2": (gpt2, {"decoder.position": "learned", **_HF, "block.normalization": "layernorm"}),
+    "llama": (llama, {"decoder.position": "rope", **_HF, "block.normalization": "rmsnorm",
+                      "block.ffn": "swiglu"}),
     # a GPT port adding RoPE (tests/examples/wm_decoder.py): the table and rotary q/k, RMSNorm
     "learned_rope": (partial(llama, position="learned_rope", ffn="mlp"),
-                     {"block.normalization": "rmsnorm", "block.ffn": "mlp",
-                      "decoder.position": "learned_rope"}),
+                     {"decoder.position": "learned_rope", "block.normalization": "rmsnorm",
+                      "block.ffn": "mlp"}),
     # the NumPy-Transformer documents' positions in a GPT-2
     "sinusoidal": (partial(gpt2, position="sinusoidal"),
-                   {"block.normalization": "layernorm", "decoder.position": "sinusoidal"}),
+                   {"decoder.position": "sinusoidal", "block.normalization": "layernorm"}),
     # no positions (NoPE) in a LLaMA
     "nope": (partial(llama, position="none"),
-             {"block.normalization": "rmsnorm", "block.ffn": "swiglu",
-              "decoder.position": "none"}),
+             {"decoder.position": "none", "block.normalization": "rmsnorm",
+              "block.ffn": "swiglu"}),
 }
 # form -> the decoder options it takes where the implementation declares them (else the first
 # it declares): GPT-2 tied, LLaMA untied; the ports' forms each away from the standard in
