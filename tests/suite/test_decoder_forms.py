@@ -24,8 +24,11 @@ from tests.unshrunk import check_implementation
 TIMEOUT = 300.0
 FD = {f"fd[{row}-learned_rope-{case}]" for row in ("decoder", "decoder.loss")
       for case in ("B2-T6", "B3-T2")}
+# the decoder composed in torch (transformers has no model of the form)
+COMPOSED = {f"oracle.{part}[decoder.composed-learned_rope-{d}]" for part in ("forward", "backward")
+            for d in ("f64", "f32")}
 # every check of the learned + RoPE form that a decoder with an untied head takes
-LEARNED_ROPE = FD | {f"invariant[decoder.gradient_bookkeeping-learned_rope-{d}]"
+LEARNED_ROPE = FD | COMPOSED | {f"invariant[decoder.gradient_bookkeeping-learned_rope-{d}]"
                      for d in ("f64", "f32")} | {
     f"invariant[decoder.{name}-learned_rope]"
     for name in ("causal", "bit_identical_and_pure", "float32_vs_float64")}
@@ -35,6 +38,7 @@ TENSOR_INDEX_VALUES = re.compile(
 
 
 def test_the_correct_decoder_is_green_in_its_form():
+    pytest.importorskip("transformers")
     report = check_implementation(wm_decoder.DECODER, ops=["decoder"], timeout=TIMEOUT)
     outcomes = {r.id: r.outcome for r in report.results}
     assert report.verdicts()["decoder"] == "ok" and not report.failures(), {
@@ -55,7 +59,7 @@ def test_the_correct_decoder_is_green_in_its_form():
     ("head_bias", "lm_head.b"), ("rmsnorm", "gamma"), ("wpe", "embeddings.position.W")])
 def test_each_planted_bug_is_red_in_the_decoder_fd_row(bug, tensor):
     report = check_implementation(wm_decoder.decoder_ops(bug), ops=["decoder"],
-                                  match="learned_rope", timeout=TIMEOUT)
+                                  match=r"^fd\[decoder.*learned_rope", timeout=TIMEOUT)
     red = {r.id: r.message for r in report.failures()}
     assert report.verdicts()["decoder"] == "FAIL" and red and set(red) <= FD, red
     for check_id, message in red.items():
@@ -83,3 +87,15 @@ def test_a_form_no_decoder_has_is_refused_in_the_declaration():
                        ({"head_bias": 1}, r"\['decoder'\]\['head_bias'\]: .* got 1")):
         with pytest.raises(DeclarationError, match=match):
             capabilities(SimpleNamespace(CAPABILITIES={"decoder": bad}))
+
+
+def test_each_form_meets_one_torch_oracle():
+    """transformers' models for the GPT-2 and LLaMA forms (their check ids unchanged), the
+    decoder composed in torch for the ports' forms: never both, never neither."""
+    from minibert_spec.suite.registry import select
+
+    ids = {c.id for c in select(match=r"^oracle\.forward\[decoder\.")}
+    assert ids == {f"oracle.forward[decoder.{oracle}-{form}-{d}]" for d in ("f64", "f32")
+                   for oracle, forms in (("hf", ("gpt2", "llama")),
+                                         ("composed", ("learned_rope", "sinusoidal", "nope")))
+                   for form in forms}

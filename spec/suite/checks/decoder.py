@@ -3,7 +3,8 @@
 whole model (its forward/backward under a random upstream gradient, and its next-token loss),
 float64, random weights; the gradient's bookkeeping, causality, the tied table's two shares,
 purity and float32.  Fixed checks written by hand, as the encoder's (a model is no op pair
-with a case family); the transformers oracle is spec/suite/checks/oracle_decoder.py.
+with a case family); the torch oracles (transformers, the composed decoder) are
+spec/suite/checks/oracle_decoder.py.
 
 A decoder is checked as its parts declare: each *form* (GPT-2, LLaMA, and the forms ports
 write: learned + RoPE positions, sinusoidal positions, none) is a preset of
@@ -39,7 +40,7 @@ _HF = {"decoder.final_norm": True, "decoder.head_bias": False}
 # form -> (preset, what the form needs declared, the decoder's own first: an implementation of
 # another form reads which one it declares): the rest follows the declarations.  The forms
 # after GPT-2 and LLaMA are those ports write, which transformers has no model of (their
-# oracle checks are not generated: spec/suite/checks/oracle_decoder.py)
+# oracle is the decoder composed in torch: spec/suite/checks/oracle_decoder.py)
 FORMS = {
     "gpt2": (gpt2, {"decoder.position": "learned", **_HF, "block.normalization": "layernorm"}),
     "llama": (llama, {"decoder.position": "rope", **_HF, "block.normalization": "rmsnorm",
