@@ -104,7 +104,9 @@ CAPABILITIES = {
     "block": {"norm": ("post", "pre", "pre_final", "inner"), "causal": (False, True),
               "normalization": ("layernorm", "rmsnorm"), "ffn": ("mlp", "swiglu")},
     "cross_entropy": {"input": ("logits", "probabilities", "probabilities_dlogits")},
-    "decoder": {"tied": (True, False)},
+    "decoder": {"tied": (True, False),
+                "position": ("learned", "rope", "learned_rope", "sinusoidal", "none"),
+                "final_norm": (True, False), "head_bias": (False, True)},
 }
 
 # The op pairs are part of the implementation protocol: tests reach them as ``impl.<name>``.

@@ -178,18 +178,25 @@ PRESETS = {"mini_bert": mini_bert, "seed001": seed001, "bert_base": bert_base,
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """Hyper-parameters of a causal decoder (minibert_reference.decoder): token embedding (+ learned
-    positions) -> L pre-norm causal blocks -> final norm -> LM head -> next-token
-    cross-entropy.  The two forms real code takes are presets: :func:`gpt2` and :func:`llama`.
+    """Hyper-parameters of a causal decoder (minibert_reference.decoder): token embedding (+
+    positions) -> L pre-norm causal blocks -> final norm (or none) -> LM head (+ bias) ->
+    next-token cross-entropy.  The two forms Hugging Face has are presets: :func:`gpt2` and
+    :func:`llama`; the other fields compose the forms ports write.
 
     normalization:   "layernorm" (GPT-2: gamma, beta) or "rmsnorm" (LLaMA: gamma only)
-    position:        "learned" (GPT-2's wpe table) or "rope" (rotary q/k, LLaMA; no table)
+    position:        "learned" (GPT-2's wpe table), "rope" (rotary q/k, LLaMA; no table),
+                     "learned_rope" (the table *and* rotary q/k, as GPT ports adding RoPE
+                     have it), "sinusoidal" (the fixed sin/cos table added to the embedding,
+                     no parameters) or "none" (no position signal but the causal mask)
     ffn:             "mlp" (W_2 act(x W_1 + b_1) + b_2) or "swiglu" (LLaMA's gated FFN)
     activation:      the MLP's nonlinearity: "gelu_tanh" (GPT-2's gelu_new), "gelu", "relu"
     attn_bias:       biased Q/K/V/O projections (GPT-2) or not (LLaMA)
     mlp_bias:        biased FFN projections (GPT-2) or not (LLaMA)
     tie_embeddings:  the LM head is the token embedding table (logits = h W_E^T, GPT-2) or a
                      matrix of its own ``lm_head.W`` [V, H] (LLaMA's usual)
+    final_norm:      the final norm ``final_ln`` before the head (GPT-2's ln_f, LLaMA's norm)
+                     or none (the last block's output goes to the head as it is)
+    head_bias:       the LM head adds a bias ``lm_head.b`` [V] (tied or untied head)
     rope_convention: which features RoPE rotates together: "half" (i, i + d/2; Hugging Face)
                      or "interleaved" (2i, 2i+1; Meta's original)
     """
@@ -201,12 +208,14 @@ class DecoderConfig:
     max_len: int = 16  # T_max (the learned position table's rows)
     vocab_size: int = 32  # V
     normalization: Literal["layernorm", "rmsnorm"] = "layernorm"
-    position: Literal["learned", "rope"] = "learned"
+    position: Literal["learned", "rope", "learned_rope", "sinusoidal", "none"] = "learned"
     ffn: Literal["mlp", "swiglu"] = "mlp"
     activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu_tanh"
     attn_bias: bool = True
     mlp_bias: bool = True
     tie_embeddings: bool = True
+    final_norm: bool = True
+    head_bias: bool = False
     ln_eps: float = 1e-5
     rope_base: float = 10000.0
     rope_convention: Literal["half", "interleaved"] = "half"
@@ -214,18 +223,29 @@ class DecoderConfig:
 
     def __post_init__(self):
         _check_fields(self, ("n_layers", "hidden", "n_heads", "intermediate", "max_len",
-                             "vocab_size"), ("attn_bias", "mlp_bias", "tie_embeddings"),
+                             "vocab_size"), ("attn_bias", "mlp_bias", "tie_embeddings",
+                                             "final_norm", "head_bias"),
                       ("ln_eps", "rope_base", "init_std"))
         if self.hidden % self.n_heads:
             raise ValueError(f"n_heads: expected a divisor of hidden={self.hidden}, "
                              f"got {self.n_heads} (remainder {self.hidden % self.n_heads})")
-        if self.position == "rope" and self.d_k % 2:
+        if self.rope and self.d_k % 2:
             raise ValueError(f"n_heads: RoPE rotates pairs of a head's features, so d_k = "
                              f"hidden / n_heads must be even, got d_k={self.d_k}")
 
     @property
     def d_k(self) -> int:
         return self.hidden // self.n_heads
+
+    @property
+    def position_table(self) -> bool:
+        """A learned position table ``embeddings.position.W`` (with or without RoPE)."""
+        return self.position in ("learned", "learned_rope")
+
+    @property
+    def rope(self) -> bool:
+        """Rotary positions on every block's queries and keys (with or without a table)."""
+        return self.position in ("rope", "learned_rope")
 
     def replace(self, **changes) -> DecoderConfig:
         return DecoderConfig(**{**asdict(self), **changes})

@@ -1,27 +1,31 @@
-"""A causal decoder composed from the op pairs, in the two forms real code takes (the
-config's presets, minibert_reference.config.gpt2 / llama):
+"""A causal decoder composed from the op pairs, in the two forms Hugging Face has (the
+config's presets, minibert_reference.config.gpt2 / llama) and the forms ports write:
 
 * GPT-2: token + learned position embeddings -> L pre-LN blocks (causal biased attention, a
   gelu_new MLP) -> the final LayerNorm -> the LM head tied to the token embedding ->
   next-token cross-entropy;
 * LLaMA: token embedding -> L pre-RMSNorm blocks (causal attention with RoPE on q and k, no
   biases, a SwiGLU FFN) -> the final RMSNorm -> an LM head (its own, or tied) -> next-token
-  cross-entropy.
+  cross-entropy;
+* any of those with other positions (``position``: learned + RoPE, the fixed sinusoidal table,
+  none), without the final norm (``final_norm=False``) or with a bias on the LM head
+  (``head_bias``: logits = h W^T + b, tied or untied).
 
 Parameters are one flat ``dict[str, ndarray]`` with stable dotted names (:func:`param_shapes`);
 each maps to one tensor of Hugging Face's GPT2LMHeadModel / LlamaForCausalLM (or one third of
 GPT-2's fused ``c_attn``): the map is written once, in reference/hf/decoder.py.
 
 * ``embeddings.token.W`` [V, H] (wte / embed_tokens), ``embeddings.position.W`` [T_max, H]
-  (wpe; learned positions only);
+  (wpe; learned positions, with or without RoPE, only);
 * ``layers.{i}.<name>``, a pre-LN block's parameters (minibert_reference.ops.block_param_names: the
   block's own dict, so a layer is a ``block`` row's ``p``): ``attn.W_q .. attn.W_o`` [H, H]
   (x W: [in, out]) and ``attn.b_*`` [H] (with biases), ``ln1.gamma`` (``ln1.beta`` for
   LayerNorm), ``ffn.W_1`` [H, I], ``ffn.b_1``, ``ffn.W_2`` [I, H], ``ffn.b_2`` (with biases)
   or SwiGLU's ``swiglu.W_1`` (gate) and ``swiglu.W_3`` (up) [H, I], ``swiglu.W_2`` (down)
   [I, H] (``swiglu.b_*`` with biases), ``ln2.*``;
-* ``final_ln.gamma`` (``final_ln.beta``): ln_f / norm;
-* ``lm_head.W`` [V, H] (untied only; stored like the embedding table: logits = h W^T).
+* ``final_ln.gamma`` (``final_ln.beta``): ln_f / norm (with the final norm only);
+* ``lm_head.W`` [V, H] (untied only; stored like the embedding table: logits = h W^T);
+* ``lm_head.b`` [V] (with the head's bias only, tied or untied).
 
 ``backward`` returns a dict with exactly the same keys, shapes and dtypes.  With the tied head
 the token table is used twice, by the lookup and by the logits: its gradient is the sum of
@@ -60,16 +64,19 @@ def param_shapes(config: DecoderConfig) -> dict[str, tuple[int, ...]]:
     _check_config(config)
     H, V = config.hidden, config.vocab_size
     shapes: dict[str, tuple[int, ...]] = {"embeddings.token.W": (V, H)}
-    if config.position == "learned":
+    if config.position_table:
         shapes["embeddings.position.W"] = (config.max_len, H)
     block = ops.block_param_shapes(layer_names(config), H, config.intermediate)
     for i in range(config.n_layers):
         shapes.update({f"layers.{i}.{name}": shape for name, shape in block.items()})
-    shapes["final_ln.gamma"] = (H,)
-    if config.normalization == "layernorm":
-        shapes["final_ln.beta"] = (H,)
+    if config.final_norm:
+        shapes["final_ln.gamma"] = (H,)
+        if config.normalization == "layernorm":
+            shapes["final_ln.beta"] = (H,)
     if not config.tie_embeddings:
         shapes["lm_head.W"] = (V, H)
+    if config.head_bias:
+        shapes["lm_head.b"] = (V,)
     return shapes
 
 
@@ -82,10 +89,11 @@ class DecoderCache(NamedTuple):
     config: DecoderConfig
     dtype: np.dtype  # of every parameter
     token: ops.EmbeddingCache
-    position: ops.PositionEmbeddingCache | None  # None with RoPE (no position table)
+    # the learned table's, the sinusoidal table's, or None (RoPE alone, no positions)
+    position: ops.PositionEmbeddingCache | ops.SinusoidalPositionCache | None
     blocks: list  # one ops.PreLNBlockCache per layer, in forward order
-    final: ops.LayerNormCache | ops.RMSNormCache
-    head: ops.LinearCache  # logits = h W^T, W the token table (tied) or lm_head.W
+    final: ops.LayerNormCache | ops.RMSNormCache | None  # None without the final norm
+    head: ops.LinearCache  # logits = h W^T (+ b), W the token table (tied) or lm_head.W
 
 
 class LossCache(NamedTuple):
@@ -102,7 +110,7 @@ def _layer_params(params, i: int) -> dict[str, np.ndarray]:
 
 def _block_keywords(config: DecoderConfig) -> dict:
     """What every layer is: a causal pre-LN block of the config's parts."""
-    rope = config.rope_convention if config.position == "rope" else None
+    rope = config.rope_convention if config.rope else None
     return dict(n_heads=config.n_heads, eps=config.ln_eps, activation=config.activation,
                 norm="pre", causal=True, normalization=config.normalization, ffn=config.ffn,
                 rope=rope, rope_base=config.rope_base)
@@ -113,21 +121,43 @@ def _head_table(params, config: DecoderConfig) -> np.ndarray:
     return params["embeddings.token.W" if config.tie_embeddings else "lm_head.W"]
 
 
+def _positions_forward(x, params, config: DecoderConfig):
+    """The embedding's positions: the learned table's rows, the sinusoidal table, or nothing
+    (RoPE turns q and k inside the blocks; "none" has the causal mask alone)."""
+    if config.position_table:
+        return ops._position_embedding_forward(x, params["embeddings.position.W"])
+    if config.position == "sinusoidal":
+        return ops._sinusoidal_position_forward(x)
+    return x, None
+
+
+def _positions_backward(dx, cache, grads: dict):
+    """dx through the embedding's positions (the learned table's gradient into ``grads``)."""
+    if isinstance(cache, ops.PositionEmbeddingCache):
+        dx, grads["embeddings.position.W"] = ops._position_embedding_backward(dx, cache)
+    elif cache is not None:
+        (dx,) = ops._sinusoidal_position_backward(dx, cache)
+    return dx
+
+
 @implements("decoder.forward", "decoder.causal")
 def run_forward(params, config: DecoderConfig, input_ids):
-    """ids [B, T] -> logits [B, T, V]: x_0 = W_E[ids] (+ W_pos[:T]), x_l = B_l(x_{l-1}) (each a
-    causal pre-LN block: position t reads positions <= t only), h = LN_f(x_L), logits = h W^T
-    with W = W_E when tied.  Returns (logits, DecoderCache)."""
+    """ids [B, T] -> logits [B, T, V]: x_0 = W_E[ids] (+ positions), x_l = B_l(x_{l-1}) (each
+    a causal pre-LN block: position t reads positions <= t only), h = LN_f(x_L) (or x_L
+    without the final norm), logits = h W^T (+ b) with W = W_E when tied.  Returns (logits,
+    DecoderCache)."""
     x, c_tok = ops._embedding_forward(input_ids, params["embeddings.token.W"])  # [B, T, H]
-    c_pos = None
-    if config.position == "learned":
-        x, c_pos = ops._position_embedding_forward(x, params["embeddings.position.W"])
+    x, c_pos = _positions_forward(x, params, config)
     c_blocks = []
     for i in range(config.n_layers):
         x, c = ops._block_forward(x, _layer_params(params, i), **_block_keywords(config))
         c_blocks.append(c)
-    h, c_final = ops._norm_forward(x, params, "final_ln", config.ln_eps, config.normalization)
-    logits, c_head = ops._linear_forward(h, _head_table(params, config).T)  # [B, T, V]
+    h, c_final = x, None
+    if config.final_norm:
+        h, c_final = ops._norm_forward(x, params, "final_ln", config.ln_eps,
+                                       config.normalization)
+    logits, c_head = ops._linear_forward(h, _head_table(params, config).T,
+                                         params.get("lm_head.b"))  # [B, T, V]
     return logits, DecoderCache(config, np.dtype(logits.dtype), c_tok, c_pos, c_blocks,
                                 c_final, c_head)
 
@@ -138,13 +168,16 @@ def run_backward(dlogits, cache: DecoderCache) -> dict[str, np.ndarray]:
     the first (the residual stream carries dx through each), the embeddings.  The tied table
     gets the lookup's share plus the head's (dW_E = E^T(dx_0) + dlogits^T h)."""
     config = cache.config
-    dh, dW_head_t, _ = ops._linear_backward(dlogits, cache.head)  # dh [B, T, H], [H, V]
-    dx, grads = ops._norm_backward(dh, cache.final, "final_ln")
+    dh, dW_head_t, db_head = ops._linear_backward(dlogits, cache.head)  # dh [B, T, H], [H, V]
+    dx, grads = dh, {}
+    if cache.final is not None:
+        dx, grads = ops._norm_backward(dh, cache.final, "final_ln")
+    if db_head is not None:
+        grads["lm_head.b"] = db_head
     for i in reversed(range(config.n_layers)):
         dx, g = ops._block_backward(dx, cache.blocks[i])  # [B, T, H]
         grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
-    if cache.position is not None:
-        dx, grads["embeddings.position.W"] = ops._position_embedding_backward(dx, cache.position)
+    dx = _positions_backward(dx, cache.position, grads)
     (grads["embeddings.token.W"],) = ops._embedding_backward(dx, cache.token)
     head_share = np.ascontiguousarray(dW_head_t.T)  # [V, H]
     if config.tie_embeddings:  # one table, two uses: the lookup's share + the head's

@@ -414,7 +414,7 @@ mutant("decoder_final_norm_backward_skipped", "decoder.backward",
        "(ln_f's own gamma/beta gradients still computed)",
        "decoder.run_backward", ('dx, grads = ops._norm_backward(dh, cache.final, "final_ln")',
                                 '_, grads = ops._norm_backward(dh, cache.final, "final_ln")\n'
-                                '    dx = dh'))
+                                '        dx = dh'))
 mutant("decoder_tied_gradient_counted_once", "decoder.tied",
        "the tied token table gets the LM head's share of its gradient only (the lookup's share "
        "overwritten)",
@@ -427,8 +427,19 @@ mutant("decoder_blocks_not_causal", "decoder.causal",
 mutant("decoder_llama_without_rope", "decoder.forward",
        "the LLaMA form's blocks run without RoPE: attention reads no position at all (a model "
        "consistent with its own backward, so only the oracle can see it)",
-       "decoder._block_keywords", ('rope = config.rope_convention if config.position == "rope" '
-                                   'else None', "rope = None"))
+       "decoder._block_keywords", ("rope = config.rope_convention if config.rope else None",
+                                   "rope = None"))
+mutant("decoder_learned_rope_without_rope", "decoder.forward",
+       "the learned + RoPE form's blocks run without RoPE (the table alone): a model consistent "
+       "with its own backward, so only the decoder composed in torch can see it",
+       "decoder._block_keywords", ("rope = config.rope_convention if config.rope else None",
+                                   'rope = config.rope_convention if config.position == "rope" '
+                                   "else None"))
+mutant("decoder_head_bias_gradient_first_position", "decoder.backward",
+       "the LM head's bias gets the gradient of the first position's logits alone, not the sum "
+       "over every position",
+       "decoder.run_backward", ('grads["lm_head.b"] = db_head',
+                                'grads["lm_head.b"] = dlogits[:, 0].sum(0)'))
 mutant("attention_rope_keys_unturned", "decoder.forward",
        "RoPE in attention turns the queries only: the keys keep their raw features, so the "
        "scores read absolute positions instead of i - j",

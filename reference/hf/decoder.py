@@ -24,6 +24,11 @@ def hf_names(config: DecoderConfig) -> dict[str, tuple[str, str]]:
     """Our parameter name -> (Hugging Face name, how): ``same``, ``transposed`` or ``qkv:K``
     (column third K of GPT-2's fused c_attn).  GPT-2 names for learned positions, LLaMA's for
     RoPE (the two forms Hugging Face has)."""
+    if config.position not in ("learned", "rope") or not config.final_norm or config.head_bias:
+        raise ValueError(f"config: expected GPT-2's or LLaMA's form (learned or RoPE positions, "
+                         f"the final norm, a head without bias), got position="
+                         f"{config.position!r}, final_norm={config.final_norm}, head_bias="
+                         f"{config.head_bias}: Hugging Face has no such model")
     gpt2 = config.position == "learned"
     names: dict[str, tuple[str, str]] = {}
     if gpt2:

@@ -93,7 +93,8 @@ def capabilities_lines() -> list[str]:
         for name, option in options.items():
             how = (f" (selected by {option.argument}=: every value your {option.argument}= "
                    "takes, or the one form of code without it)" if option.argument else "")
-            out.append(f"    #     {name!r}: {option.default!r},  # {accepted(op, name)}{how}")
+            standard = option.standard or option.default  # what declaring nothing means
+            out.append(f"    #     {name!r}: {standard!r},  # {accepted(op, name)}{how}")
             out += [f"    #         {v!r}: {option.meaning[v]}" for v in option.values]
             if option.number is not None:
                 out.append(f"    #         1e-06: {option.means(1e-06)}")

@@ -252,8 +252,8 @@ def _variant_values(op: str, declared, options: dict) -> dict:
     reject_unknown(f"CAPABILITIES[{op!r}]", "options", declared, sorted(options))
     out = {}
     for name, option in options.items():
-        if name not in declared:  # the standard form alone
-            out[name] = (option.default,)
+        if name not in declared:  # the standard form alone (or the option's standard forms)
+            out[name] = option.standard or (option.default,)
             continue
         v = declared[name]
         if option.number is not None and _numeric(v):

@@ -53,7 +53,10 @@ class Option:
     leaving the piece out is taken by every implementation (an eps of 0 is one value of eps);
     ``also``: further ops the option reaches (a block's attention); ``number``: what a declared
     number means (formatted with ``value``), where a positive finite float is a form too: code
-    that fixes the piece at that value whatever the call passes (a LayerNorm's eps)."""
+    that fixes the piece at that value whatever the call passes (a LayerNorm's eps);
+    ``standard``: the values an implementation declaring nothing is taken to have, where that
+    is more than the first (the decoder's positions: the GPT-2 and LLaMA forms, each checked
+    before the option could be declared)."""
 
     values: tuple
     meaning: Mapping
@@ -65,6 +68,7 @@ class Option:
     also: tuple[str, ...] = ()
     strategy: str | None = None
     number: str | None = None
+    standard: tuple = ()
 
     @property
     def default(self):
@@ -555,6 +559,21 @@ VARIANTS: dict[str, dict[str, Option]] = {
             True: "the LM head tied to the token embedding (logits = h W_E^T; W_E's gradient "
                   "sums both uses)",
             False: "an LM head of its own (lm_head.W [V, H])"}),
+        "position": Option(("learned", "rope", "learned_rope", "sinusoidal", "none"), {
+            "learned": "learned positions (embeddings.position.W [T_max, H], GPT-2's wpe)",
+            "rope": "RoPE on every block's queries and keys, no position table (LLaMA)",
+            "learned_rope": "learned positions (embeddings.position.W) and RoPE on every "
+                            "block's queries and keys",
+            "sinusoidal": "the fixed sinusoidal table added to the token embedding (no "
+                          "parameters)",
+            "none": "no positions: the causal mask alone orders the tokens"},
+            standard=("learned", "rope")),
+        "final_norm": Option((True, False), {
+            True: "the final norm final_ln before the LM head",
+            False: "no final norm: the last block's output goes to the LM head as it is"}),
+        "head_bias": Option((False, True), {
+            False: "an LM head without bias",
+            True: "an LM head with a bias lm_head.b [V] (logits = h W^T + b)"}),
     },
     "cross_entropy": {
         "ignore_index": Option((True, False), {

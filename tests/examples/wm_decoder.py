@@ -5,6 +5,10 @@ cross-entropy; a ``forward(params, idx) -> (loss, cache)`` / ``backward(dloss, c
 grads`` pair written by hand.  Judged by the ``whole_model`` row:
 ``whole_model(forward=forward, backward=backward, params=init_params())`` (``MODEL``).
 
+The same model is also the protocol's decoder row in its learned + RoPE form (``DECODER``:
+``decoder_forward`` / ``decoder_backward`` / ``decoder_loss_and_grads`` through a name-mapping
+adapter at the end, its form declared; tests/suite/test_decoder_forms.py).
+
 Its attention is also an op pair of the protocol (``attention_forward`` /
 ``attention_backward``: causal, RoPE half split, biases; ``ATTENTION``, declared), as code
 that factors its layers out has it: the op rows then localise what the model-level row sees.
@@ -13,7 +17,8 @@ that factors its layers out has it: the op rows then localise what the model-lev
 backward turns the gradient the same way as the forward instead of back: a bug in RoPE's
 backward alone; ``make_attention("rope")`` is the op pair with it), ``head_bias`` (the head's
 bias gradient from the last position alone), ``rmsnorm`` (the gain's gradient from x instead
-of x / rms), ``wpe`` (the position table's gradient from the first sequence alone).
+of x / rms), ``wpe`` (the position table's gradient from the first sequence alone);
+``decoder_ops(bug)`` is the decoder row's adapter of the same model.
 """
 
 from __future__ import annotations
@@ -111,8 +116,9 @@ def make_attention(bug: str | None = None):
     return attention_forward, attention_backward
 
 
-def make(bug: str | None = None):
-    """(forward, backward) with the planted ``bug`` (None: correct)."""
+def make(bug: str | None = None, *, n_heads: int = A, rope_base: float = 10000.0):
+    """(forward, backward) with the planted ``bug`` (None: correct); ``forward.logits`` /
+    ``backward.logits`` are the same model from the ids to the logits (the loss left out)."""
     attention_forward, attention_backward = make_attention("rope" if bug == "rope" else None)
 
     def rmsnorm(x, g):
@@ -127,47 +133,48 @@ def make(bug: str | None = None):
         dg = (dy * (x if bug == "rmsnorm" else xn)).sum((0, 1))
         return dx, dg
 
-    def forward(params, idx):
+    def logits_forward(params, idx):
         p = params
         B, T = idx.shape
         x = p["wte"][idx] + p["wpe"][:T]
         caches = []
-        for i in range(LAYERS):
+        for i in range(_layers(p)):
             b = f"h.{i}."
             n1, c1 = rmsnorm(x, p[b + "ln_1.g"])
             # the fused c_attn's column blocks are W_q, W_k, W_v (and its bias's)
             y, ca = attention_forward(
                 n1, *np.split(p[b + "attn.c_attn.w"], 3, -1), p[b + "attn.c_proj.w"],
-                *np.split(p[b + "attn.c_attn.b"], 3, -1), p[b + "attn.c_proj.b"], n_heads=A)
+                *np.split(p[b + "attn.c_attn.b"], 3, -1), p[b + "attn.c_proj.b"],
+                n_heads=n_heads, rope_base=rope_base)
             x = x + y
             n2, c2 = rmsnorm(x, p[b + "ln_2.g"])
             z = n2 @ p[b + "mlp.c_fc.w"] + p[b + "mlp.c_fc.b"]
             t = np.tanh(C * (z + 0.044715 * z**3))
             u = 0.5 * z * (1 + t)
             x = x + u @ p[b + "mlp.c_proj.w"] + p[b + "mlp.c_proj.b"]
-            caches.append((c1, ca, c2, n2, z, t, u))
+            caches.append((c1, ca, c2, n2, z, t, u, idx))
         logits = x @ p["lm_head.w"] + p["lm_head.b"]
-        zl = logits[:, :-1] - logits[:, :-1].max(-1, keepdims=True)
-        logp = zl - np.log(np.exp(zl).sum(-1, keepdims=True))
-        targets = idx[:, 1:]
-        loss = -np.take_along_axis(logp, targets[..., None], -1).mean()
-        return loss, (p, idx, x, logp, caches)
+        return logits, (p, x, caches)
+
+    def forward(params, idx):
+        logits, cache = logits_forward(params, idx)
+        loss, dloss_dlogits = next_token_loss(logits, idx)
+        return loss, (cache, dloss_dlogits)
 
     def backward(dloss, cache):
-        p, idx, x, logp, caches = cache
-        B, T = idx.shape
+        cache, dloss_dlogits = cache
+        return logits_backward(dloss_dlogits(dloss), cache)
+
+    def logits_backward(dlogits, cache):
+        p, x, caches = cache
+        T = x.shape[1]
         g = {}
-        dl = np.exp(logp)
-        np.put_along_axis(dl, idx[:, 1:, None],
-                          np.take_along_axis(dl, idx[:, 1:, None], -1) - 1, -1)
-        dlogits = np.zeros((B, T, V))
-        dlogits[:, :-1] = dl * dloss / (B * (T - 1))
         g["lm_head.w"] = np.einsum("bth,btv->hv", x, dlogits)
         g["lm_head.b"] = dlogits[:, -2].sum(0) if bug == "head_bias" else dlogits.sum((0, 1))
         dx = dlogits @ p["lm_head.w"].T
-        for i in reversed(range(LAYERS)):
+        for i in reversed(range(len(caches))):
             b = f"h.{i}."
-            c1, ca, c2, n2, z, t, u = caches[i]
+            c1, ca, c2, n2, z, t, u, _ = caches[i]
             g[b + "mlp.c_proj.w"] = np.einsum("btf,bth->fh", u, dx)
             g[b + "mlp.c_proj.b"] = dx.sum((0, 1))
             du = dx @ p[b + "mlp.c_proj.w"].T
@@ -183,12 +190,39 @@ def make(bug: str | None = None):
             dn1, g[b + "ln_1.g"] = rmsnorm_back(dn1, c1)
             dx = dx + dn1
         g["wte"] = np.zeros_like(p["wte"])
-        np.add.at(g["wte"], idx, dx)
+        np.add.at(g["wte"], caches[0][-1], dx)
         g["wpe"] = np.zeros_like(p["wpe"])
         g["wpe"][:T] = dx[0] if bug == "wpe" else dx.sum(0)
         return {k: g[k] for k in p}
 
+    forward.logits, backward.logits = logits_forward, logits_backward
     return forward, backward
+
+
+def _layers(p) -> int:
+    return sum(k.endswith("ln_1.g") for k in p)
+
+
+def next_token_loss(logits, labels, ignore_index: int = -100):
+    """Mean cross-entropy of logits[:, t] against labels[:, t + 1] over the labels that are not
+    ``ignore_index``; returns (loss, dloss -> dlogits), in the logits' dtype."""
+    B, T, V = logits.shape
+    targets = labels[:, 1:]
+    keep = targets != ignore_index
+    safe = np.where(keep, targets, 0)[..., None]
+    zl = logits[:, :-1] - logits[:, :-1].max(-1, keepdims=True)
+    logp = zl - np.log(np.exp(zl).sum(-1, keepdims=True))
+    n = logits.dtype.type(keep.sum())  # float32 stays float32
+    loss = -(np.take_along_axis(logp, safe, -1)[..., 0] * keep).sum() / n
+
+    def dlogits(dloss):
+        dl = np.exp(logp)
+        np.put_along_axis(dl, safe, np.take_along_axis(dl, safe, -1) - 1, -1)
+        out = np.zeros_like(logits)
+        out[:, :-1] = dl * keep[..., None] * (dloss / n)
+        return out
+
+    return loss, dlogits
 
 
 forward, backward = make()
@@ -209,3 +243,70 @@ ATTENTION_ROPE_BUG = attention_ops("rope")
 # the RoPE backward bug alone, for the command line (minibert check ...:MODEL_ROPE_BUG --model)
 _rope_forward, _rope_backward = make("rope")
 MODEL_ROPE_BUG = whole_model(forward=_rope_forward, backward=_rope_backward, params=init_params())
+
+
+# ------------------------------------------------------------------ the decoder row's adapter
+# The same model as the protocol's decoder row takes it (``minibert check
+# tests.examples.wm_decoder:DECODER --ops decoder``): the protocol's parameter names to ours
+# (c_attn holds W_q | W_k | W_v side by side, lm_head.w is [H, V]), the sizes and the RoPE base
+# from the config, the form declared (learned + RoPE positions, no final norm, a biased head).
+LAYER = {"ln1.gamma": "ln_1.g", "ln2.gamma": "ln_2.g", "attn.W_o": "attn.c_proj.w",
+         "attn.b_o": "attn.c_proj.b", "ffn.W_1": "mlp.c_fc.w", "ffn.b_1": "mlp.c_fc.b",
+         "ffn.W_2": "mlp.c_proj.w", "ffn.b_2": "mlp.c_proj.b"}
+TOP = {"embeddings.token.W": "wte", "embeddings.position.W": "wpe", "lm_head.b": "lm_head.b"}
+
+
+def _names(n_layers: int) -> dict:
+    """The protocol's name -> ours, for every tensor but c_attn's thirds and lm_head.w."""
+    return {**TOP, **{f"layers.{i}.{k}": f"h.{i}.{n}" for i in range(n_layers)
+                      for k, n in LAYER.items()}}
+
+
+def _ours(params):
+    names = _names(sum(k.endswith("ln1.gamma") for k in params))
+    p = {n: params[k] for k, n in names.items()}
+    p["lm_head.w"] = params["lm_head.W"].T
+    for i in range(_layers(p)):
+        for w in ("W", "b"):
+            p[f"h.{i}.attn.c_attn.{w.lower()}"] = np.concatenate(
+                [params[f"layers.{i}.attn.{w}_{q}"] for q in "qkv"], -1)
+    return p
+
+
+def _protocol(g):
+    out = {k: g[n] for k, n in _names(_layers(g)).items()}
+    out["lm_head.W"] = g["lm_head.w"].T
+    for i in range(_layers(g)):
+        for w in ("W", "b"):
+            thirds = np.split(g[f"h.{i}.attn.c_attn.{w.lower()}"], 3, -1)
+            out.update({f"layers.{i}.attn.{w}_{q}": t for q, t in zip("qkv", thirds)})
+    return out
+
+
+def decoder_ops(bug: str | None = None) -> SimpleNamespace:
+    """The protocol's decoder_forward / decoder_backward / decoder_loss_and_grads of the model
+    with the planted ``bug``, and its declaration."""
+
+    def decoder_forward(params, config, input_ids):
+        forward, backward = make(bug, n_heads=config.n_heads, rope_base=config.rope_base)
+        logits, cache = forward.logits(_ours(params), input_ids)
+        return logits, (backward, cache)
+
+    def decoder_backward(dlogits, cache):
+        return _protocol(cache[0].logits(dlogits, cache[1]))
+
+    def decoder_loss_and_grads(params, config, input_ids, labels=None):
+        logits, cache = decoder_forward(params, config, input_ids)
+        loss, dlogits = next_token_loss(logits, input_ids if labels is None else labels)
+        return loss, decoder_backward(dlogits(1.0), cache)
+
+    return SimpleNamespace(
+        decoder_forward=decoder_forward, decoder_backward=decoder_backward,
+        decoder_loss_and_grads=decoder_loss_and_grads,
+        CAPABILITIES={"decoder": {"position": "learned_rope", "final_norm": False,
+                                  "head_bias": True, "tied": False},
+                      "block": {"normalization": "rmsnorm"}, "attention": {"rope": "half"},
+                      "ffn": {"activation": "gelu_tanh"}, "key_mask": False})
+
+
+DECODER = decoder_ops()

@@ -72,3 +72,14 @@ def test_llama_linears_are_transposed_and_swiglu_is_gate_up_down():
         assert np.array_equal(state[f"{mlp}{theirs}.weight"], p[f"layers.1.{ours}"].T), ours
     assert np.array_equal(state["model.layers.0.self_attn.o_proj.weight"],
                           p["layers.0.attn.W_o"].T)
+
+
+@pytest.mark.parametrize("changes", [dict(position="learned_rope"), dict(position="sinusoidal"),
+                                     dict(position="none"), dict(final_norm=False),
+                                     dict(head_bias=True)])
+def test_a_form_hugging_face_lacks_is_refused(changes):
+    """No GPT-2 or LLaMA of transformers is a decoder of the ports' forms: the map says so
+    instead of mapping some of the tensors."""
+    with pytest.raises(ValueError, match=r"config: expected GPT-2's or LLaMA's form .* Hugging "
+                                         r"Face has no such model"):
+        hf_names(gpt2(**SIZES, **changes))

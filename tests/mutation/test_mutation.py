@@ -237,6 +237,9 @@ CAUGHT_BY_VARIANT_CHECKS = {
     "ffn_no_b2_zero_bias_grad": r"^fd\[ffn_nob2\]$",
     # a LLaMA without RoPE is a consistent model of its own: only transformers' LLaMA sees it
     "decoder_llama_without_rope": r"^oracle\.forward\[decoder\.hf-llama-f64\]$",
+    # likewise the learned + RoPE form without its RoPE: only the decoder composed in torch
+    "decoder_learned_rope_without_rope": r"^oracle\.forward\[decoder\.composed-learned_rope-f64\]$",
+    "decoder_head_bias_gradient_first_position": r"^fd\[decoder-sinusoidal-B2-T6\]$",
 }
 
 

@@ -133,3 +133,85 @@ def test_llama_parts_refuse_bad_keywords():
     out, _ = block_forward(x, p, n_heads=2, norm="pre", normalization="rmsnorm", ffn="swiglu",
                            rope="half", causal=True)
     assert out.shape == x.shape
+
+
+# --------------------------------------------------------------------------- the ports' forms
+def test_config_refuses_forms_no_decoder_has():
+    with pytest.raises(ValueError, match=r"position: expected 'learned', 'rope', 'learned_rope', "
+                                         r"'sinusoidal' or 'none', got 'alibi'"):
+        gpt2(position="alibi")
+    with pytest.raises(ValueError, match="final_norm: expected True or False, got 0"):
+        gpt2(final_norm=0)
+    with pytest.raises(ValueError, match="head_bias: expected True or False, got 'yes'"):
+        gpt2(head_bias="yes")
+    with pytest.raises(ValueError, match="d_k = hidden / n_heads must be even"):
+        gpt2(position="learned_rope", hidden=6, n_heads=2)
+
+
+def test_the_forms_parameters():
+    """A position table with learned positions only (with or without RoPE), the final norm's
+    parameters only with it, the head's bias [V] only with it (tied or untied)."""
+    ports = TINY.replace(position="learned_rope", final_norm=False, head_bias=True,
+                         tie_embeddings=False)
+    shapes = D.param_shapes(ports)
+    assert shapes["embeddings.position.W"] == (6, 8) and shapes["lm_head.b"] == (7,)
+    assert shapes["lm_head.W"] == (7, 8) and not any(n.startswith("final_ln") for n in shapes)
+    for position in ("sinusoidal", "none", "rope"):
+        assert "embeddings.position.W" not in D.param_shapes(TINY.replace(position=position))
+    tied = D.param_shapes(TINY.replace(head_bias=True))
+    assert tied["lm_head.b"] == (7,) and "lm_head.W" not in tied
+    assert list(D.param_shapes(TINY)) == list(D.param_shapes(gpt2(
+        n_layers=1, hidden=8, n_heads=2, intermediate=12, max_len=6, vocab_size=7,
+        final_norm=True, head_bias=False)))  # the defaults are GPT-2's form, unchanged
+
+
+def _logits(config, params, ids):
+    return D.decoder_forward(params, config, ids)[0]
+
+
+def test_each_form_is_the_standard_one_at_equal_values():
+    """Identities between forms, written from their definitions (not from the code): the
+    sinusoidal form is the learned one with the table set to the sin/cos encoding; learned +
+    RoPE with a zero table is RoPE alone; a head bias adds b to every position's logits; no
+    positions is learned positions with a zero table."""
+    from minibert_reference.ops import sinusoidal_encoding
+
+    ids = np.random.default_rng(1).integers(0, 7, size=(2, 5))
+    p = D.init_params(TINY, seed=1, dtype=np.float64)
+    pe = sinusoidal_encoding(6, 8)
+    table = {**p, "embeddings.position.W": pe}
+    sin = TINY.replace(position="sinusoidal")
+    np.testing.assert_allclose(_logits(sin, {k: v for k, v in p.items()
+                                             if k != "embeddings.position.W"}, ids),
+                               _logits(TINY, table, ids), rtol=0, atol=1e-12)
+    zero = {**p, "embeddings.position.W": np.zeros((6, 8))}
+    no_table = {k: v for k, v in p.items() if k != "embeddings.position.W"}
+    np.testing.assert_allclose(_logits(TINY.replace(position="none"), no_table, ids),
+                               _logits(TINY, zero, ids), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(_logits(TINY.replace(position="learned_rope"), zero, ids),
+                               _logits(TINY.replace(position="rope"), no_table, ids),
+                               rtol=0, atol=1e-12)
+    b = np.random.default_rng(2).standard_normal(7)
+    np.testing.assert_allclose(_logits(TINY.replace(head_bias=True), {**p, "lm_head.b": b}, ids),
+                               _logits(TINY, p, ids) + b, rtol=0, atol=1e-12)
+
+
+def test_without_the_final_norm_the_head_reads_the_last_block():
+    """No final norm: the logits are the last block's output times the head (the blocks run
+    here through the public block op), not the normed model's."""
+    from minibert_reference.ops import block_forward
+
+    config = TINY.replace(final_norm=False, tie_embeddings=False)
+    p = D.init_params(config, seed=3, dtype=np.float64)
+    ids = np.array([[1, 2, 3, 4], [4, 4, 0, 6]])
+    x = p["embeddings.token.W"][ids] + p["embeddings.position.W"][:4]
+    for i in range(config.n_layers):
+        layer = {k[len(f"layers.{i}."):]: v for k, v in p.items() if k.startswith(f"layers.{i}.")}
+        x, _ = block_forward(x, layer, n_heads=2, eps=config.ln_eps, activation="gelu_tanh",
+                             norm="pre", causal=True)
+    logits, cache = D.decoder_forward(p, config, ids)
+    np.testing.assert_allclose(logits, x @ p["lm_head.W"].T, rtol=0, atol=1e-12)
+    assert cache.final is None
+    normed = TINY.replace(tie_embeddings=False)
+    q = {**p, "final_ln.gamma": np.ones(8), "final_ln.beta": np.zeros(8)}
+    assert not np.allclose(_logits(normed, q, ids), logits)

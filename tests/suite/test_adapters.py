@@ -294,7 +294,8 @@ def test_adapter_new_lists_every_name_and_capability_and_imports(tmp_path, capsy
     for op, options in VARIANTS.items():  # every option, every value with its meaning
         assert f"# {op!r}: {{  # {accepted(op)}" in text, op
         for name, option in options.items():
-            assert f"{name!r}: {option.default!r},  # {accepted(op, name)}" in text
+            standard = option.standard or option.default  # what declaring nothing means
+            assert f"{name!r}: {standard!r},  # {accepted(op, name)}" in text
             for value in option.values:
                 assert f"{value!r}: {option.meaning[value]}" in text, (op, name, value)
     # it is Python that imports (every row commented out) once the module exists

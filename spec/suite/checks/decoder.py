@@ -3,16 +3,24 @@
 whole model (its forward/backward under a random upstream gradient, and its next-token loss),
 float64, random weights; the gradient's bookkeeping, causality, the tied table's two shares,
 purity and float32.  Fixed checks written by hand, as the encoder's (a model is no op pair
-with a case family); the transformers oracle is spec/suite/checks/oracle_decoder.py.
+with a case family); the torch oracles (transformers, the composed decoder) are
+spec/suite/checks/oracle_decoder.py.
 
-A decoder is checked as its parts declare: each *form* (GPT-2, LLaMA) is a preset of
-minibert_reference.config, some of whose options it needs (GPT-2's LayerNorm, LLaMA's RMSNorm and
-SwiGLU: :data:`FORMS`) and the others it takes from the implementation's declarations, through
-the one variant table (:func:`decoder_config`): a GPT-2 without biases declares
-``attention_bias: False`` and ``ffn: {b_1: False, b_2: False}`` and is checked without them.
+A decoder is checked as its parts declare: each *form* (GPT-2, LLaMA, and the forms ports
+write: learned + RoPE positions, sinusoidal positions, none) is a preset of
+minibert_reference.config, some of whose options it needs (GPT-2's LayerNorm and learned
+positions, LLaMA's RMSNorm, SwiGLU and RoPE: :data:`FORMS`) and the others it takes from the
+implementation's declarations, through the one variant table (:func:`decoder_config`): a GPT-2
+without biases declares ``attention_bias: False`` and ``ffn: {b_1: False, b_2: False}`` and is
+checked without them; a decoder with learned + RoPE positions, no final norm and a biased head
+of its own declares ``decoder: {position: "learned_rope", final_norm: False, head_bias: True,
+tied: False}`` and is checked in that form (:data:`PREFERS`: what a form takes where the
+implementation declares several).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -27,11 +35,40 @@ from minibert_spec.protocol.variants import with_pinned_config
 from minibert_spec.suite.registry import check
 from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
-# form -> (preset, what the form needs declared): the rest follows the declarations
+# Hugging Face's two forms: their positions (each form's own), the final norm, a head without bias
+_HF = {"decoder.final_norm": True, "decoder.head_bias": False}
+# form -> (preset, what the form needs declared, the decoder's own first: an implementation of
+# another form reads which one it declares): the rest follows the declarations.  The forms
+# after GPT-2 and LLaMA are those ports write, which transformers has no model of (their
+# oracle is the decoder composed in torch: spec/suite/checks/oracle_decoder.py)
 FORMS = {
-    "gpt2": (gpt2, {"block.normalization": "layernorm"}),
-    "llama": (llama, {"block.normalization": "rmsnorm", "block.ffn": "swiglu"}),
+    "gpt2": (gpt2, {"decoder.position": "learned", **_HF, "block.normalization": "layernorm"}),
+    "llama": (llama, {"decoder.position": "rope", **_HF, "block.normalization": "rmsnorm",
+                      "block.ffn": "swiglu"}),
+    # a GPT port adding RoPE (tests/examples/wm_decoder.py): the table and rotary q/k, RMSNorm
+    "learned_rope": (partial(llama, position="learned_rope", ffn="mlp"),
+                     {"decoder.position": "learned_rope", "block.normalization": "rmsnorm",
+                      "block.ffn": "mlp"}),
+    # the NumPy-Transformer documents' positions in a GPT-2
+    "sinusoidal": (partial(gpt2, position="sinusoidal"),
+                   {"decoder.position": "sinusoidal", "block.normalization": "layernorm"}),
+    # no positions (NoPE) in a LLaMA
+    "nope": (partial(llama, position="none"),
+             {"decoder.position": "none", "block.normalization": "rmsnorm",
+              "block.ffn": "swiglu"}),
 }
+# form -> the decoder options it takes where the implementation declares them (else the first
+# it declares): GPT-2 tied, LLaMA untied; the ports' forms each away from the standard in
+# what they are about (no final norm, a head bias), so that every declared option is run
+PREFERS = {
+    "gpt2": {"tied": True},
+    "llama": {"tied": False},
+    "learned_rope": {"tied": False, "final_norm": False, "head_bias": True},
+    "sinusoidal": {"tied": True, "final_norm": True, "head_bias": True},
+    "nope": {"tied": False, "final_norm": False, "head_bias": False},
+}
+# the decoder options of the declarations -> the config's fields
+_OPTION_FIELDS = {"tied": "tie_embeddings", "final_norm": "final_norm", "head_bias": "head_bias"}
 # small enough for finite differences of every tensor in milliseconds, every piece present:
 # d_k even (RoPE), H >= 3 (a LayerNorm over 2 features has a zero Jacobian), repeated ids
 SIZES = dict(n_layers=2, hidden=8, n_heads=2, intermediate=12, max_len=8, vocab_size=11)
@@ -45,21 +82,23 @@ EQUATIONS = ("decoder.forward", "decoder.backward", "decoder.tied")
 
 def decoder_config(impl, form: str, **changes) -> DecoderConfig:
     """The form's preset at SIZES with what the implementation declares: attention biases
-    (the attention_bias claim), the feed-forward part's biases as it has them (GPT-2's FFN:
-    ffn.b_1 and b_2, both or neither; LLaMA's SwiGLU: swiglu.bias); for GPT-2 the MLP's
-    activation (gelu_new where declared, else its first) and the head (tied where declared);
-    for LLaMA the RoPE convention (Hugging Face's half-split where declared, else the
-    interleaved pairs) and the head (its own where declared, else tied)."""
+    (the attention_bias claim), the feed-forward part's biases as it has them (an MLP's:
+    ffn.b_1 and b_2, both or neither; LLaMA's SwiGLU: swiglu.bias); for an MLP its activation
+    (gelu_new where declared, else its first); with RoPE its convention (Hugging Face's
+    half-split where declared, else the interleaved pairs); the head (tied or not), the final
+    norm and the head's bias as the form prefers where declared (:data:`PREFERS`)."""
     preset, _ = FORMS[form]
     caps = capabilities(impl)
-    if form == "llama":
+    chosen = {field: _preferred(caps["decoder"][option], PREFERS[form].get(option))
+              for option, field in _OPTION_FIELDS.items()}
+    if preset().rope:
         conventions = [c for c in ("half", "interleaved") if c in caps["attention"]["rope"]]
         if not conventions:
             raise NotApplicable(not_claimed_message(_label(impl), "RoPE (it declares "
                                                     "attention.rope=None only)"))
-        chosen = dict(mlp_bias=bool(resolve_variant(caps, "swiglu")["bias"]),
-                      rope_convention=conventions[0],
-                      tie_embeddings=False not in caps["decoder"]["tied"])
+        chosen["rope_convention"] = conventions[0]
+    if preset().ffn == "swiglu":
+        chosen["mlp_bias"] = bool(resolve_variant(caps, "swiglu")["bias"])
     else:
         ffn = resolve_variant(caps, "ffn")
         mlp_bias = bool(ffn["b_1"] and ffn["b_2"])
@@ -68,11 +107,16 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
             raise NotApplicable(not_claimed_message(_label(impl), missing + " (a decoder's "
                                                     "FFN has both biases or neither)"))
         acts = caps["ffn"]["activation"]
-        chosen = dict(mlp_bias=mlp_bias, tie_embeddings=True in caps["decoder"]["tied"],
+        chosen.update(mlp_bias=mlp_bias,
                       activation="gelu_tanh" if "gelu_tanh" in acts else acts[0])
     config = preset(**{**SIZES, **NUMBERS, "attn_bias": bool(caps["attention_bias"]), **chosen,
                        **changes})
     return with_pinned_config(caps, config)  # a LayerNorm eps fixed in the code: at it
+
+
+def _preferred(declared: tuple, prefer):
+    """The value a form prefers where it is declared, else the first declared."""
+    return prefer if prefer in declared else declared[0]
 
 
 def _label(impl) -> str:

@@ -14,6 +14,11 @@ The loss is Hugging Face's own shift (position t predicts label t + 1; a label o
 predicted) taken on the model's logits in the case's dtype: ``ForCausalLMLoss`` upcasts the
 logits to float32 (``logits.float()``), so ``model(labels=...)``'s loss of a float64 model is
 float32 -- 1e-7 off, which would hide nothing and fail everything.
+
+The decoder forms transformers has no model of (learned + RoPE, sinusoidal or no positions, no
+final norm, a head bias: the ports' forms of spec/suite/checks/decoder.py) meet the decoder
+composed from torch's functions instead (:func:`composed_decoder`, ``decoder.composed``
+checks), compared the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ to = lazy_module("minibert_spec.suite.torch_oracle")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DTYPES = (("f64", np.float64), ("f32", np.float32))
+# the decoder forms transformers has a model of; the ports' forms (learned + RoPE, sinusoidal or
+# no positions, no final norm, a head bias) have none: they meet the decoder composed from
+# torch's own functions instead (:func:`composed_decoder`, the decoder.composed checks)
+ORACLE_FORMS = ("gpt2", "llama")
+COMPOSED_FORMS = tuple(form for form in FORMS if form not in ORACLE_FORMS)
 # what transformers' model of each form can be: LLaMA rotates Hugging Face's half-split pairs
 # (GPT-2 without biases is transformers' GPT-2 with zero biases: hf_model)
 ORACLE_NEEDS = {"llama": {"attention.rope": "half"}}
@@ -147,7 +157,8 @@ def exactly_zero(name: str) -> bool:
        requires=("torch", "transformers"),
        equations=("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
        needs=lambda kw: {**FORMS[kw["form"]][1], **ORACLE_NEEDS.get(kw["form"], {})},
-       cases=[(f"{form}-{d}", dict(form=form, dtype=t)) for form in FORMS for d, t in DTYPES])
+       cases=[(f"{form}-{d}", dict(form=form, dtype=t)) for form in ORACLE_FORMS
+              for d, t in DTYPES])
 def decoder_against_transformers(impl, part, form, dtype):
     """Random weights copied into transformers' model of the form: logits (every position)
     and the next-token loss ("forward"), every parameter gradient ("backward")."""
@@ -167,3 +178,87 @@ def decoder_against_transformers(impl, part, form, dtype):
         f"{label}: gradient keys {sorted(grads)} differ from the parameters' {sorted(params)}")
     to.assert_gradients(label, grads, theirs["grads"], reversed(list(params)), dtype,
                         exactly_zero, against="transformers")
+
+
+# --------------------------------------------------------------------------- the ports' forms
+def composed_decoder(params: dict, config, ids):
+    """The decoder of ``config`` composed from torch's functions (the suite's twins: F.embedding,
+    the learned or sinusoidal table, the causal attention with RoPE where the config has it,
+    F.layer_norm / F.rms_norm, the MLP or LLaMA's own MLP, F.linear for the head and its bias):
+    logits [B, T, V] of torch tensors ``params``."""
+    x = to.embedding(ids, params["embeddings.token.W"])
+    if config.position_table:
+        x = to.learned_position(x, params["embeddings.position.W"])
+    elif config.position == "sinusoidal":
+        x = to.sinusoidal_position(x)
+    rope = config.rope_convention if config.rope else None
+    for i in range(config.n_layers):
+        p = {k[len(f"layers.{i}."):]: v for k, v in params.items()
+             if k.startswith(f"layers.{i}.")}
+        x = _composed_layer(x, p, config, rope)
+    if config.final_norm:
+        x = _normed(x, params, "final_ln", config)
+    table = params["embeddings.token.W" if config.tie_embeddings else "lm_head.W"]
+    return torch.nn.functional.linear(x, table, params.get("lm_head.b"))
+
+
+def _normed(x, p: dict, name: str, config):
+    F, H = torch.nn.functional, x.shape[-1]
+    if config.normalization == "rmsnorm":
+        return F.rms_norm(x, (H,), p[f"{name}.gamma"], config.ln_eps)
+    return F.layer_norm(x, (H,), p[f"{name}.gamma"], p[f"{name}.beta"], config.ln_eps)
+
+
+def _composed_layer(x, p: dict, config, rope):
+    """One causal pre-norm layer: x + attention(norm1(x)), then + FFN(norm2(.))."""
+    h = x + to.attention(_normed(x, p, "ln1", config),
+                         *(p.get(f"attn.{n}") for n in ("W_q", "W_k", "W_v", "W_o", "b_q",
+                                                          "b_k", "b_v", "b_o")),
+                         n_heads=config.n_heads, causal=True, rope=rope,
+                         rope_base=config.rope_base)
+    n = _normed(h, p, "ln2", config)
+    if config.ffn == "swiglu":
+        return h + to.swiglu(n, *(p.get(f"swiglu.{w}") for w in ("W_1", "W_2", "W_3", "b_1",
+                                                                  "b_2", "b_3")))
+    return h + to.ffn(n, p["ffn.W_1"], p.get("ffn.b_1"), p["ffn.W_2"], p.get("ffn.b_2"),
+                      config.activation)
+
+
+def composed_run(config, params: dict, ids, labels) -> dict:
+    """logits, the next-token loss (transformers' shift) and every gradient, from torch."""
+    tp = {k: to.tensor(v, requires_grad=True) for k, v in params.items()}
+    logits = composed_decoder(tp, config, torch.from_numpy(ids))
+    loss = hf_shift_loss(logits, torch.from_numpy(labels))
+    loss.backward()
+    return dict(logits=logits.detach().numpy(), loss=loss.detach().numpy(),
+                grads={k: t.grad.numpy() for k, t in tp.items()})
+
+
+@check("oracle.forward|oracle.backward", "decoder.composed", kinds_arg="part", ops=("decoder",),
+       requires=("torch", "transformers"),
+       equations=("decoder.forward", "decoder.backward", "decoder.causal"),
+       needs=lambda kw: FORMS[kw["form"]][1],
+       cases=[(f"{form}-{d}", dict(form=form, dtype=t)) for form in COMPOSED_FORMS
+              for d, t in DTYPES])
+def decoder_against_composed_torch(impl, part, form, dtype):
+    """The forms transformers has no model of, against the decoder composed from torch's
+    functions: logits (every position) and the next-token loss ("forward"), every parameter
+    gradient ("backward"), as the transformers checks compare them."""
+    config = decoder_config(impl, form)
+    params = decoder_params(config, 6, dtype, weight_scale=15.0)
+    ids, labels = decoder_batch(config, 3, 7, 6)
+    theirs = composed_run(config, params, ids, labels)
+    label = f"decoder[{form}]"
+    if part == "forward":
+        logits, _ = impl.decoder_forward(params, config, ids)
+        to.assert_oracle(f"{label} logits", logits, theirs["logits"], dtype)
+        loss, _ = impl.decoder_loss_and_grads(params, config, ids, labels)
+        to.assert_oracle(f"{label} loss", np.asarray(loss), theirs["loss"], dtype)
+        return
+    _, grads = impl.decoder_loss_and_grads(params, config, ids, labels)
+    assert set(grads) == set(params), (
+        f"{label}: gradient keys {sorted(grads)} differ from the parameters' {sorted(params)}")
+    # the key bias's exact gradient is 0 without RoPE only: turned by position, it is not a
+    # shift along the keys
+    to.assert_gradients(label, grads, theirs["grads"], reversed(list(params)), dtype,
+                        lambda name: exactly_zero(name) and not config.rope, against="torch")
