@@ -6,6 +6,7 @@ one line.  No time is asserted: only that the measurements exist and agree with 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -18,6 +19,8 @@ from minibert_spec.benchverdict import (
     user_cases,
 )
 from minibert_spec.cli import main
+from tests import ROOT
+from tests.suite.many_submissions import TEMPLATES
 
 
 def _report(outcome: str, message: str = "") -> dict:
@@ -146,17 +149,21 @@ def test_bad_input_is_refused_in_one_line(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.slow  # the slow tier (conftest.py): eight minibert check processes
-def test_bench_verdict_times_a_buggy_implementation_end_to_end(tmp_path):
+@pytest.mark.slow  # the slow tier (conftest.py): six minibert check processes
+def test_bench_verdict_times_a_buggy_implementation_end_to_end(tmp_path, monkeypatch):
+    # a student's two ops, LayerNorm's backward wrong: six whole runs of a full implementation
+    # cost two minutes of the slow tier and timed nothing more
+    (tmp_path / "bench_buggy.py").write_text(TEMPLATES["buggy"])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
     out = tmp_path / "verdict.json"
-    rc = main(["bench", "--verdict", "tests.examples.broken_impl", "--rounds", "2",
+    rc = main(["bench", "--verdict", "bench_buggy", "--rounds", "2",
                "--format", "json", "-o", str(out), "--allow-noisy"])  # this machine may be busy
     assert rc == 0
     result = json.loads(out.read_text())
-    whole = result["cases"]["tests.examples.broken_impl (warm)"]
-    cold = result["cases"]["tests.examples.broken_impl (cold)"]
+    whole = result["cases"]["bench_buggy (warm)"]
+    cold = result["cases"]["bench_buggy (cold)"]
     assert cold["exit"] == ["1"] and cold["wall_s"]["n"] == 2
-    first = result["cases"]["tests.examples.broken_impl --first-red"]
+    first = result["cases"]["bench_buggy --first-red"]
     assert whole["exit"] == first["exit"] == ["1"]  # red both ways, in both rounds
     assert whole["wall_s"]["n"] == first["wall_s"]["n"] == 2
     assert not any("verdicts differ" in p for p in result["problems"]), result["problems"]
