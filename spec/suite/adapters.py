@@ -51,7 +51,10 @@ function of the op-table row)::
   and the gradient read back (an attribute, or a value the backward returned) is transposed
   to the protocol's layout;
 * ``fixed={"approximate": "tanh"}``: the class computes this one value of a protocol
-  argument (a tanh-only GELU): a call with another value is not applicable, naming it;
+  argument (a tanh-only GELU): a call with another value is not applicable, naming it, and a
+  call leaving the keyword out is that value.  A variant's argument (``fixed={"activation":
+  "gelu_tanh"}``, ``{"causal": True}``) goes with the same one form in ``CAPABILITIES``
+  (``{"ffn": {"activation": "gelu_tanh"}}``); any other declaration is refused, naming both;
 * ``accumulate=True``: the layer *adds* into its gradient attributes (``+=``): they are set to
   zeros of the parameter's shape and dtype before each backward, and the suite checks the
   declaration (``invariant[<op>.grad_accumulates]``: two backward calls sum);
@@ -216,6 +219,7 @@ class LayerSpec:
     output: int | None = None
     transposed: tuple[str, ...] = ()
     single_use: bool = False
+    fixed: Mapping = field(default_factory=dict)
 
     @property
     def attribute_grads(self) -> dict[str, str]:
@@ -340,9 +344,10 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
     if unknown:
         raise ValueError(f"layer({op!r}): fixed names {unknown}, not arguments of the "
                          f"protocol's {OPS[op].pair[0]}{fsig}")
+    fsig = _pinned(fsig, fixed)
     used = set(wanted) | set(params) | set(inputs) | set(fixed) | ({dict_arg} if mapped else set())
     spec = LayerSpec(op, new, params, grads, inputs, forward, backward, accumulate, upstream,
-                     again, output, transposed, single_use)
+                     again, output, transposed, single_use, fixed)
     for name in again:
         root = path_parts(name)[0]
         if root not in ("dout", "layer", "out", "forward") and root not in names:
@@ -433,6 +438,16 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
 
 
 _OMITTED = object()  # a keyword-only argument the call left out (see _bind)
+
+
+def _pinned(fsig: inspect.Signature, fixed: Mapping) -> inspect.Signature:
+    """The protocol signature with each ``fixed`` argument defaulting to its one value: the
+    class computes that form, so a call leaving the keyword out (the suite's call for a single
+    declared form, ``CAPABILITIES["ffn"] = {"activation": "gelu_tanh"}``) asks for it."""
+    return fsig.replace(parameters=[
+        p.replace(default=fixed[p.name]) if p.name in fixed and
+        (p.kind is p.KEYWORD_ONLY or p.default is not p.empty) else p
+        for p in fsig.parameters.values()])
 
 
 def _paths(value) -> tuple[str, ...]:
