@@ -55,6 +55,14 @@ function of the op-table row)::
   call leaving the keyword out is that value.  A variant's argument (``fixed={"activation":
   "gelu_tanh"}``, ``{"causal": True}``) goes with the same one form in ``CAPABILITIES``
   (``{"ffn": {"activation": "gelu_tanh"}}``); any other declaration is refused, naming both;
+* ``mask=``: an attention or block class takes its own mask format (an additive float mask
+  ``[B, 1, T, T]`` of 0 and -1e9, a boolean ``[B, T, T]``, a padding mask beside its own causal
+  one): a converter from the suite's ``[B, T]`` key mask (1 = attend, 0 = padded; or None) and
+  ``causal``, naming what it needs among ``mask, causal, T, dtype`` (``mask=lambda mask,
+  causal, T, dtype: ...``), whose result is passed as the input ``"mask"`` (appended to
+  ``inputs`` unless placed there).  The keywords it names are taken (a mask it does not name
+  stays *not applicable*); a converter that raises, returns None for a mask, or a shape no
+  ``[B, T]`` keys' mask has is a red naming it (``minibert_spec.suite.adapter_masks``);
 * ``accumulate=True``: the layer *adds* into its gradient attributes (``+=``): they are set to
   zeros of the parameter's shape and dtype before each backward, and the suite checks the
   declaration (``invariant[<op>.grad_accumulates]``: two backward calls sum);
@@ -91,6 +99,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minibert_spec.protocol import OPS, NotApplicable
+from minibert_spec.suite.adapter_masks import mask_converter
 
 __all__ = ["layer", "optimizer", "LayerSpec", "StandInModel", "get_path", "set_path"]
 
@@ -301,7 +310,8 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
           accumulate: bool = False, upstream: bool = True, again: tuple[str, ...] = (),
           output: int | None = None, transposed: tuple[str, ...] = (),
           single_use: bool = False, fixed: Mapping | None = None,
-          parts: Mapping[str, tuple[str, Callable]] | None = None) -> tuple[Callable, Callable]:
+          parts: Mapping[str, tuple[str, Callable]] | None = None,
+          mask: Callable | None = None) -> tuple[Callable, Callable]:
     """``(X_forward, X_backward)`` of op ``op`` backed by a fresh class-style layer per call
     (see the module's docstring for every argument)."""
     fsig = protocol_signature(op, "forward")
@@ -345,7 +355,17 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
         raise ValueError(f"layer({op!r}): fixed names {unknown}, not arguments of the "
                          f"protocol's {OPS[op].pair[0]}{fsig}")
     fsig = _pinned(fsig, fixed)
+    converter = None
+    if mask is not None:  # the class's own mask made from the protocol's mask and causal
+        if "mask" not in names or "causal" not in names:
+            raise ValueError(f"layer({op!r}): mask= converts the protocol's mask and causal; "
+                             f"expected an op whose forward takes both, got {OPS[op].pair[0]}"
+                             f"{fsig}")
+        converter = mask_converter(op, mask)
     used = set(wanted) | set(params) | set(inputs) | set(fixed) | ({dict_arg} if mapped else set())
+    if converter is not None:  # what it reads is taken; a mask it ignores stays n/a
+        used |= set(converter.names) & {"mask", "causal"}
+        inputs += () if "mask" in inputs else ("mask",)
     spec = LayerSpec(op, new, params, grads, inputs, forward, backward, accumulate, upstream,
                      again, output, transposed, single_use, fixed)
     for name in again:
@@ -377,6 +397,8 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
                                     f"(params maps no path to {', '.join(extra)})")
             a = {**a, **{k: a[dict_arg].get(k) for k in mapped}}
         own = {n: spec._layout(n, v) for n, v in a.items()}  # the layer's layout
+        if converter is not None:  # inputs' "mask": the class's own format
+            own["mask"] = converter(a.get("mask"), a.get("causal", False), a[names[0]])
         obj = new(**{n: own[n] for n in wanted if n in own})
         for n, paths in params.items():
             if a[n] is None and n not in wanted and any(_has_slot(obj, q) for q in _paths(paths)):
