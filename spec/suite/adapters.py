@@ -83,8 +83,12 @@ each shape real code has: ``step(params, grads)`` on a dict it is given; an opti
 its parameters (``params="params"``: ``step(grads)``); one over parameter objects whose step()
 reads ``p.grad`` (``params="parameters", value="data", grad="grad"``); one bound to a model
 (``bound=True``: ``new(model)`` gets a stand-in model holding the parameters and gradients);
-and a trainer's per-name update method (``each="_adam_update"``).  The protocol's
-``adam_step`` is pure: a deep copy of the optimizer per step.
+and a trainer's per-name update method (``each="_adam_update"``).  Hyperparameters handed to
+the step rather than set as attributes are ``hyper`` entries ending in ``=`` (``{"lr": "lr="}``:
+``opt.step(params, grads, lr=lr_t)``); a step counter the training loop keeps is ``t="t="``
+(passed as that keyword) or ``"t"`` in ``each_args``, with its convention ``first_t=1`` or ``0``
+(its value at the first step), the suite counting the steps.  The protocol's ``adam_step`` is
+pure: a deep copy of the optimizer per step (``minibert_spec.suite.adapter_optim``).
 """
 
 from __future__ import annotations
