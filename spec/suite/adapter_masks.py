@@ -45,6 +45,12 @@ class MaskConverter:
         where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
         return f"{name}{where}"
 
+    def carries(self, mask, causal: bool) -> bool:
+        """What the converter reads masks something: a key mask it names, or causal it names
+        (a class that builds its own causal mask is not asked for it)."""
+        return ("mask" in self.names and mask is not None) or \
+            ("causal" in self.names and bool(causal))
+
     def __call__(self, mask, causal: bool, x):
         """The class's mask for a call with ``mask`` and ``causal`` on the input ``x [B, T,
         H]``."""
@@ -61,11 +67,12 @@ class MaskConverter:
                 f"{type(e).__name__}{': ' + text if text else ''} (called with {called})"
             ) from e
         if out is None:
-            if mask is None and not causal:
-                return None  # nothing to mask: the class's own "no mask"
+            if not self.carries(mask, causal):
+                return None  # nothing it reads to mask: the class's own "no mask"
             raise MaskConverterError(
                 f"layer({self.op!r}): the mask converter {self.label} returned None for "
-                f"{called}: expected the class's mask (None only without mask and causal)")
+                f"{called}: expected the class's mask (None only when what it reads masks "
+                f"nothing)")
         shape = np.shape(out)
         if not fits(shape, B, T):
             raise MaskConverterError(

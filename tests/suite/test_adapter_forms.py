@@ -288,3 +288,41 @@ def _example(name, bugs, monkeypatch):
     impl = importlib.import_module(f"tests.examples.{name}")
     monkeypatch.setattr(impl, "BUGS", bugs)
     return impl
+
+
+class PaddingOnly:
+    """A decoder's attention that builds its own causal mask and takes the key padding alone
+    (``forward(x, pad)``, pad [B, T] of 1/0): ``fixed={"causal": True}, mask=lambda mask:
+    mask``."""
+
+    def __init__(self, n_embd, n_head):
+        from tests.examples.realstyle_causal_attn import CausalSelfAttention, additive_mask
+
+        self.inner, self.additive = CausalSelfAttention(n_embd, n_head), additive_mask
+
+    def forward(self, x, pad):
+        T = x.shape[-2]
+        return self.inner.forward(x, self.additive(pad, True, T, x.dtype))
+
+    def backward(self, dout):
+        return self.inner.backward(dout)
+
+
+def test_a_class_with_its_own_causal_mask_takes_the_padding_alone():
+    m = types.ModuleType("padding_only")
+    m.CAPABILITIES = {"attention": {"causal": True}}
+    m.attention_forward, m.attention_backward = layer(
+        "attention", lambda W_q, n_heads: PaddingOnly(W_q.shape[0], n_heads),
+        params={n: f"inner.{n}" for n in ATTN}, grads={n: f"inner.d{n}" for n in ATTN},
+        fixed={"causal": True}, mask=lambda mask: mask)
+    assert capabilities(m)["attention"]["causal"] == (True,)
+    mask = np.array([[1, 1, 0], [1, 0, 1]])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4))
+    p = {n: rng.standard_normal((4, 4) if n[0] == "W" else (4,)) for n in ATTN}
+    y, _ = m.attention_forward(x, **p, n_heads=2, mask=mask)  # no causal=: the declared form
+    want, _ = R.attention_forward(x, *(p[n] for n in ATTN), n_heads=2, mask=mask, causal=True)
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+    report = check_implementation(m, ops=["attention"], kinds=["fd"], quick=True)
+    assert report.verdicts()["attention"] == "ok", report.summary()
+    assert {r.id: r.outcome for r in report.results}["fd[attention_causal_mask]"] == "passed"
