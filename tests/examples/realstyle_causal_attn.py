@@ -78,7 +78,7 @@ class CausalSelfAttention:
         return dx
 
 
-# ----------------------------------------------------------------- the adapter
+# ----------------------------------------------------------------------------- the adapter
 def additive_mask(mask, causal, T, dtype):
     """The training loop's mask: 0 where a query may attend a key, NEG elsewhere."""
     keep = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)

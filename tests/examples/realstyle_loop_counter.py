@@ -34,6 +34,7 @@ class Trainer:
         p -= lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
+# ----------------------------------------------------------------------------- the adapter
 adam_init, adam_step = optimizer(
     Trainer, hyper={"lr": "lr=", "beta1": "beta1", "beta2": "beta2", "eps": "eps"}, m="m", v="v",
     each="adam_update", each_args=("name", "param", "grad", "t"), first_t=0)

@@ -37,5 +37,6 @@ class Adam:
             params[k] -= lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
+# ----------------------------------------------------------------------------- the adapter
 adam_init, adam_step = optimizer(Adam, hyper={"lr": "lr=", ("beta1", "beta2"): "betas",
                                               "eps": "eps"}, m="m", v="v", t="t=", first_t=1)

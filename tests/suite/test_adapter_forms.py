@@ -326,3 +326,12 @@ def test_a_class_with_its_own_causal_mask_takes_the_padding_alone():
     report = check_implementation(m, ops=["attention"], kinds=["fd"], quick=True)
     assert report.verdicts()["attention"] == "ok", report.summary()
     assert {r.id: r.outcome for r in report.results}["fd[attention_causal_mask]"] == "passed"
+
+
+@pytest.mark.parametrize("name", ["realstyle_causal_attn", "realstyle_step_kwargs",
+                                  "realstyle_loop_counter"])
+def test_the_new_forms_adapters_are_a_few_lines(name):
+    from tests import ROOT
+    from tests.suite.test_adapters import _adapter_lines
+
+    assert _adapter_lines(ROOT / "tests" / "examples" / f"{name}.py") <= 15
