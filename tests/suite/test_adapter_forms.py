@@ -335,3 +335,15 @@ def test_the_new_forms_adapters_are_a_few_lines(name):
     from tests.suite.test_adapters import _adapter_lines
 
     assert _adapter_lines(ROOT / "tests" / "examples" / f"{name}.py") <= 15
+
+
+def test_a_converter_shows_the_keywords_it_reads_in_the_adapted_signature():
+    """causal= is hidden from a class layer that cannot take it (its CAPABILITIES form is the
+    one it computes); a converter reading causal makes the class take it, on a block too."""
+    import inspect
+
+    for op in ("attention", "block"):
+        plain, _ = layer(op, lambda n_heads: None)
+        converted, _ = layer(op, lambda n_heads: None, mask=lambda mask, causal, T: None)
+        assert "causal" not in inspect.signature(plain).parameters
+        assert "causal" in inspect.signature(converted).parameters
