@@ -347,3 +347,13 @@ def test_a_converter_shows_the_keywords_it_reads_in_the_adapted_signature():
         converted, _ = layer(op, lambda n_heads: None, mask=lambda mask, causal, T: None)
         assert "causal" not in inspect.signature(plain).parameters
         assert "causal" in inspect.signature(converted).parameters
+
+
+def test_a_nan_from_the_code_is_red_in_the_sympy_column(monkeypatch):
+    """Found with the off-by-one example: NaN parameters after three steps compared as 'no
+    error' (max |a - b| of NaN is NaN, and NaN > tol is False) -- a green SymPy column."""
+    impl = _example("realstyle_step_kwargs", {"adam"}, monkeypatch)
+    report = check_implementation(impl, ids=["sympy[optim.adam]"])
+    (result,) = report.results
+    assert result.outcome == "failed", result.message
+    assert "code nan, sympy " in result.message and "allowed nan" not in result.message
