@@ -310,6 +310,7 @@ def _against_the_code(obj, declared: Mapping, caps: dict) -> None:
     for op, options in VARIANTS.items():
         given = declared.get(op, {})
         for name, option in options.items():
+            _against_the_pin(obj, op, name, option.argument, caps[op][name], name in given)
             pair = OPS[op].pair if option.argument and name in given else None
             if pair is None:
                 continue
@@ -342,6 +343,26 @@ def _against_the_code(obj, declared: Mapping, caps: dict) -> None:
                 f"{where}; the suite leaves {arg}= out of its calls for a single form, but "
                 f"{forward} takes {has}: expected {forms!r} (code that takes {arg}=), or code "
                 f"that is always {runs!r} without the keyword")
+
+
+def _against_the_pin(obj, op: str, name: str, arg: str | None, values: tuple,
+                     given: bool) -> None:
+    """A class layer adapted with ``layer(..., fixed={arg: value})`` computes that one value:
+    its forward's keyword defaults to it (a call leaving the keyword out is that form), so the
+    declaration must be that one form -- another, or several, is refused naming both."""
+    if not arg or OPS[op].pair is None:
+        return
+    try:
+        spec = getattr(getattr(obj, OPS[op].pair[0]), "__minibert_layer__", None)
+    except Exception:  # noqa: BLE001 -- absent: the checks say what they find
+        return
+    pinned = getattr(spec, "fixed", None) or {}
+    if arg in pinned and not (len(values) == 1 and _same(values[0], pinned[arg])):
+        raise DeclarationError(
+            f"CAPABILITIES[{op!r}][{name!r}]: got {_show(values if len(values) > 1 else values[0])}"
+            f"{'' if given else ' (the default: not declared)'}; "
+            f"but {OPS[op].pair[0]} is a layer() with fixed={{{arg!r}: {pinned[arg]!r}}}: "
+            f"expected CAPABILITIES[{op!r}][{name!r}] = {pinned[arg]!r}")
 
 
 def _keyword_of(obj, function: str, keyword: str):

@@ -51,7 +51,18 @@ function of the op-table row)::
   and the gradient read back (an attribute, or a value the backward returned) is transposed
   to the protocol's layout;
 * ``fixed={"approximate": "tanh"}``: the class computes this one value of a protocol
-  argument (a tanh-only GELU): a call with another value is not applicable, naming it;
+  argument (a tanh-only GELU): a call with another value is not applicable, naming it, and a
+  call leaving the keyword out is that value.  A variant's argument (``fixed={"activation":
+  "gelu_tanh"}``, ``{"causal": True}``) goes with the same one form in ``CAPABILITIES``
+  (``{"ffn": {"activation": "gelu_tanh"}}``); any other declaration is refused, naming both;
+* ``mask=``: an attention or block class takes its own mask format (an additive float mask
+  ``[B, 1, T, T]`` of 0 and -1e9, a boolean ``[B, T, T]``, a padding mask beside its own causal
+  one): a converter from the suite's ``[B, T]`` key mask (1 = attend, 0 = padded; or None) and
+  ``causal``, naming what it needs among ``mask, causal, T, dtype`` (``mask=lambda mask,
+  causal, T, dtype: ...``), whose result is passed as the input ``"mask"`` (appended to
+  ``inputs`` unless placed there).  The keywords it names are taken (a mask it does not name
+  stays *not applicable*); a converter that raises, returns None for a mask, or a shape no
+  ``[B, T]`` keys' mask has is a red naming it (``minibert_spec.suite.adapter_masks``);
 * ``accumulate=True``: the layer *adds* into its gradient attributes (``+=``): they are set to
   zeros of the parameter's shape and dtype before each backward, and the suite checks the
   declaration (``invariant[<op>.grad_accumulates]``: two backward calls sum);
@@ -72,8 +83,12 @@ each shape real code has: ``step(params, grads)`` on a dict it is given; an opti
 its parameters (``params="params"``: ``step(grads)``); one over parameter objects whose step()
 reads ``p.grad`` (``params="parameters", value="data", grad="grad"``); one bound to a model
 (``bound=True``: ``new(model)`` gets a stand-in model holding the parameters and gradients);
-and a trainer's per-name update method (``each="_adam_update"``).  The protocol's
-``adam_step`` is pure: a deep copy of the optimizer per step.
+and a trainer's per-name update method (``each="_adam_update"``).  Hyperparameters handed to
+the step rather than set as attributes are ``hyper`` entries ending in ``=`` (``{"lr": "lr="}``:
+``opt.step(params, grads, lr=lr_t)``); a step counter the training loop keeps is ``t="t="``
+(passed as that keyword) or ``"t"`` in ``each_args``, with its convention ``first_t=1`` or ``0``
+(its value at the first step), the suite counting the steps.  The protocol's ``adam_step`` is
+pure: a deep copy of the optimizer per step (``minibert_spec.suite.adapter_optim``).
 """
 
 from __future__ import annotations
@@ -81,90 +96,18 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from minibert_spec.protocol import OPS, NotApplicable
+from minibert_spec.suite.adapter_masks import mask_converter
+from minibert_spec.suite.adapter_optim import StandInModel, optimizer
+from minibert_spec.suite.adapter_paths import EACH, _get, _step, get_path, path_parts, set_path
 
-__all__ = ["layer", "optimizer", "LayerSpec", "StandInModel", "get_path", "set_path"]
-
-
-# --------------------------------------------------------------------------- attribute paths
-_PART = re.compile(r"\.?([A-Za-z_]\w*)|\[(-?\d+|\*)\]|\[['\"]([^'\"]+)['\"]\]")
-EACH = "*"  # a list's every item: "heads[*].W" spreads an array's first axis over the heads
-
-
-def path_parts(path: str) -> list:
-    """``"heads[0].W.grad"`` -> ``["heads", 0, "W", "grad"]`` (a name, an integer index, ``*``
-    for every item of a list, or a quoted key ``["W_q"]``); a malformed path is a ValueError
-    naming it."""
-    parts, pos = [], 0
-    while pos < len(path):
-        m = _PART.match(path, pos)
-        if m is None or (pos == 0 and path.startswith(".")):
-            raise ValueError(f"path {path!r}: expected names, [index], [*] or ['key'] (e.g. "
-                             f"'heads[0].W'), stuck at {path[pos:]!r}")
-        name, index, key = m.groups()
-        parts.append(name if name is not None else key if key is not None else
-                     EACH if index == EACH else int(index))
-        pos = m.end()
-    if not parts:
-        raise ValueError("path: empty")
-    return parts
-
-
-def _step(obj, part):
-    if isinstance(part, int) or isinstance(obj, Mapping):
-        return obj[part]
-    return getattr(obj, part)
-
-
-def _get(obj, parts: list):
-    for i, part in enumerate(parts):
-        if part == EACH:  # one value per item, stacked along a new first axis
-            return np.stack([np.asarray(_get(item, parts[i + 1:])) for item in obj])
-        obj = _step(obj, part)
-    return obj
-
-
-def get_path(obj, path: str):
-    """``obj.a.b`` for the path ``"a.b"``; ``[i]`` indexes a list (``[*]``: every item, the
-    values stacked), and a dict on the way is indexed by the component (``"p.W_q"``,
-    ``"p['attn.W_q']"``)."""
-    return _get(obj, path_parts(path))
-
-
-def _set(obj, parts: list, value) -> None:
-    *head, last = parts
-    for i, part in enumerate(head):
-        if part == EACH:  # item a gets value[a]
-            for a, item in enumerate(obj):
-                _set(item, parts[i + 1:], None if value is None else value[a])
-            return
-        try:
-            obj = _step(obj, part)
-        except (AttributeError, KeyError, IndexError):
-            if value is None:
-                return
-            raise
-        if obj is None and value is None:
-            return
-    if last == EACH:
-        obj[:] = list(value)
-    elif isinstance(obj, (dict, list)) or isinstance(last, int):
-        obj[last] = value
-    else:
-        setattr(obj, last, value)
-
-
-def set_path(obj, path: str, value) -> None:
-    """Set the path's last component (``[*]`` on the way: item ``a`` of the list gets
-    ``value[a]``).  A ``None`` value (an absent bias) reached through a missing or ``None``
-    sub-object is skipped: the object has no place for it, and needs none."""
-    _set(obj, path_parts(path), value)
+__all__ = ["layer", "optimizer", "LayerSpec", "StandInModel", "get_path", "set_path", "path_parts",
+           "EACH"]
 
 
 def protocol_signature(op: str, which: str) -> inspect.Signature:
@@ -216,6 +159,7 @@ class LayerSpec:
     output: int | None = None
     transposed: tuple[str, ...] = ()
     single_use: bool = False
+    fixed: Mapping = field(default_factory=dict)
 
     @property
     def attribute_grads(self) -> dict[str, str]:
@@ -297,7 +241,8 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
           accumulate: bool = False, upstream: bool = True, again: tuple[str, ...] = (),
           output: int | None = None, transposed: tuple[str, ...] = (),
           single_use: bool = False, fixed: Mapping | None = None,
-          parts: Mapping[str, tuple[str, Callable]] | None = None) -> tuple[Callable, Callable]:
+          parts: Mapping[str, tuple[str, Callable]] | None = None,
+          mask: Callable | None = None) -> tuple[Callable, Callable]:
     """``(X_forward, X_backward)`` of op ``op`` backed by a fresh class-style layer per call
     (see the module's docstring for every argument)."""
     fsig = protocol_signature(op, "forward")
@@ -340,9 +285,20 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
     if unknown:
         raise ValueError(f"layer({op!r}): fixed names {unknown}, not arguments of the "
                          f"protocol's {OPS[op].pair[0]}{fsig}")
+    fsig = _pinned(fsig, fixed)
+    converter = None
+    if mask is not None:  # the class's own mask made from the protocol's mask and causal
+        if "mask" not in names or "causal" not in names:
+            raise ValueError(f"layer({op!r}): mask= converts the protocol's mask and causal; "
+                             f"expected an op whose forward takes both, got {OPS[op].pair[0]}"
+                             f"{fsig}")
+        converter = mask_converter(op, mask)
     used = set(wanted) | set(params) | set(inputs) | set(fixed) | ({dict_arg} if mapped else set())
+    if converter is not None:  # what it reads is taken; a mask it ignores stays n/a
+        used |= set(converter.names) & {"mask", "causal"}
+        inputs += () if "mask" in inputs else ("mask",)
     spec = LayerSpec(op, new, params, grads, inputs, forward, backward, accumulate, upstream,
-                     again, output, transposed, single_use)
+                     again, output, transposed, single_use, fixed)
     for name in again:
         root = path_parts(name)[0]
         if root not in ("dout", "layer", "out", "forward") and root not in names:
@@ -372,6 +328,8 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
                                     f"(params maps no path to {', '.join(extra)})")
             a = {**a, **{k: a[dict_arg].get(k) for k in mapped}}
         own = {n: spec._layout(n, v) for n, v in a.items()}  # the layer's layout
+        if converter is not None:  # inputs' "mask": the class's own format
+            own["mask"] = converter(a.get("mask"), a.get("causal", False), a[names[0]])
         obj = new(**{n: own[n] for n in wanted if n in own})
         for n, paths in params.items():
             if a[n] is None and n not in wanted and any(_has_slot(obj, q) for q in _paths(paths)):
@@ -433,6 +391,16 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
 
 
 _OMITTED = object()  # a keyword-only argument the call left out (see _bind)
+
+
+def _pinned(fsig: inspect.Signature, fixed: Mapping) -> inspect.Signature:
+    """The protocol signature with each ``fixed`` argument defaulting to its one value: the
+    class computes that form, so a call leaving the keyword out (the suite's call for a single
+    declared form, ``CAPABILITIES["ffn"] = {"activation": "gelu_tanh"}``) asks for it."""
+    return fsig.replace(parameters=[
+        p.replace(default=fixed[p.name]) if p.name in fixed and
+        (p.kind is p.KEYWORD_ONLY or p.default is not p.empty) else p
+        for p in fsig.parameters.values()])
 
 
 def _paths(value) -> tuple[str, ...]:
@@ -525,174 +493,3 @@ def _scaled(g, dout):
 
 def _label(new) -> str:
     return getattr(new, "__qualname__", None) or type(new).__name__
-
-
-# --------------------------------------------------------------------------- optimizers
-class StandInModel:
-    """The model an optimizer bound to a model (``optimizer(..., bound=True)``) is given: its
-    ``params`` and ``grads`` (dicts keyed by the protocol's names), and ``parameters()`` /
-    ``named_parameters()`` as parameter objects with ``data`` (also ``value``) and ``grad``."""
-
-    class Parameter:
-        def __init__(self, model, name):
-            self._model, self.name = model, name
-
-        data = property(lambda self: self._model.params[self.name],
-                        lambda self, v: self._model.params.__setitem__(self.name, v))
-        value = data
-        grad = property(lambda self: self._model.grads[self.name],
-                        lambda self, v: self._model.grads.__setitem__(self.name, v))
-
-    def __init__(self, params):
-        self.params = {k: np.array(v, copy=True) for k, v in params.items()}
-        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
-        self._parameters = [StandInModel.Parameter(self, k) for k in self.params]
-
-    def parameters(self):
-        return list(self._parameters)
-
-    def named_parameters(self):
-        return [(p.name, p) for p in self._parameters]
-
-
-def _as_dict(x, names) -> dict:
-    """A moment or parameter container as ``{name: array}``: a dict as it is, a list in the
-    order of ``names`` (the parameters' order at init)."""
-    if isinstance(x, Mapping):
-        return dict(x)
-    return dict(zip(names, x))
-
-
-def optimizer(new: Callable, *, step: str = "step", hyper: Mapping, m, v, t: str = "t",
-              no_decay: str | None = None, params: str | None = None, value: str | None = None,
-              grad: str | None = None, bound: bool = False, each: str | None = None,
-              each_args: tuple[str, ...] = ("param", "grad", "name")
-              ) -> tuple[Callable, Callable]:
-    """``(adam_init, adam_step)`` for an optimizer updating parameters in place.
-
-    new:      ``new(params) -> optimizer`` (``new(model)`` with ``bound=True``)
-    step:     its method: ``step(params, grads)`` updating ``params`` (a dict) in place, or
-              ``step(grads)`` / ``step()`` for the shapes below
-    hyper:    protocol keyword (``lr``, ``beta1``, ``beta2``, ``eps``, ``weight_decay``) ->
-              attribute path set before each step; a tuple of keywords sets a tuple
-              (``("beta1", "beta2"): "betas"``).  Keywords not listed are not in the
-              signature (no ``weight_decay``: declare CAPABILITIES["weight_decay"] = False)
-    m, v:     paths of the moments (a dict by name, or a list in the parameters' order), or
-              ``optimizer -> dict`` callables
-    t:        path of the step counter
-    no_decay: the step method's keyword taking a collection of undecayed names, if it has one
-              (without it the suite applies the protocol's default rule itself, and says so)
-    params:   the optimizer *owns* its parameters at this path (a dict by name, or a list in
-              the order ``new`` got them): ``step(grads)`` (grads in the same layout), or with
-              ``grad`` (``"grad"``) ``step()`` reading each parameter object's gradient
-              attribute; ``value`` (``"data"``): the parameter objects' value attribute
-    bound:    ``new(model)`` gets a :class:`StandInModel` holding the parameters and gradients
-              (``model.params``, ``model.grads``, ``model.parameters()``); ``step()``
-    each:     a trainer's per-name update method, called for every name as
-              ``each(param, grad, name)`` (``each_args`` orders them) updating ``param`` in
-              place or returning the new one; the counter ``t`` is advanced once per step
-              before it, as the trainer's own step does
-
-    The state is ``{"step", "m", "v", "opt"}``; each step deep-copies ``opt`` (the protocol's
-    ``adam_step`` is pure) and the parameters."""
-    flat = {k: path for keys, path in hyper.items()
-            for k in (keys if isinstance(keys, tuple) else (keys,))}
-    defaults = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}
-    unknown = sorted(set(flat) - {"lr", *defaults})
-    if unknown or "lr" not in flat:
-        raise ValueError(f"optimizer: hyper keys {sorted(flat)}: expected lr and some of "
-                         f"{sorted(defaults)}")
-    if sum(x is not None and x is not False for x in (params, bound or None, each)) > 1:
-        raise ValueError("optimizer: params=, bound=True and each= are different shapes; "
-                         "declare one")
-    bad = sorted(set(each_args) - {"param", "grad", "name"})
-    if bad:
-        raise ValueError(f"optimizer: each_args {bad}: expected param, grad, name")
-
-    def _get(opt, what, names):
-        x = what(opt) if callable(what) else get_path(opt, what)
-        return _as_dict(x, names) if not isinstance(x, Mapping) else x
-
-    def state_of(opt, names, model=None):
-        t_value = get_path(opt, t)
-        state = {"step": t_value, "m": _get(opt, m, names), "v": _get(opt, v, names),
-                 "opt": opt, "names": names}
-        if model is not None:
-            state["model"] = model
-        return state
-
-    def adam_init(ps):
-        names = list(ps)
-        if bound:
-            model = StandInModel(ps)
-            return state_of(new(model), names, model)
-        return state_of(new({k: np.array(p, copy=True) for k, p in ps.items()}), names)
-
-    def _load(container, names, ps):
-        """Write copies of the given parameters into the optimizer's own container."""
-        for i, k in enumerate(names):
-            key = k if isinstance(container, Mapping) else i
-            if value is not None:
-                set_path(container[key], value, np.array(ps[k], copy=True))
-            else:
-                container[key] = np.array(ps[k], copy=True)
-
-    def _read(container, names) -> dict:
-        out = {}
-        for i, k in enumerate(names):
-            item = container[k if isinstance(container, Mapping) else i]
-            out[k] = np.asarray(get_path(item, value) if value is not None else item)
-        return out
-
-    def adam_step(ps, grads, state, **kw):
-        names = state["names"]
-        opt, model = copy.deepcopy((state["opt"], state.get("model")))
-        for keys, path in hyper.items():
-            if isinstance(keys, tuple):
-                set_path(opt, path, tuple(kw.get(k, defaults.get(k)) for k in keys))
-            else:
-                set_path(opt, path, kw.get(keys, defaults.get(keys)))
-        new_params = {k: np.array(p, copy=True) for k, p in ps.items()}
-        extra = {}
-        if no_decay is not None:
-            nd = kw.get("no_decay")
-            if nd is None:
-                from minibert_reference.optim import default_no_decay as nd
-            extra[no_decay] = [k for k in ps if nd(k)] if callable(nd) else list(nd)
-        g = {k: np.asarray(grads[k]) for k in names}
-        if bound:
-            model.params.update(new_params)
-            model.grads.update({k: np.array(x, copy=True) for k, x in g.items()})
-            getattr(opt, step)(**extra)
-            new_params = {k: np.asarray(model.params[k]) for k in names}
-        elif params is not None:
-            container = get_path(opt, params)
-            _load(container, names, new_params)
-            if grad is not None:
-                for i, k in enumerate(names):
-                    item = container[k if isinstance(container, Mapping) else i]
-                    set_path(item, grad, np.array(g[k], copy=True))
-                getattr(opt, step)(**extra)
-            else:
-                getattr(opt, step)(g if isinstance(container, Mapping) else
-                                   [g[k] for k in names], **extra)
-            new_params = _read(get_path(opt, params), names)
-        elif each is not None:
-            set_path(opt, t, get_path(opt, t) + 1)
-            update = getattr(opt, each)
-            for k in names:
-                given = {"param": new_params[k], "grad": g[k], "name": k}
-                r = update(*(given[a] for a in each_args), **extra)
-                if isinstance(r, np.ndarray) and r.shape == new_params[k].shape:
-                    new_params[k] = r
-        else:
-            getattr(opt, step)(new_params, grads, **extra)
-        return new_params, state_of(opt, names, model)
-
-    P = inspect.Parameter
-    adam_step.__signature__ = inspect.Signature(
-        [P("params", P.POSITIONAL_OR_KEYWORD), P("grads", P.POSITIONAL_OR_KEYWORD),
-         P("state", P.POSITIONAL_OR_KEYWORD), P("lr", P.KEYWORD_ONLY)]
-        + [P(k, P.KEYWORD_ONLY, default=d) for k, d in defaults.items() if k in flat]
-        + ([P("no_decay", P.KEYWORD_ONLY, default=None)] if no_decay is not None else []))
-    return adam_init, adam_step

@@ -56,6 +56,8 @@ def _inputs_strategy(eq_id, size):
 def _error(a, b, allow=0.0) -> float:
     """max |a - b| (less a declared guard's ``allow``) over max(|a|, |b|, SYMPY_CODE_FLOOR)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if np.any(~np.isfinite(a) & np.isfinite(b)):  # NaN compares as no error: never a pass
+        return float("inf")
     scale = max(np.max(np.abs(a), initial=0.0), np.max(np.abs(b), initial=0.0), SYMPY_CODE_FLOOR)
     return float(np.max(np.maximum(np.abs(a - b) - allow, 0.0), initial=0.0) / scale)
 
@@ -133,8 +135,9 @@ def sympy_matches_code(impl, eq_id, data):
                                             f"by {err:.1e} relative"), stacklevel=2)
             continue
         if err > SYMPY_CODE_RTOL:
-            scale = max(float(np.max(np.abs(np.asarray(x, dtype=np.float64)), initial=0.0))
-                        for x in (a, b, SYMPY_CODE_FLOOR))
+            finite = (np.asarray(y, dtype=np.float64) for y in (a, b, SYMPY_CODE_FLOOR))
+            scale = max(float(np.max(np.abs(x), initial=0.0, where=np.isfinite(x)))
+                        for x in finite)
             where = worst(a, b, SYMPY_CODE_RTOL * scale + allow[k], got_name="code",
                           want_name="sympy")
             raise AssertionError(
