@@ -23,20 +23,27 @@ table (:attr:`minibert_spec.protocol.table.Op.args`, the reference's own signatu
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from minibert_reference import ops
 from minibert_reference.ops import (
     BLOCK_PARTS,
     IGNORE_INDEX,
     SoftmaxCache,
     _softmax_backward,
     _softmax_forward,
+)
+from minibert_spec.protocol.norm_eps import (  # noqa: F401 (re-exported: their old home)
+    LN_EPS_OPS,
+    _call_eps_value,
+    eps_of,
+    fixed_eps_hint,
+    is_number,
+    pinned_eps,
+    with_pinned_config,
+    with_pinned_eps,
 )
 from minibert_spec.protocol.table import OPS
 
@@ -79,12 +86,6 @@ class Option:
         if self.number is not None and is_number(value):
             return self.number.format(value=value)
         return self.meaning[value]
-
-
-def is_number(value) -> bool:
-    """A declared number: a float (True, False and integers are no numbers here: True and
-    False are the options' own values, and 1 is not True)."""
-    return isinstance(value, (float, np.floating))
 
 
 @dataclass(frozen=True)
@@ -352,85 +353,10 @@ def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | 
 
 
 # --------------------------------------------------------------------------- a LayerNorm's eps
-# the ops whose calls carry a LayerNorm eps (keyword or positional ``eps``): LayerNorm itself and
-# the composites built on it (a block with RMSNorm carries RMSNorm's: not reached)
-LN_EPS_OPS = ("layernorm", "block", "embedding_ln", "mlm_head")
-
-
-def eps_of(declared, eps: float | None) -> float | None:
-    """The eps a LayerNorm call passes for the value of ``layernorm.eps`` it is checked in
-    (resolve_variant's): ``eps`` (the check's own; None: drawn) with eps inside the root
-    (True), 0 without eps (False), the number where the code fixes it -- both sides of every
-    comparison then compute at the eps the code does."""
-    if declared is True:
-        return eps
-    return 0.0 if declared is False else float(declared)
-
-
 def call_eps(caps: dict, eps: float) -> float:
     """The eps a check that would pass ``eps`` to the implementation's LayerNorm passes (and
     computes its expectation with): :func:`eps_of` at the implementation's declared form."""
     return eps_of(resolve_variant(caps, "layernorm")["eps"], eps)
-
-
-def pinned_eps(caps: dict) -> float | None:
-    """The LayerNorm eps the implementation declares fixed in its code (``CAPABILITIES =
-    {"layernorm": {"eps": 1e-6}}``), else None."""
-    declared = caps["layernorm"]["eps"]
-    return float(declared[0]) if is_number(declared[0]) else None
-
-
-def with_pinned_eps(op: str, caps: dict, fixed: Mapping) -> Mapping:
-    """A case's fixed arguments for ``op`` with the declared eps where the implementation
-    fixes it and ``op``'s call carries a LayerNorm eps (a block of RMSNorms carries RMSNorm's);
-    ``fixed`` itself otherwise.  A composite's case left at the protocol's default eps (an
-    embedding LayerNorm called without eps) gets it passed."""
-    c = pinned_eps(caps)
-    if c is None or op not in LN_EPS_OPS or fixed.get("normalization",
-                                                      "layernorm") != "layernorm":
-        return fixed
-    return {**fixed, "eps": c}
-
-
-def with_pinned_config(caps: dict, config):
-    """A model config (minibert_reference.config's dataclasses, ``ln_eps``) as code that fixes its
-    LayerNorm eps runs it: ``ln_eps`` at the declared value (a config of RMSNorms keeps its
-    own); ``config`` itself otherwise.  The model oracles build both sides from it."""
-    c = pinned_eps(caps)
-    if c is None or getattr(config, "normalization", "layernorm") != "layernorm":
-        return config
-    return dataclasses.replace(config, ln_eps=c)
-
-
-def fixed_eps_hint(var, normalised_var) -> str:
-    """The end of the red of a LayerNorm called with eps = 0 whose rows did not come back with
-    variance 1: where every row came back with var / (var + c) for one c > 0 -- rows of
-    different variances agreeing on c to 1% -- the code ignores eps and fixes it at c; how to
-    declare that.  "" where the rows do not tell (one row, rows of one variance, no common
-    c): another bug, not guessed at."""
-    var = np.ravel(np.asarray(var, dtype=np.float64))
-    got = np.ravel(np.asarray(normalised_var, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        c = var * (1.0 / got - 1.0)  # got = var / (var + c)
-    if var.size < 2 or not (np.all(np.isfinite(c)) and np.all(c > 0)) \
-            or var.max() < 1.5 * var.min() or c.max() > 1.01 * c.min():
-        return ""
-    c0 = float(f"{float(np.median(c)):.2g}")
-    return (f"; every row came back with variance var / (var + c), c = {c0:g}, from a call "
-            f"with eps = 0: the code ignores eps and fixes it at {c0:g}? if so, declare it: "
-            f"CAPABILITIES['layernorm'] = {{'eps': {c0!r}}}")
-
-
-def _call_eps_value(op: str, args: tuple, kwargs: dict):
-    """The eps a call of ``op``'s forward passes (keyword, or positional as the reference's
-    signature has it; None where it leaves eps out: the code's own default)."""
-    if "eps" in kwargs:
-        return kwargs["eps"]
-    try:
-        bound = inspect.signature(getattr(ops, OPS[op].pair[0])).bind_partial(*args, **kwargs)
-    except TypeError:
-        return None
-    return bound.arguments.get("eps")
 
 
 def _eps(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
