@@ -352,38 +352,45 @@ def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | 
     return layer
 
 
-# --------------------------------------------------------------------------- a LayerNorm's eps
+# ------------------------------------------------------------- a norm's eps (LayerNorm, RMSNorm)
 def call_eps(caps: dict, eps: float) -> float:
     """The eps a check that would pass ``eps`` to the implementation's LayerNorm passes (and
     computes its expectation with): :func:`eps_of` at the implementation's declared form."""
     return eps_of(resolve_variant(caps, "layernorm")["eps"], eps)
 
 
-def _eps(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
-    """``layernorm.eps``: False -- a call passing an eps to the LayerNorm is not applicable
-    (the piece layer); a number c -- the code computes at c whatever the call passes, so a call
-    of a LayerNorm (or a composite of LayerNorms) passing another eps, or leaving it out (the
-    protocol's default), is not applicable: the checks pass c (:func:`with_pinned_eps`), and
-    those whose point is another eps (eps inside the root) say why they do not apply."""
-    if not forward:
-        return None
-    if not is_number(declared[0]):
-        return (_piece_layer(op, "layernorm", "eps", VARIANTS["layernorm"]["eps"], declared,
-                             not_claimed) if op == "layernorm" else None)
-    c = float(declared[0])
+def _fixed_eps(norm: str) -> Callable:
+    """The ``convert`` of ``<norm>.eps`` (layernorm, rmsnorm): False -- a call passing an eps
+    to the norm is not applicable (the piece layer); a number c -- the code computes at c
+    whatever the call passes, so a call of the norm (or, for LayerNorm, a composite of
+    LayerNorms) passing another eps, or leaving it out (the protocol's default), is not
+    applicable: the checks pass c (:func:`with_pinned_eps`, the cases' ``eps_of``), and those
+    whose point is another eps (eps inside the root) say why they do not apply."""
+    def convert(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+        if not forward:
+            return None
+        option = VARIANTS[norm]["eps"]
+        if not is_number(declared[0]):
+            return (_piece_layer(op, norm, "eps", option, declared, not_claimed)
+                    if op == norm else None)
+        c = float(declared[0])
 
-    def layer(args, kwargs):
-        if get(op, args, kwargs, "normalization", "layernorm") != "layernorm":
+        def layer(args, kwargs):
+            # a composite of RMSNorms carries RMSNorm's eps, not the LayerNorm's
+            if get(op, args, kwargs, "normalization", "layernorm") != "layernorm" \
+                    and op != norm:
+                return args, kwargs, None
+            eps = _call_eps_value(op, args, kwargs)
+            # the declared value as the call carries it (a float32 scalar: rounded)
+            if not (is_number(eps) and abs(float(eps) - c) <= 1e-6 * c):
+                said = "leaves eps out" if eps is None else f"passes eps={eps}"
+                not_claimed(f"{op} at another eps than its own ({option.means(c)}; the call "
+                            f"{said})")
             return args, kwargs, None
-        eps = _call_eps_value(op, args, kwargs)
-        # the declared value as the call carries it (a float32 scalar: rounded)
-        if not (is_number(eps) and abs(float(eps) - c) <= 1e-6 * c):
-            said = "leaves eps out" if eps is None else f"passes eps={eps}"
-            not_claimed(f"{op} at another eps than its own ("
-                        f"{VARIANTS['layernorm']['eps'].means(c)}; the call {said})")
-        return args, kwargs, None
 
-    return layer
+        return layer
+
+    return convert
 
 
 # --------------------------------------------------------------------------- the options
@@ -405,9 +412,21 @@ VARIANTS: dict[str, dict[str, Option]] = {
         "eps": Option((True, False), {True: "with eps inside the square root",
                                       False: "without eps: the suite passes eps=0 (rows are "
                                              "kept away from constant)"},
-                      pieces=("eps",), absent=(None, 0), absent_ok=True, convert=_eps,
-                      also=LN_EPS_OPS[1:],
+                      pieces=("eps",), absent=(None, 0), absent_ok=True,
+                      convert=_fixed_eps("layernorm"), also=LN_EPS_OPS[1:],
                       # the code's own constant: every LayerNorm is checked at it
+                      number="eps fixed at {value:g} by the declaration"),
+    },
+    "rmsnorm": {
+        "gain": Option((True, False), {
+            True: "with a gain gamma",
+            False: "without a gain (microgpt: x / rms(x)): the suite passes gamma=None and "
+                   "expects a None dgamma; compared with gamma = 1"}, pieces=("gamma",)),
+        "eps": Option((True, False), {True: "with eps inside the square root",
+                                      False: "without eps: the suite passes eps=0 (rows are "
+                                             "kept away from 0)"},
+                      pieces=("eps",), absent=(None, 0), absent_ok=True,
+                      convert=_fixed_eps("rmsnorm"),
                       number="eps fixed at {value:g} by the declaration"),
     },
     "rope": {
