@@ -401,6 +401,15 @@ _REDUCTION_MEANING = {
     "sum": "the sum only, no reduction keyword: the suite derives the mean",
     "none": "per-position losses (labels' shape, no reduction): the suite takes the mean or "
             "sum over the kept positions and hands the backward per-position dloss"}
+# a cross-entropy's options, shared by cross_entropy and linear_cross_entropy (one definition:
+# the same meaning, the same adapters)
+_IGNORE_INDEX = Option((True, False), {
+    True: "labels may hold ignore_index",
+    False: "without ignore_index: it takes the predicted rows only; checked on "
+           "gathered rows in both layouts [N, V] and [1, N, V]"},
+    convert=_ignored_positions)
+_CE_REDUCTION = Option(("keyword", "mean", "sum", "none"), _REDUCTION_MEANING,
+                       convert=_reduction)
 # op -> option -> Option.  An implementation declares the values it supports under its op's
 # name in CAPABILITIES (one value or a tuple); an undeclared option supports its default only.
 VARIANTS: dict[str, dict[str, Option]] = {
@@ -521,11 +530,7 @@ VARIANTS: dict[str, dict[str, Option]] = {
             True: "an LM head with a bias lm_head.b [V] (logits = h W^T + b)"}),
     },
     "cross_entropy": {
-        "ignore_index": Option((True, False), {
-            True: "labels may hold ignore_index",
-            False: "without ignore_index: it takes the predicted rows only; checked on "
-                   "gathered rows in both layouts [N, V] and [1, N, V]"},
-            convert=_ignored_positions),
+        "ignore_index": _IGNORE_INDEX,
         "input": Option(("logits", "probabilities", "probabilities_dlogits"), {
             "logits": "logits in",
             "probabilities": "softmax output in, dL/dp out: checked alone and composed with "
@@ -533,9 +538,10 @@ VARIANTS: dict[str, dict[str, Option]] = {
             "probabilities_dlogits": "softmax output in, the logit gradient of softmax + CE "
                                      "out: checked alone and as the composed loss of logits"},
             argument="input", convert=_probabilities),
-        "reduction": Option(("keyword", "mean", "sum", "none"), _REDUCTION_MEANING,
-                            convert=_reduction),
+        "reduction": _CE_REDUCTION,
     },
+    # the fused head + loss: cross-entropy's own options, the same adapters
+    "linear_cross_entropy": {"ignore_index": _IGNORE_INDEX, "reduction": _CE_REDUCTION},
     "mse": {
         "reduction": Option(("keyword", "none"), {
             "keyword": "the protocol's mean of the squared errors",
