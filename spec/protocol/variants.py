@@ -268,8 +268,9 @@ def _composed_backward(args, kwargs):
 
 
 def _ignored_positions(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
-    """``cross_entropy.ignore_index = False``: the keyword is dropped; a call whose labels hold
-    ignored positions is not applicable (the loss takes predicted rows only)."""
+    """``<loss>.ignore_index = False`` (cross_entropy, linear_cross_entropy): the keyword is
+    dropped; a call whose labels hold ignored positions is not applicable (the loss takes
+    predicted rows only)."""
     if not forward or True in declared:
         return None
 
@@ -285,8 +286,9 @@ def _ignored_positions(op: str, forward: bool, declared: tuple, not_claimed) -> 
 
 
 def _losses_of(op: str, args, kwargs):
-    """(per-position weights of the kept positions, their count): for cross_entropy the
-    positions whose label is not ignore_index, for mse every element."""
+    """(per-position weights of the kept positions, their count): for cross_entropy (and
+    linear_cross_entropy) the positions whose label is not ignore_index, for mse every
+    element."""
     if op == "mse":
         n = int(np.size(get(op, args, kwargs, "y")))
         return None, n
