@@ -75,3 +75,16 @@ def test_a_declared_eps_that_is_no_positive_float_is_refused_in_one_line(eps):
     said = str(e.value)
     assert said.startswith("CAPABILITIES['rmsnorm']['eps']: expected") and "\n" not in said, said
     assert "positive finite float" in said and said.endswith(f"got {eps}"), said
+
+
+def test_the_reference_without_a_gain_is_its_rmsnorm_with_gamma_one():
+    from minibert_reference import ops
+
+    rng = np.random.default_rng(1)
+    x, dy = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 5))
+    y, cache = ops.rmsnorm_forward(x, None, 1e-5)
+    y1, cache1 = ops.rmsnorm_forward(x, np.ones(5), 1e-5)
+    np.testing.assert_array_equal(y, y1)
+    dx, dgamma = ops.rmsnorm_backward(dy, cache)
+    np.testing.assert_array_equal(dx, ops.rmsnorm_backward(dy, cache1)[0])
+    assert dgamma is None
