@@ -354,6 +354,29 @@ def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | 
     return layer
 
 
+def _ln_affine(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+    """``layernorm.affine``: gamma and beta as pieces of the LayerNorm's call (the piece layer);
+    inside a block of LayerNorms (``also``), the block's ``p`` with or without ``ln1.gamma``,
+    ``ln1.beta`` ... (a call whose form the implementation does not declare is not
+    applicable).  A block of RMSNorms has its gamma whatever the LayerNorm's form."""
+    if not forward:
+        return None
+    option = VARIANTS["layernorm"]["affine"]
+    if op == "layernorm":
+        return _piece_layer(op, "layernorm", "affine", option, declared, not_claimed)
+
+    def layer(args, kwargs):
+        if get(op, args, kwargs, "normalization", "layernorm") != "layernorm":
+            return args, kwargs, None
+        given = get(op, args, kwargs, "ln1.gamma") is not None
+        if given not in declared:
+            not_claimed(variant_text("layernorm", "affine", given) + " (the block's p "
+                        + ("has" if given else "has no") + " ln1.gamma, ln1.beta ...)")
+        return args, kwargs, None
+
+    return layer
+
+
 # ------------------------------------------------------------- a norm's eps (LayerNorm, RMSNorm)
 def call_eps(caps: dict, eps: float) -> float:
     """The eps a check that would pass ``eps`` to the implementation's LayerNorm passes (and
@@ -418,8 +441,9 @@ VARIANTS: dict[str, dict[str, Option]] = {
     "layernorm": {
         "affine": Option((True, False), {True: "with gamma and beta",
                                          False: "without gamma/beta: the suite passes None "
-                                                "for both and expects None gradients"},
-                         pieces=("gamma", "beta")),
+                                                "for both and expects None gradients (in a "
+                                                "block: no ln*.gamma, ln*.beta)"},
+                         pieces=("gamma", "beta"), convert=_ln_affine, also=("block",)),
         "eps": Option((True, False), {True: "with eps inside the square root",
                                       False: "without eps: the suite passes eps=0 (rows are "
                                              "kept away from constant)"},
