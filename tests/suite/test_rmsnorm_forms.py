@@ -88,3 +88,11 @@ def test_the_reference_without_a_gain_is_its_rmsnorm_with_gamma_one():
     dx, dgamma = ops.rmsnorm_backward(dy, cache)
     np.testing.assert_array_equal(dx, ops.rmsnorm_backward(dy, cache1)[0])
     assert dgamma is None
+
+
+def test_a_wrong_eps_declaration_is_red_in_the_scale_identities():
+    misdeclared = microgpt.build()
+    misdeclared.CAPABILITIES = {"rmsnorm": {"gain": False, "eps": 1e-6}}  # the code: 1e-5
+    report = check_implementation(misdeclared, ops=["rmsnorm"], kinds=["invariant"])
+    red = {r.id: r for r in report.results}["invariant[rmsnorm.nogain_scale_invariant]"]
+    assert red.outcome == "failed" and "invariant to c x per row" in red.message, red.message
