@@ -95,6 +95,7 @@ def save_pretrained(params, config, path):
 # implementation declaring one of them.
 CAPABILITIES = {
     "layernorm": {"affine": (True, False), "eps": (True, False)},
+    "rmsnorm": {"gain": (True, False), "eps": (True, False)},
     "rope": {"convention": ("interleaved", "half")},
     "ffn": {"b_1": (True, False), "b_2": (True, False),
             "activation": ("relu", "gelu", "gelu_tanh")},

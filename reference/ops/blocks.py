@@ -54,13 +54,14 @@ BLOCK_PARTS = {"attention": "attn.", "ffn": "ffn.", "swiglu": "swiglu."}
 
 def block_param_names(attn_bias: bool = True, norm: str = "post", *, W_o: bool = True,
                       b_1: bool = True, b_2: bool = True, normalization: str = "layernorm",
-                      ffn: str = "mlp", swiglu_bias: bool = False) -> tuple[str, ...]:
+                      ffn: str = "mlp", swiglu_bias: bool = False,
+                      ln_affine: bool = True) -> tuple[str, ...]:
     """Local parameter names of one block, in a fixed order: what its parts declare -- the
     attention's biases (``attn_bias``) and output projection (``W_o``), the feed-forward part
     (``ffn``: the FFN's ``ffn.*`` with its biases ``b_1``, ``b_2``, or SwiGLU's ``swiglu.*``,
-    with biases when ``swiglu_bias``), LayerNorm's beta (absent for RMSNorm) -- and ``ln_f.*``
-    for "pre_final".  The one definition: the block's check, the models' parameters and the
-    suite's strategies read it."""
+    with biases when ``swiglu_bias``), LayerNorm's beta (absent for RMSNorm), LayerNorms without
+    gamma and beta (``ln_affine`` False) -- and ``ln_f.*`` for "pre_final".  The one
+    definition: the block's check, the models' parameters and the suite's strategies read it."""
     attn = ("W_q", "W_k", "W_v") + (("W_o",) if W_o else ())
     if attn_bias:
         attn += ("b_q", "b_k", "b_v") + (("b_o",) if W_o else ())
@@ -70,7 +71,8 @@ def block_param_names(attn_bias: bool = True, norm: str = "post", *, W_o: bool =
     else:
         mlp = tuple(f"ffn.{n}" for n in ("W_1",) + (("b_1",) if b_1 else ()) + ("W_2",)
                     + (("b_2",) if b_2 else ()))
-    affine = ("gamma",) if normalization == "rmsnorm" else ("gamma", "beta")
+    affine = ("gamma",) if normalization == "rmsnorm" else ("gamma", "beta") if ln_affine \
+        else ()
     lns = ("ln1", "ln2") + (("ln_f",) if norm == "pre_final" else ())
     ln = {name: tuple(f"{name}.{a}" for a in affine) for name in lns}
     return tuple(f"attn.{n}" for n in attn) + ln["ln1"] + mlp + ln["ln2"] + ln.get("ln_f", ())
@@ -90,14 +92,16 @@ def _block_variant(p: dict) -> dict:
     """The pieces a block's ``p`` carries, as ``block_param_names``' keywords (RMSNorm has no
     beta: with ``normalization`` "rmsnorm" there is none to look for)."""
     return {"attn_bias": "attn.b_q" in p, "W_o": "attn.W_o" in p, "b_1": "ffn.b_1" in p,
-            "b_2": "ffn.b_2" in p, "swiglu_bias": "swiglu.b_1" in p}
+            "b_2": "ffn.b_2" in p, "swiglu_bias": "swiglu.b_1" in p,
+            "ln_affine": "ln1.gamma" in p}
 
 
 def _norm_forward(x, p: dict, name: str, eps: float, normalization: str):
     """The block's normalisation ``name`` (ln1, ln2, ln_f): LayerNorm or RMSNorm."""
     if normalization == "rmsnorm":
         return _rmsnorm_forward(x, p[f"{name}.gamma"], eps)
-    return _layernorm_forward(x, p[f"{name}.gamma"], p[f"{name}.beta"], eps)
+    # a LayerNorm without affine (no gamma, beta in p): layernorm.affine False
+    return _layernorm_forward(x, p.get(f"{name}.gamma"), p.get(f"{name}.beta"), eps)
 
 
 def _norm_backward(dy, cache, name: str):
@@ -106,6 +110,8 @@ def _norm_backward(dy, cache, name: str):
         dx, dgamma = _rmsnorm_backward(dy, cache)
         return dx, {f"{name}.gamma": dgamma}
     dx, dgamma, dbeta = _layernorm_backward(dy, cache)
+    if dgamma is None:  # without affine: nothing to return
+        return dx, {}
     return dx, {f"{name}.gamma": dgamma, f"{name}.beta": dbeta}
 
 
@@ -315,7 +321,8 @@ def _check_block(x, p, n_heads, mask, eps, norm="post", causal=False,
             as_float_array(f"{ln}.gamma", p[f"{ln}.gamma"], shape=(H,), dtype=x.dtype)
             _check_eps(eps)
         else:
-            _check_layernorm_params(H, x.dtype, p[f"{ln}.gamma"], p[f"{ln}.beta"], eps)
+            _check_layernorm_params(H, x.dtype, p.get(f"{ln}.gamma"), p.get(f"{ln}.beta"), eps,
+                                    affine_optional=True)
     if ffn == "swiglu":
         for name, shape in block_param_shapes(tuple(n for n in p if n.startswith("swiglu.")),
                                               H, p["swiglu.W_1"].shape[-1]).items():

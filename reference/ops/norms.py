@@ -112,7 +112,7 @@ def layernorm_backward(dy, cache):
 class RMSNormCache(NamedTuple):
     x_hat: np.ndarray  # x / rms  [..., N]
     rstd: np.ndarray  # 1 / rms = 1 / sqrt(mean(x^2) + eps)  [..., 1]
-    gamma: np.ndarray  # [N]
+    gamma: np.ndarray | None  # [N]; None: no gain
 
 
 @implements("rmsnorm.forward")
@@ -121,23 +121,26 @@ def _rmsnorm_forward(x, gamma, eps: float = 1e-6):
     the mean and without beta (LLaMA, T5; torch.nn.functional.rms_norm)."""
     rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + x.dtype.type(eps))  # [..., 1]
     x_hat = x * rstd
-    return x_hat * gamma, RMSNormCache(x_hat, rstd, gamma)
+    # gamma None: no gain (microgpt's x / rms(x)), the form with gamma = 1
+    return (x_hat if gamma is None else x_hat * gamma), RMSNormCache(x_hat, rstd, gamma)
 
 
 @implements("rmsnorm.backward.dx", "rmsnorm.backward.dgamma")
 def _rmsnorm_backward(dy, cache):
     """dx = rstd * (g - x_hat * mean(g * x_hat)) with g = dy * gamma; dgamma = sum dy x_hat."""
     x_hat, rstd = cache.x_hat, cache.rstd
-    g = dy * cache.gamma  # dL/dx_hat  [..., N]
+    g = dy if cache.gamma is None else dy * cache.gamma  # dL/dx_hat  [..., N]
     dx = g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
     dx *= rstd
-    return dx, _sum_to_last(dy * x_hat)
+    return dx, None if cache.gamma is None else _sum_to_last(dy * x_hat)
 
 
 def rmsnorm_forward(x, gamma, eps: float = 1e-6):
-    """x [..., N], gamma [N] -> gamma * x / sqrt(mean(x^2) + eps) [..., N]."""
+    """x [..., N], gamma [N] (None: no gain, dgamma None) -> gamma * x / sqrt(mean(x^2) + eps)
+    [..., N]."""
     as_float_array("x", x, min_ndim=1)
-    as_float_array("gamma", gamma, shape=(x.shape[-1],), dtype=x.dtype)
+    if gamma is not None:
+        as_float_array("gamma", gamma, shape=(x.shape[-1],), dtype=x.dtype)
     _check_eps(eps)
     return _rmsnorm_forward(x, gamma, eps)
 

@@ -23,20 +23,27 @@ table (:attr:`minibert_spec.protocol.table.Op.args`, the reference's own signatu
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from minibert_reference import ops
 from minibert_reference.ops import (
     BLOCK_PARTS,
     IGNORE_INDEX,
     SoftmaxCache,
     _softmax_backward,
     _softmax_forward,
+)
+from minibert_spec.protocol.norm_eps import (  # noqa: F401 (re-exported: their old home)
+    LN_EPS_OPS,
+    _call_eps_value,
+    eps_of,
+    fixed_eps_hint,
+    is_number,
+    pinned_eps,
+    with_pinned_config,
+    with_pinned_eps,
 )
 from minibert_spec.protocol.table import OPS
 
@@ -79,12 +86,6 @@ class Option:
         if self.number is not None and is_number(value):
             return self.number.format(value=value)
         return self.meaning[value]
-
-
-def is_number(value) -> bool:
-    """A declared number: a float (True, False and integers are no numbers here: True and
-    False are the options' own values, and 1 is not True)."""
-    return isinstance(value, (float, np.floating))
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,9 @@ def _composed_backward(args, kwargs):
 
 
 def _ignored_positions(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
-    """``cross_entropy.ignore_index = False``: the keyword is dropped; a call whose labels hold
-    ignored positions is not applicable (the loss takes predicted rows only)."""
+    """``<loss>.ignore_index = False`` (cross_entropy, linear_cross_entropy): the keyword is
+    dropped; a call whose labels hold ignored positions is not applicable (the loss takes
+    predicted rows only)."""
     if not forward or True in declared:
         return None
 
@@ -284,8 +286,9 @@ def _ignored_positions(op: str, forward: bool, declared: tuple, not_claimed) -> 
 
 
 def _losses_of(op: str, args, kwargs):
-    """(per-position weights of the kept positions, their count): for cross_entropy the
-    positions whose label is not ignore_index, for mse every element."""
+    """(per-position weights of the kept positions, their count): for cross_entropy (and
+    linear_cross_entropy) the positions whose label is not ignore_index, for mse every
+    element."""
     if op == "mse":
         n = int(np.size(get(op, args, kwargs, "y")))
         return None, n
@@ -351,113 +354,68 @@ def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | 
     return layer
 
 
-# --------------------------------------------------------------------------- a LayerNorm's eps
-# the ops whose calls carry a LayerNorm eps (keyword or positional ``eps``): LayerNorm itself and
-# the composites built on it (a block with RMSNorm carries RMSNorm's: not reached)
-LN_EPS_OPS = ("layernorm", "block", "embedding_ln", "mlm_head")
+def _ln_affine(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+    """``layernorm.affine``: gamma and beta as pieces of the LayerNorm's call (the piece layer);
+    inside a block of LayerNorms (``also``), the block's ``p`` with or without ``ln1.gamma``,
+    ``ln1.beta`` ... (a call whose form the implementation does not declare is not
+    applicable).  A block of RMSNorms has its gamma whatever the LayerNorm's form."""
+    if not forward:
+        return None
+    option = VARIANTS["layernorm"]["affine"]
+    if op == "layernorm":
+        return _piece_layer(op, "layernorm", "affine", option, declared, not_claimed)
+
+    def layer(args, kwargs):
+        if get(op, args, kwargs, "normalization", "layernorm") != "layernorm":
+            return args, kwargs, None
+        given = get(op, args, kwargs, "ln1.gamma") is not None
+        if given not in declared:
+            not_claimed(variant_text("layernorm", "affine", given) + " (the block's p "
+                        + ("has" if given else "has no") + " ln1.gamma, ln1.beta ...)")
+        return args, kwargs, None
+
+    return layer
 
 
-def eps_of(declared, eps: float | None) -> float | None:
-    """The eps a LayerNorm call passes for the value of ``layernorm.eps`` it is checked in
-    (resolve_variant's): ``eps`` (the check's own; None: drawn) with eps inside the root
-    (True), 0 without eps (False), the number where the code fixes it -- both sides of every
-    comparison then compute at the eps the code does."""
-    if declared is True:
-        return eps
-    return 0.0 if declared is False else float(declared)
-
-
+# ------------------------------------------------------------- a norm's eps (LayerNorm, RMSNorm)
 def call_eps(caps: dict, eps: float) -> float:
     """The eps a check that would pass ``eps`` to the implementation's LayerNorm passes (and
     computes its expectation with): :func:`eps_of` at the implementation's declared form."""
     return eps_of(resolve_variant(caps, "layernorm")["eps"], eps)
 
 
-def pinned_eps(caps: dict) -> float | None:
-    """The LayerNorm eps the implementation declares fixed in its code (``CAPABILITIES =
-    {"layernorm": {"eps": 1e-6}}``), else None."""
-    declared = caps["layernorm"]["eps"]
-    return float(declared[0]) if is_number(declared[0]) else None
+def _fixed_eps(norm: str) -> Callable:
+    """The ``convert`` of ``<norm>.eps`` (layernorm, rmsnorm): False -- a call passing an eps
+    to the norm is not applicable (the piece layer); a number c -- the code computes at c
+    whatever the call passes, so a call of the norm (or, for LayerNorm, a composite of
+    LayerNorms) passing another eps, or leaving it out (the protocol's default), is not
+    applicable: the checks pass c (:func:`with_pinned_eps`, the cases' ``eps_of``), and those
+    whose point is another eps (eps inside the root) say why they do not apply."""
+    def convert(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
+        if not forward:
+            return None
+        option = VARIANTS[norm]["eps"]
+        if not is_number(declared[0]):
+            return (_piece_layer(op, norm, "eps", option, declared, not_claimed)
+                    if op == norm else None)
+        c = float(declared[0])
 
-
-def with_pinned_eps(op: str, caps: dict, fixed: Mapping) -> Mapping:
-    """A case's fixed arguments for ``op`` with the declared eps where the implementation
-    fixes it and ``op``'s call carries a LayerNorm eps (a block of RMSNorms carries RMSNorm's);
-    ``fixed`` itself otherwise.  A composite's case left at the protocol's default eps (an
-    embedding LayerNorm called without eps) gets it passed."""
-    c = pinned_eps(caps)
-    if c is None or op not in LN_EPS_OPS or fixed.get("normalization",
-                                                      "layernorm") != "layernorm":
-        return fixed
-    return {**fixed, "eps": c}
-
-
-def with_pinned_config(caps: dict, config):
-    """A model config (minibert_reference.config's dataclasses, ``ln_eps``) as code that fixes its
-    LayerNorm eps runs it: ``ln_eps`` at the declared value (a config of RMSNorms keeps its
-    own); ``config`` itself otherwise.  The model oracles build both sides from it."""
-    c = pinned_eps(caps)
-    if c is None or getattr(config, "normalization", "layernorm") != "layernorm":
-        return config
-    return dataclasses.replace(config, ln_eps=c)
-
-
-def fixed_eps_hint(var, normalised_var) -> str:
-    """The end of the red of a LayerNorm called with eps = 0 whose rows did not come back with
-    variance 1: where every row came back with var / (var + c) for one c > 0 -- rows of
-    different variances agreeing on c to 1% -- the code ignores eps and fixes it at c; how to
-    declare that.  "" where the rows do not tell (one row, rows of one variance, no common
-    c): another bug, not guessed at."""
-    var = np.ravel(np.asarray(var, dtype=np.float64))
-    got = np.ravel(np.asarray(normalised_var, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        c = var * (1.0 / got - 1.0)  # got = var / (var + c)
-    if var.size < 2 or not (np.all(np.isfinite(c)) and np.all(c > 0)) \
-            or var.max() < 1.5 * var.min() or c.max() > 1.01 * c.min():
-        return ""
-    c0 = float(f"{float(np.median(c)):.2g}")
-    return (f"; every row came back with variance var / (var + c), c = {c0:g}, from a call "
-            f"with eps = 0: the code ignores eps and fixes it at {c0:g}? if so, declare it: "
-            f"CAPABILITIES['layernorm'] = {{'eps': {c0!r}}}")
-
-
-def _call_eps_value(op: str, args: tuple, kwargs: dict):
-    """The eps a call of ``op``'s forward passes (keyword, or positional as the reference's
-    signature has it; None where it leaves eps out: the code's own default)."""
-    if "eps" in kwargs:
-        return kwargs["eps"]
-    try:
-        bound = inspect.signature(getattr(ops, OPS[op].pair[0])).bind_partial(*args, **kwargs)
-    except TypeError:
-        return None
-    return bound.arguments.get("eps")
-
-
-def _eps(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:
-    """``layernorm.eps``: False -- a call passing an eps to the LayerNorm is not applicable
-    (the piece layer); a number c -- the code computes at c whatever the call passes, so a call
-    of a LayerNorm (or a composite of LayerNorms) passing another eps, or leaving it out (the
-    protocol's default), is not applicable: the checks pass c (:func:`with_pinned_eps`), and
-    those whose point is another eps (eps inside the root) say why they do not apply."""
-    if not forward:
-        return None
-    if not is_number(declared[0]):
-        return (_piece_layer(op, "layernorm", "eps", VARIANTS["layernorm"]["eps"], declared,
-                             not_claimed) if op == "layernorm" else None)
-    c = float(declared[0])
-
-    def layer(args, kwargs):
-        if get(op, args, kwargs, "normalization", "layernorm") != "layernorm":
+        def layer(args, kwargs):
+            # a composite of RMSNorms carries RMSNorm's eps, not the LayerNorm's
+            if get(op, args, kwargs, "normalization", "layernorm") != "layernorm" \
+                    and op != norm:
+                return args, kwargs, None
+            eps = _call_eps_value(op, args, kwargs)
+            # the declared value as the call carries it (a float32 scalar: rounded)
+            if not (is_number(eps) and abs(float(eps) - c) <= 1e-6 * c):
+                said = "leaves eps out" if eps is None else f"passes eps={eps}"
+                not_claimed(f"{op} at another eps than its own ({option.means(c)}; the call "
+                            f"{said})")
             return args, kwargs, None
-        eps = _call_eps_value(op, args, kwargs)
-        # the declared value as the call carries it (a float32 scalar: rounded)
-        if not (is_number(eps) and abs(float(eps) - c) <= 1e-6 * c):
-            said = "leaves eps out" if eps is None else f"passes eps={eps}"
-            not_claimed(f"{op} at another eps than its own ("
-                        f"{VARIANTS['layernorm']['eps'].means(c)}; the call {said})")
-        return args, kwargs, None
 
-    return layer
+        return layer
+
+    return convert
 
 
 # --------------------------------------------------------------------------- the options
@@ -468,20 +426,42 @@ _REDUCTION_MEANING = {
     "sum": "the sum only, no reduction keyword: the suite derives the mean",
     "none": "per-position losses (labels' shape, no reduction): the suite takes the mean or "
             "sum over the kept positions and hands the backward per-position dloss"}
+# a cross-entropy's options, shared by cross_entropy and linear_cross_entropy (one definition:
+# the same meaning, the same adapters)
+_IGNORE_INDEX = Option((True, False), {
+    True: "labels may hold ignore_index",
+    False: "without ignore_index: it takes the predicted rows only; checked on "
+           "gathered rows in both layouts [N, V] and [1, N, V]"},
+    convert=_ignored_positions)
+_CE_REDUCTION = Option(("keyword", "mean", "sum", "none"), _REDUCTION_MEANING,
+                       convert=_reduction)
 # op -> option -> Option.  An implementation declares the values it supports under its op's
 # name in CAPABILITIES (one value or a tuple); an undeclared option supports its default only.
 VARIANTS: dict[str, dict[str, Option]] = {
     "layernorm": {
         "affine": Option((True, False), {True: "with gamma and beta",
                                          False: "without gamma/beta: the suite passes None "
-                                                "for both and expects None gradients"},
-                         pieces=("gamma", "beta")),
+                                                "for both and expects None gradients (in a "
+                                                "block: no ln*.gamma, ln*.beta)"},
+                         pieces=("gamma", "beta"), convert=_ln_affine, also=("block",)),
         "eps": Option((True, False), {True: "with eps inside the square root",
                                       False: "without eps: the suite passes eps=0 (rows are "
                                              "kept away from constant)"},
-                      pieces=("eps",), absent=(None, 0), absent_ok=True, convert=_eps,
-                      also=LN_EPS_OPS[1:],
+                      pieces=("eps",), absent=(None, 0), absent_ok=True,
+                      convert=_fixed_eps("layernorm"), also=LN_EPS_OPS[1:],
                       # the code's own constant: every LayerNorm is checked at it
+                      number="eps fixed at {value:g} by the declaration"),
+    },
+    "rmsnorm": {
+        "gain": Option((True, False), {
+            True: "with a gain gamma",
+            False: "without a gain (microgpt: x / rms(x)): the suite passes gamma=None and "
+                   "expects a None dgamma; compared with gamma = 1"}, pieces=("gamma",)),
+        "eps": Option((True, False), {True: "with eps inside the square root",
+                                      False: "without eps: the suite passes eps=0 (rows are "
+                                             "kept away from 0)"},
+                      pieces=("eps",), absent=(None, 0), absent_ok=True,
+                      convert=_fixed_eps("rmsnorm"),
                       number="eps fixed at {value:g} by the declaration"),
     },
     "rope": {
@@ -576,11 +556,7 @@ VARIANTS: dict[str, dict[str, Option]] = {
             True: "an LM head with a bias lm_head.b [V] (logits = h W^T + b)"}),
     },
     "cross_entropy": {
-        "ignore_index": Option((True, False), {
-            True: "labels may hold ignore_index",
-            False: "without ignore_index: it takes the predicted rows only; checked on "
-                   "gathered rows in both layouts [N, V] and [1, N, V]"},
-            convert=_ignored_positions),
+        "ignore_index": _IGNORE_INDEX,
         "input": Option(("logits", "probabilities", "probabilities_dlogits"), {
             "logits": "logits in",
             "probabilities": "softmax output in, dL/dp out: checked alone and composed with "
@@ -588,9 +564,10 @@ VARIANTS: dict[str, dict[str, Option]] = {
             "probabilities_dlogits": "softmax output in, the logit gradient of softmax + CE "
                                      "out: checked alone and as the composed loss of logits"},
             argument="input", convert=_probabilities),
-        "reduction": Option(("keyword", "mean", "sum", "none"), _REDUCTION_MEANING,
-                            convert=_reduction),
+        "reduction": _CE_REDUCTION,
     },
+    # the fused head + loss: cross-entropy's own options, the same adapters
+    "linear_cross_entropy": {"ignore_index": _IGNORE_INDEX, "reduction": _CE_REDUCTION},
     "mse": {
         "reduction": Option(("keyword", "none"), {
             "keyword": "the protocol's mean of the squared errors",

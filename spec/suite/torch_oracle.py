@@ -515,7 +515,7 @@ def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=
     def normed(v, name):
         if normalization == "rmsnorm":
             return F.rms_norm(v, (H,), p[f"{name}.gamma"], eps)
-        return F.layer_norm(v, (H,), p[f"{name}.gamma"], p[f"{name}.beta"], eps)
+        return F.layer_norm(v, (H,), p.get(f"{name}.gamma"), p.get(f"{name}.beta"), eps)
 
     def mha(v):
         return attention(v, *(p.get(f"attn.{n}") for n in ("W_q", "W_k", "W_v", "W_o", "b_q",

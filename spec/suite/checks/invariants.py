@@ -20,7 +20,8 @@ from minibert_spec.numerics import identities as inv
 from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs, run_op
 from minibert_spec.numerics.identities import require
 from minibert_spec.protocol import OPS
-from minibert_spec.protocol.capabilities import ConventionWarning
+from minibert_spec.protocol.capabilities import ConventionWarning, capabilities
+from minibert_spec.protocol.norm_eps import pinned_eps
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks.fd import on_families, on_family
 from minibert_spec.suite.registry import check
@@ -273,20 +274,41 @@ def layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
             + inv.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
 
 
+def _rmsnorm_scale_identities(impl, case, scale):
+    """At eps = 0 RMSNorm(c x) = RMSNorm(x) for c > 0 (the rms scales with the row), so dx is
+    orthogonal to x per row (the scale direction changes nothing).  Code that fixes its eps e
+    (``rmsnorm.eps`` a number) is run at e, where both identities keep a term of e (with m the
+    row's mean square): RMSNorm(c x) sqrt(c^2 m + e) / c = RMSNorm(x) sqrt(m + e) (both are
+    gamma x), and dx . x = e / (m + e) sum(dy * y) (d/dc of RMSNorm(c x) at c = 1)."""
+    x, gamma = case.inputs["x"], case.inputs["gamma"]
+    e = pinned_eps(capabilities(impl), "rmsnorm") or 0.0
+    y, cache = impl.rmsnorm_forward(x, gamma, e)
+    (dx, _) = impl.rmsnorm_backward(case.dout, cache)
+    m = (x * x).mean(-1, keepdims=True)
+    g = 1.0 if gamma is None else gamma  # no gain: gamma = 1
+    # the terms dx sums are ~ gamma dy / rms (dx itself may be ~0 by cancellation: N = 1)
+    terms = float(np.abs(g * case.dout).max() / np.sqrt(m).min())
+    y_c = impl.rmsnorm_forward(scale * x, gamma, e)[0]
+    return [inv.close("rmsnorm", "invariant to c x per row",
+                      y_c * np.sqrt(scale * scale * m + e) / scale, y * np.sqrt(m + e)),
+            inv.close("rmsnorm", "dx is orthogonal to x per row", (dx * x).sum(-1),
+                      (e / (m + e))[..., 0] * (case.dout * y).sum(-1),
+                      terms * float(np.abs(x).max()) * x.shape[-1])]
+
+
 @on_family("rmsnorm", "scale_invariant", equations=("rmsnorm.forward", "rmsnorm.backward.dx"),
            given={"scale": S.floats(0.25, 4.0)}, example={"scale": 1.7})
 def rmsnorm_ignores_the_scale_of_a_row(impl, case, scale):
-    """At eps = 0 RMSNorm(c x) = RMSNorm(x) for c > 0 (the rms scales with the row), so dx is
-    orthogonal to x per row (the scale direction changes nothing)."""
-    x, gamma = case.inputs["x"], case.inputs["gamma"]
-    y, cache = impl.rmsnorm_forward(x, gamma, 0.0)
-    (dx, _) = impl.rmsnorm_backward(case.dout, cache)
-    # the terms dx sums are ~ gamma dy / rms (dx itself may be ~0 by cancellation: N = 1)
-    terms = float(np.abs(gamma * case.dout).max() / np.sqrt((x * x).mean(-1)).min())
-    require([inv.close("rmsnorm", "invariant to c x per row", impl.rmsnorm_forward(
-                 scale * x, gamma, 0.0)[0], y),
-             inv.close("rmsnorm", "dx is orthogonal to x per row", (dx * x).sum(-1),
-                       np.zeros(x.shape[:-1]), terms * float(np.abs(x).max()) * x.shape[-1])])
+    """RMSNorm ignores the scale of a row (:func:`_rmsnorm_scale_identities`)."""
+    require(_rmsnorm_scale_identities(impl, case, scale))
+
+
+@on_family("rmsnorm_nogain", "nogain_scale_invariant", equations=("rmsnorm.forward",
+                                                            "rmsnorm.backward.dx"),
+           given={"scale": S.floats(0.25, 4.0)}, example={"scale": 1.7})
+def rmsnorm_without_gain_ignores_the_scale_of_a_row(impl, case, scale):
+    """The same identities without a gain (gamma = 1)."""
+    require(_rmsnorm_scale_identities(impl, case, scale))
 
 
 @on_family("softmax_masked", "rows_sum_to_one",

@@ -141,11 +141,11 @@ def _block_weights(seed: int, H: int, I: int, names: tuple) -> dict:
 
 
 def block_variant(bias: bool = True, norm: str = "post", W_o: bool = True, b_1: bool = True,
-                  b_2: bool = True, normalization: str = "layernorm") -> dict:
+                  b_2: bool = True, normalization: str = "layernorm", affine: bool = True) -> dict:
     """The keywords of minibert_reference.ops.block_param_names (the one definition of a block's
-    names) for a block family's variant parameters."""
+    names) for a block family's variant parameters (``affine``: layernorm.affine's)."""
     return dict(attn_bias=bias, norm=norm, W_o=W_o, b_1=b_1, b_2=b_2,
-                normalization=normalization)
+                normalization=normalization, ln_affine=affine)
 
 
 def block_adapter(impl):
@@ -243,7 +243,9 @@ def block_backward_scale(case: OpCase) -> float:
     rounding: without it the float32-vs-float64 invariant was red on the reference's own
     blocks (3 of 4 seeds at 100 examples, up to 7e-3 relative on dx)."""
     var, _ = _case_conditioning(case)
-    gamma = max(float(np.abs(v).max()) for k, v in case.inputs.items() if k.endswith(".gamma"))
+    # LayerNorms without affine (no *.gamma): gamma = 1
+    gamma = max((float(np.abs(v).max()) for k, v in case.inputs.items()
+                 if k.endswith(".gamma")), default=1.0)
     # one normalisation's amplification
     factor = 2.0 * gamma / float(np.sqrt(var + case.fixed["eps"]))
     return float(np.abs(case.dout).max()) * factor * max(1.0, factor)
@@ -259,7 +261,7 @@ def _block_fixed(n_heads: int, mask, eps: float, **variant) -> dict:
 def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                    W_o: bool = True, b_1: bool = True, b_2: bool = True,
                    activation: str = "relu", normalization: str = "layernorm",
-                   heads: str = "fused", rope: str | None = None):
+                   heads: str = "fused", rope: str | None = None, affine: bool = True):
     from minibert_reference.ops import block_param_names
 
     H, I = (8 if rope else 6), 12  # with RoPE, d_k even in both head layouts
@@ -270,7 +272,7 @@ def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bo
     p["ffn.W_2"], p["ffn.b_2"] = 0.5 * rng.standard_normal((I, H)), 0.2 * rng.standard_normal(H)
     p["ln2.gamma"], p["ln2.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
     p["ln_f.gamma"], p["ln_f.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
-    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization))
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization, affine))
     inputs = {"x": a["x"], **{n: p[n] for n in names}}
     fixed = _block_fixed(1 if heads == "single" else 2, _example_mask(3) if masked else None,
                          1e-12, norm=norm, causal=causal, activation=activation,
@@ -293,7 +295,8 @@ _PRE = ("block.postln", "block.backward") + _INNER  # not exercised by a pre-LN 
 # the options of a block's parts (and its own normalisation) that every block family takes as
 # the implementation declares them: a block is checked as the variants its parts declare (one
 # head for a single-head attention)
-_PARTS = ("attention.W_o", "ffn.b_1", "ffn.b_2", "ffn.activation", "block.normalization") \
+_PARTS = ("attention.W_o", "ffn.b_1", "ffn.b_2", "ffn.activation", "block.normalization",
+          "layernorm.affine") \
     + _HEADS
 
 
@@ -330,6 +333,9 @@ def _but(*keys: str) -> tuple[str, ...]:
 @with_and_without_mask("block", "lean", omit=_POST,
                        needs={"attention.W_o": False, "ffn.b_1": False, "ffn.b_2": False},
                        resolve=_but("attention.W_o", "ffn.b_1", "ffn.b_2"), **_BLOCK)
+# LayerNorms without gamma and beta (layernorm.affine False) inside the block
+@with_and_without_mask("block", "lnplain", omit=_POST, needs={"layernorm.affine": False},
+                       resolve=_but("layernorm.affine"), **_BLOCK)
 @with_and_without_mask("block", "gpt2", omit=_PRE,
                        needs={"block.norm": "pre_final", "block.causal": True,
                               "ffn.activation": "gelu_tanh"},
@@ -349,7 +355,7 @@ def _but(*keys: str) -> tuple[str, ...]:
 def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                 W_o: bool = True, b_1: bool = True, b_2: bool = True, activation: str = "relu",
                 normalization: str = "layernorm", heads: str = "fused",
-                rope: str | None = None) -> OpCase:
+                rope: str | None = None, affine: bool = True) -> OpCase:
     """x plus every block parameter as a differentiable input named by its local name; the
     variant (``norm``, ``causal``, ``normalization``; the parts' ``W_o``, ``b_1``, ``b_2``,
     ``activation``) decides the names (minibert_reference.ops.block_param_names, the one definition)
@@ -369,7 +375,7 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool
     H = A * d_k
     assume(H >= 2)  # a LayerNorm over one feature is constant: nothing to differentiate
     I = draw(sizes(1, 5))
-    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization))
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization, affine))
     p = _block_weights(draw(_seed()), H, I, names)
     for ln in ("ln1", "ln2", "ln_f"):
         if f"{ln}.gamma" in names:

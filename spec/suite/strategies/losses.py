@@ -128,27 +128,56 @@ def cross_entropy_probs_cases(draw, reduction: str, input: str,  # noqa: A002 (t
     return OpCase({"logits": p}, fixed, draw(scalar_upstream()), draw(_seed()))
 
 
-def _linear_cross_entropy_example(rng, reduction: str):
-    inputs = {"x": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 5)),
-              "b": rng.standard_normal(5)}
+def _linear_cross_entropy_example(rng, reduction: str, layout: str | None = None):
+    x = rng.standard_normal((2, 3, 4))
     labels = np.array([[1, IGNORE_INDEX, 4], [0, 4, IGNORE_INDEX]])
-    return OpCase(inputs, {"labels": labels, "ignore_index": IGNORE_INDEX,
-                           "reduction": reduction}, upstream_like(rng, ()))
+    if layout is not None:  # the predicted rows, [N, n_in] or [1, N, n_in]
+        keep = labels != IGNORE_INDEX
+        x, labels = (x[keep], labels[keep]) if layout == "rows" else (x[keep][None],
+                                                                      labels[keep][None])
+    inputs = {"x": x, "W": rng.standard_normal((4, 5)), "b": rng.standard_normal(5)}
+    fixed = {"labels": labels, "reduction": reduction,
+             **({"ignore_index": IGNORE_INDEX} if layout is None else {})}
+    return OpCase(inputs, fixed, upstream_like(rng, ()))
 
 
-@cases("linear_cross_entropy", "mean", reduction="mean", torch="linear_cross_entropy")
-@cases("linear_cross_entropy", "sum", reduction="sum", torch="linear_cross_entropy")
+_LINEAR_IGNORING = {"linear_cross_entropy.ignore_index": True}
+
+
+@cases("linear_cross_entropy", "mean", reduction="mean", torch="linear_cross_entropy",
+       needs=_LINEAR_IGNORING)
+@cases("linear_cross_entropy", "sum", reduction="sum", torch="linear_cross_entropy",
+       needs=_LINEAR_IGNORING)
+# the predicted rows in both layouts a loss without ignore_index is handed (cross_entropy's)
+@cases("linear_cross_entropy", "rows_mean", reduction="mean", layout="rows",
+       torch="linear_cross_entropy")
+@cases("linear_cross_entropy", "rows_sum", reduction="sum", layout="rows",
+       torch="linear_cross_entropy")
+@cases("linear_cross_entropy", "batch_mean", reduction="mean", layout="batch",
+       torch="linear_cross_entropy")
+@cases("linear_cross_entropy", "batch_sum", reduction="sum", layout="batch",
+       torch="linear_cross_entropy")
 @fixed_examples(_linear_cross_entropy_example)
 @st.composite
-def linear_cross_entropy_cases(draw, reduction: str) -> OpCase:
+def linear_cross_entropy_cases(draw, reduction: str, layout: str | None = None) -> OpCase:
     """The fused head + loss: x [..., n_in] (one to three leading axes), W, b (or None), labels
     with one to all positions predicted, ignored ones marked -100 or -1 (passed); the
     defaults' one block of rows (the block boundaries are the reference's own tests,
-    tests/reference/test_linear_cross_entropy.py)."""
-    lead = draw(_lead_shapes(3).filter(len))
+    tests/reference/test_linear_cross_entropy.py).  ``layout`` "rows" [N, n_in] / "batch"
+    [1, N, n_in]: every position predicted, no ignore_index passed (cross_entropy_cases')."""
+    if layout is None:
+        lead = draw(_lead_shapes(3).filter(len))
+    else:
+        N = draw(sizes(1, 5))
+        lead = (N,) if layout == "rows" else (1, N)
     n_in, V = draw(sizes(1, 4)), draw(sizes(1, 6))
     inputs = {"x": draw(arrays(lead + (n_in,))), "W": draw(arrays((n_in, V), -1.0, 1.0)),
               "b": draw(arrays((V,), -1.0, 1.0)) if draw(st.booleans()) else None}
+    if layout is not None:
+        labels = draw(hnp.arrays(np.int64, lead, elements=st.integers(0, V - 1),
+                                 fill=st.nothing()))
+        return OpCase(inputs, {"labels": labels, "reduction": reduction},
+                      draw(scalar_upstream()), draw(_seed()))
     ignore_index = draw(st.sampled_from([IGNORE_INDEX, -1]))
     fixed = {"labels": draw(ce_labels(lead, V, ignore_index)), "ignore_index": ignore_index,
              "reduction": reduction}
