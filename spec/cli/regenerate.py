@@ -137,11 +137,10 @@ def run(args) -> int:
               + (f" ({', '.join(changed)})" if changed else " (already current)"))
     if args.no_matrix:
         return 0
-    from rich.console import Console
+    from minibert_spec.cli import mutate
 
-    from minibert_spec.mutation import matrix_command
-
-    stale = argparse.Namespace(mutants=[], jobs=args.jobs, profile="ci", timeout=600.0,
-                               no_baseline=False, rerun=False, output=None,
-                               tests=["tests/suite/test_conformance.py", "tests"])
-    return matrix_command(stale, Console(width=None if sys.stdout.isatty() else 160))
+    # the stale rows as `minibert mutate --matrix -j N` reruns them: its own parser gives every
+    # option its default (a Namespace written here by hand missed the options added since)
+    parser = argparse.ArgumentParser(prog="minibert")
+    mutate.register(parser.add_subparsers())
+    return mutate.run(parser.parse_args(["mutate", "--matrix", "-j", str(args.jobs)]))

@@ -31,3 +31,17 @@ def test_every_row_is_documented_and_its_backward_follows_its_inputs():
         if op.pair and not op.backward_doc:
             assert op.returns() == "(" + ", ".join(f"d{n}" for n in op.inputs) + (
                 "," if len(op.inputs) == 1 else "") + ")"
+
+
+def test_regenerate_reruns_the_matrix_as_minibert_mutate_does(monkeypatch, capsys):
+    """``minibert regenerate`` ends with ``minibert mutate --matrix``'s own arguments: it built
+    a Namespace by hand, which lacked the options added to mutate since (matrix_file, shard,
+    durations, json) and ended in an internal AttributeError after regenerating the docs."""
+    from minibert_spec.cli import main, mutate
+
+    seen = []
+    monkeypatch.setattr(mutate, "run", lambda args: seen.append(args) or 0)
+    assert main(["regenerate", "--no-maps", "-j", "1"]) == 0
+    (args,) = seen
+    assert args.matrix and args.jobs == 1 and not args.rerun
+    assert args.matrix_file is None and args.shard is None and args.durations is None
