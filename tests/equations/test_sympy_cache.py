@@ -165,20 +165,6 @@ def test_a_proof_is_kept_per_module_source(cache_home):
     assert all(isinstance(p, Path) for p in _cache.module_closure(ln.__file__))
 
 
-def test_a_package_reached_through_a_symlink_keeps_its_proofs(cache_home, monkeypatch, tmp_path):
-    """The package imported through a symlinked folder (a git worktree's ``minibert_spec ->
-    spec``, a vendored checkout) still keeps proofs: the equation's file and the cache module's
-    folder are compared resolved.  Red before: no proof was ever kept there."""
-    from minibert_spec.equations import EQUATIONS, load
-
-    load()
-    link = tmp_path / "linked_package"
-    link.symlink_to(Path(_cache.__file__).parent, target_is_directory=True)
-    monkeypatch.setattr(_cache, "__file__", str(link / "_cache.py"))
-    path = _cache._proof_path(EQUATIONS["layernorm.backward.dx"])
-    assert path is not None and path.parent == _cache.cache_dir()
-
-
 def test_the_collection_of_the_projects_tests_is_kept_per_source(cache_home, monkeypatch,
                                                                  tmp_path):
     """The audit's pytest collection of tests/ (~10 s) is read back while no source file
