@@ -90,22 +90,36 @@ def collect_items(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | No
     The project's own tests/ are collected once per source: the records are kept on disk
     (:func:`_collection_path`: keyed by every source file of the checkout, the interpreter,
     pytest's version, ``impl_spec`` and the MINIBERT_* environment), ~10 s each time."""
-    cached = _collection_path(Path(tests_dir), impl_spec)
-    if cached is not None:
-        try:
-            return json.loads(cached.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pass
-    records = _collect_items(tests_dir, impl_spec=impl_spec, timeout=timeout)
-    if cached is not None:
-        from minibert_reference.train.fileio import atomic_write
+    from minibert_spec.equations._cache import computing
 
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(str(cached), json.dumps(records))
-        except OSError:
-            pass  # a cache that cannot be written: collected again next time
+    cached = _collection_path(Path(tests_dir), impl_spec)
+    records = _read_collection(cached)
+    if records is not None:
+        return records
+    with computing(cached):  # another process collecting the same tests: wait and read
+        records = _read_collection(cached)
+        if records is not None:
+            return records
+        records = _collect_items(tests_dir, impl_spec=impl_spec, timeout=timeout)
+        if cached is not None:
+            from minibert_reference.train.fileio import atomic_write
+
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(str(cached), json.dumps(records))
+            except OSError:
+                pass  # a cache that cannot be written: collected again next time
     return records
+
+
+def _read_collection(cached: Path | None) -> list[dict] | None:
+    """The records kept at ``cached``, or None (none kept, unreadable)."""
+    if cached is None:
+        return None
+    try:
+        return json.loads(cached.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _collection_path(tests_dir: Path, impl_spec: str | None) -> Path | None:

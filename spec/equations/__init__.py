@@ -148,17 +148,26 @@ class Equation:
             from minibert_spec.equations import _cache
 
             stored = _cache.read_proof(self)
-            if stored is not None:
-                self._proof_cache = Proof(stored["status"], _tuples(stored["sizes"]),
-                                          stored["detail"], stored["seconds"])
-                return self._proof_cache
-            start = time.perf_counter()
-            result = self.proof()
-            result.seconds = time.perf_counter() - start
-            self._proof_cache = result
-            _cache.write_proof(self, {"status": result.status, "sizes": result.sizes,
-                                      "detail": result.detail, "seconds": result.seconds})
+            if stored is None:
+                with _cache.proof_lock(self):  # a process proving it now: wait and read
+                    stored = _cache.read_proof(self)
+                    if stored is None:
+                        self._proof_cache = self._prove()
+                        return self._proof_cache
+            self._proof_cache = Proof(stored["status"], _tuples(stored["sizes"]),
+                                      stored["detail"], stored["seconds"])
         return self._proof_cache
+
+    def _prove(self) -> Proof:
+        """Run and time the proof, and store its outcome (spec/equations/_cache.py)."""
+        from minibert_spec.equations import _cache
+
+        start = time.perf_counter()
+        result = self.proof()
+        result.seconds = time.perf_counter() - start
+        _cache.write_proof(self, {"status": result.status, "sizes": result.sizes,
+                                  "detail": result.detail, "seconds": result.seconds})
+        return result
 
 
 def _tuples(v):

@@ -153,6 +153,39 @@ def _proof_path(eq) -> Path | None:
     return cache_dir() / f"proof-{key[:40]}.json"
 
 
+@contextlib.contextmanager
+def computing(path: Path | None):
+    """Hold an advisory lock on ``<path>.lock`` while this process computes what ``path`` will
+    hold, so that a second process wanting the same entry waits and reads it instead of
+    computing it again: on a cold machine the two workers of ``pytest -n 2`` otherwise proved
+    every equation, and collected the tests, twice at once.  The caller looks for the entry
+    again once the lock is held.  The operating system releases the lock when its process
+    dies, so a killed holder never blocks the next.  No lock (the entry is only computed)
+    where ``path`` is None, the platform has no ``fcntl`` or the directory cannot be written."""
+    fd = None
+    if path is not None:
+        try:
+            import fcntl
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def proof_lock(eq):
+    """:func:`computing` for ``eq``'s stored proof (no lock for an equation with no file)."""
+    return computing(_proof_path(eq))
+
+
 def entry_path(name: str, args: tuple) -> Path:
     key = hashlib.sha256(f"{source_digest()}|{name}|{args!r}".encode()).hexdigest()
     return cache_dir() / f"{key[:40]}.json"

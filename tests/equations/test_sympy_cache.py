@@ -165,6 +165,73 @@ def test_a_proof_is_kept_per_module_source(cache_home):
     assert all(isinstance(p, Path) for p in _cache.module_closure(ln.__file__))
 
 
+def test_two_processes_wanting_one_proof_at_once_prove_it_once(cache_home, tmp_path):
+    """On a cold machine the workers of ``pytest -n 2`` want the same proofs at the same
+    moment: the second waits for the first's lock and reads its outcome (one proof, one
+    status) instead of proving it again beside it."""
+    script = textwrap.dedent("""
+        import sys, time
+        from pathlib import Path
+        from minibert_spec.equations import EQUATIONS, load
+        load()
+        eq = EQUATIONS["layernorm.backward.dx"]
+        inner, log, me = eq.proof, Path(sys.argv[1]), sys.argv[2]
+        def counted():
+            with log.open("a") as f:
+                f.write("proved\\n")
+            time.sleep(1.0)  # the other process asks while this one proves
+            return inner()
+        eq.proof = counted
+        (log.parent / me).touch()  # a barrier: both ask only once both are ready
+        while len(list(log.parent.glob("ready-*"))) < 2:
+            time.sleep(0.01)
+        print(eq.run_proof().status)
+    """)
+    log = tmp_path / "proofs.log"
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(log), f"ready-{i}"],
+                              stdout=subprocess.PIPE, text=True) for i in range(2)]
+    statuses = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert statuses[0] == statuses[1] and statuses[0], statuses
+    assert log.read_text().count("proved") == 1
+
+
+def test_a_lock_held_by_a_killed_process_does_not_block(tmp_path):
+    """The lock dies with its holder (the operating system releases it): a worker killed
+    while proving never stalls the next one."""
+    import signal
+    import threading
+
+    entry = tmp_path / "entry.json"
+    held = tmp_path / "held"
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from minibert_spec.equations import _cache
+        with _cache.computing(Path({str(entry)!r})):
+            Path({str(held)!r}).touch()
+            time.sleep(120)
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        while not held.exists():
+            assert holder.poll() is None, "the holder died before taking the lock"
+        entered = threading.Event()
+
+        def take():
+            with _cache.computing(entry):
+                entered.set()
+
+        waiter = threading.Thread(target=take, daemon=True)
+        waiter.start()
+        assert not entered.wait(0.5), "the lock was not exclusive while its holder lived"
+        holder.send_signal(signal.SIGKILL)
+        assert entered.wait(30), "a killed holder's lock still blocks"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_the_collection_of_the_projects_tests_is_kept_per_source(cache_home, monkeypatch,
                                                                  tmp_path):
     """The audit's pytest collection of tests/ (~10 s) is read back while no source file
