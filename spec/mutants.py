@@ -399,6 +399,12 @@ mutant("block_preln_ffn_reads_x", "block.preln",
        "pre-LN block normalises x instead of h = x + MHA(LN1(x)) before the FFN",
        "ops._preln_block_forward", ("_norm_forward(h, p, \"ln2\"",
                                     "_norm_forward(x, p, \"ln2\""))
+mutant("block_swiglu_gate_up_grads_swapped", "block.preln_backward",
+       "a SwiGLU block's backward hands the gate's gradient to swiglu.W_3 and the up "
+       "projection's to swiglu.W_1 (the SwiGLU op's own gradients right; W_1, W_3 alike shaped)",
+       "ops._mlp_backward", ('_part_grads("swiglu.", SWIGLU_PARAMS, grads)',
+                             '_part_grads("swiglu.", SWIGLU_PARAMS, '
+                             '[grads[2], grads[1], grads[0], *grads[3:]])'))
 mutant("model_backward_layer_order", "model.backward",
        "model backward walks the blocks in forward order (layer i's cache for layer L-1-i)",
        "model.run_backward", ("cache.blocks[i]", "cache.blocks[::-1][i]"))

@@ -167,7 +167,8 @@ _TABLE = (
            'ln1.beta, ffn.W_1 .. ffn.b_2, ln2.gamma, ln2.beta; variants: norm="pre" (h + '
            'FFN(LN2(h)), h = x + MHA(LN1(x))), norm="pre_final" (then LN_f, keys ln_f.gamma, '
            'ln_f.beta), norm="inner" (h + LN2(FFN(h)), h = x + LN1(MHA(x))), causal=True, '
-           'normalization="rmsnorm" (no *.beta), and its parts\' own '
+           'normalization="rmsnorm" (no *.beta), ffn="swiglu" (LLaMA: keys swiglu.W_1 gate, '
+           "swiglu.W_3 up, swiglu.W_2 down in place of ffn.*), and its parts' own "
            "(minibert_reference.ops.block_param_names): no attn.W_o/attn.b_o, no attn.b_*, no "
            "ffn.b_1 / "
            "ffn.b_2, activation=",

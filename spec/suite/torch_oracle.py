@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from minibert_spec.numerics.asserts import assert_close, assert_finite
 from minibert_spec.protocol import IGNORE_INDEX
+from minibert_spec.suite.torch_swiglu import block_swiglu, swiglu, weight  # noqa: F401
 from minibert_spec.tolerances import ORACLE_FLOOR_ULPS, ORACLE_RTOL_F32, ORACLE_RTOL_F64
 
 # Checks run one process per core (xdist, minibert check's workers): torch's own thread pool
@@ -239,11 +240,6 @@ def _record(name: str, dtype, a: np.ndarray, b: np.ndarray, scale: float,
 
 
 # --------------------------------------------------------------------------- ops
-def weight(W: torch.Tensor) -> torch.Tensor:
-    """Our linear weights are [n_in, n_out] (y = x W); torch's are [n_out, n_in]."""
-    return W.t()
-
-
 def embedding(ids, W):
     return F.embedding(ids, W)
 
@@ -439,30 +435,6 @@ def ffn(x, W_1, b_1, W_2, b_2, activation="relu"):
 _STANDARD_BLOCK = ("attn.W_o", "ffn.b_1", "ffn.b_2", "ln1.beta")
 
 
-@functools.cache
-def _llama_mlp(H: int, I: int, bias: bool):
-    """transformers' own LlamaMLP (gate, up and down projections, SiLU), from a random small
-    config (nothing downloaded); ``mlp_bias`` when the biases are given."""
-    from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaMLP
-
-    config = LlamaConfig(hidden_size=H, intermediate_size=I, mlp_bias=bias, hidden_act="silu",
-                         num_attention_heads=1, num_hidden_layers=1, vocab_size=8)
-    return LlamaMLP(config)
-
-
-def swiglu(x, W_1, W_2, W_3, b_1=None, b_2=None, b_3=None):
-    """LlamaMLP, down(silu(gate(x)) * up(x)), run with our weights (functional_call): W_1 is
-    its gate_proj, W_3 its up_proj, W_2 its down_proj."""
-    H, I = W_1.shape
-    bias = b_1 is not None
-    state = {"gate_proj.weight": weight(W_1), "up_proj.weight": weight(W_3),
-             "down_proj.weight": weight(W_2)}
-    if bias:
-        state.update({"gate_proj.bias": b_1, "up_proj.bias": b_3, "down_proj.bias": b_2})
-    return torch.func.functional_call(_llama_mlp(int(H), int(I), bias), state, (x,))
-
-
 def block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=1e-12, norm="post",
           causal=False, activation="relu", normalization="layernorm", rope=None,
           rope_base=10000.0):
@@ -524,6 +496,8 @@ def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=
                          rope_base=rope_base)
 
     def mlp(v):
+        if "swiglu.W_1" in p:  # block.ffn "swiglu": LLaMA's feed-forward part
+            return block_swiglu(v, p)
         return ffn(v, p["ffn.W_1"], p.get("ffn.b_1"), p["ffn.W_2"], p.get("ffn.b_2"),
                    activation)
 
@@ -539,9 +513,10 @@ def composed_block(x, p: Mapping[str, torch.Tensor], *, n_heads, mask=None, eps=
 
 
 def block_flat(x, *, n_heads, mask=None, eps=1e-12, norm="post", causal=False,
-               activation="relu", normalization="layernorm", rope=None, rope_base=10000.0, **p):
+               activation="relu", normalization="layernorm", rope=None, rope_base=10000.0,
+               ffn="mlp", **p):
     """:func:`block` with the parameters as keywords (the block's case family passes each
-    parameter as a differentiable input of its own)."""
+    parameter as a differentiable input of its own; ``ffn`` is what its keys say)."""
     return block(x, p, n_heads=n_heads, mask=mask, eps=eps, norm=norm, causal=causal,
                  activation=activation, normalization=normalization, rope=rope,
                  rope_base=rope_base)

@@ -226,6 +226,8 @@ CAUGHT_BY_VARIANT_CHECKS = {
     "block_preln_ln2_backward_on_ln1_cache": r"^fd\[block_preln(_final)?\]$",
     "block_preln_ffn_reads_x": r"^oracle\.forward\[block_preln-f64\]$",
     "block_innerln_drops_ffn_residual": r"^fd\[block_innerln\]$",
+    # the block's SwiGLU composition: no block family but LLaMA's draws SwiGLU
+    "block_swiglu_gate_up_grads_swapped": r"^fd\[block_llama_swiglu\]$",
     # right for [N, V], wrong for [1, N, V]: the gathered layouts both run (test_variants.py)
     "ce_mean_divides_by_shape0": r"^oracle\.forward\[cross_entropy_batch_mean-f64\]$",
     "ce_probs_dp_missing_division": r"^fd\[cross_entropy_probs_mean\]$",

@@ -34,9 +34,7 @@ NOT_PROTOCOL = {
 }
 # arguments no case family draws off its default yet: each a strict xfail with what is missing
 # (it fails the run once a family draws it: then the entry goes)
-NOT_YET = {
-    ("block", "ffn"): "no block family with SwiGLU: needs its weights, conditioning and twin",
-}
+NOT_YET: dict = {}
 
 
 def keyword_defaults(op: str) -> dict:

@@ -218,8 +218,7 @@ def _composed_layer(x, p: dict, config, rope):
                          rope_base=config.rope_base)
     n = _normed(h, p, "ln2", config)
     if config.ffn == "swiglu":
-        return h + to.swiglu(n, *(p.get(f"swiglu.{w}") for w in ("W_1", "W_2", "W_3", "b_1",
-                                                                  "b_2", "b_3")))
+        return h + to.block_swiglu(n, p)
     return h + to.ffn(n, p["ffn.W_1"], p.get("ffn.b_1"), p["ffn.W_2"], p.get("ffn.b_2"),
                       config.activation)
 

@@ -137,15 +137,21 @@ def _block_weights(seed: int, H: int, I: int, names: tuple) -> dict:
     p.update({"ffn.W_1": rng.uniform(-2.0, 2.0, (H, I)),
               "ffn.b_1": rng.choice([-1.0, 1.0], I) * rng.uniform(2 * KINK_MARGIN, 2.0, I),
               "ffn.W_2": rng.uniform(-2.0, 2.0, (I, H)), "ffn.b_2": rng.uniform(-2.0, 2.0, H)})
+    if "swiglu.W_1" in names:  # drawn after the FFN's: an FFN block's weights stay as they were
+        # bounded as the SwiGLU families draw them (|W| <= 1.5); SiLU has no kink to keep off
+        p.update({f"swiglu.{n}": rng.uniform(-1.5, 1.5, shape) for n, shape in
+                  (("W_1", (H, I)), ("W_2", (I, H)), ("W_3", (H, I)))})
     return {n: p[n] for n in names if n in p}
 
 
 def block_variant(bias: bool = True, norm: str = "post", W_o: bool = True, b_1: bool = True,
-                  b_2: bool = True, normalization: str = "layernorm", affine: bool = True) -> dict:
+                  b_2: bool = True, normalization: str = "layernorm", affine: bool = True,
+                  ffn: str = "mlp") -> dict:
     """The keywords of minibert_reference.ops.block_param_names (the one definition of a block's
-    names) for a block family's variant parameters (``affine``: layernorm.affine's)."""
+    names) for a block family's variant parameters (``affine``: layernorm.affine's; ``ffn``
+    "swiglu": LLaMA's bias-free SwiGLU, swiglu.W_1, W_2, W_3)."""
     return dict(attn_bias=bias, norm=norm, W_o=W_o, b_1=b_1, b_2=b_2,
-                normalization=normalization, ln_affine=affine)
+                normalization=normalization, ln_affine=affine, ffn=ffn)
 
 
 def block_adapter(impl):
@@ -170,20 +176,21 @@ def block_adapter(impl):
 # the keywords a block's variant passes to block_forward (its own options' and its parts'),
 # each only when not the standard form
 BLOCK_STANDARD = {"norm": "post", "causal": False, "activation": "relu",
-                  "normalization": "layernorm", "rope": None, "rope_base": 10000.0}
+                  "normalization": "layernorm", "rope": None, "rope_base": 10000.0,
+                  "ffn": "mlp"}
 BLOCK_KEYWORDS = tuple(BLOCK_STANDARD)
 
 
 def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, norm="post",
                        eps=1e-12, activation="relu", normalization="layernorm", rope=None,
-                       rope_base=10000.0) -> tuple[float, float]:
+                       rope_base=10000.0, ffn="mlp") -> tuple[float, float]:
     """(smallest row variance of a LayerNorm input -- the mean square of an RMSNorm input --,
-    smallest |ReLU pre-activation|, inf for a smooth activation) through one block, computed
-    with the protocol's reference ops (float64): where the block is smooth."""
+    smallest |ReLU pre-activation|, inf for a smooth activation or SwiGLU) through one block,
+    computed with the protocol's reference ops (float64): where the block is smooth."""
     from minibert_reference import ops  # the one definition of each op (a filter, not a judgement)
 
     attn = [p.get(f"attn.{n}") for n in ATTENTION_WEIGHTS + ATTENTION_BIASES]
-    ffn = [p.get(f"ffn.{n}") for n in ("W_1", "b_1", "W_2", "b_2")]
+    ffn_kind, ffn = ffn, [p.get(f"ffn.{n}") for n in ("W_1", "b_1", "W_2", "b_2")]
     variances, kinks = [], []
 
     def ln(v, name):
@@ -192,6 +199,9 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
         return ops._norm_forward(v, p, name, eps, normalization)[0]
 
     def ffn_of(v):
+        if ffn_kind == "swiglu":  # SiLU is smooth: no kink to keep off
+            kinks.append(np.inf)
+            return ops._mlp_forward(v, p, activation, ffn_kind)[0]
         pre = v @ ffn[0] + (0 if ffn[1] is None else ffn[1])
         kinks.append(float(np.min(np.abs(pre))) if activation == "relu" else np.inf)
         return ops._ffn_forward(v, *ffn, activation)[0]
@@ -261,7 +271,8 @@ def _block_fixed(n_heads: int, mask, eps: float, **variant) -> dict:
 def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                    W_o: bool = True, b_1: bool = True, b_2: bool = True,
                    activation: str = "relu", normalization: str = "layernorm",
-                   heads: str = "fused", rope: str | None = None, affine: bool = True):
+                   heads: str = "fused", rope: str | None = None, affine: bool = True,
+                   ffn: str = "mlp"):
     from minibert_reference.ops import block_param_names
 
     H, I = (8 if rope else 6), 12  # with RoPE, d_k even in both head layouts
@@ -272,12 +283,16 @@ def _block_example(rng, bias: bool, masked: bool, norm: str = "post", causal: bo
     p["ffn.W_2"], p["ffn.b_2"] = 0.5 * rng.standard_normal((I, H)), 0.2 * rng.standard_normal(H)
     p["ln2.gamma"], p["ln2.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
     p["ln_f.gamma"], p["ln_f.beta"] = 1 + 0.4 * rng.standard_normal(H), 0.2 * rng.standard_normal(H)
-    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization, affine))
+    if ffn == "swiglu":  # after the others: an FFN block's example stays as it was
+        p.update({f"swiglu.{n}": 0.5 * rng.standard_normal(shape) for n, shape in
+                  (("W_1", (H, I)), ("W_2", (I, H)), ("W_3", (H, I)))})
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization, affine,
+                                              ffn))
     inputs = {"x": a["x"], **{n: p[n] for n in names}}
     fixed = _block_fixed(1 if heads == "single" else 2, _example_mask(3) if masked else None,
                          1e-12, norm=norm, causal=causal, activation=activation,
                          normalization=normalization, rope=rope,
-                         rope_base=100.0 if rope else 10000.0)
+                         rope_base=100.0 if rope else 10000.0, ffn=ffn)
     return OpCase(inputs, fixed, upstream_like(rng, (2, 4, H)))
 
 
@@ -296,7 +311,7 @@ _PRE = ("block.postln", "block.backward") + _INNER  # not exercised by a pre-LN 
 # the implementation declares them: a block is checked as the variants its parts declare (one
 # head for a single-head attention)
 _PARTS = ("attention.W_o", "ffn.b_1", "ffn.b_2", "ffn.activation", "block.normalization",
-          "layernorm.affine") \
+          "layernorm.affine", "block.ffn") \
     + _HEADS
 
 
@@ -350,17 +365,27 @@ def _but(*keys: str) -> tuple[str, ...]:
 @with_and_without_mask("block", "causal_rope_interleaved", omit=_POST,
                        needs={"block.causal": True, "attention.rope": "interleaved"},
                        resolve=_but("block.causal"), **_BLOCK)
+# LLaMA's block: pre-norm RMSNorms, causal attention with RoPE on q and k (Hugging Face's
+# half-split pairs), SwiGLU without biases (swiglu.W_1 gate, W_3 up, W_2 down); block.ffn
+# first, so an implementation without SwiGLU is told that first
+@with_and_without_mask("block", "llama_swiglu", omit=_PRE,
+                       needs={"block.ffn": "swiglu", "block.norm": "pre",
+                              "block.normalization": "rmsnorm", "block.causal": True,
+                              "attention.rope": "half"},
+                       resolve=_but("block.ffn", "block.norm", "block.normalization",
+                                    "block.causal"), torch_requires=("transformers",), **_BLOCK)
 @fixed_examples(_block_example)
 @st.composite
 def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool = False,
                 W_o: bool = True, b_1: bool = True, b_2: bool = True, activation: str = "relu",
                 normalization: str = "layernorm", heads: str = "fused",
-                rope: str | None = None, affine: bool = True) -> OpCase:
+                rope: str | None = None, affine: bool = True, ffn: str = "mlp") -> OpCase:
     """x plus every block parameter as a differentiable input named by its local name; the
     variant (``norm``, ``causal``, ``normalization``; the parts' ``W_o``, ``b_1``, ``b_2``,
     ``activation``) decides the names (minibert_reference.ops.block_param_names, the one definition)
     and the keywords passed when not the standard; ``heads`` "single": one head; ``rope``:
-    RoPE on the attention's queries and keys at a drawn ``rope_base`` (d_k even).
+    RoPE on the attention's queries and keys at a drawn ``rope_base`` (d_k even); ``ffn``
+    "swiglu": SwiGLU's weights in place of the FFN's.
 
     The ReLU and LayerNorm conditions depend on the attention output, so the strategy filters
     them (``block_smooth`` above)."""
@@ -375,7 +400,8 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool
     H = A * d_k
     assume(H >= 2)  # a LayerNorm over one feature is constant: nothing to differentiate
     I = draw(sizes(1, 5))
-    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization, affine))
+    names = block_param_names(**block_variant(bias, norm, W_o, b_1, b_2, normalization, affine,
+                                              ffn))
     p = _block_weights(draw(_seed()), H, I, names)
     for ln in ("ln1", "ln2", "ln_f"):
         if f"{ln}.gamma" in names:
@@ -388,7 +414,7 @@ def block_cases(draw, bias: bool, masked: bool, norm: str = "post", causal: bool
         mask = draw(causal_key_masks(B, T) if causal else key_masks(B, T))
     fixed = _block_fixed(A, mask, draw(layernorm_eps()), norm=norm, causal=causal,
                          activation=activation, normalization=normalization, rope=rope,
-                         rope_base=10000.0 if rope is None else draw(rope_bases()))
+                         rope_base=10000.0 if rope is None else draw(rope_bases()), ffn=ffn)
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
 
 
