@@ -98,7 +98,7 @@ CAPABILITIES = {
     "rmsnorm": {"gain": (True, False), "eps": (True, False)},
     "rope": {"convention": ("interleaved", "half")},
     "ffn": {"b_1": (True, False), "b_2": (True, False),
-            "activation": ("relu", "gelu", "gelu_tanh")},
+            "activation": ("relu", "gelu", "gelu_tanh", "relu2")},
     "swiglu": {"bias": (False, True)},
     "attention": {"W_o": (True, False), "causal": (False, True),
                   "rope": (None, "interleaved", "half")},

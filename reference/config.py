@@ -19,7 +19,8 @@ class BertConfig:
     head:            "mlm" (logits over V), "none" (hidden states, e.g. for MSE reconstruction)
                      or "classifier" (logits over num_labels from the tanh pooler, BERT-base blog)
     activation:      the FFN's (and BERT MLM transform's) nonlinearity: "relu" (the documents),
-                     "gelu" (BERT, exact erf) or "gelu_tanh" (Hugging Face "gelu_new")
+                     "gelu" (BERT, exact erf), "gelu_tanh" (Hugging Face "gelu_new") or
+                     "relu2" (squared ReLU, Hugging Face "relu2")
     type_vocab_size: token-type (segment) embeddings; 0 = none (the documents), 2 = BERT
     embedding_layernorm: LayerNorm of token + position + type embeddings (BERT)
     mlm_style:       head "mlm": "linear" (one untied linear layer, Mini-BERT) or "bert" (dense ->
@@ -42,7 +43,7 @@ class BertConfig:
     head: Literal["mlm", "none", "classifier"] = "mlm"
     ln_eps: float = 1e-12
     init_std: float = 0.02
-    activation: Literal["relu", "gelu", "gelu_tanh"] = "relu"
+    activation: Literal["relu", "gelu", "gelu_tanh", "relu2"] = "relu"
     type_vocab_size: int = 0
     embedding_layernorm: bool = False
     mlm_style: Literal["linear", "bert"] = "linear"
@@ -189,7 +190,8 @@ class DecoderConfig:
                      have it), "sinusoidal" (the fixed sin/cos table added to the embedding,
                      no parameters) or "none" (no position signal but the causal mask)
     ffn:             "mlp" (W_2 act(x W_1 + b_1) + b_2) or "swiglu" (LLaMA's gated FFN)
-    activation:      the MLP's nonlinearity: "gelu_tanh" (GPT-2's gelu_new), "gelu", "relu"
+    activation:      the MLP's nonlinearity: "gelu_tanh" (GPT-2's gelu_new), "gelu", "relu",
+                     "relu2" (squared ReLU: Primer, the nanoGPT speedrun)
     attn_bias:       biased Q/K/V/O projections (GPT-2) or not (LLaMA)
     mlp_bias:        biased FFN projections (GPT-2) or not (LLaMA)
     tie_embeddings:  the LM head is the token embedding table (logits = h W_E^T, GPT-2) or a
@@ -210,7 +212,7 @@ class DecoderConfig:
     normalization: Literal["layernorm", "rmsnorm"] = "layernorm"
     position: Literal["learned", "rope", "learned_rope", "sinusoidal", "none"] = "learned"
     ffn: Literal["mlp", "swiglu"] = "mlp"
-    activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu_tanh"
+    activation: Literal["gelu_tanh", "gelu", "relu", "relu2"] = "gelu_tanh"
     attn_bias: bool = True
     mlp_bias: bool = True
     tie_embeddings: bool = True

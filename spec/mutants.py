@@ -316,10 +316,13 @@ mutant("softmax_no_max_subtraction", "softmax.forward",
        "softmax exponentiates raw logits (no max shift): overflows to NaN for large inputs",
        "ops._softmax_forward", ("z = x - x.max(axis=-1, keepdims=True)", "z = x"))
 
-# ===================================================================== relu / tanh
+# ===================================================================== relu / relu2 / tanh
 mutant("relu_backward_mask_from_output", "relu.backward",
        "ReLU backward masks with (output >= 0), which is always true",
        "ops._relu_forward", ("ReluCache(x > 0,", "ReluCache(np.maximum(x, 0) >= 0,"))
+mutant("relu2_backward_missing_factor_2", "relu2.backward",
+       "squared ReLU backward dx = dy max(x, 0): the factor 2 of d(x^2)/dx is lost",
+       "ops._relu2_backward", ("(dy * (2 * cache.r),)", "(dy * cache.r,)"))
 mutant("tanh_backward_missing_square", "tanh.backward",
        "tanh backward uses 1 - y instead of 1 - y^2",
        "ops._tanh_backward", ("(1 - y * y)", "(1 - y)"))

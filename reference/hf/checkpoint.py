@@ -22,7 +22,7 @@ from minibert_reference.model import param_shapes
 from minibert_reference.train.fileio import read_user_json
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-               "relu": "relu"}
+               "relu": "relu", "relu2": "relu2"}
 BUFFERS = ("position_ids",)  # registered buffers some checkpoints carry
 
 
@@ -145,7 +145,8 @@ def config_to_hf(config: BertConfig) -> dict:
         raise ValueError("config: only the BERT architecture (embedding LayerNorm, token types, "
                          "biased attention, no final LayerNorm, BERT MLM head) has a Hugging Face "
                          "layout")
-    act = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}[config.activation]
+    act = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu",
+           "relu2": "relu2"}[config.activation]
     arch = {"none": "BertModel", "mlm": "BertForMaskedLM",
             "classifier": "BertForSequenceClassification"}[config.head]
     out = {"architectures": [arch], "model_type": "bert", "hidden_size": config.hidden,

@@ -1,5 +1,5 @@
-"""Softmax (with its mask and Jacobian), ReLU, tanh, GELU (exact, on a tabulated erf, and tanh)
-and SiLU, plus the dispatch on an activation's name."""
+"""Softmax (with its mask and Jacobian), ReLU, squared ReLU, tanh, GELU (exact, on a tabulated
+erf, and tanh) and SiLU, plus the dispatch on an activation's name."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def softmax_jacobian(p):
     return p[..., :, None] * (np.eye(p.shape[-1], dtype=p.dtype) - p[..., None, :])
 
 
-# --------------------------------------------------------------------------- relu / tanh
+# --------------------------------------------------------------------------- relu / relu2 / tanh
 class ReluCache(NamedTuple):
     positive: np.ndarray  # x > 0 (bool: a quarter of float32's memory)
     dtype: np.dtype
@@ -86,6 +86,24 @@ def relu_forward(x):
 def relu_backward(dy, cache):
     as_float_array("dy", dy, shape=cache.positive.shape, dtype=cache.dtype)
     return _relu_backward(dy, cache)
+
+
+class Relu2Cache(NamedTuple):
+    r: np.ndarray  # max(x, 0): the backward's 2 max(x, 0) without keeping x
+
+
+@implements("relu2.forward")
+def _relu2_forward(x):
+    """Squared ReLU max(x, 0)^2 (Primer; the nanoGPT speedrun's MLP)."""
+    r = np.maximum(x, 0)
+    return r * r, Relu2Cache(r)
+
+
+@implements("relu2.backward")
+def _relu2_backward(dy, cache):
+    """dx = dy * 2 max(x, 0): continuous at 0 (squared ReLU is C^1), so no subgradient
+    convention is needed."""
+    return (dy * (2 * cache.r),)
 
 
 class TanhCache(NamedTuple):
@@ -118,8 +136,8 @@ def tanh_backward(dy, cache):
 # --------------------------------------------------------------------------- GELU
 # "gelu": the exact form x Phi(x) with the normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 (BERT,
 # Hugging Face hidden_act="gelu"); "gelu_tanh": the tanh approximation (hidden_act="gelu_new",
-# torch's approximate="tanh").
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+# torch's approximate="tanh"); "relu2": squared ReLU max(x, 0)^2 (above, with ReLU).
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "relu2")
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TANH_C = math.sqrt(2.0 / math.pi)
@@ -256,15 +274,20 @@ def silu_backward(dy, cache):
 
 
 def _activation_forward(x, activation: str):
-    """The FFN / MLM-transform nonlinearity by config name: relu, gelu (erf), gelu_tanh."""
+    """The FFN / MLM-transform nonlinearity by config name: relu, gelu (erf), gelu_tanh,
+    relu2 (squared ReLU)."""
     if activation == "relu":
         return _relu_forward(x)
+    if activation == "relu2":
+        return _relu2_forward(x)
     return _gelu_forward(x, "tanh" if activation == "gelu_tanh" else "none")
 
 
 def _activation_backward(dy, cache):
     if isinstance(cache, ReluCache):
         return _relu_backward(dy, cache)
+    if isinstance(cache, Relu2Cache):
+        return _relu2_backward(dy, cache)
     return _gelu_backward(dy, cache)
 
 

@@ -338,12 +338,12 @@ def block_forward(x, p: dict, *, n_heads: int, mask=None, eps: float = 1e-12,
                   rope_base: float = 10000.0):
     """x [B, T, H], ``p`` a dict with the keys of ``block_param_names(...)`` (the pieces its
     parts have: without ``attn.W_o``/``attn.b_o``, attention biases, ``ffn.b_1``/``ffn.b_2``
-    where they are absent) -> [B, T, H]; the FFN's ``activation`` relu (default), gelu or
-    gelu_tanh; ``norm`` "post" (BERT), "pre" or "pre_final" (GPT-2, the latter with its final
-    LayerNorm ``ln_f``), "inner" (x + LN(f(x))); ``causal`` attention; ``normalization``
-    "layernorm" or "rmsnorm" (LLaMA: gamma only); ``ffn`` "swiglu" (LLaMA: ``swiglu.W_1``,
-    ``W_2``, ``W_3``, biases optional); ``rope`` "half" or "interleaved" (RoPE on queries and
-    keys, ``rope_base``)."""
+    where they are absent) -> [B, T, H]; the FFN's ``activation`` relu (default), gelu,
+    gelu_tanh or relu2 (squared ReLU); ``norm`` "post" (BERT), "pre" or "pre_final" (GPT-2,
+    the latter with its final LayerNorm ``ln_f``), "inner" (x + LN(f(x))); ``causal``
+    attention; ``normalization`` "layernorm" or "rmsnorm" (LLaMA: gamma only); ``ffn``
+    "swiglu" (LLaMA: ``swiglu.W_1``, ``W_2``, ``W_3``, biases optional); ``rope`` "half" or
+    "interleaved" (RoPE on queries and keys, ``rope_base``)."""
     mask = _check_block(x, p, n_heads, mask, eps, norm, causal, normalization, ffn, rope,
                         rope_base)
     _check_activation(activation)

@@ -8,6 +8,7 @@ import numpy as np
 
 from minibert_reference.ops.activations import (
     GeluCache,
+    Relu2Cache,
     ReluCache,
     SiLUCache,
     _activation_backward,
@@ -26,14 +27,15 @@ FFN_PARAMS = ("W_1", "b_1", "W_2", "b_2")
 
 class FFNCache(NamedTuple):
     lin_1: LinearCache  # h = x W_1 + b_1
-    act: ReluCache | GeluCache  # a = act(h): ReLU (the documents) or GELU (BERT)
+    act: ReluCache | GeluCache | Relu2Cache  # a = act(h): ReLU (the documents), GELU (BERT) or
+    # squared ReLU (Primer, the nanoGPT speedrun)
     lin_2: LinearCache  # y = a W_2 + b_2 (b_2 may be None: no second bias)
 
 
 @implements("ffn.forward", "ffn.no_b2")
 def _ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
-    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default) or GELU; ``b_1 = None`` or
-    ``b_2 = None``: without that bias (its gradient is then None)."""
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act ReLU (default), GELU or squared ReLU;
+    ``b_1 = None`` or ``b_2 = None``: without that bias (its gradient is then None)."""
     h, c_1 = _linear_forward(x, W_1, b_1)  # [..., I]
     a, c_act = _activation_forward(h, activation)  # [..., I]
     y, c_2 = _linear_forward(a, W_2, b_2)  # [..., H]
@@ -62,7 +64,7 @@ def _check_ffn_params(H: int, dtype, W_1, b_1, W_2, b_2, *, b_1_optional=False,
 
 def ffn_forward(x, W_1, b_1, W_2, b_2, activation: str = "relu"):
     """x [..., H], W_1 [H, I], b_1 [I] or None, W_2 [I, H], b_2 [H] or None -> [..., H];
-    ``activation`` relu, gelu or gelu_tanh."""
+    ``activation`` relu, gelu, gelu_tanh or relu2 (squared ReLU)."""
     as_float_array("x", x, min_ndim=1)
     _check_ffn_params(x.shape[-1], x.dtype, W_1, b_1, W_2, b_2, b_1_optional=True,
                       b_2_optional=True)

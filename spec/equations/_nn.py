@@ -61,9 +61,12 @@ def per_token_fns(token_map, size):
     return (lambda **a: (run(**a)[0],), lambda **a: run(**a)[1])
 
 
-def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
+def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None, code=None,
+                        variant=None):
     """The forward and backward SymPy <-> code checks of y = fn(x) elementwise against
-    impl.<attr_f>(x, **kwargs) -> (y, cache) and impl.<attr_b>(dy, cache)."""
+    impl.<attr_f>(x, **kwargs) -> (y, cache) and impl.<attr_b>(dy, cache); ``code`` (which ->
+    code side) replaces that call for an activation reached through another op, ``variant``
+    the protocol form it needs (minibert_spec.equations.Numeric)."""
     kwargs = dict(kwargs or {})
     shapes = ((2, 3), (1, 4))
 
@@ -73,11 +76,11 @@ def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None):
         y = np.vectorize(fn, otypes=[object])(x)
         return forward_backward_maps(dict(x=x, dy=dy), y, dy, [x])
 
-    code = forward_backward_code(attr_f, attr_b, ("x",), "dy", **kwargs)
+    code = code or forward_backward_code(attr_f, attr_b, ("x",), "dy", **kwargs)
 
     def inputs(shape):
         # "float_away": |x| in [KINK, 2] with either sign -- the kink stays out by construction
         return dict(x=("float_away", shape, 2.0, KINK), dy=("float", shape, 1.0))
 
     return [Numeric(shapes, inputs, lambda s, w=w: fns(s)[w], code(w), accept,
-                    needs=(attr_f, attr_b)) for w in (0, 1)]
+                    needs=(attr_f, attr_b), variant=dict(variant or {})) for w in (0, 1)]

@@ -79,7 +79,8 @@ register(Equation(
     r"\mathrm{FFN}(x) = \max(0, x W_1 + b_1) W_2 + b_2", _prove_ffn,
     numeric=Numeric(FFN_SIZES, _ffn_inputs, lambda s: _ffn_fns(s)[0], _ffn_code(0), _ffn_accept,
                     needs=("ffn_forward",)),
-    uses=("linear.forward", "relu.forward", "gelu.forward.erf", "gelu.forward.tanh")))
+    uses=("linear.forward", "relu.forward", "gelu.forward.erf", "gelu.forward.tanh",
+          "relu2.forward")))
 register(Equation(
     "ffn.backward", "FFN gradients", (f"{MINIBERT} §3.1", f"{MINIBERT} §3.5"),
     r"\delta h = (\delta y W_2^\top) \odot [h > 0],\ \delta x = \delta h W_1^\top,\ "
@@ -88,7 +89,7 @@ register(Equation(
     numeric=Numeric(FFN_SIZES, _ffn_inputs, lambda s: _ffn_fns(s)[1], _ffn_code(1), _ffn_accept,
                     needs=("ffn_forward", "ffn_backward")),
     uses=("ffn.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db",
-          "relu.backward", "gelu.backward.erf", "gelu.backward.tanh")))
+          "relu.backward", "gelu.backward.erf", "gelu.backward.tanh", "relu2.backward")))
 
 
 # --------------------------------------------------------------------------- without b_2

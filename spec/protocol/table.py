@@ -146,11 +146,12 @@ _TABLE = (
            "None, *, n_heads, mask=None) -> multi-head self-attention [B,T,H]; mask [B,T] marks "
            "the keys that may be attended; variants: causal=True, W_o = b_o = None (no output "
            "projection), per-head weights [A,H,d_k]"),
-    Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward", "ffn.no_b2"),
+    Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward", "ffn.no_b2",
+                                                  "relu2.forward", "relu2.backward"),
        FFN_PARAMS,
        doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H], activation=\"relu\") -> "
            "act(x W_1 + b_1) W_2 + b_2; variants: b_1 = None, b_2 = None, activation="
-           "\"gelu\"|\"gelu_tanh\""),
+           "\"gelu\"|\"gelu_tanh\"|\"relu2\" (squared ReLU)"),
     Op("swiglu", _pair("swiglu"), ("x", *SWIGLU_PARAMS), ("swiglu.forward", "swiglu.backward"),
        SWIGLU_PARAMS,
        doc="swiglu_forward(x [...,H], W_1 [H,I], W_2 [I,H], W_3 [H,I], b_1 [I], b_2 [H], b_3 [I] "

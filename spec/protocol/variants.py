@@ -480,9 +480,11 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                       False: "without b_2: the suite passes b_2=None and "
                                              "expects db_2 None"}, pieces=("b_2",),
                       also=("block",)),
-        "activation": Option(("relu", "gelu", "gelu_tanh"),
+        "activation": Option(("relu", "gelu", "gelu_tanh", "relu2"),
                              {"relu": "ReLU", "gelu": "exact GELU (erf)",
-                              "gelu_tanh": "GELU's tanh approximation (GPT-2's gelu_new)"},
+                              "gelu_tanh": "GELU's tanh approximation (GPT-2's gelu_new)",
+                              "relu2": "squared ReLU max(x, 0)^2 (Primer, the nanoGPT "
+                                       "speedrun)"},
                              argument="activation", also=("block",)),
     },
     "swiglu": {

@@ -422,9 +422,12 @@ def rope_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, *, n_heads, mask, 
 
 
 def activation_of(x, activation: str):
-    """The protocol's activations as torch has them (relu, gelu, gelu_tanh)."""
+    """The protocol's activations as torch has them (relu, gelu, gelu_tanh, relu2: squared
+    ReLU as the nanoGPT speedrun writes it)."""
     if activation == "relu":
         return F.relu(x)
+    if activation == "relu2":
+        return F.relu(x).square()
     return F.gelu(x, approximate="tanh" if activation == "gelu_tanh" else "none")
 
 

@@ -78,6 +78,8 @@ CAUGHT_BY = {
     **dict.fromkeys(["softmax_jvp_no_subtraction", "softmax_jvp_sum_wrong_axis",
                      "softmax_no_max_subtraction"], "softmax"),
     "relu_backward_mask_from_output": "relu",
+    # squared ReLU is an FFN activation, no op of its own: its FFN family kills it
+    "relu2_backward_missing_factor_2": "ffn",
     # a scale bug of every head count (the reference declares no single-head form)
     "attention_scale_one_over_d_k": "attention",
     "tanh_backward_missing_square": "tanh",

@@ -62,8 +62,10 @@ HF_FIELDS = {
     "intermediate": "intermediate_size", "max_len": "max_position_embeddings",
     "vocab_size": "vocab_size", "ln_eps": "layer_norm_eps", "type_vocab_size": "type_vocab_size",
     "pad_token_id": "pad_token_id", "num_labels": "num_labels", "init_std": "initializer_range",
-    # transformers' ACT2FN: "gelu" is the exact erf form, "gelu_new" the tanh approximation
-    "activation": ("hidden_act", {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}),
+    # transformers' ACT2FN: "gelu" is the exact erf form, "gelu_new" the tanh approximation,
+    # "relu2" squared ReLU
+    "activation": ("hidden_act", {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu",
+                                  "relu2": "relu2"}),
 }
 ARCH = {head: arch for arch, head in LAYOUTS.items()}  # head -> transformers class
 # what transformers' BERT always is (its base values of the fields it cannot vary)
@@ -232,7 +234,8 @@ FAMILIES = {
 }
 ACTIVATION_EQUATIONS = {"gelu": ("gelu.forward.erf", "gelu.backward.erf"),
                         "gelu_tanh": ("gelu.forward.tanh", "gelu.backward.tanh"),
-                        "relu": ("relu.forward", "relu.backward")}
+                        "relu": ("relu.forward", "relu.backward"),
+                        "relu2": ("relu2.forward", "relu2.backward")}
 
 
 def _hf_equations(cfg: BertConfig) -> tuple[str, ...]:
@@ -360,10 +363,11 @@ def test_every_field_is_compared():
 
 
 @pytest.mark.equation("gelu.forward.tanh", "gelu.backward.tanh", "gelu.forward.erf",
-                      "gelu.backward.erf", "relu.forward", "relu.backward", "mlm_head.forward")
+                      "gelu.backward.erf", "relu.forward", "relu.backward", "relu2.forward",
+                      "relu2.backward", "mlm_head.forward")
 @pytest.mark.parametrize("hidden_act, ours", [("gelu", "gelu"), ("gelu_new", "gelu_tanh"),
                                               ("gelu_pytorch_tanh", "gelu_tanh"),
-                                              ("relu", "relu")])
+                                              ("relu", "relu"), ("relu2", "relu2")])
 def test_every_transformers_activation_name(impl, hidden_act, ours, tmp_path):
     """Each config.json ``hidden_act`` the loader accepts: loaded as the activation transformers
     itself runs for that name (ACT2FN), and the MLM logits and loss agree."""

@@ -97,5 +97,6 @@ def test_each_form_meets_one_torch_oracle():
     ids = {c.id for c in select(match=r"^oracle\.forward\[decoder\.")}
     assert ids == {f"oracle.forward[decoder.{oracle}-{form}-{d}]" for d in ("f64", "f32")
                    for oracle, forms in (("hf", ("gpt2", "llama")),
-                                         ("composed", ("learned_rope", "sinusoidal", "nope")))
+                                         ("composed", ("learned_rope", "sinusoidal", "nope",
+                                                       "relu2")))
                    for form in forms}

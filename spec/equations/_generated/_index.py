@@ -2,12 +2,14 @@
 each builder call's maps, and the digest of the equations' source they were generated from."""
 # ruff: noqa
 
-DIGEST = '2dc4c998f7bb781ae2f48a62bc1a9785022a25257e756ec63ddc35bd7989b863'
+DIGEST = '33c04f36ccbda71d8e2cb446197701715dc1651a498e48430a66af1c1485fb28'
 
 INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)": 'gelu',
  "elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((2, 3),)": 'gelu',
  "elementwise.gelu_tanh.gelu_forward.[('approximate', 'tanh')]|((1, 4),)": 'gelu',
  "elementwise.gelu_tanh.gelu_forward.[('approximate', 'tanh')]|((2, 3),)": 'gelu',
+ 'elementwise.relu2.ffn_forward.[]|((1, 4),)': 'relu2',
+ 'elementwise.relu2.ffn_forward.[]|((2, 3),)': 'relu2',
  'elementwise.relu_expr.relu_forward.[]|((1, 4),)': 'relu',
  'elementwise.relu_expr.relu_forward.[]|((2, 3),)': 'relu',
  'elementwise.silu.silu_forward.[]|((1, 4),)': 'silu',

@@ -7,7 +7,7 @@ with a case family); the torch oracles (transformers, the composed decoder) are
 spec/suite/checks/oracle_decoder.py.
 
 A decoder is checked as its parts declare: each *form* (GPT-2, LLaMA, and the forms ports
-write: learned + RoPE positions, sinusoidal positions, none) is a preset of
+write: learned + RoPE positions, sinusoidal positions, none, a squared-ReLU MLP) is a preset of
 minibert_reference.config, some of whose options it needs (GPT-2's LayerNorm and learned
 positions, LLaMA's RMSNorm, SwiGLU and RoPE: :data:`FORMS`) and the others it takes from the
 implementation's declarations, through the one variant table (:func:`decoder_config`): a GPT-2
@@ -56,6 +56,10 @@ FORMS = {
     "nope": (partial(llama, position="none"),
              {"decoder.position": "none", "block.normalization": "rmsnorm",
               "block.ffn": "swiglu"}),
+    # the nanoGPT speedrun's (and Primer's) MLP: squared ReLU, in a LLaMA with RoPE and RMSNorm
+    "relu2": (partial(llama, ffn="mlp", activation="relu2"),
+              {"decoder.position": "rope", "block.normalization": "rmsnorm", "block.ffn": "mlp",
+               "ffn.activation": "relu2"}),
 }
 # form -> the decoder options it takes where the implementation declares them (else the first
 # it declares): GPT-2 tied, LLaMA untied; the ports' forms each away from the standard in
@@ -66,6 +70,7 @@ PREFERS = {
     "learned_rope": {"tied": False, "final_norm": False, "head_bias": True},
     "sinusoidal": {"tied": True, "final_norm": True, "head_bias": True},
     "nope": {"tied": False, "final_norm": False, "head_bias": False},
+    "relu2": {"tied": False, "final_norm": True, "head_bias": False},
 }
 # the decoder options of the declarations -> the config's fields
 _OPTION_FIELDS = {"tied": "tie_embeddings", "final_norm": "final_norm", "head_bias": "head_bias"}
@@ -84,9 +89,10 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
     """The form's preset at SIZES with what the implementation declares: attention biases
     (the attention_bias claim), the feed-forward part's biases as it has them (an MLP's:
     ffn.b_1 and b_2, both or neither; LLaMA's SwiGLU: swiglu.bias); for an MLP its activation
-    (gelu_new where declared, else its first); with RoPE its convention (Hugging Face's
-    half-split where declared, else the interleaved pairs); the head (tied or not), the final
-    norm and the head's bias as the form prefers where declared (:data:`PREFERS`)."""
+    (the preset's -- gelu_new, squared ReLU in the relu2 form -- where declared, else its
+    first); with RoPE its convention (Hugging Face's half-split where declared, else the
+    interleaved pairs); the head (tied or not), the final norm and the head's bias as the form
+    prefers where declared (:data:`PREFERS`)."""
     preset, _ = FORMS[form]
     caps = capabilities(impl)
     chosen = {field: _preferred(caps["decoder"][option], PREFERS[form].get(option))
@@ -106,9 +112,8 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
         if missing:
             raise NotApplicable(not_claimed_message(_label(impl), missing + " (a decoder's "
                                                     "FFN has both biases or neither)"))
-        acts = caps["ffn"]["activation"]
         chosen.update(mlp_bias=mlp_bias,
-                      activation="gelu_tanh" if "gelu_tanh" in acts else acts[0])
+                      activation=_preferred(caps["ffn"]["activation"], preset().activation))
     config = preset(**{**SIZES, **NUMBERS, "attn_bias": bool(caps["attention_bias"]), **chosen,
                        **changes})
     return with_pinned_config(caps, config)  # a LayerNorm eps fixed in the code: at it

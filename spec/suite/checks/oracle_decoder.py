@@ -59,7 +59,8 @@ def hf_model(config, params: dict, dtype):
         hf_config = transformers.GPT2Config(
             n_positions=config.max_len, n_embd=config.hidden, n_layer=config.n_layers,
             n_head=config.n_heads, n_inner=config.intermediate,
-            activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[
+            activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu",
+                                 "relu2": "relu2"}[
                 config.activation], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
             layer_norm_epsilon=config.ln_eps, **common)
         model = transformers.GPT2LMHeadModel(hf_config)

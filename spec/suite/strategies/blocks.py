@@ -46,8 +46,15 @@ def ffn_params(draw, H: int, I: int) -> dict:
             "W_2": draw(arrays((I, H))), "b_2": draw(arrays((H,)))}
 
 
+# the FFN activations with a kink at 0, whose pre-activations the families keep KINK_MARGIN
+# from it: ReLU's derivative jumps there, squared ReLU's second derivative does (a central
+# difference straddling 0 is then O(h) off instead of O(h^2), in every one of its gradients)
+KINKED_ACTIVATIONS = ("relu", "relu2")
+
+
 def relu_preactivation_ok(x: np.ndarray, W_1: np.ndarray, b_1: np.ndarray | None) -> bool:
-    """The FFN's ReLU pre-activation x W_1 + b_1 is at least KINK_MARGIN from 0 everywhere."""
+    """The FFN's ReLU (or squared ReLU) pre-activation x W_1 + b_1 is at least KINK_MARGIN
+    from 0 everywhere."""
     return bool(np.min(np.abs(x @ W_1 + (0 if b_1 is None else b_1))) > KINK_MARGIN)
 
 
@@ -64,18 +71,26 @@ def _ffn_example(rng, b_1: bool = True, b_2: bool = True, activation: str = "rel
     return OpCase(inputs, fixed, upstream_like(rng, (2, 3, 4)))
 
 
+# squared ReLU's derivation is the ffn row's (it has no op of its own): the family that runs it
+# is tagged with it, the others, which run ReLU or GELU, are not (as none is with GELU's)
+_NOT_RELU2 = ("relu2.forward", "relu2.backward")
+
+
 @cases("ffn", needs={"ffn.b_2": True}, resolve=("ffn.b_1", "ffn.activation"), also=("relu",),
-       torch="ffn", omit=("ffn.no_b2",))
+       torch="ffn", omit=("ffn.no_b2", *_NOT_RELU2))
 @cases("ffn", "nob2", needs={"ffn.b_2": False}, resolve=("ffn.b_1", "ffn.activation"),
-       also=("relu",), torch="ffn")
+       also=("relu",), torch="ffn", omit=_NOT_RELU2)
 @cases("ffn", "nobias", needs={"ffn.b_1": False, "ffn.b_2": False},
-       resolve=("ffn.activation",), also=("relu",), torch="ffn", omit=("ffn.no_b2",))
+       resolve=("ffn.activation",), also=("relu",), torch="ffn",
+       omit=("ffn.no_b2", *_NOT_RELU2))
 # the other activations, each in an FFN of its own: the families above follow the declaration
 # to ReLU wherever it is declared, so an FFN that ignored ``activation`` was green (issue 41)
 @cases("ffn", "gelu", needs={"ffn.activation": "gelu"}, resolve=("ffn.b_1", "ffn.b_2"),
-       torch="ffn", omit=("ffn.no_b2",))
+       torch="ffn", omit=("ffn.no_b2", *_NOT_RELU2))
 @cases("ffn", "gelu_tanh", needs={"ffn.activation": "gelu_tanh"},
-       resolve=("ffn.b_1", "ffn.b_2"), torch="ffn", omit=("ffn.no_b2",))
+       resolve=("ffn.b_1", "ffn.b_2"), torch="ffn", omit=("ffn.no_b2", *_NOT_RELU2))
+@cases("ffn", "relu2", needs={"ffn.activation": "relu2"}, resolve=("ffn.b_1", "ffn.b_2"),
+       torch="ffn", omit=("ffn.no_b2",))
 @fixed_examples(_ffn_example)
 @st.composite
 def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu") -> OpCase:
@@ -88,7 +103,7 @@ def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu"
         inputs["b_1"] = None
     if not b_2:
         inputs["b_2"] = None
-    if activation == "relu":
+    if activation in KINKED_ACTIVATIONS:
         assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
     fixed = {} if activation == "relu" else {"activation": activation}
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
@@ -185,8 +200,9 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
                        eps=1e-12, activation="relu", normalization="layernorm", rope=None,
                        rope_base=10000.0, ffn="mlp") -> tuple[float, float]:
     """(smallest row variance of a LayerNorm input -- the mean square of an RMSNorm input --,
-    smallest |ReLU pre-activation|, inf for a smooth activation or SwiGLU) through one block,
-    computed with the protocol's reference ops (float64): where the block is smooth."""
+    smallest |ReLU or squared ReLU pre-activation|, inf for a smooth activation or SwiGLU)
+    through one block, computed with the protocol's reference ops (float64): where the block is
+    smooth."""
     from minibert_reference import ops  # the one definition of each op (a filter, not a judgement)
 
     attn = [p.get(f"attn.{n}") for n in ATTENTION_WEIGHTS + ATTENTION_BIASES]
@@ -203,7 +219,8 @@ def block_conditioning(x, p: dict, *, n_heads: int, mask=None, causal=False, nor
             kinks.append(np.inf)
             return ops._mlp_forward(v, p, activation, ffn_kind)[0]
         pre = v @ ffn[0] + (0 if ffn[1] is None else ffn[1])
-        kinks.append(float(np.min(np.abs(pre))) if activation == "relu" else np.inf)
+        kinks.append(float(np.min(np.abs(pre))) if activation in KINKED_ACTIVATIONS
+                     else np.inf)
         return ops._ffn_forward(v, *ffn, activation)[0]
 
     def mha(v):
