@@ -392,6 +392,20 @@ def block_identities(impl, x, p: dict, n_heads: int, mask, dout, noise, **varian
                   _mag(out))]
 
 
+def block_is_causal(impl, x, p: dict, n_heads: int, mask, noise, **variant) -> list[Finding]:
+    """A causal block: changing the tokens after position t leaves its outputs at positions
+    <= t unchanged, for every t (``variant``: the block's keywords, causal=True among them)."""
+    out, _ = impl.block_forward(x, p, n_heads=n_heads, mask=mask, **variant)
+    found = []
+    for t in range(x.shape[1] - 1):
+        x2 = x.copy()
+        x2[:, t + 1:] += noise[:, t + 1:]
+        out2, _ = impl.block_forward(x2, p, n_heads=n_heads, mask=mask, **variant)
+        found.append(close("block", f"outputs at positions <= {t} ignore later tokens",
+                           out2[:, :t + 1], out[:, :t + 1], _mag(out)))
+    return found
+
+
 def pooler_gradient_only_at_cls(impl, h, W, b, dout) -> list[Finding]:
     """Only h[:, 0] enters the pooler: dh is exactly 0 at every other position."""
     _, cache = impl.pooler_forward(h, W, b)

@@ -150,3 +150,26 @@ def test_the_class_block_is_judged_in_every_row_it_declares(bugs, monkeypatch):
     assert outcome["oracle.forward[block_causal_mask-f64]"] == "passed"  # a backward bug
     assert all(NAMED.search(r.message) for r in report.failures() if r.id.startswith(
         ("fd[", "oracle."))), [r.message[:300] for r in report.failures()]
+
+
+@pytest.mark.parametrize("converter, verdict", [
+    # the slow tier: its own converter is also judged in every row by the test above
+    pytest.param(None, "ok", id="own-converter", marks=pytest.mark.slow),
+    pytest.param(_boolean, "FAIL", id="boolean-converter")])
+def test_without_the_oracle_a_block_that_ignores_its_masks_is_red(converter, verdict,
+                                                                  monkeypatch):
+    """The boolean mask added to the scores (+1 where attended, +0 where masked) leaves the
+    block neither causal nor blind to padded keys, consistently in its forward and backward:
+    finite differences pass.  Without the oracle (--oracle off) the block's padding and
+    causality invariants of every declared form are what turn it red -- it was "ok" before
+    they ran on forms other than the post-LN one."""
+    ex = _example((), monkeypatch) if converter is None else _converted(converter)
+    ids = {"invariant[block.padding_ignored-preln_mask]",
+           "invariant[block.padding_ignored-causal_mask]",
+           "invariant[block.causal-causal]", "invariant[block.causal-causal_mask]"}
+    fd = {"fd[block_preln_mask]", "fd[block_causal]"}
+    report = check_implementation(ex, ids=sorted(ids | fd), quick=True)
+    assert report.verdicts()["block"] == verdict, report.summary()
+    outcome = {r.id: r.outcome for r in report.results}
+    assert {outcome[i] for i in fd} == {"passed"}, outcome
+    assert {outcome[i] for i in ids} == {"passed" if converter is None else "failed"}, outcome

@@ -418,6 +418,49 @@ def block_ignores_padded_keys(impl, case):
                                  eps=f["eps"]))
 
 
+def _block_keywords(case) -> dict:
+    """The block keywords a case passes (its form when not the standard one) and its eps."""
+    return {"eps": case.fixed["eps"],
+            **{k: case.fixed[k] for k in S.BLOCK_KEYWORDS if k in case.fixed}}
+
+
+def _block_families(test) -> tuple[str, ...]:
+    return tuple(f.name for f in S.families() if f.op == "block" and test(f))
+
+
+def block_form_ignores_padded_keys(impl, case):
+    """Changing the tokens at masked key positions leaves every unpadded output of the block,
+    in this family's form, unchanged, and the gradients are keyed like p: a block that drops
+    its mask in the forward and the backward alike agrees with its own finite differences,
+    so only this (or the oracle) sees it."""
+    p = {k: v for k, v in case.inputs.items() if k != "x"}
+    x, f = case.inputs["x"], case.fixed
+    noise = np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
+    require(inv.block_identities(impl, x, p, f["n_heads"], f["mask"], case.dout, noise,
+                                 **_block_keywords(case)))
+
+
+def block_form_is_causal(impl, case):
+    """Changing the tokens after position t leaves the block's outputs up to t unchanged, for
+    every t: a causal block that attends to later tokens in its forward and backward alike
+    agrees with its own finite differences."""
+    p = {k: v for k, v in case.inputs.items() if k != "x"}
+    x, f = case.inputs["x"], case.fixed
+    noise = np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
+    require(inv.block_is_causal(impl, x, p, f["n_heads"], f["mask"], noise,
+                                **_block_keywords(case)))
+
+
+# every other masked block family (block_nobias_mask has its own check above), and every
+# family of a causal block: each declared form of a block is held to its mask and causality
+for _name in _block_families(lambda f: f.name.endswith("_mask")
+                             and f.name != "block_nobias_mask"):
+    on_family(_name, f"padding_ignored-{_name.removeprefix('block_')}")(
+        block_form_ignores_padded_keys)
+for _name in _block_families(lambda f: dict(f.needs).get("block.causal") is True):
+    on_family(_name, f"causal-{_name.removeprefix('block_')}")(block_form_is_causal)
+
+
 @on_family("cross_entropy_mean", "sum_is_n_times_mean", was="cross_entropy.example",
            equations=("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
                       "loss.ce.backward.sum"))
