@@ -8,7 +8,11 @@ tests/equations/test_generated_maps.py fails when regenerating would change a by
 A check reads a map here in milliseconds: no derivation, no lambdify, nothing built on the
 user's clock.  While the equations' source differs from the one the maps were generated from
 (an equation edited and not yet regenerated), nothing here is used: the maps are built from
-SymPy as before (spec/equations/_cache.py), never read stale."""
+SymPy as before (spec/equations/_cache.py), never read stale.
+
+``_checks.py`` lists the equations with a SymPy <-> code check, with the digest of each
+equations file: the process that selects the checks reads it and imports no SymPy
+(:func:`listed_numeric`); a file changed since is named, and the equations are loaded instead."""
 
 from __future__ import annotations
 
