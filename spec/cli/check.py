@@ -224,8 +224,9 @@ def _run(args, server) -> int:
                                          extra=declared, deep=args.deep)
     except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
         return _fail(f"selection: {e}")
-    for w in renames:  # -k naming a former id: said, one line each
-        print(f"minibert check: deprecated: {w.message}", file=sys.stderr)
+    for w in renames:  # -k naming a former id, a stale index of the checks: one line each
+        label = "deprecated: " if issubclass(w.category, DeprecationWarning) else ""
+        print(f"minibert check: {label}{w.message}", file=sys.stderr)
     _check_selection(args, {op for c in declared for op in c.ops})
     try:
         expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail",

@@ -5,7 +5,9 @@ stale), the layer tables of ``ARCHITECTURE_DOC`` (from the import-linter contrac
 pyproject.toml, the one place the layers are written; tests/test_architecture.py fails while they
 are stale), the numeric functions of the SymPy derivations as Python source
 (spec/equations/_generated, minibert_spec.equations._codegen: minutes; a check then builds
-nothing; tests/equations/test_generated_maps.py fails while they are stale) and
+nothing; tests/equations/test_generated_maps.py fails while they are stale), the index the
+SymPy <-> code checks are listed from without importing SymPy (``_generated/_checks.py``,
+seconds, even with ``--no-maps``) and
 the mutation matrix's stale rows (``minibert mutate --matrix``: only the rows whose mutant,
 tagged tests or test files changed rerun; the audit reads the matrix).  Needs the checkout."""
 
@@ -30,7 +32,7 @@ def register(sub) -> None:
                    help="not the matrix's stale rows (they take minutes)")
     g.add_argument("--no-maps", action="store_true",
                    help="not the SymPy maps' generated source (spec/equations/_generated: "
-                        "minutes)")
+                        "minutes; the checks' index there is still rewritten, seconds)")
     g.add_argument("--jobs", "-j", type=int, default=2,
                    help="mutants run in parallel (default: 2)")
     g.set_defaults(func=run)
@@ -129,12 +131,14 @@ def run(args) -> int:
         if now != old:
             atomic_write(path, now)
         print(f"{what} {'rewritten' if now != old else 'already current'}")
-    if not args.no_maps:
-        from minibert_spec.equations import _codegen
+    from minibert_spec.equations import _codegen
 
-        changed = _codegen.write(_codegen.generate())
-        print(f"spec/equations/_generated: {len(changed)} file(s) rewritten"
-              + (f" ({', '.join(changed)})" if changed else " (already current)"))
+    # the checks' index always (seconds); the maps unless --no-maps (minutes)
+    files = ({_codegen.CHECKS_INDEX: _codegen.checks_index()} if args.no_maps
+             else _codegen.generate())
+    changed = _codegen.write(files, prune=not args.no_maps)
+    print(f"spec/equations/_generated: {len(changed)} file(s) rewritten"
+          + (f" ({', '.join(changed)})" if changed else " (already current)"))
     if args.no_matrix:
         return 0
     from minibert_spec.cli import mutate

@@ -163,6 +163,11 @@ REQUIREMENT_PRELOAD = {"torch": ("torch", "torch._dynamo"),
                        "transformers": ("transformers", "transformers.models.bert.modeling_bert",
                                         "transformers.models.llama.modeling_llama")}
 
+# what a kind's checks load on their first run, beyond the suite: the SymPy <-> code checks,
+# SymPy and the equations (~0.9 s; listing them loads neither,
+# minibert_spec.suite.checks.sympy_code)
+KIND_PRELOAD = {"sympy": ("sympy", "minibert_spec.suite.checks.sympy_equations")}
+
 
 def preload_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:
     """The modules the fork server imports for ``checks``: the suite's, and the extras the
@@ -178,11 +183,14 @@ def extras_for(checks: Sequence[Check], oracle: str = "require") -> list[str]:
 
 
 def extra_groups(checks: Sequence[Check], oracle: str = "require") -> list[tuple[str, ...]]:
-    """:func:`extras_for` by requirement (torch first: most oracle checks need it alone)."""
+    """:func:`extras_for` by kind (:data:`KIND_PRELOAD`, first: under a second), then by
+    requirement (torch first: most oracle checks need it alone)."""
+    kinds = [KIND_PRELOAD[k] for k in KIND_PRELOAD if any(c.kind == k for c in checks)]
     needed = {m for c in checks if not (c.oracle and oracle == "off") for m in c.requires}
     order = list(REQUIREMENT_PRELOAD)
-    return [REQUIREMENT_PRELOAD.get(r, (r,)) for r in
-            sorted(needed, key=lambda r: (order.index(r) if r in order else len(order), r))]
+    return kinds + [REQUIREMENT_PRELOAD.get(r, (r,)) for r in
+                    sorted(needed, key=lambda r: (order.index(r) if r in order else len(order),
+                                                  r))]
 
 
 def launch_server(env: dict | None = None) -> ForkServer | None:

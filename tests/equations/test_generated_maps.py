@@ -78,3 +78,79 @@ def test_regenerating_the_maps_changes_no_byte():
     assert set(files) >= {"_index.py", "layernorm.py", "softmax.py"}
     assert _codegen.stale(files) == [], (
         "spec/equations/_generated is stale: run `minibert regenerate --no-matrix`")
+
+
+# --------------------------------------------------------------------------- the checks' index
+def test_the_checks_index_is_current():
+    """The SymPy <-> code checks are listed from spec/equations/_generated/_checks.py: it is
+    the equations' current one (else: `minibert regenerate --no-maps --no-matrix`)."""
+    assert _codegen.stale({_codegen.CHECKS_INDEX: _codegen.checks_index()}, False) == [], (
+        "spec/equations/_generated/_checks.py is stale: run `minibert regenerate --no-maps "
+        "--no-matrix`")
+
+
+def test_a_stale_checks_index_is_never_listed_from(monkeypatch):
+    """An equation added (or its variant changed) without regenerating the index: the
+    listing names the file and comes from the equations, never from the stale index (which
+    would leave the new equation's check out: a green never earned)."""
+    from minibert_spec.equations import load
+    from minibert_spec.equations._generated import _checks, numeric_entries
+    from minibert_spec.suite.checks import sympy_code
+
+    current = numeric_entries(load())
+    dropped = next(e for e in current if e.startswith("layernorm."))
+    monkeypatch.setattr(_checks, "NUMERIC", [(k, v) for k, v in _checks.NUMERIC if k != dropped])
+    monkeypatch.setitem(_checks.SOURCES, "layernorm.py", "0" * 64)
+    sympy_code.numeric_equations.cache_clear()
+    try:
+        with pytest.warns(sympy_code.StaleIndexWarning, match=r"\(layernorm\.py changed"):
+            listed = sympy_code.numeric_equations()
+    finally:
+        sympy_code.numeric_equations.cache_clear()
+    assert listed == current and dropped in listed
+
+
+# a fresh process as `minibert check` runs: the command line up to the moment the checks are
+# dealt to the workers (run_isolated), with what the parent had imported by then
+PARENT_IMPORTS = textwrap.dedent("""
+    import json, os, sys
+    os.environ["MINIBERT_FORKSERVER"] = "0"
+    from minibert_spec.suite import pool
+
+    def run_isolated(impl, checks, **kwargs):
+        heavy = sorted({m.split(".")[0] for m in sys.modules} & {"sympy", "mpmath", "torch",
+                                                                  "transformers"})
+        print(json.dumps({"sympy_checks": sum(c.kind == "sympy" for c in checks),
+                          "heavy": heavy}))
+        raise SystemExit(0)
+
+    pool.run_isolated = run_isolated
+    from minibert_spec.cli import main
+
+    sys.exit(main(["check", "minibert_reference", "--ops", "layernorm", "attention"]))
+""")
+
+
+def test_the_parent_lists_the_checks_without_sympy_torch_or_transformers():
+    """SymPy (~0.5 s, and ~0.3 s more to load the equations), torch and transformers are the
+    workers' (issue 40): the process that selects the checks imports none of them."""
+    r = subprocess.run([sys.executable, "-c", PARENT_IMPORTS], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = __import__("json").loads(r.stdout.strip().splitlines()[-1])
+    assert seen["sympy_checks"] >= 10, seen
+    assert seen["heavy"] == [], f"the parent imported {seen['heavy']}"
+
+
+def test_the_fork_server_loads_the_equations_for_sympy_checks_alone():
+    """The SymPy <-> code checks' equations are warmed once in the fork server (before the
+    workers fork again), and only when such a check is selected."""
+    import importlib.util
+
+    from minibert_spec.suite import select
+    from minibert_spec.suite.pool import KIND_PRELOAD, extra_groups
+
+    assert extra_groups(select(kinds=["sympy"], ops=["layernorm"]), "off") == [
+        KIND_PRELOAD["sympy"]]
+    assert extra_groups(select(kinds=["fd"], ops=["layernorm"]), "off") == []
+    assert all(importlib.util.find_spec(m) for m in KIND_PRELOAD["sympy"])

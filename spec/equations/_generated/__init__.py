@@ -8,7 +8,11 @@ tests/equations/test_generated_maps.py fails when regenerating would change a by
 A check reads a map here in milliseconds: no derivation, no lambdify, nothing built on the
 user's clock.  While the equations' source differs from the one the maps were generated from
 (an equation edited and not yet regenerated), nothing here is used: the maps are built from
-SymPy as before (spec/equations/_cache.py), never read stale."""
+SymPy as before (spec/equations/_cache.py), never read stale.
+
+``_checks.py`` lists the equations with a SymPy <-> code check, with the digest of each
+equations file: the process that selects the checks reads it and imports no SymPy
+(:func:`listed_numeric`); a file changed since is named, and the equations are loaded instead."""
 
 from __future__ import annotations
 
@@ -21,17 +25,49 @@ from pathlib import Path
 STORAGE = ("_cache.py", "_codegen.py")
 
 
+def source_files() -> list[Path]:
+    """The files of the equations package that decide what the maps compute and which
+    equations have a SymPy <-> code check (not :data:`STORAGE`, nor this folder), by name."""
+    return [path for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py"))
+            if path.name not in STORAGE]
+
+
 @functools.cache
 def equations_digest() -> str:
-    """sha256 of the files of the equations package that decide what the maps compute (not of
-    :data:`STORAGE`, nor of this folder): the generated maps are used only while it is the one
+    """sha256 of :func:`source_files`: the generated maps are used only while it is the one
     they were generated from, so an equation edited and not regenerated is built from SymPy,
     never read stale."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py")):
-        if path.name not in STORAGE:
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in source_files():
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def file_digests() -> dict[str, str]:
+    """file name -> sha256 of each of :func:`source_files` (the checks' index records them, so
+    a stale index names the files that changed)."""
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in source_files()}
+
+
+def numeric_entries(equations) -> dict[str, dict]:
+    """equation id -> the protocol variant it is (``Numeric.variant``) of every equation of
+    ``equations`` (the loaded registry) with a ``Numeric``, in registration order: what the
+    SymPy <-> code checks are listed from (minibert_spec.suite.checks.sympy_code)."""
+    return {e.id: dict(e.numeric.variant) for e in equations.values() if e.numeric is not None}
+
+
+def listed_numeric() -> tuple[dict[str, dict] | None, list[str]]:
+    """(:func:`numeric_entries` as the generated index ``_checks.py`` recorded them, []) while
+    the equations' files are the ones it was generated from -- read without importing SymPy or
+    any equation; else (None, the names of the files that changed, appeared or went): the
+    caller then loads the equations, never lists from a stale index."""
+    try:
+        from minibert_spec.equations._generated._checks import NUMERIC, SOURCES
+    except ImportError:
+        return None, ["_generated/_checks.py (missing)"]
+    now = file_digests()
+    changed = sorted(n for n in now.keys() | SOURCES.keys() if now.get(n) != SOURCES.get(n))
+    return (None, changed) if changed else (dict(NUMERIC), [])
 
 
 @functools.cache

@@ -154,19 +154,15 @@ def exactly_zero(name: str) -> bool:
     return name.endswith("attn.b_k")
 
 
-@check("oracle.forward|oracle.backward", "decoder.hf", kinds_arg="part", ops=("decoder",),
-       requires=("torch", "transformers"),
-       equations=("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
-       needs=lambda kw: {**FORMS[kw["form"]][1], **ORACLE_NEEDS.get(kw["form"], {})},
-       cases=[(f"{form}-{d}", dict(form=form, dtype=t)) for form in ORACLE_FORMS
-              for d, t in DTYPES])
-def decoder_against_transformers(impl, part, form, dtype):
-    """Random weights copied into transformers' model of the form: logits (every position)
-    and the next-token loss ("forward"), every parameter gradient ("backward")."""
+def _compare(impl, part, form, dtype, run, zero, against: str) -> None:
+    """The implementation's decoder of ``form`` against an oracle's on the same random weights
+    and batch: ``run(config, params, ids, labels)`` -> the oracle's logits, next-token loss
+    and gradients; the logits (every position) and the loss ("forward"), or every parameter
+    gradient ("backward"), the gradients ``zero(config, name)`` names judged as exactly 0."""
     config = decoder_config(impl, form)
     params = decoder_params(config, 6, dtype, weight_scale=15.0)
     ids, labels = decoder_batch(config, 3, 7, 6)
-    theirs = transformers_run(config, params, ids, labels, dtype)
+    theirs = run(config, params, ids, labels)
     label = f"decoder[{form}]"
     if part == "forward":
         logits, _ = impl.decoder_forward(params, config, ids)
@@ -178,7 +174,22 @@ def decoder_against_transformers(impl, part, form, dtype):
     assert set(grads) == set(params), (
         f"{label}: gradient keys {sorted(grads)} differ from the parameters' {sorted(params)}")
     to.assert_gradients(label, grads, theirs["grads"], reversed(list(params)), dtype,
-                        exactly_zero, against="transformers")
+                        lambda name: zero(config, name), against=against)
+
+
+@check("oracle.forward|oracle.backward", "decoder.hf", kinds_arg="part", ops=("decoder",),
+       requires=("torch", "transformers"),
+       equations=("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
+       needs=lambda kw: {**FORMS[kw["form"]][1], **ORACLE_NEEDS.get(kw["form"], {})},
+       cases=[(f"{form}-{d}", dict(form=form, dtype=t)) for form in ORACLE_FORMS
+              for d, t in DTYPES])
+def decoder_against_transformers(impl, part, form, dtype):
+    """Random weights copied into transformers' model of the form: logits (every position)
+    and the next-token loss ("forward"), every parameter gradient ("backward")."""
+    _compare(impl, part, form, dtype,
+             lambda config, params, ids, labels: transformers_run(config, params, ids, labels,
+                                                                  dtype),
+             lambda config, name: exactly_zero(name), against="transformers")
 
 
 # --------------------------------------------------------------------------- the ports' forms
@@ -244,21 +255,7 @@ def decoder_against_composed_torch(impl, part, form, dtype):
     """The forms transformers has no model of, against the decoder composed from torch's
     functions: logits (every position) and the next-token loss ("forward"), every parameter
     gradient ("backward"), as the transformers checks compare them."""
-    config = decoder_config(impl, form)
-    params = decoder_params(config, 6, dtype, weight_scale=15.0)
-    ids, labels = decoder_batch(config, 3, 7, 6)
-    theirs = composed_run(config, params, ids, labels)
-    label = f"decoder[{form}]"
-    if part == "forward":
-        logits, _ = impl.decoder_forward(params, config, ids)
-        to.assert_oracle(f"{label} logits", logits, theirs["logits"], dtype)
-        loss, _ = impl.decoder_loss_and_grads(params, config, ids, labels)
-        to.assert_oracle(f"{label} loss", np.asarray(loss), theirs["loss"], dtype)
-        return
-    _, grads = impl.decoder_loss_and_grads(params, config, ids, labels)
-    assert set(grads) == set(params), (
-        f"{label}: gradient keys {sorted(grads)} differ from the parameters' {sorted(params)}")
     # the key bias's exact gradient is 0 without RoPE only: turned by position, it is not a
     # shift along the keys
-    to.assert_gradients(label, grads, theirs["grads"], reversed(list(params)), dtype,
-                        lambda name: exactly_zero(name) and not config.rope, against="torch")
+    _compare(impl, part, form, dtype, composed_run,
+             lambda config, name: exactly_zero(name) and not config.rope, against="torch")

@@ -1,31 +1,59 @@
 """Lambdified SymPy == the implementation: for every derivation with a ``Numeric`` spec, the
 SymPy map (the forward, or the backward derived with ``sympy.diff``) and the implementation's
 function on the same Hypothesis float64 inputs, within SYMPY_CODE_RTOL; and softmax_jacobian
-(added with the spec) against central differences and torch."""
+(added with the spec) against central differences and torch.
+
+Listing these checks imports no SymPy: the equations with a ``Numeric`` and their variants come
+from the generated index (spec/equations/_generated/_checks.py, ``minibert regenerate``); the
+equations themselves are loaded by the worker that runs one (:mod:`.sympy_equations`)."""
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from minibert_spec.equations import load
 from minibert_spec.numerics.asserts import worst
 from minibert_spec.numerics.finite_differences import assert_all_passed, elementwise_check
 from minibert_spec.protocol import NotApplicable, capabilities, op_of_equation
-from minibert_spec.suite.registry import check
+from minibert_spec.suite.registry import check, lazy_module
 from minibert_spec.tolerances import ORACLE_RTOL_F64, SYMPY_CODE_FLOOR, SYMPY_CODE_RTOL
 
-EQUATIONS = load()
+# the equations, loaded on first use: in the worker that runs a check, never to list them
+_loaded = lazy_module("minibert_spec.suite.checks.sympy_equations")
+
+
+class StaleIndexWarning(UserWarning):
+    """The generated index of the SymPy <-> code checks is not the equations' current one."""
+
+
+@functools.cache
+def numeric_equations() -> dict[str, dict]:
+    """equation id -> variant of every equation with a ``Numeric``, in registration order: from
+    the generated index while it is current (no SymPy imported); while an equations file
+    differs from the one it was generated from, from the equations themselves (SymPy loaded,
+    ~0.9 s), with a warning naming the files -- a stale index could list too few checks, a
+    check left out would be a green never earned."""
+    from minibert_spec.equations._generated import listed_numeric, numeric_entries
+
+    listed, changed = listed_numeric()
+    if listed is not None:
+        return listed
+    warnings.warn(StaleIndexWarning(
+        f"spec/equations/_generated/_checks.py is stale ({', '.join(changed)} changed since "
+        "it was generated: run `minibert regenerate --no-maps --no-matrix`): the SymPy <-> "
+        "code checks are listed from the equations meanwhile"), stacklevel=2)
+    return numeric_entries(_loaded.EQUATIONS)
 
 
 def implementation_equations() -> list[str]:
     """Derivations with a SymPy <-> code check of an op of the implementation (the others
     check the suite's own machinery: tests/equations/test_spec_equations.py runs them)."""
-    return [e.id for e in EQUATIONS.values() if e.numeric is not None and op_of_equation(e.id)]
+    return [eq_id for eq_id in numeric_equations() if op_of_equation(eq_id)]
 
 
 def _arrays(spec: dict):
@@ -50,7 +78,7 @@ def _arrays(spec: dict):
 def _inputs_strategy(eq_id, size):
     """One strategy object per equation and size (a fresh one is validated on its first
     draw, which cost more than the draw: minibert_spec.suite.strategies.np_arrays)."""
-    return _arrays(EQUATIONS[eq_id].numeric.inputs(size))
+    return _arrays(_loaded.EQUATIONS[eq_id].numeric.inputs(size))
 
 
 def _error(a, b, allow=0.0) -> float:
@@ -70,7 +98,7 @@ def _guarded(impl, eq_id, arrays, expected):
     from minibert_spec.protocol.capabilities import declared_guards as declared
     from minibert_spec.protocol.guards import adjustment
 
-    eq = EQUATIONS[eq_id]
+    eq = _loaded.EQUATIONS[eq_id]
     none = (0.0,) * len(expected)
     if eq.numeric.guard_call is None:
         return expected, none
@@ -88,23 +116,23 @@ def _guarded(impl, eq_id, arrays, expected):
 def sympy_map(eq_id, size):
     """The lambdified SymPy map of one equation at one size, built once per process (up to
     ~20 s for the embedding LayerNorm's backward)."""
-    return EQUATIONS[eq_id].numeric.sympy(size)
+    return _loaded.EQUATIONS[eq_id].numeric.sympy(size)
 
 
 def build_sympy_maps(eq_id):
     """Every size's map, before the check's time limit starts: the suite's cost, not the
     implementation's."""
-    for size in EQUATIONS[eq_id].numeric.sizes:
+    for size in _loaded.EQUATIONS[eq_id].numeric.sizes:
         sympy_map(eq_id, size)
 
 
 @check("sympy", "", cases=[(i, {"eq_id": i}) for i in implementation_equations()],
        equations=lambda kw: (kw["eq_id"],), given={"data": st.data()},
-       prepare=build_sympy_maps, needs=lambda kw: dict(EQUATIONS[kw["eq_id"]].numeric.variant))
+       prepare=build_sympy_maps, needs=lambda kw: dict(numeric_equations()[kw["eq_id"]]))
 def sympy_matches_code(impl, eq_id, data):
     """The lambdified SymPy map (forward, or the backward derived with sympy.diff) equals the
     implementation's function within SYMPY_CODE_RTOL."""
-    num = EQUATIONS[eq_id].numeric
+    num = _loaded.EQUATIONS[eq_id].numeric
     for name in num.needs:  # a name the implementation lacks: not applicable
         getattr(impl, name)
     if num.other_convention in capabilities(impl)["conventions"]:
