@@ -164,9 +164,9 @@ def test_without_the_oracle_a_block_that_ignores_its_masks_is_red(converter, ver
     causality invariants of every declared form are what turn it red -- it was "ok" before
     they ran on forms other than the post-LN one."""
     ex = _example((), monkeypatch) if converter is None else _converted(converter)
-    ids = {"invariant[block.padding_ignored-preln_mask]",
-           "invariant[block.padding_ignored-causal_mask]",
-           "invariant[block.causal-causal]", "invariant[block.causal-causal_mask]"}
+    ids = {"invariant[block_preln_mask.padding_ignored]",
+           "invariant[block_causal_mask.padding_ignored]",
+           "invariant[block_causal.causal]", "invariant[block_causal_mask.causal]"}
     fd = {"fd[block_preln_mask]", "fd[block_causal]"}
     report = check_implementation(ex, ids=sorted(ids | fd), quick=True)
     assert report.verdicts()["block"] == verdict, report.summary()

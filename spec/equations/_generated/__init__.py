@@ -51,9 +51,14 @@ def file_digests() -> dict[str, str]:
 
 def numeric_entries(equations) -> dict[str, dict]:
     """equation id -> the protocol variant it is (``Numeric.variant``) of every equation of
-    ``equations`` (the loaded registry) with a ``Numeric``, in registration order: what the
-    SymPy <-> code checks are listed from (minibert_spec.suite.checks.sympy_code)."""
-    return {e.id: dict(e.numeric.variant) for e in equations.values() if e.numeric is not None}
+    ``equations`` (the loaded registry) with a ``Numeric``, by file name and line: what the
+    SymPy <-> code checks are listed from (minibert_spec.suite.checks.sympy_code).  Not in
+    registration order, which follows whatever imported an equation module first (a test
+    importing spec/equations/block.py registered block's equations before attention's, and
+    the index read as stale in that process)."""
+    ordered = sorted(equations.values(), key=lambda e: (Path(e.file).name if e.file else "",
+                                                        e.line or 0))
+    return {e.id: dict(e.numeric.variant) for e in ordered if e.numeric is not None}
 
 
 def listed_numeric() -> tuple[dict[str, dict] | None, list[str]]:

@@ -57,11 +57,12 @@ def on_families(kind: str, property: str = "", *, fd_only: bool = False,  # noqa
 
 
 def on_family(name: str, property: str, *, equations=None,  # noqa: A002 (the id's part)
-              given=None, example=None, needs=None, **kw):
+              given=None, example=None, needs=None, by_family: bool = False, **kw):
     """``@check("invariant", "<op>.<property>")`` on one case family's cases (``case``), its
     fixed-seed cases first: ``given`` adds strategies, ``example`` their values in the
     fixed-seed runs (a dict, or a list of them: each with every fixed-seed case); ``needs``
-    (default: the family's)."""
+    (default: the family's); ``by_family``: the id's subject is the family
+    (``<family>.<property>``, the rule of drawn checks), not the op."""
     family = FAMILIES[name]
     extras = example if isinstance(example, list) else [example or {}]
 
@@ -71,7 +72,8 @@ def on_family(name: str, property: str, *, equations=None,  # noqa: A002 (the id
     def examples(caps):
         return [{**e, **x} for e in family.explicit(caps) for x in extras]
 
-    return check(kw.pop("kind", "invariant"), f"{family.op}.{property}",
+    subject = family.name if by_family else family.op
+    return check(kw.pop("kind", "invariant"), f"{subject}.{property}",
                  equations=family.equations if equations is None else equations,
                  ops=(family.op,), given=lambda _: strategies, examples=lambda _: examples,
                  needs=dict(family.needs) if needs is None else needs, **kw)

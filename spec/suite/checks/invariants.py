@@ -455,10 +455,9 @@ def block_form_is_causal(impl, case):
 # family of a causal block: each declared form of a block is held to its mask and causality
 for _name in _block_families(lambda f: f.name.endswith("_mask")
                              and f.name != "block_nobias_mask"):
-    on_family(_name, f"padding_ignored-{_name.removeprefix('block_')}")(
-        block_form_ignores_padded_keys)
+    on_family(_name, "padding_ignored", by_family=True)(block_form_ignores_padded_keys)
 for _name in _block_families(lambda f: dict(f.needs).get("block.causal") is True):
-    on_family(_name, f"causal-{_name.removeprefix('block_')}")(block_form_is_causal)
+    on_family(_name, "causal", by_family=True)(block_form_is_causal)
 
 
 @on_family("cross_entropy_mean", "sum_is_n_times_mean", was="cross_entropy.example",
