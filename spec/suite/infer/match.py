@@ -66,7 +66,8 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
         if m is not None:
             m.declares = variant.declares
             m.evidence.append(f"the declared form {variant.declares} (the standard one does "
-                              "not match)")
+                              "not match)" if variant.declares else "no bias found: calls "
+                              "with b are not applicable")
     if m is not None and probe.op == "gelu":
         _gelu_form(m, subject)
     if m is not None and probe.op == "layernorm" and \
