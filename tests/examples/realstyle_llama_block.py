@@ -66,9 +66,11 @@ def build(bug: str | None = None) -> SimpleNamespace:
         grads.update({f"attn.{n}": g for n, g in zip(ATTN, dattn)})
         return dh + dr1, {n: grads[n] for n in names}
 
+    # ------------------------------------------------------------------------- the adapter
     return SimpleNamespace(CAPABILITIES=CAPABILITIES, block_forward=block_forward,
                            block_backward=block_backward)
 
 
+# ---------------------------------------- the correct and the buggy build (for the tests)
 correct = build()
 buggy = build("silu")

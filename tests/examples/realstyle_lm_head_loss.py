@@ -38,6 +38,7 @@ def lm_loss_backward(cache, bug=None):
     return dx, h.T @ dlogits, None if b is None else dlogits.sum(axis=0)
 
 
+# ----------------------------------------------------------------------------- the adapter
 def build(bug: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
         CAPABILITIES={"linear_cross_entropy": {"ignore_index": False, "reduction": "mean"}},
@@ -47,5 +48,6 @@ def build(bug: str | None = None) -> SimpleNamespace:
     )
 
 
+# ---------------------------------------- the correct and the buggy build (for the tests)
 correct = build()
 buggy = build("rows")

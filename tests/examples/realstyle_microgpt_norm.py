@@ -31,6 +31,7 @@ def rmsnorm_backward(dout, cache, bug=None):
     return scale * dout - x * scale**power * np.sum(dout * x, axis=-1, keepdims=True) / n
 
 
+# ----------------------------------------------------------------------------- the adapter
 def build(bug: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
         CAPABILITIES={"rmsnorm": {"gain": False, "eps": EPS}},
@@ -39,5 +40,6 @@ def build(bug: str | None = None) -> SimpleNamespace:
     )
 
 
+# ---------------------------------------- the correct and the buggy build (for the tests)
 correct = build()
 buggy = build("cube")

@@ -52,9 +52,11 @@ def build(bug: str | None = None) -> SimpleNamespace:
         grads = {**{f"attn.{n}": g for n, g in zip(ATTN, dattn)}, **dict(zip(FFN, dffn))}
         return dr1 + dx_attn, {n: grads[n] for n in names}
 
+    # ------------------------------------------------------------------------- the adapter
     return SimpleNamespace(CAPABILITIES={"layernorm": {"affine": False}},
                            block_forward=block_forward, block_backward=block_backward)
 
 
+# ---------------------------------------- the correct and the buggy build (for the tests)
 correct = build()
 buggy = build("ln")

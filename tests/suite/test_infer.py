@@ -140,6 +140,83 @@ def test_a_class_with_a_forward_and_no_backward_method_is_named(tmp_path, monkey
     assert "class Noise: matches no op this can infer" in src, src
 
 
+def test_a_class_built_from_its_parameter_arrays_is_mapped(tmp_path, monkeypatch):
+    """Tutorial code's ``LayerNorm(gamma, beta, eps)`` takes the arrays themselves, not sizes
+    (tests/examples/realstyle_tutorial.py): infer builds it with arrays of the probe's shapes,
+    and the adapter passes the protocol's gamma and beta to the constructor: it computes the
+    reference's forward and backward (the full verdict on such code: tests/benchmarks/
+    adapter_share.py runs minibert check on the adapter infer writes for that example)."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+
+        class LayerNorm:
+            def __init__(self, gamma, beta, eps=1e-12):
+                self.gamma, self.beta, self.eps = gamma, beta, eps
+
+            def forward(self, x):
+                self.rstd = 1.0 / np.sqrt(x.var(-1, keepdims=True) + self.eps)
+                self.x_hat = (x - x.mean(-1, keepdims=True)) * self.rstd
+                return self.gamma * self.x_hat + self.beta
+
+            def backward(self, dy):
+                self.dgamma = (dy * self.x_hat).reshape(-1, dy.shape[-1]).sum(0)
+                self.dbeta = dy.reshape(-1, dy.shape[-1]).sum(0)
+                g = dy * self.gamma
+                return self.rstd * (g - g.mean(-1, keepdims=True)
+                                    - self.x_hat * (g * self.x_hat).mean(-1, keepdims=True))
+        """), "ln_from_arrays")
+    src = infer_source("ln_from_arrays")
+    assert "impl.LayerNorm(eps=eps, gamma=gamma, beta=beta)" in src, src
+    assert "grads={'gamma': 'dgamma', 'beta': 'dbeta'}" in src, src
+    import minibert_reference as R
+
+    adapter = _load(tmp_path, monkeypatch, src, "ln_from_arrays_adapter")
+    rng = np.random.default_rng(3)
+    x, dy = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 5))
+    gamma, beta = 1 + 0.5 * rng.standard_normal(5), rng.standard_normal(5)
+    got, cache = adapter.layernorm_forward(x, gamma, beta, 1e-5)
+    want, ref_cache = R.layernorm_forward(x, gamma, beta, 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    for g, w in zip(adapter.layernorm_backward(dy, cache), R.layernorm_backward(dy, ref_cache)):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_a_linear_layer_without_a_bias_is_mapped(tmp_path, monkeypatch):
+    """Tutorial code's ``y = x W`` (no bias; tests/examples/realstyle_tutorial.py): mapped with
+    W alone, calls with b left n/a; the adapter computes the reference's bias-free linear
+    forward and backward."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+
+        class NoBias:
+            def __init__(self, n_in, n_out):
+                self.W = np.zeros((n_in, n_out))
+
+            def forward(self, x):
+                self.x = x
+                return x @ self.W
+
+            def backward(self, dy):
+                self.dW = self.x.reshape(-1, self.x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
+                return dy @ self.W.T
+        """), "linear_nobias")
+    src = infer_source("linear_nobias")
+    assert "linear_forward, linear_backward = layer(" in src, src
+    assert "no bias found: calls with b are not applicable" in src, src
+    import minibert_reference as R
+
+    adapter = _load(tmp_path, monkeypatch, src, "linear_nobias_adapter")
+    rng = np.random.default_rng(4)
+    x, W, dy = (rng.standard_normal(s) for s in ((2, 3, 4), (4, 5), (2, 3, 5)))
+    got, cache = adapter.linear_forward(x, W, None)
+    want, ref_cache = R.linear_forward(x, W, None)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    for g, w in zip(adapter.linear_backward(dy, cache), R.linear_backward(dy, ref_cache)):
+        assert (g is None) == (w is None), (g, w)
+        if w is not None:
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.slow  # the slow tier: >= 5 s of the default run (issue 40)
 @pytest.mark.parametrize("module", EXAMPLES)
 def test_the_inferred_adapter_is_green_on_correct_code(module, tmp_path, monkeypatch):

@@ -9,8 +9,9 @@ The subjects are the module's classes with a forward-like and a backward-like me
 layernorm, relu, gelu, softmax, the ReLU FFN) and each subject, it
 
 * builds the class with its integer arguments drawn from the probe's distinct sizes (so a
-  size names its axis: ``Linear(4, 5)`` is ``n_in = W.shape[0]``), and places the protocol's
-  parameters on the array attributes of their shape, or of the transposed shape
+  size names its axis: ``Linear(4, 5)`` is ``n_in = W.shape[0]``; an argument named as the
+  op's parameter, ``LayerNorm(gamma, beta)``, given an array of its shape), and places the
+  protocol's parameters on the array attributes of their shape, or of the transposed shape
   (``transposed``); a function's parameters go to its arguments after the first (the input),
   each in either layout, ``eps``/``epsilon`` getting the protocol's eps,
 * runs the forward on the probe's input: the candidate is kept only where the output (or item

@@ -66,7 +66,8 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
         if m is not None:
             m.declares = variant.declares
             m.evidence.append(f"the declared form {variant.declares} (the standard one does "
-                              "not match)")
+                              "not match)" if variant.declares else "no bias found: calls "
+                              "with b are not applicable")
     if m is not None and probe.op == "gelu":
         _gelu_form(m, subject)
     if m is not None and probe.op == "layernorm" and \
@@ -173,9 +174,9 @@ def _try_form(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
                for p in probe.params}
     layouts["x"] = probe.shapes["x"]
     is_class = isinstance(subject, ClassLayer)
-    # sizes from the protocol's arguments; the protocol's eps to the constructor's
-    ctor = {k: "eps" if k in EPS_NAMES else _size_expr(v, probe, layouts)
-            for k, v in trial.fixed.items()} if is_class else {}
+    # sizes from the protocol's arguments; the protocol's eps and parameters to the constructor's
+    ctor = {k: "eps" if k in EPS_NAMES else k if k in probe.params else
+            _size_expr(v, probe, layouts) for k, v in trial.fixed.items()} if is_class else {}
     m = Mapping_(probe.op, subject.cls if is_class else None, ctor, dict(trial.placed),
                  forward=subject.forward, transposed=trial.transposed, output=index,
                  trial=trial)

@@ -69,6 +69,8 @@ PROBES = {
 VARIANT_PROBES = {
     "layernorm": Probe("layernorm", (), {"x": (2, 3, 6)}, (6,),
                        {"layernorm": {"affine": False}}),
+    # a linear layer without a bias (tutorial code's x @ W): no declaration, b is optional
+    "linear": Probe("linear", ("W",), {"x": (2, 3, 4), "W": (4, 5)}, (4, 5)),
 }
 
 

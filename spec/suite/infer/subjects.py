@@ -54,7 +54,9 @@ def _method(cls, names) -> str | None:
 def _ctor_trials(cls, probe: Probe):
     """kwargs to build ``cls`` with: its required arguments, and those defaulting to None or an
     integer (a size the class may build its parameters from), given each an ordering of the
-    probe's sizes; an ``eps``/``epsilon`` the protocol's (a LayerNorm's)."""
+    probe's sizes; an ``eps``/``epsilon`` the protocol's (a LayerNorm's); an argument named as
+    one of the probe's parameters (tutorial code's ``Linear(W)``) an array of that parameter's
+    shape, which the trial's placement then overwrites on the object."""
     try:
         sig = inspect.signature(cls)
     except (TypeError, ValueError):
@@ -63,8 +65,9 @@ def _ctor_trials(cls, probe: Probe):
     sized = [p for p in sig.parameters.values() if p.kind in kinds and (
         p.default is p.empty or p.default is None or
         (isinstance(p.default, int) and not isinstance(p.default, bool)))
-        and p.name not in EPS_NAMES]
-    fixed = _eps_args(sig.parameters, probe)
+        and p.name not in EPS_NAMES and p.name not in probe.params]
+    fixed = {**_eps_args(sig.parameters, probe),
+             **{n: np.zeros(probe.shapes[n]) for n in sig.parameters if n in probe.params}}
     required = [p for p in sized if p.default is p.empty]
     if len(required) > 3:
         return
@@ -148,7 +151,8 @@ class ClassLayer:
             return ""
 
     def describe(self, trial: Trial) -> str:
-        return f"{self.label}({', '.join(f'{k}={v}' for k, v in trial.fixed.items())})." \
+        args = (f"{k}={k if isinstance(v, np.ndarray) else v}" for k, v in trial.fixed.items())
+        return f"{self.label}({', '.join(args)})." \
             f"{self.forward}"
 
 
