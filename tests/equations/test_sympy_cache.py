@@ -165,6 +165,7 @@ def test_a_proof_is_kept_per_module_source(cache_home):
     assert all(isinstance(p, Path) for p in _cache.module_closure(ln.__file__))
 
 
+@pytest.mark.slow  # the slow tier: ~5 s, two interpreters proving
 def test_two_processes_wanting_one_proof_at_once_prove_it_once(cache_home, tmp_path):
     """On a cold machine the workers of ``pytest -n 2`` want the same proofs at the same
     moment: the second waits for the first's lock and reads its outcome (one proof, one

@@ -29,7 +29,9 @@ def report_of(impl, op, **kw):
 
 # No equation markers here: the evidence for the equations is the registry's own tags
 # (tests/suite/test_suite_reference.py); these run the same fixed-seed checks op by op.
-@pytest.mark.parametrize("op", list(OPS))
+# the block (~6 s: its ~20 families) in the slow tier; test_suite_reference judges it there too
+@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.slow) if op == "block" else op
+                                for op in OPS])
 def test_op_conforms(impl, op):
     """Every check of the op on its fixed-seed cases (the quick run)."""
     report = report_of(impl, op)

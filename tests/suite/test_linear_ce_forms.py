@@ -30,6 +30,7 @@ def test_the_options_are_cross_entropys_own():
         assert VARIANTS["linear_cross_entropy"][k] is VARIANTS["cross_entropy"][k]
 
 
+@pytest.mark.slow  # the slow tier: ~5 s, two whole rows (the red test below stays fast)
 def test_the_mean_only_pair_without_ignore_index_is_green_in_both_layouts():
     report = check_implementation(head.correct, ops=["linear_cross_entropy"], kinds=FAST)
     outcome = {r.id: r.outcome for r in report.results}

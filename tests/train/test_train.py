@@ -174,6 +174,7 @@ def test_fill_mask_top_k(impl):
         fill_mask(impl, params, cfg, tok, "no mask here")
 
 
+@pytest.mark.slow  # the slow tier: ~5 s, a training run end to end through the CLI
 def test_cli_train_then_fill_mask(tmp_path, capsys):
     """`minibert train` on a user's text file (the full Mini-BERT preset, 2 steps), then
     `minibert fill-mask` on its checkpoint."""
