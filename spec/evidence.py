@@ -90,16 +90,11 @@ def collect_items(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | No
     The project's own tests/ are collected once per source: the records are kept on disk
     (:func:`_collection_path`: keyed by every source file of the checkout, the interpreter,
     pytest's version, ``impl_spec`` and the MINIBERT_* environment), ~10 s each time."""
-    from minibert_spec.equations._cache import computing
+    from minibert_spec.equations._cache import once
 
     cached = _collection_path(Path(tests_dir), impl_spec)
-    records = _read_collection(cached)
-    if records is not None:
-        return records
-    with computing(cached):  # another process collecting the same tests: wait and read
-        records = _read_collection(cached)
-        if records is not None:
-            return records
+
+    def collect():
         records = _collect_items(tests_dir, impl_spec=impl_spec, timeout=timeout)
         if cached is not None:
             from minibert_reference.train.fileio import atomic_write
@@ -109,7 +104,10 @@ def collect_items(tests_dir: Path | str = ROOT / "tests", *, impl_spec: str | No
                 atomic_write(str(cached), json.dumps(records))
             except OSError:
                 pass  # a cache that cannot be written: collected again next time
-    return records
+        return records
+
+    # another process collecting the same tests: wait and read
+    return once(cached, lambda: _read_collection(cached), collect)
 
 
 def _read_collection(cached: Path | None) -> list[dict] | None:

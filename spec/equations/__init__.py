@@ -147,16 +147,17 @@ class Equation:
                 raise ValueError(f"{self.id}: no SymPy proof or refutation")
             from minibert_spec.equations import _cache
 
-            stored = _cache.read_proof(self)
-            if stored is None:
-                with _cache.proof_lock(self):  # a process proving it now: wait and read
-                    stored = _cache.read_proof(self)
-                    if stored is None:
-                        self._proof_cache = self._prove()
-                        return self._proof_cache
-            self._proof_cache = Proof(stored["status"], _tuples(stored["sizes"]),
-                                      stored["detail"], stored["seconds"])
+            # a process proving it now: wait and read its outcome
+            self._proof_cache = _cache.once(_cache.proof_path(self), self._stored, self._prove)
         return self._proof_cache
+
+    def _stored(self) -> Proof | None:
+        """The proof's outcome as spec/equations/_cache.py keeps it, or None."""
+        from minibert_spec.equations import _cache
+
+        stored = _cache.read_proof(self)
+        return None if stored is None else Proof(stored["status"], _tuples(stored["sizes"]),
+                                                 stored["detail"], stored["seconds"])
 
     def _prove(self) -> Proof:
         """Run and time the proof, and store its outcome (spec/equations/_cache.py)."""

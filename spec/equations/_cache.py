@@ -118,7 +118,7 @@ def module_closure(path: str | Path) -> set[Path]:
 def read_proof(eq) -> dict | None:
     """The stored outcome of ``eq``'s proof (``{"status", "sizes", "detail", "seconds"}``),
     or None."""
-    path = _proof_path(eq)
+    path = proof_path(eq)
     if path is None:
         return None
     try:
@@ -133,7 +133,7 @@ def read_proof(eq) -> dict | None:
 def write_proof(eq, proof: dict) -> None:
     from minibert_reference.train.fileio import atomic_write
 
-    path = _proof_path(eq)
+    path = proof_path(eq)
     if path is None:
         return
     try:
@@ -143,7 +143,7 @@ def write_proof(eq, proof: dict) -> None:
         pass  # a directory that cannot be written, a detail that is no JSON: proved again
 
 
-def _proof_path(eq) -> Path | None:
+def proof_path(eq) -> Path | None:
     """Where the proof of a registered equation is kept (None for one built elsewhere, as the
     tests' synthetic equations are: their proof is no file's source)."""
     file = Path(eq.file).resolve() if eq.file else None
@@ -181,9 +181,16 @@ def computing(path: Path | None):
             os.close(fd)  # closing the descriptor releases the lock
 
 
-def proof_lock(eq):
-    """:func:`computing` for ``eq``'s stored proof (no lock for an equation with no file)."""
-    return computing(_proof_path(eq))
+def once(path: Path | None, read, compute):
+    """``read()`` if it finds the entry at ``path`` (not None), else ``compute()`` under
+    :func:`computing`'s lock -- unless another process wrote the entry while this one waited
+    for the lock, which is then read."""
+    value = read()
+    if value is not None:
+        return value
+    with computing(path):
+        value = read()
+        return compute() if value is None else value
 
 
 def entry_path(name: str, args: tuple) -> Path:

@@ -145,7 +145,7 @@ CHECKS_INDEX = "_checks.py"
 def checks_index() -> str:
     """The source of :data:`CHECKS_INDEX`: the digest of each equations file and every
     equation with a ``Numeric`` with its variant (minibert_spec.equations._generated.
-    numeric_entries), in registration order.  Seconds: it loads the equations, derives
+    numeric_entries), by file and line.  Seconds: it loads the equations, derives
     nothing."""
     from minibert_spec.equations import load
     from minibert_spec.equations._generated import file_digests, numeric_entries
