@@ -18,10 +18,12 @@ Protocol (a SOCK_SEQPACKET socket pair, one JSON message each way, file descript
 
 * pool -> server: ``{"preload": [module, ...]}`` first; the server imports them and answers
   ``{"ready": true, "failed": {module: error}}``.
-* pool -> server: ``{"warm": [[module, ...], ...]}`` once the first workers are forked: the
-  server imports each group in turn (torch, then transformers: seconds each, while the first
-  workers run the cheap checks) and says ``{"warmed": n, "failed": {...}}`` after the n-th;
-  the pool then replaces each worker, at its next check boundary, by one forked with them.
+* pool -> server: ``{"warm": [[module, ...], ...], "start": k}`` once the first workers are
+  forked: the server imports each group in turn (torch, then transformers: seconds each, while
+  the first workers run the cheap checks) and says ``{"warmed": k + n, "failed": {...}}`` after
+  the n-th; the pool then replaces each worker, at its next check boundary, by one forked with
+  them.  The server answers nothing while it imports (a spawn waited seconds behind torch): the
+  pool sends one group per request, the next once every worker has been replaced.
 * pool -> server: ``{"spawn": n, "cwd": dir}`` with fds [commands (read end), results (write
   end), log]; the server answers ``{"spawned": n, "pid": pid}``.
 * server -> pool, unprompted: ``{"exit": pid, "code": code}`` when a worker ends (``code``
@@ -118,10 +120,12 @@ class ForkServer:
             if wanted(message):
                 return message
 
-    def warm(self, groups) -> None:
+    def warm(self, groups, start: int = 0) -> None:
         """Ask the server to import each group of modules now, in turn (it says after each:
-        :attr:`warmed` counts them)."""
-        self.sock.send(json.dumps({"warm": [list(g) for g in groups]}).encode())
+        :attr:`warmed` counts them, from ``start``: the groups an earlier request imported).
+        While it imports it answers nothing, a spawn included: the pool asks for one group at
+        a time, when no worker waits to be replaced."""
+        self.sock.send(json.dumps({"warm": [list(g) for g in groups], "start": start}).encode())
 
     def pending(self) -> None:
         """Read whatever the server has said (exit notices, warmed), without waiting."""
@@ -199,7 +203,21 @@ def _preload(modules) -> dict:
     from minibert_spec.suite.registry import all_checks
 
     all_checks()
+    _scan_constants()
     return failed
+
+
+def _scan_constants() -> None:
+    """Hypothesis's first draw after new modules are imported reads the source of every one
+    that is not a library's, for constants to draw (0.26 s of a worker's first check, more after
+    torch): done here, once, so that every worker forked from this state starts with it done.
+    A private function of Hypothesis's: where it is missing, the workers scan as before."""
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        providers._get_local_constants()
+    except Exception:  # noqa: BLE001, S110 -- an optimisation only
+        pass
 
 
 def _child(sock: socket.socket, request: dict, fds) -> None:
@@ -266,7 +284,7 @@ def main(fd: int) -> int:
             return 0
         request = json.loads(data)
         if "warm" in request:
-            for n, group in enumerate(request["warm"], 1):
+            for n, group in enumerate(request["warm"], request.get("start", 0) + 1):
                 failed = _preload(group)
                 sock.send(json.dumps({"warmed": n, "failed": failed}).encode())
                 _reap(sock, children)

@@ -301,8 +301,19 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
         for _ in range(max(1, min(workers, len(queue)))):
             spawn()
         groups = extra_groups(checks, oracle)
-        if server is not None and groups:
-            server.warm(groups)
+        asked = 0  # the groups the server was asked to import
+
+        def warm_next():
+            # one group per request, and only when no worker waits to be replaced: the server
+            # answers no spawn while it imports (torch, transformers: seconds), and a
+            # replacement asked for behind an import held the pool -- both workers idle
+            nonlocal asked
+            if server is not None and asked < len(groups) and server.warmed == asked \
+                    and not any(w.stale for w in pool):
+                server.warm([groups[asked]], start=asked)
+                asked += 1
+
+        warm_next()
         while pool:
             if server is not None and recycled < len(groups):
                 server.pending()
@@ -310,6 +321,7 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                     recycled = server.warmed
                     for w in pool:
                         w.stale = True
+                warm_next()
             if stopped:  # the first red: the checks in flight are not waited for
                 for w in list(pool):
                     w.kill()

@@ -106,3 +106,36 @@ def test_a_dead_fork_server_leaves_the_plain_workers():
     report = run_isolated("minibert_reference", checks, oracle="off", server=server)
     assert report.counts() == {"passed": len(checks)} and report.exit_code() == 0
     assert server.closed
+
+
+@pytest.mark.slow  # the slow tier: the server imports torch (issue 40)
+def test_no_worker_waits_behind_an_import_of_the_server(monkeypatch):
+    """The server answers nothing while it imports: asked for torch and transformers in one
+    request, a worker replaced after the first group waited for both (~5 s with both workers
+    idle; a first red 9.5 s -> 3.9 s without it).  Each request holds one group, and no worker
+    is forked while the server has an import outstanding."""
+    from minibert_spec.suite.forkserver import ForkServer
+    from minibert_spec.suite.pool import extra_groups, run_isolated
+
+    asked, spawned_behind = [], []
+    warm, spawn = ForkServer.warm, ForkServer.spawn
+
+    def recording_warm(self, groups, start=0):
+        asked.append([tuple(g) for g in groups])
+        return warm(self, groups, start)
+
+    def recording_spawn(self, n, fds, cwd, timeout=30.0):
+        self.pending()
+        if self.warmed < sum(map(len, asked)):
+            spawned_behind.append((n, self.warmed, len(asked)))
+        return spawn(self, n, fds, cwd, timeout)
+
+    monkeypatch.setattr(ForkServer, "warm", recording_warm)
+    monkeypatch.setattr(ForkServer, "spawn", recording_spawn)
+    checks = select(match=r"^(fd|oracle\.forward|sympy)\[(relu|layernorm)[-\].]")
+    groups = extra_groups(checks)
+    assert len(groups) >= 2, groups  # SymPy's, then torch's: a replacement between them
+    report = run_isolated("minibert_reference", checks)
+    assert report.exit_code() == 0, report.summary()
+    assert asked == [[tuple(g)] for g in groups], asked
+    assert not spawned_behind, spawned_behind
