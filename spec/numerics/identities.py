@@ -321,15 +321,21 @@ def attention_permutation_equivariant(impl, inputs: dict, n_heads: int, mask, pe
 def attention_is_causal(impl, inputs: dict, n_heads: int, mask, noise) -> list[Finding]:
     """Causal attention: changing the tokens after position t leaves the outputs at positions
     <= t unchanged (no position sees a later one), for every t."""
-    x, T = inputs["x"], inputs["x"].shape[1]
-    y = _attn(impl, inputs, causal=True, n_heads=n_heads, mask=mask)
+    return _later_tokens_ignored(
+        "attention", lambda x: _attn(impl, {**inputs, "x": x}, causal=True, n_heads=n_heads,
+                                     mask=mask), inputs["x"], noise)
+
+
+def _later_tokens_ignored(op: str, forward, x, noise) -> list[Finding]:
+    """``forward(x)`` (outputs [B, T, ...]) against ``forward`` of x with ``noise`` added after
+    position t: the outputs at positions <= t unchanged, one finding per t < T - 1."""
+    y = forward(x)
     found = []
-    for t in range(T - 1):
+    for t in range(x.shape[1] - 1):
         x2 = x.copy()
         x2[:, t + 1:] += noise[:, t + 1:]
-        y2 = _attn(impl, {**inputs, "x": x2}, causal=True, n_heads=n_heads, mask=mask)
-        found.append(close("attention", f"outputs at positions <= {t} ignore later tokens",
-                           y2[:, :t + 1], y[:, :t + 1], _mag(y)))
+        found.append(close(op, f"outputs at positions <= {t} ignore later tokens",
+                           forward(x2)[:, :t + 1], y[:, :t + 1], _mag(y)))
     return found
 
 
@@ -395,15 +401,9 @@ def block_identities(impl, x, p: dict, n_heads: int, mask, dout, noise, **varian
 def block_is_causal(impl, x, p: dict, n_heads: int, mask, noise, **variant) -> list[Finding]:
     """A causal block: changing the tokens after position t leaves its outputs at positions
     <= t unchanged, for every t (``variant``: the block's keywords, causal=True among them)."""
-    out, _ = impl.block_forward(x, p, n_heads=n_heads, mask=mask, **variant)
-    found = []
-    for t in range(x.shape[1] - 1):
-        x2 = x.copy()
-        x2[:, t + 1:] += noise[:, t + 1:]
-        out2, _ = impl.block_forward(x2, p, n_heads=n_heads, mask=mask, **variant)
-        found.append(close("block", f"outputs at positions <= {t} ignore later tokens",
-                           out2[:, :t + 1], out[:, :t + 1], _mag(out)))
-    return found
+    return _later_tokens_ignored(
+        "block", lambda x_: impl.block_forward(x_, p, n_heads=n_heads, mask=mask, **variant)[0],
+        x, noise)
 
 
 def pooler_gradient_only_at_cls(impl, h, W, b, dout) -> list[Finding]:

@@ -406,18 +406,6 @@ def attention_scores_are_scaled_by_sqrt_d_k(impl, case):
     require(inv.attention_scaled_by_sqrt_d_k(impl, case.inputs))
 
 
-@on_family("block_nobias_mask", "padding_ignored", equations=("block.postln",),
-           was="block.example")
-def block_ignores_padded_keys(impl, case):
-    """Changing the tokens at masked key positions leaves every unpadded output of the block
-    unchanged, and the gradients are keyed like p."""
-    p = {k: v for k, v in case.inputs.items() if k != "x"}
-    x, f = case.inputs["x"], case.fixed
-    noise = np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
-    require(inv.block_identities(impl, x, p, f["n_heads"], f["mask"], case.dout, noise,
-                                 eps=f["eps"]))
-
-
 def _block_keywords(case) -> dict:
     """The block keywords a case passes (its form when not the standard one) and its eps."""
     return {"eps": case.fixed["eps"],
@@ -428,14 +416,21 @@ def _block_families(test) -> tuple[str, ...]:
     return tuple(f.name for f in S.families() if f.op == "block" and test(f))
 
 
-def block_form_ignores_padded_keys(impl, case):
+def _block_case(case):
+    """A block case's x, parameters p, fixed keywords and the noise its invariants add to x."""
+    p = {k: v for k, v in case.inputs.items() if k != "x"}
+    x = case.inputs["x"]
+    return x, p, case.fixed, np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
+
+
+@on_family("block_nobias_mask", "padding_ignored", equations=("block.postln",),
+           was="block.example")
+def block_ignores_padded_keys(impl, case):
     """Changing the tokens at masked key positions leaves every unpadded output of the block,
-    in this family's form, unchanged, and the gradients are keyed like p: a block that drops
+    in its family's form, unchanged, and the gradients are keyed like p: a block that drops
     its mask in the forward and the backward alike agrees with its own finite differences,
     so only this (or the oracle) sees it."""
-    p = {k: v for k, v in case.inputs.items() if k != "x"}
-    x, f = case.inputs["x"], case.fixed
-    noise = np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
+    x, p, f, noise = _block_case(case)
     require(inv.block_identities(impl, x, p, f["n_heads"], f["mask"], case.dout, noise,
                                  **_block_keywords(case)))
 
@@ -444,18 +439,17 @@ def block_form_is_causal(impl, case):
     """Changing the tokens after position t leaves the block's outputs up to t unchanged, for
     every t: a causal block that attends to later tokens in its forward and backward alike
     agrees with its own finite differences."""
-    p = {k: v for k, v in case.inputs.items() if k != "x"}
-    x, f = case.inputs["x"], case.fixed
-    noise = np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
+    x, p, f, noise = _block_case(case)
     require(inv.block_is_causal(impl, x, p, f["n_heads"], f["mask"], noise,
                                 **_block_keywords(case)))
 
 
-# every other masked block family (block_nobias_mask has its own check above), and every
-# family of a causal block: each declared form of a block is held to its mask and causality
+# every other masked block family (block_nobias_mask's is registered above, under its former
+# id), and every family of a causal block: each declared form of a block is held to its mask
+# and causality
 for _name in _block_families(lambda f: f.name.endswith("_mask")
                              and f.name != "block_nobias_mask"):
-    on_family(_name, "padding_ignored", by_family=True)(block_form_ignores_padded_keys)
+    on_family(_name, "padding_ignored", by_family=True)(block_ignores_padded_keys)
 for _name in _block_families(lambda f: dict(f.needs).get("block.causal") is True):
     on_family(_name, "causal", by_family=True)(block_form_is_causal)
 

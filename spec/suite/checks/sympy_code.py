@@ -33,11 +33,12 @@ class StaleIndexWarning(UserWarning):
 
 @functools.cache
 def numeric_equations() -> dict[str, dict]:
-    """equation id -> variant of every equation with a ``Numeric``, in registration order: from
-    the generated index while it is current (no SymPy imported); while an equations file
-    differs from the one it was generated from, from the equations themselves (SymPy loaded,
-    ~0.9 s), with a warning naming the files -- a stale index could list too few checks, a
-    check left out would be a green never earned."""
+    """equation id -> variant of every equation with a ``Numeric``, by file, then line
+    (minibert_spec.equations._generated.numeric_entries): from the generated index while it is
+    current (no SymPy imported); while an equations file differs from the one it was generated
+    from, from the equations themselves (SymPy loaded, ~0.9 s), with a warning naming the
+    files -- a stale index could list too few checks, a check left out would be a green never
+    earned."""
     from minibert_spec.equations._generated import listed_numeric, numeric_entries
 
     listed, changed = listed_numeric()
