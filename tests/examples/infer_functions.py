@@ -67,5 +67,45 @@ def feed_forward_backward(dy, cache):
     return dx, dW1, dW2, db1, db2
 
 
+def rms_norm(x, weight, eps=1e-6):
+    return ops._rmsnorm_forward(x, weight, eps)
+
+
+def rms_norm_backward(dout, cache):
+    return ops._rmsnorm_backward(dout, cache)
+
+
+def silu(x):
+    return ops._silu_forward(x)[0]
+
+
+def silu_grad(dout, x):  # the forward's input again
+    return ops._silu_backward(dout, ops._silu_forward(x)[1])[0]
+
+
+def tanh_forward(x):
+    return ops._tanh_forward(x)
+
+
+def tanh_backward(dout, cache):
+    return ops._tanh_backward(dout, cache)[0]
+
+
+def embed(ids, table):
+    return ops._embedding_forward(ids, table)
+
+
+def embed_backward(dout, cache):  # (dtable,): no gradient for the ids
+    return ops._embedding_backward(dout, cache)
+
+
+def cross_entropy(logits, labels):
+    return ops._cross_entropy_forward(logits, labels)
+
+
+def cross_entropy_backward(dloss, cache):
+    return ops._cross_entropy_backward(dloss, cache)[0]
+
+
 def one_hot(ids, n):
     return np.eye(n)[ids]

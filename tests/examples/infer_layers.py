@@ -93,3 +93,61 @@ class FeedForward:
         dx, dW_1, db_1, dW_2, db_2 = ops._ffn_backward(dy, self.cache)
         self.fc1.grad, self.fc2.grad = {"W": dW_1, "b": db_1}, {"W": dW_2, "b": db_2}
         return dx
+
+
+class RMSNorm:
+    """LLaMA's: its gain named ``weight``, eps a constructor argument."""
+
+    def __init__(self, dim, eps=1e-6):
+        self.weight, self.eps = np.ones(dim), eps
+
+    def forward(self, x):
+        y, self.cache = ops._rmsnorm_forward(x, self.weight, self.eps)
+        return y
+
+    def backward(self, dy):
+        dx, self.weight_grad = ops._rmsnorm_backward(dy, self.cache)
+        return dx
+
+
+class SiLU:
+    def forward(self, x):
+        y, self.cache = ops._silu_forward(x)
+        return y
+
+    def backward(self, dy):
+        return ops._silu_backward(dy, self.cache)[0]
+
+
+class Tanh:
+    def forward(self, x):
+        y, self.cache = ops._tanh_forward(x)
+        return y
+
+    def backward(self, dy):
+        return ops._tanh_backward(dy, self.cache)[0]
+
+
+class Embedding:
+    """A token table of its own name; its backward returns nothing (no input gradient)."""
+
+    def __init__(self, vocab_size, dim):
+        self.table = np.zeros((vocab_size, dim))
+
+    def forward(self, ids):
+        y, self.cache = ops._embedding_forward(ids, self.table)
+        return y
+
+    def backward(self, dy):
+        (self.dtable,) = ops._embedding_backward(dy, self.cache)
+
+
+class CrossEntropyLoss:
+    """torch-style: ``forward(logits, targets)`` the mean loss, ``backward()`` its gradient."""
+
+    def forward(self, logits, targets):
+        loss, self.cache = ops._cross_entropy_forward(logits, targets)
+        return loss
+
+    def backward(self):
+        return ops._cross_entropy_backward(self.cache.e.dtype.type(1.0), self.cache)[0]

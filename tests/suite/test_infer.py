@@ -23,7 +23,7 @@ from tests.unshrunk import check_implementation
 
 MODULE = infer_layers.__name__
 EXAMPLES = (MODULE, infer_functions.__name__)  # class-style, function-style
-_TARGET = re.compile(r"^ops\._(?P<op>[a-z]+)_(forward|backward)$")
+_TARGET = re.compile(r"^ops\._(?P<op>[a-z_]+)_(forward|backward)$")
 
 
 def _load(tmp_path, monkeypatch, source: str, name: str):

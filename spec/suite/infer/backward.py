@@ -97,7 +97,9 @@ def _roles(params, names: dict, cached: bool) -> tuple[str, ...]:
 def _again_values(roles, trial: Trial, vals: dict, x, dout, returned, output):
     """The backward's arguments for ``roles`` on a probe run."""
     out = returned[output] if output is not None else returned
-    given = {"x": x, "dout": dout, "out": out, "eps": PROTOCOL_EPS}
+    cut = (0,) * (vals["x"].ndim - np.ndim(x))  # the extra inputs at x's rank (labels)
+    given = {"x": x, "dout": dout, "out": out, "eps": PROTOCOL_EPS,
+             **{e: vals[e][cut] for e in trial.extra}}
     return [returned[1] if r == "forward[1]" else given[r] if r in given else
             trial.layout(r, vals) for r in roles]
 
@@ -111,17 +113,21 @@ def _backward(subject, m: Mapping_, probe: Probe, vals: dict, trial: Trial, retu
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)]
     cached = m.output == 0 and len(returned) == 2
     again = _roles(params, subject.forward_names(trial), cached)
-    if again.count("dout") != 1:
+    if probe.scalar and "dout" not in again:
+        # a loss's backward from dloss = 1 (classes that return dL/dlogits): the suite scales it
+        m.upstream = False
+        m.evidence.append(f"backward {call.__name__}({', '.join(p.name for p in params)}) takes "
+                          "no upstream gradient: the gradient of the loss itself (upstream=False)")
+    elif again.count("dout") != 1:
         return [f"{m.op}: {subject.label}: backward {call.__name__}{sig} takes "
                 f"{'no' if 'dout' not in again else 'more than one'} upstream gradient I can "
                 "tell"]
-    if again != ("dout",):
+    if again != ("dout",) and (m.upstream or again):
         m.again = again
         m.evidence.append(f"backward {call.__name__}({', '.join(p.name for p in params)}): "
                           f"again={again!r} (by the parameters' names)")
     before = _arrays(obj, GRAD_DEPTH) if obj is not None else {}
-    dout = np.random.default_rng(1).standard_normal(vals["x"].shape[:-1] + (
-        _reference_forward(probe.op, vals).shape[-1],))
+    dout = np.random.default_rng(1).standard_normal(np.shape(_reference_forward(probe.op, vals)))
     try:
         back = call(*_again_values(again, trial, vals, vals["x"], dout, returned, m.output))
     except Exception as e:  # noqa: BLE001

@@ -14,6 +14,7 @@ from minibert_spec.suite.infer.probes import (
     BACKWARDS,
     EPS_NAMES,
     FORWARD_RTOL,
+    NORM_EPS,
     PROBES,
     VARIANT_PROBES,
     Mapping_,
@@ -35,7 +36,8 @@ def _output(got, want):
     begins with) the reference's output; None otherwise: the one numeric evidence."""
     for index, out in ([(None, got)] + ([(0, got[0])] if isinstance(got, tuple) and got
                                         else [])):
-        out = np.asarray(out) if isinstance(out, np.ndarray) else None
+        # an array, or a loss's one number (a NumPy or a Python float)
+        out = np.asarray(out) if isinstance(out, (np.ndarray, np.floating, float)) else None
         if out is not None and out.shape == want.shape and np.all(np.isfinite(out)):
             dev = float(np.max(np.abs(out - want)) / max(np.max(np.abs(want)), 1e-300))
             if dev <= FORWARD_RTOL:
@@ -60,6 +62,12 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
     """The mapping of ``subject`` to the probe's op (its standard form, else a declared
     variant)."""
     m, missing = _try_form(subject, probe)
+    if m is None and not probe.params and not probe.ints:
+        # an elementwise or last-axis op written for attention scores alone ([B, A, T, T]): the
+        # probe one rank up (the ranks it runs on are then declared by _ranks)
+        lifted = _lifted(probe)
+        m, missing = _try_form(subject, lifted)
+        probe = lifted if m is not None else probe
     variant = VARIANT_PROBES.get(probe.op)
     if m is None and variant is not None:
         m, missing = _try_form(subject, variant)
@@ -69,11 +77,9 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
                               "not match)" if variant.declares else "no bias found: calls "
                               "with b are not applicable")
     if m is not None and probe.op == "gelu":
-        _gelu_form(m, subject)
-    if m is not None and probe.op == "layernorm" and \
-            "eps" not in (*m.ctor.values(), *m.inputs):
-        _declare_eps(subject, m, probe if m.declares.get("layernorm", {}).get("affine", True)
-                     else variant)
+        _gelu_form(m, subject, probe)
+    if m is not None and probe.op in NORM_EPS and "eps" not in (*m.ctor.values(), *m.inputs):
+        _declare_eps(subject, m, variant if m.declares else probe)
     return m, missing
 
 
@@ -86,15 +92,13 @@ FIXED_EPS_RTOL = 1e-9
 
 
 def _declare_eps(subject, m: Mapping_, probe: Probe) -> None:
-    """The declaration of a LayerNorm without an eps argument: the eps it fixes inside, found
-    by its forward output on rows of small variance (the one candidate of FIXED_EPS it equals);
-    eps=False (the suite passes eps=0) where that is 0, or where none or several match."""
-    from minibert_reference.ops import layernorm_forward
-
+    """The declaration of a norm (LayerNorm, RMSNorm) without an eps argument: the eps it
+    fixes inside, found by its forward output on rows of small variance (the one candidate of
+    FIXED_EPS it equals); eps=False (the suite passes eps=0) where that is 0, or where none or
+    several match."""
     vals = _probe_values(probe)
-    x = 1e-2 * vals["x"]  # rows of variance ~1e-4
-    gamma = vals.get("gamma", np.ones(x.shape[-1]))
-    beta = vals.get("beta", np.zeros(x.shape[-1]))
+    x = 1e-2 * vals["x"]  # rows of variance (mean square) ~1e-4
+    op = probe.op
     try:
         returned, _ = subject.run(m.trial, probe, vals, x)
         out = np.asarray(returned[m.output] if m.output is not None else returned, np.float64)
@@ -102,21 +106,21 @@ def _declare_eps(subject, m: Mapping_, probe: Probe) -> None:
         out = None
     hits = []
     for eps in FIXED_EPS if out is not None else ():
-        want = layernorm_forward(x, gamma, beta, eps)[0]
+        want = _reference_forward(op, {**vals, "x": x}, eps=eps)
         if out.shape == want.shape and \
                 np.max(np.abs(out - want)) <= FIXED_EPS_RTOL * np.max(np.abs(want)):
             hits.append(eps)
     kind = "class" if m.cls else "function"
     if len(hits) == 1 and hits[0] > 0:
         # declared, the suite calls it at that eps alone; fixed, the adapter takes that call
-        m.declares = {"layernorm": {**m.declares.get("layernorm", {}), "eps": hits[0]}}
+        m.declares = {op: {**m.declares.get(op, {}), "eps": hits[0]}}
         m.fixed = {**m.fixed, "eps": hits[0]}
         m.evidence.append(f"no eps argument: its output on rows of variance ~1e-4 equals the "
                           f"reference's at eps={hits[0]:g} (to {FIXED_EPS_RTOL:g}) and at no "
                           f"other of {', '.join(f'{e:g}' for e in FIXED_EPS)}: declared "
                           f"eps={hits[0]:g}, fixed in the code (fixed={{'eps': {hits[0]!r}}})")
         return
-    m.declares = {"layernorm": {**m.declares.get("layernorm", {}), "eps": False}}
+    m.declares = {op: {**m.declares.get(op, {}), "eps": False}}
     found = ("it equals the reference's at eps=0" if hits == [0.0] else
              f"its output on rows of variance ~1e-4 matches "
              f"{'none' if not hits else 'several'} of eps {', '.join(f'{e:g}' for e in FIXED_EPS)}")
@@ -125,14 +129,14 @@ def _declare_eps(subject, m: Mapping_, probe: Probe) -> None:
                       "review)")
 
 
-def _gelu_form(m: Mapping_, subject) -> None:
+def _gelu_form(m: Mapping_, subject, probe: Probe) -> None:
     """Which GELU the subject computes: the erf form (the protocol's default) or the tanh
     approximation (they differ by ~3e-4), by the forward output alone."""
     import minibert_reference
 
-    x = _probe_values(PROBES["gelu"])["x"]
+    x = _probe_values(probe)["x"]
     try:
-        got = subject.run(m.trial, PROBES["gelu"], {"x": x}, x)[0]
+        got = subject.run(m.trial, probe, {"x": x}, x)[0]
         got = np.asarray(got[m.output] if m.output is not None else got)
     except Exception:  # noqa: BLE001 -- already matched once; nothing to decide
         return
@@ -182,6 +186,8 @@ def _try_form(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
                  trial=trial)
     if not is_class:
         m.backward, m.inputs = subject.backward, subject.inputs(trial)
+    else:
+        m.inputs = _class_inputs(subject, probe)
     where = "at ." if is_class else "as argument "
     m.evidence.append(f"{subject.describe(trial)} equals the reference {probe.op}_forward to "
                       f"{dev:.1e} (relative)"
@@ -200,17 +206,48 @@ def _try_form(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
     return m, missing
 
 
+def _lifted(probe: Probe) -> Probe:
+    """``probe`` with one more leading axis on x and its extra inputs."""
+    from dataclasses import replace
+
+    return replace(probe, shapes={k: (4, *s) if k in ("x", *probe.extra) else s
+                                  for k, s in probe.shapes.items()})
+
+
+def _class_inputs(subject: ClassLayer, probe: Probe) -> tuple:
+    """What a class's forward takes, in its order: the input, the probe's extra inputs, then
+    each further argument named as one of the protocol's (``mask``, ``ignore_index``,
+    ``reduction``), up to the first that is not; () where that is the input alone."""
+    from minibert_spec.suite.adapters import protocol_signature
+
+    protocol = protocol_signature(probe.op, "forward").parameters
+    params = list(inspect.signature(getattr(subject.cls, subject.forward)).parameters)[1:]
+    inputs = ["x", *probe.extra][:len(params)]
+    for name in params[len(inputs):]:
+        if name not in protocol or name in inputs:
+            break
+        inputs.append(name)
+    return tuple(inputs) if len(inputs) > 1 else ()
+
+
 def _ranks(subject, m: Mapping_, probe: Probe, vals: dict) -> None:
     """The input ranks (1 .. the probe's) on which the forward and the backward run; where
-    some do not, ``CAPABILITIES["ranks"]`` declares those that do (the suite then reshapes)."""
+    some do not, ``CAPABILITIES["ranks"]`` declares those that do (the suite then reshapes).
+    Only for the ops the suite can reshape (RANK_ADAPTABLE: they act on the last axis alone);
+    the others' inputs have the protocol's rank, which the probe has."""
+    from minibert_spec.protocol.capabilities import RANK_ADAPTABLE
+
+    if probe.op not in RANK_ADAPTABLE:
+        return
     ok = []
     for rank in range(1, vals["x"].ndim + 1):
         x = vals["x"][(0,) * (vals["x"].ndim - rank)]
         try:
             returned, obj = subject.run(m.trial, probe, vals, x)
             out = returned[m.output] if m.output is not None else returned
+            roles = m.again or (("dout",) if m.upstream else ())
             subject.backward_call(obj)(*_again_values(
-                m.again or ("dout",), m.trial, vals, x, np.ones_like(out), returned, m.output))
+                roles, m.trial, vals, x, np.ones_like(out), returned, m.output))
             ok.append(rank)
         except Exception:  # noqa: BLE001 -- this rank does not run
             continue

@@ -22,8 +22,11 @@ BACKWARD_AFFIXES = (("", "_backward"), ("", "_bwd"), ("", "_bprop"), ("", "_back
                     ("grad_", ""), ("backward_", ""))
 # a forward function found without a backward is reported when its name says an op
 OP_NAMES = {"linear": ("linear", "dense", "affine"), "layernorm": ("layernorm", "layer_norm"),
-            "relu": ("relu",), "gelu": ("gelu",), "softmax": ("softmax",),
-            "ffn": ("ffn", "feed_forward", "feedforward", "mlp")}
+            "rmsnorm": ("rmsnorm", "rms_norm"), "relu": ("relu",), "gelu": ("gelu",),
+            "silu": ("silu", "swish"), "tanh": ("tanh",), "softmax": ("softmax",),
+            "ffn": ("ffn", "feed_forward", "feedforward", "mlp"),
+            "embedding": ("embedding", "embed"),
+            "cross_entropy": ("cross_entropy", "crossentropy", "xent", "ce_loss", "nll")}
 # a backward's parameter names: its cache, the forward's output, the upstream gradient
 CACHE_NAMES = re.compile(r"cache\w*|ctx|saved\w*")
 OUT_NAMES = re.compile(r"(\w+_)?(out|output|y|p|probs?|a|s|result)")
@@ -32,6 +35,9 @@ INPUT_NAMES = ("x", "X", "input", "inputs", "z", "logits")
 EPS_NAMES = ("eps", "epsilon")
 # the protocol's LayerNorm eps (minibert_reference.layernorm_forward's default)
 PROTOCOL_EPS = 1e-12
+# the ops with an eps argument, and the protocol's eps of each (the reference's defaults): an
+# ``eps``/``epsilon`` argument of a subject is given this one on the probe
+NORM_EPS = {"layernorm": PROTOCOL_EPS, "rmsnorm": 1e-6}
 # the forward output must equal the reference's to this (float64; a LayerNorm eps of 1e-5
 # against the protocol's 1e-12 changes it by ~1e-5 on rows of unit variance)
 FORWARD_RTOL = 1e-3
@@ -50,8 +56,20 @@ class Probe:
     shapes: Mapping[str, tuple]  # x and each parameter
     sizes: tuple[int, ...]  # the sizes an integer constructor argument may take
     declares: dict = field(default_factory=dict)  # the CAPABILITIES of this form of the op
+    # the forward's inputs after x that are not parameters (a loss's labels), in the protocol's
+    # order: a class's forward and a function take them next, positionally
+    extra: tuple[str, ...] = ()
+    # the inputs drawn as integers in [0, bound): an embedding's ids (x), a loss's labels
+    ints: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def scalar(self) -> bool:
+        """A loss: its forward gives one number, its backward may start from dloss = 1."""
+        return self.op in SCALAR_OPS
 
 
+# the ops whose output is one number (the backward may take no upstream gradient)
+SCALAR_OPS = ("cross_entropy",)
 # B = 2, T = 3: distinct from every size, so a size found on an axis names that axis alone
 PROBES = {
     "linear": Probe("linear", ("W", "b"), {"x": (2, 3, 4), "W": (4, 5), "b": (5,)}, (4, 5)),
@@ -64,6 +82,15 @@ PROBES = {
     "ffn": Probe("ffn", ("W_1", "b_1", "W_2", "b_2"),
                  {"x": (2, 3, 4), "W_1": (4, 7), "b_1": (7,), "W_2": (7, 4), "b_2": (4,)},
                  (4, 7)),
+    "rmsnorm": Probe("rmsnorm", ("gamma",), {"x": (2, 3, 6), "gamma": (6,)}, (6,)),
+    "silu": Probe("silu", (), {"x": (2, 3, 4)}, ()),
+    "tanh": Probe("tanh", (), {"x": (2, 3, 4)}, ()),
+    # ids [2, 3] of a vocabulary of V = 5 (6 ids: some repeat), W [V, H = 4]
+    "embedding": Probe("embedding", ("W",), {"x": (2, 3), "W": (5, 4)}, (5, 4),
+                       ints={"x": 5}),
+    # logits [2, 3, V = 5], labels [2, 3] in [0, V): the mean over every position
+    "cross_entropy": Probe("cross_entropy", (), {"x": (2, 3, 5), "labels": (2, 3)}, (),
+                           extra=("labels",), ints={"labels": 5}),
 }
 # the declared forms tried where a class matches no standard probe of its op
 VARIANT_PROBES = {
@@ -71,6 +98,8 @@ VARIANT_PROBES = {
                        {"layernorm": {"affine": False}}),
     # a linear layer without a bias (tutorial code's x @ W): no declaration, b is optional
     "linear": Probe("linear", ("W",), {"x": (2, 3, 4), "W": (4, 5)}, (4, 5)),
+    # microgpt's x / rms(x): no gain
+    "rmsnorm": Probe("rmsnorm", (), {"x": (2, 3, 6)}, (6,), {"rmsnorm": {"gain": False}}),
 }
 
 
@@ -90,6 +119,7 @@ class Mapping_:
     output: int | None = None
     again: tuple = ()
     accumulate: bool = False
+    upstream: bool = True  # False: a loss's backward taking no dloss (layer(upstream=False))
     single_use: bool = False
     ranks: tuple = ()  # the input ranks its forward and backward run on, where not all do
     declares: dict = field(default_factory=dict)  # the op's declared form (CAPABILITIES)
@@ -101,7 +131,8 @@ class Mapping_:
 
 def _probe_values(probe: Probe, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    vals = {k: rng.standard_normal(s) for k, s in probe.shapes.items()}
+    vals = {k: rng.integers(0, probe.ints[k], s) if k in probe.ints else rng.standard_normal(s)
+            for k, s in probe.shapes.items()}
     if "gamma" in vals:  # gamma away from 1, so gamma and beta cannot be confused
         vals["gamma"] = 1 + 0.5 * vals["gamma"]
     if probe.op == "relu":  # no pre-activation near the kink
@@ -109,13 +140,15 @@ def _probe_values(probe: Probe, seed: int = 0) -> dict:
     return vals
 
 
-def _reference_forward(op: str, vals: dict):
+def _reference_forward(op: str, vals: dict, **kwargs):
     """The reference's output on the probe (a parameter the probe lacks: None, the op's form
-    without it)."""
+    without it); ``kwargs`` to its forward (an eps)."""
     import minibert_reference
 
     fwd = getattr(minibert_reference, f"{op}_forward")
-    return fwd(vals["x"], *(vals.get(p) for p in PROBES[op].params))[0]
+    probe = PROBES[op]
+    return fwd(vals["x"], *(vals[e] for e in probe.extra), *(vals.get(p) for p in probe.params),
+               **kwargs)[0]
 
 
 @dataclass(frozen=True)
@@ -127,6 +160,7 @@ class Trial:
     fixed: dict
     placed: dict
     transposed: tuple
+    extra: tuple = ()  # the probe's extra inputs (labels), taken after x
 
     def layout(self, p: str, vals: dict):
         """The probe's parameter ``p`` in the subject's own layout."""

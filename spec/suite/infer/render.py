@@ -10,27 +10,36 @@ from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.probes import Mapping_
 
 
+def _protocol(m: Mapping_, name):
+    """A name of the probe's in the protocol's: its input ``x`` is the op's first argument
+    (``ids`` of an embedding, ``logits`` of a loss)."""
+    from minibert_spec.protocol.table import OPS
+
+    return OPS[m.op].args[0] if name == "x" else name
+
+
 def _function_call(m: Mapping_, alias: str) -> list[str]:
     """``None, forward=..., backward=..., inputs=...`` of a function pair: the protocol's
     arguments passed in the function's own order (by keyword where it skips one)."""
     fwd = f"{alias}.{m.forward.__name__}"
     if None in m.inputs:  # an argument in between left at its default: call by keyword
         back = {**m.params, **({"eps": next(iter(m.trial.fixed))} if m.trial.fixed else {})}
-        given = [n for n in m.inputs if n is not None]
+        given = [_protocol(m, n) for n in m.inputs if n is not None]
         fwd = f"lambda {', '.join(given)}: {fwd}({given[0]}, " + \
             ", ".join(f"{back[n]}={n}" for n in given[1:]) + ")"
     kw = [f"forward={fwd}", f"backward={alias}.{m.backward.__name__}"]
-    inputs = tuple(n for n in m.inputs if n is not None)
-    return kw + ([f"inputs={inputs!r}"] if inputs != ("x",) else [])
+    inputs = tuple(_protocol(m, n) for n in m.inputs if n is not None)
+    return kw + ([f"inputs={inputs!r}"] if inputs != (_protocol(m, "x"),) else [])
 
 
 def _call(m: Mapping_, alias: str) -> str:
     if m.cls is None:
         new, kw = "None", _function_call(m, alias) + ([f"grads={m.grads!r}"] if m.grads else [])
     else:
-        args = sorted({re.match(r"\w+", e).group(0) for e in m.ctor.values()
+        ctor = {k: re.sub(r"^x\b", _protocol(m, "x"), v) for k, v in m.ctor.items()}
+        args = sorted({re.match(r"\w+", e).group(0) for e in ctor.values()
                        if re.match(r"[A-Za-z_]", e)})
-        ctor = ", ".join(f"{k}={v}" for k, v in m.ctor.items())
+        ctor = ", ".join(f"{k}={v}" for k, v in ctor.items())
         new = f"lambda {', '.join(args)}: {alias}.{m.cls.__name__}({ctor})" if m.ctor else \
             f"{alias}.{m.cls.__name__}"
         kw = [f"params={m.params!r}"] if m.params else []
@@ -39,9 +48,14 @@ def _call(m: Mapping_, alias: str) -> str:
             kw.append(f"forward={m.forward!r}")
         if m.backward != "backward":
             kw.append(f"backward={m.backward!r}")
-    for name in ("transposed", "again"):
-        if getattr(m, name):
-            kw.append(f"{name}={getattr(m, name)!r}")
+        if m.inputs:
+            kw.append(f"inputs={tuple(_protocol(m, n) for n in m.inputs)!r}")
+    if m.transposed:
+        kw.append(f"transposed={m.transposed!r}")
+    if m.again:
+        kw.append(f"again={tuple(_protocol(m, n) for n in m.again)!r}")
+    if not m.upstream:
+        kw.append("upstream=False")
     if m.output is not None:
         kw.append(f"output={m.output}")
     if m.fixed:

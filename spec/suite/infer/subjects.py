@@ -18,8 +18,8 @@ from minibert_spec.suite.infer.probes import (
     EPS_NAMES,
     FORWARD_SUFFIXES,
     FORWARDS,
+    NORM_EPS,
     OP_NAMES,
-    PROTOCOL_EPS,
     Probe,
     Trial,
 )
@@ -80,9 +80,9 @@ def _ctor_trials(cls, probe: Probe):
 
 
 def _eps_args(names, probe: Probe) -> dict:
-    """A LayerNorm's ``eps``/``epsilon`` argument (of a constructor or a forward function):
-    the protocol's eps, which the adapter then passes on."""
-    return {n: PROTOCOL_EPS for n in names if n in EPS_NAMES and probe.op == "layernorm"}
+    """A norm's ``eps``/``epsilon`` argument (of a constructor or a forward function): the
+    protocol's eps of that norm, which the adapter then passes on."""
+    return {n: NORM_EPS[probe.op] for n in names if n in EPS_NAMES and probe.op in NORM_EPS}
 
 
 def _place(slots: dict, probe: Probe):
@@ -122,7 +122,7 @@ class ClassLayer:
                 continue
             slots = {path: a.shape for path, a in arrays.items()}
             for placed, transposed in _place(slots, probe):
-                yield Trial(kwargs, placed, transposed)
+                yield Trial(kwargs, placed, transposed, probe.extra)
 
     def run(self, trial: Trial, probe: Probe, vals: dict, x):
         """(what the forward returned, the object) on input ``x``."""
@@ -135,11 +135,11 @@ class ClassLayer:
             for path, a in _arrays(obj).items():  # a bias we did not place must not be used
                 if a.shape == probe.shapes["b"]:
                     set_path(obj, path, np.zeros_like(a))
-        return getattr(obj, self.forward)(x.copy()), obj
+        return getattr(obj, self.forward)(x.copy(), *_extra(probe, vals, x)), obj
 
     def forward_names(self, trial: Trial) -> dict:
         params = list(inspect.signature(getattr(self.cls, self.forward)).parameters)
-        return {params[1]: "x"} if len(params) > 1 else {}  # (self, x, ...)
+        return dict(zip(params[1:], ("x", *trial.extra)))  # (self, x, labels, ...)
 
     def backward_call(self, obj):
         return getattr(obj, self.backward)
@@ -172,21 +172,24 @@ class FunctionPair:
                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
     def trials(self, probe: Probe):
-        if not self.args:
+        if len(self.args) < 1 + len(probe.extra):
             return
-        rest = [p for p in self.args[1:] if p.name not in EPS_NAMES]
+        # after the input, the extra inputs (labels), then the parameters' slots
+        rest = [p for p in self.args[1 + len(probe.extra):] if p.name not in EPS_NAMES]
         fixed = _eps_args([p.name for p in self.args[1:]], probe)
         needed = {p.name for p in rest if p.default is p.empty}
         for placed, transposed in _place({p.name: None for p in rest}, probe):
             if needed <= set(placed.values()):
-                yield Trial(fixed, placed, transposed)
+                yield Trial(fixed, placed, transposed, probe.extra)
 
     def run(self, trial: Trial, probe: Probe, vals: dict, x):
         kwargs = {arg: trial.layout(p, vals) for p, arg in trial.placed.items()}
-        return self.fn(x.copy(), **kwargs, **trial.fixed), None
+        return self.fn(x.copy(), *_extra(probe, vals, x), **kwargs, **trial.fixed), None
 
     def forward_names(self, trial: Trial) -> dict:
-        return {self.args[0].name: "x", **{arg: p for p, arg in trial.placed.items()},
+        return {self.args[0].name: "x",
+                **{a.name: e for a, e in zip(self.args[1:], trial.extra)},
+                **{arg: p for p, arg in trial.placed.items()},
                 **{arg: "eps" for arg in trial.fixed}}
 
     def backward_call(self, obj):
@@ -196,17 +199,26 @@ class FunctionPair:
         return ""
 
     def describe(self, trial: Trial) -> str:
-        args = [self.args[0].name] + [f"{arg}={p}" for p, arg in trial.placed.items()] + \
+        args = [a.name for a in self.args[:1 + len(trial.extra)]] + \
+            [f"{arg}={p}" for p, arg in trial.placed.items()] + \
             [f"{arg}=eps" for arg in trial.fixed]
         return f"{self.label}({', '.join(args)})"
 
     def inputs(self, trial: Trial) -> tuple:
         """The protocol arguments in the order of the function's own: None where one is
         skipped (a keyword call then)."""
-        back = {**{arg: p for p, arg in trial.placed.items()}, **{a: "eps" for a in trial.fixed}}
+        back = {**{arg: p for p, arg in trial.placed.items()}, **{a: "eps" for a in trial.fixed},
+                **{a.name: e for a, e in zip(self.args[1:], trial.extra)}}
         names = [p.name for p in self.args]
         last = max((names.index(a) for a in back), default=0)
         return ("x",) + tuple(back.get(n) for n in names[1:last + 1])
+
+
+def _extra(probe: Probe, vals: dict, x) -> list:
+    """The probe's extra inputs (labels) for input ``x``: their leading axes cut as x's were
+    (a rank below the probe's, ``_ranks``)."""
+    cut = vals["x"].ndim - np.ndim(x)
+    return [vals[e][(0,) * cut].copy() for e in probe.extra]
 
 
 def _pairs(functions) -> tuple[list[FunctionPair], list]:
