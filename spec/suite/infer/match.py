@@ -10,6 +10,7 @@ import inspect
 import numpy as np
 
 from minibert_spec.suite.infer.backward import _again_values, _backward
+from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
 from minibert_spec.suite.infer.probes import (
     BACKWARDS,
     EPS_NAMES,
@@ -291,7 +292,8 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
                 if s not in used and s.forward]
     missing += [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
                 + _raised(s) for s in pairs if s not in used]
-    return mappings, missing
+    rows, why = infer_optimizers(classes)  # the adam row: optimizer classes (optim.py)
+    return mappings + rows, missing + why
 
 
 def _unmapped_class(subject: ClassLayer) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from minibert_spec.suite.infer.match import infer
+from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.probes import Mapping_
 
 
@@ -84,7 +85,8 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
            f'{module}`).', "",
            "Each mapping was chosen by forward outputs and shapes only (never by gradients):",
            "review it, then check it with: minibert check <this module>", '"""', "",
-           f"import {module} as {alias}", "from minibert_spec.suite.adapters import layer", ""]
+           f"import {module} as {alias}",
+           f"from minibert_spec.suite.adapters import {adapter_imports(mappings)}", ""]
     caps: dict = {}
     for m in mappings:
         caps.update(m.declares)
@@ -95,7 +97,7 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
                 f"CAPABILITIES = {caps!r}", ""]
     for m in mappings:
         out += [f"# {e}" for e in m.evidence]
-        out += [_call(m, alias), ""]
+        out += [optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
     out.append("# not mapped (write these by hand, or leave them n/a):")
     out += [f"#   {s}" for s in missing] or ["#   nothing"]
     return "\n".join(out) + "\n"
