@@ -107,5 +107,13 @@ def cross_entropy_backward(dloss, cache):
     return ops._cross_entropy_backward(dloss, cache)[0]
 
 
+def multi_head_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, *, n_heads):
+    return ops._attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, n_heads=n_heads)
+
+
+def multi_head_attention_backward(dout, cache):
+    return ops._attention_backward(dout, cache)
+
+
 def one_hot(ids, n):
     return np.eye(n)[ids]

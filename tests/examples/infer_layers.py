@@ -151,3 +151,25 @@ class CrossEntropyLoss:
 
     def backward(self):
         return ops._cross_entropy_backward(self.cache.e.dtype.type(1.0), self.cache)[0]
+
+
+class SelfAttention:
+    """Its projections named loosely (``Wq`` for W_q) beside their biases, its gradients in a
+    dict by the same names."""
+
+    def __init__(self, d_model, n_heads):
+        self.n_heads = n_heads
+        for name in ("Wq", "Wk", "Wv", "Wo"):
+            setattr(self, name, np.zeros((d_model, d_model)))
+        for name in ("bq", "bk", "bv", "bo"):
+            setattr(self, name, np.zeros(d_model))
+
+    def forward(self, x):
+        y, self.cache = ops._attention_forward(x, self.Wq, self.Wk, self.Wv, self.Wo, self.bq,
+                                               self.bk, self.bv, self.bo, n_heads=self.n_heads)
+        return y
+
+    def backward(self, dy):
+        dx, *grads = ops._attention_backward(dy, self.cache)
+        self.grads = dict(zip(("Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo"), grads))
+        return dx

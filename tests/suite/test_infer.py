@@ -238,7 +238,7 @@ def _fingerprint(module: str, op: str) -> list:
     out = []
     for seed in (0, 1):
         vals = _probe_values(PROBES[op], seed)
-        y, cache = fwd(*vals.values())
+        y, cache = fwd(*vals.values(), **PROBES[op].scalars)
         out += [y, *(g for g in bwd(np.cos(y), cache) if g is not None)]
     return out
 

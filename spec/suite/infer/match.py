@@ -49,6 +49,9 @@ def _output(got, want):
 def _size_expr(size: int, probe: Probe, layouts: dict) -> str:
     """The protocol expression of a constructor size: the first argument (parameters before x,
     in the layer's own layout) with an axis of that size."""
+    for name, value in probe.scalars.items():  # a keyword of the protocol's (n_heads)
+        if value == size:
+            return name
     for name in (*probe.params, "x"):
         shape = layouts.get(name)
         if shape is None:
@@ -153,9 +156,14 @@ def _forward_hits(subject, probe: Probe) -> list:
     """[(trial, output index, deviation, returned, object)] for every trial whose forward
     gives the reference's output on the probe."""
     vals = _probe_values(probe)
-    want = _reference_forward(probe.op, vals)
+    wants: dict = {}  # the reference's output without the optional parameters left unplaced
     found = []
     for trial in subject.trials(probe):
+        absent = tuple(b for b in probe.optional if b not in trial.placed)
+        if absent not in wants:
+            wants[absent] = _reference_forward(probe.op, {k: v for k, v in vals.items()
+                                                          if k not in absent})
+        want = wants[absent]
         try:
             returned, obj = subject.run(trial, probe, vals, vals["x"])
         except Exception as e:  # noqa: BLE001 -- a candidate that does not run is not the mapping
@@ -200,8 +208,9 @@ def _try_form(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
                          if index == 0 else ""))
     if len(found) > 1:
         m.evidence.append(f"{len(found)} placements match the forward; the first is kept")
-    if "b" in probe.params and "b" not in trial.placed:
-        m.evidence.append("no bias found: calls with b are not applicable")
+    absent = [b for b in probe.optional if b not in trial.placed]
+    if absent:
+        m.evidence.append(f"no bias found: calls with {' / '.join(absent)} are not applicable")
     missing = _backward(subject, m, probe, vals, trial, returned, obj)
     _ranks(subject, m, probe, vals)
     return m, missing

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minibert_reference.ops import ATTENTION_PARAMS
+
 FORWARDS = ("forward", "__call__", "call", "fprop", "forward_pass")
 BACKWARDS = ("backward", "backprop", "bprop", "backward_pass")
 # module-level functions: a forward's name with one of these suffixes or none (``softmax``,
@@ -61,6 +63,11 @@ class Probe:
     extra: tuple[str, ...] = ()
     # the inputs drawn as integers in [0, bound): an embedding's ids (x), a loss's labels
     ints: Mapping[str, int] = field(default_factory=dict)
+    # the parameters a subject may lack (biases): its calls with them are then n/a
+    optional: tuple[str, ...] = ()
+    # the forward's keyword values (attention's n_heads): a constructor argument of that value
+    # is that keyword
+    scalars: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def scalar(self) -> bool:
@@ -72,7 +79,8 @@ class Probe:
 SCALAR_OPS = ("cross_entropy",)
 # B = 2, T = 3: distinct from every size, so a size found on an axis names that axis alone
 PROBES = {
-    "linear": Probe("linear", ("W", "b"), {"x": (2, 3, 4), "W": (4, 5), "b": (5,)}, (4, 5)),
+    "linear": Probe("linear", ("W", "b"), {"x": (2, 3, 4), "W": (4, 5), "b": (5,)}, (4, 5),
+                    optional=("b",)),
     "layernorm": Probe("layernorm", ("gamma", "beta"),
                        {"x": (2, 3, 6), "gamma": (6,), "beta": (6,)}, (6,)),
     "relu": Probe("relu", (), {"x": (2, 3, 4)}, ()),
@@ -88,6 +96,13 @@ PROBES = {
     # ids [2, 3] of a vocabulary of V = 5 (6 ids: some repeat), W [V, H = 4]
     "embedding": Probe("embedding", ("W",), {"x": (2, 3), "W": (5, 4)}, (5, 4),
                        ints={"x": 5}),
+    # x [B, T, H = 8], four heads (d_k = 2): the projections [H, H] told apart by the forward
+    # (scores q k^T are not k q^T; W_v and W_o act on different sides of the softmax), the
+    # biases [H] each optional
+    "attention": Probe("attention", ATTENTION_PARAMS,
+                       {"x": (2, 3, 8), **dict.fromkeys(ATTENTION_PARAMS[:4], (8, 8)),
+                        **dict.fromkeys(ATTENTION_PARAMS[4:], (8,))}, (8, 4),
+                       optional=ATTENTION_PARAMS[4:], scalars={"n_heads": 4}),
     # logits [2, 3, V = 5], labels [2, 3] in [0, V): the mean over every position
     "cross_entropy": Probe("cross_entropy", (), {"x": (2, 3, 5), "labels": (2, 3)}, (),
                            extra=("labels",), ints={"labels": 5}),
@@ -148,7 +163,7 @@ def _reference_forward(op: str, vals: dict, **kwargs):
     fwd = getattr(minibert_reference, f"{op}_forward")
     probe = PROBES[op]
     return fwd(vals["x"], *(vals[e] for e in probe.extra), *(vals.get(p) for p in probe.params),
-               **kwargs)[0]
+               **probe.scalars, **kwargs)[0]
 
 
 @dataclass(frozen=True)

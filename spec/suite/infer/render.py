@@ -4,11 +4,13 @@ docstring, :mod:`minibert_spec.suite.infer`, says how each is decided)."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.probes import Mapping_
+from minibert_spec.suite.infer.subjects import _fixed_role
 
 
 def _protocol(m: Mapping_, name):
@@ -23,8 +25,11 @@ def _function_call(m: Mapping_, alias: str) -> list[str]:
     """``None, forward=..., backward=..., inputs=...`` of a function pair: the protocol's
     arguments passed in the function's own order (by keyword where it skips one)."""
     fwd = f"{alias}.{m.forward.__name__}"
-    if None in m.inputs:  # an argument in between left at its default: call by keyword
-        back = {**m.params, **({"eps": next(iter(m.trial.fixed))} if m.trial.fixed else {})}
+    keyword_only = [p.name for p in inspect.signature(m.forward).parameters.values()
+                    if p.kind is p.KEYWORD_ONLY]
+    back = {**m.params, **{_fixed_role(a): a for a in m.trial.fixed}}
+    # an argument in between left at its default, or one taken by keyword only: call by keyword
+    if None in m.inputs or any(back.get(n) in keyword_only for n in m.inputs):
         given = [_protocol(m, n) for n in m.inputs if n is not None]
         fwd = f"lambda {', '.join(given)}: {fwd}({given[0]}, " + \
             ", ".join(f"{back[n]}={n}" for n in given[1:]) + ")"

@@ -85,17 +85,49 @@ def _eps_args(names, probe: Probe) -> dict:
     return {n: NORM_EPS[probe.op] for n in names if n in EPS_NAMES and probe.op in NORM_EPS}
 
 
-def _place(slots: dict, probe: Probe):
-    """Every way to put the probe's parameters in the slots (attribute path or argument name
-    -> the shape there, None: any), each in its shape or the transposed one: [({param: slot},
-    transposed)]."""
-    options = []
+def _norm(name: str) -> str:
+    """A name compared loosely: ``W_q``, ``Wq`` and ``w_q`` are one."""
+    return name.lower().replace("_", "")
+
+
+def _named(slots: dict, probe: Probe) -> dict:
+    """{param: slot} where exactly one slot's own name (the path's last part) is the
+    parameter's, loosely (``Wq`` for W_q), and its shape fits (or is not known yet: None)."""
+    named = {}
     for p in probe.params:
         shape = probe.shapes[p]
-        here = [(slot, False) for slot, s in slots.items() if s is None or s == shape]
-        if len(shape) == 2 and shape[0] != shape[1]:
-            here += [(slot, True) for slot, s in slots.items() if s is None or s == shape[::-1]]
-        options.append(here + ([(None, False)] if p == "b" else []))
+        hits = [path for path, s in slots.items() if _norm(path.split(".")[-1]) == _norm(p)
+                and (s is None or isinstance(s, str) or s in (shape, shape[::-1]))]
+        if len(hits) == 1:
+            named[p] = hits[0]
+    return named
+
+
+def _place(slots: dict, probe: Probe, named: dict | None = None):
+    """Every way to put the probe's parameters in the slots (attribute path or argument name
+    -> the shape there, None: any), each in its shape or the transposed one: [({param: slot},
+    transposed)].  A parameter in ``named`` goes to that slot alone; none is tried at all when
+    the ways exceed MAX_PLACEMENTS (eight same-shaped attention weights on unnamed slots)."""
+    options = []
+    named = named or {}
+    for p in probe.params:
+        shape = probe.shapes[p]
+        slot = named.get(p)
+        if slot is not None:  # a slot of the parameter's own name takes it alone
+            s = slots[slot]
+            if isinstance(s, tuple):  # its shape says which layout
+                here = [(slot, s != shape)]
+            else:  # an argument, or a weight not set yet: either layout
+                here = [(slot, False)] + ([(slot, True)] if len(shape) == 2 and
+                                          shape[0] != shape[1] else [])
+        else:
+            here = [(slot, False) for slot, s in slots.items() if s is None or s == shape]
+            if len(shape) == 2 and shape[0] != shape[1]:
+                here += [(slot, True) for slot, s in slots.items()
+                         if s is None or s == shape[::-1]]
+        options.append(here + ([(None, False)] if p in probe.optional else []))
+    if np.prod([len(o) for o in options], dtype=float) > MAX_PLACEMENTS:
+        return
     for combo in itertools.product(*options):
         paths = [c[0] for c in combo if c[0] is not None]
         if len(paths) != len(set(paths)):
@@ -117,11 +149,15 @@ class ClassLayer:
     def trials(self, probe: Probe):
         for kwargs in _ctor_trials(self.cls, probe):
             try:
-                arrays = _arrays(self.cls(**kwargs))
+                obj = self.cls(**kwargs)
+                arrays = _arrays(obj)
             except Exception:  # noqa: BLE001 -- these sizes do not build it
                 continue
             slots = {path: a.shape for path, a in arrays.items()}
-            for placed, transposed in _place(slots, probe):
+            # an attribute left None until the weights are set (nanoGPT ports), named as a
+            # parameter: that parameter's slot (by name: a shape it has not got yet)
+            slots.update(_named_none(obj, probe))
+            for placed, transposed in _place(slots, probe, _named(slots, probe)):
                 yield Trial(kwargs, placed, transposed, probe.extra)
 
     def run(self, trial: Trial, probe: Probe, vals: dict, x):
@@ -131,10 +167,11 @@ class ClassLayer:
         obj = self.cls(**trial.fixed)
         for p, path in trial.placed.items():
             set_path(obj, path, trial.layout(p, vals))
-        if "b" in probe.params and "b" not in trial.placed:
-            for path, a in _arrays(obj).items():  # a bias we did not place must not be used
-                if a.shape == probe.shapes["b"]:
-                    set_path(obj, path, np.zeros_like(a))
+        for b in probe.optional:  # a bias we did not place must not be used
+            if b not in trial.placed:
+                for path, a in _arrays(obj).items():
+                    if a.shape == probe.shapes[b] and path not in trial.placed.values():
+                        set_path(obj, path, np.zeros_like(a))
         return getattr(obj, self.forward)(x.copy(), *_extra(probe, vals, x)), obj
 
     def forward_names(self, trial: Trial) -> dict:
@@ -175,10 +212,17 @@ class FunctionPair:
         if len(self.args) < 1 + len(probe.extra):
             return
         # after the input, the extra inputs (labels), then the parameters' slots
-        rest = [p for p in self.args[1 + len(probe.extra):] if p.name not in EPS_NAMES]
-        fixed = _eps_args([p.name for p in self.args[1:]], probe)
+        # the protocol's keywords (n_heads) given their probe value, like an eps
+        fixed = {**_eps_args([p.name for p in self.args[1:]], probe),
+                 **{p.name: probe.scalars[p.name] for p in self.args[1:]
+                    if p.name in probe.scalars}}
+        rest = [p for p in self.args[1 + len(probe.extra):] if p.name not in fixed]
         needed = {p.name for p in rest if p.default is p.empty}
-        for placed, transposed in _place({p.name: None for p in rest}, probe):
+        slots = {p.name: None for p in rest}
+        named = _named({p.name: "" for p in rest}, probe)
+        if len(probe.params) > MAX_UNNAMED:  # attention's eight: by name, not every order
+            slots = {a: "" for a in named.values()}
+        for placed, transposed in _place(slots, probe, named):
             if needed <= set(placed.values()):
                 yield Trial(fixed, placed, transposed, probe.extra)
 
@@ -190,7 +234,7 @@ class FunctionPair:
         return {self.args[0].name: "x",
                 **{a.name: e for a, e in zip(self.args[1:], trial.extra)},
                 **{arg: p for p, arg in trial.placed.items()},
-                **{arg: "eps" for arg in trial.fixed}}
+                **{arg: _fixed_role(arg) for arg in trial.fixed}}
 
     def backward_call(self, obj):
         return self.bfn
@@ -201,17 +245,37 @@ class FunctionPair:
     def describe(self, trial: Trial) -> str:
         args = [a.name for a in self.args[:1 + len(trial.extra)]] + \
             [f"{arg}={p}" for p, arg in trial.placed.items()] + \
-            [f"{arg}=eps" for arg in trial.fixed]
+            [f"{arg}={_fixed_role(arg)}" for arg in trial.fixed]
         return f"{self.label}({', '.join(args)})"
 
     def inputs(self, trial: Trial) -> tuple:
         """The protocol arguments in the order of the function's own: None where one is
         skipped (a keyword call then)."""
-        back = {**{arg: p for p, arg in trial.placed.items()}, **{a: "eps" for a in trial.fixed},
+        back = {**{arg: p for p, arg in trial.placed.items()},
+                **{a: _fixed_role(a) for a in trial.fixed},
                 **{a.name: e for a, e in zip(self.args[1:], trial.extra)}}
         names = [p.name for p in self.args]
         last = max((names.index(a) for a in back), default=0)
         return ("x",) + tuple(back.get(n) for n in names[1:last + 1])
+
+
+# the most parameters placed in every order on a function's arguments (an FFN's four: 24
+# orders); above, a parameter goes to the argument of its own name only
+MAX_UNNAMED = 4
+# the most placements tried for one construction of a class (each costs a forward)
+MAX_PLACEMENTS = 5000
+
+
+def _fixed_role(arg: str) -> str:
+    """The protocol argument a function's fixed argument stands for: its eps, or the keyword
+    of its own name (n_heads)."""
+    return "eps" if arg in EPS_NAMES else arg
+
+
+def _named_none(obj, probe: Probe) -> dict:
+    """{attribute: its name} for the attributes of ``obj`` that are None and named as one of
+    the probe's parameters."""
+    return {p: p for p in probe.params if hasattr(obj, p) and getattr(obj, p) is None}
 
 
 def _extra(probe: Probe, vals: dict, x) -> list:
