@@ -30,6 +30,7 @@ from minibert_spec.suite.infer.subjects import (
     _pairs,
     load_module,
 )
+from minibert_spec.suite.infer.training import infer_training  # schedule, clip (training.py)
 
 
 def _output(got, want):
@@ -302,7 +303,8 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
     missing += [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
                 + _raised(s) for s in pairs if s not in used]
     rows, why = infer_optimizers(classes)  # the adam row: optimizer classes (optim.py)
-    return mappings + rows, missing + why
+    more, why_more = infer_training(mod)  # the schedule and clip rows (training.py)
+    return mappings + rows + more, missing + why + why_more
 
 
 def _unmapped_class(subject: ClassLayer) -> str:

@@ -11,6 +11,7 @@ from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.probes import Mapping_
 from minibert_spec.suite.infer.subjects import _fixed_role
+from minibert_spec.suite.infer.training import TrainingMapping, training_code
 
 
 def _protocol(m: Mapping_, name):
@@ -91,7 +92,8 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
            "Each mapping was chosen by forward outputs and shapes only (never by gradients):",
            "review it, then check it with: minibert check <this module>", '"""', "",
            f"import {module} as {alias}",
-           f"from minibert_spec.suite.adapters import {adapter_imports(mappings)}", ""]
+           f"from minibert_spec.suite.adapters import "
+           f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}", ""]
     caps: dict = {}
     for m in mappings:
         caps.update(m.declares)
@@ -102,7 +104,8 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
                 f"CAPABILITIES = {caps!r}", ""]
     for m in mappings:
         out += [f"# {e}" for e in m.evidence]
-        out += [optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
+        out += [training_code(m, alias) if isinstance(m, TrainingMapping) else
+                optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
     out.append("# not mapped (write these by hand, or leave them n/a):")
     out += [f"#   {s}" for s in missing] or ["#   nothing"]
     return "\n".join(out) + "\n"
