@@ -8,6 +8,7 @@ import re
 
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
+from minibert_spec.suite.infer.positions import encoding_source
 from minibert_spec.suite.infer.probes import Mapping_
 
 
@@ -86,6 +87,7 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
            "Each mapping was chosen by forward outputs and shapes only (never by gradients):",
            "review it, then check it with: minibert check <this module>", '"""', "",
            f"import {module} as {alias}",
+           *(["import numpy as np"] if any(encoding_source(m, alias) for m in mappings) else []),
            f"from minibert_spec.suite.adapters import {adapter_imports(mappings)}", ""]
     caps: dict = {}
     for m in mappings:
@@ -98,6 +100,7 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
     for m in mappings:
         out += [f"# {e}" for e in m.evidence]
         out += [optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
+        out += encoding_source(m, alias)  # sinusoidal_encoding beside its row (positions.py)
     out.append("# not mapped (write these by hand, or leave them n/a):")
     out += [f"#   {s}" for s in missing] or ["#   nothing"]
     return "\n".join(out) + "\n"
