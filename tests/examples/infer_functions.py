@@ -8,7 +8,9 @@ weight again; ``layer_norm`` returns ``(y, cache)`` (an ``axis`` argument betwee
 parameters and its eps) and its backward returns ``(dx, dgamma, dbeta)``; ``relu_grad`` needs
 the input again, ``softmax_backward`` the output; ``gelu_fwd``/``gelu_bwd`` pass a ``ctx``;
 ``feed_forward_backward`` returns its gradients in an order of its own (weights, then biases);
-``one_hot`` is a helper, no op."""
+``add_positional_encoding`` adds the sinusoidal table that ``positional_encoding(d_model,
+max_len)`` returns alone, ``add_position_embedding`` a learned one; ``one_hot`` is a helper, no
+op."""
 
 import numpy as np
 
@@ -113,6 +115,26 @@ def multi_head_attention(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, *, n_heads):
 
 def multi_head_attention_backward(dout, cache):
     return ops._attention_backward(dout, cache)
+
+
+def add_positional_encoding(x):  # x + the sinusoidal table, with a cache
+    return ops._sinusoidal_position_forward(x)
+
+
+def add_positional_encoding_backward(dout, cache):
+    return ops._sinusoidal_position_backward(dout, cache)[0]
+
+
+def positional_encoding(d_model, max_len):  # the table alone, its sizes in their own order
+    return ops._sinusoidal_encoding(max_len, d_model)
+
+
+def add_position_embedding(x, wpe):
+    return ops._position_embedding_forward(x, wpe)
+
+
+def add_position_embedding_backward(dout, cache):  # (dx, dwpe)
+    return ops._position_embedding_backward(dout, cache)
 
 
 def one_hot(ids, n):

@@ -6,7 +6,8 @@ Linear keeps its weight torch-style ``[out, in]`` and returns its gradients as a
 LayerNorm keeps gamma and beta in a dict and adds into its gradients; ReLU's backward needs the
 forward's input again; GELU frees its activations; Softmax returns ``(p, extra)``; FeedForward
 keeps its two projections in sub-objects (``fc1.W`` .. ``fc2.b``), its gradients in a
-dict beside them (``fc1.grad["W"]``)."""
+dict beside them (``fc1.grad["W"]``); PositionalEncoding keeps a sinusoidal table of more
+positions than it adds, LearnedPositions a learned one."""
 
 import numpy as np
 
@@ -172,4 +173,32 @@ class SelfAttention:
     def backward(self, dy):
         dx, *grads = ops._attention_backward(dy, self.cache)
         self.grads = dict(zip(("Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo"), grads))
+
+
+class PositionalEncoding:
+    """PyTorch tutorials' sinusoidal table: built once for ``max_len`` positions as [1, max_len,
+    d_model] (its size a default), the forward adding its first T rows."""
+
+    def __init__(self, d_model, max_len=512):
+        self.pe = ops._sinusoidal_encoding(max_len, d_model)[None]  # [1, max_len, d_model]
+
+    def forward(self, x):
+        return x + self.pe[:, :x.shape[1]].astype(x.dtype)
+
+    def backward(self, dy):
+        return dy
+
+
+class LearnedPositions:
+    """GPT-2's ``wpe``: a [max_len, dim] table of its own name, its gradient an attribute."""
+
+    def __init__(self, max_len, dim):
+        self.wpe = np.zeros((max_len, dim))
+
+    def forward(self, x):
+        y, self.cache = ops._position_embedding_forward(x, self.wpe)
+        return y
+
+    def backward(self, dy):
+        dx, self.dwpe = ops._position_embedding_backward(dy, self.cache)
         return dx

@@ -11,6 +11,7 @@ import numpy as np
 
 from minibert_spec.suite.infer.backward import _again_values, _backward
 from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
+from minibert_spec.suite.infer.positions import POSITION_OPS, settle  # positions.py
 from minibert_spec.suite.infer.probes import (
     BACKWARDS,
     EPS_NAMES,
@@ -67,7 +68,7 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
     """The mapping of ``subject`` to the probe's op (its standard form, else a declared
     variant)."""
     m, missing = _try_form(subject, probe)
-    if m is None and not probe.params and not probe.ints:
+    if m is None and not probe.params and not probe.ints and probe.lift:
         # an elementwise or last-axis op written for attention scores alone ([B, A, T, T]): the
         # probe one rank up (the ranks it runs on are then declared by _ranks)
         lifted = _lifted(probe)
@@ -85,6 +86,8 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
         _gelu_form(m, subject, probe)
     if m is not None and probe.op in NORM_EPS and "eps" not in (*m.ctor.values(), *m.inputs):
         _declare_eps(subject, m, variant if m.declares else probe)
+    if m is not None and probe.op in POSITION_OPS:  # a table's gradient, the encoding function
+        return settle(subject, m, probe, missing)
     return m, missing
 
 
@@ -190,6 +193,7 @@ def _try_form(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
     is_class = isinstance(subject, ClassLayer)
     # sizes from the protocol's arguments; the protocol's eps and parameters to the constructor's
     ctor = {k: "eps" if k in EPS_NAMES else k if k in probe.params else
+            "x.dtype" if k == "dtype" else
             _size_expr(v, probe, layouts) for k, v in trial.fixed.items()} if is_class else {}
     m = Mapping_(probe.op, subject.cls if is_class else None, ctor, dict(trial.placed),
                  forward=subject.forward, transposed=trial.transposed, output=index,
@@ -322,4 +326,6 @@ def _unmapped_class(subject: ClassLayer) -> str:
 
 
 def _raised(subject) -> str:
-    return f" (its forward raised {subject.raised})" if subject.raised else ""
+    # ``unmapped``: why a forward that matched was still not mapped (positions.settle)
+    return (f" (its forward raised {subject.raised})" if subject.raised else "") + \
+        getattr(subject, "unmapped", "")

@@ -28,6 +28,8 @@ OP_NAMES = {"linear": ("linear", "dense", "affine"), "layernorm": ("layernorm", 
             "silu": ("silu", "swish"), "tanh": ("tanh",), "softmax": ("softmax",),
             "ffn": ("ffn", "feed_forward", "feedforward", "mlp"),
             "embedding": ("embedding", "embed"),
+            "sinusoidal_position": ("positional_encoding", "sinusoidal"),
+            "position_embedding": ("position_embedding", "pos_embed", "positional_embedding"),
             "cross_entropy": ("cross_entropy", "crossentropy", "xent", "ce_loss", "nll")}
 # a backward's parameter names: its cache, the forward's output, the upstream gradient
 CACHE_NAMES = re.compile(r"cache\w*|ctx|saved\w*")
@@ -68,6 +70,11 @@ class Probe:
     # the forward's keyword values (attention's n_heads): a constructor argument of that value
     # is that keyword
     scalars: Mapping[str, int] = field(default_factory=dict)
+    # the parameters whose gradient must be found for the mapping to stand: a table added to x
+    # with no gradient is a fixed buffer (a sinusoidal table), not a learned one
+    learned: tuple[str, ...] = ()
+    # False: the op is defined on [B, T, H] alone (positions), never tried one rank up
+    lift: bool = True
 
     @property
     def scalar(self) -> bool:
@@ -106,6 +113,15 @@ PROBES = {
     # logits [2, 3, V = 5], labels [2, 3] in [0, V): the mean over every position
     "cross_entropy": Probe("cross_entropy", (), {"x": (2, 3, 5), "labels": (2, 3)}, (),
                            extra=("labels",), ints={"labels": 5}),
+    # x [2, T = 3, H = 4]: a class built from (T, d) is given 3 and 4, each naming its axis of
+    # x; before position_embedding, which a fixed table of [T_max, H] would match too
+    "sinusoidal_position": Probe("sinusoidal_position", (), {"x": (2, 3, 4)}, (3, 4),
+                                 lift=False),
+    # W_pos [T_max = 5, H = 4]: more rows than T = 3, so that the unused rows' zero gradient
+    # and the slice W_pos[:T] are both exercised
+    "position_embedding": Probe("position_embedding", ("W_pos",),
+                                {"x": (2, 3, 4), "W_pos": (5, 4)}, (5, 4),
+                                learned=("W_pos",), lift=False),
 }
 # the declared forms tried where a class matches no standard probe of its op
 VARIANT_PROBES = {
@@ -142,6 +158,8 @@ class Mapping_:
     evidence: list = field(default_factory=list)
     inputs: tuple = ()  # a forward function's protocol arguments in its own order
     trial: Trial | None = None  # how the probe ran it
+    # sinusoidal_position: how the adapter's sinusoidal_encoding gets its table (positions.py)
+    encoding: object = None
 
 
 def _probe_values(probe: Probe, seed: int = 0) -> dict:

@@ -65,8 +65,8 @@ def _ctor_trials(cls, probe: Probe):
     sized = [p for p in sig.parameters.values() if p.kind in kinds and (
         p.default is p.empty or p.default is None or
         (isinstance(p.default, int) and not isinstance(p.default, bool)))
-        and p.name not in EPS_NAMES and p.name not in probe.params]
-    fixed = {**_eps_args(sig.parameters, probe),
+        and p.name not in EPS_NAMES and p.name not in probe.params and p.name != "dtype"]
+    fixed = {**_eps_args(sig.parameters, probe), **_dtype_arg(sig.parameters, probe),
              **{n: np.zeros(probe.shapes[n]) for n in sig.parameters if n in probe.params}}
     required = [p for p in sized if p.default is p.empty]
     if len(required) > 3:
@@ -77,6 +77,13 @@ def _ctor_trials(cls, probe: Probe):
         names = required + optional[:n_opt]
         for combo in itertools.product(sizes, repeat=len(names)):
             yield {**{p.name: int(v) for p, v in zip(names, combo)}, **fixed}
+
+
+def _dtype_arg(names, probe: Probe) -> dict:
+    """A constructor's ``dtype`` argument (a table it builds, ``PositionalEncoding(T, d,
+    dtype)``): the probe's float64, which the adapter then passes as ``x.dtype`` so that a
+    float32 input gets a float32 table."""
+    return {"dtype": np.float64} if "dtype" in names and "x" not in probe.ints else {}
 
 
 def _eps_args(names, probe: Probe) -> dict:
@@ -188,7 +195,8 @@ class ClassLayer:
             return ""
 
     def describe(self, trial: Trial) -> str:
-        args = (f"{k}={k if isinstance(v, np.ndarray) else v}" for k, v in trial.fixed.items())
+        args = (f"{k}={k if isinstance(v, np.ndarray) or k == 'dtype' else v}"
+                for k, v in trial.fixed.items())
         return f"{self.label}({', '.join(args)})." \
             f"{self.forward}"
 
