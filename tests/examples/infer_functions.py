@@ -8,6 +8,8 @@ weight again; ``layer_norm`` returns ``(y, cache)`` (an ``axis`` argument betwee
 parameters and its eps) and its backward returns ``(dx, dgamma, dbeta)``; ``relu_grad`` needs
 the input again, ``softmax_backward`` the output; ``gelu_fwd``/``gelu_bwd`` pass a ``ctx``;
 ``feed_forward_backward`` returns its gradients in an order of its own (weights, then biases);
+``rms_norm`` names its gain ``weight``; ``embed``/``cross_entropy`` take integer ids/labels;
+``multi_head_attention`` takes ``n_heads`` by keyword only;
 ``add_positional_encoding`` adds the sinusoidal table that ``positional_encoding(d_model,
 max_len)`` returns alone, ``add_position_embedding`` a learned one; ``one_hot`` is a helper, no
 op."""

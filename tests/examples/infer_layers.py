@@ -6,8 +6,10 @@ Linear keeps its weight torch-style ``[out, in]`` and returns its gradients as a
 LayerNorm keeps gamma and beta in a dict and adds into its gradients; ReLU's backward needs the
 forward's input again; GELU frees its activations; Softmax returns ``(p, extra)``; FeedForward
 keeps its two projections in sub-objects (``fc1.W`` .. ``fc2.b``), its gradients in a
-dict beside them (``fc1.grad["W"]``); PositionalEncoding keeps a sinusoidal table of more
-positions than it adds, LearnedPositions a learned one."""
+dict beside them (``fc1.grad["W"]``); RMSNorm names its gain ``weight``; Embedding's backward
+returns nothing; CrossEntropyLoss's ``backward()`` takes no upstream gradient; SelfAttention
+names its projections loosely (``Wq``), its gradients in a dict; PositionalEncoding keeps a
+sinusoidal table of more positions than it adds, LearnedPositions a learned one."""
 
 import numpy as np
 
@@ -173,6 +175,7 @@ class SelfAttention:
     def backward(self, dy):
         dx, *grads = ops._attention_backward(dy, self.cache)
         self.grads = dict(zip(("Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo"), grads))
+        return dx
 
 
 class PositionalEncoding:

@@ -6,7 +6,8 @@ The subjects are the module's classes with a forward-like and a backward-like me
 (:class:`ClassLayer`) and its functions paired by name, ``f`` or ``f_forward`` with
 ``f_backward`` (``_grad``, ``d_f``, ...: :class:`FunctionPair`; a notebook's functions, whose
 ``__module__`` is None, count as the module's).  For each op it knows (:data:`PROBES`: linear,
-layernorm, relu, gelu, softmax, the ReLU FFN) and each subject, it
+layernorm, rmsnorm, relu, gelu, silu, tanh, softmax, the ReLU FFN, embedding, attention,
+cross-entropy, the sinusoidal and learned positions) and each subject, it
 
 * builds the class with its integer arguments drawn from the probe's distinct sizes (so a
   size names its axis: ``Linear(4, 5)`` is ``n_in = W.shape[0]``; an argument named as the
