@@ -186,6 +186,14 @@ def run_infer(args) -> int:
     for line in got.missing:  # the module's own code raised while it was probed: said here too
         if " raised " in line:
             print(f"minibert adapter infer: note: {line}", file=sys.stderr)
+    # the adapter was imported and its rows run by the quick tier before this says done
+    red = [(op, why) for op, why in got.checked if why != "ok"]
+    print(f"minibert adapter infer: checked: the adapter imports; its {len(got.checked)} row(s) "
+          f"under minibert check --quick (no oracle): {len(got.checked) - len(red)} green"
+          + (f", {len(red)} not: review each (a bug of your code, or a decision above)"
+             if red else ""), file=sys.stderr)
+    for op, why in red:
+        print(f"minibert adapter infer:   {op}: {why}", file=sys.stderr)
     return _write(got.source, args.output, "review each decision, then minibert check it")
 
 

@@ -323,6 +323,31 @@ def test_minibert_adapter_infer_writes_the_adapter_once(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+def test_the_written_adapter_is_imported_and_checked_before_infer_says_done(capsys,
+                                                                             monkeypatch):
+    """Every row infer writes is run by the quick tier before it says done: all green on the
+    correct code; with two planted backward bugs, exactly those rows named, each with its red
+    (the tensor, the index, both values) -- and the adapter is still written: a red is a
+    finding, never a reason to drop a row."""
+    from minibert_spec.cli import main as minibert
+
+    module = "tests.examples.realstyle_minigpt"
+    monkeypatch.delenv("MINIBERT_EXAMPLE_BUGS", raising=False)
+    assert minibert(["adapter", "infer", module]) == 0
+    err = capsys.readouterr().err
+    assert "the adapter imports; its 6 row(s) under minibert check --quick" in err, err
+    assert ": 6 green" in err and " not:" not in err, err
+    monkeypatch.setenv("MINIBERT_EXAMPLE_BUGS", "ffn,softmax")
+    assert minibert(["adapter", "infer", module]) == 0
+    out, err = capsys.readouterr()
+    assert "ffn_forward, ffn_backward = layer(" in out and "softmax_forward" in out, out
+    assert "4 green, 2 not" in err, err
+    red = dict(re.findall(r"infer:   (\w+): (.*)", err))
+    assert set(red) == {"ffn", "softmax"}, err
+    for line in red.values():
+        assert re.search(r"at index \(.*analytic .* finite difference", line), line
+
+
 def test_infer_declares_a_layernorm_without_affine_map_or_eps(tmp_path, monkeypatch):
     """A LayerNorm written as (x - mu) / std with a Jacobian backward (no gamma, beta or eps):
     the standard form does not match its forward, the affine-free one does; the adapter

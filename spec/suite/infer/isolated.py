@@ -30,8 +30,13 @@ try:
     with open(stage, "w") as f:
         f.write("imported")
     mappings, missing = infer(module)
-    say(source=render_source(module, mappings, missing), mapped=len(mappings),
-        missing=missing)
+    source = render_source(module, mappings, missing)
+    with open(stage, "w") as f:
+        f.write("checking")
+    from minibert_spec.suite.infer.isolated import check_written
+
+    say(source=source, mapped=len(mappings), missing=missing,
+        checked=check_written(source, [m.op for m in mappings]))
 except ValueError as e:  # the module does not import, or an argument refused: its one line
     say(refused=str(e))
 except BaseException as e:  # SystemExit and KeyboardInterrupt too: the user's code raised
@@ -50,13 +55,55 @@ os._exit(0)
 class Inferred:
     """What :func:`infer_isolated` got: the adapter's ``source``, or the one-line ``reason``
     there is none; ``output``, what the module printed (stdout and stderr); ``mapped``, the
-    number of ops mapped, and ``missing``, what was not."""
+    number of ops mapped, and ``missing``, what was not; ``checked``, the written adapter's
+    rows under the quick tier (:func:`check_written`: op -> "ok", or the first red's line)."""
 
     source: str | None
     reason: str | None
     output: str
     mapped: int = 0
     missing: tuple = ()
+    checked: tuple = ()  # ((op, "ok" | its first red's message), ...)
+
+
+def check_written(source: str, ops: list) -> list:
+    """The adapter ``source`` imported (executed as a module of its own) and its rows ``ops``
+    run by the quick tier (each check on its fixed examples, no oracle): [(op, "ok" or the
+    first red's line)].  An adapter that does not import or whose declaration the protocol
+    refuses is a ValueError: a mistake of the inference, said before anything is written."""
+    import types
+
+    from minibert_spec.suite import check_implementation
+
+    adapter = types.ModuleType("minibert_inferred_adapter")
+    try:
+        exec(compile(source, "<the inferred adapter>", "exec"), adapter.__dict__)  # noqa: S102
+    except Exception as e:  # noqa: BLE001 -- our own output: say why it does not import
+        raise ValueError(f"the inferred adapter does not import ({type(e).__name__}: {e}); "
+                         "please report this with your module") from e
+    report = check_implementation(adapter, ops=ops, quick=True, oracle="off")
+    if report.load_error is not None:  # could not run: its declaration refused, nothing loaded
+        raise ValueError(f"the inferred adapter could not be checked: {report.summary()}")
+    verdicts = report.verdicts()
+    first = {}
+    for r in report.failures():
+        for op in r.ops:
+            first.setdefault(op, f"{r.id}: {r.message.strip().splitlines()[0][:200]}")
+    return [(op, "ok" if verdicts.get(op) == "ok" else first.get(op, verdicts.get(op, "n/a")))
+            for op in ops]
+
+
+def _stage(stage: str, module: str) -> str:
+    """What the child was doing when it stopped: importing, inferring or checking."""
+    import os
+
+    if not os.path.exists(stage):
+        return f"importing {module!r}"
+    with open(stage, encoding="utf-8") as f:
+        done = f.read()
+    return (f"checking the adapter inferred for {module!r} (minibert check --quick on its rows)"
+            if done == "checking" else
+            f"inferring an adapter for {module!r} (its classes and functions run)")
 
 
 def infer_isolated(module: str, timeout: float | None, *, paths=()) -> Inferred:
@@ -95,8 +142,7 @@ def infer_isolated(module: str, timeout: float | None, *, paths=()) -> Inferred:
                 code = None
         with open(printed, "rb") as f:
             output = f.read().decode("utf-8", "replace")
-        what = (f"inferring an adapter for {module!r} (its classes and functions run)"
-                if os.path.exists(stage) else f"importing {module!r}")
+        what = _stage(stage, module)
         if code is None:
             return Inferred(None, f"impl: {what} did not finish within {timeout:g} s", output)
         if not os.path.exists(result):
@@ -105,7 +151,8 @@ def infer_isolated(module: str, timeout: float | None, *, paths=()) -> Inferred:
         with open(result, encoding="utf-8") as f:
             said = json.load(f)
     if "source" in said:
-        return Inferred(said["source"], None, output, said["mapped"], tuple(said["missing"]))
+        return Inferred(said["source"], None, output, said["mapped"], tuple(said["missing"]),
+                        tuple(map(tuple, said["checked"])))
     if "refused" in said:
         return Inferred(None, said["refused"], output)
     return Inferred(None, f"impl: {what} raised {said['raised']}", output)
