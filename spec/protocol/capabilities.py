@@ -26,7 +26,7 @@ import numpy as np
 # the conventions an implementation may declare, and the warning that reports one
 from minibert_spec.protocol.conventions import CONVENTIONS, ConventionWarning  # noqa: F401 (re-exported)
 from minibert_spec.protocol.guards import EXCLUSIVE_GUARDS, GUARDS, guard_range
-from minibert_spec.protocol.table import OPS
+from minibert_spec.protocol.table import OPS, RANK_ADAPTABLE  # noqa: F401 (re-exported)
 from minibert_spec.protocol.variants import (  # noqa: F401 (the declarations' vocabulary, re-exported)
     CLAIMS,
     VARIANTS,
@@ -41,12 +41,6 @@ from minibert_spec.protocol.variants import (  # noqa: F401 (the declarations' v
 # (spec/protocol/arrays.py)
 DEFAULT_CAPABILITIES = {**dict.fromkeys(CLAIMS, True),
                         "ranks": {}, "conventions": (), "guards": {}, "arrays": "numpy"}
-# ops that act on the last axis alone: any rank can be reshaped to one the implementation
-# accepts; the names of their forward arguments (in protocol order) that carry the leading axes
-RANK_ADAPTABLE = {"linear": ("x",), "layernorm": ("x",), "softmax": ("x", "mask"),
-                  "relu": ("x",), "tanh": ("x",), "ffn": ("x",),
-                  "cross_entropy": ("logits", "labels"), "mse": ("y_hat", "y"),
-                  "linear_cross_entropy": ("x", "labels")}
 # The largest rank a declaration may give.  The protocol's tensors have rank <= 4 (attention
 # scores [B, A, T, T]), and the suite reaches a declared rank r by padding an input with up to
 # r - 1 leading axes of 1: 8 leaves room for layouts with extra leading axes (a batch of

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minibert_spec.protocol.table import NOTHING_TO_GUARD, OPS
+
 # the loss rows: each takes -log of a softmax probability and may take the mean
 LOSS_ROWS = ("cross_entropy", "next_token_cross_entropy", "linear_cross_entropy")
 
@@ -73,24 +75,10 @@ GUARDS: dict[str, Guard] = {
 }
 
 # The rows of the op table with a log, a division or a square root and no guard of their own,
-# and why (tests/suite/test_guards.py: every such row is in GUARDS or here).
-UNGUARDED = {
-    "layernorm": "eps inside the square root is its argument (eps = 0 a declared variant)",
-    "rmsnorm": "eps inside the square root is its argument",
-    "embedding_ln": "its LayerNorm's eps is its argument",
-    "mlm_head": "its LayerNorm's eps is its argument",
-    "attention": "divides the scores by sqrt(d_k), a constant >= 1; its softmax's denominator "
-                 "is >= 1 after the max shift (a softmax_eps is judged on the softmax row)",
-    "block": "its LayerNorms' eps is its argument; its attention as attention",
-    "silu": "1 + exp(-x) >= 1: nothing to keep finite",
-    "gelu": "divides by the constant sqrt(2) (erf) or sqrt(2 / pi) (tanh) only",
-    "mse": "divides by y.size, a count >= 1 (an empty y is refused)",
-    "schedule": "divides by warmup_steps and total_steps - warmup_steps, integers >= 1",
-    "accumulation": "the mean over the micro-batches' predicted tokens: the loss rows' mean_eps",
-    "model": "its ops' guards (the loss rows', its LayerNorms' eps)",
-    "decoder": "its ops' guards (the next-token loss's, its norms' eps)",
-    "whole_model": "the user's own model: judged as it computes, guards and all",
-}
+# and why: each row's own ``unguarded`` (tests/suite/test_guards.py: every row is in GUARDS, or
+# says why it needs none)
+UNGUARDED = {op.name: op.unguarded for op in OPS.values()
+             if op.unguarded and op.unguarded != NOTHING_TO_GUARD}
 # A guard is a tiny number: anything larger changes ordinary results, not only the edge cases
 # the guard exists for, and is a different formula rather than a guard.  The upper bound of a
 # guard added without its own range (GUARD_RANGES).

@@ -30,6 +30,12 @@ class Op:
     equations: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     module: str = "ops"
+    # why the row has no numerical guard of its own (a guard of guards.py's GUARDS names the rows
+    # it changes; every other row says why it needs none, or NOTHING_TO_GUARD)
+    unguarded: str = field(default="", compare=False)
+    # an op acting on the last axis alone: the forward's arguments carrying the leading axes,
+    # which the suite reshapes to a rank the implementation declares (CAPABILITIES["ranks"])
+    ranks: tuple[str, ...] = field(default=(), compare=False)
     # the contract in words (the protocol table of docs/check-your-implementation.md and
     # ``minibert adapter`` print it): the
     # forward's signature and output, and what the backward returns when it is not one
@@ -71,6 +77,10 @@ def forward_args(module: str, name: str) -> tuple[str, ...]:
     return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
 
 
+# a row taking no log, dividing by nothing it computes and taking no root
+NOTHING_TO_GUARD = "nothing to keep finite: no log, no division by a computed value, no root"
+
+
 def _pair(stem: str) -> tuple[str, str]:
     return (f"{stem}_forward", f"{stem}_backward")
 
@@ -86,6 +96,7 @@ _ATTENTION_EQUATIONS = (
 _TABLE = (
     # first: the first row of a report, the whole-model verdict that says which rows to read next
     Op("whole_model", ("whole_model_loss_and_grads",), (), (), module="model",
+       unguarded="the user's own model: judged as it computes, guards and all",
        doc="whole_model_loss_and_grads(params, batch) -> (loss, grads): any architecture, "
            "declared from the function you have, minibert_spec.suite.whole_model(loss_and_grads"
            "(params, ids, targets, ...) -> (loss, grads), params) or a forward(params, ...) -> "
@@ -95,22 +106,27 @@ _TABLE = (
            "is, above a stated rounding floor), grads keyed, shaped and typed like params",
        backward_doc="grads keyed like params"),
     Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward"),
+       unguarded=NOTHING_TO_GUARD,
        doc="embedding_forward(ids [B,T] int, W [V,H]) -> W[ids] [B,T,H]"),
     Op("tied_embedding", _pair("tied_embedding"), ("x", "W_E"),
        ("tied_embedding.forward", "tied_embedding.backward"),
+       unguarded=NOTHING_TO_GUARD,
        doc="tied_embedding_forward(ids [B,T] int, x [B,T,H], W_E [V,H]) -> (W_E[ids] + x) W_E^T "
            "[B,T,V]: one table as GPT-2's token lookup and LM head, x what the body adds between "
            "them; dW_E sums both uses"),
     Op("position_embedding", _pair("position_embedding"), ("x", "W_pos"),
        ("position.learned.forward", "position.learned.backward"),
+       unguarded=NOTHING_TO_GUARD,
        doc="position_embedding_forward(x [B,T,H], W_pos [T_max,H]) -> x + W_pos[:T]"),
     Op("sinusoidal_position", ("sinusoidal_encoding", *_pair("sinusoidal_position")), ("x",),
        ("position.sinusoidal",),
+       unguarded=NOTHING_TO_GUARD,
        doc="sinusoidal_encoding(T, d, dtype) -> PE [T,d] (sin on even features, cos on odd); "
            "sinusoidal_position_forward(x [B,T,H]) -> x + PE"),
     Op("rope", _pair("rope"), ("x",),
        ("rope.forward.interleaved", "rope.backward.interleaved", "rope.forward.half",
         "rope.backward.half"),
+       unguarded=NOTHING_TO_GUARD,
        doc="rope_forward(x [...,T,d] (d even), positions [T] int >= 0, a start position or None "
            '(0..T-1), *, base=10000.0, convention="interleaved"|"half") -> each feature pair '
            "turned by the angle m base^(-2i/d) at position m: pairs (2i, 2i+1) interleaved "
@@ -118,30 +134,44 @@ _TABLE = (
            "turns back (the transpose)"),
     Op("linear", _pair("linear"), ("x", "W", "b"),
        ("linear.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db"),
+       unguarded=NOTHING_TO_GUARD,
+       ranks=("x",),
        doc="linear_forward(x [...,n], W [n,m], b [m] or None) -> x W + b [...,m]"),
     Op("layernorm", _pair("layernorm"), ("x", "gamma", "beta"),
        ("layernorm.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
         "layernorm.backward.dbeta", "layernorm.plain"),
+       unguarded="eps inside the square root is its argument (eps = 0 a declared variant)",
+       ranks=("x",),
        doc="layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12) -> gamma * x_hat + beta "
            "(biased variance); variants: gamma = beta = None (no affine map), eps = 0"),
     Op("rmsnorm", _pair("rmsnorm"), ("x", "gamma"),
        ("rmsnorm.forward", "rmsnorm.backward.dx", "rmsnorm.backward.dgamma"),
+       unguarded="eps inside the square root is its argument",
        doc="rmsnorm_forward(x [...,N], gamma [N], eps=1e-6) -> gamma * x / sqrt(mean(x^2) + eps) "
            "(LLaMA's norm: no mean, no beta)"),
     Op("softmax", _pair("softmax"), ("x",), ("softmax.forward", "softmax.backward"),
+       ranks=("x", "mask"),
        doc="softmax_forward(x [...,n], mask=None) -> softmax over the last axis; mask (bool, x's "
            "shape) keeps True entries"),
     Op("softmax_jacobian", ("softmax_jacobian",), (), ("softmax.jacobian",),
+       unguarded=NOTHING_TO_GUARD,
        doc="softmax_jacobian(p [...,n]) -> J [...,n,n], J = diag(p) - p p^T"),
     Op("relu", _pair("relu"), ("x",), ("relu.forward", "relu.backward"),
+       unguarded=NOTHING_TO_GUARD,
+       ranks=("x",),
        doc="relu_forward(x) -> max(x, 0)"),
     Op("tanh", _pair("tanh"), ("x",), ("tanh.forward", "tanh.backward"),
+       unguarded=NOTHING_TO_GUARD,
+       ranks=("x",),
        doc="tanh_forward(x) -> tanh(x)"),
     Op("heads", ("split_heads", "merge_heads"), ("x",),
        ("attention.split_heads", "attention.merge_heads"),
+       unguarded=NOTHING_TO_GUARD,
        doc="split_heads(x [B,T,H], n_heads) -> [B,A,T,d_k]; merge_heads is its inverse"),
     Op("attention", _pair("attention"), ("x", *ATTENTION_PARAMS), _ATTENTION_EQUATIONS,
        ATTENTION_PARAMS,
+       unguarded="divides the scores by sqrt(d_k), a constant >= 1; its softmax's denominator is "
+                 ">= 1 after the max shift (a softmax_eps is judged on the softmax row)",
        doc="attention_forward(x [B,T,H], W_q, W_k, W_v, W_o [H,H], b_q, b_k, b_v, b_o [H] or "
            "None, *, n_heads, mask=None) -> multi-head self-attention [B,T,H]; mask [B,T] marks "
            "the keys that may be attended; variants: causal=True, W_o = b_o = None (no output "
@@ -149,11 +179,14 @@ _TABLE = (
     Op("ffn", _pair("ffn"), ("x", *FFN_PARAMS), ("ffn.forward", "ffn.backward", "ffn.no_b2",
                                                   "relu2.forward", "relu2.backward"),
        FFN_PARAMS,
+       unguarded=NOTHING_TO_GUARD,
+       ranks=("x",),
        doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H], activation=\"relu\") -> "
            "act(x W_1 + b_1) W_2 + b_2; variants: b_1 = None, b_2 = None, activation="
            "\"gelu\"|\"gelu_tanh\"|\"relu2\" (squared ReLU)"),
     Op("swiglu", _pair("swiglu"), ("x", *SWIGLU_PARAMS), ("swiglu.forward", "swiglu.backward"),
        SWIGLU_PARAMS,
+       unguarded=NOTHING_TO_GUARD,
        doc="swiglu_forward(x [...,H], W_1 [H,I], W_2 [I,H], W_3 [H,I], b_1 [I], b_2 [H], b_3 [I] "
            "or None) -> (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2 (LLaMA's FFN: W_1 gate, "
            "W_3 up, W_2 down); variant: the biases (standard: none, as LLaMA)"),
@@ -163,6 +196,7 @@ _TABLE = (
                                             "block.innerln", "block.innerln_backward"),
        tuple(dict.fromkeys(block_param_names(norm="pre_final")
                            + block_param_names(ffn="swiglu", swiglu_bias=True))),
+       unguarded="its LayerNorms' eps is its argument; its attention as attention",
        doc="block_forward(x [B,T,H], p, *, n_heads, mask=None, eps=1e-12) -> post-LN block LN2(h "
            "+ FFN(h)), h = LN1(x + MHA(x)); p is a dict keyed attn.W_q .. attn.b_o, ln1.gamma, "
            'ln1.beta, ffn.W_1 .. ffn.b_2, ln2.gamma, ln2.beta; variants: norm="pre" (h + '
@@ -175,24 +209,30 @@ _TABLE = (
            "ffn.b_2, activation=",
        backward_doc="(dx, grads) with grads keyed like p"),
     Op("pooler", _pair("pooler"), ("h", "W", "b"), ("pooler.forward",),
+       unguarded=NOTHING_TO_GUARD,
        doc="pooler_forward(h [B,T,H], W [H,H], b [H]) -> tanh(h[:, 0] W + b) [B,H]"),
     Op("gelu", _pair("gelu"), ("x",), ("gelu.forward.erf", "gelu.backward.erf",
                                        "gelu.forward.tanh", "gelu.backward.tanh"),
+       unguarded="divides by the constant sqrt(2) (erf) or sqrt(2 / pi) (tanh) only",
        doc='gelu_forward(x, approximate="none"|"tanh") -> x Phi(x) (erf) or its tanh '
            "approximation (Hugging Face gelu_new)"),
     Op("silu", _pair("silu"), ("x",), ("silu.forward", "silu.backward"),
+       unguarded="1 + exp(-x) >= 1: nothing to keep finite",
        doc="silu_forward(x) -> x sigmoid(x) (swish, LLaMA's gate activation)"),
     Op("token_type", _pair("token_type_embedding"), ("x", "W_type"),
        ("token_type.forward", "token_type.backward"),
+       unguarded=NOTHING_TO_GUARD,
        doc="token_type_embedding_forward(x [B,T,H], type_ids [B,T] int, W_type [n_types,H]) -> x "
            "+ W_type[type_ids]"),
     Op("embedding_ln", _pair("embedding_ln"), ("W_word", "W_pos", "W_type", "gamma", "beta"),
        ("embedding_ln.forward", "embedding_ln.backward"),
+       unguarded="its LayerNorm's eps is its argument",
        doc="embedding_ln_forward(ids, type_ids, W_word [V,H], W_pos [T_max,H], W_type "
            "[n_types,H], gamma, beta, eps=1e-12) -> LN(W_word[ids] + W_pos[:T] + "
            "W_type[type_ids])"),
     Op("mlm_head", _pair("mlm_head"), ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec"),
        ("mlm_head.forward", "mlm_head.backward", "mlm_head.decoder"),
+       unguarded="its LayerNorm's eps is its argument",
        doc="mlm_head_forward(h [...,H], W_t [H,H], b_t, gamma, beta, W_word [V,H], b_dec [V], *, "
            'eps=1e-12, activation="gelu") -> LN(act(h W_t + b_t)) W_word^T + b_dec (the decoder '
            "tied to the word embeddings)",
@@ -200,11 +240,13 @@ _TABLE = (
                     "share only"),
     Op("classifier", _pair("classifier"), ("h", "W_p", "b_p", "W_c", "b_c"),
        ("classifier.forward", "classifier.backward"),
+       unguarded=NOTHING_TO_GUARD,
        doc="classifier_forward(h [B,T,H], W_p [H,H], b_p, W_c [H,C], b_c [C]) -> tanh(h[:, 0] W_p"
            " + b_p) W_c + b_c [B,C]"),
     Op("cross_entropy", _pair("cross_entropy"), ("logits",),
        ("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean", "loss.ce.backward.sum",
         "loss.ce.probs", "loss.ce.probs_dp", "loss.ce.probs_dlogits"),
+       ranks=("logits", "labels"),
        doc="cross_entropy_forward(logits [...,V], labels [...], *, ignore_index=-100, "
            'reduction="mean"|"sum") -> scalar ("mean" divides by the positions whose label is not'
            " ignore_index); variants: without ignore_index (predicted rows only), "
@@ -219,16 +261,20 @@ _TABLE = (
            "predicted positions whose id is not ignore_index)",
        backward_doc="(dlogits,) from a scalar dloss, exactly 0 at the last position"),
     Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward"),
+       unguarded="divides by y.size, a count >= 1 (an empty y is refused)",
+       ranks=("y_hat", "y"),
        doc="mse_forward(y_hat, y) -> scalar sum((y_hat - y)^2) / y.size",
        backward_doc="(dy_hat, dy) from a scalar dloss"),
     Op("linear_cross_entropy", _pair("linear_cross_entropy"), ("x", "W", "b"),
        ("linear_ce.forward", "linear_ce.backward"),
+       ranks=("x", "labels"),
        doc="linear_cross_entropy_forward(x [...,n], W [n,V], b [V] or None, labels [...], *, "
            "ignore_index=-100, reduction) -> cross_entropy(x W + b, labels) (the Mini-BERT head "
            "fused with its loss)",
        backward_doc="(dx, dW, db) from a scalar dloss"),
     Op("model", ("param_shapes", "init_params", "embed", "forward", "backward", "loss",
                  "loss_and_grads"), (), ("mlm_head.tied", "model.backward"), module="model",
+       unguarded="its ops' guards (the loss rows', its LayerNorms' eps)",
        doc="param_shapes(config), init_params(config, seed, dtype), embed(params, config, "
            "input_ids), forward(params, config, input_ids, attention_mask, *, token_type_ids, "
            "inputs_embeds) -> (out, cache), backward(dout, cache, d_pooled=None) -> (grads, "
@@ -237,6 +283,7 @@ _TABLE = (
     Op("decoder", ("decoder_forward", "decoder_backward", "decoder_loss_and_grads"), (),
        ("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
        module="decoder",
+       unguarded="its ops' guards (the next-token loss's, its norms' eps)",
        doc="decoder_forward(params, config, input_ids [B,T]) -> (logits [B,T,V], cache), a causal "
            "decoder of minibert_reference.config.DecoderConfig (presets gpt2(), llama(); the "
            "fields position, final_norm, head_bias compose the ports' forms): token (+ learned "
@@ -259,6 +306,7 @@ _TABLE = (
            "beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, no_decay) -> (params, state), "
            "pure, bias-corrected, decoupled decay"),
     Op("schedule", ("warmup_linear_lr",), (), ("schedule.warmup_linear",), module="optim",
+       unguarded="divides by warmup_steps and total_steps - warmup_steps, integers >= 1",
        doc="warmup_linear_lr(step, *, peak_lr, warmup_steps, total_steps) -> lr of the 0-based "
            "step (linear warmup to the peak, then linear decay to 0)"),
     Op("clip", ("global_grad_norm", "clip_by_global_norm"), (), ("clip.global_norm",),
@@ -267,6 +315,7 @@ _TABLE = (
            "(grads scaled by one factor when the norm exceeds max_norm, the norm before)"),
     Op("accumulation", ("accumulate_gradients", "init_params", "loss_and_grads"), (),
        ("accum.grad_mean",), module="accumulation",
+       unguarded="the mean over the micro-batches' predicted tokens: the loss rows' mean_eps",
        doc="accumulate_gradients(impl, params, config, micro_batches) -> (loss, grads): the full "
            "batch's mean loss and gradient (needs init_params and loss_and_grads)"),
 )
@@ -276,6 +325,8 @@ if _undocumented:
     raise ValueError(f"spec/protocol/table.py: rows without their contract in words: "
                      f"{_undocumented}")
 OPS: dict[str, Op] = {op.name: op for op in _TABLE}
+# the rows the suite reshapes to a declared rank -> the arguments carrying the leading axes
+RANK_ADAPTABLE: dict[str, tuple[str, ...]] = {op.name: op.ranks for op in _TABLE if op.ranks}
 
 # equation ID -> op row (derived: an ID belongs to exactly one op)
 EQUATION_OPS: dict[str, str] = {}
