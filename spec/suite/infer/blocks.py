@@ -299,7 +299,9 @@ def _search(cls) -> tuple[_Found | None, str]:
     if not placed_any:
         return None, ""
     if closest[1] is None:
-        return None, f"no block form of its parameters runs (its forward raised {raised})"
+        hint = ("; a mask argument without a default? write the block row and its mask "
+                "converter by hand") if "required positional argument" in raised else ""
+        return None, f"no block form of its parameters runs (its forward raised {raised}{hint})"
     f = closest[1]
     return None, (f"its forward equals no block form tried (norm {'/'.join(FORMS['norm'])}, "
                   f"LayerNorm/RMSNorm, ffn {'/'.join(FORMS['ffn'])}, causal or not): closest "
@@ -378,7 +380,6 @@ def _mapping(cls, found: _Found) -> tuple[BlockMapping, list[str]]:
     build, form = found.build, found.form
     x = np.random.default_rng(1).standard_normal((B, T, H))
     fwd = inspect.signature(getattr(cls, _method(cls, FORWARDS)))
-    extra = [q for q in list(fwd.parameters.values())[2:] if q.default is q.empty]
     mask = _mask(build, found, x)
     m = BlockMapping("block", cls, dict(build.exprs), dict(found.placed),
                      transposed=found.transposed)
@@ -436,9 +437,6 @@ def _mapping(cls, found: _Found) -> tuple[BlockMapping, list[str]]:
         m.evidence.append(f"its forward's {list(fwd.parameters)[2]!r} is left at its default "
                           "(none of the mask formats tried matches): calls with a mask are not "
                           "applicable; write layer(mask=...) by hand for them")
-    if extra:
-        return m, [f"class {cls.__name__}: its forward needs {extra[0].name}, which no mask "
-                   "format tried matches: write the mask converter by hand"]
     m.evidence.append(f"grads by shape, ties by the parameter's name ({len(grads)} of "
                       f"{len(found.placed)}); never by value")
     src = _source(cls)
