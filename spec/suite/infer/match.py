@@ -10,6 +10,7 @@ import inspect
 import numpy as np
 
 from minibert_spec.suite.infer.backward import _again_values, _backward
+from minibert_spec.suite.infer.blocks import infer_blocks  # the block row (blocks.py)
 from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
 from minibert_spec.suite.infer.positions import POSITION_OPS, settle  # positions.py
 from minibert_spec.suite.infer.probes import (
@@ -302,13 +303,15 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
         used.add(subject)
         mappings.append(m)
         missing += miss
-    missing += [_unmapped_class(s) for s in subjects[:len(classes)]
-                if s not in used and s.forward]
+    unmapped = [s for s in subjects[:len(classes)] if s not in used and s.forward]
+    blocks, why_block, miss_block = infer_blocks([s.cls for s in unmapped])  # blocks.py
+    missing += miss_block + [why_block.get(s.cls) or _unmapped_class(s) for s in unmapped
+                             if s.cls not in {b.cls for b in blocks}]
     missing += [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
                 + _raised(s) for s in pairs if s not in used]
     rows, why = infer_optimizers(classes)  # the adam row: optimizer classes (optim.py)
     more, why_more = infer_training(mod)  # the schedule and clip rows (training.py)
-    return mappings + rows + more, missing + why + why_more
+    return mappings + blocks + rows + more, missing + why + why_more
 
 
 def _unmapped_class(subject: ClassLayer) -> str:

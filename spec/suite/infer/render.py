@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 
+from minibert_spec.suite.infer.blocks import BlockMapping, block_call
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.positions import encoding_source
@@ -93,7 +94,9 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
            "Each mapping was chosen by forward outputs and shapes only (never by gradients):",
            "review it, then check it with: minibert check <this module>", '"""', "",
            f"import {module} as {alias}",
-           *(["import numpy as np"] if any(encoding_source(m, alias) for m in mappings) else []),
+           *(["import numpy as np"] if any(encoding_source(m, alias) or
+                                           getattr(m, "needs_numpy", False) for m in mappings)
+             else []),
            f"from minibert_spec.suite.adapters import "
            f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}", ""]
     caps: dict = {}
@@ -106,7 +109,8 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
                 f"CAPABILITIES = {caps!r}", ""]
     for m in mappings:
         out += [f"# {e}" for e in m.evidence]
-        out += [training_code(m, alias) if isinstance(m, TrainingMapping) else
+        out += [block_call(m, alias) if isinstance(m, BlockMapping) else
+                training_code(m, alias) if isinstance(m, TrainingMapping) else
                 optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
         out += encoding_source(m, alias)  # sinusoidal_encoding beside its row (positions.py)
     out.append("# not mapped (write these by hand, or leave them n/a):")
