@@ -348,6 +348,39 @@ def test_the_written_adapter_is_imported_and_checked_before_infer_says_done(caps
         assert re.search(r"at index \(.*analytic .* finite difference", line), line
 
 
+def test_a_backward_taking_the_forwards_second_result_is_called_with_it(tmp_path,
+                                                                        monkeypatch):
+    """GPT-2 ports' ``gelu(x) -> (y, t)`` with ``gelu_backward(dy, x, t)``: the argument named
+    as a gradient is the upstream one, the other the forward's second result; a backward whose
+    call cannot be decided (two arguments neither named as a gradient) gets no row -- a row
+    whose backward fails on every call would be red on correct code -- and the reason."""
+    _load(tmp_path, monkeypatch, textwrap.dedent("""
+        import numpy as np
+        C = float(np.sqrt(2 / np.pi))  # a Python float: float32 stays float32
+
+        def gelu(x):
+            t = np.tanh(C * (x + 0.044715 * x ** 3))
+            return 0.5 * x * (1 + t), t
+
+        def gelu_backward(dy, x, t):
+            return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * C * (1 + 3 * 0.044715 * x * x))
+
+        def relu(x):
+            return np.maximum(x, 0), x > 0
+
+        def relu_backward(u, v):
+            return u * v
+    """), "gelu_pair")
+    src = infer_source("gelu_pair")
+    assert "again=('dout', 'x', 'forward[1]')" in src, src
+    assert "relu_forward" not in src, src
+    assert re.search(r"relu: relu: backward relu_backward\(u, v\) takes more than one "
+                     r"upstream gradient", src), src
+    adapter = _load(tmp_path, monkeypatch, src, "gelu_pair_adapter")
+    report = check_implementation(adapter, ops=["gelu"], quick=True, oracle="off")
+    assert report.verdicts()["gelu"] == "ok", [f.message[:300] for f in report.failures()]
+
+
 def test_infer_declares_a_layernorm_without_affine_map_or_eps(tmp_path, monkeypatch):
     """A LayerNorm written as (x - mu) / std with a Jacobian backward (no gamma, beta or eps):
     the standard form does not match its forward, the affine-free one does; the adapter
@@ -458,7 +491,7 @@ def test_infer_tells_the_tanh_gelu_from_the_erf_one(tmp_path, monkeypatch):
     assert "fixed={'approximate': 'tanh'}" in src, src
     adapter = _load(tmp_path, monkeypatch, src, "tanh_gelu_adapter")
     report = check_implementation(adapter, ops=["gelu"])
-    assert report.verdicts()["gelu"] == "ok", report.summary()
+    assert report.verdicts()["gelu"] == "ok", [f.message[:300] for f in report.failures()]
     with pytest.raises(NotApplicable, match="computes approximate='tanh' only"):
         ImplProxy(adapter, "tanh_gelu").gelu_forward(np.ones(3), approximate="none")
 

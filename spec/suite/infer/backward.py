@@ -87,11 +87,18 @@ def _roles(params, names: dict, cached: bool) -> tuple[str, ...]:
         elif OUT_NAMES.fullmatch(p.name) and not UPSTREAM_NAMES.fullmatch(p.name):
             role = "out"
         elif p.default is p.empty:
-            role = "dout"
+            role = None  # the upstream gradient, or the forward's second result (below)
         else:
             break
         roles.append(role)
-    return tuple(roles)
+    unknown = [i for i, r in enumerate(roles) if r is None]
+    if cached and len(unknown) == 2 and "forward[1]" not in roles:
+        # dy and t of gelu_backward(dy, x, t), the forward having returned (y, t): the one named
+        # as a gradient is the upstream gradient, the other the forward's second result
+        grad = [i for i in unknown if UPSTREAM_NAMES.fullmatch(params[i].name)]
+        if len(grad) == 1:
+            roles[next(i for i in unknown if i != grad[0])] = "forward[1]"
+    return tuple("dout" if r is None else r for r in roles)
 
 
 def _again_values(roles, trial: Trial, vals: dict, x, dout, returned, output):
@@ -119,6 +126,7 @@ def _backward(subject, m: Mapping_, probe: Probe, vals: dict, trial: Trial, retu
         m.evidence.append(f"backward {call.__name__}({', '.join(p.name for p in params)}) takes "
                           "no upstream gradient: the gradient of the loss itself (upstream=False)")
     elif again.count("dout") != 1:
+        m.unusable = True  # no call of the backward decided: no row
         return [f"{m.op}: {subject.label}: backward {call.__name__}{sig} takes "
                 f"{'no' if 'dout' not in again else 'more than one'} upstream gradient I can "
                 "tell"]
@@ -131,6 +139,7 @@ def _backward(subject, m: Mapping_, probe: Probe, vals: dict, trial: Trial, retu
     try:
         back = call(*_again_values(again, trial, vals, vals["x"], dout, returned, m.output))
     except Exception as e:  # noqa: BLE001
+        m.unusable = True  # the call decided does not run: no row
         return [f"{m.op}: {subject.label}: {call.__name__} raised {type(e).__name__}: {e}"]
     after = _arrays(obj, GRAD_DEPTH) if obj is not None else {}
 

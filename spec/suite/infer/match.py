@@ -288,7 +288,10 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
             if subject in used:
                 continue
             m, miss = _try(subject, probe)
-            if m is not None:
+            if m is not None and m.unusable:  # the forward is the op's; its backward is not
+                missing += miss  # usable as called: the reason, and no row
+                used.add(subject)
+            elif m is not None:
                 hits.append((subject, m, miss))
         if not hits:
             missing.append(f"{op}: no class or function pair whose forward gives the "
