@@ -89,6 +89,12 @@ the step rather than set as attributes are ``hyper`` entries ending in ``=`` (``
 (passed as that keyword) or ``"t"`` in ``each_args``, with its convention ``first_t=1`` or ``0``
 (its value at the first step), the suite counting the steps.  The protocol's ``adam_step`` is
 pure: a deep copy of the optimizer per step (``minibert_spec.suite.adapter_optim``).
+
+:func:`decoder` adapts a causal decoder written with its own parameter names (the ``decoder``
+row): its forward, backward and loss, and a name map applied exactly both ways -- per-layer names
+with ``{i}``, a fused tensor joining W_q | W_k | W_v, tensors stored transposed; a protocol
+name no rule maps, or a gradient missing or left over, is a ValueError naming it
+(``minibert_spec.suite.adapter_decoder``).
 """
 
 from __future__ import annotations
@@ -102,12 +108,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minibert_spec.protocol import OPS, NotApplicable
+from minibert_spec.suite.adapter_decoder import DecoderRow, decoder
 from minibert_spec.suite.adapter_masks import mask_converter
 from minibert_spec.suite.adapter_optim import StandInModel, optimizer
 from minibert_spec.suite.adapter_paths import EACH, _get, _step, get_path, path_parts, set_path
 
-__all__ = ["layer", "optimizer", "LayerSpec", "StandInModel", "get_path", "set_path", "path_parts",
-           "EACH"]
+__all__ = ["layer", "optimizer", "decoder", "LayerSpec", "StandInModel", "DecoderRow", "get_path",
+           "set_path", "path_parts", "EACH"]
 
 
 def protocol_signature(op: str, which: str) -> inspect.Signature:

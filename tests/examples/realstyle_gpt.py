@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+from minibert_spec.suite.adapters import decoder
+
 # e.g. MINIBERT_EXAMPLE_BUGS=tied minibert check tests.examples.realstyle_gpt --ops decoder
 BUGS: set = set(filter(None, os.environ.get("MINIBERT_EXAMPLE_BUGS", "").split(",")))
 C_GELU = float(np.sqrt(2.0 / np.pi))
@@ -232,21 +234,15 @@ LAYER = {**{f"attn.{w}_{n}": f"attn.{n}.{w.lower()}" for w in "Wb" for n in "qkv
             for i, n in names.items()}}
 
 
-def _theirs(name):  # layers.0.attn.W_q -> h.0.attn.q.w
-    _, i, rest = name.split(".", 2) if name.startswith("layers.") else (0, 0, None)
-    return f"h.{i}.{LAYER[rest]}" if rest else TOP[name]
-
-def decoder_forward(params, config, input_ids):
+def _forward(params, config, input_ids):  # the model of the config, on our names
     rope = config.rope_base if config.position == "rope" else None
-    model = MiniGPT({_theirs(k): v for k, v in params.items()}, config.n_layers,
-                    config.n_heads, config.ln_eps, rope, config.tie_embeddings)
-    model.ours = list(params)
+    model = MiniGPT(params, config.n_layers, config.n_heads, config.ln_eps, rope,
+                    config.tie_embeddings)
     return model.forward(input_ids), model
 
-def decoder_backward(dlogits, model):
-    return dict(zip(model.ours, map(model.backward(dlogits).get, map(_theirs, model.ours))))
 
-def decoder_loss_and_grads(params, config, input_ids, labels=None):
-    model = decoder_forward(params, config, input_ids)[1]
-    loss = model.loss(input_ids, input_ids if labels is None else labels)
-    return loss, decoder_backward(model.dlogits, model)
+decoder_forward, decoder_backward, decoder_loss_and_grads = decoder(
+    _forward, lambda dlogits, model: model.backward(dlogits),
+    names={**TOP, **{k: f"h.{{i}}.{v}" for k, v in LAYER.items()}},
+    loss=lambda cache, input_ids, labels, ignore_index: (
+        cache.loss(input_ids, labels, ignore_index), cache.dlogits))

@@ -6,8 +6,9 @@ grads`` pair written by hand.  Judged by the ``whole_model`` row:
 ``whole_model(forward=forward, backward=backward, params=init_params())`` (``MODEL``).
 
 The same model is also the protocol's decoder row in its learned + RoPE form (``DECODER``:
-``decoder_forward`` / ``decoder_backward`` / ``decoder_loss_and_grads`` through a name-mapping
-adapter at the end, its form declared; tests/suite/test_decoder_forms.py).
+``decoder_forward`` / ``decoder_backward`` / ``decoder_loss_and_grads`` through the name map of
+``minibert_spec.suite.adapters.decoder`` at the end, its form declared;
+tests/suite/test_decoder_forms.py).
 
 Its attention is also an op pair of the protocol (``attention_forward`` /
 ``attention_backward``: causal, RoPE half split, biases; ``ATTENTION``, declared), as code
@@ -28,6 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from minibert_spec.suite import whole_model
+from minibert_spec.suite.adapters import decoder
 
 V, H, A, F, T_MAX, LAYERS = 13, 8, 2, 16, 8, 2
 D = H // A
@@ -250,60 +252,27 @@ MODEL_ROPE_BUG = whole_model(forward=_rope_forward, backward=_rope_backward, par
 # tests.examples.wm_decoder:DECODER --ops decoder``): the protocol's parameter names to ours
 # (c_attn holds W_q | W_k | W_v side by side, lm_head.w is [H, V]), the sizes and the RoPE base
 # from the config, the form declared (learned + RoPE positions, no final norm, a biased head).
-LAYER = {"ln1.gamma": "ln_1.g", "ln2.gamma": "ln_2.g", "attn.W_o": "attn.c_proj.w",
-         "attn.b_o": "attn.c_proj.b", "ffn.W_1": "mlp.c_fc.w", "ffn.b_1": "mlp.c_fc.b",
-         "ffn.W_2": "mlp.c_proj.w", "ffn.b_2": "mlp.c_proj.b"}
-TOP = {"embeddings.token.W": "wte", "embeddings.position.W": "wpe", "lm_head.b": "lm_head.b"}
-
-
-def _names(n_layers: int) -> dict:
-    """The protocol's name -> ours, for every tensor but c_attn's thirds and lm_head.w."""
-    return {**TOP, **{f"layers.{i}.{k}": f"h.{i}.{n}" for i in range(n_layers)
-                      for k, n in LAYER.items()}}
-
-
-def _ours(params):
-    names = _names(sum(k.endswith("ln1.gamma") for k in params))
-    p = {n: params[k] for k, n in names.items()}
-    p["lm_head.w"] = params["lm_head.W"].T
-    for i in range(_layers(p)):
-        for w in ("W", "b"):
-            p[f"h.{i}.attn.c_attn.{w.lower()}"] = np.concatenate(
-                [params[f"layers.{i}.attn.{w}_{q}"] for q in "qkv"], -1)
-    return p
-
-
-def _protocol(g):
-    out = {k: g[n] for k, n in _names(_layers(g)).items()}
-    out["lm_head.W"] = g["lm_head.w"].T
-    for i in range(_layers(g)):
-        for w in ("W", "b"):
-            thirds = np.split(g[f"h.{i}.attn.c_attn.{w.lower()}"], 3, -1)
-            out.update({f"layers.{i}.attn.{w}_{q}": t for q, t in zip("qkv", thirds)})
-    return out
+NAMES = {"embeddings.token.W": "wte", "embeddings.position.W": "wpe", "lm_head.W": "lm_head.w",
+         "lm_head.b": "lm_head.b", "ln1.gamma": "h.{i}.ln_1.g", "ln2.gamma": "h.{i}.ln_2.g",
+         "attn.W_o": "h.{i}.attn.c_proj.w", "attn.b_o": "h.{i}.attn.c_proj.b",
+         "ffn.W_1": "h.{i}.mlp.c_fc.w", "ffn.b_1": "h.{i}.mlp.c_fc.b",
+         "ffn.W_2": "h.{i}.mlp.c_proj.w", "ffn.b_2": "h.{i}.mlp.c_proj.b"}
+FUSED = {f"h.{{i}}.attn.c_attn.{w.lower()}": tuple(f"attn.{w}_{q}" for q in "qkv") for w in "Wb"}
 
 
 def decoder_ops(bug: str | None = None) -> SimpleNamespace:
     """The protocol's decoder_forward / decoder_backward / decoder_loss_and_grads of the model
     with the planted ``bug``, and its declaration."""
 
-    def decoder_forward(params, config, input_ids):
+    def logits_forward(params, config, input_ids):  # a model of the config's sizes
         forward, backward = make(bug, n_heads=config.n_heads, rope_base=config.rope_base)
-        logits, cache = forward.logits(_ours(params), input_ids)
+        logits, cache = forward.logits(params, input_ids)
         return logits, (backward, cache)
 
-    def decoder_backward(dlogits, cache):
-        return _protocol(cache[0].logits(dlogits, cache[1]))
-
-    def decoder_loss_and_grads(params, config, input_ids, labels=None):
-        logits, cache = decoder_forward(params, config, input_ids)
-        loss, dlogits = next_token_loss(logits, input_ids if labels is None else labels)
-        return loss, decoder_backward(dlogits(1.0), cache)
-
-    return SimpleNamespace(
-        decoder_forward=decoder_forward, decoder_backward=decoder_backward,
-        decoder_loss_and_grads=decoder_loss_and_grads,
-        CAPABILITIES={"decoder": {"position": "learned_rope", "final_norm": False,
+    return decoder(
+        logits_forward, lambda dlogits, cache: cache[0].logits(dlogits, cache[1]), names=NAMES,
+        fused=FUSED, transposed=("lm_head.w",), loss=next_token_loss,
+        capabilities={"decoder": {"position": "learned_rope", "final_norm": False,
                                   "head_bias": True, "tied": False},
                       "block": {"normalization": "rmsnorm"}, "attention": {"rope": "half"},
                       "ffn": {"activation": "gelu_tanh"}, "key_mask": False})
