@@ -11,8 +11,9 @@ the input again, ``softmax_backward`` the output; ``gelu_fwd``/``gelu_bwd`` pass
 ``rms_norm`` names its gain ``weight``; ``embed``/``cross_entropy`` take integer ids/labels;
 ``multi_head_attention`` takes ``n_heads`` by keyword only;
 ``add_positional_encoding`` adds the sinusoidal table that ``positional_encoding(d_model,
-max_len)`` returns alone, ``add_position_embedding`` a learned one; ``one_hot`` is a helper, no
-op."""
+max_len)`` returns alone, ``add_position_embedding`` a learned one; ``lm_head_loss(x, W, b,
+labels)`` takes its labels after its parameters (the protocol's order) and its backward the
+upstream dloss; ``one_hot`` is a helper, no op."""
 
 import numpy as np
 
@@ -137,6 +138,14 @@ def add_position_embedding(x, wpe):
 
 def add_position_embedding_backward(dout, cache):  # (dx, dwpe)
     return ops._position_embedding_backward(dout, cache)
+
+
+def lm_head_loss(x, W, b, labels):  # the labels after the parameters
+    return ops._linear_cross_entropy_forward(x, W, b, labels)
+
+
+def lm_head_loss_backward(dloss, cache):  # (dx, dW, db)
+    return ops._linear_cross_entropy_backward(dloss, cache)
 
 
 def one_hot(ids, n):

@@ -9,7 +9,9 @@ keeps its two projections in sub-objects (``fc1.W`` .. ``fc2.b``), its gradients
 dict beside them (``fc1.grad["W"]``); RMSNorm names its gain ``weight``; Embedding's backward
 returns nothing; CrossEntropyLoss's ``backward()`` takes no upstream gradient; SelfAttention
 names its projections loosely (``Wq``), its gradients in a dict; PositionalEncoding keeps a
-sinusoidal table of more positions than it adds, LearnedPositions a learned one."""
+sinusoidal table of more positions than it adds, LearnedPositions a learned one; LMHeadLoss is
+the LM head fused with its loss (``forward(h, targets)``), scoring 5 rows at a time,
+its ``backward()`` taking no upstream gradient."""
 
 import numpy as np
 
@@ -205,3 +207,25 @@ class LearnedPositions:
     def backward(self, dy):
         dx, self.dwpe = ops._position_embedding_backward(dy, self.cache)
         return dx
+
+
+class LMHeadLoss:
+    """A GPT's last step: logits ``h W + b`` and their mean cross-entropy in one, the rows
+    scored ``block_rows`` at a time (an [N, V] block at once would not fit in real sizes: the
+    probe's 6 rows make a block of 5 and one of 1).  Built from its arrays (a head tied to the
+    embedding is ``LMHeadLoss(wte.T)``), the bias optional.  ``backward()`` takes no upstream
+    gradient (dloss = 1), its gradients attributes."""
+
+    block_rows = 5
+
+    def __init__(self, W, b=None):
+        self.W, self.b = W, b
+
+    def forward(self, h, targets):
+        loss, self.cache = ops._linear_cross_entropy_forward(h, self.W, self.b, targets,
+                                                             block_rows=self.block_rows)
+        return loss
+
+    def backward(self):
+        dh, self.dW, self.db = ops._linear_cross_entropy_backward(1.0, self.cache)
+        return dh

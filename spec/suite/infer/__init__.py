@@ -7,7 +7,8 @@ The subjects are the module's classes with a forward-like and a backward-like me
 ``f_backward`` (``_grad``, ``d_f``, ...: :class:`FunctionPair`; a notebook's functions, whose
 ``__module__`` is None, count as the module's).  For each op it knows (:data:`PROBES`: linear,
 layernorm, rmsnorm, relu, gelu, silu, tanh, softmax, the ReLU FFN, embedding, attention,
-cross-entropy, the sinusoidal and learned positions) and each subject, it
+cross-entropy, the LM head fused with its cross-entropy, the sinusoidal and learned positions)
+and each subject, it
 
 * builds the class with its integer arguments drawn from the probe's distinct sizes (so a
   size names its axis: ``Linear(4, 5)`` is ``n_in = W.shape[0]``; an argument named as the
@@ -25,7 +26,9 @@ cross-entropy, the sinusoidal and learned positions) and each subject, it
   compared with anything, so that no bug of a backward can be inferred away -- the adapter it
   writes is then judged by ``minibert check`` like a hand-written one,
 * reads a class backward's source for the conventions (``+=`` into a gradient:
-  ``accumulate``; ``del self.``: ``single_use``).
+  ``accumulate``; ``del self.``: ``single_use``),
+* for a loss, probes its forms once more by its forward alone (``ignore_index``, ``reduction``:
+  :mod:`~minibert_spec.suite.infer.losses`).
 
 It returns the adapter's source: one comment per decision with its evidence, and the list of
 what it could not map (a forward function without a backward is named there).  The user

@@ -11,6 +11,7 @@ import numpy as np
 
 from minibert_spec.suite.infer.backward import _again_values, _backward
 from minibert_spec.suite.infer.blocks import infer_blocks  # the block row (blocks.py)
+from minibert_spec.suite.infer.losses import LOSS_OPS, declare_forms  # losses.py
 from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
 from minibert_spec.suite.infer.positions import POSITION_OPS, settle  # positions.py
 from minibert_spec.suite.infer.probes import (
@@ -87,6 +88,8 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
         _gelu_form(m, subject, probe)
     if m is not None and probe.op in NORM_EPS and "eps" not in (*m.ctor.values(), *m.inputs):
         _declare_eps(subject, m, variant if m.declares else probe)
+    if m is not None and probe.op in LOSS_OPS:  # ignore_index, reduction (losses.py)
+        declare_forms(subject, m, probe)
     if m is not None and probe.op in POSITION_OPS:  # a table's gradient, the encoding function
         return settle(subject, m, probe, missing)
     return m, missing

@@ -30,7 +30,8 @@ OP_NAMES = {"linear": ("linear", "dense", "affine"), "layernorm": ("layernorm", 
             "embedding": ("embedding", "embed"),
             "sinusoidal_position": ("positional_encoding", "sinusoidal"),
             "position_embedding": ("position_embedding", "pos_embed", "positional_embedding"),
-            "cross_entropy": ("cross_entropy", "crossentropy", "xent", "ce_loss", "nll")}
+            "cross_entropy": ("cross_entropy", "crossentropy", "xent", "ce_loss", "nll"),
+            "linear_cross_entropy": ("linear_cross_entropy", "lm_loss", "lm_head_loss")}
 # a backward's parameter names: its cache, the forward's output, the upstream gradient
 CACHE_NAMES = re.compile(r"cache\w*|ctx|saved\w*")
 OUT_NAMES = re.compile(r"(\w+_)?(out|output|y|p|probs?|a|s|result)")
@@ -61,7 +62,8 @@ class Probe:
     sizes: tuple[int, ...]  # the sizes an integer constructor argument may take
     declares: dict = field(default_factory=dict)  # the CAPABILITIES of this form of the op
     # the forward's inputs after x that are not parameters (a loss's labels), in the protocol's
-    # order: a class's forward and a function take them next, positionally
+    # order: a class's forward takes them next, positionally; a function right after x or after
+    # its parameters (Trial.extra_args)
     extra: tuple[str, ...] = ()
     # the inputs drawn as integers in [0, bound): an embedding's ids (x), a loss's labels
     ints: Mapping[str, int] = field(default_factory=dict)
@@ -83,7 +85,7 @@ class Probe:
 
 
 # the ops whose output is one number (the backward may take no upstream gradient)
-SCALAR_OPS = ("cross_entropy",)
+SCALAR_OPS = ("cross_entropy", "linear_cross_entropy")
 # B = 2, T = 3: distinct from every size, so a size found on an axis names that axis alone
 PROBES = {
     "linear": Probe("linear", ("W", "b"), {"x": (2, 3, 4), "W": (4, 5), "b": (5,)}, (4, 5),
@@ -113,6 +115,13 @@ PROBES = {
     # logits [2, 3, V = 5], labels [2, 3] in [0, V): the mean over every position
     "cross_entropy": Probe("cross_entropy", (), {"x": (2, 3, 5), "labels": (2, 3)}, (),
                            extra=("labels",), ints={"labels": 5}),
+    # the LM head fused with its loss: x [2, 3, H = 4], W [H, V = 5] (a class built from (4, 5)
+    # is (n_in, V)), b [V] optional, labels [2, 3] in [0, V) -- the shapes in the protocol's
+    # order (x, W, b, labels), the labels after the parameters
+    "linear_cross_entropy": Probe("linear_cross_entropy", ("W", "b"),
+                                  {"x": (2, 3, 4), "W": (4, 5), "b": (5,), "labels": (2, 3)},
+                                  (4, 5), extra=("labels",), ints={"labels": 5},
+                                  optional=("b",)),
     # x [2, T = 3, H = 4]: a class built from (T, d) is given 3 and 4, each naming its axis of
     # x; before position_embedding, which a fixed table of [T_max, H] would match too
     "sinusoidal_position": Probe("sinusoidal_position", (), {"x": (2, 3, 4)}, (3, 4),
@@ -176,13 +185,15 @@ def _probe_values(probe: Probe, seed: int = 0) -> dict:
 
 def _reference_forward(op: str, vals: dict, **kwargs):
     """The reference's output on the probe (a parameter the probe lacks: None, the op's form
-    without it); ``kwargs`` to its forward (an eps)."""
+    without it); ``kwargs`` to its forward (an eps).  Everything after x goes by its protocol
+    name: a loss's labels follow its parameters there (``linear_cross_entropy(x, W, b,
+    labels)``), whatever the probe's own order."""
     import minibert_reference
 
     fwd = getattr(minibert_reference, f"{op}_forward")
     probe = PROBES[op]
-    return fwd(vals["x"], *(vals[e] for e in probe.extra), *(vals.get(p) for p in probe.params),
-               **probe.scalars, **kwargs)[0]
+    return fwd(vals["x"], **{e: vals[e] for e in probe.extra},
+               **{p: vals.get(p) for p in probe.params}, **probe.scalars, **kwargs)[0]
 
 
 @dataclass(frozen=True)
@@ -195,6 +206,9 @@ class Trial:
     placed: dict
     transposed: tuple
     extra: tuple = ()  # the probe's extra inputs (labels), taken after x
+    # a function's arguments taking ``extra`` by keyword, where they follow its parameters
+    # (``lm_loss(x, W, b, targets)``); (): positionally, right after x
+    extra_args: tuple = ()
 
     def layout(self, p: str, vals: dict):
         """The probe's parameter ``p`` in the subject's own layout."""

@@ -219,28 +219,51 @@ class FunctionPair:
     def trials(self, probe: Probe):
         if len(self.args) < 1 + len(probe.extra):
             return
-        # after the input, the extra inputs (labels), then the parameters' slots
         # the protocol's keywords (n_heads) given their probe value, like an eps
         fixed = {**_eps_args([p.name for p in self.args[1:]], probe),
                  **{p.name: probe.scalars[p.name] for p in self.args[1:]
                     if p.name in probe.scalars}}
-        rest = [p for p in self.args[1 + len(probe.extra):] if p.name not in fixed]
-        needed = {p.name for p in rest if p.default is p.empty}
-        slots = {p.name: None for p in rest}
-        named = _named({p.name: "" for p in rest}, probe)
-        if len(probe.params) > MAX_UNNAMED:  # attention's eight: by name, not every order
-            slots = {a: "" for a in named.values()}
-        for placed, transposed in _place(slots, probe, named):
-            if needed <= set(placed.values()):
-                yield Trial(fixed, placed, transposed, probe.extra)
+        for i, extra_args in enumerate(self._extra_slots(probe)):
+            # the parameters' slots: the arguments after the input but the extra inputs'
+            rest = [p for p in self.args[1:] if p.name not in fixed and p.name not in extra_args]
+            needed = {p.name for p in rest if p.default is p.empty}
+            slots = {p.name: None for p in rest}
+            named = _named({p.name: "" for p in rest}, probe)
+            if len(probe.params) > MAX_UNNAMED:  # attention's eight: by name, not every order
+                slots = {a: "" for a in named.values()}
+            for placed, transposed in _place(slots, probe, named):
+                if needed <= set(placed.values()):
+                    yield Trial(fixed, placed, transposed, probe.extra,
+                                extra_args if i else ())  # after the parameters
+
+    def _extra_slots(self, probe: Probe) -> list[tuple[str, ...]]:
+        """The arguments that may take the probe's extra inputs (a loss's labels): those right
+        after the input (``cross_entropy(logits, labels)``), or else the last required ones,
+        after the parameters (``lm_loss(x, W, b, targets)``, the protocol's own order).  Which
+        is right only the forward's output tells."""
+        k = len(probe.extra)
+        positional = [p for p in self.args[1:] if p.kind is not p.KEYWORD_ONLY]
+        slots = [tuple(p.name for p in positional[:k])]
+        required = [p.name for p in positional if p.default is p.empty]
+        if k and len(required) >= k and tuple(required[-k:]) != slots[0]:
+            slots.append(tuple(required[-k:]))
+        return slots
+
+    def _extra_names(self, trial: Trial) -> tuple[str, ...]:
+        """The function's arguments that take the trial's extra inputs, in their order."""
+        return trial.extra_args or tuple(a.name for a in self.args[1:1 + len(trial.extra)])
 
     def run(self, trial: Trial, probe: Probe, vals: dict, x):
         kwargs = {arg: trial.layout(p, vals) for p, arg in trial.placed.items()}
-        return self.fn(x.copy(), *_extra(probe, vals, x), **kwargs, **trial.fixed), None
+        extra = _extra(probe, vals, x)
+        if trial.extra_args:  # after the parameters: by their own names
+            kwargs.update(zip(trial.extra_args, extra))
+            extra = []
+        return self.fn(x.copy(), *extra, **kwargs, **trial.fixed), None
 
     def forward_names(self, trial: Trial) -> dict:
         return {self.args[0].name: "x",
-                **{a.name: e for a, e in zip(self.args[1:], trial.extra)},
+                **dict(zip(self._extra_names(trial), trial.extra)),
                 **{arg: p for p, arg in trial.placed.items()},
                 **{arg: _fixed_role(arg) for arg in trial.fixed}}
 
@@ -251,9 +274,11 @@ class FunctionPair:
         return ""
 
     def describe(self, trial: Trial) -> str:
-        args = [a.name for a in self.args[:1 + len(trial.extra)]] + \
+        # extra inputs after the parameters are passed by keyword, and shown so (run)
+        args = [self.args[0].name, *(() if trial.extra_args else self._extra_names(trial))] + \
             [f"{arg}={p}" for p, arg in trial.placed.items()] + \
-            [f"{arg}={_fixed_role(arg)}" for arg in trial.fixed]
+            [f"{arg}={_fixed_role(arg)}" for arg in trial.fixed] + \
+            [f"{arg}={e}" for arg, e in zip(trial.extra_args, trial.extra)]
         return f"{self.label}({', '.join(args)})"
 
     def inputs(self, trial: Trial) -> tuple:
@@ -261,7 +286,7 @@ class FunctionPair:
         skipped (a keyword call then)."""
         back = {**{arg: p for p, arg in trial.placed.items()},
                 **{a: _fixed_role(a) for a in trial.fixed},
-                **{a.name: e for a, e in zip(self.args[1:], trial.extra)}}
+                **dict(zip(self._extra_names(trial), trial.extra))}
         names = [p.name for p in self.args]
         last = max((names.index(a) for a in back), default=0)
         return ("x",) + tuple(back.get(n) for n in names[1:last + 1])
