@@ -26,8 +26,11 @@ def _llama_mlp(H: int, I: int, bias: bool):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaMLP
 
+    # head_dim: the MLP has no attention, but the config validates RoPE's rotary dimension,
+    # which must be even -- left to default (H / heads) an odd H is refused, a false red on a
+    # correct SwiGLU of odd width
     config = LlamaConfig(hidden_size=H, intermediate_size=I, mlp_bias=bias, hidden_act="silu",
-                         num_attention_heads=1, num_hidden_layers=1, vocab_size=8)
+                         num_attention_heads=1, head_dim=2, num_hidden_layers=1, vocab_size=8)
     return LlamaMLP(config)
 
 

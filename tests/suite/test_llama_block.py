@@ -64,3 +64,21 @@ def test_an_implementation_without_swiglu_is_not_applicable_naming_its_declarati
     for r in report.results:
         assert r.outcome == "n/a", (r.id, r.outcome, r.message)
         assert "SwiGLU" in r.message and "block.ffn=mlp" in r.message, r.message
+
+
+@pytest.mark.parametrize("H", [9, 8])
+def test_the_swiglu_twin_takes_any_width(H):
+    """transformers' LlamaConfig validates RoPE's rotary dimension (hidden_size / heads, which
+    must be even) even for the MLP alone: the twin is built with an even head_dim of its own, so
+    a SwiGLU of odd width is compared, not refused (a false red on a correct implementation
+    before: "RoPE requires an even rotary dimension, but got head_dim=9")."""
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    from minibert_spec.suite.torch_swiglu import swiglu
+
+    rng = np.random.default_rng(0)
+    x, W_1, W_3, W_2 = (rng.standard_normal(s) for s in ((2, 3, H), (H, 5), (H, 5), (5, H)))
+    want = minibert_reference.swiglu_forward(x, W_1, W_2, W_3)[0]
+    got = swiglu(*(torch.from_numpy(a) for a in (x, W_1, W_2, W_3))).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
