@@ -37,16 +37,14 @@ BLOCK_FORMS = ("post", "pre", "inner")
 # findings, not infer's: under these the inferred row is written (the example equals the
 # mutated reference, as it must) and stays green -- the reference itself under the mutant is
 # green on the same op, so the suite's checks of that row never reach the bug (a stability bug
-# of a kernel the block runs, seen only at inputs the block's cases never draw; the global
-# norm's chunk tail, only past 64K elements).  Strict: a check that starts killing one flips it.
+# of a kernel the block runs, seen only at inputs the block's cases never draw).  Strict: a
+# check that starts killing one flips it.  (The global norm's chunk tail was one, past 64K
+# entries: invariant[clip.model_sized_tensors] kills it now.)
 KNOWN_GREEN = {
     "layernorm_one_pass_variance-post": "the block's checks draw no large-mean inputs: only "
     "layernorm's own invariant (large_mean_float32) kills it",
     "softmax_no_max_subtraction-post": "the block's checks draw no large logits: only "
     "softmax's own invariants and FD kill it",
-    "global_norm_stale_chunk_tail": "the clip row's checks use no gradient past the norm's "
-    "64K-element chunk: no check of the suite kills it (only the reference's own "
-    "chunk-boundary test)",
 }
 # each row's line in the adapter when infer writes it
 ROW_LINES = {"adam": "adam_init, adam_step = optimizer(", "schedule": "def warmup_linear_lr(",
