@@ -8,9 +8,7 @@ forward outputs and shapes only -- never turns a catalog bug of those ops into a
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 import textwrap
 
 import numpy as np
@@ -19,18 +17,13 @@ import pytest
 from minibert_spec.mutants import CATALOG, applied
 from minibert_spec.suite.infer import PROBES, infer_source
 from tests.examples import infer_functions, infer_layers, infer_near_miss
+from tests.suite.infer_support import exec_source as _exec
+from tests.suite.infer_support import load_source as _load
 from tests.unshrunk import check_implementation
 
 MODULE = infer_layers.__name__
 EXAMPLES = (MODULE, infer_functions.__name__)  # class-style, function-style
 _TARGET = re.compile(r"^ops\._(?P<op>[a-z_]+)_(forward|backward)$")
-
-
-def _load(tmp_path, monkeypatch, source: str, name: str):
-    (tmp_path / f"{name}.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(name, None)
-    return importlib.import_module(name)
 
 
 # kernels named otherwise than the op's forward/backward: the table sinusoidal_position adds
@@ -248,14 +241,6 @@ def _fingerprint(module: str, op: str) -> list:
 
 
 _CORRECT: dict = {}
-
-
-def _exec(source: str):
-    import types
-
-    module = types.ModuleType("inferred_correct")
-    exec(compile(source, "<inferred>", "exec"), module.__dict__)  # noqa: S102 -- our own output
-    return module
 
 
 def test_the_catalog_mutants_of_the_inferred_ops_are_tried():

@@ -8,11 +8,7 @@ would not be either)."""
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
-import textwrap
-import types
 
 import numpy as np
 import pytest
@@ -22,23 +18,12 @@ from minibert_spec.suite.infer import infer_source
 from minibert_spec.suite.infer.losses import SUM_OF_NOTHING_CHECKED
 from tests.examples import infer_functions, infer_layers
 from tests.examples import realstyle_lm_head_loss as lm_head
+from tests.suite.infer_support import exec_source as _exec
+from tests.suite.infer_support import load_source as _load
 from tests.unshrunk import check_implementation
 
 # an upstream gradient other than 1: a backward that ignores it (or the adapter's scaling) shows
 DLOSS = -0.7
-
-
-def _load(tmp_path, monkeypatch, source: str, name: str):
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(name, None)
-    return importlib.import_module(name)
-
-
-def _exec(source: str):
-    module = types.ModuleType("inferred_losses")
-    exec(compile(source, "<inferred>", "exec"), module.__dict__)  # noqa: S102 -- our own output
-    return module
 
 
 def _lce_values(seed=0, shape=(2, 4), n=3, V=6, bias=True):

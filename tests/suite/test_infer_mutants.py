@@ -13,9 +13,6 @@ skip for a mutant that does not change what the example computes."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import numpy as np
 import pytest
 
@@ -23,6 +20,7 @@ import minibert_reference.ops as reference_ops
 from minibert_spec.mutants import CATALOG, applied
 from minibert_spec.suite.infer import infer_source
 from tests.examples import infer_training as example
+from tests.suite.infer_support import load_source as _load
 from tests.unshrunk import check_implementation
 
 MODULE = example.__name__
@@ -75,13 +73,6 @@ def _cases() -> list:
 
 
 CASES = _cases()
-
-
-def _load(tmp_path, monkeypatch, source: str, name: str):
-    (tmp_path / f"{name}.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(name, None)
-    return importlib.import_module(name)
 
 
 def _grads(rng, shapes: dict) -> dict:

@@ -7,10 +7,8 @@ optimizer mutants written as classes) is listed as not mapped, never adapted awa
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -23,6 +21,7 @@ from tests.examples import (
     realstyle_step_kwargs,
     realstyle_tutorial,
 )
+from tests.suite.infer_support import load_source as _load
 
 # example -> (its optimizer class, what the adapter's optimizer(...) call must hold)
 EXAMPLES = {
@@ -38,13 +37,6 @@ EXAMPLES = {
     "step_kwargs": (realstyle_step_kwargs, "Adam", [
         "'lr': 'lr='", "('beta1', 'beta2'): 'betas'", "t='t='", "first_t=1"]),
 }
-
-
-def _load(tmp_path, monkeypatch, source: str, name: str):
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(name, None)
-    return importlib.import_module(name)
 
 
 def _row(cls) -> tuple[str, list[str]]:

@@ -5,29 +5,15 @@ the class's table attribute, a module function or the forward at x = 0) and a le
 
 from __future__ import annotations
 
-import importlib
-import sys
 import textwrap
-import types
 
 import numpy as np
 
 import minibert_reference as R
 from minibert_spec.suite.infer import infer_source
 from tests.examples import realstyle_numpy_transformer as numpy_transformer
-
-
-def _load(tmp_path, monkeypatch, source: str, name: str):
-    (tmp_path / f"{name}.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(name, None)
-    return importlib.import_module(name)
-
-
-def _exec(source: str):
-    module = types.ModuleType("inferred_positions")
-    exec(compile(source, "<inferred>", "exec"), module.__dict__)  # noqa: S102 -- our own output
-    return module
+from tests.suite.infer_support import exec_source as _exec
+from tests.suite.infer_support import load_source as _load
 
 
 def _assert_table(adapter, T=7, d=5):

@@ -8,7 +8,6 @@ adapted away; the lr(0) = 0 convention and a divisor guard are declared by their
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -20,13 +19,7 @@ import pytest
 from minibert_spec.suite.infer import infer_source
 from minibert_spec.suite.infer.training import infer_training, training_code
 from tests.examples import realstyle_minigpt
-
-
-def _load(tmp_path, monkeypatch, source: str, name: str):
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(name, None)
-    return importlib.import_module(name)
+from tests.suite.infer_support import load_source as _load
 
 
 def _rows(mod) -> tuple[dict, list[str]]:
