@@ -145,7 +145,17 @@ def miss_reason(row: str, missing: list[str]) -> str:
     key = row.replace("_", "")
     said += [m for m in missing if m.startswith(("class ", "functions "))
              and key in m.split(":", 1)[0].lower().replace("_", "")]
-    return "; ".join(said) if said else f"no probe for {row} (infer probes: {', '.join(PROBES)})"
+    if said:
+        return "; ".join(said)
+    if row in OTHER_ROWS:
+        return f"nothing in the module reads as one ({OTHER_ROWS[row]})"
+    return f"no probe for {row} (infer probes: {', '.join(PROBES)}; and {', '.join(OTHER_ROWS)})"
+
+
+# the rows infer writes by other means than a probe of PROBES, and what it looks for
+OTHER_ROWS = {"adam": "an optimizer class: a params dict and a step method",
+              "schedule": "a function of the step and three numbers, or a class",
+              "clip": "a function named like clipping", "block": "a block class (not functions)"}
 
 
 def measure(module: str, hand: str, tmp: Path, check: bool) -> dict:
