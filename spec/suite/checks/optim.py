@@ -160,7 +160,7 @@ def clip_exact_norm_and_passthrough(impl):
 
 @check("invariant", "clip.model_sized_tensors", equations=("clip.global_norm",), quick=True)
 def clip_model_sized_tensors(impl):
-    """The global norm and the clipped gradients on tensors of a real model's sizes: Mini-BERT's
+    """The global norm (both functions') on tensors of a real model's sizes: Mini-BERT's
     word embeddings [8192, 192] (1.57M entries), a tensor of an odd size beside it, a bias.
     Code that sums squares in chunks or blocks (to bound memory, or over threads) is reached
     past its first chunk only on such sizes: the small tensors of the other checks never
@@ -171,10 +171,10 @@ def clip_model_sized_tensors(impl):
     want = float(np.sqrt(sum(float(np.sum(v * v, dtype=np.float64)) for v in g.values())))
     assert_rel(impl.global_grad_norm(g), want, ORACLE_RTOL_F64,
                "global_grad_norm of model-sized tensors")
-    eps = clip_guard(declared_guards(impl))
-    clipped, norm = impl.clip_by_global_norm(g, want / 3)
+    # above the norm: the gradients pass through whatever divisor guard is declared (the
+    # factor's formula is clip.exact_norm_and_passthrough's), so a red here is the sums alone
+    same, norm = impl.clip_by_global_norm(g, 2 * want)
     assert_rel(norm, want, ORACLE_RTOL_F64, "the norm clip_by_global_norm returns (model-sized)")
-    factor = clipped_norm(want, want / 3, eps) / want
     for k in g:
-        assert_close(clipped[k], g[k] * factor, rtol=ORACLE_RTOL_F64,
-                     what=f"clipped[{k!r}] (model-sized, one common factor)")
+        assert np.array_equal(same[k], g[k]), (
+            f"clip_by_global_norm below max_norm changed {k!r} (model-sized tensors)")
