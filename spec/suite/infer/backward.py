@@ -139,7 +139,8 @@ def _backward(subject, m: Mapping_, probe: Probe, vals: dict, trial: Trial, retu
     try:
         back = call(*_again_values(again, trial, vals, vals["x"], dout, returned, m.output))
     except Exception as e:  # noqa: BLE001
-        m.unusable = True  # the call decided does not run: no row
+        # the call is decided and the user's backward raises: the row is written (minibert
+        # check makes the raise a red naming it; infer's own check says so before it is done)
         return [f"{m.op}: {subject.label}: {call.__name__} raised {type(e).__name__}: {e}"]
     after = _arrays(obj, GRAD_DEPTH) if obj is not None else {}
 

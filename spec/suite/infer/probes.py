@@ -160,7 +160,7 @@ class Mapping_:
     again: tuple = ()
     accumulate: bool = False
     upstream: bool = True  # False: a loss's backward taking no dloss (layer(upstream=False))
-    unusable: bool = False  # its backward's call could not be decided, or does not run: no row
+    unusable: bool = False  # its backward's call could not be decided: no row
     single_use: bool = False
     ranks: tuple = ()  # the input ranks its forward and backward run on, where not all do
     declares: dict = field(default_factory=dict)  # the op's declared form (CAPABILITIES)
