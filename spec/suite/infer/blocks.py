@@ -31,6 +31,7 @@ from minibert_spec.suite.infer.probes import (
     GRAD_DEPTH,
     PROTOCOL_EPS,
     Mapping_,
+    deviation,
 )
 from minibert_spec.suite.infer.subjects import _arrays, _method
 
@@ -237,10 +238,9 @@ def _reference(x, p, form, mask=None, causal=None):
 
 
 def _dev(got, want) -> float:
+    """The forward's output (item 0 of a tuple) against ``want``: inf where it is no array."""
     got = got[0] if isinstance(got, tuple) and got else got
-    if not isinstance(got, np.ndarray) or got.shape != want.shape or not np.all(np.isfinite(got)):
-        return np.inf
-    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-300))
+    return deviation(got, want) if isinstance(got, np.ndarray) else np.inf
 
 
 def _run(build: _Build, placed: dict, transposed, p: dict, x, *args):

@@ -25,6 +25,7 @@ from minibert_spec.suite.infer.probes import (
     Probe,
     _probe_values,
     _reference_forward,
+    deviation,
 )
 from minibert_spec.suite.infer.subjects import (
     ClassLayer,
@@ -42,9 +43,8 @@ def _output(got, want):
     for index, out in ([(None, got)] + ([(0, got[0])] if isinstance(got, tuple) and got
                                         else [])):
         # an array, or a loss's one number (a NumPy or a Python float)
-        out = np.asarray(out) if isinstance(out, (np.ndarray, np.floating, float)) else None
-        if out is not None and out.shape == want.shape and np.all(np.isfinite(out)):
-            dev = float(np.max(np.abs(out - want)) / max(np.max(np.abs(want)), 1e-300))
+        if isinstance(out, (np.ndarray, np.floating, float)):
+            dev = deviation(out, want)
             if dev <= FORWARD_RTOL:
                 return index, dev
     return None

@@ -30,6 +30,7 @@ import numpy as np
 
 from minibert_spec.suite.adapter_optim import optimizer
 from minibert_spec.suite.adapter_paths import get_path
+from minibert_spec.suite.infer.probes import deviation
 
 # the step method's names, tried in this order (then any public method naming a step/update)
 STEP_NAMES = ("step", "update", "apply", "apply_gradients", "apply_grads", "update_params")
@@ -279,13 +280,6 @@ def _trial(cls, ctor: dict, step: str, extras: dict):
 
 
 # ------------------------------------------------------------------------- the evidence
-def _deviation(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape or not np.all(np.isfinite(a)):
-        return float("inf")
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
-
-
 def _evidence(cls, kwargs: dict) -> tuple[float, str]:
     """(the largest relative deviation from the reference's adam_step over CHECK_STEPS steps,
     where it is largest); the first step and tensor beyond OPTIM_RTOL stops it."""
@@ -311,9 +305,9 @@ def _steps_against_reference(cls, kwargs: dict) -> tuple[float, str]:
             extra = {"no_decay": exempt} if kwargs.get("no_decay") else {}
             p2, state = step(p, g, state, **hyper, **extra)
             rp2, ref = ref_step(rp, g, ref, **hyper, no_decay=exempt)
-            devs = {f"the update of {k!r}": _deviation(p2[k] - p[k], rp2[k] - rp[k])
+            devs = {f"the update of {k!r}": deviation(p2[k] - p[k], rp2[k] - rp[k])
                     for k in params}
-            devs.update({f"{w} of {k!r}": _deviation(state[w][k], ref[w][k])
+            devs.update({f"{w} of {k!r}": deviation(state[w][k], ref[w][k])
                          for w in ("m", "v") for k in params})
             devs["the step count"] = 0.0 if state["step"] == ref["step"] else float("inf")
             what, dev = max(devs.items(), key=lambda kv: kv[1])

@@ -183,6 +183,16 @@ def _probe_values(probe: Probe, seed: int = 0) -> dict:
     return vals
 
 
+def deviation(got, want) -> float:
+    """max |got - want| / max |want| (the one measure of infer's numeric evidence: a forward
+    against the reference's, an optimizer's update, a clipped tensor); inf where the shapes
+    differ or ``got`` is not finite."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape or not np.all(np.isfinite(got)):
+        return float("inf")
+    return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-300))
+
+
 def _reference_forward(op: str, vals: dict, **kwargs):
     """The reference's output on the probe (a parameter the probe lacks: None, the op's form
     without it); ``kwargs`` to its forward (an eps).  Everything after x goes by its protocol

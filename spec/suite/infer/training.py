@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minibert_spec.suite.infer.probes import EPS_NAMES, deviation
+
 # (peak_lr, warmup_steps, total_steps): three distinct values each, so that no permutation of
 # the arguments gives the same rates; a one-step warmup and a one-step decay among them
 SCHEDULE_GRID = ((0.37, 5, 23), (2e-3, 1, 7), (0.05, 3, 4))
@@ -48,7 +50,6 @@ CLIP_RTOL = 1e-12
 # changes the factor by 1e-2 (a guard of 1e-15 still by 1e-11, beyond CLIP_RTOL)
 CLIP_SHAPES = {"encoder.W": (3, 4), "encoder.b": (4,), "head.W": (4, 2)}
 SMALL_NORM = 1e-4
-EPS_ARGS = ("eps", "epsilon")
 PROTOCOL_NAMES = ("warmup_linear_lr", "global_grad_norm", "clip_by_global_norm")
 
 
@@ -285,7 +286,7 @@ def _clip_form(f, g: dict, max_norm: float) -> tuple[str | None, bool, str]:
 
 def _eps_arg(f) -> inspect.Parameter | None:
     """An optional argument named as a divisor guard (``eps``, ``epsilon``)."""
-    return next((p for p in _params(f)[2:] if p.name in EPS_ARGS and p.default is not p.empty
+    return next((p for p in _params(f)[2:] if p.name in EPS_NAMES and p.default is not p.empty
                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)), None)
 
 
@@ -336,8 +337,7 @@ def _clip_deviation(ns: dict, eps: float, passes_eps: bool) -> tuple[float, str]
                 return float("inf"), f"raised {_first_line(ex)} ({what})"
             want, _ = ref_clip(g, factor * norm, eps=e)
             devs["the norm it returns"] = abs(float(got) - norm) / norm
-            devs.update({f"clipped[{k!r}]": float(np.max(np.abs(np.asarray(clipped[k]) - want[k]))
-                                                  / np.max(np.abs(want[k]))) for k in g})
+            devs.update({f"clipped[{k!r}]": deviation(clipped[k], want[k]) for k in g})
             devs["its input"] = 0.0 if all(np.array_equal(given[k], g[k]) for k in g) \
                 else float("inf")
             name, dev = max(devs.items(), key=lambda kv: kv[1] if np.isfinite(kv[1]) else np.inf)
