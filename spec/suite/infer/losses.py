@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minibert_reference.ops import IGNORE_INDEX as PROTOCOL_IGNORE_INDEX  # the losses' default
 from minibert_spec.suite.infer.probes import (
     FORWARD_RTOL,
     Mapping_,
@@ -38,8 +39,6 @@ from minibert_spec.suite.infer.probes import (
 )
 
 LOSS_OPS = ("cross_entropy", "linear_cross_entropy")
-# the protocol's ignore_index (minibert_reference.ops.IGNORE_INDEX, the losses' default)
-PROTOCOL_IGNORE_INDEX = -100
 # the ops whose sum over no predicted position the suite checks to be 0
 # (invariant[cross_entropy.sum_of_nothing_is_zero]); tests/suite/test_infer_losses.py keeps this
 # in step with the registered checks
