@@ -82,8 +82,7 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
         if m is not None:
             m.declares = variant.declares
             m.evidence.append(f"the declared form {variant.declares} (the standard one does "
-                              "not match)" if variant.declares else "no bias found: calls "
-                              "with b are not applicable")
+                              "not match)")
     if m is not None and probe.op == "gelu":
         _gelu_form(m, subject, probe)
     if m is not None and probe.op in NORM_EPS and "eps" not in (*m.ctor.values(), *m.inputs):

@@ -136,8 +136,6 @@ PROBES = {
 VARIANT_PROBES = {
     "layernorm": Probe("layernorm", (), {"x": (2, 3, 6)}, (6,),
                        {"layernorm": {"affine": False}}),
-    # a linear layer without a bias (tutorial code's x @ W): no declaration, b is optional
-    "linear": Probe("linear", ("W",), {"x": (2, 3, 4), "W": (4, 5)}, (4, 5)),
     # microgpt's x / rms(x): no gain
     "rmsnorm": Probe("rmsnorm", (), {"x": (2, 3, 6)}, (6,), {"rmsnorm": {"gain": False}}),
 }
