@@ -89,14 +89,15 @@ def infer_source(module: str) -> str:
 def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> str:
     """The adapter's source for what :func:`infer` found in ``module``."""
     alias = "impl"
+    # each sinusoidal row's sinusoidal_encoding, written beside it (positions.py)
+    encodings = [encoding_source(m, alias) for m in mappings]
     out = [f'"""Adapter: {module} under the minibert protocol (from `minibert adapter infer '
            f'{module}`).', "",
            "Each mapping was chosen by forward outputs and shapes only (never by gradients):",
            "review it, then check it with: minibert check <this module>", '"""', "",
            f"import {module} as {alias}",
-           *(["import numpy as np"] if any(encoding_source(m, alias) or
-                                           getattr(m, "needs_numpy", False) for m in mappings)
-             else []),
+           *(["import numpy as np"] if any(encodings) or
+             any(getattr(m, "needs_numpy", False) for m in mappings) else []),
            f"from minibert_spec.suite.adapters import "
            f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}", ""]
     caps: dict = {}
@@ -107,12 +108,12 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
     if caps:
         out += ["# what the code declares (its forms, the ranks it runs on)",
                 f"CAPABILITIES = {caps!r}", ""]
-    for m in mappings:
+    for m, encoding in zip(mappings, encodings):
         out += [f"# {e}" for e in m.evidence]
         out += [block_call(m, alias) if isinstance(m, BlockMapping) else
                 training_code(m, alias) if isinstance(m, TrainingMapping) else
                 optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
-        out += encoding_source(m, alias)  # sinusoidal_encoding beside its row (positions.py)
+        out += encoding
     out.append("# not mapped (write these by hand, or leave them n/a):")
     out += [f"#   {s}" for s in missing] or ["#   nothing"]
     return "\n".join(out) + "\n"
