@@ -22,7 +22,7 @@ from minibert_spec.suite.infer.probes import (
     Trial,
     _reference_forward,
 )
-from minibert_spec.suite.infer.subjects import _arrays
+from minibert_spec.suite.infer.subjects import _arrays, _extra
 
 
 def _grad_candidates(changed: dict, returned, shape) -> list[str]:
@@ -104,9 +104,8 @@ def _roles(params, names: dict, cached: bool) -> tuple[str, ...]:
 def _again_values(roles, trial: Trial, vals: dict, x, dout, returned, output):
     """The backward's arguments for ``roles`` on a probe run."""
     out = returned[output] if output is not None else returned
-    cut = (0,) * (vals["x"].ndim - np.ndim(x))  # the extra inputs at x's rank (labels)
     given = {"x": x, "dout": dout, "out": out, "eps": PROTOCOL_EPS,
-             **{e: vals[e][cut] for e in trial.extra}}
+             **dict(zip(trial.extra, _extra(trial.extra, vals, x)))}  # labels at x's rank
     return [returned[1] if r == "forward[1]" else given[r] if r in given else
             trial.layout(r, vals) for r in roles]
 

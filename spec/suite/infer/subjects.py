@@ -179,7 +179,7 @@ class ClassLayer:
                 for path, a in _arrays(obj).items():
                     if a.shape == probe.shapes[b] and path not in trial.placed.values():
                         set_path(obj, path, np.zeros_like(a))
-        return getattr(obj, self.forward)(x.copy(), *_extra(probe, vals, x)), obj
+        return getattr(obj, self.forward)(x.copy(), *_extra(probe.extra, vals, x)), obj
 
     def forward_names(self, trial: Trial) -> dict:
         params = list(inspect.signature(getattr(self.cls, self.forward)).parameters)
@@ -255,7 +255,7 @@ class FunctionPair:
 
     def run(self, trial: Trial, probe: Probe, vals: dict, x):
         kwargs = {arg: trial.layout(p, vals) for p, arg in trial.placed.items()}
-        extra = _extra(probe, vals, x)
+        extra = _extra(probe.extra, vals, x)
         if trial.extra_args:  # after the parameters: by their own names
             kwargs.update(zip(trial.extra_args, extra))
             extra = []
@@ -311,11 +311,11 @@ def _named_none(obj, probe: Probe) -> dict:
     return {p: p for p in probe.params if hasattr(obj, p) and getattr(obj, p) is None}
 
 
-def _extra(probe: Probe, vals: dict, x) -> list:
-    """The probe's extra inputs (labels) for input ``x``: their leading axes cut as x's were
-    (a rank below the probe's, ``_ranks``)."""
+def _extra(names, vals: dict, x) -> list:
+    """The extra inputs ``names`` (a loss's labels) for input ``x``: their leading axes cut as
+    x's were (a rank below the probe's, ``_ranks``)."""
     cut = vals["x"].ndim - np.ndim(x)
-    return [vals[e][(0,) * cut].copy() for e in probe.extra]
+    return [vals[e][(0,) * cut].copy() for e in names]
 
 
 def _pairs(functions) -> tuple[list[FunctionPair], list]:
