@@ -14,9 +14,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from minibert_spec.mutants import CATALOG, applied
+from minibert_spec.mutants import CATALOG
 from minibert_spec.suite.infer import PROBES, infer_source
 from tests.examples import infer_functions, infer_layers, infer_near_miss
+from tests.suite.infer_support import assert_no_bug_inferred_away
 from tests.suite.infer_support import exec_source as _exec
 from tests.suite.infer_support import load_source as _load
 from tests.unshrunk import check_implementation
@@ -256,22 +257,8 @@ def test_infer_never_infers_a_bug_away(name, module, tmp_path, monkeypatch):
     red.  A mutant that does not change what the example computes (a branch it never takes: the
     tanh GELU, LayerNorm without its affine map) does not apply to it."""
     op = _op(CATALOG[name])
-    want = _fingerprint(module, op)
-    with applied(name):
-        try:
-            got = _fingerprint(module, op)
-        except Exception:  # noqa: BLE001 -- the mutant changes what it computes: it applies
-            got = []
-    if got and all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(got, want)):
-        pytest.skip(f"{name} does not change what the example's {op} code computes")
-    with applied(name):
-        source = infer_source(module)
-        adapter = _load(tmp_path, monkeypatch, source, f"inferred_{name}")
-        report = check_implementation(adapter, ops=[op], first_red=True)
-    verdict = report.verdicts()[op]
-    assert verdict != "ok", f"{name} passes under the inferred adapter:\n{source}"
-    if f"{op}_forward, {op}_backward = layer(" in source:
-        assert verdict == "FAIL", (verdict, report.summary())
+    assert_no_bug_inferred_away(name, op, module, lambda: _fingerprint(module, op),
+                                f"{op}_forward, {op}_backward = layer(", tmp_path, monkeypatch)
 
 
 def test_infer_declares_the_ranks_a_layer_runs_on(tmp_path, monkeypatch):

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 import minibert_reference.ops as reference_ops
-from minibert_spec.mutants import CATALOG, applied
+from minibert_spec.mutants import CATALOG
 from minibert_spec.suite.infer import infer_source
 from tests.examples import infer_training as example
+from tests.suite.infer_support import assert_no_bug_inferred_away
 from tests.suite.infer_support import load_source as _load
 from tests.unshrunk import check_implementation
 
@@ -171,20 +172,5 @@ def test_infer_never_infers_a_training_bug_away(name, op, form, tmp_path, monkey
     that does not change what the example computes (another block form's kernel, an op the
     block never runs) does not apply to it."""
     _apply_form(monkeypatch, form)
-    want = _fingerprint(op)
-    with applied(name):
-        try:
-            got = _fingerprint(op)
-        except Exception:  # noqa: BLE001 -- the mutant changes what it computes: it applies
-            got = []
-    if len(got) == len(want) and all(np.shape(a) == np.shape(b) and np.array_equal(a, b)
-                                     for a, b in zip(got, want)):
-        pytest.skip(f"{name} does not change what the example's {op} code computes")
-    with applied(name):
-        source = infer_source(MODULE)
-        adapter = _load(tmp_path, monkeypatch, source, f"inferred_{name}")
-        report = check_implementation(adapter, ops=[op], first_red=True)
-    verdict = report.verdicts()[op]
-    assert verdict != "ok", f"{name} passes under the inferred adapter:\n{source}"
-    if ROW_LINES[op] in source:
-        assert verdict == "FAIL", (verdict, report.summary())
+    assert_no_bug_inferred_away(name, op, MODULE, lambda: _fingerprint(op), ROW_LINES[op],
+                                tmp_path, monkeypatch)
