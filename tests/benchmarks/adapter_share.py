@@ -153,8 +153,8 @@ def miss_reason(row: str, missing: list[str]) -> str:
 
 
 # the rows infer writes by other means than a probe of PROBES, and what it looks for
-OTHER_ROWS = {"adam": "an optimizer class whose step(params, grads) updates the dict; a "
-                      "per-name update with the counter outside is not inferred",
+OTHER_ROWS = {"adam": "an optimizer class whose step(params, grads) updates the dict, or "
+                      "whose update(name, param, grad, t) updates each parameter",
               "schedule": "a function of the step and three numbers, or a class",
               "clip": "a function named like clipping", "block": "a block class (not functions)"}
 

@@ -1,9 +1,14 @@
 """The optimizer row (``adam``) of ``minibert adapter infer``: the module's optimizer classes --
 built from the parameters (a dict of name -> array, the constructor's first required argument)
-and updating them with a method taking ``(params, grads)`` -- mapped to
+and updating them with a method taking ``(params, grads)``, or a trainer's per-name update
+``(name, param, grad, t)`` with the step counter kept by the training loop -- mapped to
 :func:`minibert_spec.suite.adapters.optimizer` by running them, never by names alone:
 
 * the step method: the one that, run twice, updates the parameters dict it is given in place;
+* else the per-name update (``each=``): a method with a name, the parameter, its gradient and
+  the counter (``each_args``, in the order their names say, else every order) that, run twice
+  per name, updates the parameter it is given (in place, or returning it); the counter's
+  convention (``first_t`` 1 or 0) is the one the numeric evidence agrees with;
 * the hyperparameters: the class built with distinct recognisable values (:data:`MARKS`), each
   found where the object stores it (``lr``, ``hp.lr``, a ``betas`` tuple);
 * the moments: containers keyed like the parameters (a dict, a list in their order, or an
@@ -59,6 +64,11 @@ CHECK_SHAPES = {"encoder.W": (3, 4), "encoder.b": (4,), "ln.gamma": (4,), "head.
 COUNTER_NAMES = ("t", "step", "steps", "step_count", "timestep", "iteration", "iterations")
 # a step argument given the step number (an outside counter: optimizer(t="t="))
 T_ARGS = ("t", "step", "timestep", "iteration", "step_num")
+# a per-name update's arguments (each=): the role an argument's name gives it; an argument no
+# name places takes each free role in turn -- the numeric evidence, not the name, decides
+EACH_ROLES = {"name": ("name", "key", "k", "pname", "param_name"),
+              "param": ("p", "param", "w", "weight", "theta", "value", "x", "data", "arr"),
+              "grad": ("g", "grad", "gradient", "dw", "dp", "dparam", "d_param"), "t": T_ARGS}
 # a step keyword named with one of these is the no_decay keyword or nothing: a class whose
 # ``no_decay`` does not give the reference's exemptions is never adapted by leaving it out
 EXEMPT_WORDS = ("decay", "skip", "exclude", "exempt")
@@ -260,9 +270,10 @@ def _values(seed: int) -> tuple[dict, list[dict]]:
     return params, grads
 
 
-def _trial(cls, ctor: dict, step: str, extras: dict):
-    """The class built with the marks and stepped twice: (the object, its int attributes after
-    each, whether the parameters changed in place, what it raised)."""
+def _trial(cls, ctor: dict, one_step):
+    """The class built with the marks and stepped twice by ``one_step(opt, params, grads, t)``
+    (which updates ``params``): (the object, its int attributes after each, whether the
+    parameters changed, what it raised)."""
     params, grads = _values(1)
     given = {k: a.copy() for k, a in params.items()}
     try:
@@ -270,13 +281,24 @@ def _trial(cls, ctor: dict, step: str, extras: dict):
             opt = cls({k: a.copy() for k, a in params.items()}, **ctor)
             ints = [_counters(opt)]
             for t, g in enumerate(grads[:2], 1):
-                kw = {a: CHECK["lr"] if r == "lr" else t for a, r in extras.items()}
-                getattr(opt, step)(given, {k: x.copy() for k, x in g.items()}, **kw)
+                one_step(opt, given, {k: x.copy() for k, x in g.items()}, t)
                 ints.append(_counters(opt))
     except Exception as e:  # noqa: BLE001 -- the user's code: a method that raises is no step
         return None, [], False, f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
     moved = any(not np.array_equal(given[k], params[k]) for k in params)
     return opt, ints, moved, ""
+
+
+def _step_call(step: str, extras: dict):
+    """One step of the class-step form: ``opt.step(params, grads)`` with its own keywords."""
+    def one_step(opt, params, grads, t):
+        getattr(opt, step)(params, grads, **_keywords(extras, t))
+    return one_step
+
+
+def _keywords(extras: dict, t: int) -> dict:
+    """A trial call's keywords: each hyperparameter its CHECK value, a step number ``t``."""
+    return {a: t if r == "t" else CHECK[r] for a, r in extras.items()}
 
 
 # ------------------------------------------------------------------------- the evidence
@@ -324,7 +346,7 @@ def _steps_against_reference(cls, kwargs: dict) -> tuple[float, str]:
 
 def _hyper_options(opt, ctor: dict, extras: dict) -> tuple[list[dict], list[str]]:
     """(every hyper= the marks' stored places allow, the hyperparameters given but found
-    nowhere)."""
+    nowhere); a hyperparameter the step call takes (``extras``) is passed there."""
     per_role, lost = [], []
     for arg, mark in ctor.items():
         if isinstance(mark, tuple):  # betas: stored as the pair, or each beta on its own
@@ -337,8 +359,7 @@ def _hyper_options(opt, ctor: dict, extras: dict) -> tuple[list[dict], list[str]
             per_role.append(opts)
         else:
             lost.append(arg)
-    if "lr" in extras.values():
-        per_role.append([{"lr": f"{next(a for a, r in extras.items() if r == 'lr')}="}])
+    per_role += [[{role: f"{arg}="}] for arg, role in extras.items() if role != "t"]
     return [dict(kv for part in combo for kv in part.items())
             for combo in itertools.product(*per_role)], lost
 
@@ -358,33 +379,40 @@ def _signed(opt, slot: _Slot) -> bool | None:
 
 
 def _infer_class(cls) -> tuple[OptimMapping | None, str | None]:
-    """The mapping of one class, or why it has none (None, None: not an optimizer at all)."""
+    """The mapping of one class, or why it has none (None, None: not an optimizer at all): its
+    ``step(params, grads)`` form first, else its per-name update (``each=``)."""
     steps = _step_methods(cls)
-    if not steps:
+    eaches = [e for e in _each_methods(cls) if e[0] not in steps]
+    if not steps and not eaches:
         return None, None
     ctor, why = _constructor(cls)
     if why:
         return None, why
+    reasons = []
+    for form, methods in ((_infer_step, steps), (_infer_each, eaches)):
+        if methods:
+            m, why = form(cls, ctor, methods)
+            if m is not None:
+                return m, None
+            reasons.append(why)
+    return None, "; ".join(reasons)
+
+
+def _infer_step(cls, ctor: dict, steps: list[str]) -> tuple[OptimMapping | None, str | None]:
+    """The class-step form: ``step(params, grads)`` updating the dict it is given."""
     tried = []
     for step in steps:
         extras = _call_extras(cls, step)
-        opt, ints, moved, raised = _trial(cls, ctor, step, extras)
+        opt, ints, moved, raised = _trial(cls, ctor, _step_call(step, extras))
         if opt is not None and moved:
             break
         tried.append(f"{step} {'raised ' + raised if raised else 'left them unchanged'}")
     else:
         return None, (f"no method updates a parameters dict in place when called as "
                       f"method(params, grads) ({'; '.join(tried)})")
-    hypers, lost = _hyper_options(cls(_values(1)[0], **ctor), ctor, extras)
-    if not any("lr" in h for h in hypers):
-        return None, ("the learning rate is stored nowhere I can find (constructor arguments "
-                      f"{', '.join(ctor) or 'none'}), nor taken by {step}")
-    slots = _slots(opt, CHECK_SHAPES)
-    signs = {s: _signed(opt, s) for s in slots}
-    pairs = [(m, v) for m in slots for v in slots if signs[m] and signs[v] is False]
-    if not pairs:
-        return None, (f"no moments: after two steps of {step}, no pair of containers keyed like "
-                      "the parameters (one signed: m, one >= 0: v)")
+    hypers, lost, pairs, why = _candidates(cls, ctor, opt, extras, step)
+    if why:
+        return None, why
     t, others = _counter(ints)
     outside = [a for a, r in extras.items() if r == "t"]
     if t is None and not outside:
@@ -394,11 +422,45 @@ def _infer_class(cls) -> tuple[OptimMapping | None, str | None]:
     keywords = _no_decay_keywords(cls, step, extras) if decays else []
     if not any(map(_says_exempt, keywords)):  # else a keyword that ignores the names is a bug
         keywords.append(None)
+    forms = [{"step": step, "t": f"{outside[0]}=" if outside else t, "no_decay": nd,
+              "first_t": first}
+             for nd, first in itertools.product(keywords, (1, 0) if outside else (None,))]
+
+    def said(kw):
+        how = (f"class {cls.__name__}: {step}(params, grads) updates the parameters dict in "
+               "place (run twice)")
+        if kw["first_t"] is not None:
+            return how, (f"t -> the step keyword {kw['t'][:-1]}, counted outside: first_t="
+                         f"{kw['first_t']} (the value at the first step the evidence agrees "
+                         "with)")
+        return how, (f"t -> .{kw['t']}: an int reading 0, 1, 2 over two steps"
+                     + (f" (also: {', '.join(others)})" if others else ""))
+    return _decide(cls, ctor, hypers, lost, pairs, forms, said)
+
+
+def _candidates(cls, ctor: dict, opt, extras: dict, what: str):
+    """(the hyper= options, the constructor arguments stored nowhere, the (m, v) pairs of
+    ``opt`` after the trial's steps of ``what``, None), or why there are none as the last."""
+    hypers, lost = _hyper_options(cls(_values(1)[0], **ctor), ctor, extras)
+    if not any("lr" in h for h in hypers):
+        return [], [], [], ("the learning rate is stored nowhere I can find (constructor "
+                            f"arguments {', '.join(ctor) or 'none'}), nor taken by {what}")
+    slots = _slots(opt, CHECK_SHAPES)
+    signs = {s: _signed(opt, s) for s in slots}
+    pairs = [(m, v) for m in slots for v in slots if signs[m] and signs[v] is False]
+    if not pairs:
+        return [], [], [], (f"no moments: after two steps of {what}, no pair of containers "
+                            "keyed like the parameters (one signed: m, one >= 0: v)")
+    return hypers, lost, pairs, None
+
+
+def _decide(cls, ctor: dict, hypers: list, lost: list, pairs: list, forms: list, said):
+    """The numeric evidence over the candidate adapters (each hyper=, (m, v) pair and form, up
+    to MAX_TRIES): the first equal to the reference is the mapping (``said(kwargs)``: the
+    form's own evidence lines), else the closest one's deviation is why there is none."""
     tries = []
-    for hyper, (m, v), nd, first in itertools.product(hypers, pairs, keywords,
-                                                      (1, 0) if outside else (None,)):
-        kw = {"step": step, "hyper": hyper, "m": m.argument(), "v": v.argument(),
-              "t": f"{outside[0]}=" if outside else t, "no_decay": nd, "first_t": first}
+    for hyper, (m, v), form in itertools.product(hypers, pairs, forms):
+        kw = {**form, "hyper": hyper, "m": m.argument(), "v": v.argument()}
         dev, where = _evidence(cls, kw)
         tries.append((dev, where, kw, (m, v)))
         if dev <= OPTIM_RTOL or len(tries) >= MAX_TRIES:
@@ -409,9 +471,105 @@ def _infer_class(cls) -> tuple[OptimMapping | None, str | None]:
                       f"{dev:.1e} (relative, {where}; {len(tries)} candidate adapter(s) "
                       f"tried, {_config(kw)}): not the protocol's Adam/AdamW -- a bug, or a "
                       "form this cannot infer: no adam row written")
-    return _mapping(cls, kw, m, v, lost, others, (dev, where, len(tries)), ctor), None
+    return _mapping(cls, kw, m, v, lost, (dev, where, len(tries)), ctor, said(kw)), None
 
 
+# ------------------------------------------------------------------------- a per-name update
+def _each_methods(cls) -> list[tuple[str, list[tuple[str, ...]]]]:
+    """Methods that may be a trainer's per-name update (``each=``): a step-like name (or one
+    naming adam), four positional arguments required -- a parameter's name, the parameter, its
+    gradient and the step counter the loop keeps -- and nothing else; with the orders of those
+    roles (``each_args``) that their names allow."""
+    out = []
+    for n in sorted(n for n in dir(cls) if not n.startswith("__")
+                    and any(w in n.lower() for w in (*STEP_WORDS, "adam"))):
+        fn = getattr(cls, n, None)
+        args = _positional(fn)[1:] if callable(fn) else []
+        required = [p for p in args if p.default is p.empty]
+        if len(required) == 4 and args[:4] == required and \
+                not any(p.kind is p.KEYWORD_ONLY for p in required):
+            orders = _each_orders([p.name for p in required])
+            if orders:
+                out.append((n, orders))
+    return out
+
+
+def _each_orders(names: list[str]) -> list[tuple[str, ...]]:
+    """The orders of EACH_ROLES over the arguments ``names``: one named as a role has it, the
+    others take the free roles in every order (the numeric evidence decides); none where two
+    are named as one role."""
+    named = [next((r for r, words in EACH_ROLES.items() if n.lower() in words), None)
+             for n in names]
+    fixed = [r for r in named if r]
+    if len(set(fixed)) < len(fixed):
+        return []
+    orders = []
+    for free in itertools.permutations(r for r in EACH_ROLES if r not in fixed):
+        rest = iter(free)
+        orders.append(tuple(r or next(rest) for r in named))
+    return orders
+
+
+def _each_extras(cls, each: str) -> dict:
+    """The per-name update's optional hyperparameter arguments (``lr=1e-3``): name -> role."""
+    return {p.name: _role(p.name) for p in _positional(getattr(cls, each))[5:]
+            if _role(p.name)}
+
+
+def _each_call(each: str, order: tuple, extras: dict, returned: set):
+    """One step of the per-name form: ``opt.each(...)`` per name, the arguments in ``order``,
+    the parameter updated in place or returned (its name then added to ``returned``) -- as
+    :func:`optimizer`'s ``each`` takes it."""
+    def one_step(opt, params, grads, t):
+        for k in params:
+            given = {"name": k, "param": params[k], "grad": grads[k], "t": t}
+            r = getattr(opt, each)(*(given[a] for a in order), **_keywords(extras, t))
+            if isinstance(r, np.ndarray) and r.shape == params[k].shape:
+                params[k] = r
+                returned.add(k)
+    return one_step
+
+
+def _infer_each(cls, ctor: dict, eaches: list) -> tuple[OptimMapping | None, str | None]:
+    """The per-name form: ``each(name, param, grad, t)`` (in some order) with the counter kept
+    outside, both of its conventions (first_t 1 and 0) tried by the evidence."""
+    tried, forms, returns, trained = [], [], {}, None
+    for each, orders in eaches:
+        extras = _each_extras(cls, each)
+        for order in orders:
+            returned = set()
+            opt, _, moved, raised = _trial(cls, ctor, _each_call(each, order, extras, returned))
+            if opt is not None and moved:
+                forms += [{"step": "step", "t": "t", "no_decay": None, "each": each,
+                           "each_args": order, "first_t": first} for first in (1, 0)]
+                returns[order] = bool(returned)
+                trained = opt if trained is None else trained  # (the slots: the first's)
+            elif order == orders[0]:
+                tried.append(f"{each}({', '.join(order)}) "
+                             f"{'raised ' + raised if raised else 'left it unchanged'}")
+        if forms:
+            break
+    else:
+        return None, ("no method updates the parameter it is given when called per name as "
+                      f"method(name, param, grad, t) in some order ({'; '.join(tried)})")
+    hypers, lost, pairs, why = _candidates(cls, ctor, trained, extras, each)
+    if why:
+        return None, why
+
+    def said(kw):
+        args = [p.name for p in _positional(getattr(cls, each))[1:5]]
+        where = dict(zip(kw["each_args"], args))
+        how = "by returning it" if returns[kw["each_args"]] else "in place"
+        return (f"class {cls.__name__}: {each}({', '.join(args)}) updates each parameter it is "
+                f"given {how} (run twice per name): each_args "
+                + ", ".join(f"{a} -> {r}" for a, r in zip(args, kw["each_args"])),
+                f"t -> its argument {where['t']}, counted outside: first_t={kw['first_t']} "
+                "(the value at the first step the evidence agrees with: the update's own "
+                "convention -- check that the training loop passes it so)")
+    return _decide(cls, ctor, hypers, lost, pairs, forms, said)
+
+
+# ------------------------------------------------------------------------- the row written
 def _config(kw: dict) -> str:
     flat = {k for keys in kw["hyper"] for k in (keys if isinstance(keys, tuple) else (keys,))}
     return f"{CHECK_STEPS} steps at " + ", ".join(f"{k}={v:g}" for k, v in CHECK.items()
@@ -430,17 +588,19 @@ def _arguments(kw: dict, m: _Slot, v: _Slot) -> list[str]:
     out += [f"hyper={{{hyper}}}", f"m={m.text()}", f"v={v.text()}"]
     out += [f"t={kw['t']!r}"] if kw["t"] != "t" else []
     out += [f"no_decay={kw['no_decay']!r}"] if kw["no_decay"] else []
+    out += [f"each={kw['each']!r}", f"each_args={kw['each_args']!r}"] if kw.get("each") else []
     out += [f"first_t={kw['first_t']}"] if kw["first_t"] is not None else []
     return ["impl"] + out
 
 
-def _mapping(cls, kw: dict, m: _Slot, v: _Slot, lost: list, others: list, found: tuple,
-             ctor: dict) -> OptimMapping:
+def _mapping(cls, kw: dict, m: _Slot, v: _Slot, lost: list, found: tuple, ctor: dict,
+             said: tuple[str, str]) -> OptimMapping:
+    """The row and its evidence; ``said``: the form's own lines (how the class updates the
+    parameters, where the counter is)."""
     dev, _, tries = found
     flat = {k for keys in kw["hyper"] for k in (keys if isinstance(keys, tuple) else (keys,))}
     marks = ", ".join(f"{a}={x!r}" for a, x in ctor.items())
-    ev = [f"class {cls.__name__}: {kw['step']}(params, grads) updates the parameters dict in "
-          "place (run twice)",
+    ev = [said[0],
           "hyper " + ", ".join(f"{'/'.join(k) if isinstance(k, tuple) else k} -> "
                                f"{'the step keyword ' + p[:-1] if p.endswith('=') else '.' + p}"
                                for k, p in kw["hyper"].items())
@@ -450,12 +610,7 @@ def _mapping(cls, kw: dict, m: _Slot, v: _Slot, lost: list, others: list, found:
         ev.append(f"constructor argument(s) {', '.join(lost)} stored nowhere found: not set")
     ev.append(f"m -> {m.text()}, v -> {v.text()}: keyed like the parameters, filled by the "
               "steps (m signed, v >= 0)")
-    if kw["first_t"] is not None:
-        ev.append(f"t -> the step keyword {kw['t'][:-1]}, counted outside: first_t="
-                  f"{kw['first_t']} (the value at the first step the evidence agrees with)")
-    else:
-        ev.append(f"t -> .{kw['t']}: an int reading 0, 1, 2 over two steps"
-                  + (f" (also: {', '.join(others)})" if others else ""))
+    ev.append(said[1])
     if kw["no_decay"]:
         ev.append(f"no_decay -> the step keyword {kw['no_decay']}: the exempt names passed "
                   "there give the reference's AdamW")
