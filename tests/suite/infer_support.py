@@ -56,3 +56,12 @@ def assert_no_bug_inferred_away(name: str, op: str, module: str, fingerprint, ro
     assert verdict != "ok", f"{name} passes under the inferred adapter:\n{source}"
     if row_line in source:
         assert verdict == "FAIL", (verdict, report.summary())
+
+
+def not_mapped_deviation(row: str, missing: list[str], cls: str) -> float:
+    """The optimizer class ``cls`` that infer did not map (no row; one not-mapped line, its
+    closest candidate adapter's ``optimizer(...)`` call): that line's relative deviation from
+    the reference's adam_step."""
+    assert row == "", row
+    assert len(missing) == 1 and missing[0].startswith(f"class {cls}: optimizer("), missing
+    return float(missing[0].split("differs from the reference adam_step by ")[1].split()[0])
