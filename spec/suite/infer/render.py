@@ -8,6 +8,7 @@ import inspect
 import re
 
 from minibert_spec.suite.infer.blocks import BlockMapping, block_call
+from minibert_spec.suite.infer.fnblocks import FnBlockMapping, fn_block_call
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.positions import encoding_source
@@ -102,7 +103,11 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
            f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}", ""]
     caps: dict = {}
     for m in mappings:
-        caps.update(m.declares)
+        for op, options in m.declares.items():  # two rows may declare options of one op
+            if isinstance(options, dict) and isinstance(caps.get(op), dict):
+                caps[op] = {**caps[op], **options}
+            else:
+                caps[op] = options
         if m.ranks:  # the input ranks the op runs on (other ranks are reshaped to one of them)
             caps.setdefault("ranks", {})[m.op] = m.ranks
     if caps:
@@ -110,7 +115,8 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
                 f"CAPABILITIES = {caps!r}", ""]
     for m, encoding in zip(mappings, encodings):
         out += [f"# {e}" for e in m.evidence]
-        out += [block_call(m, alias) if isinstance(m, BlockMapping) else
+        out += [fn_block_call(m, alias) if isinstance(m, FnBlockMapping) else
+                block_call(m, alias) if isinstance(m, BlockMapping) else
                 training_code(m, alias) if isinstance(m, TrainingMapping) else
                 optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
         out += encoding
