@@ -313,7 +313,8 @@ def _mapping(pair: _Pair, call: dict, found: _FnFound) -> tuple[FnBlockMapping |
 def infer_function_blocks(mod, functions) -> tuple[list[FnBlockMapping], list[str], set]:
     """(the block row found -- the first pair that maps --, why each other pair that reads as
     a block's is not its row, the names of the module-level forwards tried): over
-    :func:`candidate_pairs` of ``mod`` (``functions``: its own, not mapped to an op)."""
+    :func:`candidate_pairs` of ``mod`` (``functions``: its own pairs' functions, both of each,
+    not mapped to an op)."""
     rows: list[FnBlockMapping] = []
     why, tried = [], set()
     for pair in candidate_pairs(mod, functions):

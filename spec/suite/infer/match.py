@@ -315,7 +315,7 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
                              if s.cls not in {b.cls for b in blocks}]
     # a block written as functions (fnblocks.py), where no class is the block row
     fn_blocks, why_fn, tried = ([], [], set()) if blocks else infer_function_blocks(
-        mod, [s.fn for s in pairs if s not in used])
+        mod, [f for s in pairs if s not in used for f in (s.fn, s.bfn)])
     missing += why_fn + [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
                          + _raised(s) for s in pairs if s not in used and s.label not in tried]
     rows, why = infer_optimizers(classes)  # the adam row: optimizer classes (optim.py)
