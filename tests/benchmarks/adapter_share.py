@@ -156,7 +156,8 @@ def miss_reason(row: str, missing: list[str]) -> str:
 OTHER_ROWS = {"adam": "an optimizer class whose step(params, grads) updates the dict, or "
                       "whose update(name, param, grad, t) updates each parameter",
               "schedule": "a function of the step and three numbers, or a class",
-              "clip": "a function named like clipping", "block": "a block class (not functions)"}
+              "clip": "a function named like clipping",
+              "block": "a block class, or a function pair block_forward(x, p, *, n_heads, ...)"}
 
 
 def measure(module: str, hand: str, tmp: Path, check: bool) -> dict:

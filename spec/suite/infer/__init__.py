@@ -30,6 +30,10 @@ and each subject, it
 * for a loss, probes its forms once more by its forward alone (``ignore_index``, ``reduction``:
   :mod:`~minibert_spec.suite.infer.losses`).
 
+A transformer block is found by its own search: a class (:mod:`~minibert_spec.suite.infer.blocks`)
+or, where no class is one, a function pair in the protocol's shape, module-level or held by a
+module-level SimpleNamespace (:mod:`~minibert_spec.suite.infer.fnblocks`).
+
 It returns the adapter's source: one comment per decision with its evidence, and the list of
 what it could not map (a forward function without a backward is named there).  The user
 reviews it and keeps it.

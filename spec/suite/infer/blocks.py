@@ -226,15 +226,17 @@ def _probe_p(entries, inner: int, seed: int = 0) -> dict:
     return p
 
 
-def _reference(x, p, form, mask=None, causal=None):
+def _reference(x, p, form, mask=None, causal=None, n_heads=N_HEADS):
+    """The reference block's output in ``form`` (its ``rope``, where the form has one: the
+    function pairs' search, fnblocks.py, on heads of its own size)."""
     from minibert_reference import block_forward
 
     ffn = form["ffn"]
-    return block_forward(x, p, n_heads=N_HEADS, eps=PROTOCOL_EPS, mask=mask,
+    return block_forward(x, p, n_heads=n_heads, eps=PROTOCOL_EPS, mask=mask,
                          causal=form["causal"] if causal is None else causal, norm=form["norm"],
                          normalization=form["normalization"],
                          ffn="swiglu" if ffn == "swiglu" else "mlp",
-                         activation="relu" if ffn == "swiglu" else ffn)[0]
+                         activation="relu" if ffn == "swiglu" else ffn, rope=form.get("rope"))[0]
 
 
 def _dev(got, want) -> float:
@@ -356,24 +358,72 @@ def _mask(build, found: _Found, x) -> tuple[str, str] | None:
     fwd = inspect.signature(getattr(build.cls, _method(build.cls, FORWARDS)))
     if len(fwd.parameters) < 3 or list(fwd.parameters)[2] not in MASK_NAMES:
         return None
-    key = np.ones((B, T), np.int64)  # the protocol's key mask: 1 attend, 0 padded
-    key[0, -1] = 0  # the first sequence's last key padded
-    cases = [(key, found.form["causal"])] + ([(None, True), (key, True)]
-                                             if not found.form["causal"] else [])
     p = {e: v for e, v in _probe_p(_entries(found.form), found.inner).items()
          if e in found.placed}
+    return first_mask(lambda own: _run(build, found.placed, found.transposed, p, x, own)[0],
+                      found.form, p, x)
+
+
+def key_mask() -> np.ndarray:
+    """The protocol's key mask on the probe: 1 attend, 0 padded (the first sequence's last
+    key padded)."""
+    key = np.ones((B, T), np.int64)
+    key[0, -1] = 0
+    return key
+
+
+def first_mask(run, form: dict, p: dict, x, n_heads: int = N_HEADS) -> tuple[str, str] | None:
+    """(name, source) of the first converter of MASKS under which ``run`` (the forward given
+    its own mask, returning what it returns) equals the reference's (``n_heads`` heads) on a
+    padded key -- and, for a form that is not causal, on causal calls too (a mask that builds
+    the triangle) -- or None."""
+    key = key_mask()
+    cases = [(key, form["causal"])] + ([(None, True), (key, True)] if not form["causal"]
+                                       else [])
     for name, source in MASKS:
-        conv = _compile_mask(source)
-        kw = inspect.signature(conv).parameters
         try:
-            if all(_dev(_run(build, found.placed, found.transposed, p, x, conv(
-                    **{k: v for k, v in {"mask": m, "causal": c, "T": T, "dtype": x.dtype}.items()
-                       if k in kw}))[0], _reference(x, p, found.form, m, c)) <= BLOCK_RTOL
-                   for m, c in cases):
+            if all(_dev(run(converted(source, m, c, x)),
+                        _reference(x, p, form, m, c, n_heads)) <= BLOCK_RTOL for m, c in cases):
                 return name, source
         except Exception:  # noqa: BLE001 -- not this format
             continue
     return None
+
+
+def converted(source: str, mask, causal: bool, x):
+    """The converter of ``source`` (MASKS) applied to the protocol's key ``mask`` (None: the
+    unmasked call) and ``causal``: the forward's own mask, as the adapter will pass it."""
+    conv = _compile_mask(source)
+    kw = inspect.signature(conv).parameters
+    return conv(**{k: v for k, v in {"mask": mask, "causal": causal, "T": T,
+                                     "dtype": x.dtype}.items() if k in kw})
+
+
+def form_rows(form: dict, mask: tuple[str, str] | None) -> tuple[dict, dict]:
+    """(layer()'s ``fixed``, the ``CAPABILITIES`` entries) of a block found in ``form``, its
+    own mask converted by ``mask`` (MASKS' (name, source), or None): the form computed is
+    fixed (a call in another is not applicable) and declared; causal is left free only where
+    the converter builds the triangle itself (the form found is then not causal and its
+    causal calls matched too: first_mask)."""
+    ffn = "swiglu" if form["ffn"] == "swiglu" else "mlp"
+    fixed: dict = {"norm": form["norm"]}
+    if form["normalization"] != "layernorm":
+        fixed["normalization"] = form["normalization"]
+    if ffn == "swiglu":
+        fixed["ffn"] = "swiglu"
+    elif form["ffn"] != "relu":
+        fixed["activation"] = form["ffn"]
+    causal: object = form["causal"]
+    if mask is None or form["causal"]:
+        fixed["causal"] = form["causal"]
+    elif "causal" in mask[1].split(")")[0]:  # the converter builds the triangle too
+        causal = (False, True)
+    block = {"norm": form["norm"], "causal": causal,
+             **({"normalization": "rmsnorm"} if form["normalization"] == "rmsnorm" else {}),
+             **({"ffn": "swiglu"} if ffn == "swiglu" else {})}
+    declares = {"block": block, **({"key_mask": True} if mask else {}),
+                **({"ffn": {"activation": form["ffn"]}} if "activation" in fixed else {})}
+    return fixed, declares
 
 
 def _mapping(cls, found: _Found) -> tuple[BlockMapping, list[str]]:
@@ -386,31 +436,12 @@ def _mapping(cls, found: _Found) -> tuple[BlockMapping, list[str]]:
     mask_args = []
     if mask is not None:
         m.mask_name, m.mask_source = mask
-        conv = _compile_mask(mask[1])
-        kw = inspect.signature(conv).parameters
-        mask_args = [conv(**{k: v for k, v in {"mask": None, "causal": form["causal"], "T": T,
-                                               "dtype": x.dtype}.items() if k in kw})]
+        mask_args = [converted(mask[1], None, form["causal"], x)]
     grads, missing, obj = _grads(build, found, x, mask_args)
     m.grads = grads
     ffn = "swiglu" if form["ffn"] == "swiglu" else "mlp"
     # the form the class computes: fixed (calls in another are n/a) and declared
-    m.fixed = {"norm": form["norm"]}
-    if form["normalization"] != "layernorm":
-        m.fixed["normalization"] = form["normalization"]
-    if ffn == "swiglu":
-        m.fixed["ffn"] = "swiglu"
-    elif form["ffn"] != "relu":
-        m.fixed["activation"] = form["ffn"]
-    causal: object = form["causal"]
-    if mask is None or form["causal"]:
-        m.fixed["causal"] = form["causal"]
-    elif "causal" in mask[1].split(")")[0]:  # the converter builds the triangle too
-        causal = (False, True)
-    block = {"norm": form["norm"], "causal": causal,
-             **({"normalization": "rmsnorm"} if form["normalization"] == "rmsnorm" else {}),
-             **({"ffn": "swiglu"} if ffn == "swiglu" else {})}
-    m.declares = {"block": block, **({"key_mask": True} if mask else {}),
-                  **({"ffn": {"activation": form["ffn"]}} if "activation" in m.fixed else {})}
+    m.fixed, m.declares = form_rows(form, mask)
     inner = next((f"p[{e!r}].shape[1]" for e in ("ffn.W_1", "swiglu.W_1") if e in found.placed),
                  None)
     m.ctor = {k: inner if v == "INNER" else v for k, v in m.ctor.items()}

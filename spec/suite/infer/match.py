@@ -11,6 +11,7 @@ import numpy as np
 
 from minibert_spec.suite.infer.backward import _again_values, _backward
 from minibert_spec.suite.infer.blocks import infer_blocks  # the block row (blocks.py)
+from minibert_spec.suite.infer.fnblocks import infer_function_blocks  # of functions
 from minibert_spec.suite.infer.losses import LOSS_OPS, declare_forms  # losses.py
 from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
 from minibert_spec.suite.infer.positions import POSITION_OPS, settle  # positions.py
@@ -312,11 +313,14 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
     blocks, why_block, miss_block = infer_blocks([s.cls for s in unmapped])  # blocks.py
     missing += miss_block + [why_block.get(s.cls) or _unmapped_class(s) for s in unmapped
                              if s.cls not in {b.cls for b in blocks}]
-    missing += [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
-                + _raised(s) for s in pairs if s not in used]
+    # a block written as functions (fnblocks.py), where no class is the block row
+    fn_blocks, why_fn, tried = ([], [], set()) if blocks else infer_function_blocks(
+        mod, [f for s in pairs if s not in used for f in (s.fn, s.bfn)])
+    missing += why_fn + [f"functions {s.label}, {s.bfn.__name__}: match no op this can infer"
+                         + _raised(s) for s in pairs if s not in used and s.label not in tried]
     rows, why = infer_optimizers(classes)  # the adam row: optimizer classes (optim.py)
     more, why_more = infer_training(mod)  # the schedule and clip rows (training.py)
-    return mappings + blocks + rows + more, missing + why + why_more
+    return mappings + blocks + fn_blocks + rows + more, missing + why + why_more
 
 
 def _unmapped_class(subject: ClassLayer) -> str:

@@ -8,6 +8,7 @@ import inspect
 import re
 
 from minibert_spec.suite.infer.blocks import BlockMapping, block_call
+from minibert_spec.suite.infer.fnblocks import FnBlockMapping, fn_block_call
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.positions import encoding_source
@@ -86,6 +87,22 @@ def infer_source(module: str) -> str:
     return render_source(module, *infer(module))
 
 
+def capabilities(mappings) -> dict:
+    """The adapter's ``CAPABILITIES``: what each row declares, the options two rows declare of
+    one op merged (a layernorm row's eps and a block row's ``layernorm.affine``), and the input
+    ranks an op runs on where not all (other ranks are reshaped to one of them)."""
+    caps: dict = {}
+    for m in mappings:
+        for op, options in m.declares.items():
+            if isinstance(options, dict) and isinstance(caps.get(op), dict):
+                caps[op] = {**caps[op], **options}
+            else:
+                caps[op] = options
+        if m.ranks:
+            caps.setdefault("ranks", {})[m.op] = m.ranks
+    return caps
+
+
 def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> str:
     """The adapter's source for what :func:`infer` found in ``module``."""
     alias = "impl"
@@ -100,17 +117,14 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
              any(getattr(m, "needs_numpy", False) for m in mappings) else []),
            f"from minibert_spec.suite.adapters import "
            f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}", ""]
-    caps: dict = {}
-    for m in mappings:
-        caps.update(m.declares)
-        if m.ranks:  # the input ranks the op runs on (other ranks are reshaped to one of them)
-            caps.setdefault("ranks", {})[m.op] = m.ranks
+    caps = capabilities(mappings)
     if caps:
         out += ["# what the code declares (its forms, the ranks it runs on)",
                 f"CAPABILITIES = {caps!r}", ""]
     for m, encoding in zip(mappings, encodings):
         out += [f"# {e}" for e in m.evidence]
-        out += [block_call(m, alias) if isinstance(m, BlockMapping) else
+        out += [fn_block_call(m, alias) if isinstance(m, FnBlockMapping) else
+                block_call(m, alias) if isinstance(m, BlockMapping) else
                 training_code(m, alias) if isinstance(m, TrainingMapping) else
                 optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
         out += encoding

@@ -322,20 +322,28 @@ def _pairs(functions) -> tuple[list[FunctionPair], list]:
     """(forward/backward pairs by name, the forwards found without a backward): ``f`` or
     ``f_forward`` with ``f_backward`` (``_bwd``, ``_grad``, ``_derivative``, ``d_f``, ...)."""
     by_name = {f.__name__: f for f in functions}
+    pairs, alone = pair_names(by_name)
+    return [FunctionPair(by_name[f], by_name[b]) for f, b in pairs], [by_name[f] for f in alone]
+
+
+def pair_names(names) -> tuple[list[tuple[str, str]], list[str]]:
+    """:func:`_pairs` on names alone (a module's functions, or a namespace's attributes):
+    ([(forward, backward)], the forwards without a backward that are named as an op)."""
+    names = list(names)
+    known = set(names)
     pairs, alone, taken = [], [], set()
-    for f in functions:
-        name = f.__name__
+    for name in names:
         if name in taken or any((b and name.startswith(b)) or (a and name.endswith(a))
                                 for b, a in BACKWARD_AFFIXES):
             continue
         stem = re.sub(rf"({'|'.join(FORWARD_SUFFIXES)})$", "", name)
-        back = next((by_name[b + base + a] for base in (name, stem) for b, a in BACKWARD_AFFIXES
-                     if b + base + a in by_name and b + base + a != name), None)
+        back = next((b + base + a for base in (name, stem) for b, a in BACKWARD_AFFIXES
+                     if b + base + a in known and b + base + a != name), None)
         if back is not None:
-            pairs.append(FunctionPair(f, back))
-            taken.add(back.__name__)
+            pairs.append((name, back))
+            taken.add(back)
         elif any(alias in name.lower() for aliases in OP_NAMES.values() for alias in aliases):
-            alone.append(f)
+            alone.append(name)
     return pairs, alone
 
 
