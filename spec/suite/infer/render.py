@@ -8,6 +8,7 @@ import inspect
 import re
 
 from minibert_spec.suite.infer.blocks import BlockMapping, block_call
+from minibert_spec.suite.infer.decoder import DecoderMapping
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.positions import encoding_source
@@ -99,7 +100,8 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
            *(["import numpy as np"] if any(encodings) or
              any(getattr(m, "needs_numpy", False) for m in mappings) else []),
            f"from minibert_spec.suite.adapters import "
-           f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}", ""]
+           f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}"
+           + (", decoder" if any(isinstance(m, DecoderMapping) for m in mappings) else ""), ""]
     caps: dict = {}
     for m in mappings:
         caps.update(m.declares)
