@@ -220,3 +220,78 @@ def test_transposed_names_a_per_layer_tensor_in_every_layer():
     back = row.decoder_backward(logits, cache)
     for k in params:
         np.testing.assert_array_equal(back[k], params[k])
+
+
+# realstyle_gpt's MiniGPT (a class over the dict, GPT-2's names) in a module that also gives its
+# parameters: tied, learned positions, LayerNorm, a gelu_new MLP, the final norm
+GPT_INIT = '''
+import numpy as np
+from tests.examples import realstyle_gpt as base
+
+V, H, I, T_MAX, LAYERS = 11, 8, 12, 9, 2
+
+
+class MiniGPT(base.MiniGPT):
+    """realstyle_gpt's model, in a module with its parameter source."""
+
+
+def init_params(seed=0):
+    rng = np.random.default_rng(seed)
+    p = {"wte": rng.normal(0, 0.5, (V, H)), "wpe": rng.normal(0, 0.3, (T_MAX, H))}
+    for i in range(LAYERS):
+        b = f"h.{i}."
+        for n in ("ln_1", "ln_2"):
+            p[b + n + ".g"], p[b + n + ".b"] = np.ones(H), np.zeros(H)
+        for n in "qkvo":
+            p[b + f"attn.{n}.w"], p[b + f"attn.{n}.b"] = rng.normal(0, 0.4, (H, H)), np.zeros(H)
+        p[b + "mlp.fc.w"], p[b + "mlp.fc.b"] = rng.normal(0, 0.4, (H, I)), np.zeros(I)
+        p[b + "mlp.proj.w"], p[b + "mlp.proj.b"] = rng.normal(0, 0.4, (I, H)), np.zeros(H)
+    p["ln_f.g"], p["ln_f.b"] = np.ones(H), np.zeros(H)
+    return p
+'''
+
+
+@pytest.fixture
+def gpt_init(tmp_path, monkeypatch):
+    return load_source(tmp_path, monkeypatch, GPT_INIT, "gpt_init")
+
+
+def test_a_model_class_maps_to_realstyle_gpts_hand_names(gpt_init):
+    """The class is built from the config (its n_layer, n_head, eps, rope_base -- None without
+    RoPE -- and tied arguments), the names are the hand adapter's, the loss its loss method
+    with the dlogits it leaves; the positions it follows from the config both declared."""
+    m, why = _row(gpt_init)
+    assert m is not None, why
+    hand = {**realstyle_gpt.TOP, **{k: f"h.{{i}}.{v}" for k, v in realstyle_gpt.LAYER.items()}}
+    assert m.names == {k: hand[k] for k in m.names} and len(m.names) == 20
+    assert not m.fused and not m.transposed
+    assert "rope_base=config.rope_base if config.rope else None" in m.code
+    assert "tied=config.tie_embeddings" in m.code and "eps=config.ln_eps" in m.code
+    assert "cache.loss(ids=input_ids, labels=labels, ignore_index=ignore_index), " \
+        "cache.dlogits" in m.code
+    assert m.declares["decoder"] == {"position": ("learned", "learned_rope"), "final_norm": True,
+                                     "head_bias": False, "tied": True}
+    assert m.declares["attention"]["rope"] == (None, "half")
+
+
+def test_a_forward_bug_leaves_no_row_and_says_how_close(gpt_init, monkeypatch):
+    """realstyle_gpt's "causal" bug (the mask hides the past): its logits equal the reference's
+    in no form, so no row is written (never a form chosen to fit the bug), with the reason."""
+    monkeypatch.setattr(realstyle_gpt, "BUGS", {"causal"})
+    m, why = _row(gpt_init)
+    assert m is None
+    assert len(why) == 1 and "no model's logits equal the reference decoder_forward's" in why[0]
+    assert "closest positions learned" in why[0], why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", [None, "final_ln", "tied"])
+def test_realstyle_gpts_bugs_are_red_under_the_inferred_adapter(bug, gpt_init, monkeypatch):
+    """realstyle_gpt's backward BUGS, one at a time: FAIL under the adapter infer writes for
+    the class, as under the hand adapter; the correct model ok under both."""
+    monkeypatch.setattr(realstyle_gpt, "BUGS", {bug} - {None})
+    source = infer_source("gpt_init")
+    inferred = check_implementation(exec_source(source), ops=["decoder"], first_red=True)
+    hand = check_implementation(realstyle_gpt, ops=["decoder"], first_red=True)
+    want = "ok" if bug is None else "FAIL"
+    assert inferred.verdicts()["decoder"] == hand.verdicts()["decoder"] == want

@@ -7,13 +7,16 @@ What it reads in the module:
 
 * a *parameter source*: a function without required arguments (``init_params()``) or a
   module-level dict returning the model's parameters -- their names and shapes;
-* a *model builder*: a function without required arguments returning ``(forward,
-  backward)``, its keywords named as the config's fields (``n_heads``, ``rope_base``, ``eps``)
-  given the config's values; the pair's ``.logits`` functions where it has them (a pair whose
-  forward ends in the loss), else the pair itself: ``forward(params, ids) -> (logits, cache)``,
-  ``backward(dlogits, cache) -> grads``;
+* a *model* (:mod:`~minibert_spec.suite.infer.decoder_models`): a builder, a function
+  without required arguments returning ``(forward, backward)`` -- the pair's ``.logits``
+  functions where it has them (a pair whose forward ends in the loss): ``forward(params, ids)
+  -> (logits, cache)``, ``backward(dlogits, cache) -> grads`` -- or a class built on the dict
+  (``MiniGPT(weights, ...)``) with ``forward(ids) -> logits`` and ``backward(dlogits) ->
+  grads``; either's arguments named as the config's fields (``n_heads``, ``rope_base``,
+  ``eps``, ``tied``) given the config's values;
 * a *loss*: a function of (some of) ``logits, labels, ignore_index`` returning ``(loss,
-  dlogits)`` (or a function of dloss).
+  dlogits)`` (or a function of dloss), or the model class's loss method and the dlogits it
+  leaves.
 
 It decides
 
@@ -27,13 +30,15 @@ It decides
    the biases, the final norm, the tied or untied head and its bias; the forward decides what
    the names cannot: the positions (a table alone or with RoPE; without a table RoPE,
    sinusoidal or none), RoPE's convention, the MLP's activation and a norm's eps fixed in the
-   code.  A map and form stand where the model's logits, its parameters those of the
-   reference's mapped through the very ``decoder()`` call written, equal
+   code (a model following the config's positions matches in several: each declared).  A
+   map and form stand where the model's logits, its parameters those of the reference's
+   mapped through the very ``decoder()`` call written, equal
    ``minibert_reference.decoder.decoder_forward``'s (float64, :data:`DECODER_RTOL`);
-3. the loss: the module's function whose value equals the reference's ``decoder_loss`` on
-   those logits (with ``ignore_index`` labels where it takes them).
+3. the loss: the module's function (or the class's method) whose value equals the
+   reference's ``decoder_loss`` on those logits (with ``ignore_index`` labels where it takes
+   them).
 
-Gradients are never compared: the backward is wired as the builder gives it and judged by
+Gradients are never compared: the backward is wired as the model gives it and judged by
 ``minibert check`` like a hand-written adapter's, so that no bug of it is inferred away.
 Where something cannot be decided there is no row, and one line says why.
 """
@@ -49,8 +54,14 @@ import numpy as np
 
 from minibert_reference.config import DecoderConfig
 from minibert_reference.decoder import decoder_forward, decoder_loss, param_shapes
-from minibert_reference.ops import IGNORE_INDEX
-from minibert_spec.suite.adapter_decoder import _loss_arguments, decoder
+from minibert_spec.suite.adapter_decoder import decoder
+from minibert_spec.suite.infer.decoder_models import (
+    builders,
+    class_models,
+    find_loss,
+    no_arg_functions,
+    param_source,
+)
 from minibert_spec.suite.infer.probes import FIXED_EPS, FORWARD_RTOL, deviation
 from minibert_spec.suite.infer.training import TrainingMapping
 
@@ -62,20 +73,9 @@ DECODER_RTOL = 1e-9
 MAX_MAPS = 120
 # the probe's batch: B, T distinct from every size, T within any position table
 B, T = 2, 5
-# the config's fields a builder's keyword may name (its own spelling -> the field)
-CONFIG_KEYWORDS = {"n_heads": ("n_heads", "n_head", "num_heads", "nhead", "heads"),
-                   "rope_base": ("rope_base", "rope_theta", "theta", "base"),
-                   "ln_eps": ("eps", "ln_eps", "norm_eps", "epsilon", "layer_norm_eps"),
-                   "n_layers": ("n_layers", "n_layer", "num_layers")}
 # a rope_base off the default, so that a builder dropping its keyword is seen (issue 41)
 PROBE_ROPE_BASE = 500000.0
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "relu2")
-# the names of a function without arguments that may return the parameters (the others are
-# called only once a decoder's parameters were found: a builder)
-PARAM_SOURCE = re.compile(r"init|param|weight", re.IGNORECASE)
-# the names of a function without arguments that may build the model (called only in a module
-# with a parameter source; a main() or a train() is never called)
-BUILDER = re.compile(r"make|build|create|model|new|gpt|decoder|llama|net", re.IGNORECASE)
 # a class of the module named like one of these and no decoder found: its reason is said
 DECODER_WORDS = re.compile(r"gpt|decoder|llama|causallm|languagemodel", re.IGNORECASE)
 
@@ -305,94 +305,7 @@ def _layouts(inv: Inventory, names: dict, fused: dict, want: dict):
     return [first] + ([other] if square and other != first else [])
 
 
-# ------------------------------------------------------------------------ the module's parts
-def _no_arg_functions(mod) -> list:
-    """The functions of ``mod`` callable without arguments, the module's own, public."""
-    out = []
-    for name, f in inspect.getmembers(mod, inspect.isfunction):
-        if name.startswith("_") or f.__module__ not in (mod.__name__, None):
-            continue
-        try:
-            sig = inspect.signature(f)
-        except (TypeError, ValueError):
-            continue
-        if all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-               for p in sig.parameters.values()):
-            out.append((name, f))
-    return out
-
-
-def _is_param_dict(value) -> bool:
-    return isinstance(value, dict) and len(value) >= 3 and all(
-        isinstance(k, str) and isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating)
-        for k, v in value.items())
-
-
-def param_source(mod, functions) -> tuple[str, dict] | None:
-    """(its expression, the dict) of the model's parameters: a function without arguments
-    returning them (``init_params()``), else a module-level dict of arrays."""
-    for name, f in functions:
-        if not PARAM_SOURCE.search(name):
-            continue  # a function called unasked is one named as a parameter source only
-        try:
-            value = f()
-        except Exception:  # noqa: BLE001 -- not a parameter source
-            continue
-        if _is_param_dict(value):
-            return f"{name}()", value
-    for name, value in vars(mod).items():
-        if not name.startswith("_") and _is_param_dict(value):
-            return name, value
-    return None
-
-
-def _keywords(f) -> dict:
-    """The builder's keywords naming a config field: {keyword: field}."""
-    out = {}
-    for p in inspect.signature(f).parameters.values():
-        for fld, spellings in CONFIG_KEYWORDS.items():
-            if p.name in spellings and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                out[p.name] = fld
-    return out
-
-
-@dataclass
-class Builder:
-    """A model builder and the source of the adapter's model function written for it."""
-
-    name: str
-    keywords: dict  # its keyword -> the config's field
-    logits: bool  # the pair's .logits functions (the pair itself ends in the loss)
-
-    def source(self, alias: str = "impl") -> str:
-        args = ", ".join(f"{k}=config.{v}" for k, v in self.keywords.items())
-        dot = ".logits" if self.logits else ""
-        return (f"def decoder_model(params, config, input_ids):  # {alias}.{self.name}'s model "
-                "of the config\n"
-                f"    forward, backward = {alias}.{self.name}({args})\n"
-                f"    logits, cache = forward{dot}(params, input_ids)\n"
-                f"    return logits, (backward{dot}, cache)\n")
-
-
-def builders(functions) -> list[Builder]:
-    """The module's functions without required arguments that return two functions (a forward
-    and its backward), the pair's ``.logits`` first where both have them."""
-    out = []
-    for name, f in functions:
-        if not BUILDER.search(name):
-            continue
-        try:
-            pair = f()
-        except Exception:  # noqa: BLE001 -- not a builder
-            continue
-        if not (isinstance(pair, tuple) and len(pair) == 2 and all(map(callable, pair))):
-            continue
-        if all(callable(getattr(g, "logits", None)) for g in pair):
-            out.append(Builder(name, _keywords(f), True))
-        out.append(Builder(name, _keywords(f), False))
-    return out
-
-
+# ------------------------------------------------------------------------ the evidence
 def _compiled(source: str, mod):
     """The adapter's model function, compiled from its written text (what is tried is what is
     written)."""
@@ -401,7 +314,6 @@ def _compiled(source: str, mod):
     return scope["decoder_model"]
 
 
-# ------------------------------------------------------------------------ the evidence
 def _probe_params(config: DecoderConfig, seed: int = 0) -> dict:
     """Float64 parameters of the protocol's names, every tensor distinct (gains away from 1,
     biases away from 0), so that a misplaced one changes the logits."""
@@ -417,10 +329,11 @@ def _ids(config: DecoderConfig, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, config.vocab_size, (B, T))
 
 
-def _model_logits(model, names, fused, transposed, config, params, ids):
-    row = decoder(model, lambda dlogits, cache: None, names=names, fused=fused,
-                  transposed=transposed, loss=lambda logits: (0.0, logits))
-    return row.decoder_forward(params, config, ids)[0]
+def _mapped_forward(model, names, fused, transposed):
+    """The decoder_forward of a candidate map: the very ``decoder()`` call written (its
+    backward and loss left out: never run here)."""
+    return decoder(model, lambda dlogits, cache: None, names=names, fused=fused,
+                   transposed=transposed, loss=lambda logits: (0.0, logits)).decoder_forward
 
 
 def _form_configs(base: DecoderConfig, has_table: bool):
@@ -450,7 +363,7 @@ def _matches(model, maps, base: DecoderConfig, has_table: bool, eps_fixed: bool)
                     continue  # the reference's norms take eps > 0
                 want = decoder_forward(params, c, ids)[0]
                 try:
-                    got = _model_logits(model, names, fused, transposed, c, params, ids)
+                    got = _mapped_forward(model, names, fused, transposed)(params, c, ids)[0]
                 except Exception:  # noqa: BLE001 -- this map or form does not run
                     break
                 dev = deviation(got, want)
@@ -489,45 +402,11 @@ def _declares(config: DecoderConfig, eps_fixed: float | None) -> dict:
     return caps
 
 
-def find_loss(functions_all, logits, params, config, ids):
-    """(name, evidence) of the module's function whose loss equals the reference's
-    ``decoder_loss`` on the reference's logits, labels with ``ignore_index`` where it takes
-    them; None."""
-    labels = ids.copy()
-    labels[0, 2] = IGNORE_INDEX
-    for name, f in functions_all:
-        try:
-            wants = _loss_arguments(f)
-        except (ValueError, TypeError):
-            continue
-        if "logits" not in wants:
-            continue
-        lab = labels if "labels" in wants else ids
-        given = {"logits": logits.copy(), "labels": lab, "input_ids": ids,
-                 "ignore_index": IGNORE_INDEX}
-        if "cache" in wants:
-            continue
-        try:
-            value = f(**{n: given[n] for n in wants})
-        except Exception:  # noqa: BLE001 -- not this model's loss
-            continue
-        if not (isinstance(value, tuple) and len(value) == 2):
-            continue
-        want = decoder_loss(params, config, ids, lab)
-        dev = deviation(value[0], want)
-        if dev <= DECODER_RTOL:
-            return name, (f"loss: {name}({', '.join(wants)}) equals the reference's "
-                          f"decoder_loss to {dev:.1e} (relative) on labels "
-                          f"{'with ignore_index positions' if lab is labels else '= the ids'}; "
-                          "its dlogits is never compared (minibert check judges it)")
-    return None
-
-
 # ------------------------------------------------------------------------ the row
 def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
     """([the decoder row] or [], [why not]) for the module: nothing at all where it shows no
     decoder (no parameter source, no class named like one)."""
-    functions = _no_arg_functions(mod)
+    functions = no_arg_functions(mod)
     source = param_source(mod, functions)
     if source is None:
         named = [c.__name__ for _, c in inspect.getmembers(mod, inspect.isclass)
@@ -540,16 +419,16 @@ def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
     inv = inventory(params)
     if isinstance(inv, str):
         return [], [f"decoder: {expr}: {inv}"]
-    found = builders(functions)
-    if not found and not any(v == "embeddings.token.W" for v in inv.read.values()):
+    models = [*builders(functions), *class_models(mod)]
+    if not models and not any(v == "embeddings.token.W" for v in inv.read.values()):
         return [], []  # a parameter dict, but no decoder's (an encoder's, an optimizer's)
     sizes = _sizes(inv)
     if isinstance(sizes, str):
         return [], [f"decoder: {expr}: {sizes}"]
-    if not found:
+    if not models:
         return [], [f"decoder: {expr} gives a decoder's parameters, but no function without "
-                    f"arguments named like a builder ({BUILDER.pattern}) returns its (forward, "
-                    "backward) pair"]
+                    "arguments returns its (forward, backward) pair, and no class with a "
+                    "forward and a backward is built on the dict"]
     form = _form(inv.read)
     H = sizes["hidden"]
     heads = next((a for a in (2, 4, 1) if H % a == 0 and (H // a) % 2 == 0), 1)
@@ -560,17 +439,17 @@ def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
         unread = [p for p, v in inv.read.items() if v is None]
         return [], [f"decoder: {expr}: no map of its names onto the protocol's fits their "
                     f"shapes (names read as none: {', '.join(unread) or 'none'})"]
+    has_table = "embeddings.position.W" in inv.read.values()
     tried = []
-    for b in found:
-        if "n_heads" not in b.keywords.values():
-            tried.append(f"{b.name}() takes no n_heads keyword")
+    for model in models:
+        if "config.n_heads" not in model.keywords.values():
+            tried.append(f"{model.label} takes no number of heads")
             continue
-        model = _compiled(b.source(), mod)
-        eps_fixed = "ln_eps" not in b.keywords.values()
-        hits, closest = _matches(model, maps, base, "embeddings.position.W" in
-                                 {v for v in inv.read.values() if isinstance(v, str)}, eps_fixed)
+        run = _compiled(model.source(), mod)
+        eps_fixed = "config.ln_eps" not in model.keywords.values()
+        hits, closest = _matches(run, maps, base, has_table, eps_fixed)
         if not hits:
-            tried.append(f"{b.name}{'().logits' if b.logits else '()'}: "
+            tried.append(f"{model.label}: "
                          + (f"closest {_describe(closest[1])} at {closest[0]:.1e}"
                             if closest else "its forward does not run on the names read"))
             continue
@@ -578,33 +457,34 @@ def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
         if len(maps_hit) > 1:
             return [], [f"decoder: {len(maps_hit)} maps of {expr}'s names give the reference's "
                         "logits: not decided (write names= by hand)"]
+        # several positions matching: the model takes the form from the config (a RoPE base
+        # or None), each confirmed, all declared; two activations cannot both match
+        activations = sorted({h[2].activation for h in hits})
+        if len(activations) > 1:
+            return [], [f"decoder: {model.label}'s logits equal the reference's with the "
+                        f"activations {activations}: not decided"]
         # an eps fixed in the code below ~1e-9 is not told from its neighbours on rows of unit
         # variance (nor by the check's): the closest is kept, the others named
-        forms = sorted({(h[2].position, h[2].rope_convention, h[2].activation) for h in hits})
-        if len(forms) > 1:
-            return [], [f"decoder: {b.name}'s logits equal the reference's in {len(forms)} "
-                        f"forms ({forms}): not decided"]
         best = min(hits, key=lambda h: h[0])
         also = sorted({h[2].ln_eps for h in hits} - {best[2].ln_eps})
-        return [_mapping(mod, b, expr, inv, best, eps_fixed, also)], []
-    return [], [f"decoder: {expr} gives a decoder's parameters, but no builder's logits equal "
+        m = _mapping(mod, model, run, expr, inv, best, eps_fixed, also)
+        _declare_positions(m, [h[2] for h in hits])
+        return [m], []
+    return [], [f"decoder: {expr} gives a decoder's parameters, but no model's logits equal "
                 f"the reference decoder_forward's ({'; '.join(tried)})"]
 
 
-def _mapping(mod, b: Builder, expr, inv: Inventory, hit, eps_fixed: bool,
+def _mapping(mod, model, run, expr, inv: Inventory, hit, eps_fixed: bool,
              also: list) -> DecoderMapping:
     dev, (names, fused, transposed), config = hit
     params, ids = _probe_params(config), _ids(config)
-    functions_all = [(n, f) for n, f in inspect.getmembers(mod, inspect.isfunction)
-                     if not n.startswith("_") and f.__module__ in (mod.__name__, None)]
-    logits = decoder_forward(params, config, ids)[0]
-    loss = find_loss(functions_all, logits, params, config, ids)
+    logits, cache = _mapped_forward(run, names, fused, transposed)(params, config, ids)
+    loss = find_loss(model.losses(mod), mod, logits, cache.cache,
+                     ids, lambda labels: decoder_loss(params, config, ids, labels), DECODER_RTOL)
     evidence = [
         f"decoder: names and shapes from impl.{expr} ({len(inv.shapes)} names, "
         f"{inv.layers} layers: H={config.hidden}, V={config.vocab_size}, "
-        f"I={config.intermediate}); the model from impl.{b.name}"
-        f"({', '.join(f'{k}=config.{v}' for k, v in b.keywords.items())})"
-        + (" (.logits: the pair's own ends in the loss)" if b.logits else ""),
+        f"I={config.intermediate}); the model: {model.label}",
         "decoder: each name read as the protocol's by its spelling and shape"
         + (f"; {', '.join(f'{k} joins {list(v)}' for k, v in fused.items())}" if fused else "")
         + (f"; {', '.join(transposed)} stored transposed" if transposed else ""),
@@ -613,10 +493,8 @@ def _mapping(mod, b: Builder, expr, inv: Inventory, hit, eps_fixed: bool,
         f"minibert_reference.decoder.decoder_forward's to {dev:.1e} (relative, float64) in "
         f"the form {_describe(config)}, and in no other form or map tried",
     ]
-    pinned = None
     if eps_fixed:
-        pinned = config.ln_eps
-        evidence.append(f"decoder: no eps keyword: its norms' eps is fixed in the code at "
+        evidence.append(f"decoder: no eps argument: its norms' eps is fixed in the code at "
                         f"{config.ln_eps:g} (of {', '.join(f'{e:g}' for e in FIXED_EPS)} the "
                         "closest"
                         + (f"; {', '.join(f'{e:g}' for e in also)} within {DECODER_RTOL:g} too"
@@ -625,37 +503,48 @@ def _mapping(mod, b: Builder, expr, inv: Inventory, hit, eps_fixed: bool,
                         + ("pinned to it: declared" if config.normalization == "layernorm"
                            else "keep their own eps: a fixed eps off it is red there") + ")")
     if loss is None:
-        loss_expr = None
         evidence.append("decoder: no function of the module gives the reference's next-token "
                         "loss: decoder_loss_and_grads is not applicable")
     else:
-        loss_expr = f"impl.{loss[0]}"
         evidence.append(f"decoder: {loss[1]}")
-    evidence.append("decoder: the gradients are never compared: the backward is the builder's "
+    evidence.append("decoder: the gradients are never compared: the backward is the model's "
                     "own, judged by minibert check")
-    code = b.source() + "\n\n" + _call(names, fused, transposed, loss_expr)
-    return DecoderMapping("decoder", code, evidence, _declares(config, pinned if eps_fixed
-                                                               else None),
+    code = model.source() + "\n\n" + _call(names, fused, transposed, model.backward_source,
+                                            loss and loss[0])
+    return DecoderMapping("decoder", code, evidence,
+                          _declares(config, config.ln_eps if eps_fixed else None),
                           names=names, fused=fused, transposed=transposed)
 
 
-def _call(names: dict, fused: dict, transposed: tuple, loss_expr: str | None) -> str:
+def _declare_positions(m: DecoderMapping, configs: list) -> None:
+    """Every position form (and RoPE convention) whose logits matched, declared: one as it
+    is, several as a tuple (the model follows the config's)."""
+    positions = tuple(dict.fromkeys(c.position for c in configs))
+    ropes = tuple(dict.fromkeys(c.rope_convention if c.rope else None for c in configs))
+    if len(positions) > 1 or len(ropes) > 1:
+        m.declares["decoder"]["position"] = positions if len(positions) > 1 else positions[0]
+        m.declares["attention"]["rope"] = ropes if len(ropes) > 1 else ropes[0]
+        m.evidence.append(f"decoder: the logits equal the reference's in the positions "
+                          f"{', '.join(positions)} (RoPE {', '.join(map(str, ropes))}) alike: "
+                          "the model follows the config's form, each declared")
+
+
+def _call(names: dict, fused: dict, transposed: tuple, backward: str,
+          loss_expr: str | None) -> str:
     """The ``decoder(...)`` call (its loss a stand-in that is not applicable where the
     module's was not found)."""
-    loss = loss_expr or "_no_loss"
     lines = []
     if loss_expr is None:
         lines += ["def _no_loss(logits):  # the module's loss was not found",
                   "    from minibert_spec.protocol import NotApplicable",
                   "    raise NotApplicable('not applicable: no loss of the module matched')",
                   "", ""]
-    body = ["decoder_model, lambda dlogits, cache: cache[0](dlogits, cache[1])",
-            f"names={_dict_source(names)}"]
+    body = [f"decoder_model, {backward}", f"names={_dict_source(names)}"]
     if fused:
         body.append(f"fused={_dict_source(fused)}")
     if transposed:
         body.append(f"transposed={transposed!r}")
-    body.append(f"loss={loss}")
+    body.append(f"loss={loss_expr or '_no_loss'}")
     return "\n".join(lines) + \
         "decoder_forward, decoder_backward, decoder_loss_and_grads = decoder(\n    " + \
         ",\n    ".join(body) + ")"
