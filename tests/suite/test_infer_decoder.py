@@ -295,3 +295,19 @@ def test_realstyle_gpts_bugs_are_red_under_the_inferred_adapter(bug, gpt_init, m
     hand = check_implementation(realstyle_gpt, ops=["decoder"], first_red=True)
     want = "ok" if bug is None else "FAIL"
     assert inferred.verdicts()["decoder"] == hand.verdicts()["decoder"] == want
+
+
+def test_a_layernorm_eps_fixed_in_the_class_is_found_and_declared(tmp_path, monkeypatch):
+    """MiniGPT with its eps fixed at 1e-5 in the code (no eps argument): of FIXED_EPS only 1e-5
+    gives the reference's logits, and it is declared (the check's configs then pinned to it)."""
+    docstring = '''    """realstyle_gpt's model, in a module with its parameter source."""'''
+    source = GPT_INIT.replace(docstring, '''    def __init__(self, weights, n_layer, n_head,
+                 rope_base=None, tied=True):
+        super().__init__(weights, n_layer, n_head, 1e-5, rope_base, tied)''')
+    assert source != GPT_INIT
+    m, why = _row(load_source(tmp_path, monkeypatch, source, "gpt_fixed_eps"))
+    assert m is not None, why
+    assert m.declares["layernorm"] == {"eps": 1e-5}
+    assert "eps=" not in m.code.split("model = ", 1)[1].split("\n", 1)[0]
+    assert any("fixed in the code at 1e-05" in e and "no other within" in e
+               for e in m.evidence), m.evidence
