@@ -110,6 +110,13 @@ def _plan(simple: Mapping, fused: Mapping, n_layers: int) -> Plan:
     return Plan(s, f)
 
 
+def _layered(patterns, n_layers: int) -> frozenset:
+    """The model's names of ``patterns`` for layers 0..n_layers-1: a per-layer pattern
+    (``h.{i}.attn.c_proj.w``) in every layer, a whole name as it is."""
+    return frozenset(p.replace(INDEX, str(i)) for p in patterns
+                     for i in (range(n_layers) if INDEX in p else (0,)))
+
+
 def _swap(a, own: str):
     """A tensor in the other layout (``transposed``): its last two axes swapped (a view, so a
     model writing into it is still seen writing into the caller's array)."""
@@ -128,6 +135,7 @@ class Record:
     params: list
     own: dict  # the model's name -> the protocol names it holds
     sizes: dict
+    transposed: frozenset = frozenset()  # the model's names stored transposed, every layer's
 
 
 class DecoderCache:
@@ -279,12 +287,16 @@ def decoder(forward: Callable, backward: Callable, *, names: Mapping[str, str],
         raise ValueError(f"decoder: capabilities: expected a dict, got {capabilities!r}")
 
     def decoder_forward(params, config, input_ids):
-        own, record = to_model(params, _plan(simple, joined, config.n_layers), transposed)
+        # a per-layer pattern of transposed= in every layer (never silently in none)
+        layered = _layered(transposed, config.n_layers)
+        own, record = to_model(params, _plan(simple, joined, config.n_layers), layered)
+        record.transposed = layered
         logits, cache = forward(own, config, input_ids)
         return logits, DecoderCache(record, cache)
 
     def decoder_backward(dlogits, cache):
-        return to_protocol(backward(dlogits, cache.cache), cache.record, transposed)
+        return to_protocol(backward(dlogits, cache.cache), cache.record,
+                           cache.record.transposed)
 
     def decoder_loss_and_grads(params, config, input_ids, labels=None, *,
                                ignore_index=IGNORE_INDEX):

@@ -11,6 +11,7 @@ import numpy as np
 
 from minibert_spec.suite.infer.backward import _again_values, _backward
 from minibert_spec.suite.infer.blocks import infer_blocks  # the block row (blocks.py)
+from minibert_spec.suite.infer.decoder import infer_decoder  # the decoder row (decoder.py)
 from minibert_spec.suite.infer.fnblocks import infer_function_blocks  # of functions
 from minibert_spec.suite.infer.losses import LOSS_OPS, declare_forms  # losses.py
 from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
@@ -18,6 +19,7 @@ from minibert_spec.suite.infer.positions import POSITION_OPS, settle  # position
 from minibert_spec.suite.infer.probes import (
     BACKWARDS,
     EPS_NAMES,
+    FIXED_EPS,
     FORWARD_RTOL,
     NORM_EPS,
     PROBES,
@@ -95,11 +97,10 @@ def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
     return m, missing
 
 
-# the eps values a LayerNorm fixes in its code (0: none), told apart by its forward on rows of
-# variance ~1e-4, where eps changes the output by eps / (2 var): 5e-9 for 1e-12 against 0, and
-# one candidate from the next by more; FIXED_EPS_RTOL lies below all of those and far above
-# float64's rounding of a LayerNorm (~1e-15)
-FIXED_EPS = (0.0, 1e-12, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+# told apart from the candidates of FIXED_EPS (probes.py) on rows of variance ~1e-4, where eps
+# changes the output by eps / (2 var): 5e-9 for 1e-12 against 0, and one candidate from the
+# next by more; FIXED_EPS_RTOL lies below all of those and far above float64's rounding of a
+# LayerNorm (~1e-15)
 FIXED_EPS_RTOL = 1e-9
 
 
@@ -320,7 +321,9 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
                          + _raised(s) for s in pairs if s not in used and s.label not in tried]
     rows, why = infer_optimizers(classes)  # the adam row: optimizer classes (optim.py)
     more, why_more = infer_training(mod)  # the schedule and clip rows (training.py)
-    return mappings + blocks + fn_blocks + rows + more, missing + why + why_more
+    lm, why_lm = infer_decoder(mod)  # the decoder row: a whole decoder-only LM (decoder.py)
+    return (mappings + blocks + fn_blocks + rows + more + lm,
+            missing + why + why_more + why_lm)
 
 
 def _unmapped_class(subject: ClassLayer) -> str:

@@ -43,6 +43,9 @@ PROTOCOL_EPS = 1e-12
 # the ops with an eps argument, and the protocol's eps of each (the reference's defaults): an
 # ``eps``/``epsilon`` argument of a subject is given this one on the probe
 NORM_EPS = {"layernorm": PROTOCOL_EPS, "rmsnorm": 1e-6}
+# the eps values a norm may fix in its code (0: none), each tried where a forward has no eps
+# argument (a LayerNorm: match._declare_eps; a decoder's norms: decoder.py)
+FIXED_EPS = (0.0, 1e-12, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
 # the forward output must equal the reference's to this (float64; a LayerNorm eps of 1e-5
 # against the protocol's 1e-12 changes it by ~1e-5 on rows of unit variance)
 FORWARD_RTOL = 1e-3

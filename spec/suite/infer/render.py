@@ -8,6 +8,7 @@ import inspect
 import re
 
 from minibert_spec.suite.infer.blocks import BlockMapping, block_call
+from minibert_spec.suite.infer.decoder import DecoderMapping
 from minibert_spec.suite.infer.fnblocks import FnBlockMapping, fn_block_call
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
@@ -116,7 +117,8 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
            *(["import numpy as np"] if any(encodings) or
              any(getattr(m, "needs_numpy", False) for m in mappings) else []),
            f"from minibert_spec.suite.adapters import "
-           f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}", ""]
+           f"{adapter_imports([m for m in mappings if not isinstance(m, TrainingMapping)])}"
+           + (", decoder" if any(isinstance(m, DecoderMapping) for m in mappings) else ""), ""]
     caps = capabilities(mappings)
     if caps:
         out += ["# what the code declares (its forms, the ranks it runs on)",
