@@ -537,8 +537,10 @@ def block_is_stable_at_large_mean_and_logits(impl, family):
                          offset=offset)
         ran.append(case)
     if not ran:
-        raise NotApplicable(f"not applicable: no LayerNorm input or attention row of "
-                            f"{family.name} in the declared form takes a constant it ignores")
+        raise NotApplicable(f"not applicable: {family.name} as declared does not claim a "
+                            "LayerNorm a constant reaches (RMSNorm is not shift-invariant; "
+                            "post- and inner-LN need an output bias) nor a key bias without "
+                            "RoPE: no constant it ignores")
 
 
 def _kernel_equations(family) -> tuple[str, ...]:
