@@ -126,17 +126,22 @@ def _compare(forward, family, case, grads: dict) -> list:
     return results
 
 
-def assert_f32_close(x32, x64, scale: float, what: str, what_kept: str = "out") -> None:
+def assert_f32_close(x32, x64, scale: float, what: str, what_kept: str = "out",
+                     offset=0.0) -> None:
     """A float32 result against the float64 run of the same code on the same (float32-rounded)
     inputs: F32_VS_F64_RTOL relative, and an absolute floor F32_VS_F64_ATOL times ``scale``, the
     largest magnitude among the results it is compared with (an entry near 0 because terms of
-    that size cancelled carries float32 rounding of that size, not of its own)."""
+    that size cancelled carries float32 rounding of that size, not of its own).  ``offset``: a
+    known part both results carry (a large constant passed through), subtracted in float64
+    before comparing, so the relative rule applies to the rest and not to the constant."""
     x32 = np.asarray(x32)
     # a scalar loss promoted to float64 is a documented convention (spec/protocol.py), not a
     # silent cast; every other result must stay float32
     convention = x32.ndim == 0 and x32.dtype == np.float64
     assert x32.dtype == np.float32 or convention, (
         f"{what}: float32 in -> float32 {what_kept} (got {x32.dtype}) -- a silent cast")
+    if np.any(offset):
+        x32, x64 = x32.astype(np.float64) - offset, np.asarray(x64, np.float64) - offset
     assert_close(x32, x64, rtol=F32_VS_F64_RTOL, atol=F32_VS_F64_ATOL * max(1.0, scale),
                  what=what)
 

@@ -38,13 +38,10 @@ BLOCK_FORMS = ("post", "pre", "inner")
 # green on the same op, so the suite's checks of that row never reach the bug (a stability bug
 # of a kernel the block runs, seen only at inputs the block's cases never draw).  Strict: a
 # check that starts killing one flips it.  (The global norm's chunk tail was one, past 64K
-# entries: invariant[clip.model_sized_tensors] kills it now.)
-KNOWN_GREEN = {
-    "layernorm_one_pass_variance-post": "the block's checks draw no large-mean inputs: only "
-    "layernorm's own invariant (large_mean_float32) kills it",
-    "softmax_no_max_subtraction-post": "the block's checks draw no large logits: only "
-    "softmax's own invariants and FD kill it",
-}
+# entries: invariant[clip.model_sized_tensors] kills it now; so were LayerNorm's one-pass
+# variance and softmax without the max subtracted in the post-LN block: the block families'
+# invariant[<family>.large_mean_and_logits_float32] kill them now.)
+KNOWN_GREEN: dict[str, str] = {}
 # each row's line in the adapter when infer writes it
 ROW_LINES = {"adam": "adam_init, adam_step = optimizer(", "schedule": "def warmup_linear_lr(",
              "clip": "def clip_by_global_norm(", "block": "block_forward, block_backward = layer("}

@@ -454,6 +454,113 @@ for _name in _block_families(lambda f: dict(f.needs).get("block.causal") is True
     on_family(_name, "causal", by_family=True)(block_form_is_causal)
 
 
+# A per-token constant c at the input of every LayerNorm the block's form lets it reach, and a
+# per-query constant on every logit of an attention row, leave the block's output unchanged in
+# exact arithmetic: LayerNorm subtracts its row's mean (RMSNorm does not: not shifted), softmax
+# ignores a constant added to its row (a key bias b_k + B adds q_i . B to each logit of row i;
+# RoPE turns each key's B by its position: not shifted).  In float32 a one-pass variance
+# E[x^2] - E[x]^2 loses ~eps32 c^2 of the variance (>> sigma^2: garbage or NaN), and an exp
+# without the row max subtracted overflows past 88: the stability bugs of the kernels inside a
+# block, which the block's cases (inputs ~1) never reach.  The correct code's float32 error is
+# float32 rounding of terms of size c (or of the shifted logits), amplified by the
+# normalisations after them: F32_VS_F64_ATOL times c (B where only the key bias is shifted)
+# times S.block_norm_amplification.  Measured on the reference (60 drawn cases of each of the
+# 24 block families a shift reaches, ~1,250 cases): its float32 error is at most 0.11 of that
+# allowance; the one-pass variance exceeds it in 84-100% of each family's cases (NaN in most;
+# c = 3e3 killed as few as 84% where 3e4 killed 97%: hence 3e4), the unshifted exp gives NaN
+# in 94-100% (B = 300: row shifts |q_i . B| / sqrt(d_k) of 120-2,000, median 840, over 300
+# cases -- past float32's exp range, yet well inside the -1e4 some code fills masked logits
+# with; B = 1e3 reached 9,100).  The check runs each family's fixed-seed cases,
+# on which both bugs are red wherever a shift reaches them (tests/suite/test_block_stability.py):
+# ~5 ms per family.
+_LARGE_MEAN = 3e4
+_LARGE_KEY_BIAS = 300.0
+
+
+def _shift(p: dict, name: str, by, shifted: dict) -> None:
+    p[name] = p[name] + by
+    shifted[name] = float(np.max(np.abs(by)))
+
+
+def block_at_large_mean_and_logits(case):
+    """(the case with large constants its form's output ignores, the offset its output carries,
+    {what was shifted: by how much}).  Pre-LN: x + c per token (LN1(x + c) = LN1(x), so the
+    stream carries c to LN2 and LN_f; the output is block(x) + c without LN_f).  Post- and
+    inner-LN: the attention's output bias + c (its value bias without W_o: attention rows sum
+    to 1) and the FFN's output bias + c, each reaching the LayerNorm after it.  Any form: a key
+    bias + B (+-B per feature) without RoPE."""
+    f, p = case.fixed, dict(case.inputs)
+    form = {k: f.get(k, S.BLOCK_STANDARD[k]) for k in ("norm", "normalization", "rope")}
+    rng = np.random.default_rng(case.seed)
+    x, offset, shifted = p["x"], 0.0, {}
+    if form["normalization"] == "layernorm":
+        if form["norm"] in ("pre", "pre_final"):
+            c = _LARGE_MEAN * rng.choice([-1.0, 1.0], size=x.shape[:-1] + (1,))
+            _shift(p, "x", c, shifted)
+            offset = c if form["norm"] == "pre" else 0.0
+        else:
+            c = _LARGE_MEAN * rng.choice([-1.0, 1.0])
+            for name in ("attn.b_o" if "attn.W_o" in p else "attn.b_v", "ffn.b_2",
+                         "swiglu.b_2"):
+                if name in p:
+                    _shift(p, name, c, shifted)
+    if "attn.b_k" in p and form["rope"] is None:
+        _shift(p, "attn.b_k", _LARGE_KEY_BIAS * rng.choice([-1.0, 1.0], size=x.shape[-1]),
+               shifted)
+    return S.OpCase(p, f, case.dout, case.seed), offset, shifted
+
+
+def block_is_stable_at_large_mean_and_logits(impl, family):
+    """On the family's fixed-seed cases with large constants the block's output ignores
+    (block_at_large_mean_and_logits): a per-token constant reaching each LayerNorm, a key bias
+    shifting each attention row's logits.  The float32 run agrees with the float64 run on the
+    same float32-rounded inputs, to float32 rounding of those constants: a one-pass variance
+    or an exp without the row max subtracted is far off, or NaN."""
+    from minibert_spec.protocol import NotApplicable
+
+    forward, _ = family.bind(impl)
+    ran = []
+    for case in family.examples(capabilities(impl)):
+        stressed, offset, shifted = block_at_large_mean_and_logits(case)
+        if not shifted or (family.f32_ok is not None and not family.f32_ok(case)):
+            continue
+        case32 = cast_case(stressed, np.float32)
+        case64 = cast_case(case32, np.float64)
+        out64 = forward(**case64.inputs, **case64.fixed)[0]
+        out32 = forward(**case32.inputs, **case32.fixed)[0]
+        # rounding of terms of the size of the largest constant, amplified by the norms after it
+        scale = max(max_abs(np.asarray(out64) - offset),
+                    max(shifted.values()) * S.block_norm_amplification(case))
+        what = ", ".join(f"{k} + {v:g}" for k, v in shifted.items())
+        assert_f32_close(out32, out64, scale, f"{family.name}: forward at {what} (a constant "
+                         "the output ignores in exact arithmetic), float32 vs float64",
+                         offset=offset)
+        ran.append(case)
+    if not ran:
+        raise NotApplicable(f"not applicable: {family.name} as declared does not claim a "
+                            "LayerNorm a constant reaches (RMSNorm is not shift-invariant; "
+                            "post- and inner-LN need an output bias) nor a key bias without "
+                            "RoPE: no constant it ignores")
+
+
+def _kernel_equations(family) -> tuple[str, ...]:
+    """The kernels' forward equations a block family's shifts reach (the mutation matrix tags
+    the check with them): LayerNorm's but under RMSNorm, softmax's where a key bias may be
+    drawn and no RoPE turns it.  None (LLaMA's block): the family gets no such check."""
+    needs = dict(family.needs)
+    layernorm = needs.get("block.normalization") != "rmsnorm"
+    softmax = "attention.rope" not in needs and family.cases.keywords.get("bias") is not False
+    return ("layernorm.forward",) * layernorm + ("softmax.forward",) * softmax
+
+
+for _family in (f for f in S.families() if f.op == "block" and _kernel_equations(f)):
+    check("invariant", f"{_family.name}.large_mean_and_logits_float32",
+          cases=[("", {"family": _family})], ops=("block",),
+          equations=tuple(e for e in _family.equations if "backward" not in e)
+          + _kernel_equations(_family), needs=dict(_family.needs),
+          quick=True)(block_is_stable_at_large_mean_and_logits)
+
+
 @on_family("cross_entropy_mean", "sum_is_n_times_mean", was="cross_entropy.example",
            equations=("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
                       "loss.ce.backward.sum"))

@@ -64,8 +64,8 @@ from minibert_spec.suite.strategies.blocks import (
     BLOCK_KEYWORDS, BLOCK_STANDARD, _BLOCK, _INNER, _PARTS, _POST, _PRE, _SWIGLU, _block_example,
     _block_fixed, _block_needs, _block_weights, _but, _case_conditioning, _ffn_example,
     _pooler_example, _swiglu_example, block_adapter, block_backward_scale, block_cases,
-    block_conditioning, block_smooth, block_variant, ffn_cases, ffn_params, pooler_cases,
-    relu_preactivation_ok, swiglu_cases)
+    block_conditioning, block_norm_amplification, block_smooth, block_variant, ffn_cases,
+    ffn_params, pooler_cases, relu_preactivation_ok, swiglu_cases)
 from minibert_spec.suite.strategies.losses import (
     _CE, _CE_LABELS, _IGNORING, _NEXT, _PROBS, _cross_entropy_example, _cross_entropy_probs_example,
     _gathered, _linear_cross_entropy_example, _next_token_example, _probs, _probs_omit,
