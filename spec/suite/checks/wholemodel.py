@@ -170,6 +170,11 @@ def whole_model_gradients_match_finite_differences(impl, B, T, seed):
 
     res = gradcheck_dict(loss, case.params, case.grads,
                          rng=np.random.default_rng(seed + 1), op="whole model")
+    # a model composed of the implementation's op rows: the verdict says which rows it used
+    composed = getattr(declaration(unwrap(impl)), "describe", None)
+    composed = composed() if callable(composed) else ""
+    if composed:
+        warnings.warn(ConventionWarning(composed), stacklevel=2)
     if case.dtype == "float32":
         warnings.warn(ConventionWarning(res.floor_note()), stacklevel=2)
     failed = res.failed
@@ -182,7 +187,7 @@ def whole_model_gradients_match_finite_differences(impl, B, T, seed):
             f"difference {worst.numeric:.6e} ({len(failed)} of {len(names)} parameter tensors "
             f"disagree); {_look_next(names, {r.tensor for r in failed})}\n"
             f"disagree: {', '.join(r.tensor for r in failed)} ({res.floor_note()})\n"
-            f"worst: {worst}")
+            f"worst: {worst}" + (f"\n{composed}" if composed else ""))
 
 
 @check("invariant", "whole_model.grads_match_params", ops=("whole_model",), quick=True)
