@@ -413,9 +413,16 @@ class ComposedModel(WholeModel):
         return (f"composed model (H={H}, {self.heads} head(s), V={V}; blocks: {blocks}; "
                 f"final {self.final_op}, {self.loss_op}): the implementation's rows "
                 f"{', '.join(mine)}; the reference's {', '.join(ref) or 'none'}"
-                + (f"; provided but not used: {', '.join(self.unused)}" if self.unused else "")
-                + " -- a red is in the implementation's rows (the reference's are the "
-                  f"suite's own): minibert check {self.label} --ops " + " ".join(mine))
+                + (f"; provided but not used: {', '.join(self.unused)}" if self.unused else ""))
+
+    def look_next(self) -> str:
+        """Where a red of this model is: in the implementation's rows -- the reference's are
+        the suite's own, verified row by row -- whatever the names of the tensors that
+        disagree say (a gainless norm has none: its wrong dx shows on the tensors before it)."""
+        mine = [op for op, who in self.rows.items() if who == "implementation"]
+        return (f"the model is composed of the implementation's rows {', '.join(mine)} and "
+                f"the reference's (the suite's own): look next at those rows (minibert check "
+                f"{self.label} --ops {' '.join(mine)})")
 
 
 def _gradients(op: str, out) -> tuple:
