@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minibert_reference.ops import block_param_names
+from minibert_reference.ops import (
+    ATTENTION_PARAMS,
+    FFN_PARAMS,
+    SWIGLU_PARAMS,
+    block_param_names,
+)
 from minibert_spec.protocol.capabilities import capabilities
 from minibert_spec.protocol.norm_eps import eps_of
 from minibert_spec.protocol.proxy import (
@@ -59,10 +64,8 @@ USABLE = ("embedding", "position_embedding", "block", "layernorm", "rmsnorm", "a
 ACTIVATIONS = ("gelu", "silu", "tanh", "relu")
 FFN_ACTIVATIONS = ("gelu", "gelu_tanh", "relu2", "relu")
 
-
-ATTN = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
-FFN = ("W_1", "b_1", "W_2", "b_2")
-SWIGLU = ("W_1", "W_2", "W_3", "b_1", "b_2", "b_3")
+# the parameters of the attention, FFN and SwiGLU rows, in their forwards' order
+ATTN, FFN, SWIGLU = ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS
 
 
 @dataclass(frozen=True)
