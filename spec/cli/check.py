@@ -49,7 +49,12 @@ def register(sub) -> None:
                    help="the whole-model verdict alone, for any architecture: impl is your "
                         "loss_and_grads(params, ids, ...) -> (loss, grads) (package.module:"
                         "function; the params: that module's params or init_params()) or a "
-                        "minibert_spec.suite.whole_model(...) declaration")
+                        "minibert_spec.suite.whole_model(...) declaration; or op rows without "
+                        "a model (package.module[:object]): judged as a tiny model composed of "
+                        "them (embedding -> blocks -> final norm -> linear head -> "
+                        "cross-entropy), the reference's rows standing in for the ones it "
+                        "lacks, in the form its CAPABILITIES declare; the verdict names the "
+                        "rows used.  No usable row: exit 2")
     g.add_argument("--kinds", nargs="+", help="only these kinds of check: fd, oracle, "
                                               "oracle.forward, oracle.backward, sympy, "
                                               "invariant, bad_input")
@@ -196,9 +201,6 @@ def _run(args, server) -> int:
     if getattr(args, "model", False):  # the whole_model row alone
         if args.ops:
             return _fail("--model: runs the whole_model row alone; not with --ops")
-        if args.impl and ":" not in args.impl:
-            return _fail(f"--model: expected package.module:function (your loss_and_grads) or "
-                         f"package.module:MODEL (a whole_model declaration), got {args.impl!r}")
         args.ops = ["whole_model"]
     if args.quick and args.deep:
         return _fail("--quick and --deep: expected one tier, got both")
@@ -278,7 +280,8 @@ def _run(args, server) -> int:
                               paths=paths, seed=args.seed,
                               max_examples=examples_of(args),
                               first_red=args.first_red, on_result=progress, server=server,
-                              database=database, replay=replay)
+                              database=database, replay=replay,
+                              model=bool(getattr(args, "model", False)))
     finally:
         done()
     report.bad_input, report.thin = args.bad_input, thin

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from minibert_spec.protocol.composed import composed_model
 from minibert_spec.protocol.wholemodel import WholeModel, whole_model
 from minibert_spec.suite.registry import (
     COLUMNS,
@@ -53,7 +54,7 @@ from minibert_spec.suite.run import (
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
-           "DEFAULT_TIMEOUT", "whole_model", "WholeModel"]
+           "DEFAULT_TIMEOUT", "whole_model", "WholeModel", "composed_model"]
 
 
 def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,

@@ -223,7 +223,7 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
                  seed: int | None = None, first_red: bool = False,
                  database: str | None = None, replay: Sequence[str] = (),
                  on_result: Callable[[Result], object] | None = None,
-                 server: ForkServer | None = None) -> CheckReport:
+                 server: ForkServer | None = None, model: bool = False) -> CheckReport:
     """Run ``checks`` on the implementation ``impl`` (``pkg.mod[:obj]``) in ``workers``
     processes and return the :class:`CheckReport` (results in the checks' order).  The checks are
     sent cheapest and most decisive first (:func:`~minibert_spec.suite.run.first_red_order`);
@@ -232,11 +232,13 @@ def run_isolated(impl: str, checks: Sequence[Check], *, workers: int = 2,
     :func:`launch_server` (default: one started here), closed at the end.  ``database``,
     ``replay``: example database directories shared with other runs (read and written; read
     only: :func:`~minibert_spec.suite.run.shared_database`, absolute paths: the workers run in a
-    temporary directory); the draws then come from :func:`~minibert_spec.suite.run.run_seed`."""
+    temporary directory); the draws then come from :func:`~minibert_spec.suite.run.run_seed`.
+    ``model``: an implementation without a whole model of its own is judged as the model
+    composed of its op rows (minibert_spec.protocol.composed; ``minibert check --model``)."""
     start = time.monotonic()
     job = {"impl": impl, "paths": list(paths), "timeout": timeout, "oracle": oracle,
            "max_examples": max_examples, "seed": run_seed(seed, bool(database or replay)),
-           "database": database, "replay": list(replay)}
+           "database": database, "replay": list(replay), "model": model}
     queue = deque(first_red_order(checks))
     stopped = False
     shrink = ShrinkBudget()  # one for the run: each worker is told what is left

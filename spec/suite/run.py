@@ -37,8 +37,10 @@ from minibert_spec.protocol import (
     label_of,
     load_impl,
     not_claimed_message,
+    unwrap,
 )
 from minibert_spec.protocol.capabilities import declared_variants, unmet
+from minibert_spec.protocol.composed import ComposedModel
 from minibert_spec.suite.registry import Blame, Check
 
 # Time limit of one example of a check by default, seconds (a fixed-seed check is one example).
@@ -313,11 +315,13 @@ def raised_at(e: BaseException) -> str:
     return f" (raised in {function}, {os.path.basename(path)}:{line})"
 
 
-def reproduction(check: Check, label: str) -> str:
+def reproduction(check: Check, label: str, composed: bool = False) -> str:
     """The one line that reruns this check alone (its examples come from a seed derived from
-    its id, so the same failure comes back)."""
-    return (f"rerun: minibert check {label} -k '^{re.escape(check.id)}$' (or minibert_spec.suite."
-            f"check_implementation(impl, ids=[{check.id!r}]))")
+    its id, so the same failure comes back).  ``composed``: the implementation is the model
+    composed of ``label``'s op rows (``--model``, minibert_spec.protocol.composed)."""
+    model, impl = (" --model", "composed_model(impl)") if composed else ("", "impl")
+    return (f"rerun: minibert check {label}{model} -k '^{re.escape(check.id)}$' (or "
+            f"minibert_spec.suite.check_implementation({impl}, ids=[{check.id!r}]))")
 
 
 def one_line(message: str) -> str:
@@ -542,7 +546,10 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     if outcome == "failed":
         if not message.strip():
             message = "failed without a message"  # never an empty red (spec/suite/run.py)
-        message += "\n" + reproduction(check, proxy._impl_label)
+        composed = unwrap(proxy)
+        composed = composed if isinstance(composed, ComposedModel) else None
+        message += "\n" + reproduction(check, composed.label if composed else proxy._impl_label,
+                                       composed is not None)
     return Result(check.id, check.kind, ops, outcome, message,
                   round(time.perf_counter() - start, 3), conventions, cause,
                   len(test.completed) if test is not None else 0)
