@@ -135,6 +135,7 @@ def away_from_zero(margin: float = KINK_MARGIN, bound: float = VALUE_BOUND):
     return floats(-bound, bound).filter(lambda v: abs(v) > margin)
 
 
+@reused
 def sizes(lo: int = 1, hi: int = 4) -> st.SearchStrategy[int]:
     return st.integers(lo, hi)
 
@@ -453,6 +454,7 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
     return register
 
 
+@reused
 def _seed():
     return st.integers(0, 2**31 - 1)
 
