@@ -111,7 +111,10 @@ def _check_shape(name, x, *, ndim=None, min_ndim=None, shape=None) -> None:
         raise ValueError(f"{name}: expected rank >= {min_ndim}, got shape {x.shape}")
     if shape is not None:
         expected = tuple(shape)
-        ok = len(expected) == x.ndim and all(e is None or e == s for e, s in zip(expected, x.shape))
+        # the exact shape first: one tuple comparison, where the loop over the axes was ~1 us of
+        # the ~400,000 validations of a judging run; a "*" axis (None) takes the loop
+        ok = expected == x.shape or (len(expected) == x.ndim and all(
+            e is None or e == s for e, s in zip(expected, x.shape)))
         if not ok:
             pretty = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
             raise ValueError(f"{name}: expected shape {pretty}, got {x.shape}")
