@@ -47,9 +47,9 @@ def all_finite(x: np.ndarray) -> bool:
     (|x| > 1.8e19 in float32): only then is ``isfinite`` consulted.  Below DOT_FROM elements
     ``isfinite`` alone is the faster (2 vs 4.4 us at 1,000: the errstate context costs more than
     the temporary), and the judging suite validates ~440,000 small arrays per run."""
+    if x.size < DOT_FROM:  # any shape: no flattened view to make (~0.3 us of ~2 a call)
+        return bool(np.isfinite(x).all())
     flat = x.reshape(-1)
-    if flat.size < DOT_FROM:
-        return bool(np.isfinite(flat).all())
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow here is not an error
         if np.isfinite(np.dot(flat, flat)):
             return True
@@ -111,7 +111,10 @@ def _check_shape(name, x, *, ndim=None, min_ndim=None, shape=None) -> None:
         raise ValueError(f"{name}: expected rank >= {min_ndim}, got shape {x.shape}")
     if shape is not None:
         expected = tuple(shape)
-        ok = len(expected) == x.ndim and all(e is None or e == s for e, s in zip(expected, x.shape))
+        # the exact shape first: one tuple comparison, where the loop over the axes was ~1 us of
+        # the ~400,000 validations of a judging run; a "*" axis (None) takes the loop
+        ok = expected == x.shape or (len(expected) == x.ndim and all(
+            e is None or e == s for e, s in zip(expected, x.shape)))
         if not ok:
             pretty = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
             raise ValueError(f"{name}: expected shape {pretty}, got {x.shape}")

@@ -58,7 +58,14 @@ class DeclarationError(ValueError):
 
 def capabilities(impl) -> dict:
     """The implementation's CAPABILITIES (object, else its module) over the defaults, validated
-    in full (a :class:`DeclarationError` otherwise)."""
+    in full (a :class:`DeclarationError` otherwise).  Of a proxy (ImplProxy): those it read and
+    validated when it wrapped the implementation (its ``_impl_caps``, which its adapters and
+    the checks' n/a decisions already follow), not read again: ~3,000 reads per judging run at
+    ~0.13 ms each.  The one dict: callers read it, never write it."""
+    try:
+        return object.__getattribute__(impl, "_impl_caps")
+    except AttributeError:
+        pass
     obj = _declaring_object(impl)
     declared = read_declaration(obj)
     caps = _validate(declared)

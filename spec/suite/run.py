@@ -117,6 +117,25 @@ def one_torch_thread():
             torch.set_num_threads(before)
 
 
+_BLAS_CONTROLLER: list = [-1, None]  # [len(sys.modules) when found, the controller]
+
+
+def one_blas_thread():
+    """BLAS at one thread while a check runs, the caller's setting restored after (threadpoolctl's
+    ``threadpool_limits(limits=1, user_api="blas")``), with the libraries found once per set of
+    imported modules: ``threadpool_limits`` looks for them afresh on every call (every loaded
+    shared object, 0.13-0.9 ms a check).  A BLAS library is loaded by an import (NumPy's, torch's),
+    so a new module is when to look again; one loaded some other way keeps its own threads (slower,
+    never another verdict)."""
+    import sys
+
+    from threadpoolctl import ThreadpoolController
+
+    if _BLAS_CONTROLLER[0] != len(sys.modules):
+        _BLAS_CONTROLLER[:] = [len(sys.modules), ThreadpoolController()]
+    return _BLAS_CONTROLLER[1].limit(limits=1, user_api="blas")
+
+
 @contextmanager
 def time_limit(seconds: float | None, what: str):
     """Raise :class:`CheckTimeout` in the main thread after ``seconds`` (SIGALRM; no limit
@@ -462,8 +481,6 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     skipped = unavailable(check, oracle)
     if skipped is not None:
         return skipped
-    from threadpoolctl import threadpool_limits
-
     if check.prepare is not None:
         check.prepare()
     proxy = as_proxy(impl)
@@ -506,7 +523,7 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
             # single-threaded BLAS: the checks' matrices are small, and OpenBLAS threads that
             # spin beside other work made a whole-model FD check 25x slower (1.2 s -> 30 s)
             with shrinking.bounded(shrink or shrinking.PROCESS_BUDGET) as tracker, \
-                    threadpool_limits(limits=1, user_api="blas"), one_torch_thread():
+                    one_blas_thread(), one_torch_thread():
                 test()
         except NotApplicable as e:
             outcome, message = "n/a", str(e)

@@ -51,11 +51,14 @@ def tensor(a, requires_grad: bool = False) -> torch.Tensor:
 
 
 def vjp(fn: Callable[..., torch.Tensor], inputs: Mapping[str, object], dout,
-        wrt: tuple[str, ...]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        wrt: tuple[str, ...], *, backward: bool = True
+        ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Run ``fn(**inputs)`` in torch and backpropagate ``dout`` (same shape as the output).
 
     Returns (output, {name: gradient}) for every name in ``wrt``; an input the output does not
     depend on gets an exact zero gradient.  Non-array inputs (ints, None, strings) pass through.
+    ``backward=False``: the output alone, ``{}`` for the gradients (a forward comparison: the
+    same forward, ``wrt`` still requiring grad, without the backward it would not read).
     """
     args = {}
     for name, value in inputs.items():
@@ -64,6 +67,8 @@ def vjp(fn: Callable[..., torch.Tensor], inputs: Mapping[str, object], dout,
         else:
             args[name] = value
     out = fn(**args)
+    if not backward:
+        return out.detach().numpy(), {}
     out.backward(tensor(np.asarray(dout, dtype=out.detach().numpy().dtype)))
     grads = {}
     for name in wrt:

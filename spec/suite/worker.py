@@ -77,7 +77,7 @@ def serve(job: dict, out, commands) -> int:
     from minibert_spec.protocol.composed import composed_model
     from minibert_spec.protocol.wholemodel import declaration
     from minibert_spec.suite.declared import checks_of
-    from minibert_spec.suite.registry import get
+    from minibert_spec.suite.registry import ALIASES, all_checks, get
     from minibert_spec.suite.run import check_settings, run_check, shared_database
     from minibert_spec.suite.shrink import ShrinkBudget
 
@@ -99,6 +99,9 @@ def serve(job: dict, out, commands) -> int:
                               derandomize=False if seed is not None else None)
     hung = object.__getattribute__(proxy, "_impl_hung")
     budget = ShrinkBudget()  # the run's, as the parent says before each check
+    # the checks by id, built once (registry.get builds this dict on every call); an old id
+    # (ALIASES) or an unknown one goes through get, which warns or raises
+    by_id = {c.id: c for c in (*all_checks(), *declared)}
     for line in commands:
         if not line.strip():
             break
@@ -107,7 +110,8 @@ def serve(job: dict, out, commands) -> int:
         if "shrink" in command:
             budget.seconds = command["shrink"]["seconds"]
             budget.shrunk.update(command["shrink"]["shrunk"])
-        check = get(command["id"], declared)
+        check = (by_id[command["id"]] if command["id"] in by_id and command["id"] not in ALIASES
+                 else get(command["id"], declared))
         _emit(out, event="start", id=check.id)
         before, left = set(hung), budget.seconds
         result = run_check(check, proxy, settings=settings, timeout=job.get("timeout"),

@@ -101,6 +101,7 @@ def rope_positions(draw, T: int):
     return draw(np_arrays(np.int64, (T,), st.integers(0, MAX_POSITION), st.nothing()))
 
 
+@reused
 def rope_bases() -> st.SearchStrategy[float]:
     """rope_theta: 10000 (RoFormer, LLaMA 1-2), 500000 (LLaMA 3), and from 2 to 1e6."""
     return st.one_of(st.sampled_from([10000.0, 500000.0]),

@@ -135,6 +135,7 @@ def away_from_zero(margin: float = KINK_MARGIN, bound: float = VALUE_BOUND):
     return floats(-bound, bound).filter(lambda v: abs(v) > margin)
 
 
+@reused
 def sizes(lo: int = 1, hi: int = 4) -> st.SearchStrategy[int]:
     return st.integers(lo, hi)
 
@@ -331,7 +332,8 @@ class CaseFamily:
     def _kwargs(self, caps: dict, takes) -> dict:
         kw = {**self.cases.keywords,
               **variant_kwargs(self.op, dict(self.needs), self.resolve, caps)}
-        return {k: v for k, v in kw.items() if k in inspect.signature(takes).parameters}
+        takes_names = _parameters(takes)
+        return {k: v for k, v in kw.items() if k in takes_names}
 
     def strategy_for(self, caps: dict) -> st.SearchStrategy[OpCase]:
         """The family's strategy with its variant parameters: the fixed ones (``needs``) and
@@ -373,6 +375,13 @@ class CaseFamily:
 
 
 EXAMPLE_SEED = 0
+
+
+@functools.cache
+def _parameters(fn: Callable) -> frozenset:
+    """The parameter names of a strategy or example builder, read once: inspect.signature per
+    keyword of each check was ~10,000 reads per judging run."""
+    return frozenset(inspect.signature(fn).parameters)
 
 
 def fixed_examples(build: Callable):
@@ -453,6 +462,7 @@ def cases(op: str, variant: str | None = None, *, omit=(), also=(), adapter=None
     return register
 
 
+@reused
 def _seed():
     return st.integers(0, 2**31 - 1)
 

@@ -22,6 +22,7 @@ from minibert_spec.suite.strategies.kit import (
     gammas,
     layernorm_inputs,
     relu_inputs,
+    reused,
     row_masks,
     sizes,
     upstream,
@@ -49,6 +50,7 @@ def linear_cases(draw, bias: bool) -> OpCase:
     return OpCase(inputs, {}, draw(upstream(lead + (n_out,))), draw(_seed()))
 
 
+@reused
 def layernorm_eps() -> st.SearchStrategy[float]:
     """LayerNorm eps from 1e-12 (BERT checkpoints) to 1e-3, the ends and 1e-5 (torch's default)
     included: an eps outside the square root is invisible at 1e-12 and plain at 1e-3."""
