@@ -54,7 +54,8 @@ def register(sub) -> None:
                         "them (embedding -> blocks -> final norm -> linear head -> "
                         "cross-entropy), the reference's rows standing in for the ones it "
                         "lacks, in the form its CAPABILITIES declare; the verdict names the "
-                        "rows used.  No usable row: exit 2")
+                        "rows used; a decoder row: its own decoder_loss_and_grads, in the first "
+                        "decoder form it declares.  No usable row: exit 2")
     g.add_argument("--kinds", nargs="+", help="only these kinds of check: fd, oracle, "
                                               "oracle.forward, oracle.backward, sympy, "
                                               "invariant, bad_input")

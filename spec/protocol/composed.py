@@ -88,7 +88,23 @@ class Refused(ValueError):
     ``minibert check --model``), never a verdict."""
 
 
-class ComposedModel(WholeModel):
+class ModelOfRows(WholeModel):
+    """A whole model the suite builds of an implementation's protocol rows for ``--model``
+    (:class:`ComposedModel`; the decoder row's own model,
+    minibert_spec.suite.checks.decoder.DecoderRowModel): ``label`` (the implementation's),
+    :meth:`describe` (what the model is, one line the verdict prints) and :meth:`look_next`
+    (the rows a red points at)."""
+
+    label: str
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def look_next(self) -> str:
+        raise NotImplementedError
+
+
+class ComposedModel(ModelOfRows):
     """The whole model of an implementation's op rows (see the module's docstring).
     ``rows``: op -> "implementation" | "reference", in the model's order; ``unused``: op
     pairs the implementation provides that this form has no place for (a softmax, a RoPE row:

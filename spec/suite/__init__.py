@@ -54,7 +54,18 @@ from minibert_spec.suite.run import (
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
-           "DEFAULT_TIMEOUT", "whole_model", "WholeModel", "composed_model"]
+           "DEFAULT_TIMEOUT", "whole_model", "WholeModel", "composed_model", "model_of_rows"]
+
+
+def model_of_rows(obj, label: str | None = None):
+    """The whole model ``minibert check X --model`` judges where X declares none: its decoder
+    row's own model where it provides one, else the model composed of its op rows
+    (minibert_spec.suite.checks.decoder.model_of_rows; a ValueError in one line where neither
+    can be built)."""
+    all_checks()  # the check modules registered in their order before the decoder's is imported
+    from minibert_spec.suite.checks.decoder import model_of_rows as build
+
+    return build(obj, label)
 
 
 def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,

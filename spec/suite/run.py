@@ -40,7 +40,7 @@ from minibert_spec.protocol import (
     unwrap,
 )
 from minibert_spec.protocol.capabilities import declared_variants, unmet
-from minibert_spec.protocol.composed import ComposedModel
+from minibert_spec.protocol.composed import ModelOfRows
 from minibert_spec.suite.registry import Blame, Check
 
 # Time limit of one example of a check by default, seconds (a fixed-seed check is one example).
@@ -337,8 +337,8 @@ def raised_at(e: BaseException) -> str:
 def reproduction(check: Check, label: str, composed: bool = False) -> str:
     """The one line that reruns this check alone (its examples come from a seed derived from
     its id, so the same failure comes back).  ``composed``: the implementation is the model
-    composed of ``label``'s op rows (``--model``, minibert_spec.protocol.composed)."""
-    model, impl = (" --model", "composed_model(impl)") if composed else ("", "impl")
+    the suite built of ``label``'s rows (``--model``: minibert_spec.suite.model_of_rows)."""
+    model, impl = (" --model", "model_of_rows(impl)") if composed else ("", "impl")
     return (f"rerun: minibert check {label}{model} -k '^{re.escape(check.id)}$' (or "
             f"minibert_spec.suite.check_implementation({impl}, ids=[{check.id!r}]))")
 
@@ -564,7 +564,7 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
         if not message.strip():
             message = "failed without a message"  # never an empty red (spec/suite/run.py)
         composed = unwrap(proxy)
-        composed = composed if isinstance(composed, ComposedModel) else None
+        composed = composed if isinstance(composed, ModelOfRows) else None
         message += "\n" + reproduction(check, composed.label if composed else proxy._impl_label,
                                        composed is not None)
     return Result(check.id, check.kind, ops, outcome, message,

@@ -74,8 +74,8 @@ def serve(job: dict, out, commands) -> int:
         install_interrupt_flag,
         load_impl,
     )
-    from minibert_spec.protocol.composed import composed_model
     from minibert_spec.protocol.wholemodel import declaration
+    from minibert_spec.suite import model_of_rows
     from minibert_spec.suite.declared import checks_of
     from minibert_spec.suite.registry import ALIASES, all_checks, get
     from minibert_spec.suite.run import check_settings, run_check, shared_database
@@ -84,8 +84,8 @@ def serve(job: dict, out, commands) -> int:
     install_interrupt_flag()
     try:
         obj = load_impl(job["impl"])
-        if job.get("model") and declaration(obj) is None:  # --model on op rows: compose them
-            obj = composed_model(obj, job["impl"])
+        if job.get("model") and declaration(obj) is None:  # --model on protocol rows
+            obj = model_of_rows(obj, job["impl"])
         capabilities(obj)
         declared = checks_of(obj)  # the checks of the ops it declares (OPS)
     except (ImplLoadError, ValueError) as e:

@@ -17,6 +17,7 @@ from minibert_spec.protocol import load_impl
 from minibert_spec.protocol.composed import composed_model
 from minibert_spec.protocol.table import OPS
 from minibert_spec.suite import check_implementation
+from minibert_spec.suite.checks.decoder import DecoderRowModel, model_of_rows
 from minibert_spec.suite.run import check_settings
 
 SETTINGS = check_settings(max_examples=3)
@@ -220,3 +221,41 @@ def test_the_command_line_composes_op_rows(capsys):
     assert main(["check", "tests.examples.hostile_nothing", "--model", "--oracle", "off"]) == 2
     err = capsys.readouterr().err
     assert "provides no whole model and no op row a composed model can use" in err
+
+
+# the decoder row's own model (spec/suite/checks/decoder.py DecoderRowModel): realstyle_gpt is a
+# whole decoder written as one class, adapted to the decoder row alone
+GPT = "tests.examples.realstyle_gpt"
+
+
+def test_a_decoder_row_is_judged_as_its_own_model_and_green_when_correct():
+    model = model_of_rows(load_impl(GPT), GPT)
+    assert isinstance(model, DecoderRowModel) and model.form == "gpt2"
+    report = _fd(model)
+    assert report.exit_code() == 0, report.summary()
+    assert report.verdicts() == {"whole_model": "ok"}
+    line = next(c for r in report.results for c in r.conventions if "decoder row's model" in c)
+    assert "realstyle_gpt.decoder_loss_and_grads in the gpt2 form" in line
+
+
+@pytest.mark.parametrize(("bug", "tensors"), [
+    ("final_ln", None),  # the final norm's Jacobian skipped: every tensor before it
+    ("tied", {"embeddings.token.W"}),  # the tied table's head share overwrote its input share
+])
+def test_a_planted_backward_bug_of_the_decoder_row_is_red_naming_tensor_index_and_values(
+        bug, tensors, monkeypatch):
+    _switched_on(monkeypatch, GPT, bug)
+    model = model_of_rows(load_impl(GPT), GPT)
+    report = _fd(model)
+    assert report.exit_code() == 1
+    (red,) = [r for r in report.results if r.outcome == "failed"]
+    m = RED.search(red.message)
+    assert m and m["tensor"] in model.params, red.message
+    assert float(m["a"]) != float(m["n"])
+    assert tensors is None or m["tensor"] in tensors, red.message
+    assert f"minibert check {GPT} --ops decoder" in red.message
+
+
+def test_op_rows_without_a_decoder_row_are_still_composed():
+    spec = "tests.examples.realstyle_microgpt_norm:correct"
+    assert type(model_of_rows(load_impl(spec), spec)) is C.ComposedModel

@@ -31,6 +31,9 @@ from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs
 from minibert_spec.numerics.finite_differences import assert_all_passed, check_gradients, randomized
 from minibert_spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, not_claimed_message
 from minibert_spec.protocol.capabilities import resolve_variant, unmet
+from minibert_spec.protocol.composed import ModelOfRows, Refused, composed_model
+from minibert_spec.protocol.proxy import provides
+from minibert_spec.protocol.table import OPS
 from minibert_spec.protocol.variants import with_pinned_config
 from minibert_spec.suite.registry import check
 from minibert_spec.tolerances import F64_IDENTITY_RTOL
@@ -317,3 +320,52 @@ def decoder_float32_agrees_with_float64(impl, form):
     for name in g64:
         assert_f32_close(g32[name], g64[name], scale, f"decoder[{form}] d{name}")
 
+
+
+# ------------------------------------------------------------------ the decoder row's whole model
+class DecoderRowModel(ModelOfRows):
+    """``minibert check X --model`` where X provides the decoder row: its own
+    ``decoder_loss_and_grads`` at the first form of :data:`FORMS` it declares
+    (:func:`decoder_config`, at :data:`SIZES`), judged as any whole model (directional FD per
+    tensor, then element-wise at the worst).  The decoder row's checks judge every declared
+    form; this one is the model-level verdict, the first row of the report."""
+
+    def __init__(self, obj, label: str | None = None):
+        from minibert_spec.protocol import ImplProxy, label_of
+
+        self.label = label or label_of(obj)
+        self.proxy = ImplProxy(obj, self.label)
+        caps = capabilities(obj)
+        self.form = next((f for f, (_, needs) in FORMS.items() if unmet(caps, needs) is None),
+                         None)
+        if self.form is None:
+            raise Refused(f"--model: {self.label}'s decoder row declares none of the decoder "
+                          f"forms ({', '.join(FORMS)}): nothing to judge it in")
+        self.config = decoder_config(self.proxy, self.form)
+        config, proxy = self.config, self.proxy
+
+        def loss_and_grads(params, ids, labels):
+            return proxy.decoder_loss_and_grads(params, config, ids, labels)
+
+        super().__init__(loss_and_grads, decoder_params(config),
+                         batch={"ids": "ids", "labels": "labels"}, vocab=config.vocab_size,
+                         max_len=config.max_len, name=f"decoder({self.label})")
+
+    def describe(self) -> str:
+        return (f"the decoder row's model ({self.label}.decoder_loss_and_grads in the "
+                f"{self.form} form: {self.config.n_layers} layers, H={self.config.hidden}, "
+                f"V={self.config.vocab_size})")
+
+    def look_next(self) -> str:
+        return (f"the model is the implementation's decoder row: look next at its checks "
+                f"(minibert check {self.label} --ops decoder) and at the op rows its layers "
+                f"use, if it provides them")
+
+
+def model_of_rows(obj, label: str | None = None) -> ModelOfRows:
+    """The whole model ``minibert check X --model`` judges where X is no model declaration:
+    its decoder row's model where it provides one (:class:`DecoderRowModel`), else the model
+    composed of its op rows (minibert_spec.protocol.composed.composed_model)."""
+    if provides(obj, *OPS["decoder"].names):
+        return DecoderRowModel(obj, label)
+    return composed_model(obj, label)

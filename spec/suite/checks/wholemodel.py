@@ -21,7 +21,7 @@ from minibert_spec.numerics.finite_differences import (
     moved,
 )
 from minibert_spec.protocol import unwrap
-from minibert_spec.protocol.composed import ComposedModel
+from minibert_spec.protocol.composed import ModelOfRows
 from minibert_spec.protocol.conventions import ConventionWarning
 from minibert_spec.protocol.wholemodel import declaration, look_next
 from minibert_spec.suite.registry import check
@@ -174,7 +174,7 @@ def whole_model_gradients_match_finite_differences(impl, B, T, seed):
     # a model composed of the implementation's op rows (minibert_spec.protocol.composed): the
     # verdict says which rows it used, and a red points at those rows, not at tensor names
     model = declaration(unwrap(impl))
-    composed = model.describe() if isinstance(model, ComposedModel) else ""
+    composed = model.describe() if isinstance(model, ModelOfRows) else ""
     if composed:
         warnings.warn(ConventionWarning(composed), stacklevel=2)
     if case.dtype == "float32":
