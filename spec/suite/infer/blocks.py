@@ -512,6 +512,21 @@ def infer_blocks(classes) -> tuple[list[BlockMapping], dict, list[str]]:
     return rows, why, missing
 
 
+def conventions(m) -> list[str]:
+    """The ``layer()`` keywords of the conventions a class's backward reads as (its source:
+    ``+=`` into a gradient, ``accumulate``; ``del self.``, ``single_use``)."""
+    return [f"{name}=True" for name in ("accumulate", "single_use") if getattr(m, name)]
+
+
+def layer_text(op: str, new: str, kw: list[str], head: str | None = None) -> str:
+    """The adapter's ``<op>_forward, <op>_backward = layer(<op>, new, *kw)`` (every row infer
+    writes through ``layer()``: an op's, a block class's, a block's function pair), after
+    ``head`` (a mask converter's def) where there is one."""
+    call = (f"layer(\n    {op!r}, {new},\n    " + ",\n    ".join(kw) + ")" if kw else
+            f"layer({op!r}, {new})")
+    return (f"{head}\n\n" if head else "") + f"{op}_forward, {op}_backward = {call}"
+
+
 def block_call(m: BlockMapping, alias: str) -> str:
     """The adapter's ``block_forward, block_backward = layer("block", ...)`` (and the mask
     converter's def before it)."""
@@ -522,9 +537,5 @@ def block_call(m: BlockMapping, alias: str) -> str:
     kw.append(f"fixed={m.fixed!r}")
     if m.mask_name:
         kw.append(f"mask={m.mask_name}")
-    for name in ("accumulate", "single_use"):
-        if getattr(m, name):
-            kw.append(f"{name}=True")
-    head = (m.mask_source + "\n\n") if m.mask_source else ""
-    return head + f"block_forward, block_backward = layer(\n    'block', " \
-        f"{m.new_source}{alias}.{m.cls.__name__}({ctor}),\n    " + ",\n    ".join(kw) + ")"
+    return layer_text("block", f"{m.new_source}{alias}.{m.cls.__name__}({ctor})",
+                      kw + conventions(m), m.mask_source)

@@ -50,6 +50,7 @@ from minibert_spec.suite.infer.blocks import (
     first_mask,
     form_rows,
     key_mask,
+    layer_text,
 )
 from minibert_spec.suite.infer.probes import EPS_NAMES, PROTOCOL_EPS
 from minibert_spec.suite.infer.subjects import pair_names
@@ -348,6 +349,4 @@ def fn_block_call(m: FnBlockMapping, alias: str) -> str:
     kws.append(f"fixed={m.fixed!r}")
     if m.mask_name:
         kws.append(f"mask={m.mask_name}")
-    head = (m.mask_source + "\n\n") if m.mask_source else ""
-    return head + "block_forward, block_backward = layer(\n    'block', None,\n    " + \
-        ",\n    ".join(kws) + ")"
+    return layer_text("block", "None", kws, m.mask_source)

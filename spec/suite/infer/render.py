@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from minibert_spec.suite.infer.blocks import BlockMapping, block_call
+from minibert_spec.suite.infer.blocks import BlockMapping, block_call, conventions, layer_text
 from minibert_spec.suite.infer.decoder import DecoderMapping
 from minibert_spec.suite.infer.fnblocks import FnBlockMapping, fn_block_call
 from minibert_spec.suite.infer.match import infer
@@ -71,13 +71,7 @@ def _call(m: Mapping_, alias: str) -> str:
         kw.append(f"output={m.output}")
     if m.fixed:
         kw.append(f"fixed={m.fixed!r}")
-    for name in ("accumulate", "single_use"):
-        if getattr(m, name):
-            kw.append(f"{name}=True")
-    name = m.op
-    return f"{name}_forward, {name}_backward = layer(\n    {name!r}, {new},\n    " + \
-        ",\n    ".join(kw) + ")" if kw else \
-        f"{name}_forward, {name}_backward = layer({name!r}, {new})"
+    return layer_text(m.op, new, kw + conventions(m))
 
 
 def infer_source(module: str) -> str:
