@@ -19,6 +19,7 @@ from minibert_reference.config import DecoderConfig
 from minibert_reference.decoder import param_shapes
 from minibert_reference.ops import IGNORE_INDEX
 from minibert_spec.protocol import NotApplicable
+from minibert_spec.suite.adapter_masks import callable_name
 
 __all__ = ["decoder", "DecoderRow"]
 
@@ -312,7 +313,7 @@ def decoder(forward: Callable, backward: Callable, *, names: Mapping[str, str],
     fns = (decoder_forward, decoder_backward, decoder_loss_and_grads)
     for fn in fns:
         fn.__qualname__ = fn.__name__
-        fn.__doc__ = (f"{fn.__name__}: {_label(forward)} through "
+        fn.__doc__ = (f"{fn.__name__}: {callable_name(forward)} through "
                       "minibert_spec.suite.adapters.decoder")
     extra = {} if capabilities is None else {"CAPABILITIES": dict(capabilities)}
     return DecoderRow(**{fn.__name__: fn for fn in fns}, **extra)
@@ -330,10 +331,10 @@ def _loss_applies(loss, wants, input_ids, labels, ignore_index) -> None:
     """A loss naming no ``ignore_index`` computes the protocol default's loss only, one naming
     no ``labels`` the ids' own: any other call is not applicable, naming the argument."""
     if "ignore_index" not in wants and ignore_index != IGNORE_INDEX:
-        raise NotApplicable(f"not applicable: the loss adapted for decoder ({_label(loss)}) "
+        raise NotApplicable(f"not applicable: the loss adapted for decoder ({callable_name(loss)}) "
                             f"takes no ignore_index (only the protocol default {IGNORE_INDEX})")
     if "labels" not in wants and labels is not None and not np.array_equal(labels, input_ids):
-        raise NotApplicable(f"not applicable: the loss adapted for decoder ({_label(loss)}) "
+        raise NotApplicable(f"not applicable: the loss adapted for decoder ({callable_name(loss)}) "
                             "takes no labels (only the ids' own next tokens)")
 
 
@@ -342,7 +343,3 @@ def _pair(returned) -> tuple:
         raise ValueError(f"decoder_loss_and_grads: the model's loss returned "
                          f"{type(returned).__name__}: expected (loss, dlogits)")
     return returned
-
-
-def _label(fn) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -40,7 +40,7 @@ class MaskConverter:
     @property
     def label(self) -> str:
         """``<lambda> (adapter.py:12)``: which converter, where it is written."""
-        name = getattr(self.fn, "__qualname__", None) or type(self.fn).__name__
+        name = callable_name(self.fn)
         code = getattr(self.fn, "__code__", None)
         where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
         return f"{name}{where}"
@@ -109,3 +109,9 @@ def mask_converter(op: str, fn) -> MaskConverter:
                          f"{list(MASK_ARGS)}, with mask or causal (e.g. lambda mask, causal, T: "
                          f"...)")
     return MaskConverter(op, fn, names)
+
+
+def callable_name(fn) -> str:
+    """How an adapter's messages name a user's callable: its qualified name (a class, a
+    function, a lambda), else its type's name (a callable instance)."""
+    return getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -109,7 +109,7 @@ import numpy as np
 
 from minibert_spec.protocol import OPS, NotApplicable
 from minibert_spec.suite.adapter_decoder import DecoderRow, decoder
-from minibert_spec.suite.adapter_masks import mask_converter
+from minibert_spec.suite.adapter_masks import callable_name, mask_converter
 from minibert_spec.suite.adapter_optim import StandInModel, optimizer
 from minibert_spec.suite.adapter_paths import EACH, _get, _step, get_path, path_parts, set_path
 
@@ -266,7 +266,7 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
     if new is None and params:
         raise ValueError(f"layer({op!r}): params names attributes of a layer; with new=None "
                          f"(a forward function) pass the arguments as inputs, got {params}")
-    label = _label(new if new is not None else forward)
+    label = callable_name(new if new is not None else forward)
     new = _Stateless if new is None else new
     wanted = [p.name for p in inspect.signature(new).parameters.values()
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
@@ -496,7 +496,3 @@ def _scaled(g, dout):
     if w.ndim:
         w = w.reshape(w.shape + (1,) * (g.ndim - w.ndim))
     return g * w.astype(g.dtype) if np.issubdtype(g.dtype, np.floating) else g * w
-
-
-def _label(new) -> str:
-    return getattr(new, "__qualname__", None) or type(new).__name__
