@@ -29,7 +29,14 @@ from minibert_reference.decoder import init_params
 from minibert_spec.numerics.asserts import assert_close
 from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs
 from minibert_spec.numerics.finite_differences import assert_all_passed, check_gradients, randomized
-from minibert_spec.protocol import IGNORE_INDEX, NotApplicable, capabilities, not_claimed_message
+from minibert_spec.protocol import (
+    IGNORE_INDEX,
+    ImplProxy,
+    NotApplicable,
+    capabilities,
+    label_of,
+    not_claimed_message,
+)
 from minibert_spec.protocol.capabilities import resolve_variant, unmet
 from minibert_spec.protocol.composed import ModelOfRows, Refused, composed_model
 from minibert_spec.protocol.proxy import provides
@@ -103,7 +110,7 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
     if preset().rope:
         conventions = [c for c in ("half", "interleaved") if c in caps["attention"]["rope"]]
         if not conventions:
-            raise NotApplicable(not_claimed_message(_label(impl), "RoPE (it declares "
+            raise NotApplicable(not_claimed_message(label_of(impl), "RoPE (it declares "
                                                     "attention.rope=None only)"))
         chosen["rope_convention"] = conventions[0]
     if preset().ffn == "swiglu":
@@ -113,7 +120,7 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
         mlp_bias = bool(ffn["b_1"] and ffn["b_2"])
         missing = unmet(caps, {"ffn.b_1": mlp_bias, "ffn.b_2": mlp_bias})
         if missing:
-            raise NotApplicable(not_claimed_message(_label(impl), missing + " (a decoder's "
+            raise NotApplicable(not_claimed_message(label_of(impl), missing + " (a decoder's "
                                                     "FFN has both biases or neither)"))
         chosen.update(mlp_bias=mlp_bias,
                       activation=_preferred(caps["ffn"]["activation"], preset().activation))
@@ -125,12 +132,6 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
 def _preferred(declared: tuple, prefer):
     """The value a form prefers where it is declared, else the first declared."""
     return prefer if prefer in declared else declared[0]
-
-
-def _label(impl) -> str:
-    from minibert_spec.protocol import label_of
-
-    return label_of(impl)
 
 
 def decoder_params(config: DecoderConfig, seed: int = 0, dtype=np.float64,
@@ -264,7 +265,7 @@ def tied_gradient_is_the_sum_of_both_uses(impl, form):
     caps = capabilities(impl)
     missing = unmet(caps, {"decoder.tied": True}) or unmet(caps, {"decoder.tied": False})
     if missing:
-        raise NotApplicable(not_claimed_message(_label(impl), missing + ": the two uses are "
+        raise NotApplicable(not_claimed_message(label_of(impl), missing + ": the two uses are "
                                                 "told apart by the untied model"))
     tied = decoder_config(impl, form, tie_embeddings=True)
     untied = tied.replace(tie_embeddings=False)
@@ -331,8 +332,6 @@ class DecoderRowModel(ModelOfRows):
     form; this one is the model-level verdict, the first row of the report."""
 
     def __init__(self, obj, label: str | None = None):
-        from minibert_spec.protocol import ImplProxy, label_of
-
         self.label = label or label_of(obj)
         self.proxy = ImplProxy(obj, self.label)
         caps = capabilities(obj)
