@@ -30,6 +30,7 @@ from minibert_reference.ops import (
     FFN_PARAMS,
     SWIGLU_PARAMS,
     block_param_names,
+    block_param_shapes,
 )
 from minibert_spec.protocol.capabilities import capabilities
 from minibert_spec.protocol.norm_eps import eps_of
@@ -246,7 +247,8 @@ class ComposedModel(ModelOfRows):
         rng = np.random.default_rng(0)
         shapes = {"embeddings.token.W": (V, H), "embeddings.position.W": (T_MAX, H)}
         for i, layer in enumerate(self.layers):
-            shapes.update({f"layers.{i}.{k}": _shape(k) for k in self._layer_keys(layer)})
+            shapes.update({f"layers.{i}.{k}": shape for k, shape in
+                           block_param_shapes(self._layer_keys(layer), H, INTER).items()})
         shapes.update({k: (H,) for k in self._final_keys()})
         shapes["lm_head.W"] = (H, V)
         if self.loss_op == "linear_cross_entropy" or self.linear_bias:
@@ -460,17 +462,6 @@ def _put(grads: dict, name: str, g) -> None:
     """A gradient of a parameter the model has (None: an absent piece, e.g. no beta)."""
     if g is not None:
         grads[name] = g
-
-
-def _shape(key: str) -> tuple[int, ...]:
-    """The shape of a block parameter (a key of minibert_reference.ops.block_param_names)."""
-    part, name = key.split(".", 1)
-    if part == "attn":
-        return (H, H) if name.startswith("W") else (H,)
-    if part in ("ffn", "swiglu"):
-        return {"W_1": (H, INTER), "W_3": (H, INTER), "W_2": (INTER, H), "b_1": (INTER,),
-                "b_3": (INTER,), "b_2": (H,)}[name]
-    return (H,)  # ln1, ln2, ln_f: gamma, beta
 
 
 def composed_model(obj, label: str | None = None) -> ComposedModel:
