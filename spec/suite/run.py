@@ -334,11 +334,11 @@ def raised_at(e: BaseException) -> str:
     return f" (raised in {function}, {os.path.basename(path)}:{line})"
 
 
-def reproduction(check: Check, label: str, composed: bool = False) -> str:
+def reproduction(check: Check, label: str, built: bool = False) -> str:
     """The one line that reruns this check alone (its examples come from a seed derived from
-    its id, so the same failure comes back).  ``composed``: the implementation is the model
-    the suite built of ``label``'s rows (``--model``: minibert_spec.suite.model_of_rows)."""
-    model, impl = (" --model", "model_of_rows(impl)") if composed else ("", "impl")
+    its id, so the same failure comes back).  ``built``: the implementation is the model the
+    suite built of ``label``'s rows (``--model``: minibert_spec.suite.model_of_rows)."""
+    model, impl = (" --model", "model_of_rows(impl)") if built else ("", "impl")
     return (f"rerun: minibert check {label}{model} -k '^{re.escape(check.id)}$' (or "
             f"minibert_spec.suite.check_implementation({impl}, ids=[{check.id!r}]))")
 
@@ -563,10 +563,9 @@ def run_check(check: Check, impl, *, settings=None, timeout: float | None = DEFA
     if outcome == "failed":
         if not message.strip():
             message = "failed without a message"  # never an empty red (spec/suite/run.py)
-        composed = unwrap(proxy)
-        composed = composed if isinstance(composed, ModelOfRows) else None
-        message += "\n" + reproduction(check, composed.label if composed else proxy._impl_label,
-                                       composed is not None)
+        model = unwrap(proxy)  # a model the suite built of the implementation's rows (--model)
+        built = isinstance(model, ModelOfRows)
+        message += "\n" + reproduction(check, model.label if built else proxy._impl_label, built)
     return Result(check.id, check.kind, ops, outcome, message,
                   round(time.perf_counter() - start, 3), conventions, cause,
                   len(test.completed) if test is not None else 0)
