@@ -369,8 +369,8 @@ def run_settings(args, expected, paths, shares_database: bool) -> dict:
         version = metadata.version("minibert-spec")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    return {"oracle": args.oracle, "bad_input": args.bad_input, "kinds": args.kinds,
-            "ops": args.ops, "match": args.match, "quick": args.quick,
+    return {"oracle": args.oracle, "bad_input": args.bad_input, "model": args.model,
+            "kinds": args.kinds, "ops": args.ops, "match": args.match, "quick": args.quick,
             "max_examples": args.max_examples, "tier": depth_of(args)["tier"],
             "seed": run_seed(args.seed, shares_database), "timeout": args.timeout,
             "total_timeout": args.total_timeout, "expected_failures": expected,

@@ -73,7 +73,8 @@ def _grid(data: dict, results: dict[str, dict]) -> tuple[list[dict], list[dict]]
                     "checks": [{"id": i, "anchor": check_anchor(op, col["key"], i),
                                 **_result(results, i)} for i in c["checks"]]})
                 for k in failures[-1]["checks"]:
-                    k["rerun"] = rerun_command(data["impl"], k["id"], k["kind"])
+                    k["rerun"] = rerun_command(data["impl"], k["id"], k["kind"],
+                                               (data.get("settings") or {}).get("model", False))
         rows.append({"op": op, "verdict": row["verdict"], "cells": cells,
                      "conventions": row["conventions"], "not_judged": row.get("not_judged")})
     return rows, failures
@@ -88,11 +89,12 @@ def _result(results: dict[str, dict], check_id: str) -> dict:
     return {**r, **split_message(r["message"])}
 
 
-def rerun_command(impl: str, check_id: str, kind: str) -> str:
+def rerun_command(impl: str, check_id: str, kind: str, model: bool = False) -> str:
     """The command that runs this one check again (its id as an anchored regular expression;
-    a bad-input check only runs with --bad-input)."""
+    a bad-input check only runs with --bad-input; a run of ``--model`` -- the model the suite
+    built of the implementation's rows, the run's settings say -- with --model again)."""
     exact = re.sub(r"([][.\\^$*+?(){}|])", r"\\\1", check_id)  # re.escape, minus '-' and ','
-    argv = ["minibert", "check", impl, "-k", f"^{exact}$"]
+    argv = ["minibert", "check", impl, *(["--model"] if model else []), "-k", f"^{exact}$"]
     if kind == "bad_input":
         argv.append("--bad-input")
     return shlex.join(argv)

@@ -218,3 +218,21 @@ def test_the_format_does_not_change_the_exit_status(tmp_path):
               "--format", "html", "-o", str(tmp_path / "site"))
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert parse(tmp_path / "site" / "index.html").find(id="verdict").attrs["data-exit"] == "0"
+
+
+def test_a_model_run_is_rerun_as_a_model_run(tmp_path):
+    """A red of ``--model`` (the model the suite builds of an implementation's rows) reruns
+    with ``--model``: without it the same id selects no check of that implementation.  The
+    run's settings record the option; the page's command and the message's rerun line agree."""
+    site = tmp_path / "site"
+    p = _cli("tests.examples.realstyle_microgpt_norm:buggy", "--model", "--oracle", "off",
+             "--format", "html", "-o", str(site))
+    assert p.returncode == 1, p.stderr[-2000:]
+    data = json.loads((site / "check.json").read_text())
+    assert data["settings"]["model"] is True
+    (article,) = parse(site / "index.html").find_all("article")
+    argv = shlex.split(article.find(class_="rerun").find("code").text())
+    assert argv[:4] == ["minibert", "check", "tests.examples.realstyle_microgpt_norm:buggy",
+                        "--model"]
+    assert "rerun: minibert check tests.examples.realstyle_microgpt_norm:buggy --model -k" in \
+        article.text()
