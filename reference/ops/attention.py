@@ -65,6 +65,9 @@ class AttentionCache(NamedTuple):
     has_b: tuple  # (b_q, b_k, b_v) given or not
     o: LinearCache | None  # the output projection; None without W_o (y = C)
     rope: RoPECache | None = None  # q_h, k_h turned by RoPE (then q_h, k_h are the turned ones)
+    # (its backward, its cache) of a softmax the forward was given; None: the reference's own,
+    # whose cache is p (SoftmaxCache(p), rebuilt by the backward)
+    softmax: tuple | None = None
 
 
 def _fused_qkv(W_q, W_k, W_v, b_q, b_k, b_v):
@@ -87,7 +90,7 @@ def _causal_mask(T: int) -> np.ndarray:
             "attention.causal", "attention.noproj", "attention.single_head")
 def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None, *,
                        n_heads: int, mask=None, causal: bool = False, rope: str | None = None,
-                       rope_base: float = 10000.0):
+                       rope_base: float = 10000.0, softmax: tuple | None = None):
     """Multi-head self-attention.
 
     Q = x W_q + b_q (likewise K, V)                       [B, T, H]
@@ -99,6 +102,10 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
     convention, "half" or "interleaved"): each head's Q_h and K_h turned by their position
     before the scores (LLaMA), so S_ij reads the positions through i - j only.
     Q, K and V come from one product x [W_q | W_k | W_v] (one GEMM of width 3H).
+    ``softmax``: the (forward, backward) pair P is computed with -- forward(S, mask) -> (P,
+    cache), mask None or bool broadcastable to S; backward(dP, cache) -> (dS,), an array of
+    its own (scaled in place) -- or None, the reference's own (a composed model runs an
+    implementation's softmax row inside this attention: minibert_spec.protocol.composed).
     """
     B, T, H = x.shape
     d_k = H // n_heads
@@ -115,7 +122,8 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
     key_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, T]: keys only
     if causal:  # [T, T] broadcast over batch and heads, and with the key mask
         key_mask = _causal_mask(T) if key_mask is None else key_mask & _causal_mask(T)
-    p, _ = _softmax_forward(scores, key_mask)  # P [B, A, T, T]
+    softmax_forward, softmax_backward = softmax or (_softmax_forward, None)
+    p, c_softmax = softmax_forward(scores, key_mask)  # P [B, A, T, T]
     ctx = _merge_heads(p @ v_h)  # C [B, T, H]
     if W_o is None:  # no output projection: the merged heads are the output
         y, c_o = ctx, None
@@ -123,7 +131,8 @@ def _attention_forward(x, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=
         y, c_o = _linear_forward(ctx, W_o, b_o)  # [B, T, H]
     return y, AttentionCache(n_heads=n_heads, scale=scale, q_h=q_h, k_h=k_h, v_h=v_h, p=p,
                              qkv=c_qkv, has_b=tuple(b is not None for b in (b_q, b_k, b_v)),
-                             o=c_o, rope=c_rope)
+                             o=c_o, rope=c_rope,
+                             softmax=None if softmax is None else (softmax_backward, c_softmax))
 
 
 @implements("attention.backward.dW_o", "attention.backward.dV", "attention.backward.dP",
@@ -143,7 +152,8 @@ def _attention_backward(dy, cache):
     dctx_h = _split_heads(dctx, cache.n_heads)  # [B, A, T, d_k]
     dv_h = cache.p.transpose(0, 1, 3, 2) @ dctx_h  # dV_h = P^T dC_h  [B, A, T, d_k]
     dp = dctx_h @ cache.v_h.transpose(0, 1, 3, 2)  # dP = dC_h V_h^T  [B, A, T, T]
-    (dscores,) = _softmax_backward(dp, SoftmaxCache(cache.p))  # dS [B, A, T, T]
+    softmax_backward, c_softmax = cache.softmax or (_softmax_backward, SoftmaxCache(cache.p))
+    (dscores,) = softmax_backward(dp, c_softmax)  # dS [B, A, T, T]
     dscores *= cache.scale  # S = Q_h K_h^T * scale: both dQ_h and dK_h carry the scale
     dq_h = dscores @ cache.k_h  # [B, A, T, d_k]
     dk_h = dscores.transpose(0, 1, 3, 2) @ cache.q_h  # [B, A, T, d_k]
