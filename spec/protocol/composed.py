@@ -14,8 +14,11 @@ came from where; the verdict prints it.
 The blocks: the implementation's ``block`` row when it has one (its declared form), then one
 pre-norm block ``h = x + attn(N1(x)); out = h + ffn(N2(h))`` of its norm and attention rows per
 FFN row it has (``ffn``, ``swiglu``, its ``linear`` and activation rows), at least two blocks in
-all.  The final norm is its other norm row where it has both.  A red is in the
-implementation's rows: the reference's are the suite's own, verified row by row.
+all.  Its softmax row, where it has no attention row, computes the reference attention's
+probabilities (the attention's maths stays the reference's one definition; the softmax is
+called through the proxy, so its CAPABILITIES apply).  The final norm is its other norm row
+where it has both.  A red is in the implementation's rows: the reference's are the suite's own,
+verified row by row.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from minibert_reference.ops import (
     ATTENTION_PARAMS,
     FFN_PARAMS,
     SWIGLU_PARAMS,
+    _attention_backward,
+    _attention_forward,
     block_param_names,
     block_param_shapes,
 )
@@ -57,8 +62,8 @@ KINK_BIAS = 3.0
 NORM_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
 # the rows a composed model can use, in the model's order (a row is the implementation's when
 # it provides every protocol name of it)
-USABLE = ("embedding", "position_embedding", "block", "layernorm", "rmsnorm", "attention", "ffn",
-          "swiglu", "linear", "gelu", "silu", "tanh", "relu", "cross_entropy",
+USABLE = ("embedding", "position_embedding", "block", "layernorm", "rmsnorm", "attention",
+          "softmax", "ffn", "swiglu", "linear", "gelu", "silu", "tanh", "relu", "cross_entropy",
           "next_token_cross_entropy", "linear_cross_entropy")
 # the FFN's activation rows, smooth first (no kink under a finite difference where there is a
 # choice); and the activations of an ``ffn`` row, likewise
@@ -108,9 +113,10 @@ class ModelOfRows(WholeModel):
 class ComposedModel(ModelOfRows):
     """The whole model of an implementation's op rows (see the module's docstring).
     ``rows``: op -> "implementation" | "reference", in the model's order; ``unused``: op
-    pairs the implementation provides that this form has no place for (a softmax, a RoPE row:
-    inside its attention, if at all); :meth:`describe`: all of it in one line; ``f32``: its
-    rows compute in float32 (the model runs at float32 params)."""
+    pairs the implementation provides that this form has no place for (a RoPE row; a softmax
+    beside its own attention row, which has its softmax inside), ``unplaced`` the reason where
+    there is one; :meth:`describe`: all of it in one line; ``f32``: its rows compute in
+    float32 (the model runs at float32 params)."""
 
     def __init__(self, obj, label: str | None = None):
         self.label = label or label_of(obj)
@@ -180,7 +186,8 @@ class ComposedModel(ModelOfRows):
         """The blocks (:class:`Layer`): its block row, then one composed block per FFN row."""
         caps, own = self.caps, self.own
         self.layers: list[Layer] = []
-        self.block, self.block_form = None, {}
+        self.block, self.block_form, self.softmax_inside = None, {}, False
+        self.unplaced: dict[str, str] = {}  # op -> why a row it provides has no place
         if "block" in own:
             b = resolve_variant(caps, "block")
             self.block_form = {"norm": b["norm"], "causal": b["causal"],
@@ -193,12 +200,13 @@ class ComposedModel(ModelOfRows):
         # needed, then of the reference's FFN
         ffns = [f for f in ("ffn", "swiglu") if f in own] + (
             ["mlp"] if own & {"linear", *ACTIVATIONS} else [])
-        if not ffns and (not self.layers or own & {"layernorm", "rmsnorm", "attention"}):
+        if not ffns and (not self.layers
+                         or own & {"layernorm", "rmsnorm", "attention", "softmax"}):
             ffns = ["ffn"]
         norm = norms[0] if norms else (self.layers[0].norm if self.layers else "layernorm")
         if ffns:
             self.norm_rows = {norm: self._row(norm)}
-            self.attention = self._row("attention")
+            self.attention = self._attention_row()
         for f in ffns:
             self.layers.append(Layer("composed", f, norm))
             if f == "mlp":
@@ -208,6 +216,27 @@ class ComposedModel(ModelOfRows):
                 setattr(self, f"{f}_row", self._row(f))
         while len(self.layers) < LAYERS:  # a block's input gradient reaches another block
             self.layers.append(self.layers[-1])
+
+    def _attention_row(self):
+        """The composed blocks' attention: its own row; else the reference's, its
+        probabilities computed by the implementation's softmax row where it has one
+        (:attr:`softmax_inside`) and can place it (:func:`_softmax_unplaceable`)."""
+        why = _softmax_unplaceable(self.caps, self.attn["causal"])
+        if why and "attention" not in self.own and "softmax" in self.own:
+            self.unplaced["softmax"] = why
+        self.softmax_inside = "attention" not in self.own and "softmax" in self.own and not why
+        if not self.softmax_inside:
+            return self._row("attention")
+        self.rows.setdefault("attention", "reference")
+        softmax = _masked_as_scores(*self._row("softmax"))
+
+        def forward(*args, **kwargs):
+            return _attention_forward(*args, softmax=softmax, **kwargs)
+
+        def backward(dy, cache):
+            return _gradients("attention", _attention_backward(dy, cache))
+
+        return forward, backward
 
     def _linear_takes_bias(self) -> bool:
         """Its linear takes a bias: a class layer without one (a tutorial's ``Linear``) is not
@@ -424,6 +453,7 @@ class ComposedModel(ModelOfRows):
         ref = [op for op, who in self.rows.items() if who == "reference"]
         attn = (", causal" if self.attn["causal"] else "") + (
             f", RoPE {self.attn['rope']}" if self.attn["rope"] else "")
+        attn += " (its softmax inside)" if self.softmax_inside else ""
         blocks = "; ".join(
             "its block row (" + ", ".join(f"{k}={v}" for k, v in self.block_form.items() if v)
             + ")"
@@ -434,7 +464,11 @@ class ComposedModel(ModelOfRows):
         return (f"composed model (H={H}, {self.heads} head(s), V={V}; blocks: {blocks}; "
                 f"final {self.final_op}, {self.loss_op}): the implementation's rows "
                 f"{', '.join(mine)}; the reference's {', '.join(ref) or 'none'}"
-                + (f"; provided but not used: {', '.join(self.unused)}" if self.unused else ""))
+                + (f"; provided but not used: {', '.join(map(self._unused, self.unused))}"
+                   if self.unused else ""))
+
+    def _unused(self, op: str) -> str:
+        return f"{op} ({self.unplaced[op]})" if op in self.unplaced else op
 
     def look_next(self) -> str:
         """Where a red of this model is: in the implementation's rows -- the reference's are
@@ -456,6 +490,39 @@ def _gradients(op: str, out) -> tuple:
         raise AssertionError(f"composed model: {OPS[op].pair[1]} returned {got}, expected "
                              f"{OPS[op].returns()}")
     return tuple(out)
+
+
+def _softmax_unplaceable(caps: dict, causal: bool) -> str | None:
+    """Why the implementation's softmax cannot compute the composed attention's probabilities,
+    or None.  A causal attention masks its scores: a softmax that does not claim a mask is
+    not called with one.  A declared softmax_eps guard: its row accepts two derivatives of the
+    guarded forward (the row maximum held constant, as code writes it, or the exact one,
+    minibert_spec.protocol.guards.softmax_adjustment), and the first differs by eps-sized
+    terms from the one the model's finite differences measure -- a red on correct code."""
+    if causal and not caps["key_mask"]:
+        return "the causal attention masks its scores; it does not claim a mask"
+    if caps["guards"].get("softmax_eps"):
+        return ("its declared softmax_eps: the max-held derivative its row accepts is not "
+                "the one the model's finite differences measure")
+    return None
+
+
+def _masked_as_scores(forward, backward):
+    """A softmax row as the reference attention calls it (``_attention_forward``'s
+    ``softmax``): the attention's mask, broadcast ([T, T] causal, [B, 1, 1, T] keys), given in
+    the scores' shape, as the protocol's softmax takes it; its dS copied (the attention scales
+    it in place, and the implementation may keep the array it returned)."""
+
+    def masked(scores, mask):
+        if mask is not None:
+            mask = np.ascontiguousarray(np.broadcast_to(mask, scores.shape))
+        return forward(scores, mask)
+
+    def copied(dp, cache):
+        (dscores,) = backward(dp, cache)
+        return (np.array(dscores),)
+
+    return masked, copied
 
 
 def _put(grads: dict, name: str, g) -> None:

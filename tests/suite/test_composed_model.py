@@ -34,8 +34,9 @@ GREEN = {
     "tests.examples.realstyle_block_mask": ("block",),
     "tests.examples.realstyle_tutorial": ("layernorm", "attention", "linear"),  # Linear: no b
     "tests.examples.realstyle_numpy_transformer": ("embedding", "relu"),
-    "tests.examples.realstyle_minigpt": ("ffn", "cross_entropy"),
-    "tests.examples.classy_adapter": ("embedding", "layernorm", "linear", "relu",
+    # its softmax computes the reference attention's probabilities (it has no attention row)
+    "tests.examples.realstyle_minigpt": ("softmax", "ffn", "cross_entropy"),
+    "tests.examples.classy_adapter": ("embedding", "layernorm", "softmax", "linear", "relu",
                                       "cross_entropy"),
     # every row a place: its block, then a block of its parts per FFN row, rmsnorm the final
     "minibert_reference": ("embedding", "position_embedding", "block", "layernorm", "attention",
@@ -55,6 +56,7 @@ BUGGY = [
     ("tests.examples.realstyle_numpy_transformer", "embedding", "embedding"),
     ("tests.examples.realstyle_numpy_transformer", "relu", "relu"),
     ("tests.examples.realstyle_minigpt", "ffn", "ffn"),
+    ("tests.examples.realstyle_minigpt", "softmax", "softmax"),  # inside the attention
 ]
 
 
@@ -135,12 +137,74 @@ def test_a_model_is_composed_in_the_declared_form():
     assert not any("gamma" in k for k in micro.params)
 
 
-def test_rows_it_has_no_place_for_are_named():
-    """realstyle_minigpt's softmax (and its planted softmax bug) is in no composed model: the
-    verdict says so instead of reading as if every row was judged."""
+def test_a_softmax_row_computes_the_reference_attentions_probabilities():
+    """realstyle_minigpt has a softmax row (attention scores only: ranks (4,), a key mask) and
+    no attention: its softmax runs inside the reference's attention, and the verdict names it
+    among its rows (its planted softmax bug: red, BUGGY above)."""
     model = composed_model(load_impl("tests.examples.realstyle_minigpt"))
-    assert model.unused == ["softmax"]
-    assert "provided but not used: softmax" in model.describe()
+    assert model.unused == [] and model.softmax_inside
+    assert model.rows["softmax"] == "implementation" and model.rows["attention"] == "reference"
+    assert "attention (its softmax inside)" in model.describe()
+
+
+def _softmax_row(**caps):
+    """The reference's softmax as an implementation's row, with ``caps`` declared."""
+    import types
+
+    import minibert_reference
+
+    return types.SimpleNamespace(softmax_forward=minibert_reference.softmax_forward,
+                                 softmax_backward=minibert_reference.softmax_backward,
+                                 CAPABILITIES=caps)
+
+
+def test_a_softmax_alone_is_composed_and_its_mask_is_the_scores_shape():
+    """A softmax row alone makes a model (the rest the reference's); in a causal attention it
+    gets the causal mask in the scores' shape, as the protocol's softmax takes it (the
+    reference's softmax_forward refuses any other shape)."""
+    for causal in (False, True):
+        impl = _softmax_row(attention={"causal": (causal,)})
+        model = composed_model(impl, "softmax_only")
+        assert model.softmax_inside and model.attn["causal"] is causal
+        assert _fd(model).exit_code() == 0
+        assert {"softmax_forward", "softmax_backward"} <= _called(model)
+
+
+def test_a_softmax_it_cannot_place_is_named_with_the_reason():
+    """A causal attention masks its scores: a softmax that does not claim a mask is not called
+    with one.  A declared softmax_eps: its row accepts the max-held derivative, eps-sized terms
+    from the one the model's finite differences see (a red on correct code, guarded_rows')."""
+    impl = _softmax_row(attention={"causal": (True,)}, key_mask=False)
+    model = composed_model(impl, "unmasked")
+    assert model.unused == ["softmax"] and not model.softmax_inside
+    assert "softmax (the causal attention masks its scores" in model.describe()
+    model = composed_model(load_impl("tests.examples.guarded_rows"))
+    assert "softmax" in model.unused and not model.softmax_inside
+    assert "softmax (its declared softmax_eps" in model.describe()
+    assert _fd(model).exit_code() == 0
+
+
+def test_the_reference_attention_takes_its_softmax_as_an_argument():
+    """attention's ``softmax`` argument: its own pair given reproduces the default exactly (one
+    definition of attention's maths, the softmax swapped in), and a wrong softmax backward
+    given is the one the attention's backward runs."""
+    import numpy as np
+
+    from minibert_reference.ops import _attention_backward, _attention_forward
+    from minibert_reference.ops.activations import _softmax_backward, _softmax_forward
+
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((2, 2, 5, 8))
+    W = [rng.standard_normal((8, 8)) for _ in range(4)]
+    kw = {"n_heads": 2, "causal": True, "mask": np.array([[True] * 5, [True] * 3 + [False] * 2])}
+    y, cache = _attention_forward(x, *W, **kw)
+    y2, cache2 = _attention_forward(x, *W, **kw, softmax=(_softmax_forward, _softmax_backward))
+    assert cache.softmax is None and np.array_equal(y, y2)
+    for g, g2 in zip(_attention_backward(dy, cache), _attention_backward(dy, cache2)):
+        assert g is g2 is None or np.array_equal(g, g2)
+    _, wrong = _attention_forward(x, *W, **kw, softmax=(
+        _softmax_forward, lambda dp, c: (c.p * dp,)))  # the Jacobian's subtraction dropped
+    assert not np.allclose(_attention_backward(dy, wrong)[0], _attention_backward(dy, cache)[0])
 
 
 def _f32_layernorm(bug: bool):
@@ -197,11 +261,11 @@ def test_no_usable_row_is_a_refusal_in_one_line():
 
     import minibert_reference
 
-    softmax_only = types.SimpleNamespace(softmax_forward=minibert_reference.softmax_forward,
-                                         softmax_backward=minibert_reference.softmax_backward)
+    heads_only = types.SimpleNamespace(split_heads=minibert_reference.split_heads,
+                                       merge_heads=minibert_reference.merge_heads)
     with pytest.raises(ValueError, match=r"provides no whole model and no op row a composed "
                                          r"model can use") as e:
-        composed_model(softmax_only, "softmax_only")
+        composed_model(heads_only, "heads_only")
     assert "\n" not in str(e.value)
 
 
