@@ -146,7 +146,10 @@ def run(args) -> int:
         from minibert_spec.cli._many import many_command
 
         return many_command(args)
-    # the workers' fork server imports the suite while this process selects the checks
+    refused = _refused(args)
+    if refused:
+        return _fail(refused)
+    # the workers' fork server imports the suite while this process plans the run
     server = launch_server() if args.impl and not args.list else None
     try:
         return _run(args, server)
@@ -160,9 +163,6 @@ def _run(args, server) -> int:
 
     from minibert_spec.suite.plan import execute, plan_run
 
-    refused = _refused(args)
-    if refused:
-        return _fail(refused)
     try:
         with warnings.catch_warnings(record=True) as renames:
             warnings.simplefilter("always", DeprecationWarning)
@@ -181,12 +181,12 @@ def _run(args, server) -> int:
         return _fail("impl: expected package.module[:object] (or --list)")
     if not plan.checks:
         return _fail("the selection matches no check (see --list)")
-    progress, done = _progress(len(plan.checks)) if plan.load_error is None else (None, None)
+    progress, done = _progress(len(plan.checks)) if plan.load_error is None else \
+        (None, lambda: None)
     try:
         report = execute(plan, progress=progress, server=server)
     finally:
-        if done is not None:
-            done()
+        done()
     settings = run_settings(plan)
     if report.load_error is not None:  # one line, nothing else
         return _could_not_run(args, report, settings)
@@ -216,10 +216,8 @@ def plan_arguments(args) -> dict:
 def _flag(argument: str) -> str:
     """An argument of plan_run as the command line spells it (``max_examples``:
     ``--max-examples``)."""
-    return FLAGS.get(argument, "--" + argument.replace("_", "-"))
-
-
-FLAGS = {"impl": "impl", "expected_failed_checks": "--xfail", "thin_rows": "--thin"}
+    return {"impl": "impl", "expected_failed_checks": "--xfail", "thin_rows": "--thin"}.get(
+        argument, "--" + argument.replace("_", "-"))
 
 
 def _refused(args) -> str | None:
@@ -232,7 +230,7 @@ def _refused(args) -> str | None:
         refused = html_refused(args.output)
         if refused:
             return refused
-    return databases_refused(args)
+    return None if args.list else databases_refused(args)
 
 
 def output(args, report) -> int:
@@ -274,9 +272,9 @@ def run_settings(plan) -> dict:
         version = metadata.version("minibert-spec")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    listed = [None if v is None else list(v) for v in (plan.kinds, plan.ops)]
+    kinds, ops = (None if v is None else list(v) for v in (plan.kinds, plan.ops))
     return {"oracle": plan.oracle, "bad_input": plan.bad_input, "model": plan.model,
-            "kinds": listed[0], "ops": listed[1], "match": plan.match, "quick": plan.quick,
+            "kinds": kinds, "ops": ops, "match": plan.match, "quick": plan.tier == "quick",
             "max_examples": plan.max_examples, "tier": plan.tier,
             "seed": run_seed(plan.seed, bool(plan.database or plan.replay)),
             "timeout": plan.timeout, "total_timeout": plan.total_timeout,

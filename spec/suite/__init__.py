@@ -36,7 +36,7 @@ from minibert_spec.protocol.wholemodel import WholeModel, whole_model
 from minibert_spec.suite.plan import QUICK, RunPlan, execute, plan_run, selected_checks
 from minibert_spec.suite.registry import COLUMNS, KINDS, Check, all_checks, select
 from minibert_spec.suite.report import CheckReport
-from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, check_settings, run_check, tier_of
+from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, check_settings, run_check
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
@@ -60,10 +60,8 @@ class BoundCheck:
     time limit) and raises on a failure, ``pytest.skip`` when not applicable.  The object
     pytest shows as the parameter of ``test_conformance(check)``."""
 
-    def __init__(self, check: Check, proxy, *, timeout: float | None, oracle: str,
-                 database=None, quick: bool = False, deep: bool = False):
-        self.check, self.proxy, self.timeout, self.oracle = check, proxy, timeout, oracle
-        self.database, self.quick, self.tier = database, quick, tier_of(quick, deep)
+    def __init__(self, check: Check, plan: RunPlan):
+        self.check, self.plan = check, plan
 
     def __repr__(self) -> str:
         return self.check.id
@@ -77,19 +75,20 @@ class BoundCheck:
         # a hang the time limit cannot interrupt (inside C code) still ends in bounded time:
         # tracebacks, then the process exits non-zero -- a red, never a hang.  Re-armed before
         # every example, so it bounds one example, not the whole check
-        hard = (self.timeout or 0) + 60
+        plan = self.plan
+        hard = (plan.timeout or 0) + 60
 
         def heartbeat():
             faulthandler.dump_traceback_later(hard, exit=True)
 
         try:
-            r = run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
-                          settings=check_settings(database=self.database,
-                                                  max_examples=QUICK if self.quick else None,
-                                                  tier=self.tier),
-                          heartbeat=heartbeat if self.timeout else None)
+            r = run_check(self.check, plan.proxy, timeout=plan.timeout, oracle=plan.oracle,
+                          settings=check_settings(database=plan.database, tier=plan.tier,
+                                                  max_examples=QUICK if plan.tier == "quick"
+                                                  else None),
+                          heartbeat=heartbeat if plan.timeout else None)
         finally:
-            if self.timeout:
+            if plan.timeout:
                 faulthandler.cancel_dump_traceback_later()
         for c in r.conventions:
             import warnings
@@ -172,10 +171,7 @@ def parametrize_plan(plan: RunPlan):
         marks = [pytest.mark.suite_check(c.id, kind=c.kind, ops=c.ops, equations=c.equations)]
         if c.id in plan.expected:
             marks.append(pytest.mark.xfail(strict=True, reason=plan.expected[c.id]))
-        params.append(pytest.param(BoundCheck(c, plan.proxy, timeout=plan.timeout,
-                                              oracle=plan.oracle, database=plan.database,
-                                              quick=plan.quick, deep=plan.tier == "deep"),
-                                   id=c.id, marks=marks))
+        params.append(pytest.param(BoundCheck(c, plan), id=c.id, marks=marks))
     return pytest.mark.parametrize("check", params)
 
 

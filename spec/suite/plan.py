@@ -1,13 +1,9 @@
-"""One run plan behind the four entry points -- ``minibert check``, ``parametrize_with_checks``,
-``check_implementation`` and the pytest plugin: :func:`plan_run` builds a :class:`RunPlan`
-once from an entry point's arguments (validated: every refusal a ValueError naming the
-argument as that entry point spells it, what it expects and what it got; the implementation
-probed in a child process, its declared ops read, the checks selected, the expected failures
-and thin rows resolved, the tier and depth decided), then :func:`execute` runs it -- in this
-process, or in worker processes (minibert_spec.suite.pool) for ``minibert check``.  Each entry
-point only turns its own arguments into :func:`plan_run`'s and presents what comes back, so
-a check has one selection, one refusal and one verdict whichever way it is run.
-"""
+"""One run plan behind the four entry points (``minibert check``, ``parametrize_with_checks``,
+``check_implementation``, the pytest plugin): :func:`plan_run` builds a :class:`RunPlan` once
+from an entry point's arguments -- each refusal a ValueError naming the argument as that entry
+point spells it; the implementation probed, its declared ops read, the checks selected, the
+expectations resolved, the depth decided -- and :func:`execute` runs it, in this process or in
+worker processes (minibert_spec.suite.pool).  An entry point only translates and presents."""
 
 from __future__ import annotations
 
@@ -17,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from minibert_spec.protocol import label_of
 from minibert_spec.suite.registry import Check, all_checks, resolve_expected_failures, select
 from minibert_spec.suite.report import CheckReport, apply_expectations, check_thin
 from minibert_spec.suite.run import DEFAULT_TIMEOUT, ORACLE_MODES, Result, depth, tier_of
@@ -52,7 +49,7 @@ def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | 
 class RunPlan:
     """Everything a run is, decided before any check runs."""
 
-    impl: object  # as given: "pkg.mod[:obj]", a module, an object, a proxy (None: --list)
+    impl: object  # "pkg.mod[:obj]", a module, an object, a proxy (None: --list)
     label: str
     checks: tuple[Check, ...]
     expected: dict  # check id -> reason, resolved (minibert_spec.suite.registry)
@@ -66,9 +63,7 @@ class RunPlan:
     first_red: bool = False
     seed: int | None = None
     model: bool = False
-    # why the implementation cannot be checked (an ImplLoadError or a DeclarationError): the
-    # run is refused with it, never judged
-    load_error: Exception | None = None
+    load_error: Exception | None = None  # why it cannot be checked: refused, never judged
     proxy: object = None  # the implementation loaded here (None when the workers load it)
     isolated: bool = False  # run in worker processes (minibert_spec.suite.pool)
     paths: tuple[str, ...] = ()  # what the workers append to sys.path
@@ -81,7 +76,6 @@ class RunPlan:
     kinds: tuple[str, ...] | None = None
     ops: tuple[str, ...] | None = None
     match: str | None = None
-    quick: bool = False
     max_examples: int | None = None
 
 
@@ -133,8 +127,12 @@ def plan_run(impl, *, ids: Iterable[str] | None = None, kinds: Iterable[str] | N
     all_checks()
     load_error, proxy, declared = _load(impl, timeout, paths, isolated) if impl is not None \
         else (None, None, ())
-    checks = _selection(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
-                        bad_input=bad_input, quick=quick, extra=declared, deep=deep)
+    try:
+        checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids),
+                                 match=match, bad_input=bad_input, quick=quick, extra=declared,
+                                 deep=deep)
+    except Exception as e:  # noqa: BLE001 -- a bad regular expression (re.error), an unknown id
+        raise ValueError(f"selection: {e}") from None
     if load_error is None:
         _check_selection(ops, kinds, {op for c in declared for op in c.ops}, flag)
     expected = resolve_expected_failures(expected_failed_checks, flag("expected_failed_checks"),
@@ -144,14 +142,19 @@ def plan_run(impl, *, ids: Iterable[str] | None = None, kinds: Iterable[str] | N
     if planned is not None:
         mine = set(planned["items"])
         checks = [c for c in checks if c.id in mine]
-    if isolated and impl is not None and oracle == "require":
-        _require_oracle(checks)
+    needed = sorted({m for c in checks if c.oracle for m in c.missing_requirements()})
+    if isolated and impl is not None and oracle == "require" and needed:
+        raise ValueError(f"the PyTorch oracle is required but {' and '.join(needed)} "
+                         f"{'is' if len(needed) == 1 else 'are'} not installed: "
+                         "pip install 'minibert-spec[oracle]' (the CPU wheel "
+                         "torch==2.13.0), or pass --oracle off to check without it")
     tier = tier_of(quick, deep)
     if settings is None:
         from minibert_spec.suite.run import check_settings
 
         settings = check_settings(max_examples=QUICK if quick else max_examples, tier=tier)
-    label = impl if isinstance(impl, str) or impl is None else _label(impl, proxy)
+    label = impl if isinstance(impl, str) or impl is None else \
+        proxy._impl_label if proxy is not None else label_of(impl)
     return RunPlan(impl=impl, label=label, checks=tuple(checks), expected=expected, thin=thin,
                    oracle=oracle, bad_input=bad_input, timeout=timeout, tier=tier,
                    settings=settings, depth=depth(tier, settings=settings),
@@ -160,7 +163,7 @@ def plan_run(impl, *, ids: Iterable[str] | None = None, kinds: Iterable[str] | N
                    database=_database(database, replay, label, isolated),
                    replay=tuple(os.path.abspath(d) for d in replay), workers=workers,
                    total_timeout=total_timeout, shard=planned, kinds=kinds, ops=ops,
-                   match=match, quick=quick, max_examples=max_examples)
+                   match=match, max_examples=max_examples)
 
 
 def execute(plan: RunPlan, *, progress: Callable[[Result], object] | None = None,
@@ -214,15 +217,6 @@ def _run_here(plan: RunPlan, progress) -> CheckReport:
     return CheckReport(plan.label, results, plan.oracle, seconds=time.perf_counter() - start)
 
 
-def _selection(**chosen) -> list[Check]:
-    """:func:`selected_checks`; what it cannot take (a bad regular expression, an unknown id)
-    a ValueError saying so."""
-    try:
-        return selected_checks(**chosen)
-    except Exception as e:  # noqa: BLE001 -- re.error is no ValueError
-        raise ValueError(f"selection: {e}") from None
-
-
 def _load(impl, timeout, paths, isolated) -> tuple[Exception | None, object, tuple]:
     """(why the implementation cannot be checked, or None; the implementation loaded here, or
     None; the checks of the ops it declares).  A ``"pkg.mod[:obj]"`` is imported in a child
@@ -257,12 +251,6 @@ def _load(impl, timeout, paths, isolated) -> tuple[Exception | None, object, tup
         for p in added:
             if p in sys.path:
                 sys.path.remove(p)
-
-
-def _label(impl, proxy) -> str:
-    from minibert_spec.protocol import label_of
-
-    return proxy._impl_label if proxy is not None else label_of(impl)
 
 
 def _model_ops(proxy, ops, ids):
@@ -318,19 +306,9 @@ def _shard(shard, durations, checks, first_red, flag) -> dict | None:
     return shard_plan([c.id for c in checks], found, k, n)
 
 
-def _require_oracle(checks) -> None:
-    needed = sorted({m for c in checks if c.oracle for m in c.missing_requirements()})
-    if needed:
-        raise ValueError(f"the PyTorch oracle is required but {' and '.join(needed)} "
-                         f"{'is' if len(needed) == 1 else 'are'} not installed: "
-                         "pip install 'minibert-spec[oracle]' (the CPU wheel "
-                         "torch==2.13.0), or pass --oracle off to check without it")
-
-
 def _database(database, replay, label, isolated):
-    """``database`` as the run uses it: a directory's absolute path for the workers (they run
-    elsewhere); in process, "auto" is this implementation's own database (none where
-    Hypothesis keeps none)."""
+    """``database`` as the run uses it: a directory's absolute path for the workers; in
+    process, "auto": this implementation's own (none where Hypothesis keeps none)."""
     if isolated:
         return os.path.abspath(database) if database else None
     if database == "auto":
@@ -345,22 +323,10 @@ def _database(database, replay, label, isolated):
 def import_root(module_name: str, cwd: str) -> str | None:
     """The sys.path entry the implementation's top-level module comes from (found without
     importing it: its code runs only in the workers)."""
-    import importlib.util
+    from minibert_spec.suite.shard import top_level_spec
 
-    top = module_name.split(".")[0]
-    saved = list(sys.path)
-    try:
-        if cwd not in sys.path:
-            sys.path.append(cwd)
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
+    found = top_level_spec(module_name, [cwd])
+    if found is None:
         return None
-    finally:
-        sys.path[:] = saved
-    origin = getattr(spec, "origin", None) if spec else None
-    if not origin or origin in ("built-in", "frozen"):
-        return None
-    p = Path(origin).resolve().parent
-    if spec.submodule_search_locations:  # a package: its parent holds it
-        p = p.parent
-    return str(p)
+    p = Path(found.origin).resolve().parent
+    return str(p.parent if found.submodule_search_locations else p)  # a package: its parent
