@@ -73,15 +73,12 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     """With --minibert-impl, the tier the session runs (a verdict never hides its depth)."""
-    if not config.getoption("minibert_impl", None):
+    plan = getattr(config, "_minibert_plan", None)  # minibert_spec.suite.plugin.configure's
+    if plan is None:
         return None
-    from minibert_spec.suite.run import depth, depth_line, tier_of
+    from minibert_spec.suite.run import depth_line
 
-    try:
-        tier = tier_of(config.getoption("minibert_quick"), config.getoption("minibert_deep"))
-    except ValueError as e:
-        raise pytest.UsageError(f"--minibert-quick, --minibert-deep: {e}") from None
-    return "minibert: " + depth_line(depth(tier))  # the settings the checks will run under
+    return "minibert: " + depth_line(plan.depth)  # the settings the checks will run under
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -145,7 +145,7 @@ def skeleton(module: str) -> str:
 def run(args) -> int:
     import os
 
-    from minibert_spec.cli.check import import_root
+    from minibert_spec.suite.plan import import_root
 
     text = skeleton(args.module)
     cwd = os.getcwd()  # searched as minibert check searches it; the module is not run
@@ -161,8 +161,8 @@ def run_infer(args) -> int:
     module that hangs, exits, crashes or raises is one line, exit 2."""
     import os
 
-    from minibert_spec.cli.check import import_root
     from minibert_spec.suite.infer import infer_isolated
+    from minibert_spec.suite.plan import import_root
 
     if args.timeout is not None and not args.timeout > 0:
         raise ValueError(f"--timeout: expected a positive number of seconds, got {args.timeout}")

@@ -20,7 +20,6 @@ so).  Every reason is one line.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -140,30 +139,6 @@ def _where(check) -> str:
     return f"{file}:{line}"
 
 
-def import_root(module_name: str, cwd: str) -> str | None:
-    """The sys.path entry the implementation's top-level module comes from (found without
-    importing it: its code runs only in the workers)."""
-    import importlib.util
-
-    top = module_name.split(".")[0]
-    saved = list(sys.path)
-    try:
-        if cwd not in sys.path:
-            sys.path.append(cwd)
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return None
-    finally:
-        sys.path[:] = saved
-    origin = getattr(spec, "origin", None) if spec else None
-    if not origin or origin in ("built-in", "frozen"):
-        return None
-    p = Path(origin).resolve().parent
-    if spec.submodule_search_locations:  # a package: its parent holds it
-        p = p.parent
-    return str(p)
-
-
 def run(args) -> int:
     from minibert_spec.suite.pool import launch_server
 
@@ -171,7 +146,10 @@ def run(args) -> int:
         from minibert_spec.cli._many import many_command
 
         return many_command(args)
-    # the workers' fork server imports the suite while this process selects the checks
+    refused = _refused(args)
+    if refused:
+        return _fail(refused)
+    # the workers' fork server imports the suite while this process plans the run
     server = launch_server() if args.impl and not args.list else None
     try:
         return _run(args, server)
@@ -181,124 +159,78 @@ def run(args) -> int:
 
 
 def _run(args, server) -> int:
-    from minibert_spec.suite import selected_checks
-    from minibert_spec.suite.pool import run_isolated
-    from minibert_spec.suite.registry import resolve_expected_failures
-    from minibert_spec.suite.report import (
-        apply_expectations,
-        expectations_from_args,
-        thin_from_args,
-    )
-
-    for flag, value in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
-        if value is not None and value <= 0:
-            return _fail(f"{flag}: expected a positive number of seconds, got {value}")
-    if args.workers < 1:
-        return _fail(f"--workers: expected a positive integer, got {args.workers}")
-    if args.max_examples is not None and args.max_examples < 1:
-        return _fail(f"--max-examples: expected a positive integer, got {args.max_examples}")
-    if args.quick and args.max_examples is not None:
-        return _fail("--quick runs the fixed examples alone: --max-examples does not apply")
-    if getattr(args, "model", False):  # the whole_model row alone
-        if args.ops:
-            return _fail("--model: runs the whole_model row alone; not with --ops")
-        args.ops = ["whole_model"]
-    if args.quick and args.deep:
-        return _fail("--quick and --deep: expected one tier, got both")
     import warnings
 
-    cwd = os.getcwd()
-    module = (args.impl or "").partition(":")[0]
-    paths = [p for p in dict.fromkeys([cwd, import_root(module, cwd)]) if p]
+    from minibert_spec.suite.plan import execute, plan_run
+
     try:
         with warnings.catch_warnings(record=True) as renames:
             warnings.simplefilter("always", DeprecationWarning)
-            checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
-                                     bad_input=args.bad_input, quick=args.quick,
-                                     deep=args.deep)
-            # the implementation's own ops (OPS): imported here once a child process imported
-            # it safely (an exit, crash or hang is refused below, at the probe's place).  After
-            # the suite's own selection: the fork server imports the suite meanwhile, and a
-            # probe beside both missed a --timeout of 1 s on a loaded machine
-            reason, declared = _declared(args, module, paths)
-            if declared:
-                checks = selected_checks(kinds=args.kinds, ops=args.ops, match=args.match,
-                                         bad_input=args.bad_input, quick=args.quick,
-                                         extra=declared, deep=args.deep)
-    except Exception as e:  # noqa: BLE001 -- a bad regular expression, unknown kind
-        return _fail(f"selection: {e}")
-    for w in renames:  # -k naming a former id, a stale index of the checks: one line each
-        label = "deprecated: " if issubclass(w.category, DeprecationWarning) else ""
-        print(f"minibert check: {label}{w.message}", file=sys.stderr)
-    _check_selection(args, {op for c in declared for op in c.ops})
-    try:
-        expected = resolve_expected_failures(expectations_from_args(args.xfail), "--xfail",
-                                             extra=declared)
-        thin = thin_from_args(args.thin)
-        plan = _shard(args, checks)
+            plan = plan_run(args.impl, **plan_arguments(args))
     except ValueError as e:
         return _fail(str(e))
-    if plan is not None:
-        mine = set(plan["items"])
-        checks = [c for c in checks if c.id in mine]
-    if args.format == "html" and not args.list:  # refuse before any check runs
-        refused = html_refused(args.output)
-        if refused:
-            return _fail(refused)
+    finally:  # -k naming a former id, a stale index of the checks: one line each
+        for w in renames:
+            label = "deprecated: " if issubclass(w.category, DeprecationWarning) else ""
+            print(f"minibert check: {label}{w.message}", file=sys.stderr)
     if args.list:
-        for c in checks:
+        for c in plan.checks:
             print(f"{c.id}\t{c.kind}\t{','.join(c.ops)}\t{_where(c)}")
         return 0
     if not args.impl:
         return _fail("impl: expected package.module[:object] (or --list)")
-    if not checks:
+    if not plan.checks:
         return _fail("the selection matches no check (see --list)")
-    if not module or not all(p.isidentifier() for p in module.split(".")):
-        return _fail(f"impl: expected package.module[:object], got {args.impl!r}")
-    if args.oracle == "require":
-        needed = sorted({m for c in checks if c.oracle for m in c.missing_requirements()})
-        if needed:
-            return _fail(f"the PyTorch oracle is required but {' and '.join(needed)} "
-                         f"{'is' if len(needed) == 1 else 'are'} not installed: "
-                         "pip install 'minibert-spec[oracle]' (the CPU wheel "
-                         "torch==2.13.0), or pass --oracle off to check without it")
-    refused = databases_refused(args)
-    if refused:
-        return _fail(refused)
-    database = os.path.abspath(args.database) if args.database else None
-    replay = [os.path.abspath(d) for d in args.replay]
-    settings = run_settings(args, expected, paths, bool(database or replay))
-    settings["thin_rows"] = thin
-    if reason is not None:  # the probe's: an exit, crash or hang; or a malformed OPS
-        from minibert_spec.suite.report import CheckReport
-
-        report = CheckReport(args.impl, [], args.oracle, args.bad_input, load_error=reason)
-        return _could_not_run(args, report, settings, plan)
-    progress, done = _progress(len(checks))
+    progress, done = _progress(len(plan.checks)) if plan.load_error is None else \
+        (None, lambda: None)
     try:
-        report = run_isolated(args.impl, checks, workers=args.workers, timeout=args.timeout,
-                              total_timeout=args.total_timeout, oracle=args.oracle,
-                              paths=paths, seed=args.seed,
-                              max_examples=examples_of(args),
-                              first_red=args.first_red, on_result=progress, server=server,
-                              database=database, replay=replay,
-                              model=bool(getattr(args, "model", False)))
+        report = execute(plan, progress=progress, server=server)
     finally:
         done()
-    report.bad_input, report.thin = args.bad_input, thin
-    report.results = apply_expectations(report.results, expected)
+    settings = run_settings(plan)
     if report.load_error is not None:  # one line, nothing else
-        return _could_not_run(args, report, settings, plan)
+        return _could_not_run(args, report, settings)
     from minibert_spec.cli._provenance import provenance
 
-    report.provenance = provenance()
-    report.settings, report.shard = settings, plan
-    report.depth = depth_of(args)
+    report.provenance, report.settings = provenance(), settings
     code = output(args, report)
-    if plan is not None:
+    if plan.shard is not None:
         print(f"minibert check: shard {args.shard}: this exit status ({code}) is this part's "
               "alone; `minibert report merge` of every shard gives the run's", file=sys.stderr)
     return code
+
+
+def plan_arguments(args) -> dict:
+    """minibert_spec.suite.plan.plan_run's arguments, read from the command line (once)."""
+    from minibert_spec.suite.report import expectations_from_args, thin_from_args
+
+    return dict(kinds=args.kinds, ops=args.ops, match=args.match, bad_input=args.bad_input,
+                oracle=args.oracle, timeout=args.timeout, total_timeout=args.total_timeout,
+                workers=args.workers, expected_failed_checks=expectations_from_args(args.xfail),
+                thin_rows=thin_from_args(args.thin), quick=args.quick, deep=args.deep,
+                max_examples=args.max_examples, first_red=args.first_red, seed=args.seed,
+                database=args.database, replay=args.replay, model=args.model,
+                shard=args.shard, durations=args.durations, isolated=True, flag=_flag)
+
+
+def _flag(argument: str) -> str:
+    """An argument of plan_run as the command line spells it (``max_examples``:
+    ``--max-examples``)."""
+    return {"impl": "impl", "expected_failed_checks": "--xfail", "thin_rows": "--thin"}.get(
+        argument, "--" + argument.replace("_", "-"))
+
+
+def _refused(args) -> str | None:
+    """What the command line refuses before a plan is made: an output the report cannot be
+    written to, an example database that cannot be used (minibert check and --many alike)."""
+    if args.shard is not None and not args.list and (not args.output or args.format == "html"):
+        return ("--shard: expected -o FILE and --format json or table (the shard's JSON "
+                "report, for minibert report merge)")
+    if args.format == "html" and not args.list:
+        refused = html_refused(args.output)
+        if refused:
+            return refused
+    return None if args.list else databases_refused(args)
 
 
 def output(args, report) -> int:
@@ -325,36 +257,7 @@ def output(args, report) -> int:
     return report.exit_code()
 
 
-def _shard(args, checks) -> dict | None:
-    """``--shard k/N``: the shard's plan (minibert_spec.suite.shard.shard_plan), or None without it;
-    a
-    ValueError for what a shard cannot be run with."""
-    from minibert_spec.suite.shard import (
-        default_check_durations,
-        parse_shard,
-        read_durations,
-        shard_plan,
-    )
-
-    if args.shard is None:
-        if args.durations:
-            raise ValueError("--durations: applies to --shard only")
-        return None
-    k, n = parse_shard(args.shard)
-    if args.first_red:
-        raise ValueError("--shard: not with --first-red (where a run stops depends on the "
-                         "checks run before: the shards would not make the one run's report)")
-    if not args.list and (not args.output or args.format == "html"):
-        raise ValueError("--shard: expected -o FILE and --format json or table (the shard's "
-                         "JSON report, for minibert report merge)")
-    if n > len(checks):
-        raise ValueError(f"--shard {args.shard}: {n} shards for {len(checks)} selected "
-                         "checks; expected at most one shard per check")
-    durations = read_durations(args.durations) if args.durations else default_check_durations()
-    return shard_plan([c.id for c in checks], durations, k, n)
-
-
-def run_settings(args, expected, paths, shares_database: bool) -> dict:
+def run_settings(plan) -> dict:
     """What decides this run's verdicts besides the implementation's name -- the options, the
     implementation's source, the suite's version and its libraries: recorded in the report,
     and what the shards of one run must share (minibert_spec.suite.shard.merge_check_reports)."""
@@ -369,82 +272,28 @@ def run_settings(args, expected, paths, shares_database: bool) -> dict:
         version = metadata.version("minibert-spec")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    return {"oracle": args.oracle, "bad_input": args.bad_input, "model": args.model,
-            "kinds": args.kinds, "ops": args.ops, "match": args.match, "quick": args.quick,
-            "max_examples": args.max_examples, "tier": depth_of(args)["tier"],
-            "seed": run_seed(args.seed, shares_database), "timeout": args.timeout,
-            "total_timeout": args.total_timeout, "expected_failures": expected,
-            "implementation": implementation_digest(args.impl.partition(":")[0], paths),
+    kinds, ops = (None if v is None else list(v) for v in (plan.kinds, plan.ops))
+    return {"oracle": plan.oracle, "bad_input": plan.bad_input, "model": plan.model,
+            "kinds": kinds, "ops": ops, "match": plan.match, "quick": plan.tier == "quick",
+            "max_examples": plan.max_examples, "tier": plan.tier,
+            "seed": run_seed(plan.seed, bool(plan.database or plan.replay)),
+            "timeout": plan.timeout, "total_timeout": plan.total_timeout,
+            "expected_failures": plan.expected,
+            "implementation": implementation_digest(plan.label.partition(":")[0], plan.paths),
             "minibert-spec": version, "suite_commit": git_commit(),
-            "python": platform.python_version(), "packages": package_versions()}
+            "python": platform.python_version(), "packages": package_versions(),
+            "thin_rows": plan.thin}
 
 
-def _could_not_run(args, report, settings, plan) -> int:
+def _could_not_run(args, report, settings) -> int:
     """One line and the exit status of a run that could not load the implementation; a
     shard writes its report too (the merge then says which shard could not run, and why)."""
-    if plan is not None:
+    if report.shard is not None:
         from minibert_spec.cli._provenance import provenance
 
-        report.provenance, report.settings, report.shard = provenance(), settings, plan
-        report.depth = depth_of(args)
+        report.provenance, report.settings = provenance(), settings
         _write(args.output, json.dumps(report.to_json(), indent=1))
     return _fail(f"could not run: {report.load_error}", report.exit_code())
-
-
-def _declared(args, module: str, paths) -> tuple[str | None, tuple]:
-    """(why the implementation cannot be checked, or None; the checks of the ops it declares):
-    it is imported in a child process first (minibert_spec.suite.probe), then, when it has an
-    ``OPS``, here to read it (the workers import it anyway; an implementation without one is
-    not imported here).  An import that raises is left to the workers, which name it."""
-    if not args.impl or not module or not all(
-            p.isidentifier() for p in module.split(".")):
-        return None, ()
-    from minibert_spec.protocol import DeclarationError, ImplLoadError, load_impl
-    from minibert_spec.suite.declared import checks_of
-    from minibert_spec.suite.probe import probe
-
-    reason, has_ops = probe(args.impl, args.timeout, paths=paths)
-    if reason is not None or not has_ops:  # nothing of its own to read: not imported here
-        return reason, ()
-    added = [p for p in paths if p not in sys.path]
-    sys.path[:0] = added
-    try:
-        return None, checks_of(load_impl(args.impl))
-    except ImplLoadError:
-        return None, ()
-    except DeclarationError as e:
-        return str(e), ()
-    finally:
-        for p in added:
-            if p in sys.path:
-                sys.path.remove(p)
-
-
-def depth_of(args) -> dict:
-    """The run's tier and examples per check (minibert_spec.suite.run.depth)."""
-    from minibert_spec.suite.run import depth, tier_of
-
-    return depth(tier_of(args.quick, getattr(args, "deep", False)), args.max_examples)
-
-
-def examples_of(args) -> int:
-    """What each check draws, as the workers' ``max_examples``: the tier's unless
-    ``--max-examples`` says (0: the quick run's explicit phase alone)."""
-    return depth_of(args)["drawn_per_check"]
-
-
-def _check_selection(args, declared_ops=frozenset()) -> None:
-    from minibert_spec.protocol import OPS
-    from minibert_spec.suite.registry import KINDS
-
-    unknown = sorted(set(args.ops or ()) - set(OPS) - set(declared_ops))
-    if unknown:
-        raise ValueError(f"--ops: unknown {unknown}; expected some of "
-                         f"{[*OPS, *sorted(declared_ops)]}")
-    kinds = set(KINDS) | {k.split(".")[0] for k in KINDS}
-    unknown = sorted(set(args.kinds or ()) - kinds)
-    if unknown:
-        raise ValueError(f"--kinds: unknown {unknown}; expected some of {sorted(kinds)}")
 
 
 def _progress(total: int):

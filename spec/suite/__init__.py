@@ -33,28 +33,15 @@ from collections.abc import Callable, Iterable, Mapping
 
 from minibert_spec.protocol.composed import composed_model
 from minibert_spec.protocol.wholemodel import WholeModel, whole_model
-from minibert_spec.suite.registry import (
-    COLUMNS,
-    KINDS,
-    Check,
-    all_checks,
-    resolve_expected_failures,
-    select,
-)
-from minibert_spec.suite.report import CheckReport, apply_expectations, check_thin
-from minibert_spec.suite.run import (
-    DEFAULT_TIMEOUT,
-    Result,
-    as_proxy,
-    check_settings,
-    depth,
-    run_check,
-    tier_of,
-)
+from minibert_spec.suite.plan import QUICK, RunPlan, execute, plan_run, selected_checks
+from minibert_spec.suite.registry import COLUMNS, KINDS, Check, all_checks, select
+from minibert_spec.suite.report import CheckReport
+from minibert_spec.suite.run import DEFAULT_TIMEOUT, Result, check_settings, run_check
 
 __all__ = ["Check", "Result", "CheckReport", "COLUMNS", "KINDS", "all_checks", "select",
            "selected_checks", "check_implementation", "parametrize_with_checks", "BoundCheck",
-           "DEFAULT_TIMEOUT", "whole_model", "WholeModel", "composed_model", "model_of_rows"]
+           "DEFAULT_TIMEOUT", "whole_model", "WholeModel", "composed_model", "model_of_rows",
+           "RunPlan", "plan_run", "execute"]
 
 
 def model_of_rows(obj, label: str | None = None):
@@ -68,42 +55,13 @@ def model_of_rows(obj, label: str | None = None):
     return build(obj, label)
 
 
-def selected_checks(*, ids: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
-                    ops: Iterable[str] | None = None, match: str | None = None,
-                    bad_input: bool = False, quick: bool = False,
-                    extra: Iterable[Check] = (), deep: bool = False) -> list[Check]:
-    """The checks a run covers: everything (bad-input checks only with ``bad_input``),
-    narrowed by ids, kinds, ops or a regular expression on the id; ``quick``: the checks with
-    fixed examples (run on those alone, :data:`QUICK`); the checks of the deep tier alone
-    (:attr:`Check.deep`) only with ``deep`` or when ``ids`` names them.  ``extra``: the checks
-    of the ops the implementation declares (minibert_spec.suite.declared.checks_of), selected
-    alike."""
-    tier_of(quick, deep)  # both: refused
-    checks = select(ids=ids, kinds=kinds, ops=ops, match=match, extra=extra)
-    if not bad_input and ids is None:
-        checks = [c for c in checks if c.kind != "bad_input"]
-    if quick:
-        checks = [c for c in checks if c.in_quick_run]
-    if not deep and ids is None:
-        checks = [c for c in checks if not c.deep]
-    return checks
-
-
-# ``max_examples`` of the quick run: every check's explicit examples (the case families'
-# fixed-seed cases) and the fixed checks marked quick, nothing drawn -- seconds, the first
-# evidence on a new implementation and what a mutant trips first
-QUICK = 0
-
-
 class BoundCheck:
     """One check bound to one implementation: calling it runs the check (with its settings and
     time limit) and raises on a failure, ``pytest.skip`` when not applicable.  The object
     pytest shows as the parameter of ``test_conformance(check)``."""
 
-    def __init__(self, check: Check, proxy, *, timeout: float | None, oracle: str,
-                 database=None, quick: bool = False, deep: bool = False):
-        self.check, self.proxy, self.timeout, self.oracle = check, proxy, timeout, oracle
-        self.database, self.quick, self.tier = database, quick, tier_of(quick, deep)
+    def __init__(self, check: Check, plan: RunPlan):
+        self.check, self.plan = check, plan
 
     def __repr__(self) -> str:
         return self.check.id
@@ -117,19 +75,20 @@ class BoundCheck:
         # a hang the time limit cannot interrupt (inside C code) still ends in bounded time:
         # tracebacks, then the process exits non-zero -- a red, never a hang.  Re-armed before
         # every example, so it bounds one example, not the whole check
-        hard = (self.timeout or 0) + 60
+        plan = self.plan
+        hard = (plan.timeout or 0) + 60
 
         def heartbeat():
             faulthandler.dump_traceback_later(hard, exit=True)
 
         try:
-            r = run_check(self.check, self.proxy, timeout=self.timeout, oracle=self.oracle,
-                          settings=check_settings(database=self.database,
-                                                  max_examples=QUICK if self.quick else None,
-                                                  tier=self.tier),
-                          heartbeat=heartbeat if self.timeout else None)
+            r = run_check(self.check, plan.proxy, timeout=plan.timeout, oracle=plan.oracle,
+                          settings=check_settings(database=plan.database, tier=plan.tier,
+                                                  max_examples=QUICK if plan.tier == "quick"
+                                                  else None),
+                          heartbeat=heartbeat if plan.timeout else None)
         finally:
-            if self.timeout:
+            if plan.timeout:
                 faulthandler.cancel_dump_traceback_later()
         for c in r.conventions:
             import warnings
@@ -190,41 +149,29 @@ def parametrize_with_checks(impl, expected_failed_checks: Mapping[str, str] | No
     ``"pkg.mod[:obj]"`` whose import exits, crashes or hangs (within ``timeout``) is an
     ImplLoadError naming why, a ``CAPABILITIES`` the protocol cannot take a DeclarationError
     (a ValueError) naming the key, the value and what is accepted."""
+    __tracebackhide__ = True  # pytest shows a refusal as its line, not the suite's frames
+    plan = plan_run(impl, ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
+                    oracle=oracle, timeout=timeout, expected_failed_checks=expected_failed_checks,
+                    quick=quick, deep=deep, database=database)
+    if plan.load_error is not None:
+        raise type(plan.load_error)(str(plan.load_error)) from None
+    return parametrize_plan(plan)
+
+
+def parametrize_plan(plan: RunPlan):
+    """The ``@pytest.mark.parametrize("check", ...)`` of a plan run in process: the
+    implementation provides something, then each check bound to it, cheapest and most
+    decisive first (``pytest -x`` stops soon), an expected failure a strict xfail."""
     import pytest
 
-    from minibert_spec.protocol import DeclarationError, ImplLoadError
-
-    __tracebackhide__ = True  # pytest shows a refusal as its line, not the suite's frames
-    from minibert_spec.suite.declared import checks_of
-
-    try:  # loads it, and reads and validates its CAPABILITIES before any check is collected
-        if isinstance(impl, str):
-            _probe(impl, timeout, raise_it=True)
-        proxy = as_proxy(impl)
-        declared = checks_of(proxy)  # its own ops (OPS), validated
-    except (ImplLoadError, DeclarationError) as e:
-        raise type(e)(str(e)) from None
-    checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
-                             bad_input=bad_input, quick=quick, extra=declared, deep=deep)
-    expected = resolve_expected_failures(expected_failed_checks, stacklevel=2, extra=declared)
-    if database == "auto":
-        from hypothesis import settings
-
-        from minibert_spec.suite.run import database_for
-
-        database = (None if settings.default.database is None
-                    else database_for(proxy._impl_label))
     from minibert_spec.suite.run import first_red_order
 
-    params = [pytest.param(ProvidesSomething(proxy, checks), id="protocol[provides]")]
-    for c in first_red_order(checks):  # cheapest, most decisive first: `pytest -x` stops soon
-        marks = [pytest.mark.suite_check(c.id, kind=c.kind, ops=c.ops,
-                                            equations=c.equations)]
-        if c.id in expected:
-            marks.append(pytest.mark.xfail(strict=True, reason=expected[c.id]))
-        params.append(pytest.param(BoundCheck(c, proxy, timeout=timeout, oracle=oracle,
-                                              database=database, quick=quick, deep=deep),
-                                   id=c.id, marks=marks))
+    params = [pytest.param(ProvidesSomething(plan.proxy, plan.checks), id="protocol[provides]")]
+    for c in first_red_order(plan.checks):
+        marks = [pytest.mark.suite_check(c.id, kind=c.kind, ops=c.ops, equations=c.equations)]
+        if c.id in plan.expected:
+            marks.append(pytest.mark.xfail(strict=True, reason=plan.expected[c.id]))
+        params.append(pytest.param(BoundCheck(c, plan), id=c.id, marks=marks))
     return pytest.mark.parametrize("check", params)
 
 
@@ -252,66 +199,8 @@ def check_implementation(impl, *, ids: Iterable[str] | None = None,
     whose ``CAPABILITIES`` the protocol cannot take (minibert_spec.protocol.capabilities) is a
     report
     that could not run (exit status 2) with the reason."""
-    import time
-
-    from minibert_spec.protocol import DeclarationError, ImplLoadError, label_of
-    from minibert_spec.suite.declared import checks_of
-
-    thin_rows = check_thin(thin_rows, "thin_rows")
-    start = time.perf_counter()
-    label = impl if isinstance(impl, str) else None
-    reason = _probe(impl, timeout) if isinstance(impl, str) else None
-    if reason is not None:
-        return CheckReport(impl, [], oracle, bad_input, load_error=reason)
-    try:  # loads it, and reads and validates its CAPABILITIES and OPS before any check runs
-        proxy = as_proxy(impl, label)
-        declared = checks_of(proxy)
-    except (ImplLoadError, DeclarationError) as e:
-        resolve_expected_failures(expected_failed_checks)  # an unknown id still refused
-        return CheckReport(label or label_of(impl), [], oracle, bad_input, load_error=str(e))
-    expected_failed_checks = resolve_expected_failures(expected_failed_checks, extra=declared)
-    from minibert_spec.suite.run import first_red_order, stopped_results
-    from minibert_spec.suite.shrink import ShrinkBudget
-
-    tier = tier_of(quick, deep)
-    if settings is None:
-        settings = check_settings(max_examples=QUICK if quick else None, tier=tier)
-    budget = ShrinkBudget()  # one for the run
-    checks = selected_checks(ids=ids, kinds=kinds, ops=_model_ops(proxy, ops, ids), match=match,
-                             bad_input=bad_input, quick=quick, extra=declared, deep=deep)
-    done: dict[str, Result] = {}
-    for c in first_red_order(checks) if first_red else checks:
-        r = run_check(c, proxy, timeout=timeout, oracle=oracle, settings=settings, shrink=budget)
-        done[c.id] = r
-        if progress is not None:
-            progress(r)
-        if first_red and r.outcome == "failed" and c.id not in (expected_failed_checks or {}):
-            break
-    results = [done.get(c.id) or stopped_results([c])[0] for c in checks]
-    results = apply_expectations(results, expected_failed_checks)
-    return CheckReport(proxy._impl_label, results, oracle, bad_input,
-                       seconds=time.perf_counter() - start, thin=thin_rows,
-                       depth=depth(tier, settings=settings))
-
-
-def _model_ops(proxy, ops, ids):
-    """``ops``; for a whole model (a :class:`WholeModel`, or a bare function) with neither ops
-    nor ids given, its own row alone: every op row would be n/a."""
-    from minibert_spec.protocol import unwrap
-
-    if ops is None and ids is None and isinstance(unwrap(proxy), WholeModel):
-        return ("whole_model",)
-    return ops
-
-
-def _probe(spec: str, timeout: float | None, *, raise_it: bool = False) -> str | None:
-    """minibert_spec.suite.probe.probe_import: the reason ``minibert_spec`` cannot be imported
-    safely, or None;
-    ``raise_it``: as an ImplLoadError."""
-    from minibert_spec.protocol import ImplLoadError
-    from minibert_spec.suite.probe import probe_import
-
-    reason = probe_import(spec, timeout)
-    if reason is not None and raise_it:
-        raise ImplLoadError(reason)
-    return reason
+    plan = plan_run(impl, ids=ids, kinds=kinds, ops=ops, match=match, bad_input=bad_input,
+                    oracle=oracle, timeout=timeout, expected_failed_checks=expected_failed_checks,
+                    settings=settings, first_red=first_red, quick=quick, deep=deep,
+                    thin_rows=thin_rows)
+    return execute(plan, progress=progress)

@@ -22,35 +22,34 @@ SUITE_MODULE = Path(__file__).with_name("test_implementation.py")
 
 
 def configure(config) -> None:
-    """Load ``--minibert-impl`` (child process first), resolve ``--minibert-xfail`` and collect
-    the suite module; any failure is a ``pytest.UsageError`` of one line."""
-
-    from minibert_spec.protocol import ImplLoadError, capabilities
-    from minibert_spec.suite.declared import checks_of
-    from minibert_spec.suite.probe import probe_import
-    from minibert_spec.suite.registry import resolve_expected_failures
+    """The run's plan (minibert_spec.suite.plan: ``--minibert-impl`` loaded, a child process
+    first, ``--minibert-xfail`` resolved...), then the suite module collected; any failure is a
+    ``pytest.UsageError`` of one line."""
+    from minibert_spec.suite.plan import plan_run
     from minibert_spec.suite.report import expectations_from_args
-    from minibert_spec.suite.run import as_proxy
 
     spec = config.getoption("minibert_impl")
     _current_directory_first()
-    reason = probe_import(spec, config.getoption("minibert_timeout"))
-    if reason is not None:
-        raise pytest.UsageError(f"--minibert-impl {spec}: {reason}")
-    try:  # an implementation that does not load stops the session at once, one line
-        config._minibert_proxy = as_proxy(spec)
-        capabilities(config._minibert_proxy)
-        declared = checks_of(config._minibert_proxy)  # its own ops (OPS), validated
-    except (ImplLoadError, ValueError) as e:
-        raise pytest.UsageError(f"--minibert-impl {spec}: {e}") from None
-    try:  # after loading: an id of a declared op is known only then
-        config._minibert_expected = resolve_expected_failures(
-            expectations_from_args(config.getoption("minibert_xfail")), "--minibert-xfail",
-            extra=declared)
+    try:
+        config._minibert_plan = plan_run(
+            spec, timeout=config.getoption("minibert_timeout"),
+            oracle=config.getoption("minibert_oracle"),
+            bad_input=config.getoption("minibert_bad_input"),
+            quick=config.getoption("minibert_quick"), deep=config.getoption("minibert_deep"),
+            expected_failed_checks=expectations_from_args(config.getoption("minibert_xfail")),
+            database="auto", flag=_flag)
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
+    if config._minibert_plan.load_error is not None:  # stops the session at once, one line
+        raise pytest.UsageError(f"--minibert-impl {spec}: {config._minibert_plan.load_error}")
     config.args.append(str(SUITE_MODULE))
     _exit_guard(config, spec)
+
+
+def _flag(argument: str) -> str:
+    """An argument of minibert_spec.suite.plan.plan_run as the plugin's option spells it."""
+    return "--minibert-xfail" if argument == "expected_failed_checks" else \
+        "--minibert-" + argument.replace("_", "-")
 
 
 def _exit_guard(config, spec: str) -> None:

@@ -200,27 +200,34 @@ def read_shards(paths: Sequence[str]) -> list[tuple[str, dict]]:
     return [(str(p), read_user_json(p, "a shard's report (JSON)")) for p in paths]
 
 
-def implementation_digest(module: str, paths: Sequence[str] = ()) -> str | None:
-    """sha256 of the implementation's source (its module file, or every ``.py`` file of its
-    top-level package), found without importing it: two shards of one run must judge the
-    same code.  None when it cannot be found (then only its name is compared)."""
+def top_level_spec(module: str, paths: Sequence[str] = ()):
+    """The import spec of ``module``'s top-level module or package, found without importing
+    it (``paths`` appended to ``sys.path`` meanwhile); None when it is not found, or built
+    in."""
     import importlib.util
     import sys
 
-    top = module.split(".")[0]
     saved = list(sys.path)
     try:
         sys.path.extend(p for p in paths if p not in sys.path)
-        found = importlib.util.find_spec(top)
+        found = importlib.util.find_spec(module.split(".")[0])
     except (ImportError, ValueError):
         return None
     finally:
         sys.path[:] = saved
     origin = getattr(found, "origin", None) if found else None
-    if not origin or origin in ("built-in", "frozen"):
+    return None if not origin or origin in ("built-in", "frozen") else found
+
+
+def implementation_digest(module: str, paths: Sequence[str] = ()) -> str | None:
+    """sha256 of the implementation's source (its module file, or every ``.py`` file of its
+    top-level package), found without importing it: two shards of one run must judge the
+    same code.  None when it cannot be found (then only its name is compared)."""
+    found = top_level_spec(module, paths)
+    if found is None:
         return None
-    root = Path(origin).parent if found.submodule_search_locations else None
-    files = sorted(root.rglob("*.py")) if root is not None else [Path(origin)]
+    root = Path(found.origin).parent if found.submodule_search_locations else None
+    files = sorted(root.rglob("*.py")) if root is not None else [Path(found.origin)]
     h = hashlib.sha256()
     for f in files:
         if "__pycache__" in f.parts:

@@ -75,7 +75,6 @@ def serve(job: dict, out, commands) -> int:
         load_impl,
     )
     from minibert_spec.protocol.wholemodel import declaration
-    from minibert_spec.suite import model_of_rows
     from minibert_spec.suite.declared import checks_of
     from minibert_spec.suite.registry import ALIASES, all_checks, get
     from minibert_spec.suite.run import check_settings, run_check, shared_database
@@ -85,6 +84,9 @@ def serve(job: dict, out, commands) -> int:
     try:
         obj = load_impl(job["impl"])
         if job.get("model") and declaration(obj) is None:  # --model on protocol rows
+            all_checks()  # (the check modules registered in their order first)
+            from minibert_spec.suite.checks.decoder import model_of_rows
+
             obj = model_of_rows(obj, job["impl"])
         capabilities(obj)
         declared = checks_of(obj)  # the checks of the ops it declares (OPS)
