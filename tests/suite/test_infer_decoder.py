@@ -188,14 +188,6 @@ def init_params():
                                                "token embedding"), why
 
 
-def test_a_model_class_without_a_parameter_source_gets_a_reason():
-    """realstyle_gpt's MiniGPT: a decoder class, but no function gives its parameters (their
-    names and shapes): said, no row."""
-    m, why = _row(realstyle_gpt)
-    assert m is None
-    assert why and "class MiniGPT may be a decoder" in why[0] and "init_params()" in why[0]
-
-
 def test_transposed_names_a_per_layer_tensor_in_every_layer():
     """decoder(transposed=("h.{i}....",)): a per-layer pattern is transposed in every layer,
     both ways (it was accepted and then applied to none)."""
