@@ -44,11 +44,10 @@ class Missing(KeyError):
 
 @dataclass
 class Log:
-    """What one run asked: the prefixes its keys were asked to start with, the keys only
-    asked (get, in) and not there, the operations on the parameters before it stopped."""
+    """What one run asked: the prefixes its keys were asked to start with, and how far it got
+    (the operations on the parameters before it stopped)."""
 
     prefixes: list = field(default_factory=list)
-    asked: list = field(default_factory=list)
     steps: int = 0
 
 
@@ -105,7 +104,6 @@ class RecordingDict(dict):
     def _asked(self, key) -> bool:
         if dict.__contains__(self, key):
             return True
-        self.log.asked.append(key)
         if self.policy == PRESENT and isinstance(key, str):
             raise Missing(key)
         return False
@@ -167,7 +165,6 @@ class Grown:
     """A set of keys the forward ran through, with their shapes; or the reason it did not."""
 
     shapes: dict
-    asked: list
     reason: str | None = None
 
 
@@ -175,11 +172,10 @@ def grow(build: Callable, options: Callable, policy: str, seed: dict | None = No
     """Keys added (and reshaped) until ``build`` runs through; ``options(key)`` the shapes a
     key may have, the likeliest first (none: the key is no parameter)."""
     shapes, order = dict(seed or {}), list(seed or {})
-    tried: dict = {k: 0 for k in shapes}
     out = run(build, shapes, policy)
     for _ in range(MAX_RUNS):
         if out.error is None:
-            return Grown(shapes, out.log.asked)
+            return Grown(shapes)
         e = out.error
         if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
             keys = [e.args[0]] if isinstance(e, Missing) else \
@@ -187,18 +183,16 @@ def grow(build: Callable, options: Callable, policy: str, seed: dict | None = No
             better = _first_further(build, shapes, policy, out, [
                 {**shapes, k: options(k)[0]} for k in keys if k not in shapes and options(k)])
             if better is None:
-                return Grown(shapes, out.log.asked, f"no key {e.args[0]!r} it looks up runs")
-            added = next(k for k in better[0] if k not in shapes)
-            order.append(added)
-            tried[added] = 0
+                return Grown(shapes, f"no key {e.args[0]!r} it looks up runs")
+            order.append(next(k for k in better[0] if k not in shapes))
         else:
             reshaped = [{**shapes, k: s} for k in reversed(order) for s in options(k)
                         if s != shapes[k]]
             better = _first_further(build, shapes, policy, out, reshaped)
             if better is None:
-                return Grown(shapes, out.log.asked, f"{out.signature[0]}: {out.signature[1]}")
+                return Grown(shapes, f"{out.signature[0]}: {out.signature[1]}")
         shapes, out = better
-    return Grown(shapes, out.log.asked, f"not through in {MAX_RUNS} runs")
+    return Grown(shapes, f"not through in {MAX_RUNS} runs")
 
 
 def _first_further(build, shapes, policy, before: Outcome, candidates):
