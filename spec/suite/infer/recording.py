@@ -209,7 +209,9 @@ def _first_further(build, shapes, policy, before: Outcome, candidates):
 
 def prune(build: Callable, shapes: dict, policy: str) -> dict:
     """The keys whose values change the logits (each changed alone): a key the code looks
-    up but does not use, or one the variants added and it never reads, left out."""
+    up but does not use, or one the variants added and it never reads, left out where the
+    logits are the same without it (a key only asked then answered as absent: a
+    ``weights.get("config")`` the PRESENT policy filled is no parameter)."""
     values = arrays(shapes)
     base = run(build, shapes, policy, values)
     if base.error is not None:
@@ -221,7 +223,8 @@ def prune(build: Callable, shapes: dict, policy: str) -> dict:
         out = run(build, shapes, policy, changed)
         if out.error is None and np.array_equal(out.logits, base.logits):
             fewer = {n: s for n, s in kept.items() if n != k}
-            if run(build, fewer, policy, {n: values[n] for n in fewer}).error is None:
+            without = run(build, fewer, ABSENT, {n: values[n] for n in fewer})
+            if without.error is None and np.array_equal(without.logits, base.logits):
                 kept = fewer
     return kept
 
