@@ -276,6 +276,19 @@ def test_a_forward_bug_leaves_no_row_and_says_how_close(gpt_init, monkeypatch):
     assert "closest positions learned" in why[0], why
 
 
+@pytest.mark.parametrize("bug", ["rope_sign", "rope_base"])
+def test_a_rope_bug_leaves_no_row_where_the_class_takes_a_rope_base(bug, gpt_init,
+                                                                     monkeypatch):
+    """realstyle_gpt's RoPE bugs: its logits still equal the reference's with learned
+    positions alone, but a class taking a RoPE base whose RoPE forms all miss gets no row --
+    never one declaring the forms without RoPE, under which its RoPE would never be run."""
+    monkeypatch.setattr(realstyle_gpt, "BUGS", {bug})
+    m, why = _row(gpt_init)
+    assert m is None
+    assert len(why) == 1 and "takes a RoPE base, but its logits equal the reference's in no " \
+        "form with RoPE" in why[0], why
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bug", [None, "final_ln", "tied"])
 def test_realstyle_gpts_bugs_are_red_under_the_inferred_adapter(bug, gpt_init, monkeypatch):

@@ -465,6 +465,12 @@ def decoder_rows(mod, expr: str, origin: str, params: dict,
                          + (f"closest {_describe(closest[1])} at {closest[0]:.1e}"
                             if closest else "its forward does not run on the names read"))
             continue
+        if any("config.rope_base" in v for v in model.keywords.values()) and \
+                not any(h[2].rope for h in hits):
+            # the forms without RoPE alone declared, a bug in its RoPE would never be run
+            tried.append(f"{model.label} takes a RoPE base, but its logits equal the "
+                         "reference's in no form with RoPE (half or interleaved)")
+            continue
         maps_hit = {repr(h[1]) for h in hits}
         if len(maps_hit) > 1:
             return [], [f"decoder: {len(maps_hit)} maps of {expr}'s names give the reference's "

@@ -134,7 +134,7 @@ def recorded_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
             hits += rows
             misses += reasons
         if hits:
-            refused = _partly(model, hits, misses)
+            refused = _partly(hits, misses)
             return ([], [refused]) if refused else _joined(model, hits)
         said += misses or why
     if not named:
@@ -146,19 +146,14 @@ def recorded_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
                 + (f" ({said[0]})" if said else "")]
 
 
-def _partly(model, hits: list, misses: list) -> str | None:
+def _partly(hits: list, misses: list) -> str | None:
     """Why a class some of whose recorded sets match is given no row: a set the forward runs
-    through whose logits equal the reference's in no form, or a RoPE base it takes that no
-    set's RoPE form matched -- a bug there (the check would never run that form: a bug
-    declared away) or a form the reference lacks, not told apart."""
-    if misses:
+    through whose logits equal the reference's in no form -- a bug there (the check would
+    never run that form: a bug declared away) or a form the reference lacks, not told
+    apart."""
+    if hits and misses:
         return (f"{misses[0]}; the other sets match: not decided (a bug in that form, or a "
                 "form the reference lacks; write the adapter by hand)")
-    ropes = {r for m in hits for r in _as_tuple(m.declares["attention"]["rope"])}
-    if any("config.rope_base" in v for v in model.keywords.values()) and ropes == {None}:
-        return (f"decoder: {model.label} takes a RoPE base, but no recorded set's logits equal "
-                "the reference's with RoPE (half or interleaved): not decided (a bug in its "
-                "RoPE would be declared away)")
     return None
 
 
