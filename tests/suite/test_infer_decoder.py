@@ -188,14 +188,6 @@ def init_params():
                                                "token embedding"), why
 
 
-def test_a_model_class_without_a_parameter_source_gets_a_reason():
-    """realstyle_gpt's MiniGPT: a decoder class, but no function gives its parameters (their
-    names and shapes): said, no row."""
-    m, why = _row(realstyle_gpt)
-    assert m is None
-    assert why and "class MiniGPT may be a decoder" in why[0] and "init_params()" in why[0]
-
-
 def test_transposed_names_a_per_layer_tensor_in_every_layer():
     """decoder(transposed=("h.{i}....",)): a per-layer pattern is transposed in every layer,
     both ways (it was accepted and then applied to none)."""
@@ -282,6 +274,19 @@ def test_a_forward_bug_leaves_no_row_and_says_how_close(gpt_init, monkeypatch):
     assert m is None
     assert len(why) == 1 and "no model's logits equal the reference decoder_forward's" in why[0]
     assert "closest positions learned" in why[0], why
+
+
+@pytest.mark.parametrize("bug", ["rope_sign", "rope_base"])
+def test_a_rope_bug_leaves_no_row_where_the_class_takes_a_rope_base(bug, gpt_init,
+                                                                     monkeypatch):
+    """realstyle_gpt's RoPE bugs: its logits still equal the reference's with learned
+    positions alone, but a class taking a RoPE base whose RoPE forms all miss gets no row --
+    never one declaring the forms without RoPE, under which its RoPE would never be run."""
+    monkeypatch.setattr(realstyle_gpt, "BUGS", {bug})
+    m, why = _row(gpt_init)
+    assert m is None
+    assert len(why) == 1 and "takes a RoPE base, but its logits equal the reference's in no " \
+        "form with RoPE" in why[0], why
 
 
 @pytest.mark.slow

@@ -6,7 +6,10 @@ model's loss).
 What it reads in the module:
 
 * a *parameter source*: a function without required arguments (``init_params()``) or a
-  module-level dict returning the model's parameters -- their names and shapes;
+  module-level dict returning the model's parameters -- their names and shapes; without one
+  (a port that loads its weights), a model class's keys recorded on a dict that records every
+  lookup, one set per form the class shows, each judged as a parameter source's
+  (:mod:`~minibert_spec.suite.infer.decoder_recorded`);
 * a *model* (:mod:`~minibert_spec.suite.infer.decoder_models`): a builder, a function
   without required arguments returning ``(forward, backward)`` -- the pair's ``.logits``
   functions where it has them (a pair whose forward ends in the loss): ``forward(params, ids)
@@ -45,7 +48,6 @@ Where something cannot be decided there is no row, and one line says why.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -88,6 +90,7 @@ class DecoderMapping(TrainingMapping):
     names: dict = field(default_factory=dict)
     fused: dict = field(default_factory=dict)
     transposed: tuple = ()
+    loss: str | None = None  # the loss's expression (None: not found)
 
 
 # ------------------------------------------------------------------------ reading the names
@@ -220,7 +223,10 @@ def _sizes(inv: Inventory) -> dict | str:
 def _form(read: dict) -> dict:
     """The config's fields the parts present decide."""
     names = {n for v in read.values() if v for n in ((v,) if isinstance(v, str) else v)}
-    return dict(normalization="layernorm" if {"ln1.beta", "ln2.beta"} & names else "rmsnorm",
+    # without a table the positions are the forward's to decide (_form_configs), none of them
+    # a parameter: not the config's default (learned), whose table no name would fill
+    return dict(position="learned" if "embeddings.position.W" in names else "rope",
+                normalization="layernorm" if {"ln1.beta", "ln2.beta"} & names else "rmsnorm",
                 ffn="swiglu" if "swiglu.W_1" in names else "mlp",
                 attn_bias="attn.b_q" in names,
                 mlp_bias=bool({"ffn.b_1", "swiglu.b_1"} & names),
@@ -395,8 +401,8 @@ def _declares(config: DecoderConfig, eps_fixed: float | None) -> dict:
         caps["ffn"] = {"activation": config.activation}
         if not config.mlp_bias:
             caps["ffn"].update(b_1=False, b_2=False)
-    elif not config.mlp_bias:
-        caps["swiglu"] = {"bias": False}
+    else:
+        caps["swiglu"] = {"bias": config.mlp_bias}
     if eps_fixed is not None and config.normalization == "layernorm":
         caps["layernorm"] = {"eps": eps_fixed}
     return caps
@@ -409,17 +415,23 @@ def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
     functions = no_arg_functions(mod)
     source = param_source(mod, functions)
     if source is None:
-        named = [c.__name__ for _, c in inspect.getmembers(mod, inspect.isclass)
-                 if c.__module__ == mod.__name__ and DECODER_WORDS.search(c.__name__)]
-        return [], [f"decoder: class {named[0]} may be a decoder, but the module has no "
-                    "parameter source to read its names and shapes from (a function without "
-                    "arguments returning the model's dict of arrays, e.g. init_params())"
-                    ] if named else []
+        # the recorded row is built on this module's (decoder_rows): imported here, not above
+        from minibert_spec.suite.infer.decoder_recorded import recorded_decoder
+
+        return recorded_decoder(mod)
     expr, params = source
+    return decoder_rows(mod, expr, f"impl.{expr}", params,
+                        [*builders(functions), *class_models(mod)])
+
+
+def decoder_rows(mod, expr: str, origin: str, params: dict,
+                 models: list) -> tuple[list[DecoderMapping], list[str]]:
+    """The row of the parameters ``params`` (named ``expr`` in a reason, ``origin`` in the
+    evidence) and the module's ``models``: each model tried until one's logits equal the
+    reference's under one map."""
     inv = inventory(params)
     if isinstance(inv, str):
         return [], [f"decoder: {expr}: {inv}"]
-    models = [*builders(functions), *class_models(mod)]
     if not models and not any(v == "embeddings.token.W" for v in inv.read.values()):
         return [], []  # a parameter dict, but no decoder's (an encoder's, an optimizer's)
     sizes = _sizes(inv)
@@ -453,6 +465,12 @@ def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
                          + (f"closest {_describe(closest[1])} at {closest[0]:.1e}"
                             if closest else "its forward does not run on the names read"))
             continue
+        if any("config.rope_base" in v for v in model.keywords.values()) and \
+                not any(h[2].rope for h in hits):
+            # the forms without RoPE alone declared, a bug in its RoPE would never be run
+            tried.append(f"{model.label} takes a RoPE base, but its logits equal the "
+                         "reference's in no form with RoPE (half or interleaved)")
+            continue
         maps_hit = {repr(h[1]) for h in hits}
         if len(maps_hit) > 1:
             return [], [f"decoder: {len(maps_hit)} maps of {expr}'s names give the reference's "
@@ -467,14 +485,14 @@ def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
         # variance (nor by the check's): the closest is kept, the others named
         best = min(hits, key=lambda h: h[0])
         also = sorted({h[2].ln_eps for h in hits} - {best[2].ln_eps})
-        m = _mapping(mod, model, run, expr, inv, best, eps_fixed, also)
+        m = _mapping(mod, model, run, origin, inv, best, eps_fixed, also)
         _declare_positions(m, [h[2] for h in hits])
         return [m], []
     return [], [f"decoder: {expr} gives a decoder's parameters, but no model's logits equal "
                 f"the reference decoder_forward's ({'; '.join(tried)})"]
 
 
-def _mapping(mod, model, run, expr, inv: Inventory, hit, eps_fixed: bool,
+def _mapping(mod, model, run, origin: str, inv: Inventory, hit, eps_fixed: bool,
              also: list) -> DecoderMapping:
     dev, (names, fused, transposed), config = hit
     params, ids = _probe_params(config), _ids(config)
@@ -482,7 +500,7 @@ def _mapping(mod, model, run, expr, inv: Inventory, hit, eps_fixed: bool,
     loss = find_loss(model.losses(mod), mod, logits, cache.cache,
                      ids, lambda labels: decoder_loss(params, config, ids, labels), DECODER_RTOL)
     evidence = [
-        f"decoder: names and shapes from impl.{expr} ({len(inv.shapes)} names, "
+        f"decoder: names and shapes from {origin} ({len(inv.shapes)} names, "
         f"{inv.layers} layers: H={config.hidden}, V={config.vocab_size}, "
         f"I={config.intermediate}); the model: {model.label}",
         "decoder: each name read as the protocol's by its spelling and shape"
@@ -513,7 +531,8 @@ def _mapping(mod, model, run, expr, inv: Inventory, hit, eps_fixed: bool,
                                             loss and loss[0])
     return DecoderMapping("decoder", code, evidence,
                           _declares(config, config.ln_eps if eps_fixed else None),
-                          names=names, fused=fused, transposed=transposed)
+                          names=names, fused=fused, transposed=transposed,
+                          loss=loss and loss[0])
 
 
 def _declare_positions(m: DecoderMapping, configs: list) -> None:
