@@ -35,6 +35,7 @@ import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from minibert_spec.builtin import declarations
 from minibert_spec.protocol import reference_modules
 
 OPTIMIZER_EQUATIONS = ("optim.adam", "optim.adamw", "schedule.warmup_linear",
@@ -496,12 +497,6 @@ mutant("rmsnorm_dgamma_unnormalised", "rmsnorm.backward.dgamma",
        "RMSNorm dgamma sums dy * x instead of dy * x_hat",
        "ops._rmsnorm_backward",
        ("_sum_to_last(dy * x_hat)", "_sum_to_last(dy * x_hat / rstd)"))
-mutant("silu_derivative_sigmoid_only", "silu.backward",
-       "SiLU derivative taken as sigmoid(x) alone: the x sigmoid'(x) term of the product rule "
-       "is lost", "ops._silu_backward", ("(s * (1 + x * (1 - s)))", "s"))
-mutant("silu_sigmoid_sign_flipped", "silu.forward",
-       "SiLU's sigmoid written 1 / (1 + exp(x)): x sigmoid(-x)",
-       "ops._silu_forward", ("s = 1 / (1 + np.exp(-x))", "s = 1 / (1 + np.exp(x))"))
 
 
 # ===================================================================== RoPE
@@ -788,3 +783,10 @@ mutant("wordpiece_alphabet_ties_by_insertion", "wordpiece.vocab",
        "equally frequent alphabet symbols ordered as first seen instead of by their text",
        "wordpiece.learn_vocab", ("key=lambda t: (-symbol_freq[t], t))",
                                  "key=lambda t: -symbol_freq[t])"))
+
+
+# ===================================================================== the built-in ops' own
+# each declaration of spec/builtin/ lists its op's mutants (in the order of the declarations)
+for _decl in declarations():
+    for _m in _decl.mutants:
+        mutant(_m.name, _m.equation, _m.description, _m.target, *_m.edits, fast=_m.fast)

@@ -16,6 +16,7 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from minibert_spec.builtin import Identity, declarations
 from minibert_spec.numerics import identities as inv
 from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs, run_op
 from minibert_spec.numerics.identities import require
@@ -633,24 +634,6 @@ def gelu_odd_part_is_identity(impl, case, tanh):
     require(inv.gelu_identities(impl, case.inputs["x"], "tanh" if tanh else "none", case.dout))
 
 
-@on_family("silu", "x_sigmoid_x", equations=("silu.forward", "silu.backward"))
-def silu_is_x_times_sigmoid(impl, case):
-    """At fixed points SiLU(x) = x / (1 + e^-x) (math.exp, float64) with SiLU'(0) = 1/2; on the
-    case, SiLU(x) - SiLU(-x) = x (sigmoid(x) + sigmoid(-x) = 1)."""
-    import math
-
-    points = np.array([-6.0, -2.0, -0.5, 0.0, 0.5, 1.0, 3.0])
-    y, _ = impl.silu_forward(points)
-    _, c0 = impl.silu_forward(np.zeros(2))
-    (d0,) = impl.silu_backward(np.ones(2), c0)
-    x = case.inputs["x"]
-    require([inv.close("silu", "SiLU(x) = x sigmoid(x) at fixed points", y,
-                       np.array([p / (1 + math.exp(-p)) for p in points])),
-             inv.close("silu", "SiLU'(0) = 1/2", d0, np.full(2, 0.5)),
-             inv.close("silu", "SiLU(x) - SiLU(-x) = x", impl.silu_forward(x)[0]
-                       - impl.silu_forward(-x)[0], x)])
-
-
 @on_family("swiglu", "bilinear_gate")
 def swiglu_is_linear_in_up_and_down_weights(impl, case):
     """Without biases the output is linear in W_3 and in W_2, so <dW_3, W_3> = <dW_2, W_2> =
@@ -701,3 +684,19 @@ def classifier_gradient_only_reaches_cls(impl, case):
     """Only h[:, 0] enters the classifier: dh is exactly 0 at every other position."""
     require(inv.classifier_gradient_only_at_cls(impl, case.inputs, case.dout))
 
+
+def _declared_identity(op: str, identity: Identity) -> None:
+    """``@on_family`` for an identity a built-in op declares (spec/builtin/): its check is
+    handed the identities module (``inv``), the rest as a check of this module."""
+
+    def body(impl, case, **kw):
+        identity.check(impl, case, inv, **kw)
+
+    body.__name__, body.__doc__ = identity.check.__name__, identity.check.__doc__
+    body.__wrapped__ = identity.check  # its source: the declaration's def (Check.source)
+    on_family(identity.family or op, identity.name, **identity.options)(body)
+
+
+for _decl in declarations():
+    for _identity in _decl.identities:
+        _declared_identity(_decl.name, _identity)

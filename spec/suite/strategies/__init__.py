@@ -74,5 +74,7 @@ from minibert_spec.suite.strategies.losses import (
 from minibert_spec.suite.strategies.bert_ops import (
     GELU_SLOPE_MAX, _GELU, _MLM, _classifier_example, _embedding_ln_example, _mlm_head_example,
     _mlm_head_ln_input, _mlm_head_scale, _token_type_example, classifier_cases, embedding_ln_cases,
-    embedding_ln_smooth, gelu_cases, mlm_head_cases, mlm_head_smooth, silu_cases, token_type_cases)
+    embedding_ln_smooth, gelu_cases, mlm_head_cases, mlm_head_smooth, token_type_cases)
+# the built-in ops' declared families (spec/builtin/), registered on import
+from minibert_spec.suite.strategies import builtin as _builtin  # noqa: F401
 # isort: on
