@@ -477,28 +477,6 @@ mutant("sinusoidal_concatenated", "position.sinusoidal",
        ("pe[:, 1::2] = np.cos", "pe[:, angle.shape[1]:] = np.cos"))
 
 
-# ===================================================================== RMSNorm / SiLU
-mutant("rmsnorm_subtracts_the_mean", "rmsnorm.forward",
-       "RMSNorm computed as LayerNorm without beta: the row mean subtracted before the rms",
-       "ops._rmsnorm_forward",
-       ("rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True)",
-        "x = x - x.mean(axis=-1, keepdims=True)\n    "
-        "rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True)"))
-mutant("rmsnorm_eps_outside_sqrt", "rmsnorm.forward",
-       "RMSNorm divides by sqrt(mean(x^2)) + eps instead of sqrt(mean(x^2) + eps)",
-       "ops._rmsnorm_forward",
-       ("np.sqrt((x * x).mean(axis=-1, keepdims=True) + x.dtype.type(eps))",
-        "(np.sqrt((x * x).mean(axis=-1, keepdims=True)) + x.dtype.type(eps))"))
-mutant("rmsnorm_dx_missing_xhat_term", "rmsnorm.backward.dx",
-       "RMSNorm dx drops the x_hat mean(g x_hat) term: the rms treated as a constant",
-       "ops._rmsnorm_backward",
-       ("dx = g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)", "dx = g.copy()"))
-mutant("rmsnorm_dgamma_unnormalised", "rmsnorm.backward.dgamma",
-       "RMSNorm dgamma sums dy * x instead of dy * x_hat",
-       "ops._rmsnorm_backward",
-       ("_sum_to_last(dy * x_hat)", "_sum_to_last(dy * x_hat / rstd)"))
-
-
 # ===================================================================== RoPE
 mutant("rope_rotation_sign_flipped", "rope.forward.interleaved",
        "RoPE turns each pair by -m theta (the sign of sin flipped in the shared rotation: the "

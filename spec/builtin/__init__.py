@@ -7,11 +7,14 @@ A declaration imports nothing of the project: what it draws with, checks with an
 against is *handed* to it, as a torch twin is handed ``torch.nn.functional`` --
 
 * ``Family.draw(draw, k, **variant)``: a Hypothesis composite body, ``k`` the drawing kit
-  (minibert_spec.suite.strategies.kit: ``k.arrays``, ``k.upstream``, ``k.OpCase``...);
+  (minibert_spec.suite.strategies.builtin.HANDED: kit's ``k.arrays``, ``k.upstream``,
+  ``k.OpCase``..., the norms' ``k.layernorm_eps``, a variant's ``k.eps_of``);
 * ``Family.examples(rng, k, **variant)``: its fixed-seed cases, NumPy alone;
 * ``Family.torch(to)``: the twin, ``to`` minibert_spec.suite.torch_oracle (``to.F``);
-* ``Identity.check(impl, case, inv)``: ``inv`` minibert_spec.numerics.identities
-  (``inv.close``, ``inv.require``).
+* ``Identity.check(impl, case, h, **given)``: ``h`` the findings of
+  minibert_spec.numerics.identities (``h.close``, ``h.holds``, ``h.exact``, ``h.require``) and
+  ``h.pinned_eps(impl, norm)`` (minibert_spec.suite.checks.invariants.HANDED); a ``given``
+  option may be ``k -> {name: strategy}``, handed the kit.
 
 So this package sits low in the layers (below the protocol), and each registry -- the op table
 (spec/protocol/table.py), the case families (spec/suite/strategies/kit.py), the invariant
@@ -78,7 +81,9 @@ class BuiltinOp:
     (``names`` defaults to the pair ``<name>_forward``, ``<name>_backward``); ``after`` the
     row it follows in the table (the table's order is the protocol document's and the check
     list's).  ``probe``: minibert_spec.suite.infer.probes.Probe's keywords beside ``op``
-    (None: infer does not look for it); ``aliases``: the names a forward of it goes by."""
+    (None: infer does not look for it), ``variant_probe`` those of the declared form tried
+    where a class matches no standard probe (VARIANT_PROBES); ``aliases``: the names a
+    forward of it goes by."""
 
     name: str
     after: str
@@ -95,6 +100,7 @@ class BuiltinOp:
     identities: tuple[Identity, ...] = ()
     mutants: tuple[Mutant, ...] = ()
     probe: Mapping | None = None
+    variant_probe: Mapping | None = None
     aliases: tuple[str, ...] = ()
 
     @property

@@ -21,7 +21,7 @@ def _example(rng, k):
                     k.upstream_like(rng, (2, 3, 4)))
 
 
-def silu_is_x_times_sigmoid(impl, case, inv):
+def silu_is_x_times_sigmoid(impl, case, h):
     """At fixed points SiLU(x) = x / (1 + e^-x) (math.exp, float64) with SiLU'(0) = 1/2; on the
     case, SiLU(x) - SiLU(-x) = x (sigmoid(x) + sigmoid(-x) = 1)."""
     points = np.array([-6.0, -2.0, -0.5, 0.0, 0.5, 1.0, 3.0])
@@ -29,11 +29,11 @@ def silu_is_x_times_sigmoid(impl, case, inv):
     _, c0 = impl.silu_forward(np.zeros(2))
     (d0,) = impl.silu_backward(np.ones(2), c0)
     x = case.inputs["x"]
-    inv.require([inv.close("silu", "SiLU(x) = x sigmoid(x) at fixed points", y,
-                           np.array([p / (1 + math.exp(-p)) for p in points])),
-                 inv.close("silu", "SiLU'(0) = 1/2", d0, np.full(2, 0.5)),
-                 inv.close("silu", "SiLU(x) - SiLU(-x) = x", impl.silu_forward(x)[0]
-                           - impl.silu_forward(-x)[0], x)])
+    h.require([h.close("silu", "SiLU(x) = x sigmoid(x) at fixed points", y,
+                       np.array([p / (1 + math.exp(-p)) for p in points])),
+               h.close("silu", "SiLU'(0) = 1/2", d0, np.full(2, 0.5)),
+               h.close("silu", "SiLU(x) - SiLU(-x) = x", impl.silu_forward(x)[0]
+                       - impl.silu_forward(-x)[0], x)])
 
 
 OP = BuiltinOp(

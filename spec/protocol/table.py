@@ -146,11 +146,6 @@ _HAND_TABLE = (
        ranks=("x",),
        doc="layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12) -> gamma * x_hat + beta "
            "(biased variance); variants: gamma = beta = None (no affine map), eps = 0"),
-    Op("rmsnorm", _pair("rmsnorm"), ("x", "gamma"),
-       ("rmsnorm.forward", "rmsnorm.backward.dx", "rmsnorm.backward.dgamma"),
-       unguarded="eps inside the square root is its argument",
-       doc="rmsnorm_forward(x [...,N], gamma [N], eps=1e-6) -> gamma * x / sqrt(mean(x^2) + eps) "
-           "(LLaMA's norm: no mean, no beta)"),
     Op("softmax", _pair("softmax"), ("x",), ("softmax.forward", "softmax.backward"),
        ranks=("x", "mask"),
        doc="softmax_forward(x [...,n], mask=None) -> softmax over the last axis; mask (bool, x's "

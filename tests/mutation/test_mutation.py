@@ -84,8 +84,6 @@ CAUGHT_BY = {
     # a scale bug of every head count (the reference declares no single-head form)
     "attention_scale_one_over_d_k": "attention",
     "tanh_backward_missing_square": "tanh",
-    **dict.fromkeys(["rmsnorm_subtracts_the_mean", "rmsnorm_eps_outside_sqrt",
-                     "rmsnorm_dx_missing_xhat_term", "rmsnorm_dgamma_unnormalised"], "rmsnorm"),
     **dict.fromkeys(["rope_rotation_sign_flipped", "rope_frequency_exponent_halved",
                      "rope_backward_not_transposed", "rope_backward_ignores_convention"], "rope"),
     **dict.fromkeys(["swiglu_gate_and_up_swapped", "swiglu_up_grad_without_silu",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
+from hypothesis import find
 
 from minibert_spec.builtin import declarations, modules
 from minibert_spec.mutants import CATALOG
@@ -14,14 +16,14 @@ from minibert_spec.protocol import OPS
 from minibert_spec.protocol.table import Op, _with_declared
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks import invariants  # noqa: F401 -- registers the identities
-from minibert_spec.suite.infer.probes import OP_NAMES, PROBES
+from minibert_spec.suite.infer.probes import OP_NAMES, PROBES, VARIANT_PROBES
 from minibert_spec.suite.registry import get
 
 DECLARED = declarations()
 
 
 def test_every_module_of_spec_builtin_declares_its_op():
-    assert [d.name for d in DECLARED] == modules() and "silu" in modules()
+    assert [d.name for d in DECLARED] == modules() and {"rmsnorm", "silu"} <= set(modules())
 
 
 @pytest.mark.parametrize("decl", DECLARED, ids=lambda d: d.name)
@@ -49,6 +51,17 @@ def test_a_declaration_is_its_families_identities_mutants_and_probe(decl):
     if decl.probe is not None:
         assert PROBES[decl.name].shapes == decl.probe["shapes"]
         assert OP_NAMES[decl.name] == decl.aliases
+    if decl.variant_probe is not None:
+        assert VARIANT_PROBES[decl.name].declares == decl.variant_probe["declares"]
+
+
+def test_a_declared_family_draws_with_its_variant_keywords():
+    """The drawing is handed the kit; the variant keywords (RMSNorm's gain) still reach it, in
+    the fixed examples and in the drawn cases alike."""
+    nogain = S.family("rmsnorm_nogain").function
+    assert nogain.fixed_examples(np.random.default_rng(0), gain=False).inputs["gamma"] is None
+    assert find(nogain(gain=False), lambda case: True).inputs["gamma"] is None
+    assert find(nogain(gain=True), lambda case: True).inputs["gamma"] is not None
 
 
 def test_a_declaration_after_no_row_is_refused_naming_its_file():

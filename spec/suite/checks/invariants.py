@@ -11,6 +11,7 @@ cases of one family.  Every check runs its family's fixed-seed cases first (alon
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 from hypothesis import assume
@@ -26,6 +27,7 @@ from minibert_spec.protocol.norm_eps import pinned_eps
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks.fd import on_families, on_family
 from minibert_spec.suite.registry import check
+from minibert_spec.suite.strategies.builtin import HANDED as KIT
 from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 
@@ -273,43 +275,6 @@ def layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
     x, gamma, beta = case.inputs["x"], case.inputs["gamma"], case.inputs["beta"]
     require(inv.layernorm_normalises(impl, x, gamma, beta, scale, shift)
             + inv.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
-
-
-def _rmsnorm_scale_identities(impl, case, scale):
-    """At eps = 0 RMSNorm(c x) = RMSNorm(x) for c > 0 (the rms scales with the row), so dx is
-    orthogonal to x per row (the scale direction changes nothing).  Code that fixes its eps e
-    (``rmsnorm.eps`` a number) is run at e, where both identities keep a term of e (with m the
-    row's mean square): RMSNorm(c x) sqrt(c^2 m + e) / c = RMSNorm(x) sqrt(m + e) (both are
-    gamma x), and dx . x = e / (m + e) sum(dy * y) (d/dc of RMSNorm(c x) at c = 1)."""
-    x, gamma = case.inputs["x"], case.inputs["gamma"]
-    e = pinned_eps(capabilities(impl), "rmsnorm") or 0.0
-    y, cache = impl.rmsnorm_forward(x, gamma, e)
-    (dx, _) = impl.rmsnorm_backward(case.dout, cache)
-    m = (x * x).mean(-1, keepdims=True)
-    g = 1.0 if gamma is None else gamma  # no gain: gamma = 1
-    # the terms dx sums are ~ gamma dy / rms (dx itself may be ~0 by cancellation: N = 1)
-    terms = float(np.abs(g * case.dout).max() / np.sqrt(m).min())
-    y_c = impl.rmsnorm_forward(scale * x, gamma, e)[0]
-    return [inv.close("rmsnorm", "invariant to c x per row",
-                      y_c * np.sqrt(scale * scale * m + e) / scale, y * np.sqrt(m + e)),
-            inv.close("rmsnorm", "dx is orthogonal to x per row", (dx * x).sum(-1),
-                      (e / (m + e))[..., 0] * (case.dout * y).sum(-1),
-                      terms * float(np.abs(x).max()) * x.shape[-1])]
-
-
-@on_family("rmsnorm", "scale_invariant", equations=("rmsnorm.forward", "rmsnorm.backward.dx"),
-           given={"scale": S.floats(0.25, 4.0)}, example={"scale": 1.7})
-def rmsnorm_ignores_the_scale_of_a_row(impl, case, scale):
-    """RMSNorm ignores the scale of a row (:func:`_rmsnorm_scale_identities`)."""
-    require(_rmsnorm_scale_identities(impl, case, scale))
-
-
-@on_family("rmsnorm_nogain", "nogain_scale_invariant", equations=("rmsnorm.forward",
-                                                            "rmsnorm.backward.dx"),
-           given={"scale": S.floats(0.25, 4.0)}, example={"scale": 1.7})
-def rmsnorm_without_gain_ignores_the_scale_of_a_row(impl, case, scale):
-    """The same identities without a gain (gamma = 1)."""
-    require(_rmsnorm_scale_identities(impl, case, scale))
 
 
 @on_family("softmax_masked", "rows_sum_to_one",
@@ -685,16 +650,25 @@ def classifier_gradient_only_reaches_cls(impl, case):
     require(inv.classifier_gradient_only_at_cls(impl, case.inputs, case.dout))
 
 
+# what an identity a built-in op declares is handed (spec/builtin/): the findings and their
+# assertion (minibert_spec.numerics.identities), and the eps a norm's code fixes
+HANDED = SimpleNamespace(close=inv.close, holds=inv.holds, exact=inv.exact, require=require,
+                         pinned_eps=lambda impl, norm: pinned_eps(capabilities(impl), norm))
+
+
 def _declared_identity(op: str, identity: Identity) -> None:
     """``@on_family`` for an identity a built-in op declares (spec/builtin/): its check is
-    handed the identities module (``inv``), the rest as a check of this module."""
+    handed :data:`HANDED`, a ``given`` that is a function the drawing kit its families are."""
 
     def body(impl, case, **kw):
-        identity.check(impl, case, inv, **kw)
+        identity.check(impl, case, HANDED, **kw)
 
     body.__name__, body.__doc__ = identity.check.__name__, identity.check.__doc__
     body.__wrapped__ = identity.check  # its source: the declaration's def (Check.source)
-    on_family(identity.family or op, identity.name, **identity.options)(body)
+    options = dict(identity.options)
+    if callable(options.get("given")):
+        options["given"] = options["given"](KIT)
+    on_family(identity.family or op, identity.name, **options)(body)
 
 
 for _decl in declarations():
