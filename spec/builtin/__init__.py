@@ -101,6 +101,9 @@ class BuiltinOp:
     mutants: tuple[Mutant, ...] = ()
     probe: Mapping | None = None
     variant_probe: Mapping | None = None
+    # the variant options an implementation may declare (CAPABILITIES[<op>]): name ->
+    # minibert_spec.protocol.variants.Option's keywords, ``convert`` a converter's name there
+    options: Mapping[str, Mapping] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
 
     @property

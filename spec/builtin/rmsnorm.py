@@ -1,6 +1,5 @@
 """RMSNorm, gamma * x / sqrt(mean(x^2) + eps): LLaMA's norm, no mean, no beta (its SymPy
-derivation: spec/equations/rmsnorm.py; its reference pair: minibert_reference.ops.norms; its
-variant options, ``rmsnorm.gain`` and ``rmsnorm.eps``: minibert_spec.protocol.variants)."""
+derivation: spec/equations/rmsnorm.py; its reference pair: minibert_reference.ops.norms)."""
 
 from __future__ import annotations
 
@@ -123,6 +122,17 @@ OP = BuiltinOp(
                (("_sum_to_last(dy * x_hat)", "_sum_to_last(dy * x_hat / rstd)"),)),
     ),
     probe=dict(params=("gamma",), shapes={"x": (2, 3, 6), "gamma": (6,)}, sizes=(6,)),
+    options={
+        "gain": dict(values=(True, False), meaning={
+            True: "with a gain gamma",
+            False: "without a gain (microgpt: x / rms(x)): the suite passes gamma=None and "
+                   "expects a None dgamma; compared with gamma = 1"}, pieces=("gamma",)),
+        "eps": dict(values=(True, False), meaning={
+            True: "with eps inside the square root",
+            False: "without eps: the suite passes eps=0 (rows are kept away from 0)"},
+            pieces=("eps",), absent=(None, 0), absent_ok=True, convert="fixed_eps",
+            number="eps fixed at {value:g} by the declaration"),
+    },
     # microgpt's x / rms(x): no gain
     variant_probe=dict(params=(), shapes={"x": (2, 3, 6)}, sizes=(6,),
                        declares={"rmsnorm": {"gain": False}}),

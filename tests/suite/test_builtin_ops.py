@@ -1,6 +1,6 @@
 """The built-in ops' declarations (spec/builtin/, issue 38): each declaration's parts reach every
-registry that reads them -- the op table, the case families, the invariant checks, the mutation
-catalog, the infer probes -- and nothing else holds a hand entry of the same op."""
+registry that reads them -- the op table, the variant options, the case families, the invariant
+checks, the mutation catalog, the infer probes, the mutants' killers."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from minibert_spec.builtin import declarations, modules
 from minibert_spec.mutants import CATALOG
 from minibert_spec.protocol import OPS
 from minibert_spec.protocol.table import Op, _with_declared
+from minibert_spec.protocol.variants import VARIANTS
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks import invariants  # noqa: F401 -- registers the identities
 from minibert_spec.suite.infer.probes import OP_NAMES, PROBES, VARIANT_PROBES
@@ -51,6 +52,7 @@ def test_a_declaration_is_its_families_identities_mutants_and_probe(decl):
     if decl.probe is not None:
         assert PROBES[decl.name].shapes == decl.probe["shapes"]
         assert OP_NAMES[decl.name] == decl.aliases
+    assert list(VARIANTS.get(decl.name, {})) == list(decl.options)
     if decl.variant_probe is not None:
         assert VARIANT_PROBES[decl.name].declares == decl.variant_probe["declares"]
 
