@@ -1,7 +1,8 @@
 """The op table: every row of the protocol -- its protocol names, differentiable inputs, equation
 IDs, parameter names, the ``minibert_reference`` module that defines it and its contract in words --
 and the lookups derived from it.  An op's inputs to check come from its case families
-(spec/suite/strategies/), not from here."""
+(spec/suite/strategies/), not from here.  A built-in op declared in spec/builtin/ brings its own
+row (its declaration's ``row``), placed after the row it names in ``after``."""
 
 from __future__ import annotations
 
@@ -313,7 +314,6 @@ _HAND_TABLE = (
        doc="accumulate_gradients(impl, params, config, micro_batches) -> (loss, grads): the full "
            "batch's mean loss and gradient (needs init_params and loss_and_grads)"),
 )
-
 
 
 def _with_declared(rows: tuple[Op, ...], decls) -> tuple[Op, ...]:
