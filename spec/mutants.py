@@ -35,6 +35,7 @@ import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from minibert_spec.builtin import declarations
 from minibert_spec.protocol import reference_modules
 
 OPTIMIZER_EQUATIONS = ("optim.adam", "optim.adamw", "schedule.warmup_linear",
@@ -476,34 +477,6 @@ mutant("sinusoidal_concatenated", "position.sinusoidal",
        ("pe[:, 1::2] = np.cos", "pe[:, angle.shape[1]:] = np.cos"))
 
 
-# ===================================================================== RMSNorm / SiLU
-mutant("rmsnorm_subtracts_the_mean", "rmsnorm.forward",
-       "RMSNorm computed as LayerNorm without beta: the row mean subtracted before the rms",
-       "ops._rmsnorm_forward",
-       ("rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True)",
-        "x = x - x.mean(axis=-1, keepdims=True)\n    "
-        "rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True)"))
-mutant("rmsnorm_eps_outside_sqrt", "rmsnorm.forward",
-       "RMSNorm divides by sqrt(mean(x^2)) + eps instead of sqrt(mean(x^2) + eps)",
-       "ops._rmsnorm_forward",
-       ("np.sqrt((x * x).mean(axis=-1, keepdims=True) + x.dtype.type(eps))",
-        "(np.sqrt((x * x).mean(axis=-1, keepdims=True)) + x.dtype.type(eps))"))
-mutant("rmsnorm_dx_missing_xhat_term", "rmsnorm.backward.dx",
-       "RMSNorm dx drops the x_hat mean(g x_hat) term: the rms treated as a constant",
-       "ops._rmsnorm_backward",
-       ("dx = g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)", "dx = g.copy()"))
-mutant("rmsnorm_dgamma_unnormalised", "rmsnorm.backward.dgamma",
-       "RMSNorm dgamma sums dy * x instead of dy * x_hat",
-       "ops._rmsnorm_backward",
-       ("_sum_to_last(dy * x_hat)", "_sum_to_last(dy * x_hat / rstd)"))
-mutant("silu_derivative_sigmoid_only", "silu.backward",
-       "SiLU derivative taken as sigmoid(x) alone: the x sigmoid'(x) term of the product rule "
-       "is lost", "ops._silu_backward", ("(s * (1 + x * (1 - s)))", "s"))
-mutant("silu_sigmoid_sign_flipped", "silu.forward",
-       "SiLU's sigmoid written 1 / (1 + exp(x)): x sigmoid(-x)",
-       "ops._silu_forward", ("s = 1 / (1 + np.exp(-x))", "s = 1 / (1 + np.exp(x))"))
-
-
 # ===================================================================== RoPE
 mutant("rope_rotation_sign_flipped", "rope.forward.interleaved",
        "RoPE turns each pair by -m theta (the sign of sin flipped in the shared rotation: the "
@@ -788,3 +761,10 @@ mutant("wordpiece_alphabet_ties_by_insertion", "wordpiece.vocab",
        "equally frequent alphabet symbols ordered as first seen instead of by their text",
        "wordpiece.learn_vocab", ("key=lambda t: (-symbol_freq[t], t))",
                                  "key=lambda t: -symbol_freq[t])"))
+
+
+# ===================================================================== the built-in ops' own
+# each declaration of spec/builtin/ lists its op's mutants (in the order of the declarations)
+for _decl in declarations():
+    for _m in _decl.mutants:
+        mutant(_m.name, _m.equation, _m.description, _m.target, *_m.edits, fast=_m.fast)

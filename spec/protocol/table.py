@@ -1,7 +1,8 @@
 """The op table: every row of the protocol -- its protocol names, differentiable inputs, equation
 IDs, parameter names, the ``minibert_reference`` module that defines it and its contract in words --
 and the lookups derived from it.  An op's inputs to check come from its case families
-(spec/suite/strategies/), not from here."""
+(spec/suite/strategies/), not from here.  A built-in op declared in spec/builtin/ brings its own
+row (its declaration's ``row``), placed after the row it names in ``after``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 from dataclasses import dataclass, field
 
 from minibert_reference.ops import ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS, block_param_names
+from minibert_spec.builtin import declarations
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ _ATTENTION_EQUATIONS = (
     "attention.per_head")
 
 
-_TABLE = (
+_HAND_TABLE = (
     # first: the first row of a report, the whole-model verdict that says which rows to read next
     Op("whole_model", ("whole_model_loss_and_grads",), (), (), module="model",
        unguarded="the user's own model: judged as it computes, guards and all",
@@ -145,11 +147,6 @@ _TABLE = (
        ranks=("x",),
        doc="layernorm_forward(x [...,N], gamma [N], beta [N], eps=1e-12) -> gamma * x_hat + beta "
            "(biased variance); variants: gamma = beta = None (no affine map), eps = 0"),
-    Op("rmsnorm", _pair("rmsnorm"), ("x", "gamma"),
-       ("rmsnorm.forward", "rmsnorm.backward.dx", "rmsnorm.backward.dgamma"),
-       unguarded="eps inside the square root is its argument",
-       doc="rmsnorm_forward(x [...,N], gamma [N], eps=1e-6) -> gamma * x / sqrt(mean(x^2) + eps) "
-           "(LLaMA's norm: no mean, no beta)"),
     Op("softmax", _pair("softmax"), ("x",), ("softmax.forward", "softmax.backward"),
        ranks=("x", "mask"),
        doc="softmax_forward(x [...,n], mask=None) -> softmax over the last axis; mask (bool, x's "
@@ -217,9 +214,6 @@ _TABLE = (
        unguarded="divides by the constant sqrt(2) (erf) or sqrt(2 / pi) (tanh) only",
        doc='gelu_forward(x, approximate="none"|"tanh") -> x Phi(x) (erf) or its tanh '
            "approximation (Hugging Face gelu_new)"),
-    Op("silu", _pair("silu"), ("x",), ("silu.forward", "silu.backward"),
-       unguarded="1 + exp(-x) >= 1: nothing to keep finite",
-       doc="silu_forward(x) -> x sigmoid(x) (swish, LLaMA's gate activation)"),
     Op("token_type", _pair("token_type_embedding"), ("x", "W_type"),
        ("token_type.forward", "token_type.backward"),
        unguarded=NOTHING_TO_GUARD,
@@ -321,6 +315,21 @@ _TABLE = (
            "batch's mean loss and gradient (needs init_params and loss_and_grads)"),
 )
 
+
+def _with_declared(rows: tuple[Op, ...], decls) -> tuple[Op, ...]:
+    """The hand-written rows with the row of each built-in op's declaration (spec/builtin/)
+    inserted after the row it names in ``after``."""
+    out = list(rows)
+    for decl in decls:
+        at = next((i for i, row in enumerate(out) if row.name == decl.after), None)
+        if at is None:
+            raise ValueError(f"spec/builtin/{decl.name}.py: after: {decl.after!r} is not a row "
+                             "of the op table")
+        out.insert(at + 1, Op(**decl.row))
+    return tuple(out)
+
+
+_TABLE = _with_declared(_HAND_TABLE, declarations())
 _undocumented = [op.name for op in _TABLE if not op.doc]
 if _undocumented:
     raise ValueError(f"spec/protocol/table.py: rows without their contract in words: "

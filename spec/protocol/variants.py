@@ -35,6 +35,7 @@ from minibert_reference.ops import (
     _softmax_backward,
     _softmax_forward,
 )
+from minibert_spec.builtin import declarations
 from minibert_spec.protocol.norm_eps import (  # noqa: F401 (re-exported: their old home)
     LN_EPS_OPS,
     _call_eps_value,
@@ -452,18 +453,6 @@ VARIANTS: dict[str, dict[str, Option]] = {
                       # the code's own constant: every LayerNorm is checked at it
                       number="eps fixed at {value:g} by the declaration"),
     },
-    "rmsnorm": {
-        "gain": Option((True, False), {
-            True: "with a gain gamma",
-            False: "without a gain (microgpt: x / rms(x)): the suite passes gamma=None and "
-                   "expects a None dgamma; compared with gamma = 1"}, pieces=("gamma",)),
-        "eps": Option((True, False), {True: "with eps inside the square root",
-                                      False: "without eps: the suite passes eps=0 (rows are "
-                                             "kept away from 0)"},
-                      pieces=("eps",), absent=(None, 0), absent_ok=True,
-                      convert=_fixed_eps("rmsnorm"),
-                      number="eps fixed at {value:g} by the declaration"),
-    },
     "rope": {
         "convention": Option(("interleaved", "half"), {
             "interleaved": "interleaved pairs (2i, 2i+1) (RoFormer, Meta's LLaMA complex form, "
@@ -577,6 +566,31 @@ VARIANTS: dict[str, dict[str, Option]] = {
                     "hands the backward dloss / n per element"}, convert=_reduction),
     },
 }
+# the converters a built-in op's declared option names (spec/builtin/: ``convert="fixed_eps"``),
+# each made for its op
+_CONVERTERS = {"fixed_eps": _fixed_eps}
+
+
+def _declared_options(name: str, options: Mapping) -> dict[str, Option]:
+    """A declaration's options (Option's keywords, ``convert`` a name of :data:`_CONVERTERS`)."""
+    return {key: Option(**{**kw, **({"convert": _CONVERTERS[kw["convert"]](name)}
+                                    if "convert" in kw else {})})
+            for key, kw in options.items()}
+
+
+def _with_declared(variants: dict, decls) -> dict:
+    """``variants`` with the options of each built-in op's declaration (spec/builtin/) placed
+    after those of the row it follows (``after``), or last."""
+    declared = {d.name: _declared_options(d.name, d.options) for d in decls if d.options}
+    out = {}
+    for op, options in variants.items():
+        out[op] = options
+        out.update({d.name: declared.pop(d.name) for d in decls if d.after == op
+                    and d.name in declared})
+    return {**out, **declared}
+
+
+VARIANTS = _with_declared(VARIANTS, declarations())
 
 
 # --------------------------------------------------------------------------- the proxy's layers

@@ -11,11 +11,13 @@ cases of one family.  Every check runs its family's fixed-seed cases first (alon
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from minibert_spec.builtin import Identity, declarations
 from minibert_spec.numerics import identities as inv
 from minibert_spec.numerics.fdcheck import assert_f32_close, max_abs, run_op
 from minibert_spec.numerics.identities import require
@@ -25,6 +27,7 @@ from minibert_spec.protocol.norm_eps import pinned_eps
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks.fd import on_families, on_family
 from minibert_spec.suite.registry import check
+from minibert_spec.suite.strategies.builtin import HANDED as KIT
 from minibert_spec.tolerances import F64_IDENTITY_RTOL
 
 
@@ -272,43 +275,6 @@ def layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
     x, gamma, beta = case.inputs["x"], case.inputs["gamma"], case.inputs["beta"]
     require(inv.layernorm_normalises(impl, x, gamma, beta, scale, shift)
             + inv.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
-
-
-def _rmsnorm_scale_identities(impl, case, scale):
-    """At eps = 0 RMSNorm(c x) = RMSNorm(x) for c > 0 (the rms scales with the row), so dx is
-    orthogonal to x per row (the scale direction changes nothing).  Code that fixes its eps e
-    (``rmsnorm.eps`` a number) is run at e, where both identities keep a term of e (with m the
-    row's mean square): RMSNorm(c x) sqrt(c^2 m + e) / c = RMSNorm(x) sqrt(m + e) (both are
-    gamma x), and dx . x = e / (m + e) sum(dy * y) (d/dc of RMSNorm(c x) at c = 1)."""
-    x, gamma = case.inputs["x"], case.inputs["gamma"]
-    e = pinned_eps(capabilities(impl), "rmsnorm") or 0.0
-    y, cache = impl.rmsnorm_forward(x, gamma, e)
-    (dx, _) = impl.rmsnorm_backward(case.dout, cache)
-    m = (x * x).mean(-1, keepdims=True)
-    g = 1.0 if gamma is None else gamma  # no gain: gamma = 1
-    # the terms dx sums are ~ gamma dy / rms (dx itself may be ~0 by cancellation: N = 1)
-    terms = float(np.abs(g * case.dout).max() / np.sqrt(m).min())
-    y_c = impl.rmsnorm_forward(scale * x, gamma, e)[0]
-    return [inv.close("rmsnorm", "invariant to c x per row",
-                      y_c * np.sqrt(scale * scale * m + e) / scale, y * np.sqrt(m + e)),
-            inv.close("rmsnorm", "dx is orthogonal to x per row", (dx * x).sum(-1),
-                      (e / (m + e))[..., 0] * (case.dout * y).sum(-1),
-                      terms * float(np.abs(x).max()) * x.shape[-1])]
-
-
-@on_family("rmsnorm", "scale_invariant", equations=("rmsnorm.forward", "rmsnorm.backward.dx"),
-           given={"scale": S.floats(0.25, 4.0)}, example={"scale": 1.7})
-def rmsnorm_ignores_the_scale_of_a_row(impl, case, scale):
-    """RMSNorm ignores the scale of a row (:func:`_rmsnorm_scale_identities`)."""
-    require(_rmsnorm_scale_identities(impl, case, scale))
-
-
-@on_family("rmsnorm_nogain", "nogain_scale_invariant", equations=("rmsnorm.forward",
-                                                            "rmsnorm.backward.dx"),
-           given={"scale": S.floats(0.25, 4.0)}, example={"scale": 1.7})
-def rmsnorm_without_gain_ignores_the_scale_of_a_row(impl, case, scale):
-    """The same identities without a gain (gamma = 1)."""
-    require(_rmsnorm_scale_identities(impl, case, scale))
 
 
 @on_family("softmax_masked", "rows_sum_to_one",
@@ -633,24 +599,6 @@ def gelu_odd_part_is_identity(impl, case, tanh):
     require(inv.gelu_identities(impl, case.inputs["x"], "tanh" if tanh else "none", case.dout))
 
 
-@on_family("silu", "x_sigmoid_x", equations=("silu.forward", "silu.backward"))
-def silu_is_x_times_sigmoid(impl, case):
-    """At fixed points SiLU(x) = x / (1 + e^-x) (math.exp, float64) with SiLU'(0) = 1/2; on the
-    case, SiLU(x) - SiLU(-x) = x (sigmoid(x) + sigmoid(-x) = 1)."""
-    import math
-
-    points = np.array([-6.0, -2.0, -0.5, 0.0, 0.5, 1.0, 3.0])
-    y, _ = impl.silu_forward(points)
-    _, c0 = impl.silu_forward(np.zeros(2))
-    (d0,) = impl.silu_backward(np.ones(2), c0)
-    x = case.inputs["x"]
-    require([inv.close("silu", "SiLU(x) = x sigmoid(x) at fixed points", y,
-                       np.array([p / (1 + math.exp(-p)) for p in points])),
-             inv.close("silu", "SiLU'(0) = 1/2", d0, np.full(2, 0.5)),
-             inv.close("silu", "SiLU(x) - SiLU(-x) = x", impl.silu_forward(x)[0]
-                       - impl.silu_forward(-x)[0], x)])
-
-
 @on_family("swiglu", "bilinear_gate")
 def swiglu_is_linear_in_up_and_down_weights(impl, case):
     """Without biases the output is linear in W_3 and in W_2, so <dW_3, W_3> = <dW_2, W_2> =
@@ -701,3 +649,28 @@ def classifier_gradient_only_reaches_cls(impl, case):
     """Only h[:, 0] enters the classifier: dh is exactly 0 at every other position."""
     require(inv.classifier_gradient_only_at_cls(impl, case.inputs, case.dout))
 
+
+# what an identity a built-in op declares is handed (spec/builtin/): the findings and their
+# assertion (minibert_spec.numerics.identities), and the eps a norm's code fixes
+HANDED = SimpleNamespace(close=inv.close, holds=inv.holds, exact=inv.exact, require=require,
+                         pinned_eps=lambda impl, norm: pinned_eps(capabilities(impl), norm))
+
+
+def _declared_identity(op: str, identity: Identity) -> None:
+    """``@on_family`` for an identity a built-in op declares (spec/builtin/): its check is
+    handed :data:`HANDED`, a ``given`` that is a function the drawing kit its families are."""
+
+    def body(impl, case, **kw):
+        identity.check(impl, case, HANDED, **kw)
+
+    body.__name__, body.__doc__ = identity.check.__name__, identity.check.__doc__
+    body.__wrapped__ = identity.check  # its source: the declaration's def (Check.source)
+    options = dict(identity.options)
+    if callable(options.get("given")):
+        options["given"] = options["given"](KIT)
+    on_family(identity.family or op, identity.name, **options)(body)
+
+
+for _decl in declarations():
+    for _identity in _decl.identities:
+        _declared_identity(_decl.name, _identity)

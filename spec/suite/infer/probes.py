@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minibert_reference.ops import ATTENTION_PARAMS
+from minibert_spec.builtin import declarations
 
 FORWARDS = ("forward", "__call__", "call", "fprop", "forward_pass")
 BACKWARDS = ("backward", "backprop", "bprop", "backward_pass")
@@ -24,8 +25,8 @@ BACKWARD_AFFIXES = (("", "_backward"), ("", "_bwd"), ("", "_bprop"), ("", "_back
                     ("grad_", ""), ("backward_", ""))
 # a forward function found without a backward is reported when its name says an op
 OP_NAMES = {"linear": ("linear", "dense", "affine"), "layernorm": ("layernorm", "layer_norm"),
-            "rmsnorm": ("rmsnorm", "rms_norm"), "relu": ("relu",), "gelu": ("gelu",),
-            "silu": ("silu", "swish"), "tanh": ("tanh",), "softmax": ("softmax",),
+            "relu": ("relu",), "gelu": ("gelu",),
+            "tanh": ("tanh",), "softmax": ("softmax",),
             "ffn": ("ffn", "feed_forward", "feedforward", "mlp"),
             "embedding": ("embedding", "embed"),
             "sinusoidal_position": ("positional_encoding", "sinusoidal"),
@@ -102,8 +103,6 @@ PROBES = {
     "ffn": Probe("ffn", ("W_1", "b_1", "W_2", "b_2"),
                  {"x": (2, 3, 4), "W_1": (4, 7), "b_1": (7,), "W_2": (7, 4), "b_2": (4,)},
                  (4, 7)),
-    "rmsnorm": Probe("rmsnorm", ("gamma",), {"x": (2, 3, 6), "gamma": (6,)}, (6,)),
-    "silu": Probe("silu", (), {"x": (2, 3, 4)}, ()),
     "tanh": Probe("tanh", (), {"x": (2, 3, 4)}, ()),
     # ids [2, 3] of a vocabulary of V = 5 (6 ids: some repeat), W [V, H = 4]
     "embedding": Probe("embedding", ("W",), {"x": (2, 3), "W": (5, 4)}, (5, 4),
@@ -135,13 +134,16 @@ PROBES = {
                                 {"x": (2, 3, 4), "W_pos": (5, 4)}, (5, 4),
                                 learned=("W_pos",), lift=False),
 }
+# the built-in ops' declared probes and names (spec/builtin/), after the hand-written ones
+PROBES.update({d.name: Probe(d.name, **d.probe) for d in declarations() if d.probe is not None})
+OP_NAMES.update({d.name: d.aliases for d in declarations() if d.aliases})
 # the declared forms tried where a class matches no standard probe of its op
 VARIANT_PROBES = {
     "layernorm": Probe("layernorm", (), {"x": (2, 3, 6)}, (6,),
                        {"layernorm": {"affine": False}}),
-    # microgpt's x / rms(x): no gain
-    "rmsnorm": Probe("rmsnorm", (), {"x": (2, 3, 6)}, (6,), {"rmsnorm": {"gain": False}}),
 }
+VARIANT_PROBES.update({d.name: Probe(d.name, **d.variant_probe) for d in declarations()
+                       if d.variant_probe is not None})
 
 
 @dataclass

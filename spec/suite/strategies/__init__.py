@@ -52,9 +52,8 @@ from minibert_spec.suite.strategies.embeddings import (
     position_embedding_cases, rope_bases, rope_cases, rope_positions, sinusoidal_position_cases,
     tied_embedding_cases)
 from minibert_spec.suite.strategies.norms import (
-    _LN, _layernorm_example, _layernorm_scale, _linear_example, _rmsnorm_example, _rmsnorm_scale,
-    _softmax_example, drawn_eps, layernorm_cases, layernorm_eps, linear_cases, relu_cases,
-    rmsnorm_cases, softmax_cases, tanh_cases)
+    _LN, _layernorm_example, _layernorm_scale, _linear_example, _softmax_example, drawn_eps,
+    layernorm_cases, layernorm_eps, linear_cases, relu_cases, softmax_cases, tanh_cases)
 from minibert_spec.suite.strategies.attention import (
     ATTENTION_BIASES, ATTENTION_WEIGHTS, _ATTN, _FOLLOW, _HEADS, _NOT_STANDARD, _attention_example,
     _attention_example_params, _attention_needs, _example_mask, _probability_rows_example,
@@ -74,5 +73,7 @@ from minibert_spec.suite.strategies.losses import (
 from minibert_spec.suite.strategies.bert_ops import (
     GELU_SLOPE_MAX, _GELU, _MLM, _classifier_example, _embedding_ln_example, _mlm_head_example,
     _mlm_head_ln_input, _mlm_head_scale, _token_type_example, classifier_cases, embedding_ln_cases,
-    embedding_ln_smooth, gelu_cases, mlm_head_cases, mlm_head_smooth, silu_cases, token_type_cases)
+    embedding_ln_smooth, gelu_cases, mlm_head_cases, mlm_head_smooth, token_type_cases)
+# the built-in ops' declared families (spec/builtin/), registered on import
+from minibert_spec.suite.strategies import builtin as _builtin  # noqa: F401
 # isort: on

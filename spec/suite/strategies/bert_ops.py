@@ -1,4 +1,4 @@
-"""Case families of the BERT ops: GELU, SiLU, the token-type embedding, the
+"""Case families of the BERT ops: GELU, the token-type embedding, the
 embeddings' sum and LayerNorm, the MLM head and the classifier."""
 
 from __future__ import annotations
@@ -43,16 +43,6 @@ def gelu_cases(draw, approximate: str) -> OpCase:
     shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
     return OpCase({"x": draw(arrays(shape, -4.0, 4.0))}, {"approximate": approximate},
                   draw(upstream(shape)), draw(_seed()))
-
-
-@cases("silu", torch=lambda to: lambda x: to.F.silu(x))
-@fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((2, 3, 4)) * 2}, {},
-                                   upstream_like(rng, (2, 3, 4))))
-@st.composite
-def silu_cases(draw) -> OpCase:
-    shape = draw(_lead_shapes()) + (draw(sizes(1, 4)),)
-    return OpCase({"x": draw(arrays(shape, -4.0, 4.0))}, {}, draw(upstream(shape)),
-                  draw(_seed()))
 
 
 def _token_type_example(rng):

@@ -1,11 +1,9 @@
-"""Case families of linear, LayerNorm, RMSNorm, softmax, ReLU and tanh, with their
+"""Case families of linear, LayerNorm, softmax, ReLU and tanh, with their
 fixed-seed examples, and the LayerNorm eps draws the composites reuse (``layernorm_eps``,
 ``drawn_eps``)."""
 
 from __future__ import annotations
 
-import numpy as np
-from hypothesis import assume
 from hypothesis import strategies as st
 
 from minibert_spec.protocol.variants import eps_of
@@ -28,7 +26,7 @@ from minibert_spec.suite.strategies.kit import (
     upstream,
     upstream_like,
 )
-from minibert_spec.tolerances import LN_MIN_VAR, layernorm_backward_scale
+from minibert_spec.tolerances import layernorm_backward_scale
 
 
 # --------------------------------------------------------------------------- linear / LN
@@ -102,50 +100,6 @@ def layernorm_cases(draw, gamma_margin: float = 0.0, affine: bool = True,
               "beta": draw(betas(N)) if affine else None}
     fixed = eps_of(eps, None)
     return OpCase(inputs, {"eps": draw(layernorm_eps()) if fixed is None else fixed},
-                  draw(upstream(lead + (N,))), draw(_seed()))
-
-
-# --------------------------------------------------------------------------- RMSNorm
-def _rmsnorm_example(rng, gain: bool = True, eps: bool | float = True):
-    x = rng.standard_normal((2, 3, 6)) * 2 + 1
-    return OpCase({"x": x, "gamma": _gamma_beta(rng, 6)[0] if gain else None},
-                  {"eps": eps_of(eps, 1e-6)}, upstream_like(rng, (2, 3, 6)))
-
-
-def _rmsnorm_scale(case: OpCase) -> float:
-    """dx sums terms of |gamma dy| / rms (the LayerNorm rule, minibert_spec.tolerances.
-    layernorm_backward_scale, without the mean): they cancel for N = 1, where x_hat = +-1.
-    No gain: gamma = 1."""
-    x = np.asarray(case.inputs["x"], np.float64)
-    rms = float(np.sqrt((x * x).mean(axis=-1) + case.fixed["eps"]).min())
-    gamma = case.inputs["gamma"]
-    g = 1.0 if gamma is None else float(np.abs(gamma).max())
-    return 2.0 * float(np.abs(case.dout).max()) * g / rms
-
-
-# torch's rms_norm takes weight=None: the form without a gain
-_RMS = dict(backward_scale=_rmsnorm_scale,
-            torch=lambda to: lambda x, gamma, eps: to.F.rms_norm(x, (x.shape[-1],), gamma, eps),
-            f32_ok=lambda case: case.inputs["x"].shape[-1] >= 2)  # N = 1: dx is eps-sized
-
-
-@cases("rmsnorm", needs={"rmsnorm.gain": True}, resolve=("rmsnorm.eps",), **_RMS)
-# the gainless family checks dgamma too: that it comes back None
-@cases("rmsnorm", "nogain", needs={"rmsnorm.gain": False}, resolve=("rmsnorm.eps",), **_RMS)
-@fixed_examples(_rmsnorm_example)
-@st.composite
-def rmsnorm_cases(draw, gain: bool = True, eps: bool | float = True) -> OpCase:
-    """Rows whose mean square is >= LN_MIN_VAR (RMSNorm is smooth away from x = 0), eps from
-    1e-12 to 1e-3, a gamma that varies across features.  ``gain`` False: gamma = None (the
-    form without a gain); ``eps`` False: eps = 0; a number: that eps, the one the code fixes
-    (minibert_spec.protocol.variants.eps_of)."""
-    lead = draw(_lead_shapes())
-    N = draw(sizes(1, 6))
-    x = draw(arrays(lead + (N,)))
-    assume(np.min((x * x).mean(axis=-1)) >= LN_MIN_VAR)
-    fixed = eps_of(eps, None)
-    return OpCase({"x": x, "gamma": draw(gammas(N)) if gain else None},
-                  {"eps": draw(layernorm_eps()) if fixed is None else fixed},
                   draw(upstream(lead + (N,))), draw(_seed()))
 
 

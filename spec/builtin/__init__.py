@@ -1,0 +1,138 @@
+"""The built-in ops, one declaration each: ``spec/builtin/<op>.py`` holds an op's table row, its
+case families, its identities, its mutants and its infer probe, and every registry of the suite
+reads them from here instead of holding a hand entry (issue 38; PyTorch's OpInfo is the
+model: one entry per op, every test derived from the list).
+
+A declaration imports nothing of the project: what it draws with, checks with and is compared
+against is *handed* to it, as a torch twin is handed ``torch.nn.functional`` --
+
+* ``Family.draw(draw, k, **variant)``: a Hypothesis composite body, ``k`` the drawing kit
+  (minibert_spec.suite.strategies.builtin.HANDED: kit's ``k.arrays``, ``k.upstream``,
+  ``k.OpCase``..., the norms' ``k.layernorm_eps``, a variant's ``k.eps_of``);
+* ``Family.examples(rng, k, **variant)``: its fixed-seed cases, NumPy alone;
+* ``Family.torch(to)``: the twin, ``to`` minibert_spec.suite.torch_oracle (``to.F``);
+* ``Identity.check(impl, case, h, **given)``: ``h`` the findings of
+  minibert_spec.numerics.identities (``h.close``, ``h.holds``, ``h.exact``, ``h.require``) and
+  ``h.pinned_eps(impl, norm)`` (minibert_spec.suite.checks.invariants.HANDED); a ``given``
+  option may be ``k -> {name: strategy}``, handed the kit.
+
+So this package sits low in the layers (below the protocol), and each registry -- the op table
+(spec/protocol/table.py), the case families (spec/suite/strategies/kit.py), the invariant
+checks (spec/suite/checks/invariants.py), the mutation catalog (spec/mutants.py), the infer
+probes (spec/suite/infer/probes.py) -- includes the declarations' parts without an upward
+import.  Modules are discovered as spec/equations/ discovers its own: every public module of
+this package, each defining ``OP``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["BuiltinOp", "Family", "Identity", "Mutant", "declarations", "modules"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One case family of the op (minibert_spec.suite.strategies.kit.CaseFamily): its drawing,
+    its fixed-seed examples, its torch twin; ``options`` the rest of ``kit.cases``' keywords
+    (omit, also, smooth, needs, resolve, torch_float64, strategy keywords...)."""
+
+    draw: Callable = field(repr=False)
+    examples: Callable | None = field(default=None, repr=False)
+    variant: str | None = None
+    torch: str | Callable | None = field(default=None, repr=False)
+    options: Mapping = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An op-specific invariant check, ``invariant[<op>.<name>]``, on one family's cases
+    (``family``: its name, default the op's); ``options`` are ``on_family``'s keywords
+    (equations=, given=, example=, was=...)."""
+
+    name: str
+    check: Callable = field(repr=False)
+    family: str | None = None
+    options: Mapping = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A bug of the reference (minibert_spec.mutants.Mutant): the equation it breaks, the bug
+    in one line, the function it edits (``"ops._silu_backward"``) and its exact ``(old, new)``
+    edits; ``caught_by``: the op whose conformance checks must kill it (default: this op)."""
+
+    name: str
+    equation: str
+    description: str
+    target: str
+    edits: tuple[tuple[str, ...], ...]
+    fast: bool = False
+    caught_by: str | None = None
+
+
+@dataclass(frozen=True)
+class BuiltinOp:
+    """One built-in op.  The row's fields are those of minibert_spec.protocol.table.Op
+    (``names`` defaults to the pair ``<name>_forward``, ``<name>_backward``); ``after`` the
+    row it follows in the table (the table's order is the protocol document's and the check
+    list's).  ``probe``: minibert_spec.suite.infer.probes.Probe's keywords beside ``op``
+    (None: infer does not look for it), ``variant_probe`` those of the declared form tried
+    where a class matches no standard probe (VARIANT_PROBES); ``aliases``: the names a
+    forward of it goes by."""
+
+    name: str
+    after: str
+    inputs: tuple[str, ...]
+    equations: tuple[str, ...]
+    doc: str
+    unguarded: str = ""
+    names: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    module: str = "ops"
+    ranks: tuple[str, ...] = ()
+    backward_doc: str = ""
+    families: tuple[Family, ...] = ()
+    identities: tuple[Identity, ...] = ()
+    mutants: tuple[Mutant, ...] = ()
+    probe: Mapping | None = None
+    variant_probe: Mapping | None = None
+    # the variant options an implementation may declare (CAPABILITIES[<op>]): name ->
+    # minibert_spec.protocol.variants.Option's keywords, ``convert`` a converter's name there
+    options: Mapping[str, Mapping] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def row(self) -> dict:
+        """The keywords of the op table's row (minibert_spec.protocol.table.Op)."""
+        return dict(name=self.name, names=self.names or (f"{self.name}_forward",
+                                                         f"{self.name}_backward"),
+                    inputs=self.inputs, equations=self.equations, params=self.params,
+                    module=self.module, unguarded=self.unguarded, ranks=self.ranks,
+                    doc=self.doc, backward_doc=self.backward_doc)
+
+    def caught_by(self) -> dict[str, str]:
+        """Mutant name -> the op whose checks must kill it."""
+        return {m.name: m.caught_by or self.name for m in self.mutants}
+
+
+def modules() -> list[str]:
+    """The declaration modules: every module of this package whose name does not start with _."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__)
+                  if not info.name.startswith("_"))
+
+
+@functools.cache
+def declarations() -> tuple[BuiltinOp, ...]:
+    """Every built-in op's declaration (each module's ``OP``), in module order."""
+    out = []
+    for name in modules():
+        op = importlib.import_module(f"{__name__}.{name}").OP
+        if not isinstance(op, BuiltinOp) or op.name != name:
+            raise ValueError(f"spec/builtin/{name}.py: OP must be a BuiltinOp named {name!r}")
+        out.append(op)
+    return tuple(out)
