@@ -19,7 +19,13 @@ from minibert_spec.numerics.finite_differences import (
     elementwise_check,
     localise,
 )
-from minibert_spec.tolerances import F32_VS_F64_ATOL, F32_VS_F64_RTOL
+from minibert_spec.tolerances import (
+    F32_CONDITIONING_FACTOR,
+    F32_CONDITIONING_SAMPLES,
+    F32_CONDITIONING_SEED,
+    F32_VS_F64_ATOL,
+    F32_VS_F64_RTOL,
+)
 
 
 def run_op(impl, family, case, inputs=None, dout=None, between=None):
@@ -127,13 +133,17 @@ def _compare(forward, family, case, grads: dict) -> list:
 
 
 def assert_f32_close(x32, x64, scale: float, what: str, what_kept: str = "out",
-                     offset=0.0) -> None:
+                     offset=0.0, conditioning: float = 0.0) -> None:
     """A float32 result against the float64 run of the same code on the same (float32-rounded)
     inputs: F32_VS_F64_RTOL relative, and an absolute floor F32_VS_F64_ATOL times ``scale``, the
     largest magnitude among the results it is compared with (an entry near 0 because terms of
     that size cancelled carries float32 rounding of that size, not of its own).  ``offset``: a
     known part both results carry (a large constant passed through), subtracted in float64
-    before comparing, so the relative rule applies to the rest and not to the constant."""
+    before comparing, so the relative rule applies to the rest and not to the constant.
+    ``conditioning``: how far float32 rounding of the inputs alone moves the result (measured
+    in float64, :func:`input_rounding_sensitivity`), allowed F32_CONDITIONING_FACTOR times on
+    top: float32 code cannot be closer to the float64 result than its own rounded inputs
+    allow."""
     x32 = np.asarray(x32)
     # a scalar loss promoted to float64 is a documented convention (spec/protocol.py), not a
     # silent cast; every other result must stay float32
@@ -142,8 +152,38 @@ def assert_f32_close(x32, x64, scale: float, what: str, what_kept: str = "out",
         f"{what}: float32 in -> float32 {what_kept} (got {x32.dtype}) -- a silent cast")
     if np.any(offset):
         x32, x64 = x32.astype(np.float64) - offset, np.asarray(x64, np.float64) - offset
-    assert_close(x32, x64, rtol=F32_VS_F64_RTOL, atol=F32_VS_F64_ATOL * max(1.0, scale),
-                 what=what)
+    atol = F32_VS_F64_ATOL * max(1.0, scale) + F32_CONDITIONING_FACTOR * conditioning
+    rule = None if not conditioning else (
+        f"rtol {F32_VS_F64_RTOL:g}, atol {atol:g}: {F32_VS_F64_ATOL:g} x {max(1.0, scale):.3g} "
+        f"+ {F32_CONDITIONING_FACTOR:g} x {conditioning:.3g}, the change 1-ulp float32 "
+        "roundings of the inputs make in float64")
+    assert_close(x32, x64, rtol=F32_VS_F64_RTOL, atol=atol, what=what, rule=rule)
+
+
+def input_rounding_sensitivity(run, inputs: dict, dout, results) -> list[float]:
+    """How far float32 rounding of the inputs alone moves each of ``results`` (the float64
+    run's output and gradients, None where absent): the largest change, over
+    F32_CONDITIONING_SAMPLES draws, when every float input and ``dout`` is perturbed by one
+    float32 unit roundoff (2**-24) relative, each entry with a random sign, and ``run(inputs,
+    dout)`` recomputes them in float64.  A well-conditioned op moves by a few roundoffs of its
+    results; where a float32 check fails by less than a few times this, the case is
+    ill-conditioned (its float32 answer is as good as its float32 inputs), not the code wrong.
+    The signs come from a fixed generator: two calls agree."""
+    rng = np.random.default_rng(F32_CONDITIONING_SEED)
+    u = 2.0 ** -24
+    sens = [0.0] * len(results)
+
+    def nudge(v):
+        if isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating):
+            return v * (1 + u * rng.choice([-1.0, 1.0], size=v.shape))
+        return v
+
+    for _ in range(F32_CONDITIONING_SAMPLES):
+        moved = run({k: nudge(v) for k, v in inputs.items()}, nudge(dout))
+        sens = [s if r is None or m is None else
+                max(s, float(np.max(np.abs(np.asarray(m, np.float64) - r), initial=0.0)))
+                for s, m, r in zip(sens, moved, results)]
+    return sens
 
 
 def max_abs(*arrays) -> float:
