@@ -18,7 +18,8 @@ from minibert_reference.config import DecoderConfig
 from minibert_reference.decoder import param_shapes
 from minibert_spec.suite.adapters import decoder
 from minibert_spec.suite.infer import infer, infer_source
-from minibert_spec.suite.infer.decoder import DecoderMapping, infer_decoder
+from minibert_spec.suite.infer.decoder import DecoderMapping
+from minibert_spec.suite.infer.decoder_recorded import infer_decoder
 from tests.examples import realstyle_gpt, wm_decoder
 from tests.suite.infer_support import exec_source, load_source
 from tests.unshrunk import check_implementation

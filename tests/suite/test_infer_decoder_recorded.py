@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from minibert_spec.suite.infer import infer_source, recording
-from minibert_spec.suite.infer.decoder import DecoderMapping, infer_decoder
+from minibert_spec.suite.infer.decoder import DecoderMapping
+from minibert_spec.suite.infer.decoder_recorded import infer_decoder
 from tests.examples import realstyle_gpt
 from tests.suite.infer_support import exec_source, load_source
 from tests.unshrunk import check_implementation

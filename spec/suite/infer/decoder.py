@@ -58,11 +58,7 @@ from minibert_reference.config import DecoderConfig
 from minibert_reference.decoder import decoder_forward, decoder_loss, param_shapes
 from minibert_spec.suite.adapter_decoder import decoder
 from minibert_spec.suite.infer.decoder_models import (
-    builders,
-    class_models,
     find_loss,
-    no_arg_functions,
-    param_source,
 )
 from minibert_spec.suite.infer.probes import FIXED_EPS, FORWARD_RTOL, deviation
 from minibert_spec.suite.infer.training import TrainingMapping
@@ -409,21 +405,6 @@ def _declares(config: DecoderConfig, eps_fixed: float | None) -> dict:
 
 
 # ------------------------------------------------------------------------ the row
-def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
-    """([the decoder row] or [], [why not]) for the module: nothing at all where it shows no
-    decoder (no parameter source, no class named like one)."""
-    functions = no_arg_functions(mod)
-    source = param_source(mod, functions)
-    if source is None:
-        # the recorded row is built on this module's (decoder_rows): imported here, not above
-        from minibert_spec.suite.infer.decoder_recorded import recorded_decoder
-
-        return recorded_decoder(mod)
-    expr, params = source
-    return decoder_rows(mod, expr, f"impl.{expr}", params,
-                        [*builders(functions), *class_models(mod)])
-
-
 def decoder_rows(mod, expr: str, origin: str, params: dict,
                  models: list) -> tuple[list[DecoderMapping], list[str]]:
     """The row of the parameters ``params`` (named ``expr`` in a reason, ``origin`` in the

@@ -27,7 +27,12 @@ from minibert_spec.suite.infer.decoder import (
     _read_whole,
     decoder_rows,
 )
-from minibert_spec.suite.infer.decoder_models import class_models
+from minibert_spec.suite.infer.decoder_models import (
+    builders,
+    class_models,
+    no_arg_functions,
+    param_source,
+)
 
 # the sizes a model class is built at to record its keys: each distinct (V, H, I, T_max, 3H,
 # the probe's B and T), H // 2 even for RoPE
@@ -211,3 +216,16 @@ def _values(values: list):
     """The distinct values (a tuple's each), one as it is, several as a tuple."""
     flat = list(dict.fromkeys(x for v in values for x in _as_tuple(v)))
     return flat[0] if len(flat) == 1 else tuple(flat)
+
+
+# ------------------------------------------------------------------------ the row
+def infer_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
+    """([the decoder row] or [], [why not]) for the module: nothing at all where it shows no
+    decoder (no parameter source, no class named like one)."""
+    functions = no_arg_functions(mod)
+    source = param_source(mod, functions)
+    if source is None:
+        return recorded_decoder(mod)
+    expr, params = source
+    return decoder_rows(mod, expr, f"impl.{expr}", params,
+                        [*builders(functions), *class_models(mod)])

@@ -11,7 +11,7 @@ import numpy as np
 
 from minibert_spec.suite.infer.backward import _again_values, _backward
 from minibert_spec.suite.infer.blocks import infer_blocks  # the block row (blocks.py)
-from minibert_spec.suite.infer.decoder import infer_decoder  # the decoder row (decoder.py)
+from minibert_spec.suite.infer.decoder_recorded import infer_decoder  # the decoder row
 from minibert_spec.suite.infer.fnblocks import infer_function_blocks  # of functions
 from minibert_spec.suite.infer.losses import LOSS_OPS, declare_forms  # losses.py
 from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
