@@ -11,6 +11,13 @@ import numpy as np
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array, as_mask
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = [
+    "softmax_forward", "softmax_backward", "softmax_jacobian", "relu_forward", "relu_backward",
+    "tanh_forward", "tanh_backward", "gelu_forward", "gelu_backward", "silu_forward",
+    "silu_backward", "ACTIVATIONS",
+]
+
 
 # --------------------------------------------------------------------------- softmax
 class SoftmaxCache(NamedTuple):
