@@ -40,7 +40,7 @@ no list of its own), so ``minibert_reference.ops.<name>`` reaches each of them, 
 * ``embeddings`` -- token, tied, learned and sinusoidal position embeddings, BERT's token types
   and embedding LayerNorm;  ``rope`` -- rotary position embedding;
 * ``linear``;  ``norms`` -- LayerNorm, RMSNorm;  ``activations`` -- softmax, ReLU, tanh, GELU,
-  SiLU;
+  SiLU, GeGLU;
 * ``attention``;  ``ffn`` -- the MLP and SwiGLU;  ``blocks`` -- the transformer blocks;
 * ``heads`` -- pooler, MLM head, classifier;  ``losses`` -- cross-entropy (plain, next-token,
   fused with the linear map) and MSE.

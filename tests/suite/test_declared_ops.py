@@ -158,6 +158,8 @@ MALFORMED = [
     (dict(name="ReGLU"), r"OPS\['ReGLU'\]\.name: expected a lower-case identifier"),
     (dict(name="layernorm"), r"OPS\['layernorm'\]\.name: expected a name that is not a "
                              r"built-in op"),
+    # a declaration in spec/builtin/ (GeGLU) is a built-in op as much as a hand row is
+    (dict(name="geglu"), r"OPS\['geglu'\]\.name: expected a name that is not a built-in op"),
     (dict(forward=3), r"OPS\['g'\]\.forward: expected a function, got 3"),
     (dict(args={}), r"OPS\['g'\]\.args: expected a non-empty dict"),
     (dict(args={"x": (2, 3)}), r"OPS\['g'\]\.args\['x'\]: expected ops\.array"),
