@@ -20,7 +20,7 @@ means), the ten-line test file of the README and a ``pyproject.toml`` of its own
   the verdicts of the plain repository, and import neither of the user's generic modules (each
   leaves a mark when imported); ``pip show -f`` lists nothing at the top of site-packages but
   the project's own names;
-* an op of the user's own, declared (the README's GeGLU): ``minibert check`` exits 0 on it and
+* an op of the user's own, declared (the README's ReGLU): ``minibert check`` exits 0 on it and
   1 on its planted bug, red in FD and the oracle;
 * without torch: ``minibert check`` exits 2 saying how to install the oracle, and 0 with
   ``--oracle off``, whose report says the oracle was off.
@@ -195,32 +195,32 @@ def check_json(bin_dir: Path, repo: Path, module: str, *args) -> tuple[int, dict
 
 
 # ---------------------------------------------- an op of the user's own (minibert_spec.ops)
-# the README's worked example (a GeGLU the op table lacks) and the bug its text plants
-GEGLU_BUG = ("(Phi + a * phi)", "Phi")
+# the README's worked example (a ReGLU the op table lacks) and the bug its text plants
+REGLU_BUG = ("(a > 0)", "(a < 0)")
 
 
-def readme_geglu() -> str:
+def readme_reglu() -> str:
     import re
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(# mygeglu\.py.*?)```", text, re.S)
+    blocks = re.findall(r"```python\n(# myreglu\.py.*?)```", text, re.S)
     if len(blocks) != 1:
-        fail("the README's GeGLU example (```python, # mygeglu.py) is gone")
+        fail("the README's ReGLU example (```python, # myreglu.py) is gone")
     return blocks[0]
 
 
 def declared_op(bin_dir: Path, repo: Path) -> None:
-    """The README's GeGLU, declared in the user's repository: ``minibert check`` from the wheel
+    """The README's ReGLU, declared in the user's repository: ``minibert check`` from the wheel
     exits 0 on it, 1 on its planted bug with FD and the oracle red."""
-    for name, source, want in (("mygeglu", readme_geglu(), 0),
-                               ("mygeglu_buggy", readme_geglu().replace(*GEGLU_BUG), 1)):
+    for name, source, want in (("myreglu", readme_reglu(), 0),
+                               ("myreglu_buggy", readme_reglu().replace(*REGLU_BUG), 1)):
         (repo / f"{name}.py").write_text(source)
-        code, data, t, proc = check_json(bin_dir, repo, name, "-k", "geglu")
+        code, data, t, proc = check_json(bin_dir, repo, name, "-k", "reglu")
         failed = {r["id"] for r in (data or {}).get("results", ()) if r["outcome"] == "failed"}
-        red = {"fd[geglu]", "oracle.backward[geglu-f64]"}
+        red = {"fd[reglu]", "oracle.backward[reglu-f64]"}
         if code != want or (red <= failed) != bool(want):
-            fail(f"minibert check {name} -k geglu: exit {code}, failed {sorted(failed)}", proc)
-        print(f"minibert check {name} -k geglu (a declared op): exit {code} in {t:.0f} s, failed "
+            fail(f"minibert check {name} -k reglu: exit {code}, failed {sorted(failed)}", proc)
+        print(f"minibert check {name} -k reglu (a declared op): exit {code} in {t:.0f} s, failed "
               f"{sorted(failed)}")
         (repo / f"{name}.py").unlink()
 

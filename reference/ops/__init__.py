@@ -31,15 +31,16 @@ only.
 
 Sections
 --------
-One module per section, each op's kernels, public pair, cache and argument checks together; this
-package re-exports every name of every section, so ``minibert_reference.ops.<name>`` reaches
-each of them:
+One module per section, each op's kernels, public pair, cache and argument checks together, its
+public ops listed in its own ``__all__``; this package gathers every name of every section (below,
+no list of its own), so ``minibert_reference.ops.<name>`` reaches each of them, and its
+``__all__`` is the sections' ``__all__`` together.  A new op in a section needs no edit here:
 
 * ``_common`` -- ``IGNORE_INDEX``, ``_rows``, ``_sum_to_last``;
 * ``embeddings`` -- token, tied, learned and sinusoidal position embeddings, BERT's token types
   and embedding LayerNorm;  ``rope`` -- rotary position embedding;
 * ``linear``;  ``norms`` -- LayerNorm, RMSNorm;  ``activations`` -- softmax, ReLU, tanh, GELU,
-  SiLU;
+  SiLU, GeGLU;
 * ``attention``;  ``ffn`` -- the MLP and SwiGLU;  ``blocks`` -- the transformer blocks;
 * ``heads`` -- pooler, MLM head, classifier;  ``losses`` -- cross-entropy (plain, next-token,
   fused with the linear map) and MSE.
@@ -47,312 +48,38 @@ each of them:
 
 from __future__ import annotations
 
-# Every name of the one-file module this package was (issue 38 split it by section), kernels,
-# caches and tables included: minibert_reference.model and .decoder compose the kernels as
-# ``ops._X``, the mutation catalog targets ``"ops._layernorm_backward"``, tests import them by
-# name.  A kernel that another section calls is imported there by name too, so a mutant swaps it
-# in every namespace that holds it (minibert_spec.mutants.activate).
-import math  # noqa: F401 -- the module's own imports stay names of it (ops.np in test adapters)
-from typing import NamedTuple  # noqa: F401
+# Where the names of this package come from: every module of it (reference/ops/*.py, a section)
+# is imported, and every name the section holds -- the public ops of its ``__all__``, and the
+# kernels, caches, tables and argument checks (``ops._layernorm_backward``, ``ops.LayerNormCache``,
+# ``ops.BLOCK_PARTS``), and what it imports (``ops.np``, ``ops.implements``, ``ops.as_float_array``)
+# -- becomes a name of this package, the very object, so a mutant swapped into any namespace that
+# holds it (minibert_spec.mutants.activate) is the one every caller runs.  This is the one-file
+# module the package was (issue 38 split it by section): minibert_reference.model and .decoder
+# compose the kernels as ``ops._X``, the mutation catalog targets ``"ops._layernorm_backward"``.
+# ``__all__`` is the sections' ``__all__`` in section order; a name two sections bind to different
+# objects is an ImportError here, never a silent pick.
 
-import numpy as np  # noqa: F401
 
-from minibert_reference.ops._common import IGNORE_INDEX, _rows, _sum_to_last  # noqa: F401
-from minibert_reference.ops.activations import (  # noqa: F401
-    _ERF_N,
-    _ERF_ORDER,
-    _ERF_STEPS,
-    _ERF_TABLE,
-    _ERF_XMAX,
-    _INV_SQRT_2PI,
-    _SQRT_HALF,
-    _TANH_C,
-    _TANH_K,
-    ACTIVATIONS,
-    GeluCache,
-    Relu2Cache,
-    ReluCache,
-    SiLUCache,
-    SoftmaxCache,
-    TanhCache,
-    _activation_backward,
-    _activation_forward,
-    _check_activation,
-    _check_approximate,
-    _erf_taylor_table,
-    _gelu_backward,
-    _gelu_forward,
-    _relu2_backward,
-    _relu2_forward,
-    _relu_backward,
-    _relu_forward,
-    _silu_backward,
-    _silu_forward,
-    _softmax_backward,
-    _softmax_forward,
-    _tanh_backward,
-    _tanh_forward,
-    erf,
-    gelu_backward,
-    gelu_forward,
-    relu_backward,
-    relu_forward,
-    silu_backward,
-    silu_forward,
-    softmax_backward,
-    softmax_forward,
-    softmax_jacobian,
-    tanh_backward,
-    tanh_forward,
-)
-from minibert_reference.ops.attention import (  # noqa: F401
-    ATTENTION_PARAMS,
-    AttentionCache,
-    _attention_backward,
-    _attention_forward,
-    _causal_mask,
-    _check_attention,
-    _check_heads,
-    _fused_qkv,
-    _merge_heads,
-    _split_heads,
-    attention_backward,
-    attention_forward,
-    merge_heads,
-    split_heads,
-)
-from minibert_reference.ops.blocks import (  # noqa: F401
-    BLOCK_FFNS,
-    BLOCK_NORMALIZATIONS,
-    BLOCK_NORMS,
-    BLOCK_PARTS,
-    BlockCache,
-    InnerLNBlockCache,
-    PreLNBlockCache,
-    _attention_of,
-    _block_backward,
-    _block_forward,
-    _block_variant,
-    _check_block,
-    _ffn_of,
-    _innerln_block_backward,
-    _innerln_block_forward,
-    _mlp_backward,
-    _mlp_forward,
-    _norm_backward,
-    _norm_forward,
-    _part_grads,
-    _preln_block_backward,
-    _preln_block_forward,
-    block_backward,
-    block_forward,
-    block_param_names,
-    block_param_shapes,
-)
-from minibert_reference.ops.embeddings import (  # noqa: F401
-    EmbeddingCache,
-    EmbeddingLNCache,
-    PositionEmbeddingCache,
-    SinusoidalPositionCache,
-    TiedEmbeddingCache,
-    TokenTypeCache,
-    _check_embedding_ln,
-    _embedding_backward,
-    _embedding_forward,
-    _embedding_ln_backward,
-    _embedding_ln_forward,
-    _position_embedding_backward,
-    _position_embedding_forward,
-    _sinusoidal_encoding,
-    _sinusoidal_position_backward,
-    _sinusoidal_position_forward,
-    _tied_embedding_backward,
-    _tied_embedding_forward,
-    _token_type_embedding_backward,
-    _token_type_embedding_forward,
-    embedding_backward,
-    embedding_forward,
-    embedding_ln_backward,
-    embedding_ln_forward,
-    position_embedding_backward,
-    position_embedding_forward,
-    sinusoidal_encoding,
-    sinusoidal_position_backward,
-    sinusoidal_position_forward,
-    tied_embedding_backward,
-    tied_embedding_forward,
-    token_type_embedding_backward,
-    token_type_embedding_forward,
-)
-from minibert_reference.ops.ffn import (  # noqa: F401
-    FFN_PARAMS,
-    SWIGLU_PARAMS,
-    FFNCache,
-    SwiGLUCache,
-    _check_ffn_params,
-    _ffn_backward,
-    _ffn_forward,
-    _swiglu_backward,
-    _swiglu_forward,
-    ffn_backward,
-    ffn_forward,
-    swiglu_backward,
-    swiglu_forward,
-)
-from minibert_reference.ops.heads import (  # noqa: F401
-    ClassifierCache,
-    MLMHeadCache,
-    PoolerCache,
-    _classifier_backward,
-    _classifier_forward,
-    _mlm_head_backward,
-    _mlm_head_forward,
-    _pooler_backward,
-    _pooler_forward,
-    classifier_backward,
-    classifier_forward,
-    mlm_head_backward,
-    mlm_head_forward,
-    pooler_backward,
-    pooler_forward,
-)
-from minibert_reference.ops.linear import (  # noqa: F401
-    LinearCache,
-    _check_linear,
-    _linear_backward,
-    _linear_forward,
-    linear_backward,
-    linear_forward,
-)
-from minibert_reference.ops.losses import (  # noqa: F401
-    CE_BLOCK_BYTES,
-    CE_INPUTS,
-    CrossEntropyCache,
-    LinearCrossEntropyCache,
-    MSECache,
-    NextTokenCache,
-    ProbsCrossEntropyCache,
-    _check_ce_labels,
-    _check_probabilities,
-    _cross_entropy_backward,
-    _cross_entropy_forward,
-    _cross_entropy_probs_backward,
-    _cross_entropy_probs_forward,
-    _linear_cross_entropy_backward,
-    _linear_cross_entropy_forward,
-    _mse_backward,
-    _mse_forward,
-    _next_token_cross_entropy_backward,
-    _next_token_cross_entropy_forward,
-    _scalar,
-    cross_entropy_backward,
-    cross_entropy_forward,
-    linear_cross_entropy_backward,
-    linear_cross_entropy_forward,
-    mse_backward,
-    mse_forward,
-    next_token_cross_entropy_backward,
-    next_token_cross_entropy_forward,
-)
-from minibert_reference.ops.norms import (  # noqa: F401
-    LayerNormCache,
-    RMSNormCache,
-    _check_eps,
-    _check_layernorm_params,
-    _layernorm_backward,
-    _layernorm_forward,
-    _layernorm_forward_scaled,
-    _rmsnorm_backward,
-    _rmsnorm_forward,
-    layernorm_backward,
-    layernorm_forward,
-    rmsnorm_backward,
-    rmsnorm_forward,
-)
-from minibert_reference.ops.rope import (  # noqa: F401
-    ROPE_CONVENTIONS,
-    RoPECache,
-    _check_rope_base,
-    _rope_angles,
-    _rope_backward,
-    _rope_forward,
-    _rope_pairs,
-    _rope_positions,
-    _rotate,
-    rope_backward,
-    rope_forward,
-)
-from minibert_reference.registry import implements  # noqa: F401
-from minibert_reference.validate import (  # noqa: F401
-    FLOAT_DTYPES,
-    as_float_array,
-    as_index_array,
-    as_mask,
-)
+def _gather(package: dict) -> list[str]:
+    """Bind every name of every section in ``package`` (this module's globals); the public names."""
+    import importlib
+    import pkgutil
 
-__all__ = [
-    "embedding_forward",
-    "embedding_backward",
-    "tied_embedding_forward",
-    "tied_embedding_backward",
-    "position_embedding_forward",
-    "position_embedding_backward",
-    "sinusoidal_encoding",
-    "sinusoidal_position_forward",
-    "sinusoidal_position_backward",
-    "rope_forward",
-    "rope_backward",
-    "ROPE_CONVENTIONS",
-    "linear_forward",
-    "linear_backward",
-    "layernorm_forward",
-    "layernorm_backward",
-    "rmsnorm_forward",
-    "rmsnorm_backward",
-    "softmax_forward",
-    "softmax_backward",
-    "softmax_jacobian",
-    "relu_forward",
-    "relu_backward",
-    "tanh_forward",
-    "tanh_backward",
-    "gelu_forward",
-    "gelu_backward",
-    "silu_forward",
-    "silu_backward",
-    "token_type_embedding_forward",
-    "token_type_embedding_backward",
-    "embedding_ln_forward",
-    "embedding_ln_backward",
-    "mlm_head_forward",
-    "mlm_head_backward",
-    "classifier_forward",
-    "classifier_backward",
-    "ACTIVATIONS",
-    "split_heads",
-    "merge_heads",
-    "attention_forward",
-    "attention_backward",
-    "ffn_forward",
-    "ffn_backward",
-    "swiglu_forward",
-    "swiglu_backward",
-    "block_param_names",
-    "block_param_shapes",
-    "block_forward",
-    "block_backward",
-    "pooler_forward",
-    "pooler_backward",
-    "cross_entropy_forward",
-    "cross_entropy_backward",
-    "next_token_cross_entropy_forward",
-    "next_token_cross_entropy_backward",
-    "linear_cross_entropy_forward",
-    "linear_cross_entropy_backward",
-    "mse_forward",
-    "mse_backward",
-    "IGNORE_INDEX",
-    "ATTENTION_PARAMS",
-    "FFN_PARAMS",
-    "SWIGLU_PARAMS",
-]
+    public: list[str] = []
+    origin: dict[str, str] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        section = importlib.import_module(f"{__name__}.{info.name}")
+        for name, value in vars(section).items():
+            if name.startswith("__") and name.endswith("__"):
+                continue  # the module's own dunders (__doc__, __all__, __file__...)
+            if name in origin and package[name] is not value:
+                raise ImportError(f"minibert_reference.ops: {name!r} is bound to different "
+                                  f"objects in sections {origin[name]!r} and {info.name!r}")
+            origin.setdefault(name, info.name)
+            package[name] = value
+        public += [n for n in section.__all__ if n not in public]
+    return public
+
+
+__all__ = _gather(globals())
+del _gather

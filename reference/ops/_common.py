@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = ["IGNORE_INDEX"]
+
 IGNORE_INDEX = -100
 
 

@@ -1,5 +1,5 @@
 """Softmax (with its mask and Jacobian), ReLU, squared ReLU, tanh, GELU (exact, on a tabulated
-erf, and tanh) and SiLU, plus the dispatch on an activation's name."""
+erf, and tanh), SiLU and GeGLU (GELU-gated halves), plus the dispatch on an activation's name."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ import numpy as np
 
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array, as_mask
+
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = [
+    "softmax_forward", "softmax_backward", "softmax_jacobian", "relu_forward", "relu_backward",
+    "tanh_forward", "tanh_backward", "gelu_forward", "gelu_backward", "silu_forward",
+    "silu_backward", "geglu_forward", "geglu_backward", "ACTIVATIONS",
+]
 
 
 # --------------------------------------------------------------------------- softmax
@@ -271,6 +278,49 @@ def silu_forward(x):
 def silu_backward(dy, cache):
     as_float_array("dy", dy, shape=cache.x.shape, dtype=cache.x.dtype)
     return _silu_backward(dy, cache)
+
+
+# --------------------------------------------------------------------------- GeGLU
+# GeGLU (Shazeer, "GLU variants improve Transformer", 2020): the last axis split in halves, the
+# first the gate through the erf GELU, the second the value -- torch's ``a, b = x.chunk(2, -1)``,
+# ``F.gelu(a) * b`` (diffusers' GEGLU splits the other way round, ``hidden * gelu(gate)``: code of
+# that convention is red here on the forward, naming the entries).
+class GeGLUCache(NamedTuple):
+    gate: GeluCache  # GELU's cache of the gate half a
+    b: np.ndarray  # the value half [..., n]
+    gelu: np.ndarray  # GELU(a) [..., n]
+
+
+@implements("geglu.forward")
+def _geglu_forward(x):
+    """x [..., 2n] -> GELU(a) * b, a = x[..., :n], b = x[..., n:] (the erf GELU, one
+    definition: :func:`_gelu_forward`)."""
+    n = x.shape[-1] // 2
+    a, b = x[..., :n], x[..., n:]
+    g, gate = _gelu_forward(a, "none")
+    return g * b, GeGLUCache(gate, b, g)
+
+
+@implements("geglu.backward")
+def _geglu_backward(dy, cache):
+    """dx = [dy * b * GELU'(a) | dy * GELU(a)] (GELU' by :func:`_gelu_backward`)."""
+    (da,) = _gelu_backward(dy * cache.b, cache.gate)
+    return (np.concatenate([da, dy * cache.gelu], axis=-1),)
+
+
+def geglu_forward(x):
+    """x [..., 2n] -> GELU(x[..., :n]) * x[..., n:] (erf GELU); the last axis even, >= 2."""
+    as_float_array("x", x, min_ndim=1)
+    if x.shape[-1] % 2:
+        raise ValueError(f"x: expected an even last axis (the gate and value halves), got "
+                         f"shape {x.shape}")
+    return _geglu_forward(x)
+
+
+def geglu_backward(dy, cache):
+    b = cache.b
+    as_float_array("dy", dy, shape=b.shape, dtype=b.dtype)
+    return _geglu_backward(dy, cache)
 
 
 def _activation_forward(x, activation: str):

@@ -18,6 +18,11 @@ from minibert_reference.ops.rope import (
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array, as_mask
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = [
+    "split_heads", "merge_heads", "attention_forward", "attention_backward", "ATTENTION_PARAMS",
+]
+
 
 # --------------------------------------------------------------------------- attention
 @implements("attention.split_heads", "attention.per_head")

@@ -37,6 +37,9 @@ from minibert_reference.ops.norms import (
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = ["block_param_names", "block_param_shapes", "block_forward", "block_backward"]
+
 # --------------------------------------------------------------------------- blocks
 # where a block's LayerNorms sit: "post" (BERT, the documents), "pre" (GPT-2: x + MHA(LN1(x)),
 # the residual stream never normalised), "pre_final" (pre-LN followed by the final

@@ -17,6 +17,14 @@ from minibert_reference.ops.norms import (
 from minibert_reference.registry import implements
 from minibert_reference.validate import FLOAT_DTYPES, as_float_array, as_index_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = [
+    "embedding_forward", "embedding_backward", "tied_embedding_forward", "tied_embedding_backward",
+    "position_embedding_forward", "position_embedding_backward", "sinusoidal_encoding",
+    "sinusoidal_position_forward", "sinusoidal_position_backward", "token_type_embedding_forward",
+    "token_type_embedding_backward", "embedding_ln_forward", "embedding_ln_backward",
+]
+
 
 # --------------------------------------------------------------------------- embeddings
 class EmbeddingCache(NamedTuple):

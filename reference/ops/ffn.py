@@ -21,6 +21,12 @@ from minibert_reference.ops.linear import LinearCache, _linear_backward, _linear
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = [
+    "ffn_forward", "ffn_backward", "swiglu_forward", "swiglu_backward", "FFN_PARAMS",
+    "SWIGLU_PARAMS",
+]
+
 # --------------------------------------------------------------------------- feed-forward
 FFN_PARAMS = ("W_1", "b_1", "W_2", "b_2")
 

@@ -32,6 +32,12 @@ from minibert_reference.ops.norms import (
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = [
+    "mlm_head_forward", "mlm_head_backward", "classifier_forward", "classifier_backward",
+    "pooler_forward", "pooler_backward",
+]
+
 
 # ----------------------------------------------------------------- pooler (BERT-base blog)
 class PoolerCache(NamedTuple):

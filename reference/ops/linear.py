@@ -10,6 +10,9 @@ from minibert_reference.ops._common import _rows, _sum_to_last
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = ["linear_forward", "linear_backward"]
+
 
 # --------------------------------------------------------------------------- linear
 class LinearCache(NamedTuple):

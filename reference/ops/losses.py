@@ -17,6 +17,13 @@ from minibert_reference.ops.linear import (
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array, as_index_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = [
+    "cross_entropy_forward", "cross_entropy_backward", "next_token_cross_entropy_forward",
+    "next_token_cross_entropy_backward", "linear_cross_entropy_forward",
+    "linear_cross_entropy_backward", "mse_forward", "mse_backward",
+]
+
 
 # --------------------------------------------------------------------------- losses
 class CrossEntropyCache(NamedTuple):

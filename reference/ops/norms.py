@@ -10,6 +10,9 @@ from minibert_reference.ops._common import _sum_to_last
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = ["layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward"]
+
 
 # --------------------------------------------------------------------------- layernorm
 class LayerNormCache(NamedTuple):

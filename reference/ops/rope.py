@@ -9,6 +9,9 @@ import numpy as np
 from minibert_reference.registry import implements
 from minibert_reference.validate import as_float_array, as_index_array
 
+# the public ops of this section: the package gathers them into minibert_reference.ops.__all__
+__all__ = ["rope_forward", "rope_backward", "ROPE_CONVENTIONS"]
+
 # --------------------------------------------------------------------------- RoPE
 # which features a rotary embedding rotates together: "interleaved" pairs (2i, 2i+1) (the
 # RoFormer paper, Meta's LLaMA as complex numbers, GPT-J), "half" pairs (i, i + d/2) (Hugging

@@ -318,14 +318,19 @@ _HAND_TABLE = (
 
 def _with_declared(rows: tuple[Op, ...], decls) -> tuple[Op, ...]:
     """The hand-written rows with the row of each built-in op's declaration (spec/builtin/)
-    inserted after the row it names in ``after``."""
-    out = list(rows)
-    for decl in decls:
-        at = next((i for i, row in enumerate(out) if row.name == decl.after), None)
-        if at is None:
+    inserted after the row it names in ``after`` -- a hand row or another declaration's, in
+    whichever module order (a declaration is placed once the row it follows is)."""
+    out, pending = list(rows), list(decls)
+    while pending:
+        names = [row.name for row in out]
+        ready = [d for d in pending if d.after in names]
+        if not ready:
+            decl = pending[0]
             raise ValueError(f"spec/builtin/{decl.name}.py: after: {decl.after!r} is not a row "
                              "of the op table")
-        out.insert(at + 1, Op(**decl.row))
+        for decl in ready:
+            out.insert([row.name for row in out].index(decl.after) + 1, Op(**decl.row))
+            pending.remove(decl)
     return tuple(out)
 
 

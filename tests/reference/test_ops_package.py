@@ -21,7 +21,8 @@ def sections() -> dict[str, object]:
 
 def top_level_names(module) -> list[str]:
     """The names a module's own source defines at its top level (functions, classes,
-    assignments), read from the source: what it imports is not its definition."""
+    assignments), read from the source: what it imports is not its definition; its ``__all__``
+    is the section's list of its public ops, not a name of the package."""
     tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     names = []
     for node in tree.body:
@@ -31,7 +32,7 @@ def top_level_names(module) -> list[str]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 names += [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]
-    return names
+    return [n for n in names if n != "__all__"]
 
 
 def test_the_package_has_its_sections():
@@ -46,6 +47,16 @@ def test_every_name_of_all_is_importable_from_the_package():
     assert list(star) == list(dict.fromkeys(ops.__all__)) == ops.__all__
     for name in ops.__all__:
         assert star[name] is getattr(ops, name)
+
+
+def test_all_is_the_sections_all_each_name_defined_by_its_section():
+    """The package lists no name by hand: its ``__all__`` is its sections' ``__all__``, and a
+    section lists only what it defines (a new op's pair goes in its section's list alone)."""
+    gathered = [n for mod in sections().values() for n in mod.__all__]
+    assert sorted(gathered) == sorted(ops.__all__)
+    for s, mod in sections().items():
+        stray = set(mod.__all__) - set(top_level_names(mod))
+        assert not stray, f"{s}.__all__ names what {s} does not define: {stray}"
 
 
 def test_every_name_a_section_defines_is_a_name_of_the_package():

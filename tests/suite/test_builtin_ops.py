@@ -70,3 +70,15 @@ def test_a_declaration_after_no_row_is_refused_naming_its_file():
     stray = dataclasses.replace(DECLARED[0], name="stray", after="no_such_row")
     with pytest.raises(ValueError, match=r"spec/builtin/stray.py: after: 'no_such_row'"):
         _with_declared((), (stray,))
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_a_declaration_may_follow_another_declaration_in_either_module_order(order):
+    """GeGLU follows SiLU, both declared, and "geglu" sorts before "silu": the row it names is
+    placed first whatever the modules' order."""
+    rows = (Op(**DECLARED[0].row),)
+    first = dataclasses.replace(DECLARED[0], name="first", after=DECLARED[0].name)
+    second = dataclasses.replace(DECLARED[0], name="second", after="first")
+    decls = (first, second)
+    placed = _with_declared(rows, tuple(decls[i] for i in order))
+    assert [r.name for r in placed] == [DECLARED[0].name, "first", "second"]

@@ -1,7 +1,7 @@
 """Ops a user declares (minibert_spec.ops, issue 38): each gets a row of checks with stable ids
 -- FD, the oracle against its torch twin, the generic invariants and bad inputs -- through every
 entry point, with the messages and exit statuses of the built-in ops; a malformed declaration
-is refused in one line (exit 2).  The README's worked example (a user's GeGLU) runs: in process
+is refused in one line (exit 2).  The README's worked example (a user's ReGLU) runs: in process
 here, and from a directory outside the checkout through ``minibert check`` (slow tier)."""
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from minibert_spec.suite import check_implementation, parametrize_with_checks
 from minibert_spec.suite.declared import checks_of
 from minibert_spec.suite.probe import probe
 from tests import ROOT
-from tests.examples import declared_geglu
+from tests.examples import declared_reglu
 
-GEGLU_IDS = ["fd[geglu]", "oracle.forward[geglu-f64]", "oracle.forward[geglu-f32]",
-             "oracle.backward[geglu-f64]", "oracle.backward[geglu-f32]",
-             "invariant[geglu.inputs_untouched]", "invariant[geglu.float32_kept]",
-             "invariant[geglu.finite]", "bad_input[geglu.rank]", "bad_input[geglu.dtype]",
-             "bad_input[geglu.nan]", "bad_input[geglu.shape]"]
+REGLU_IDS = ["fd[reglu]", "oracle.forward[reglu-f64]", "oracle.forward[reglu-f32]",
+             "oracle.backward[reglu-f64]", "oracle.backward[reglu-f32]",
+             "invariant[reglu.inputs_untouched]", "invariant[reglu.float32_kept]",
+             "invariant[reglu.finite]", "bad_input[reglu.rank]", "bad_input[reglu.dtype]",
+             "bad_input[reglu.nan]", "bad_input[reglu.shape]"]
 
 
 def outcomes(report) -> dict[str, str]:
@@ -42,31 +42,31 @@ def messages(report) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- the row
 def test_a_declared_op_gets_its_row_of_checks_with_stable_ids():
-    assert [c.id for c in checks_of(declared_geglu)] == GEGLU_IDS
-    assert {c.ops for c in checks_of(declared_geglu)} == {("geglu",)}
-    mark = parametrize_with_checks(declared_geglu, match="geglu", bad_input=True)
-    assert [p.id for p in mark.args[1]] [1:] == sorted(GEGLU_IDS, key=[
+    assert [c.id for c in checks_of(declared_reglu)] == REGLU_IDS
+    assert {c.ops for c in checks_of(declared_reglu)} == {("reglu",)}
+    mark = parametrize_with_checks(declared_reglu, match="reglu", bad_input=True)
+    assert [p.id for p in mark.args[1]] [1:] == sorted(REGLU_IDS, key=[
         p.id for p in mark.args[1]].index)
-    assert set(p.id for p in mark.args[1]) == {"protocol[provides]", *GEGLU_IDS}
+    assert set(p.id for p in mark.args[1]) == {"protocol[provides]", *REGLU_IDS}
 
 
-def test_the_correct_geglu_is_green_in_every_column():
-    report = check_implementation(declared_geglu, match="geglu", bad_input=True)
-    assert outcomes(report) == dict.fromkeys(GEGLU_IDS, "passed"), messages(report)
-    assert report.verdicts() == {"geglu": "ok"} and report.exit_code() == 0
+def test_the_correct_reglu_is_green_in_every_column():
+    report = check_implementation(declared_reglu, match="reglu", bad_input=True)
+    assert outcomes(report) == dict.fromkeys(REGLU_IDS, "passed"), messages(report)
+    assert report.verdicts() == {"reglu": "ok"} and report.exit_code() == 0
 
 
 def test_the_planted_backward_bug_is_red_in_fd_and_the_oracle_naming_tensor_index_values():
-    report = check_implementation(declared_geglu.buggy, match="geglu")
+    report = check_implementation(declared_reglu.buggy, match="reglu")
     got = outcomes(report)
     red = {i for i, o in got.items() if o == "failed"}
-    assert red == {"fd[geglu]", "oracle.backward[geglu-f64]", "oracle.backward[geglu-f32]"}, got
-    assert report.verdicts() == {"geglu": "FAIL"} and report.exit_code() == 1
-    fd = messages(report)["fd[geglu]"]
+    assert red == {"fd[reglu]", "oracle.backward[reglu-f64]", "oracle.backward[reglu-f32]"}, got
+    assert report.verdicts() == {"reglu": "FAIL"} and report.exit_code() == 1
+    fd = messages(report)["fd[reglu]"]
     assert re.search(r"d/dx \[elementwise\].* at index \(\d+, \d+\): analytic -?\d\.\d+e[-+]\d+"
                      r", finite difference -?\d\.\d+e[-+]\d+", fd), fd
-    oracle = messages(report)["oracle.backward[geglu-f64]"]
-    assert re.search(r"geglu dx \(float64\) differs from torch: worst at index \(\d+, \d+\): "
+    oracle = messages(report)["oracle.backward[reglu-f64]"]
+    assert re.search(r"reglu dx \(float64\) differs from torch: worst at index \(\d+, \d+\): "
                      r"ours -?[\d.e-]+, torch -?[\d.e-]+", oracle), oracle
     assert "rerun: minibert check" in fd and "DeclaredCase(sizes=" in fd
 
@@ -137,16 +137,16 @@ def test_declared_ops_keep_their_rows_in_the_class_table_and_the_shared_causes()
     from minibert_spec.suite.many import class_table
     from minibert_spec.suite.report import in_table_order
 
-    assert in_table_order(["geglu", "linear", "geglu", "alibi"]) == ["linear", "geglu", "alibi"]
-    report = {"ops": [{"op": "geglu", "verdict": "ok"}, {"op": "linear", "verdict": "ok"}]}
+    assert in_table_order(["reglu", "linear", "reglu", "alibi"]) == ["linear", "reglu", "alibi"]
+    report = {"ops": [{"op": "reglu", "verdict": "ok"}, {"op": "linear", "verdict": "ok"}]}
     row = {"name": "a", "exit_code": 0, "reason": "", "seconds": 1.0, "report": report}
-    assert class_table([row])["ops"] == ["linear", "geglu"]
+    assert class_table([row])["ops"] == ["linear", "reglu"]
 
 
 def test_an_expected_failure_may_name_a_declared_check():
-    report = check_implementation(declared_geglu.buggy, match=r"^fd\[geglu",
-                                  expected_failed_checks={"fd[geglu]": "the planted bug"})
-    assert outcomes(report) == {"fd[geglu]": "xfailed"} and report.exit_code() == 0
+    report = check_implementation(declared_reglu.buggy, match=r"^fd\[reglu",
+                                  expected_failed_checks={"fd[reglu]": "the planted bug"})
+    assert outcomes(report) == {"fd[reglu]": "xfailed"} and report.exit_code() == 0
 
 
 # --------------------------------------------------------------------------- refusals
@@ -155,9 +155,11 @@ def _f(*a, **k):
 
 
 MALFORMED = [
-    (dict(name="GeGLU"), r"OPS\['GeGLU'\]\.name: expected a lower-case identifier"),
+    (dict(name="ReGLU"), r"OPS\['ReGLU'\]\.name: expected a lower-case identifier"),
     (dict(name="layernorm"), r"OPS\['layernorm'\]\.name: expected a name that is not a "
                              r"built-in op"),
+    # a declaration in spec/builtin/ (GeGLU) is a built-in op as much as a hand row is
+    (dict(name="geglu"), r"OPS\['geglu'\]\.name: expected a name that is not a built-in op"),
     (dict(forward=3), r"OPS\['g'\]\.forward: expected a function, got 3"),
     (dict(args={}), r"OPS\['g'\]\.args: expected a non-empty dict"),
     (dict(args={"x": (2, 3)}), r"OPS\['g'\]\.args\['x'\]: expected ops\.array"),
@@ -209,7 +211,7 @@ def test_reading_ops_that_raises_is_refused_and_the_probe_says_who_declares():
     assert report.exit_code() == 2
     assert report.load_error == "OPS: reading it raised RuntimeError: not built yet"
     # minibert check imports in-process only what declares ops (the probe's child says)
-    assert probe("tests.examples.declared_geglu", 60, paths=[str(ROOT)]) == (None, True)
+    assert probe("tests.examples.declared_reglu", 60, paths=[str(ROOT)]) == (None, True)
     assert probe("tests.examples.classy_adapter", 60, paths=[str(ROOT)]) == (None, False)
 
 
@@ -232,12 +234,12 @@ def test_minibert_check_refuses_a_malformed_ops_in_one_line(tmp_path):
 
 
 def test_minibert_check_lists_and_selects_the_declared_ops(tmp_path):
-    proc = _cli("tests.examples.declared_geglu", "--list", "--ops", "geglu", "--bad-input",
+    proc = _cli("tests.examples.declared_reglu", "--list", "--ops", "reglu", "--bad-input",
                 cwd=ROOT, pythonpath=[SUITE_ROOT])
     assert proc.returncode == 0, proc.stderr[-2000:]
     listed = [line.split("\t") for line in proc.stdout.splitlines()]
-    assert [row[0] for row in listed] == GEGLU_IDS
-    assert {row[2] for row in listed} == {"geglu"}
+    assert [row[0] for row in listed] == REGLU_IDS
+    assert {row[2] for row in listed} == {"reglu"}
     assert all(row[3].startswith(str(Path("spec", "suite", "declared.py"))) or
                "declared.py:" in row[3] for row in listed), listed
 
@@ -247,26 +249,26 @@ def test_the_pytest_plugin_runs_the_declared_checks(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SUITE_ROOT, str(ROOT)])}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--minibert-impl",
-         "tests.examples.declared_geglu:buggy", "-k", "geglu", "--minibert-xfail",
-         "fd[geglu]=the planted bug"], capture_output=True, text=True, cwd=tmp_path, env=env,
+         "tests.examples.declared_reglu:buggy", "-k", "reglu", "--minibert-xfail",
+         "fd[reglu]=the planted bug"], capture_output=True, text=True, cwd=tmp_path, env=env,
         timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert re.search(r"2 failed, 5 passed, \d+ deselected, 1 xfailed", proc.stdout), \
         proc.stdout[-3000:]
-    assert "FAILED ::test_check[oracle.backward[geglu-f64]]" in proc.stdout
+    assert "FAILED ::test_check[oracle.backward[reglu-f64]]" in proc.stdout
 
 
 # --------------------------------------------------------------------------- the README
 # the directory this process imports minibert_spec from: a subprocess uses the same suite
 SUITE_ROOT = str(Path(minibert_spec.__file__).parent.parent)
-BUG = ("(Phi + a * phi)", "Phi")
+BUG = ("(a > 0)", "(a < 0)")
 
 
 def readme_example() -> str:
-    """The README's worked example: the fenced Python block that starts ``# mygeglu.py``."""
+    """The README's worked example: the fenced Python block that starts ``# myreglu.py``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(# mygeglu\.py.*?)```", text, re.S)
-    assert len(blocks) == 1, "the README's GeGLU example (```python, # mygeglu.py) is gone"
+    blocks = re.findall(r"```python\n(# myreglu\.py.*?)```", text, re.S)
+    assert len(blocks) == 1, "the README's ReGLU example (```python, # myreglu.py) is gone"
     return blocks[0]
 
 
@@ -276,7 +278,7 @@ def test_the_readme_example_is_short_and_plants_its_bug_where_the_text_says():
     assert source.count(BUG[0]) == 1
 
 
-def _load(source: str, name: str = "mygeglu"):
+def _load(source: str, name: str = "myreglu"):
     module = types.ModuleType(name)
     exec(compile(source, f"{name}.py", "exec"), module.__dict__)
     return module
@@ -284,11 +286,11 @@ def _load(source: str, name: str = "mygeglu"):
 
 def test_the_readme_example_is_green_and_its_planted_bug_red():
     source = readme_example()
-    green = check_implementation(_load(source), match="geglu")
-    assert green.exit_code() == 0 and green.verdicts() == {"geglu": "ok"}, messages(green)
-    red = check_implementation(_load(source.replace(*BUG)), match="geglu")
+    green = check_implementation(_load(source), match="reglu")
+    assert green.exit_code() == 0 and green.verdicts() == {"reglu": "ok"}, messages(green)
+    red = check_implementation(_load(source.replace(*BUG)), match="reglu")
     failed = {i for i, o in outcomes(red).items() if o == "failed"}
-    assert {"fd[geglu]", "oracle.backward[geglu-f64]"} <= failed and red.exit_code() == 1
+    assert {"fd[reglu]", "oracle.backward[reglu-f64]"} <= failed and red.exit_code() == 1
 
 
 @pytest.mark.slow
@@ -296,14 +298,14 @@ def test_minibert_check_judges_a_user_module_outside_the_checkout(tmp_path):
     """The README's example as a user runs it: a module of its own in a directory outside the
     checkout, ``minibert check`` (workers, probe) with nothing installed for it."""
     assert ROOT not in tmp_path.parents
-    (tmp_path / "mygeglu.py").write_text(readme_example())
-    proc = _cli("mygeglu", "-k", "geglu", "--format", "json", "-o", "green.json",
+    (tmp_path / "myreglu.py").write_text(readme_example())
+    proc = _cli("myreglu", "-k", "reglu", "--format", "json", "-o", "green.json",
                 cwd=tmp_path, pythonpath=[SUITE_ROOT])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    (tmp_path / "mygeglu.py").write_text(readme_example().replace(*BUG))
-    proc = _cli("mygeglu", "-k", "geglu", cwd=tmp_path, pythonpath=[SUITE_ROOT])
+    (tmp_path / "myreglu.py").write_text(readme_example().replace(*BUG))
+    proc = _cli("myreglu", "-k", "reglu", cwd=tmp_path, pythonpath=[SUITE_ROOT])
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = " ".join(proc.stdout.split())
-    assert re.search(r"FAIL fd\[geglu\] \(geglu\): .*d/dx \[elementwise\].* at index", out), out
-    assert re.search(r"FAIL oracle\.backward\[geglu-f64\] \(geglu\): geglu dx \(float64\) "
+    assert re.search(r"FAIL fd\[reglu\] \(reglu\): .*d/dx \[elementwise\].* at index", out), out
+    assert re.search(r"FAIL oracle\.backward\[reglu-f64\] \(reglu\): reglu dx \(float64\) "
                      r"differs from torch: worst at index \(\d+, \d+\): ours", out), out

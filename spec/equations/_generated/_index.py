@@ -2,7 +2,7 @@
 each builder call's maps, and the digest of the equations' source they were generated from."""
 # ruff: noqa
 
-DIGEST = '34a8b659d7f090c263d1c34f20557835a920b628986e9898ee06b1923312760d'
+DIGEST = '1533cee1f7c83ced3fc4b464603a52f68d07c1841db11a5c5b2ee1075f8d3ba8'
 
 INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)": 'gelu',
  "elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((2, 3),)": 'gelu',
@@ -37,6 +37,8 @@ INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)"
  'minibert_spec.equations.embedding_ln._fns|((3, 2, 3, 2, 2, 3),)': 'embedding_ln',
  'minibert_spec.equations.ffn._token_ffn|(2, 3)': 'ffn',
  'minibert_spec.equations.ffn._token_ffn|(3, 2)': 'ffn',
+ 'minibert_spec.equations.geglu._fns|((1, 2),)': 'geglu',
+ 'minibert_spec.equations.geglu._fns|((2, 4),)': 'geglu',
  'minibert_spec.equations.layernorm._plain_row_fn|(2,)': 'layernorm',
  'minibert_spec.equations.layernorm._plain_row_fn|(3,)': 'layernorm',
  'minibert_spec.equations.layernorm._plain_row_fn|(4,)': 'layernorm',
