@@ -509,22 +509,6 @@ mutant("swiglu_dx_drops_up_branch", "swiglu.backward",
        "ops._swiglu_backward", ("return dx_gate + dx_up,", "return dx_gate,"))
 
 
-# ===================================================================== next-token loss
-mutant("next_token_target_not_shifted", "next_token.forward",
-       "The causal LM loss scores each position against its own token (ids[..., :-1]), not the "
-       "next one", "ops._next_token_cross_entropy_forward",
-       ("ids[..., 1:],", "ids[..., :-1],"))
-mutant("next_token_gradient_shifted_the_wrong_way", "next_token.backward",
-       "The causal LM loss's gradient lands one position late: on the last position, none on "
-       "the first", "ops._next_token_cross_entropy_backward",
-       ("(dlogits[..., :-1, :],) =", "(dlogits[..., 1:, :],) ="))
-mutant("next_token_default_ignore_index", "next_token.forward",
-       "The causal LM loss masks with the default -100 whatever ignore_index it is given",
-       "ops._next_token_cross_entropy_forward",
-       ("ignore_index=ignore_index, reduction=reduction)",
-        "ignore_index=IGNORE_INDEX, reduction=reduction)"))
-
-
 # ===================================================================== tied embedding / LM head
 mutant("tied_embedding_counted_once_lookup", "tied_embedding.backward",
        "Tied-weight gradient counted once: dW_E keeps the lookup's share, the LM head's "

@@ -105,6 +105,10 @@ class BuiltinOp:
     # minibert_spec.protocol.variants.Option's keywords, ``convert`` a converter's name there
     options: Mapping[str, Mapping] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    # its bad-input cases: (label "<word> <what>", the argument the ValueError must name,
+    # call(impl, b)), ``b`` the bad-input module's arrays (minibert_spec.suite.checks.bad_input:
+    # B, T, H, X, VEC, IDS, rng, f32...); the id is ``<op>.<what>``, the label its former id
+    bad_inputs: tuple[tuple[str, str, Callable], ...] = ()
 
     @property
     def row(self) -> dict:

@@ -248,13 +248,6 @@ _HAND_TABLE = (
            'input="probabilities" (softmax output in, dL/dp out) or "probabilities_dlogits" '
            "(dL/dlogits out)",
        backward_doc="(dlogits,) from a scalar dloss"),
-    Op("next_token_cross_entropy", _pair("next_token_cross_entropy"), ("logits",),
-       ("next_token.forward", "next_token.backward"),
-       doc="next_token_cross_entropy_forward(logits [...,T,V], ids [...,T] int, *, "
-           'ignore_index=-100, reduction="mean"|"sum") -> the cross-entropy of logits[..., :-1, '
-           ":] against ids[..., 1:] (position t predicts token t + 1; \"mean\" over the "
-           "predicted positions whose id is not ignore_index)",
-       backward_doc="(dlogits,) from a scalar dloss, exactly 0 at the last position"),
     Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward"),
        unguarded="divides by y.size, a count >= 1 (an empty y is refused)",
        ranks=("y_hat", "y"),

@@ -88,8 +88,6 @@ CAUGHT_BY = {
                      "rope_backward_not_transposed", "rope_backward_ignores_convention"], "rope"),
     **dict.fromkeys(["swiglu_gate_and_up_swapped", "swiglu_up_grad_without_silu",
                      "swiglu_dx_drops_up_branch"], "swiglu"),
-    **dict.fromkeys(["next_token_target_not_shifted", "next_token_gradient_shifted_the_wrong_way",
-                     "next_token_default_ignore_index"], "next_token_cross_entropy"),
     **dict.fromkeys(["tied_embedding_counted_once_lookup", "tied_embedding_counted_once_head",
                      "tied_embedding_head_skips_residual"], "tied_embedding"),
     **dict.fromkeys(["attention_dQ_missing_scale", "attention_dK_missing_scale",

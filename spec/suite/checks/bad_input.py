@@ -5,11 +5,14 @@ implementation may not validate; the column says whether it does)."""
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 
 import numpy as np
 
 from minibert_reference.config import mini_bert, seed001
+from minibert_spec.builtin import declarations
 from minibert_spec.numerics.asserts import raises as _raises
 from minibert_spec.protocol import IGNORE_INDEX, OPS, NotApplicable, capabilities
 from minibert_spec.protocol.variants import unmet
@@ -224,20 +227,6 @@ FORWARD_CASES = [
     *[(f"ce {form} zero", "logits", lambda m, form=form: m.cross_entropy_forward(
         P_ZERO, np.array([2, 0]), input=form))
       for form in ("probabilities", "probabilities_dlogits")],
-    ("next_token T = 1, mean", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X[:, :1], np.zeros((B, 1), int))),
-    ("next_token nothing predicted", "ids", lambda m: m.next_token_cross_entropy_forward(
-        X, np.array([[0, -100, -100], [1, -100, -100]]))),
-    ("next_token ids shape", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X, np.zeros((B, T + 1), int))),
-    ("next_token ids >= V", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X, np.full((B, T), H))),
-    ("next_token float ids", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X, np.zeros((B, T)))),
-    ("next_token logits rank 1", "logits",
-     lambda m: m.next_token_cross_entropy_forward(VEC, np.zeros(H, int))),
-    ("next_token bad reduction", "reduction", lambda m: m.next_token_cross_entropy_forward(
-        X, np.zeros((B, T), int), reduction="max")),
     ("mse shape", "y", lambda m: m.mse_forward(X, X[:, :2])),
     ("mse broadcast", "y", lambda m: m.mse_forward(X, X[:1])),
     ("mse dtypes", "y", lambda m: m.mse_forward(X, f32(X))),
@@ -247,8 +236,7 @@ FORWARD_CASES = [
 
 # the op of a forward case: its label's first word
 _PREFIX_OPS = {"position": "position_embedding", "sinusoidal": "sinusoidal_position",
-               "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy",
-               "next_token": "next_token_cross_entropy"}
+               "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy"}
 
 
 def _former(label: str) -> str:
@@ -265,13 +253,22 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")
 
 
+def _declared_forward_cases():
+    """(op, label, arg, call(impl)) of each built-in op's declared bad inputs (spec/builtin/),
+    their calls handed this module's arrays."""
+    this = sys.modules[__name__]
+    return [(d.name, label, arg, functools.partial(call, b=this))
+            for d in declarations() for label, arg, call in d.bad_inputs]
+
+
 def _forward_cases():
     """``<op>.<what>`` for the label "<op word> <what>" (split_heads / merge_heads keep their
-    function's name: both are the heads op)."""
+    function's name: both are the heads op); a declared case names its op."""
     out = []
-    for label, arg, call in FORWARD_CASES:
+    for op, label, arg, call in ([(None, *case) for case in FORWARD_CASES]
+                                 + _declared_forward_cases()):
         first, rest = label.split(maxsplit=1)
-        op = _PREFIX_OPS.get(first, first)
+        op = op or _PREFIX_OPS.get(first, first)
         what = _slug(label if first in ("split_heads", "merge_heads") else rest)
         out.append((f"{op}.{what}", {"arg": arg, "call": call, "op": op, "former": label}))
     return out

@@ -28,7 +28,7 @@ from minibert_spec.numerics.fdcheck import (
 )
 from minibert_spec.numerics.identities import require
 from minibert_spec.protocol import OPS
-from minibert_spec.protocol.capabilities import ConventionWarning, capabilities
+from minibert_spec.protocol.capabilities import ConventionWarning, capabilities, declared_guards
 from minibert_spec.protocol.norm_eps import pinned_eps
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks.fd import on_families, on_family
@@ -559,40 +559,6 @@ def cross_entropy_sum_is_n_times_mean(impl, case):
             + inv.cross_entropy_shift_invariant(impl, logits, labels, 800.0, ignore))
 
 
-@on_family("next_token_cross_entropy_mean", "shifted_pair-mean")
-@on_family("next_token_cross_entropy_sum", "shifted_pair-sum")
-def next_token_loss_is_the_shifted_cross_entropy(impl, case):
-    """The loss and its gradient are the float64 log-sum-exp cross-entropy of the shifted pair
-    (logits[..., :-1, :], ids[..., 1:]) -- its guarded formula under a declared loss guard,
-    the gradient within the guard's allowance; the last position's gradient is exactly 0; and
-    the first token's id changes nothing (it is never a target)."""
-    from minibert_spec.protocol.capabilities import declared_guards
-    from minibert_spec.suite.checks.losses import expected_cross_entropy
-
-    z, f, dloss = case.inputs["logits"], case.fixed, case.dout
-    ids, ignore = f["ids"], f["ignore_index"]
-    kw = {"ignore_index": ignore, "reduction": f["reduction"]}
-    loss, cache = impl.next_token_cross_entropy_forward(z, ids, **kw)
-    (dz,) = impl.next_token_cross_entropy_backward(dloss, cache)
-    want_loss, want_grad, allow = expected_cross_entropy(
-        z[..., :-1, :], ids[..., 1:], ignore, f["reduction"], declared_guards(impl))
-    want = dloss * want_grad
-    got = dz[..., :-1, :]
-    off = got - want  # a declared guard's share taken off (its allowance), the rest judged
-    got = want + np.sign(off) * np.maximum(np.abs(off) - allow * abs(dloss), 0.0)
-    first = ids.copy()
-    first[..., 0] = np.where(ids[..., 0] == ignore, 0, (ids[..., 0] + 1) % z.shape[-1])
-    loss_1, cache_1 = impl.next_token_cross_entropy_forward(z, first, **kw)
-    (dz_1,) = impl.next_token_cross_entropy_backward(dloss, cache_1)
-    op = "next_token_cross_entropy"
-    require([inv.close(op, "loss = CE(logits[..., :-1, :], ids[..., 1:])", loss, want_loss),
-             inv.close(op, "dlogits[..., :-1, :] = its gradient", got, want),
-             inv.exact(op, "dlogits[..., -1, :] = 0", dz[..., -1, :],
-                       np.zeros_like(dz[..., -1, :])),
-             inv.exact(op, "the first id changes nothing (loss)", loss_1, loss),
-             inv.exact(op, "the first id changes nothing (dlogits)", dz_1, dz)])
-
-
 @on_family("linear_cross_entropy_mean", "composition-mean", was="linear_cross_entropy.example",
            equations=OPS["linear_cross_entropy"].equations)
 @on_family("linear_cross_entropy_sum", "composition-sum",
@@ -670,10 +636,20 @@ def classifier_gradient_only_reaches_cls(impl, case):
     require(inv.classifier_gradient_only_at_cls(impl, case.inputs, case.dout))
 
 
+def _expected_cross_entropy(*args):
+    # imported when called: importing the loss checks registers them, in the suite's order
+    from minibert_spec.suite.checks.losses import expected_cross_entropy
+
+    return expected_cross_entropy(*args)
+
+
 # what an identity a built-in op declares is handed (spec/builtin/): the findings and their
-# assertion (minibert_spec.numerics.identities), and the eps a norm's code fixes
+# assertion (minibert_spec.numerics.identities), the eps a norm's code fixes, the losses'
+# float64 cross-entropy (minibert_spec.suite.checks.losses) and an impl's declared guards
 HANDED = SimpleNamespace(close=inv.close, holds=inv.holds, exact=inv.exact, require=require,
-                         pinned_eps=lambda impl, norm: pinned_eps(capabilities(impl), norm))
+                         pinned_eps=lambda impl, norm: pinned_eps(capabilities(impl), norm),
+                         expected_cross_entropy=_expected_cross_entropy,
+                         declared_guards=declared_guards)
 
 
 def _declared_identity(op: str, identity: Identity) -> None:

@@ -66,10 +66,9 @@ from minibert_spec.suite.strategies.blocks import (
     block_conditioning, block_norm_amplification, block_smooth, block_variant, ffn_cases,
     ffn_params, pooler_cases, relu_preactivation_ok, swiglu_cases)
 from minibert_spec.suite.strategies.losses import (
-    _CE, _CE_LABELS, _IGNORING, _NEXT, _PROBS, _cross_entropy_example, _cross_entropy_probs_example,
-    _gathered, _linear_cross_entropy_example, _next_token_example, _probs, _probs_omit,
-    cross_entropy_cases, cross_entropy_probs_cases, linear_cross_entropy_cases, mse_cases,
-    next_token_cross_entropy_cases)
+    _CE, _CE_LABELS, _IGNORING, _PROBS, _cross_entropy_example, _cross_entropy_probs_example,
+    _gathered, _linear_cross_entropy_example, _probs, _probs_omit, cross_entropy_cases,
+    cross_entropy_probs_cases, linear_cross_entropy_cases, mse_cases)
 from minibert_spec.suite.strategies.bert_ops import (
     GELU_SLOPE_MAX, _GELU, _MLM, _classifier_example, _embedding_ln_example, _mlm_head_example,
     _mlm_head_ln_input, _mlm_head_scale, _token_type_example, classifier_cases, embedding_ln_cases,
