@@ -509,21 +509,6 @@ mutant("swiglu_dx_drops_up_branch", "swiglu.backward",
        "ops._swiglu_backward", ("return dx_gate + dx_up,", "return dx_gate,"))
 
 
-# ===================================================================== tied embedding / LM head
-mutant("tied_embedding_counted_once_lookup", "tied_embedding.backward",
-       "Tied-weight gradient counted once: dW_E keeps the lookup's share, the LM head's "
-       "dlogits^T h is lost", "ops._tied_embedding_backward",
-       ("return dh, dW_lookup + dW_head_T.T", "return dh, dW_lookup"))
-mutant("tied_embedding_counted_once_head", "tied_embedding.backward",
-       "Tied-weight gradient counted once: dW_E keeps the LM head's share, the lookup's "
-       "scatter of dh is lost", "ops._tied_embedding_backward",
-       ("return dh, dW_lookup + dW_head_T.T", "return dh, dW_head_T.T"))
-mutant("tied_embedding_head_skips_residual", "tied_embedding.forward",
-       "The LM head reads the token embedding alone: logits = W_E[ids] W_E^T, the residual "
-       "stream x left out", "ops._tied_embedding_forward",
-       ("_linear_forward(e + x, W_E.T)", "_linear_forward(e, W_E.T)"))
-
-
 # ===================================================================== BERT ops
 mutant("gelu_derivative_missing_x_pdf", "gelu.backward.erf",
        "GELU derivative taken as Phi(x) alone: the x phi(x) term of the product rule is lost",

@@ -32,7 +32,12 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["BuiltinOp", "Family", "Identity", "Mutant", "declarations", "modules"]
+__all__ = ["NOTHING_TO_GUARD", "BuiltinOp", "Family", "Identity", "Mutant", "declarations",
+           "modules"]
+
+# a row's ``unguarded`` when its formula has nothing a guard could change (the guard table,
+# minibert_spec.protocol.guards, reads it)
+NOTHING_TO_GUARD = "nothing to keep finite: no log, no division by a computed value, no root"
 
 
 @dataclass(frozen=True)

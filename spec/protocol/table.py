@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass, field
 
 from minibert_reference.ops import ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS, block_param_names
-from minibert_spec.builtin import declarations
+from minibert_spec.builtin import NOTHING_TO_GUARD, declarations
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,6 @@ def forward_args(module: str, name: str) -> tuple[str, ...]:
 
 
 # a row taking no log, dividing by nothing it computes and taking no root
-NOTHING_TO_GUARD = "nothing to keep finite: no log, no division by a computed value, no root"
 
 
 def _pair(stem: str) -> tuple[str, str]:
@@ -111,12 +110,6 @@ _HAND_TABLE = (
     Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward"),
        unguarded=NOTHING_TO_GUARD,
        doc="embedding_forward(ids [B,T] int, W [V,H]) -> W[ids] [B,T,H]"),
-    Op("tied_embedding", _pair("tied_embedding"), ("x", "W_E"),
-       ("tied_embedding.forward", "tied_embedding.backward"),
-       unguarded=NOTHING_TO_GUARD,
-       doc="tied_embedding_forward(ids [B,T] int, x [B,T,H], W_E [V,H]) -> (W_E[ids] + x) W_E^T "
-           "[B,T,V]: one table as GPT-2's token lookup and LM head, x what the body adds between "
-           "them; dW_E sums both uses"),
     Op("position_embedding", _pair("position_embedding"), ("x", "W_pos"),
        ("position.learned.forward", "position.learned.backward"),
        unguarded=NOTHING_TO_GUARD,

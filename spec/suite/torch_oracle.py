@@ -249,12 +249,6 @@ def embedding(ids, W):
     return F.embedding(ids, W)
 
 
-def tied_embedding(ids, x, W_E):
-    """One tensor as F.embedding's table and F.linear's weight ([V, H] is torch's [out, in]
-    already): what GPT-2's tie_weights makes of wte and lm_head -- autograd sums both uses."""
-    return F.linear(F.embedding(ids, W_E) + x, W_E)
-
-
 def learned_position(x, W_pos):
     positions = torch.arange(x.shape[1])
     return x + F.embedding(positions, W_pos)[None]

@@ -81,16 +81,6 @@ FORWARD_CASES = [
     ("embedding W rank 1", "W", lambda m: m.embedding_forward(IDS, VEC)),
     ("embedding W int", "W", lambda m: m.embedding_forward(IDS, np.ones((V, H), int))),
     ("embedding W nan", "W", lambda m: m.embedding_forward(IDS, with_nan(np.ones((V, H))))),
-    # tied embedding / LM head
-    ("tied_embedding ids >= V", "ids",
-     lambda m: m.tied_embedding_forward(IDS, X, rng.standard_normal((5, H)))),
-    ("tied_embedding float ids", "ids",
-     lambda m: m.tied_embedding_forward(IDS * 1.0, X, rng.standard_normal((V, H)))),
-    ("tied_embedding x shape", "x", lambda m: m.tied_embedding_forward(
-        IDS, np.ones((B, T, H + 1)), rng.standard_normal((V, H)))),
-    ("tied_embedding x f32", "x",
-     lambda m: m.tied_embedding_forward(IDS, f32(X), rng.standard_normal((V, H)))),
-    ("tied_embedding W_E rank 1", "W_E", lambda m: m.tied_embedding_forward(IDS, X, VEC)),
     # position embeddings
     ("position T > rows", "x", lambda m: m.position_embedding_forward(X, np.ones((T - 1, H)))),
     ("position H mismatch", "W_pos", lambda m: m.position_embedding_forward(X, np.ones((T, 3)))),

@@ -195,28 +195,6 @@ def embedding_backward_sums_repeated_ids(impl, case):
     require(inv.embedding_scatter_adds(impl, case.fixed["ids"], case.inputs["W"], case.dout))
 
 
-@on_family("tied_embedding", "both_uses_summed")
-def tied_embedding_gradient_sums_both_uses(impl, case):
-    """dW_E holds both shares of the one table: the lookup's (dx scattered to the rows of the
-    ids, repeated ids adding up) plus the head's (dlogits^T h, h = W_E[ids] + x); a row no id
-    uses gets the head's share alone; and dx = dlogits W_E."""
-    ids, x, W_E, dz = case.fixed["ids"], case.inputs["x"], case.inputs["W_E"], case.dout
-    _, cache = impl.tied_embedding_forward(ids, x, W_E)
-    dx, dW_E = impl.tied_embedding_backward(dz, cache)
-    V, H = W_E.shape
-    lookup = np.zeros_like(W_E)
-    np.add.at(lookup, ids.reshape(-1), np.asarray(dx).reshape(-1, H))
-    head = dz.reshape(-1, V).T @ (W_E[ids] + x).reshape(-1, H)
-    unused = np.setdiff1d(np.arange(V), ids)
-    # the shares sum terms of |dz| |h| and |dz| |W_E| per entry: rounding of that size
-    terms = float(np.abs(dz).max() * (np.abs(W_E).max() + np.abs(x).max()) * dz[..., 0].size)
-    require([inv.close("tied_embedding", "dW_E = scatter(ids, dx) + dlogits^T h", dW_E,
-                       lookup + head, terms),
-             inv.close("tied_embedding", "rows no id uses: dW_E = the head's share",
-                       np.asarray(dW_E)[unused], head[unused], terms),
-             inv.close("tied_embedding", "dx = dlogits W_E", dx, dz @ W_E, terms)])
-
-
 @on_family("sinusoidal_position", "table",
            was="sinusoidal_position.example", equations=("position.sinusoidal",))
 def sinusoidal_table_identities(impl, case):

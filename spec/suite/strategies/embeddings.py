@@ -41,25 +41,6 @@ def embedding_cases(draw) -> OpCase:
     return OpCase({"W": W}, {"ids": ids}, draw(upstream((B, T, H))), draw(_seed()))
 
 
-def _tied_embedding_example(rng):
-    ids = np.array([[0, 3, 3, 1], [3, 2, 0, 0]])  # repeated ids; row 4 of W_E only in the head
-    return OpCase({"x": rng.standard_normal((2, 4, 3)), "W_E": rng.standard_normal((5, 3))},
-                  {"ids": ids}, upstream_like(rng, (2, 4, 5)))
-
-
-@cases("tied_embedding", torch="tied_embedding")
-@fixed_examples(_tied_embedding_example)
-@st.composite
-def tied_embedding_cases(draw) -> OpCase:
-    """ids with a repeat whenever there are two positions, rows of W_E no id uses (their
-    gradient is the head's share alone), x the body's residual contribution."""
-    B, T = draw(batch_seq())
-    V, H = draw(sizes(1, 5)), draw(sizes(1, 4))
-    inputs = {"x": draw(arrays((B, T, H))), "W_E": draw(arrays((V, H)))}
-    return OpCase(inputs, {"ids": draw(token_ids((B, T), V))}, draw(upstream((B, T, V))),
-                  draw(_seed()))
-
-
 @cases("position_embedding", torch="learned_position")
 @fixed_examples(lambda rng: OpCase({"x": rng.standard_normal((3, 4, 5)),
                                     "W_pos": rng.standard_normal((6, 5))}, {},
