@@ -495,20 +495,6 @@ mutant("rope_backward_ignores_convention", "rope.backward.interleaved",
        ("cache.convention),)", '"half"),)'))
 
 
-# ===================================================================== SwiGLU
-mutant("swiglu_gate_and_up_swapped", "swiglu.forward",
-       "SwiGLU gates the up projection: silu(x W_3) * (x W_1), W_1 and W_3 swapped (Meta's w1/w3 "
-       "names read the other way round)", "ops._swiglu_forward",
-       ("h_1, c_gate = _linear_forward(x, W_1, b_1)", "h_1, c_gate = _linear_forward(x, W_3, b_3)"),
-       ("h_3, c_up = _linear_forward(x, W_3, b_3)", "h_3, c_up = _linear_forward(x, W_1, b_1)"))
-mutant("swiglu_up_grad_without_silu", "swiglu.backward",
-       "SwiGLU's up-branch gradient takes the gate's pre-activation h_1 for silu(h_1)",
-       "ops._swiglu_backward", ("dh_3 = dg * cache.s", "dh_3 = dg * cache.act.x"))
-mutant("swiglu_dx_drops_up_branch", "swiglu.backward",
-       "SwiGLU's dx keeps the gate branch only: x feeds W_3 too, its gradient is lost",
-       "ops._swiglu_backward", ("return dx_gate + dx_up,", "return dx_gate,"))
-
-
 # ===================================================================== BERT ops
 mutant("gelu_derivative_missing_x_pdf", "gelu.backward.erf",
        "GELU derivative taken as Phi(x) alone: the x phi(x) term of the product rule is lost",

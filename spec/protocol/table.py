@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from minibert_reference.ops import ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS, block_param_names
+from minibert_reference.ops import ATTENTION_PARAMS, FFN_PARAMS, block_param_names
 from minibert_spec.builtin import NOTHING_TO_GUARD, declarations
 
 
@@ -175,12 +175,6 @@ _HAND_TABLE = (
        doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H], activation=\"relu\") -> "
            "act(x W_1 + b_1) W_2 + b_2; variants: b_1 = None, b_2 = None, activation="
            "\"gelu\"|\"gelu_tanh\"|\"relu2\" (squared ReLU)"),
-    Op("swiglu", _pair("swiglu"), ("x", *SWIGLU_PARAMS), ("swiglu.forward", "swiglu.backward"),
-       SWIGLU_PARAMS,
-       unguarded=NOTHING_TO_GUARD,
-       doc="swiglu_forward(x [...,H], W_1 [H,I], W_2 [I,H], W_3 [H,I], b_1 [I], b_2 [H], b_3 [I] "
-           "or None) -> (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2 (LLaMA's FFN: W_1 gate, "
-           "W_3 up, W_2 down); variant: the biases (standard: none, as LLaMA)"),
     Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
                                             "residual.backward", "block.backward",
                                             "block.preln", "block.preln_backward",

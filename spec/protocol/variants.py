@@ -476,12 +476,6 @@ VARIANTS: dict[str, dict[str, Option]] = {
                                        "speedrun)"},
                              argument="activation", also=("block",)),
     },
-    "swiglu": {
-        "bias": Option((False, True), {
-            False: "without biases (LLaMA): the suite passes b_1 = b_2 = b_3 = None and "
-                   "expects None gradients",
-            True: "with biases b_1, b_2, b_3"}, pieces=("b_1",), also=("block",)),
-    },
     "attention": {
         "W_o": Option((True, False), {True: "with the output projection W_o",
                                       False: "without W_o: y = merge(C); the suite passes "

@@ -86,8 +86,6 @@ CAUGHT_BY = {
     "tanh_backward_missing_square": "tanh",
     **dict.fromkeys(["rope_rotation_sign_flipped", "rope_frequency_exponent_halved",
                      "rope_backward_not_transposed", "rope_backward_ignores_convention"], "rope"),
-    **dict.fromkeys(["swiglu_gate_and_up_swapped", "swiglu_up_grad_without_silu",
-                     "swiglu_dx_drops_up_branch"], "swiglu"),
     **dict.fromkeys(["attention_dQ_missing_scale", "attention_dK_missing_scale",
                      "attention_dK_missing_transpose", "attention_dV_missing_transpose",
                      "attention_merge_without_transpose", "attention_dx_drops_value_branch",

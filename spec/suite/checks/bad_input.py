@@ -55,11 +55,6 @@ def ffn_args():
             rng.standard_normal(H))
 
 
-def swiglu_args():
-    """x, W_1 [H, I], W_2 [I, H], W_3 [H, I] (no biases: LLaMA's form)."""
-    return X, rng.standard_normal((H, I)), rng.standard_normal((I, H)), rng.standard_normal((H, I))
-
-
 def block_params(bias=True):
     p = {f"attn.{n}": W.copy() for n in ("W_q", "W_k", "W_v", "W_o")}
     if bias:
@@ -172,16 +167,6 @@ FORWARD_CASES = [
      lambda m: m.ffn_forward(X, *ffn_args()[1:3], np.ones((I, H + 1)), ffn_args()[4])),
     ("ffn b_2 f32", "b_2", lambda m: m.ffn_forward(*ffn_args()[:4], f32(ffn_args()[4]))),
     ("ffn x nan", "x", lambda m: m.ffn_forward(with_nan(X), *ffn_args()[1:])),
-    # SwiGLU
-    ("swiglu W_1 shape", "W_1",
-     lambda m: m.swiglu_forward(X, np.ones((H + 1, I)), *swiglu_args()[2:])),
-    ("swiglu W_2 shape", "W_2",
-     lambda m: m.swiglu_forward(X, swiglu_args()[1], np.ones((I, H + 1)), swiglu_args()[3])),
-    ("swiglu W_3 shape", "W_3",
-     lambda m: m.swiglu_forward(*swiglu_args()[:3], np.ones((H, I + 1)))),
-    ("swiglu W_3 f32", "W_3",
-     lambda m: m.swiglu_forward(*swiglu_args()[:3], f32(swiglu_args()[3]))),
-    ("swiglu b_2 shape", "b_2", lambda m: m.swiglu_forward(*swiglu_args(), None, np.ones(I))),
     # block
     ("block missing key", "p", lambda m: m.block_forward(
         X, {k: v for k, v in block_params().items() if k != "ln1.gamma"}, n_heads=A)),

@@ -563,33 +563,6 @@ def gelu_odd_part_is_identity(impl, case, tanh):
     require(inv.gelu_identities(impl, case.inputs["x"], "tanh" if tanh else "none", case.dout))
 
 
-@on_family("swiglu", "bilinear_gate")
-def swiglu_is_linear_in_up_and_down_weights(impl, case):
-    """Without biases the output is linear in W_3 and in W_2, so <dW_3, W_3> = <dW_2, W_2> =
-    <dy, y> (Euler's identity for a function of degree 1); a zero gate (W_1 = 0: silu(0) = 0)
-    gives exactly zero output, dW_2 and dW_3, and dW_1 = x^T (dy W_2^T * x W_3) / 2
-    (silu'(0) = 1/2)."""
-    p = case.inputs
-    x, W_1, W_2, W_3, dy = p["x"], p["W_1"], p["W_2"], p["W_3"], case.dout
-    y, cache = impl.swiglu_forward(x, W_1, W_2, W_3)
-    _, _, dW_2, dW_3, *_ = impl.swiglu_backward(dy, cache)
-    y0, cache0 = impl.swiglu_forward(x, np.zeros_like(W_1), W_2, W_3)
-    _, dW_1_0, dW_2_0, dW_3_0, *_ = impl.swiglu_backward(dy, cache0)
-    H = x.shape[-1]
-    half = (x.reshape(-1, H).T @ ((dy @ W_2.T) * (x @ W_3)).reshape(-1, W_3.shape[1])) / 2
-    # the inner products sum terms of |dy y| (|W dW| as large): their rounding is of that size
-    terms = float(np.sum(np.abs(dy * y)) + np.sum(np.abs(dW_2 * W_2)) + np.sum(np.abs(dW_3 * W_3)))
-    zero = np.zeros(())
-    require([inv.close("swiglu", "<dW_3, W_3> = <dy, y>", np.sum(dW_3 * W_3) - np.sum(dy * y),
-                       zero, terms),
-             inv.close("swiglu", "<dW_2, W_2> = <dy, y>", np.sum(dW_2 * W_2) - np.sum(dy * y),
-                       zero, terms),
-             inv.exact("swiglu", "a zero gate: y = 0", y0, np.zeros_like(y0)),
-             inv.exact("swiglu", "a zero gate: dW_2 = 0", dW_2_0, np.zeros_like(dW_2_0)),
-             inv.exact("swiglu", "a zero gate: dW_3 = 0", dW_3_0, np.zeros_like(dW_3_0)),
-             inv.close("swiglu", "a zero gate: dW_1 = x^T (dg * x W_3) / 2", dW_1_0, half)])
-
-
 @on_family("token_type", "scatter_adds",
            was="token_type.example", equations=("token_type.backward",))
 def token_type_gradient_scatter_adds_per_segment(impl, case):

@@ -59,11 +59,11 @@ from minibert_spec.suite.strategies.attention import (
     attention_cases, attention_params, causal_key_masks, heads_cases, probability_rows,
     with_and_without_mask)
 from minibert_spec.suite.strategies.blocks import (
-    BLOCK_KEYWORDS, BLOCK_STANDARD, _BLOCK, _INNER, _PARTS, _POST, _PRE, _SWIGLU, _block_example,
+    BLOCK_KEYWORDS, BLOCK_STANDARD, _BLOCK, _INNER, _PARTS, _POST, _PRE, _block_example,
     _block_fixed, _block_needs, _block_weights, _but, _case_conditioning, _ffn_example,
-    _pooler_example, _swiglu_example, block_adapter, block_backward_scale, block_cases,
+    _pooler_example, block_adapter, block_backward_scale, block_cases,
     block_conditioning, block_norm_amplification, block_smooth, block_variant, ffn_cases,
-    ffn_params, pooler_cases, relu_preactivation_ok, swiglu_cases)
+    ffn_params, pooler_cases, relu_preactivation_ok)
 from minibert_spec.suite.strategies.losses import (
     _CE, _CE_LABELS, _IGNORING, _PROBS, _cross_entropy_example, _cross_entropy_probs_example,
     _gathered, _linear_cross_entropy_example, _probs, _probs_omit, cross_entropy_cases,
