@@ -477,24 +477,6 @@ mutant("sinusoidal_concatenated", "position.sinusoidal",
        ("pe[:, 1::2] = np.cos", "pe[:, angle.shape[1]:] = np.cos"))
 
 
-# ===================================================================== RoPE
-mutant("rope_rotation_sign_flipped", "rope.forward.interleaved",
-       "RoPE turns each pair by -m theta (the sign of sin flipped in the shared rotation: the "
-       "backward still transposes the forward, so finite differences pass)", "ops._rotate",
-       ("y[..., a] = x_a * cos - x_b * sin", "y[..., a] = x_a * cos + x_b * sin"),
-       ("y[..., b] = x_a * sin + x_b * cos", "y[..., b] = -x_a * sin + x_b * cos"))
-mutant("rope_frequency_exponent_halved", "rope.forward.half",
-       "RoPE frequencies base^(-i/d) instead of base^(-2i/d): every pair but the first turns "
-       "too fast", "ops._rope_angles",
-       ("-np.arange(0, d, 2, dtype=np.float64) / d", "-np.arange(0, d // 2, dtype=np.float64) / d"))
-mutant("rope_backward_not_transposed", "rope.backward.half",
-       "RoPE backward turns dy by +m theta (the forward's rotation) instead of its transpose",
-       "ops._rope_backward", ("cache.cos, -cache.sin,", "cache.cos, cache.sin,"))
-mutant("rope_backward_ignores_convention", "rope.backward.interleaved",
-       "RoPE backward pairs (i, i + d/2) whatever the forward's convention", "ops._rope_backward",
-       ("cache.convention),)", '"half"),)'))
-
-
 # ===================================================================== BERT ops
 mutant("gelu_derivative_missing_x_pdf", "gelu.backward.erf",
        "GELU derivative taken as Phi(x) alone: the x phi(x) term of the product rule is lost",

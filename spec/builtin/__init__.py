@@ -109,6 +109,9 @@ class BuiltinOp:
     # the variant options an implementation may declare (CAPABILITIES[<op>]): name ->
     # minibert_spec.protocol.variants.Option's keywords, ``convert`` a converter's name there
     options: Mapping[str, Mapping] = field(default_factory=dict)
+    # the op whose VARIANTS entry its options follow (VARIANTS keeps its own order): default
+    # ``after``
+    options_after: str | None = None
     aliases: tuple[str, ...] = ()
     # its bad-input cases: (label "<word> <what>", the argument the ValueError must name,
     # call(impl, b)), ``b`` the bad-input module's arrays (minibert_spec.suite.checks.bad_input:

@@ -119,15 +119,6 @@ _HAND_TABLE = (
        unguarded=NOTHING_TO_GUARD,
        doc="sinusoidal_encoding(T, d, dtype) -> PE [T,d] (sin on even features, cos on odd); "
            "sinusoidal_position_forward(x [B,T,H]) -> x + PE"),
-    Op("rope", _pair("rope"), ("x",),
-       ("rope.forward.interleaved", "rope.backward.interleaved", "rope.forward.half",
-        "rope.backward.half"),
-       unguarded=NOTHING_TO_GUARD,
-       doc="rope_forward(x [...,T,d] (d even), positions [T] int >= 0, a start position or None "
-           '(0..T-1), *, base=10000.0, convention="interleaved"|"half") -> each feature pair '
-           "turned by the angle m base^(-2i/d) at position m: pairs (2i, 2i+1) interleaved "
-           "(Meta's LLaMA, GPT-J) or (i, i + d/2) half (Hugging Face rotate_half); the backward "
-           "turns back (the transpose)"),
     Op("linear", _pair("linear"), ("x", "W", "b"),
        ("linear.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db"),
        unguarded=NOTHING_TO_GUARD,

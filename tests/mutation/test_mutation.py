@@ -84,8 +84,6 @@ CAUGHT_BY = {
     # a scale bug of every head count (the reference declares no single-head form)
     "attention_scale_one_over_d_k": "attention",
     "tanh_backward_missing_square": "tanh",
-    **dict.fromkeys(["rope_rotation_sign_flipped", "rope_frequency_exponent_halved",
-                     "rope_backward_not_transposed", "rope_backward_ignores_convention"], "rope"),
     **dict.fromkeys(["attention_dQ_missing_scale", "attention_dK_missing_scale",
                      "attention_dK_missing_transpose", "attention_dV_missing_transpose",
                      "attention_merge_without_transpose", "attention_dx_drops_value_branch",

@@ -85,15 +85,6 @@ FORWARD_CASES = [
     ("sinusoidal x rank 2", "x", lambda m: m.sinusoidal_position_forward(X[0])),
     ("sinusoidal nan", "x", lambda m: m.sinusoidal_position_forward(with_nan(X))),
     ("sinusoidal T=0", "T", lambda m: m.sinusoidal_encoding(0, H)),
-    # rotary position embeddings
-    ("rope odd d", "x", lambda m: m.rope_forward(np.ones((B, T, 3)))),
-    ("rope x rank 1", "x", lambda m: m.rope_forward(np.ones(H))),
-    ("rope positions shape", "positions", lambda m: m.rope_forward(X, np.arange(T + 1))),
-    ("rope positions < 0", "positions", lambda m: m.rope_forward(X, np.array([0, -1, 2]))),
-    ("rope float positions", "positions", lambda m: m.rope_forward(X, np.arange(T) * 1.0)),
-    ("rope start < 0", "positions", lambda m: m.rope_forward(X, -2)),
-    ("rope base 1", "base", lambda m: m.rope_forward(X, base=1.0)),
-    ("rope base nan", "base", lambda m: m.rope_forward(X, base=float("nan"))),
     # linear
     ("linear W shape", "W", lambda m: m.linear_forward(X, np.ones((H + 1, 2)))),
     ("linear b shape", "b", lambda m: m.linear_forward(X, W, np.ones(H + 1))),

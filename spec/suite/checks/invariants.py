@@ -203,52 +203,6 @@ def sinusoidal_table_identities(impl, case):
     require(inv.sinusoidal_identities(impl, case.inputs["x"]))
 
 
-def _rope_positions(positions, T: int) -> np.ndarray:
-    """The protocol's positions argument as an array [T] (None: 0..T-1; an int: the start)."""
-    if positions is None:
-        return np.arange(T)
-    if isinstance(positions, (int, np.integer)):
-        return np.arange(positions, positions + T)
-    return np.asarray(positions)
-
-
-@on_family("rope_interleaved", "rotation-interleaved", given={"shift": st.integers(1, 30)},
-           example={"shift": 5})
-@on_family("rope_half", "rotation-half", given={"shift": st.integers(1, 30)},
-           example={"shift": 5})
-def rope_is_a_rotation_of_relative_positions(impl, case, shift):
-    """Each feature pair of the convention keeps its norm; the backward of y gives back x (the
-    inverse is the transpose); position 0 is the identity; None, the start position and the
-    explicit positions are one argument; and a query at m against a key at n depends on n - m
-    alone: every position moved by ``shift`` leaves the scores q_m . k_n unchanged."""
-    from minibert_spec.equations.rope import pairs
-
-    x, f = case.inputs["x"], case.fixed
-    T, d = x.shape[-2:]
-    kw = {"base": f["base"], "convention": f["convention"]}
-    pos = _rope_positions(f["positions"], T)
-    y, cache = impl.rope_forward(x, pos, **kw)
-    (back,) = impl.rope_backward(y, cache)
-    a, b = (list(idx) for idx in zip(*pairs(d, f["convention"])))
-    k = np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
-
-    def scores(at):
-        q_rot, k_rot = impl.rope_forward(x, at, **kw)[0], impl.rope_forward(k, at, **kw)[0]
-        return q_rot @ np.swapaxes(k_rot, -1, -2)  # [..., T, T]
-
-    start = int(pos[0]) if f["positions"] is not None else 0
-    require([inv.close("rope", "each pair keeps its norm", y[..., a] ** 2 + y[..., b] ** 2,
-                       x[..., a] ** 2 + x[..., b] ** 2),
-             inv.close("rope", "backward(forward(x)) = x (R^T R = I)", back, x),
-             inv.close("rope", "position 0 is the identity",
-                       impl.rope_forward(x, np.zeros(T, np.int64), **kw)[0], x),
-             inv.close("rope", "positions None / start / array agree",
-                       impl.rope_forward(x, None if start == 0 else start, **kw)[0],
-                       impl.rope_forward(x, start + np.arange(T), **kw)[0]),
-             inv.close("rope", f"q_m . k_n depends on n - m alone (positions + {shift})",
-                       scores(pos + shift), scores(pos))])
-
-
 @on_family("linear_bias", "xw_plus_b", was="linear.example", equations=("linear.forward",))
 def linear_is_xw_plus_b(impl, case):
     """The forward is x @ W + b, and db is None without a bias."""
@@ -594,13 +548,21 @@ def _expected_cross_entropy(*args):
     return expected_cross_entropy(*args)
 
 
+def _rope_pairs(d: int, convention: str) -> list[tuple[int, int]]:
+    # imported when called, as the equations are elsewhere here (SymPy)
+    from minibert_spec.equations.rope import pairs
+
+    return pairs(d, convention)
+
+
 # what an identity a built-in op declares is handed (spec/builtin/): the findings and their
 # assertion (minibert_spec.numerics.identities), the eps a norm's code fixes, the losses'
-# float64 cross-entropy (minibert_spec.suite.checks.losses) and an impl's declared guards
+# float64 cross-entropy (minibert_spec.suite.checks.losses), an impl's declared guards and the
+# feature pairs a RoPE convention turns (minibert_spec.equations.rope)
 HANDED = SimpleNamespace(close=inv.close, holds=inv.holds, exact=inv.exact, require=require,
                          pinned_eps=lambda impl, norm: pinned_eps(capabilities(impl), norm),
                          expected_cross_entropy=_expected_cross_entropy,
-                         declared_guards=declared_guards)
+                         declared_guards=declared_guards, rope_pairs=_rope_pairs)
 
 
 def _declared_identity(op: str, identity: Identity) -> None:

@@ -48,8 +48,8 @@ from minibert_spec.suite.strategies.kit import (
     reused, row_masks, scalar_upstream, seeded_arrays, sizes, token_ids, upstream, upstream_like,
     variant_kwargs)
 from minibert_spec.suite.strategies.embeddings import (
-    MAX_POSITION, _embedding_example, _rope_example, embedding_cases,
-    position_embedding_cases, rope_bases, rope_cases, rope_positions, sinusoidal_position_cases)
+    _embedding_example, embedding_cases, position_embedding_cases, rope_bases,
+    sinusoidal_position_cases)
 from minibert_spec.suite.strategies.norms import (
     _LN, _layernorm_example, _layernorm_scale, _linear_example, _softmax_example, drawn_eps,
     layernorm_cases, layernorm_eps, linear_cases, relu_cases, softmax_cases, tanh_cases)
