@@ -477,69 +477,6 @@ mutant("sinusoidal_concatenated", "position.sinusoidal",
        ("pe[:, 1::2] = np.cos", "pe[:, angle.shape[1]:] = np.cos"))
 
 
-# ===================================================================== RoPE
-mutant("rope_rotation_sign_flipped", "rope.forward.interleaved",
-       "RoPE turns each pair by -m theta (the sign of sin flipped in the shared rotation: the "
-       "backward still transposes the forward, so finite differences pass)", "ops._rotate",
-       ("y[..., a] = x_a * cos - x_b * sin", "y[..., a] = x_a * cos + x_b * sin"),
-       ("y[..., b] = x_a * sin + x_b * cos", "y[..., b] = -x_a * sin + x_b * cos"))
-mutant("rope_frequency_exponent_halved", "rope.forward.half",
-       "RoPE frequencies base^(-i/d) instead of base^(-2i/d): every pair but the first turns "
-       "too fast", "ops._rope_angles",
-       ("-np.arange(0, d, 2, dtype=np.float64) / d", "-np.arange(0, d // 2, dtype=np.float64) / d"))
-mutant("rope_backward_not_transposed", "rope.backward.half",
-       "RoPE backward turns dy by +m theta (the forward's rotation) instead of its transpose",
-       "ops._rope_backward", ("cache.cos, -cache.sin,", "cache.cos, cache.sin,"))
-mutant("rope_backward_ignores_convention", "rope.backward.interleaved",
-       "RoPE backward pairs (i, i + d/2) whatever the forward's convention", "ops._rope_backward",
-       ("cache.convention),)", '"half"),)'))
-
-
-# ===================================================================== SwiGLU
-mutant("swiglu_gate_and_up_swapped", "swiglu.forward",
-       "SwiGLU gates the up projection: silu(x W_3) * (x W_1), W_1 and W_3 swapped (Meta's w1/w3 "
-       "names read the other way round)", "ops._swiglu_forward",
-       ("h_1, c_gate = _linear_forward(x, W_1, b_1)", "h_1, c_gate = _linear_forward(x, W_3, b_3)"),
-       ("h_3, c_up = _linear_forward(x, W_3, b_3)", "h_3, c_up = _linear_forward(x, W_1, b_1)"))
-mutant("swiglu_up_grad_without_silu", "swiglu.backward",
-       "SwiGLU's up-branch gradient takes the gate's pre-activation h_1 for silu(h_1)",
-       "ops._swiglu_backward", ("dh_3 = dg * cache.s", "dh_3 = dg * cache.act.x"))
-mutant("swiglu_dx_drops_up_branch", "swiglu.backward",
-       "SwiGLU's dx keeps the gate branch only: x feeds W_3 too, its gradient is lost",
-       "ops._swiglu_backward", ("return dx_gate + dx_up,", "return dx_gate,"))
-
-
-# ===================================================================== next-token loss
-mutant("next_token_target_not_shifted", "next_token.forward",
-       "The causal LM loss scores each position against its own token (ids[..., :-1]), not the "
-       "next one", "ops._next_token_cross_entropy_forward",
-       ("ids[..., 1:],", "ids[..., :-1],"))
-mutant("next_token_gradient_shifted_the_wrong_way", "next_token.backward",
-       "The causal LM loss's gradient lands one position late: on the last position, none on "
-       "the first", "ops._next_token_cross_entropy_backward",
-       ("(dlogits[..., :-1, :],) =", "(dlogits[..., 1:, :],) ="))
-mutant("next_token_default_ignore_index", "next_token.forward",
-       "The causal LM loss masks with the default -100 whatever ignore_index it is given",
-       "ops._next_token_cross_entropy_forward",
-       ("ignore_index=ignore_index, reduction=reduction)",
-        "ignore_index=IGNORE_INDEX, reduction=reduction)"))
-
-
-# ===================================================================== tied embedding / LM head
-mutant("tied_embedding_counted_once_lookup", "tied_embedding.backward",
-       "Tied-weight gradient counted once: dW_E keeps the lookup's share, the LM head's "
-       "dlogits^T h is lost", "ops._tied_embedding_backward",
-       ("return dh, dW_lookup + dW_head_T.T", "return dh, dW_lookup"))
-mutant("tied_embedding_counted_once_head", "tied_embedding.backward",
-       "Tied-weight gradient counted once: dW_E keeps the LM head's share, the lookup's "
-       "scatter of dh is lost", "ops._tied_embedding_backward",
-       ("return dh, dW_lookup + dW_head_T.T", "return dh, dW_head_T.T"))
-mutant("tied_embedding_head_skips_residual", "tied_embedding.forward",
-       "The LM head reads the token embedding alone: logits = W_E[ids] W_E^T, the residual "
-       "stream x left out", "ops._tied_embedding_forward",
-       ("_linear_forward(e + x, W_E.T)", "_linear_forward(e, W_E.T)"))
-
-
 # ===================================================================== BERT ops
 mutant("gelu_derivative_missing_x_pdf", "gelu.backward.erf",
        "GELU derivative taken as Phi(x) alone: the x phi(x) term of the product rule is lost",

@@ -32,7 +32,12 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["BuiltinOp", "Family", "Identity", "Mutant", "declarations", "modules"]
+__all__ = ["NOTHING_TO_GUARD", "BuiltinOp", "Family", "Identity", "Mutant", "declarations",
+           "modules"]
+
+# a row's ``unguarded`` when its formula has nothing a guard could change (the guard table,
+# minibert_spec.protocol.guards, reads it)
+NOTHING_TO_GUARD = "nothing to keep finite: no log, no division by a computed value, no root"
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,14 @@ class BuiltinOp:
     # the variant options an implementation may declare (CAPABILITIES[<op>]): name ->
     # minibert_spec.protocol.variants.Option's keywords, ``convert`` a converter's name there
     options: Mapping[str, Mapping] = field(default_factory=dict)
+    # the op whose VARIANTS entry its options follow (VARIANTS keeps its own order): default
+    # ``after``
+    options_after: str | None = None
     aliases: tuple[str, ...] = ()
+    # its bad-input cases: (label "<word> <what>", the argument the ValueError must name,
+    # call(impl, b)), ``b`` the bad-input module's arrays (minibert_spec.suite.checks.bad_input:
+    # B, T, H, X, VEC, IDS, rng, f32...); the id is ``<op>.<what>``, the label its former id
+    bad_inputs: tuple[tuple[str, str, Callable], ...] = ()
 
     @property
     def row(self) -> dict:

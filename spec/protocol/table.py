@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from minibert_reference.ops import ATTENTION_PARAMS, FFN_PARAMS, SWIGLU_PARAMS, block_param_names
-from minibert_spec.builtin import declarations
+from minibert_reference.ops import ATTENTION_PARAMS, FFN_PARAMS, block_param_names
+from minibert_spec.builtin import NOTHING_TO_GUARD, declarations
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,6 @@ def forward_args(module: str, name: str) -> tuple[str, ...]:
 
 
 # a row taking no log, dividing by nothing it computes and taking no root
-NOTHING_TO_GUARD = "nothing to keep finite: no log, no division by a computed value, no root"
 
 
 def _pair(stem: str) -> tuple[str, str]:
@@ -111,12 +110,6 @@ _HAND_TABLE = (
     Op("embedding", _pair("embedding"), ("W",), ("embedding.forward", "embedding.backward"),
        unguarded=NOTHING_TO_GUARD,
        doc="embedding_forward(ids [B,T] int, W [V,H]) -> W[ids] [B,T,H]"),
-    Op("tied_embedding", _pair("tied_embedding"), ("x", "W_E"),
-       ("tied_embedding.forward", "tied_embedding.backward"),
-       unguarded=NOTHING_TO_GUARD,
-       doc="tied_embedding_forward(ids [B,T] int, x [B,T,H], W_E [V,H]) -> (W_E[ids] + x) W_E^T "
-           "[B,T,V]: one table as GPT-2's token lookup and LM head, x what the body adds between "
-           "them; dW_E sums both uses"),
     Op("position_embedding", _pair("position_embedding"), ("x", "W_pos"),
        ("position.learned.forward", "position.learned.backward"),
        unguarded=NOTHING_TO_GUARD,
@@ -126,15 +119,6 @@ _HAND_TABLE = (
        unguarded=NOTHING_TO_GUARD,
        doc="sinusoidal_encoding(T, d, dtype) -> PE [T,d] (sin on even features, cos on odd); "
            "sinusoidal_position_forward(x [B,T,H]) -> x + PE"),
-    Op("rope", _pair("rope"), ("x",),
-       ("rope.forward.interleaved", "rope.backward.interleaved", "rope.forward.half",
-        "rope.backward.half"),
-       unguarded=NOTHING_TO_GUARD,
-       doc="rope_forward(x [...,T,d] (d even), positions [T] int >= 0, a start position or None "
-           '(0..T-1), *, base=10000.0, convention="interleaved"|"half") -> each feature pair '
-           "turned by the angle m base^(-2i/d) at position m: pairs (2i, 2i+1) interleaved "
-           "(Meta's LLaMA, GPT-J) or (i, i + d/2) half (Hugging Face rotate_half); the backward "
-           "turns back (the transpose)"),
     Op("linear", _pair("linear"), ("x", "W", "b"),
        ("linear.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db"),
        unguarded=NOTHING_TO_GUARD,
@@ -182,12 +166,6 @@ _HAND_TABLE = (
        doc="ffn_forward(x, W_1 [H,I], b_1 [I], W_2 [I,H], b_2 [H], activation=\"relu\") -> "
            "act(x W_1 + b_1) W_2 + b_2; variants: b_1 = None, b_2 = None, activation="
            "\"gelu\"|\"gelu_tanh\"|\"relu2\" (squared ReLU)"),
-    Op("swiglu", _pair("swiglu"), ("x", *SWIGLU_PARAMS), ("swiglu.forward", "swiglu.backward"),
-       SWIGLU_PARAMS,
-       unguarded=NOTHING_TO_GUARD,
-       doc="swiglu_forward(x [...,H], W_1 [H,I], W_2 [I,H], W_3 [H,I], b_1 [I], b_2 [H], b_3 [I] "
-           "or None) -> (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2 (LLaMA's FFN: W_1 gate, "
-           "W_3 up, W_2 down); variant: the biases (standard: none, as LLaMA)"),
     Op("block", _pair("block"), ("x", "p"), ("block.postln", "residual.forward",
                                             "residual.backward", "block.backward",
                                             "block.preln", "block.preln_backward",
@@ -248,13 +226,6 @@ _HAND_TABLE = (
            'input="probabilities" (softmax output in, dL/dp out) or "probabilities_dlogits" '
            "(dL/dlogits out)",
        backward_doc="(dlogits,) from a scalar dloss"),
-    Op("next_token_cross_entropy", _pair("next_token_cross_entropy"), ("logits",),
-       ("next_token.forward", "next_token.backward"),
-       doc="next_token_cross_entropy_forward(logits [...,T,V], ids [...,T] int, *, "
-           'ignore_index=-100, reduction="mean"|"sum") -> the cross-entropy of logits[..., :-1, '
-           ":] against ids[..., 1:] (position t predicts token t + 1; \"mean\" over the "
-           "predicted positions whose id is not ignore_index)",
-       backward_doc="(dlogits,) from a scalar dloss, exactly 0 at the last position"),
     Op("mse", _pair("mse"), ("y_hat", "y"), ("loss.mse", "loss.mse.backward"),
        unguarded="divides by y.size, a count >= 1 (an empty y is refused)",
        ranks=("y_hat", "y"),

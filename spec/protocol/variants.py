@@ -453,13 +453,6 @@ VARIANTS: dict[str, dict[str, Option]] = {
                       # the code's own constant: every LayerNorm is checked at it
                       number="eps fixed at {value:g} by the declaration"),
     },
-    "rope": {
-        "convention": Option(("interleaved", "half"), {
-            "interleaved": "interleaved pairs (2i, 2i+1) (RoFormer, Meta's LLaMA complex form, "
-                           "GPT-J)",
-            "half": "half-split pairs (i, i + d/2) (Hugging Face rotate_half)"},
-            argument="convention"),
-    },
     "ffn": {
         "b_1": Option((True, False), {True: "with b_1",
                                       False: "without b_1: the suite passes b_1=None and "
@@ -475,12 +468,6 @@ VARIANTS: dict[str, dict[str, Option]] = {
                               "relu2": "squared ReLU max(x, 0)^2 (Primer, the nanoGPT "
                                        "speedrun)"},
                              argument="activation", also=("block",)),
-    },
-    "swiglu": {
-        "bias": Option((False, True), {
-            False: "without biases (LLaMA): the suite passes b_1 = b_2 = b_3 = None and "
-                   "expects None gradients",
-            True: "with biases b_1, b_2, b_3"}, pieces=("b_1",), also=("block",)),
     },
     "attention": {
         "W_o": Option((True, False), {True: "with the output projection W_o",
@@ -580,13 +567,19 @@ def _declared_options(name: str, options: Mapping) -> dict[str, Option]:
 
 def _with_declared(variants: dict, decls) -> dict:
     """``variants`` with the options of each built-in op's declaration (spec/builtin/) placed
-    after those of the row it follows (``after``), or last."""
+    after those of the op it names (``options_after``, else the row it follows, ``after``) --
+    a hand entry or a declared one -- or last."""
     declared = {d.name: _declared_options(d.name, d.options) for d in decls if d.options}
     out = {}
-    for op, options in variants.items():
+
+    def place(op: str, options) -> None:
         out[op] = options
-        out.update({d.name: declared.pop(d.name) for d in decls if d.after == op
-                    and d.name in declared})
+        for d in decls:
+            if (d.options_after or d.after) == op and d.name in declared:
+                place(d.name, declared.pop(d.name))
+
+    for op, options in variants.items():
+        place(op, options)
     return {**out, **declared}
 
 

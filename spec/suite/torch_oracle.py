@@ -249,12 +249,6 @@ def embedding(ids, W):
     return F.embedding(ids, W)
 
 
-def tied_embedding(ids, x, W_E):
-    """One tensor as F.embedding's table and F.linear's weight ([V, H] is torch's [out, in]
-    already): what GPT-2's tie_weights makes of wte and lm_head -- autograd sums both uses."""
-    return F.linear(F.embedding(ids, W_E) + x, W_E)
-
-
 def learned_position(x, W_pos):
     positions = torch.arange(x.shape[1])
     return x + F.embedding(positions, W_pos)[None]
@@ -614,23 +608,6 @@ def linear_cross_entropy(x, W, b, labels, *, ignore_index=IGNORE_INDEX, reductio
     """F.linear then F.cross_entropy: the fused op's unfused torch counterpart."""
     return cross_entropy(linear(x, W, b), labels, ignore_index=ignore_index,
                          reduction=reduction)
-
-
-def next_token_cross_entropy(logits, ids, *, ignore_index=IGNORE_INDEX, reduction="mean"):
-    """The causal language model's loss as transformers computes it.  float32: its own
-    ForCausalLMLoss (LlamaForCausalLM's: ids padded with ignore_index and shifted left, every
-    position's logits flattened; ``num_items_in_batch=1`` turns its sum into the plain sum).
-    float64: ForCausalLMLoss rounds the logits to float32 (``logits.float()``), so the shift as
-    GPT2LMHeadModel writes it, logits[..., :-1, :] against ids[..., 1:], into F.cross_entropy
-    (the float32 side checks that the two shifts agree)."""
-    from transformers.loss.loss_utils import ForCausalLMLoss
-
-    V = logits.shape[-1]
-    if logits.dtype == torch.float32:
-        return ForCausalLMLoss(logits, ids, V, ignore_index=ignore_index,
-                               num_items_in_batch=1 if reduction == "sum" else None)
-    return F.cross_entropy(logits[..., :-1, :].reshape(-1, V), ids[..., 1:].reshape(-1),
-                           ignore_index=ignore_index, reduction=reduction)
 
 
 def mse(y_hat, y):

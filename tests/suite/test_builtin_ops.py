@@ -5,6 +5,7 @@ checks, the mutation catalog, the infer probes, the mutants' killers."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from minibert_spec.protocol.table import Op, _with_declared
 from minibert_spec.protocol.variants import VARIANTS
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks import invariants  # noqa: F401 -- registers the identities
+from minibert_spec.suite.checks.bad_input import _slug
 from minibert_spec.suite.infer.probes import OP_NAMES, PROBES, VARIANT_PROBES
 from minibert_spec.suite.registry import get
 
@@ -41,7 +43,10 @@ def test_a_declaration_is_its_families_identities_mutants_and_probe(decl):
         decl.name if f.variant is None else f"{decl.name}_{f.variant}" for f in decl.families]
     for family, declared in zip(families, decl.families):
         assert family.torch is declared.torch
-        assert S.fixed_cases(family.function)  # its fixed examples, built with the kit
+        # its fixed examples, built with the kit and the family's strategy keywords
+        takes = inspect.signature(declared.examples).parameters
+        assert S.fixed_cases(family.function,
+                             **{k: v for k, v in declared.options.items() if k in takes})
     for identity in decl.identities:
         check = get(f"invariant[{decl.name}.{identity.name}]")
         assert check.source[0].endswith(f"spec/builtin/{decl.name}.py")
@@ -53,6 +58,12 @@ def test_a_declaration_is_its_families_identities_mutants_and_probe(decl):
         assert PROBES[decl.name].shapes == decl.probe["shapes"]
         assert OP_NAMES[decl.name] == decl.aliases
     assert list(VARIANTS.get(decl.name, {})) == list(decl.options)
+    if decl.options:  # placed after the entry it names, hand or declared
+        names = list(VARIANTS)
+        assert names[names.index(decl.name) - 1] == (decl.options_after or decl.after)
+    for label, arg, _ in decl.bad_inputs:
+        check = get(f"bad_input[{decl.name}.{_slug(label.split(maxsplit=1)[1])}]")
+        assert check.kwargs["arg"] == arg and check.kwargs["former"] == label
     if decl.variant_probe is not None:
         assert VARIANT_PROBES[decl.name].declares == decl.variant_probe["declares"]
 

@@ -5,11 +5,14 @@ implementation may not validate; the column says whether it does)."""
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 
 import numpy as np
 
 from minibert_reference.config import mini_bert, seed001
+from minibert_spec.builtin import declarations
 from minibert_spec.numerics.asserts import raises as _raises
 from minibert_spec.protocol import IGNORE_INDEX, OPS, NotApplicable, capabilities
 from minibert_spec.protocol.variants import unmet
@@ -52,11 +55,6 @@ def ffn_args():
             rng.standard_normal(H))
 
 
-def swiglu_args():
-    """x, W_1 [H, I], W_2 [I, H], W_3 [H, I] (no biases: LLaMA's form)."""
-    return X, rng.standard_normal((H, I)), rng.standard_normal((I, H)), rng.standard_normal((H, I))
-
-
 def block_params(bias=True):
     p = {f"attn.{n}": W.copy() for n in ("W_q", "W_k", "W_v", "W_o")}
     if bias:
@@ -78,16 +76,6 @@ FORWARD_CASES = [
     ("embedding W rank 1", "W", lambda m: m.embedding_forward(IDS, VEC)),
     ("embedding W int", "W", lambda m: m.embedding_forward(IDS, np.ones((V, H), int))),
     ("embedding W nan", "W", lambda m: m.embedding_forward(IDS, with_nan(np.ones((V, H))))),
-    # tied embedding / LM head
-    ("tied_embedding ids >= V", "ids",
-     lambda m: m.tied_embedding_forward(IDS, X, rng.standard_normal((5, H)))),
-    ("tied_embedding float ids", "ids",
-     lambda m: m.tied_embedding_forward(IDS * 1.0, X, rng.standard_normal((V, H)))),
-    ("tied_embedding x shape", "x", lambda m: m.tied_embedding_forward(
-        IDS, np.ones((B, T, H + 1)), rng.standard_normal((V, H)))),
-    ("tied_embedding x f32", "x",
-     lambda m: m.tied_embedding_forward(IDS, f32(X), rng.standard_normal((V, H)))),
-    ("tied_embedding W_E rank 1", "W_E", lambda m: m.tied_embedding_forward(IDS, X, VEC)),
     # position embeddings
     ("position T > rows", "x", lambda m: m.position_embedding_forward(X, np.ones((T - 1, H)))),
     ("position H mismatch", "W_pos", lambda m: m.position_embedding_forward(X, np.ones((T, 3)))),
@@ -97,15 +85,6 @@ FORWARD_CASES = [
     ("sinusoidal x rank 2", "x", lambda m: m.sinusoidal_position_forward(X[0])),
     ("sinusoidal nan", "x", lambda m: m.sinusoidal_position_forward(with_nan(X))),
     ("sinusoidal T=0", "T", lambda m: m.sinusoidal_encoding(0, H)),
-    # rotary position embeddings
-    ("rope odd d", "x", lambda m: m.rope_forward(np.ones((B, T, 3)))),
-    ("rope x rank 1", "x", lambda m: m.rope_forward(np.ones(H))),
-    ("rope positions shape", "positions", lambda m: m.rope_forward(X, np.arange(T + 1))),
-    ("rope positions < 0", "positions", lambda m: m.rope_forward(X, np.array([0, -1, 2]))),
-    ("rope float positions", "positions", lambda m: m.rope_forward(X, np.arange(T) * 1.0)),
-    ("rope start < 0", "positions", lambda m: m.rope_forward(X, -2)),
-    ("rope base 1", "base", lambda m: m.rope_forward(X, base=1.0)),
-    ("rope base nan", "base", lambda m: m.rope_forward(X, base=float("nan"))),
     # linear
     ("linear W shape", "W", lambda m: m.linear_forward(X, np.ones((H + 1, 2)))),
     ("linear b shape", "b", lambda m: m.linear_forward(X, W, np.ones(H + 1))),
@@ -179,16 +158,6 @@ FORWARD_CASES = [
      lambda m: m.ffn_forward(X, *ffn_args()[1:3], np.ones((I, H + 1)), ffn_args()[4])),
     ("ffn b_2 f32", "b_2", lambda m: m.ffn_forward(*ffn_args()[:4], f32(ffn_args()[4]))),
     ("ffn x nan", "x", lambda m: m.ffn_forward(with_nan(X), *ffn_args()[1:])),
-    # SwiGLU
-    ("swiglu W_1 shape", "W_1",
-     lambda m: m.swiglu_forward(X, np.ones((H + 1, I)), *swiglu_args()[2:])),
-    ("swiglu W_2 shape", "W_2",
-     lambda m: m.swiglu_forward(X, swiglu_args()[1], np.ones((I, H + 1)), swiglu_args()[3])),
-    ("swiglu W_3 shape", "W_3",
-     lambda m: m.swiglu_forward(*swiglu_args()[:3], np.ones((H, I + 1)))),
-    ("swiglu W_3 f32", "W_3",
-     lambda m: m.swiglu_forward(*swiglu_args()[:3], f32(swiglu_args()[3]))),
-    ("swiglu b_2 shape", "b_2", lambda m: m.swiglu_forward(*swiglu_args(), None, np.ones(I))),
     # block
     ("block missing key", "p", lambda m: m.block_forward(
         X, {k: v for k, v in block_params().items() if k != "ln1.gamma"}, n_heads=A)),
@@ -224,20 +193,6 @@ FORWARD_CASES = [
     *[(f"ce {form} zero", "logits", lambda m, form=form: m.cross_entropy_forward(
         P_ZERO, np.array([2, 0]), input=form))
       for form in ("probabilities", "probabilities_dlogits")],
-    ("next_token T = 1, mean", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X[:, :1], np.zeros((B, 1), int))),
-    ("next_token nothing predicted", "ids", lambda m: m.next_token_cross_entropy_forward(
-        X, np.array([[0, -100, -100], [1, -100, -100]]))),
-    ("next_token ids shape", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X, np.zeros((B, T + 1), int))),
-    ("next_token ids >= V", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X, np.full((B, T), H))),
-    ("next_token float ids", "ids",
-     lambda m: m.next_token_cross_entropy_forward(X, np.zeros((B, T)))),
-    ("next_token logits rank 1", "logits",
-     lambda m: m.next_token_cross_entropy_forward(VEC, np.zeros(H, int))),
-    ("next_token bad reduction", "reduction", lambda m: m.next_token_cross_entropy_forward(
-        X, np.zeros((B, T), int), reduction="max")),
     ("mse shape", "y", lambda m: m.mse_forward(X, X[:, :2])),
     ("mse broadcast", "y", lambda m: m.mse_forward(X, X[:1])),
     ("mse dtypes", "y", lambda m: m.mse_forward(X, f32(X))),
@@ -247,8 +202,7 @@ FORWARD_CASES = [
 
 # the op of a forward case: its label's first word
 _PREFIX_OPS = {"position": "position_embedding", "sinusoidal": "sinusoidal_position",
-               "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy",
-               "next_token": "next_token_cross_entropy"}
+               "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy"}
 
 
 def _former(label: str) -> str:
@@ -265,13 +219,22 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")
 
 
+def _declared_forward_cases():
+    """(op, label, arg, call(impl)) of each built-in op's declared bad inputs (spec/builtin/),
+    their calls handed this module's arrays."""
+    this = sys.modules[__name__]
+    return [(d.name, label, arg, functools.partial(call, b=this))
+            for d in declarations() for label, arg, call in d.bad_inputs]
+
+
 def _forward_cases():
     """``<op>.<what>`` for the label "<op word> <what>" (split_heads / merge_heads keep their
-    function's name: both are the heads op)."""
+    function's name: both are the heads op); a declared case names its op."""
     out = []
-    for label, arg, call in FORWARD_CASES:
+    for op, label, arg, call in ([(None, *case) for case in FORWARD_CASES]
+                                 + _declared_forward_cases()):
         first, rest = label.split(maxsplit=1)
-        op = _PREFIX_OPS.get(first, first)
+        op = op or _PREFIX_OPS.get(first, first)
         what = _slug(label if first in ("split_heads", "merge_heads") else rest)
         out.append((f"{op}.{what}", {"arg": arg, "call": call, "op": op, "former": label}))
     return out

@@ -28,7 +28,7 @@ from minibert_spec.numerics.fdcheck import (
 )
 from minibert_spec.numerics.identities import require
 from minibert_spec.protocol import OPS
-from minibert_spec.protocol.capabilities import ConventionWarning, capabilities
+from minibert_spec.protocol.capabilities import ConventionWarning, capabilities, declared_guards
 from minibert_spec.protocol.norm_eps import pinned_eps
 from minibert_spec.suite import strategies as S
 from minibert_spec.suite.checks.fd import on_families, on_family
@@ -195,80 +195,12 @@ def embedding_backward_sums_repeated_ids(impl, case):
     require(inv.embedding_scatter_adds(impl, case.fixed["ids"], case.inputs["W"], case.dout))
 
 
-@on_family("tied_embedding", "both_uses_summed")
-def tied_embedding_gradient_sums_both_uses(impl, case):
-    """dW_E holds both shares of the one table: the lookup's (dx scattered to the rows of the
-    ids, repeated ids adding up) plus the head's (dlogits^T h, h = W_E[ids] + x); a row no id
-    uses gets the head's share alone; and dx = dlogits W_E."""
-    ids, x, W_E, dz = case.fixed["ids"], case.inputs["x"], case.inputs["W_E"], case.dout
-    _, cache = impl.tied_embedding_forward(ids, x, W_E)
-    dx, dW_E = impl.tied_embedding_backward(dz, cache)
-    V, H = W_E.shape
-    lookup = np.zeros_like(W_E)
-    np.add.at(lookup, ids.reshape(-1), np.asarray(dx).reshape(-1, H))
-    head = dz.reshape(-1, V).T @ (W_E[ids] + x).reshape(-1, H)
-    unused = np.setdiff1d(np.arange(V), ids)
-    # the shares sum terms of |dz| |h| and |dz| |W_E| per entry: rounding of that size
-    terms = float(np.abs(dz).max() * (np.abs(W_E).max() + np.abs(x).max()) * dz[..., 0].size)
-    require([inv.close("tied_embedding", "dW_E = scatter(ids, dx) + dlogits^T h", dW_E,
-                       lookup + head, terms),
-             inv.close("tied_embedding", "rows no id uses: dW_E = the head's share",
-                       np.asarray(dW_E)[unused], head[unused], terms),
-             inv.close("tied_embedding", "dx = dlogits W_E", dx, dz @ W_E, terms)])
-
-
 @on_family("sinusoidal_position", "table",
            was="sinusoidal_position.example", equations=("position.sinusoidal",))
 def sinusoidal_table_identities(impl, case):
     """The table is 0 / 1 at position 0, feature 0 is sin(position), values in [-1, 1], and the
     forward adds it."""
     require(inv.sinusoidal_identities(impl, case.inputs["x"]))
-
-
-def _rope_positions(positions, T: int) -> np.ndarray:
-    """The protocol's positions argument as an array [T] (None: 0..T-1; an int: the start)."""
-    if positions is None:
-        return np.arange(T)
-    if isinstance(positions, (int, np.integer)):
-        return np.arange(positions, positions + T)
-    return np.asarray(positions)
-
-
-@on_family("rope_interleaved", "rotation-interleaved", given={"shift": st.integers(1, 30)},
-           example={"shift": 5})
-@on_family("rope_half", "rotation-half", given={"shift": st.integers(1, 30)},
-           example={"shift": 5})
-def rope_is_a_rotation_of_relative_positions(impl, case, shift):
-    """Each feature pair of the convention keeps its norm; the backward of y gives back x (the
-    inverse is the transpose); position 0 is the identity; None, the start position and the
-    explicit positions are one argument; and a query at m against a key at n depends on n - m
-    alone: every position moved by ``shift`` leaves the scores q_m . k_n unchanged."""
-    from minibert_spec.equations.rope import pairs
-
-    x, f = case.inputs["x"], case.fixed
-    T, d = x.shape[-2:]
-    kw = {"base": f["base"], "convention": f["convention"]}
-    pos = _rope_positions(f["positions"], T)
-    y, cache = impl.rope_forward(x, pos, **kw)
-    (back,) = impl.rope_backward(y, cache)
-    a, b = (list(idx) for idx in zip(*pairs(d, f["convention"])))
-    k = np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
-
-    def scores(at):
-        q_rot, k_rot = impl.rope_forward(x, at, **kw)[0], impl.rope_forward(k, at, **kw)[0]
-        return q_rot @ np.swapaxes(k_rot, -1, -2)  # [..., T, T]
-
-    start = int(pos[0]) if f["positions"] is not None else 0
-    require([inv.close("rope", "each pair keeps its norm", y[..., a] ** 2 + y[..., b] ** 2,
-                       x[..., a] ** 2 + x[..., b] ** 2),
-             inv.close("rope", "backward(forward(x)) = x (R^T R = I)", back, x),
-             inv.close("rope", "position 0 is the identity",
-                       impl.rope_forward(x, np.zeros(T, np.int64), **kw)[0], x),
-             inv.close("rope", "positions None / start / array agree",
-                       impl.rope_forward(x, None if start == 0 else start, **kw)[0],
-                       impl.rope_forward(x, start + np.arange(T), **kw)[0]),
-             inv.close("rope", f"q_m . k_n depends on n - m alone (positions + {shift})",
-                       scores(pos + shift), scores(pos))])
 
 
 @on_family("linear_bias", "xw_plus_b", was="linear.example", equations=("linear.forward",))
@@ -559,40 +491,6 @@ def cross_entropy_sum_is_n_times_mean(impl, case):
             + inv.cross_entropy_shift_invariant(impl, logits, labels, 800.0, ignore))
 
 
-@on_family("next_token_cross_entropy_mean", "shifted_pair-mean")
-@on_family("next_token_cross_entropy_sum", "shifted_pair-sum")
-def next_token_loss_is_the_shifted_cross_entropy(impl, case):
-    """The loss and its gradient are the float64 log-sum-exp cross-entropy of the shifted pair
-    (logits[..., :-1, :], ids[..., 1:]) -- its guarded formula under a declared loss guard,
-    the gradient within the guard's allowance; the last position's gradient is exactly 0; and
-    the first token's id changes nothing (it is never a target)."""
-    from minibert_spec.protocol.capabilities import declared_guards
-    from minibert_spec.suite.checks.losses import expected_cross_entropy
-
-    z, f, dloss = case.inputs["logits"], case.fixed, case.dout
-    ids, ignore = f["ids"], f["ignore_index"]
-    kw = {"ignore_index": ignore, "reduction": f["reduction"]}
-    loss, cache = impl.next_token_cross_entropy_forward(z, ids, **kw)
-    (dz,) = impl.next_token_cross_entropy_backward(dloss, cache)
-    want_loss, want_grad, allow = expected_cross_entropy(
-        z[..., :-1, :], ids[..., 1:], ignore, f["reduction"], declared_guards(impl))
-    want = dloss * want_grad
-    got = dz[..., :-1, :]
-    off = got - want  # a declared guard's share taken off (its allowance), the rest judged
-    got = want + np.sign(off) * np.maximum(np.abs(off) - allow * abs(dloss), 0.0)
-    first = ids.copy()
-    first[..., 0] = np.where(ids[..., 0] == ignore, 0, (ids[..., 0] + 1) % z.shape[-1])
-    loss_1, cache_1 = impl.next_token_cross_entropy_forward(z, first, **kw)
-    (dz_1,) = impl.next_token_cross_entropy_backward(dloss, cache_1)
-    op = "next_token_cross_entropy"
-    require([inv.close(op, "loss = CE(logits[..., :-1, :], ids[..., 1:])", loss, want_loss),
-             inv.close(op, "dlogits[..., :-1, :] = its gradient", got, want),
-             inv.exact(op, "dlogits[..., -1, :] = 0", dz[..., -1, :],
-                       np.zeros_like(dz[..., -1, :])),
-             inv.exact(op, "the first id changes nothing (loss)", loss_1, loss),
-             inv.exact(op, "the first id changes nothing (dlogits)", dz_1, dz)])
-
-
 @on_family("linear_cross_entropy_mean", "composition-mean", was="linear_cross_entropy.example",
            equations=OPS["linear_cross_entropy"].equations)
 @on_family("linear_cross_entropy_sum", "composition-sum",
@@ -619,33 +517,6 @@ def gelu_odd_part_is_identity(impl, case, tanh):
     require(inv.gelu_identities(impl, case.inputs["x"], "tanh" if tanh else "none", case.dout))
 
 
-@on_family("swiglu", "bilinear_gate")
-def swiglu_is_linear_in_up_and_down_weights(impl, case):
-    """Without biases the output is linear in W_3 and in W_2, so <dW_3, W_3> = <dW_2, W_2> =
-    <dy, y> (Euler's identity for a function of degree 1); a zero gate (W_1 = 0: silu(0) = 0)
-    gives exactly zero output, dW_2 and dW_3, and dW_1 = x^T (dy W_2^T * x W_3) / 2
-    (silu'(0) = 1/2)."""
-    p = case.inputs
-    x, W_1, W_2, W_3, dy = p["x"], p["W_1"], p["W_2"], p["W_3"], case.dout
-    y, cache = impl.swiglu_forward(x, W_1, W_2, W_3)
-    _, _, dW_2, dW_3, *_ = impl.swiglu_backward(dy, cache)
-    y0, cache0 = impl.swiglu_forward(x, np.zeros_like(W_1), W_2, W_3)
-    _, dW_1_0, dW_2_0, dW_3_0, *_ = impl.swiglu_backward(dy, cache0)
-    H = x.shape[-1]
-    half = (x.reshape(-1, H).T @ ((dy @ W_2.T) * (x @ W_3)).reshape(-1, W_3.shape[1])) / 2
-    # the inner products sum terms of |dy y| (|W dW| as large): their rounding is of that size
-    terms = float(np.sum(np.abs(dy * y)) + np.sum(np.abs(dW_2 * W_2)) + np.sum(np.abs(dW_3 * W_3)))
-    zero = np.zeros(())
-    require([inv.close("swiglu", "<dW_3, W_3> = <dy, y>", np.sum(dW_3 * W_3) - np.sum(dy * y),
-                       zero, terms),
-             inv.close("swiglu", "<dW_2, W_2> = <dy, y>", np.sum(dW_2 * W_2) - np.sum(dy * y),
-                       zero, terms),
-             inv.exact("swiglu", "a zero gate: y = 0", y0, np.zeros_like(y0)),
-             inv.exact("swiglu", "a zero gate: dW_2 = 0", dW_2_0, np.zeros_like(dW_2_0)),
-             inv.exact("swiglu", "a zero gate: dW_3 = 0", dW_3_0, np.zeros_like(dW_3_0)),
-             inv.close("swiglu", "a zero gate: dW_1 = x^T (dg * x W_3) / 2", dW_1_0, half)])
-
-
 @on_family("token_type", "scatter_adds",
            was="token_type.example", equations=("token_type.backward",))
 def token_type_gradient_scatter_adds_per_segment(impl, case):
@@ -670,10 +541,28 @@ def classifier_gradient_only_reaches_cls(impl, case):
     require(inv.classifier_gradient_only_at_cls(impl, case.inputs, case.dout))
 
 
+def _expected_cross_entropy(*args):
+    # imported when called: importing the loss checks registers them, in the suite's order
+    from minibert_spec.suite.checks.losses import expected_cross_entropy
+
+    return expected_cross_entropy(*args)
+
+
+def _rope_pairs(d: int, convention: str) -> list[tuple[int, int]]:
+    # imported when called, as the equations are elsewhere here (SymPy)
+    from minibert_spec.equations.rope import pairs
+
+    return pairs(d, convention)
+
+
 # what an identity a built-in op declares is handed (spec/builtin/): the findings and their
-# assertion (minibert_spec.numerics.identities), and the eps a norm's code fixes
+# assertion (minibert_spec.numerics.identities), the eps a norm's code fixes, the losses'
+# float64 cross-entropy (minibert_spec.suite.checks.losses), an impl's declared guards and the
+# feature pairs a RoPE convention turns (minibert_spec.equations.rope)
 HANDED = SimpleNamespace(close=inv.close, holds=inv.holds, exact=inv.exact, require=require,
-                         pinned_eps=lambda impl, norm: pinned_eps(capabilities(impl), norm))
+                         pinned_eps=lambda impl, norm: pinned_eps(capabilities(impl), norm),
+                         expected_cross_entropy=_expected_cross_entropy,
+                         declared_guards=declared_guards, rope_pairs=_rope_pairs)
 
 
 def _declared_identity(op: str, identity: Identity) -> None:

@@ -48,9 +48,8 @@ from minibert_spec.suite.strategies.kit import (
     reused, row_masks, scalar_upstream, seeded_arrays, sizes, token_ids, upstream, upstream_like,
     variant_kwargs)
 from minibert_spec.suite.strategies.embeddings import (
-    MAX_POSITION, _embedding_example, _rope_example, _tied_embedding_example, embedding_cases,
-    position_embedding_cases, rope_bases, rope_cases, rope_positions, sinusoidal_position_cases,
-    tied_embedding_cases)
+    _embedding_example, embedding_cases, position_embedding_cases, rope_bases,
+    sinusoidal_position_cases)
 from minibert_spec.suite.strategies.norms import (
     _LN, _layernorm_example, _layernorm_scale, _linear_example, _softmax_example, drawn_eps,
     layernorm_cases, layernorm_eps, linear_cases, relu_cases, softmax_cases, tanh_cases)
@@ -60,16 +59,15 @@ from minibert_spec.suite.strategies.attention import (
     attention_cases, attention_params, causal_key_masks, heads_cases, probability_rows,
     with_and_without_mask)
 from minibert_spec.suite.strategies.blocks import (
-    BLOCK_KEYWORDS, BLOCK_STANDARD, _BLOCK, _INNER, _PARTS, _POST, _PRE, _SWIGLU, _block_example,
+    BLOCK_KEYWORDS, BLOCK_STANDARD, _BLOCK, _INNER, _PARTS, _POST, _PRE, _block_example,
     _block_fixed, _block_needs, _block_weights, _but, _case_conditioning, _ffn_example,
-    _pooler_example, _swiglu_example, block_adapter, block_backward_scale, block_cases,
+    _pooler_example, block_adapter, block_backward_scale, block_cases,
     block_conditioning, block_norm_amplification, block_smooth, block_variant, ffn_cases,
-    ffn_params, pooler_cases, relu_preactivation_ok, swiglu_cases)
+    ffn_params, pooler_cases, relu_preactivation_ok)
 from minibert_spec.suite.strategies.losses import (
-    _CE, _CE_LABELS, _IGNORING, _NEXT, _PROBS, _cross_entropy_example, _cross_entropy_probs_example,
-    _gathered, _linear_cross_entropy_example, _next_token_example, _probs, _probs_omit,
-    cross_entropy_cases, cross_entropy_probs_cases, linear_cross_entropy_cases, mse_cases,
-    next_token_cross_entropy_cases)
+    _CE, _CE_LABELS, _IGNORING, _PROBS, _cross_entropy_example, _cross_entropy_probs_example,
+    _gathered, _linear_cross_entropy_example, _probs, _probs_omit, cross_entropy_cases,
+    cross_entropy_probs_cases, linear_cross_entropy_cases, mse_cases)
 from minibert_spec.suite.strategies.bert_ops import (
     GELU_SLOPE_MAX, _GELU, _MLM, _classifier_example, _embedding_ln_example, _mlm_head_example,
     _mlm_head_ln_input, _mlm_head_scale, _token_type_example, classifier_cases, embedding_ln_cases,

@@ -20,7 +20,6 @@ from minibert_spec.suite.strategies.attention import (
 from minibert_spec.suite.strategies.embeddings import rope_bases
 from minibert_spec.suite.strategies.kit import (
     OpCase,
-    _lead_shapes,
     _seed,
     arrays,
     batch_seq,
@@ -107,35 +106,6 @@ def ffn_cases(draw, b_1: bool = True, b_2: bool = True, activation: str = "relu"
         assume(relu_preactivation_ok(inputs["x"], inputs["W_1"], inputs["b_1"]))
     fixed = {} if activation == "relu" else {"activation": activation}
     return OpCase(inputs, fixed, draw(upstream((B, T, H))), draw(_seed()))
-
-
-def _swiglu_example(rng, bias: bool = False):
-    H, I = 4, 6
-    inputs = {"x": rng.standard_normal((2, 3, H)), "W_1": 0.7 * rng.standard_normal((H, I)),
-              "W_2": 0.7 * rng.standard_normal((I, H)), "W_3": 0.7 * rng.standard_normal((H, I)),
-              "b_1": 0.3 * rng.standard_normal(I) if bias else None,
-              "b_2": 0.3 * rng.standard_normal(H) if bias else None,
-              "b_3": 0.3 * rng.standard_normal(I) if bias else None}
-    return OpCase(inputs, {}, upstream_like(rng, (2, 3, H)))
-
-
-_SWIGLU = dict(also=("silu",), torch="swiglu", torch_requires=("transformers",))
-
-
-@cases("swiglu", needs={"swiglu.bias": False}, **_SWIGLU)
-@cases("swiglu", "bias", needs={"swiglu.bias": True}, **_SWIGLU)
-@fixed_examples(_swiglu_example)
-@st.composite
-def swiglu_cases(draw, bias: bool = False) -> OpCase:
-    """x [..., H] (one to three leading axes), W_1, W_3 [H, I], W_2 [I, H] in [-1.5, 1.5];
-    ``bias``: b_1, b_2, b_3 too (None without: LLaMA's form)."""
-    lead = draw(_lead_shapes(3).filter(len))
-    H, I = draw(sizes(1, 4)), draw(sizes(1, 5))
-    inputs = {"x": draw(arrays(lead + (H,))), "W_1": draw(arrays((H, I), -1.5, 1.5)),
-              "W_2": draw(arrays((I, H), -1.5, 1.5)), "W_3": draw(arrays((H, I), -1.5, 1.5))}
-    inputs.update({n: draw(arrays((k,), -1.0, 1.0)) if bias else None
-                   for n, k in (("b_1", I), ("b_2", H), ("b_3", I))})
-    return OpCase(inputs, {}, draw(upstream(lead + (H,))), draw(_seed()))
 
 
 def _block_weights(seed: int, H: int, I: int, names: tuple) -> dict:

@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from minibert_spec.builtin import Family, declarations
 from minibert_spec.protocol.norm_eps import eps_of
 from minibert_spec.suite.strategies import kit
+from minibert_spec.suite.strategies.embeddings import rope_bases
 from minibert_spec.suite.strategies.norms import layernorm_eps
 
 # what a declared family's drawing is handed: the drawing kit, the norms' eps draw and a
 # variant's eps (False: 0, a number: the one the code fixes, True: the default)
 HANDED = SimpleNamespace(**{n: getattr(kit, n) for n in dir(kit) if not n.startswith("__")},
-                         layernorm_eps=layernorm_eps, eps_of=eps_of)
+                         layernorm_eps=layernorm_eps, eps_of=eps_of, rope_bases=rope_bases)
 
 
 def _handed_kit(fn, wrapper):

@@ -10,7 +10,6 @@ from hypothesis.extra import numpy as hnp
 
 from minibert_spec.protocol import IGNORE_INDEX
 from minibert_spec.suite.strategies.kit import (
-    MAX_B,
     OpCase,
     _lead_shapes,
     _seed,
@@ -182,38 +181,6 @@ def linear_cross_entropy_cases(draw, reduction: str, layout: str | None = None) 
     fixed = {"labels": draw(ce_labels(lead, V, ignore_index)), "ignore_index": ignore_index,
              "reduction": reduction}
     return OpCase(inputs, fixed, draw(scalar_upstream()), draw(_seed()))
-
-
-def _next_token_example(rng, reduction: str):
-    """Two sequences of 5 tokens: a padded tail and an ignored first token (never a target
-    anyway); ignore_index -1 for the sum (a loss masking with the default -100 scores them)."""
-    ignore = IGNORE_INDEX if reduction == "mean" else -1
-    ids = np.array([[3, 1, 4, 1, 5], [ignore, 2, 6, ignore, ignore]])
-    return OpCase({"logits": rng.standard_normal((2, 5, 7)) * 2},
-                  {"ids": ids, "ignore_index": ignore, "reduction": reduction},
-                  upstream_like(rng, ()))
-
-
-_NEXT = dict(torch="next_token_cross_entropy", torch_requires=("transformers",))
-
-
-@cases("next_token_cross_entropy", "mean", reduction="mean", **_NEXT)
-@cases("next_token_cross_entropy", "sum", reduction="sum", **_NEXT)
-@fixed_examples(_next_token_example)
-@st.composite
-def next_token_cross_entropy_cases(draw, reduction: str) -> OpCase:
-    """logits [T, V] or [B, T, V] (T >= 2: a mean needs a target), ids with repeats and with
-    ignore_index (-100 or -1, passed) at some positions, at least one target among positions
-    1..T-1."""
-    lead = () if draw(st.booleans()) else (draw(sizes(1, MAX_B)),)
-    T, V = draw(sizes(2, 5)), draw(sizes(1, 6))
-    ignore_index = draw(st.sampled_from([IGNORE_INDEX, -1]))
-    ids = draw(ce_labels(lead + (T,), V, ignore_index))
-    if not np.any(ids[..., 1:] != ignore_index):
-        ids[(0,) * len(lead) + (T - 1,)] = draw(st.integers(0, V - 1))
-    fixed = {"ids": ids, "ignore_index": ignore_index, "reduction": reduction}
-    return OpCase({"logits": draw(arrays(lead + (T, V), -4.0, 4.0))}, fixed,
-                  draw(scalar_upstream()), draw(_seed()))
 
 
 @cases("mse", torch="mse")
