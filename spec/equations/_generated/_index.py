@@ -2,7 +2,7 @@
 each builder call's maps, and the digest of the equations' source they were generated from."""
 # ruff: noqa
 
-DIGEST = '34a8b659d7f090c263d1c34f20557835a920b628986e9898ee06b1923312760d'
+DIGEST = '6296f644b3bc93eda52e3a26a0c3f7936587c4389c7e7e6d055b58e7da5b4ce2'
 
 INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)": 'gelu',
  "elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((2, 3),)": 'gelu',
@@ -65,6 +65,9 @@ INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)"
  'minibert_spec.equations.position._pos_fns|((1, 3, 3, 2),)': 'position',
  'minibert_spec.equations.position._pos_fns|((2, 2, 3, 2),)': 'position',
  'minibert_spec.equations.position._pos_fns|((3, 1, 2, 1),)': 'position',
+ 'minibert_spec.equations.rmsnorm._row_fn|(1,)': 'rmsnorm',
+ 'minibert_spec.equations.rmsnorm._row_fn|(2,)': 'rmsnorm',
+ 'minibert_spec.equations.rmsnorm._row_fn|(3,)': 'rmsnorm',
  "minibert_spec.equations.rope._rope_fns|((2, 2), 'half')": 'rope',
  "minibert_spec.equations.rope._rope_fns|((2, 2), 'interleaved')": 'rope',
  "minibert_spec.equations.rope._rope_fns|((2, 6), 'half')": 'rope',
