@@ -15,6 +15,7 @@ import numpy as np
 import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations._cache import maps_cache
 from minibert_spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 
@@ -80,18 +81,20 @@ def _prove_forward() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-@cache
+@maps_cache
 def _row_fn(N: int):
     """The proofs' per-row derivation, lambdified with eps as an input:
-    (x, gamma, dy, eps) -> (y, dx, dgamma_row)."""
+    (x, gamma, dy, eps) -> (y, dx, dgamma_row).  Read from the generated source (no SymPy
+    derivation on the user's clock, issue 40: it was the one builder that still derived and
+    lambdified at check time, ~0.1 s of a process's first RMSNorm check)."""
     r = row(N)
     inputs = dict(x=r["x"], gamma=r["gamma"], dy=r["dy"], eps=np.array([EPS], dtype=object))
     return lambdify_map(inputs, [r["y"], r["dx"], r["dgamma"]], r["aux"])
 
 
-def _run(x, gamma, dy):
-    """Rows are independent: the row map on each row; dgamma adds up over rows."""
-    f = _row_fn(x.shape[-1])
+def _run(f, x, gamma, dy):
+    """Rows are independent: the row map ``f`` (:func:`_row_fn`) on each row; dgamma adds up
+    over rows."""
     outs = [f(x=xr, gamma=gamma, dy=dr, eps=np.array([RMS_EPS])) for xr, dr in zip(x, dy)]
     return (np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs]),
             sum(o[2] for o in outs))
@@ -116,7 +119,8 @@ def _code(which):
 
 def _numeric(which):
     def sympy_fn(N):
-        return lambda **a: (_run(**a)[0 if which is None else which + 1],)
+        f = _row_fn(N)  # here, not at the first call: regenerating records the map (_codegen)
+        return lambda **a: (_run(f, **a)[0 if which is None else which + 1],)
     return Numeric(NUMERIC_FEATURES, _inputs, sympy_fn, _code(which), _accept,
                    needs=("rmsnorm_forward", "rmsnorm_backward"))
 

@@ -32,7 +32,7 @@ SOURCES = {'__init__.py': '4e8de241e51a1e7104e1b944cf4d0ddbc8fe4b1b43f5e8be8436e
  'relu.py': '31c4cc86351ba4098c868d9f658a1495ead46efb879db19bbbfb09d904b70a1c',
  'relu2.py': 'd2ff931f133831c8307bd498eba4494ec990dad5b6903762fea3f3713ce49c68',
  'residual.py': '60f5ce0db6f2d46b906c37a6ec5c1df28aec7bc95d6dbe0ade630c9339fa0ab3',
- 'rmsnorm.py': '7848e11ecd0e8111a5b71d30eee171a4dc31c7708ef7debab7b7a1aa707bf169',
+ 'rmsnorm.py': '1acd1b54ff1f4c0d923e017e4ccde34d58ccc5eafafa6a1eaef51454b9856632',
  'rope.py': '6b1e1c40faa3b4f606904a22df757253e6f7a4eb6c4dce60a86425299e75bf2f',
  'schedule.py': '4e84e2838693cde36221794bcdea9c10d6442fd827603799f0a24f5c96afd68c',
  'silu.py': '9e4e14d2e324b33f7ef43625374bb286780880072dc85e71cdccf338667cab4d',

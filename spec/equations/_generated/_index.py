@@ -2,7 +2,7 @@
 each builder call's maps, and the digest of the equations' source they were generated from."""
 # ruff: noqa
 
-DIGEST = '1533cee1f7c83ced3fc4b464603a52f68d07c1841db11a5c5b2ee1075f8d3ba8'
+DIGEST = '2ab4be7a302dbbe27ba48a463a84ba7c6682edf6769093ce3daa3feb96a109d7'
 
 INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)": 'gelu',
  "elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((2, 3),)": 'gelu',
@@ -67,6 +67,9 @@ INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)"
  'minibert_spec.equations.position._pos_fns|((1, 3, 3, 2),)': 'position',
  'minibert_spec.equations.position._pos_fns|((2, 2, 3, 2),)': 'position',
  'minibert_spec.equations.position._pos_fns|((3, 1, 2, 1),)': 'position',
+ 'minibert_spec.equations.rmsnorm._row_fn|(1,)': 'rmsnorm',
+ 'minibert_spec.equations.rmsnorm._row_fn|(2,)': 'rmsnorm',
+ 'minibert_spec.equations.rmsnorm._row_fn|(3,)': 'rmsnorm',
  "minibert_spec.equations.rope._rope_fns|((2, 2), 'half')": 'rope',
  "minibert_spec.equations.rope._rope_fns|((2, 2), 'interleaved')": 'rope',
  "minibert_spec.equations.rope._rope_fns|((2, 6), 'half')": 'rope',
