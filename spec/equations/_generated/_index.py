@@ -2,7 +2,7 @@
 each builder call's maps, and the digest of the equations' source they were generated from."""
 # ruff: noqa
 
-DIGEST = '2ab4be7a302dbbe27ba48a463a84ba7c6682edf6769093ce3daa3feb96a109d7'
+DIGEST = '03db79372ef2c083e234aea69e0fea948871dfdb2ed23d0724e014028ffa89dc'
 
 INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)": 'gelu',
  "elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((2, 3),)": 'gelu',
@@ -64,6 +64,10 @@ INDEX = {"elementwise.gelu_erf.gelu_forward.[('approximate', 'none')]|((1, 4),)"
  "minibert_spec.equations.optim._adam_sympy|((5,), ('wd', 1/10))": 'optim',
  'minibert_spec.equations.optim._adam_sympy|((5,),)': 'optim',
  'minibert_spec.equations.pooler._pooler_fn|((2, 3, 2),)': 'pooler',
+ 'minibert_spec.equations.position._pe_fn|((2, 2),)': 'position',
+ 'minibert_spec.equations.position._pe_fn|((3, 4),)': 'position',
+ 'minibert_spec.equations.position._pe_fn|((4, 5),)': 'position',
+ 'minibert_spec.equations.position._pe_fn|((5, 6),)': 'position',
  'minibert_spec.equations.position._pos_fns|((1, 3, 3, 2),)': 'position',
  'minibert_spec.equations.position._pos_fns|((2, 2, 3, 2),)': 'position',
  'minibert_spec.equations.position._pos_fns|((3, 1, 2, 1),)': 'position',

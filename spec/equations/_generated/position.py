@@ -4,6 +4,7 @@ regenerating would change a byte."""
 # ruff: noqa
 
 from minibert_spec.equations._generated import map_of
+from numpy import cos, sin
 
 
 def _m0(x_0_0_0, x_0_0_1, x_0_1_0, x_0_1_1, x_1_0_0, x_1_0_1, x_1_1_0, x_1_1_1, P_0_0, P_0_1, P_1_0, P_1_1, P_2_0, P_2_1, dout_0_0_0, dout_0_0_1, dout_0_1_0, dout_0_1_1, dout_1_0_0, dout_1_0_1, dout_1_1_0, dout_1_1_1):
@@ -30,8 +31,43 @@ def _m5(x_0_0_0, x_1_0_0, x_2_0_0, P_0_0, P_1_0, dout_0_0_0, dout_1_0_0, dout_2_
     return [dout_0_0_0, dout_1_0_0, dout_2_0_0, dout_0_0_0 + dout_1_0_0 + dout_2_0_0, 0]
 
 
+def _m6():
+    return [0, 1, 0, 1, sin(1), cos(1), sin(1/100), cos(1/100), sin(2), cos(2), sin(1/50), cos(1/50)]
+
+
+def _m7():
+    x0 = 10**(2/3)
+    x1 = (1/100)*x0
+    x2 = 10**(1/3)
+    x3 = (1/1000)*x2
+    x4 = (1/50)*x0
+    x5 = (1/500)*x2
+    x6 = (3/100)*x0
+    x7 = (3/1000)*x2
+    x8 = (1/25)*x0
+    x9 = (1/250)*x2
+    return [0, 1, 0, 1, 0, 1, sin(1), cos(1), sin(x1), cos(x1), sin(x3), cos(x3), sin(2), cos(2), sin(x4), cos(x4), sin(x5), cos(x5), sin(3), cos(3), sin(x6), cos(x6), sin(x7), cos(x7), sin(4), cos(4), sin(x8), cos(x8), sin(x9), cos(x9)]
+
+
+def _m8():
+    return [0, 1, sin(1), cos(1)]
+
+
+def _m9():
+    x0 = 10**(2/5)
+    x1 = (1/100)*x0
+    x2 = 10**(4/5)
+    x3 = (1/50)*x0
+    x4 = (3/100)*x0
+    return [0, 1, 0, 1, 0, sin(1), cos(1), sin(x1), cos(x1), sin((1/10000)*x2), sin(2), cos(2), sin(x3), cos(x3), sin((1/5000)*x2), sin(3), cos(3), sin(x4), cos(x4), sin((3/10000)*x2)]
+
+
 MAPS = {
     'minibert_spec.equations.position._pos_fns|((2, 2, 3, 2),)': (map_of(_m0, ['x', 'W_pos', 'dout'], [[2, 2, 2]]), map_of(_m1, ['x', 'W_pos', 'dout'], [[2, 2, 2], [3, 2]])),
     'minibert_spec.equations.position._pos_fns|((1, 3, 3, 2),)': (map_of(_m2, ['x', 'W_pos', 'dout'], [[1, 3, 2]]), map_of(_m3, ['x', 'W_pos', 'dout'], [[1, 3, 2], [3, 2]])),
     'minibert_spec.equations.position._pos_fns|((3, 1, 2, 1),)': (map_of(_m4, ['x', 'W_pos', 'dout'], [[3, 1, 1]]), map_of(_m5, ['x', 'W_pos', 'dout'], [[3, 1, 1], [2, 1]])),
+    'minibert_spec.equations.position._pe_fn|((3, 4),)': map_of(_m6, [], [[3, 4]]),
+    'minibert_spec.equations.position._pe_fn|((5, 6),)': map_of(_m7, [], [[5, 6]]),
+    'minibert_spec.equations.position._pe_fn|((2, 2),)': map_of(_m8, [], [[2, 2]]),
+    'minibert_spec.equations.position._pe_fn|((4, 5),)': map_of(_m9, [], [[4, 5]]),
 }
