@@ -18,8 +18,8 @@ from minibert_spec.suite.run import check_settings, run_check
 
 CHECK = "fd[silu]"
 # a local module full of floats and integers a SiLU case may draw (inside [-4, 4], small sizes)
-CONSTANTS = "VALUES = [" + ", ".join(repr(float(v)) for v in np.linspace(-3.9, 3.9, 157)) + "]\n" + \
-    "SIZES = [" + ", ".join(str(i) for i in range(1, 40)) + "]\n"
+CONSTANTS = ("VALUES = [" + ", ".join(repr(float(v)) for v in np.linspace(-3.9, 3.9, 157))
+             + "]\nSIZES = [" + ", ".join(str(i) for i in range(1, 40)) + "]\n")
 
 
 def _drawn() -> list[bytes]:

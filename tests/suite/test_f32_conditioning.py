@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import settings
 
 import minibert_reference
 import minibert_spec.numerics.fdcheck as fdcheck
 from minibert_spec.numerics.fdcheck import assert_f32_close, input_rounding_sensitivity
-from minibert_spec.suite.registry import all_checks
-from minibert_spec.suite.run import as_proxy, run_check
+from minibert_spec.suite.checks.invariants import float32_path_agrees_with_float64
+from minibert_spec.suite.strategies import OpCase, family
+
+# the family's f32_ok filter calls assume(), a no-op outside a Hypothesis test
+pytestmark = pytest.mark.filterwarnings("ignore:Using `assume` outside")
 
 
 def _cancelling(inputs, dout=None):
@@ -64,23 +66,18 @@ def test_a_precision_bug_stays_red_with_the_conditioning_allowance():
         assert_f32_close(v32, v64, float(np.abs(v64).max()), "var", conditioning=sens)
 
 
-SEED0 = "invariant[block_llama_swiglu.float32_vs_float64]"
+def test_the_reference_llama_block_on_an_ill_conditioned_case_is_green_red_without_it(
+        monkeypatch):
+    """The case --seed 0 drew (tests/suite/f32_llama_case.py): the reference's dx misses the
+    plain allowance by less than its inputs' rounding explains.  Without the allowance it is
+    red (the case is still one the rule is for); with it, green."""
+    from tests.suite.f32_llama_case import DOUT, FIXED, INPUTS
 
-
-def test_the_reference_llama_block_at_seed_0_is_green_and_was_red_without_it(monkeypatch):
-    """The case --seed 0 draws: the reference's dx misses the plain allowance (1.02e-4 > 9.9e-5
-    when found) by less than its inputs' rounding explains.  Without the allowance it is red
-    (so this test still reaches that case); with it, green."""
-    check = next(c for c in all_checks() if c.id == SEED0)
-    impl = as_proxy(minibert_reference)
-    profile = settings.get_current_profile_name()
-    settings.load_profile("default")  # what `minibert check --seed 0` draws under
-    try:
-        monkeypatch.setattr(fdcheck, "F32_CONDITIONING_FACTOR", 0.0)
-        red = run_check(check, impl, seed=0)
-        assert red.outcome == "failed" and ": dx:" in red.message, red.message[:300]
-        monkeypatch.undo()
-        green = run_check(check, impl, seed=0)
-        assert green.outcome == "passed", green.message[:300]
-    finally:
-        settings.load_profile(profile)
+    case = OpCase(dict(INPUTS), dict(FIXED), DOUT)
+    fam = family("block_llama_swiglu")
+    with monkeypatch.context() as m:
+        m.setattr(fdcheck, "F32_CONDITIONING_FACTOR", 0.0)
+        with pytest.raises(AssertionError, match=r"block_llama_swiglu: dx: worst at index "
+                                                 r"\(2, 1, 2\)"):
+            float32_path_agrees_with_float64(minibert_reference, fam, case)
+    float32_path_agrees_with_float64(minibert_reference, fam, case)
