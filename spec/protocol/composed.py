@@ -221,10 +221,11 @@ class ComposedModel(ModelOfRows):
         """The composed blocks' attention: its own row; else the reference's, its
         probabilities computed by the implementation's softmax row where it has one
         (:attr:`softmax_inside`) and can place it (:func:`_softmax_unplaceable`)."""
-        why = _softmax_unplaceable(self.caps, self.attn["causal"])
-        if why and "attention" not in self.own and "softmax" in self.own:
+        wanted = "attention" not in self.own and "softmax" in self.own
+        why = _softmax_unplaceable(self.caps, self.attn["causal"]) if wanted else None
+        if why:
             self.unplaced["softmax"] = why
-        self.softmax_inside = "attention" not in self.own and "softmax" in self.own and not why
+        self.softmax_inside = wanted and not why
         if not self.softmax_inside:
             return self._row("attention")
         self.rows.setdefault("attention", "reference")

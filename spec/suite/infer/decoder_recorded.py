@@ -5,7 +5,8 @@ each form the class shows (:func:`recorded_sets`), each set judged as a paramete
 (:func:`~minibert_spec.suite.infer.decoder.decoder_rows`: its logits against the reference's),
 the sets that match joined into one row declaring every form they showed
 (:func:`recorded_decoder`); no row where a set matches in no form or a RoPE base the class
-takes is never confirmed (a bug there would be declared away)."""
+takes is never confirmed (a bug there would be declared away).  :func:`infer_decoder`, the
+row of any module, is here: a parameter source's row where the module has one, else this."""
 
 from __future__ import annotations
 

@@ -321,7 +321,7 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
                          + _raised(s) for s in pairs if s not in used and s.label not in tried]
     rows, why = infer_optimizers(classes)  # the adam row: optimizer classes (optim.py)
     more, why_more = infer_training(mod)  # the schedule and clip rows (training.py)
-    lm, why_lm = infer_decoder(mod)  # the decoder row: a whole decoder-only LM (decoder.py)
+    lm, why_lm = infer_decoder(mod)  # the decoder row: a whole decoder-only LM (decoder*.py)
     return (mappings + blocks + fn_blocks + rows + more + lm,
             missing + why + why_more + why_lm)
 
