@@ -1,25 +1,19 @@
 """The audit: equations x implementations x tests, joined by equation ID.
 
 * equations: ``minibert_spec.equations`` (ID, sources, SymPy proof/refutation, SymPy <-> code
-check);
+  check);
 * implementations: functions of the implementation under test that carry ``__equations__``
-  (set by ``minibert_reference.registry.implements``), found by walking the package -- no registry
+  (``minibert_reference.registry.implements``), found by walking the package -- no registry
   object is needed, so another implementation only has to tag its functions;
-* tests: ``pytest --collect-only`` of ``tests/`` in a subprocess with ``minibert_spec.evidence`` as
-a
-  plugin (``minibert_spec.evidence.collect_items``): every collected case's nodeid and the IDs of
-  its ``equation`` markers, wherever they come from (decorator, class, ``pytestmark``,
-  ``pytest.param(marks=...)``, the op table in ``spec/protocol.py``).  A collection error fails
-  the audit loudly.  A tagged case is oracle evidence if it carries ``oracle``;
-  finite-difference evidence if not, and its function reaches the FD machinery
-  (``minibert_spec.numerics.finite_differences``'s checks) through its own body or the helpers it
-  calls (an AST walk of the test's module and the ``tests/`` modules it imports from).
+* tests: ``pytest --collect-only`` of ``tests/`` (``minibert_spec.evidence.collect_items``): every
+  collected case and the IDs of its ``equation`` markers; a collection error fails the audit
+  loudly.  A tagged case is oracle evidence if it carries ``oracle``, finite-difference evidence
+  if not and its function reaches the FD machinery (:class:`_Reach`).
 
 A *gap* is missing evidence; a *regression* is evidence that contradicts the record (a proof
 whose outcome differs from the recorded verdict, a claim whose verdict changed).  Both fail the
-audit.  Every row carries the file:line of the equation's definition, of each implementing
-function, and the nodeid of each test case.  NumPy/stdlib only; SymPy is imported by the proofs
-and pytest by the collection subprocess.
+audit.  NumPy/stdlib only; SymPy is imported by the proofs and pytest by the collection
+subprocess.
 """
 
 from __future__ import annotations

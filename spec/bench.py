@@ -1,23 +1,14 @@
-"""Benchmark machinery for ``minibert bench``: the reference and PyTorch eager on the same model
-and batch, each side alone in its own process (``minibert_spec.benchproc``: one fresh interpreter
-per side, thread count and round, the sides alternating process by process; timing two libraries in
-one process distorts both), with medians over rounds, p10/p90 and ratios; FLOP counts from the
-architecture's closed forms (``minibert_spec.costs``); the FLOP floor measured by an sgemm of the
-same work in each process; peak RSS; the BLAS library and the thread count actually used
-(threadpoolctl); and what each side times (``bench_sides``: a child of the harness builds its
-timed calls with it).
-
-A measurement checks itself (``plausibility``, in every process): a load average above the core
-count, an sgemm far below what the process's own 1-thread probe predicts (or whose rounds spread
-widely), or a time faster than its FLOP floor means the machine was busy and the figures are not
-a measurement of the code.  ``minibert bench`` then says so, judges no target and exits
-non-zero (unless ``--allow-noisy``); the audit's timing claims say "not measured (busy)"
-(``minibert_spec.claims.timing``).
+"""Benchmark machinery for ``minibert bench`` (spec/cli/bench.py says what it measures) and the
+claims ledger's timing claims (``minibert_spec.claims.timing``): the timing primitives, FLOP
+counts from the architecture's closed forms (``minibert_spec.costs``), the sgemm FLOP floor, peak
+RSS, the BLAS in use (threadpoolctl), what each side times (``bench_sides``, built in a child of
+the harness ``minibert_spec.benchproc``) and the self-check (``plausibility``, in every process):
+a load average above the core count, an sgemm far below what the process's own 1-thread probe
+predicts (or whose rounds spread widely), or a time faster than its FLOP floor means the machine
+was busy and the figures are not a measurement of the code.
 
 NumPy + threadpoolctl here; the torch side is ``tests/benchmarks/torch_side.py`` (``minibert_spec``
-never imports torch itself), loaded by path when torch is installed.  The claims ledger's timing
-claims (the visual guide's) are measured with the same primitives and harness
-(``minibert_spec.claims.timing``).
+never imports torch itself), loaded by path when torch is installed.
 """
 
 from __future__ import annotations
@@ -25,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -49,12 +39,6 @@ class Stats:
     p90_ms: float
     n: int  # timed calls in all
     rounds: int = 1  # processes (each side's figure: the median of their medians)
-
-    @classmethod
-    def of(cls, seconds: list[float]) -> Stats:
-        ms = np.asarray(seconds) * 1e3
-        return cls(float(np.median(ms)), float(np.percentile(ms, 10)),
-                   float(np.percentile(ms, 90)), len(ms))
 
     @classmethod
     def of_rounds(cls, rounds: list[list[float]]) -> Stats:
@@ -141,14 +125,6 @@ class BenchReport:
             out["train_rate"]["loaded_ratio"] = self.train_rate.loaded_ratio
         out["processes"] = [p.summary() for p in self.processes]  # medians, not every call
         return out
-
-
-def alternate(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 2,
-              before: dict[str, Callable[[], object]] | None = None,
-              budget_s: float | None = None) -> dict[str, Stats]:
-    """``alternate_raw``'s times as Stats."""
-    return {name: Stats.of(t) for name, t in alternate_raw(
-        fns, repeats=repeats, warmup=warmup, before=before, budget_s=budget_s).items()}
 
 
 def alternate_raw(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 2,
@@ -465,10 +441,6 @@ def peak_rss_mib(preset: str, B: int, T: int, *, threads: int = 1, head: str = "
     full MLM head or the trainer's masked head, Adam double-buffered as the trainer runs it)
     with ``threads`` workers and nothing else: no torch in the address space."""
     return float(_run_script(PEAK_RSS_SCRIPT, preset, B, T, steps, threads, head))
-
-
-def self_peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # ---------------------------------------------------------------- training under load

@@ -5,21 +5,12 @@ Timing two libraries in one process distorts both: with NumPy's OpenBLAS threads
 OpenMP pool side by side, torch's 2-thread Mini-BERT step measured 131 ms in-process and 66 ms
 alone (the reference 78 vs 65).  So the parent never times anything: it starts one fresh
 interpreter per side, thread count and round (``python -m minibert_spec.benchproc JOB``),
-alternating the sides process by process (ours, torch, ours, torch, ...), and takes medians over the
-rounds. Each child sets the same policy for its side (N cores: the reference's N workers with
-single-threaded BLAS, torch's ``set_num_threads(N)``; freed memory kept by malloc in both),
-never loads the other side's library (the reference's child never imports torch; torch's child
-keeps NumPy's BLAS at one thread and never calls it in a timed call), and checks itself: the
-load average before and after it, its own library's sgemm at 1 and N threads, and each timed
-row against its FLOP floor at that rate (``minibert_spec.bench.plausibility``).
-
-The parent reads one JSON line from each child; a child that fails is a ValueError carrying
-its last error line, never a figure.  The harness knows no task: a job names the function that
-builds each side's timed calls (``"task": "package.module:function"``,
-``minibert_spec.bench.BENCH_TASK`` for ``minibert bench``,
-``minibert_spec.claims.timing.CLAIMS_TASK`` for the timing claims), as it names the implementation a
-child imports -- so the harness imports neither the CLI nor the claims ledger (the layers of
-pyproject.toml's ``[tool.importlinter]``).
+alternating the sides process by process, and takes medians over the rounds.  Each child sets
+the same policy for its side (N cores: the reference's N workers with single-threaded BLAS,
+torch's ``set_num_threads(N)``; freed memory kept by malloc in both), never loads the other
+side's library, and checks itself (``minibert_spec.bench.plausibility``).  A job names the
+function that builds each side's timed calls (``"task"``), so the harness imports neither the
+CLI nor the claims ledger (the layers of pyproject.toml's ``[tool.importlinter]``).
 """
 
 from __future__ import annotations
@@ -195,18 +186,11 @@ def python_path() -> list[str]:
 
 
 # ------------------------------------------------------------------------------ the child
-def _probe_numpy(threads: int) -> dict[int, tuple[float, float]]:
-    return {n: sgemm_gflops(n, repeats=PROBE_ROUNDS, with_median=True)
-            for n in sorted({1, threads})}
-
-
 def _side_fns(job: dict, side: str):
     """(fns, before) of ``side``: key -> timed callable, key -> untimed callable run right
     before each timed call; built by the function the job's ``task`` names
-    (``package.module:function``, called with the job and the side).  The harness knows no task:
-    each caller names its own (``minibert_spec.bench.BENCH_TASK``,
-    ``minibert_spec.claims.timing.CLAIMS_TASK``),
-    as the job names the implementation a child imports."""
+    (``package.module:function``, called with the job and the side: ``minibert_spec.bench.
+    BENCH_TASK``, ``minibert_spec.claims.timing.CLAIMS_TASK``)."""
     task = job.get("task")
     module, _, name = task.partition(":") if isinstance(task, str) else ("", "", "")
     if not module or not name:
@@ -232,7 +216,8 @@ def run_job(job: dict) -> dict:
     load_before = load_average()
     info: dict = {}
     if side == "ours":
-        sgemm = _probe_numpy(n) if check else {}
+        sgemm = ({k: sgemm_gflops(k, repeats=PROBE_ROUNDS, with_median=True)
+                  for k in sorted({1, n})} if check else {})
         with use_threads(n):  # N workers, single-threaded BLAS
             fns, before = _side_fns(job, side)
             times = alternate_raw(fns, repeats=job["repeats"], warmup=job["warmup"],

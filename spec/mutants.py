@@ -3,23 +3,15 @@
 Each mutant names the equation it breaks (an ID the reference's ``@implements`` tags carry, or one
 of the fixed optimizer IDs), says in one line what is wrong, and is a small *source edit* of the
 reference function that holds the maths: a target (``"ops._layernorm_backward"``: module alias .
-function) and one or more exact ``(old, new)`` replacements of its source.
+function, the aliases being the op table's ``module`` fields plus :data:`TOOLING_MODULES`) and one
+or more exact ``(old, new)`` replacements of its source.  Each ``old`` must occur exactly once, so
+a refactor of the reference can never silently turn a mutant into a no-op.
 
-:func:`activate` reads the target's source (``inspect.getsource``), applies the edits -- each
-``old`` must occur exactly once, else :class:`MutantEditError`, so a refactor of the reference can
-never silently turn a mutant into a no-op -- compiles the result in memory in the globals of the
-module that defines it (``minibert_reference.ops.norms`` for ``ops._layernorm_backward``) and
-swaps it into ``minibert_reference.ops`` / ``minibert_reference.model`` / ... *and* every other
-loaded ``reference*`` module namespace that holds the original object (a section of
-``minibert_reference.ops`` that imports another's kernel by name), and into the records of their
-module-level tables (``minibert_reference.model.HEADS``: a head kind is a record of functions).
-Kernels call each other through their module's globals or those tables, so op-level, composite
-and model-level code all run the bug; :func:`deactivate` restores the very same objects. Nothing
-on disk changes.
-
-The module aliases are the ``module`` fields of the op table
-(``minibert_spec.protocol.reference_modules``). A mutant whose target module or function does not
-exist is *not applicable*, never counted as killed.  The public ops check their arguments before
+:func:`activate` swaps the compiled edit into every loaded ``minibert_reference`` namespace and
+table record that holds the original (kernels call each other through their module's globals or
+those tables, so op-level, composite and model-level code all run the bug); :func:`deactivate`
+restores the very same objects.  Nothing on disk changes.  A mutant whose target does not exist
+is *not applicable*, never counted as killed.  The public ops check their arguments before
 calling the (mutated) kernel, so a bad-input test cannot "kill" a mutant for a reason unrelated to
 its bug.
 """

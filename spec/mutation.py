@@ -42,7 +42,6 @@ from minibert_spec.mutants import CATALOG, activate, applicability
 from minibert_spec.paths import HOME
 
 ROOT = HOME
-IMPL_SPEC = "minibert_spec.mutation:mutant_impl"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
 _active: str | None = None
 
@@ -80,22 +79,43 @@ class MutantResult:
         return self.status in ("killed", "timeout")
 
 
-def _read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+def _pytest(mutant: str, args: Sequence[str], *, profile: str | None, timeout: float,
+            env: Mapping[str, str] | None = None) -> tuple:
+    """One pytest subprocess with this module as its plugin, against ``mutant`` ("" = the
+    unmutated baseline): (its process or None on a timeout, the MINIBERT_REPORT records the
+    conftest wrote, seconds)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="minibert-mutant-") as tmp:
+        report = Path(tmp) / "report.jsonl"
+        # not the variables of an enclosing pytest(-xdist) run: this is a fresh session
+        full = {k: v for k, v in os.environ.items()
+                if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+        full.update(MINIBERT_MUTANT=mutant, MINIBERT_REPORT=str(report),
+                    OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        if profile:
+            full["MINIBERT_PROFILE"] = profile
+        full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+        full.update(env or {})
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=ROOT, env=full,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, [], time.perf_counter() - start
+        records = [json.loads(line) for line in
+                   (report.read_text(encoding="utf-8").splitlines() if report.exists() else ())
+                   if line]
+    return proc, records, time.perf_counter() - start
 
 
-def _env(mutant: str, profile: str | None, report: Path) -> dict:
-    # not the variables of an enclosing pytest(-xdist) run: this is a fresh session
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
-    env.update(MINIBERT_MUTANT=mutant, MINIBERT_REPORT=str(report),
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if profile:
-        env["MINIBERT_PROFILE"] = profile
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
+def _error(proc) -> str:
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+    return f"pytest exit {proc.returncode}: " + " | ".join(tail)
+
+
+def _pooled(one: Callable, jobs: Sequence, workers: int) -> list:
+    """``one`` of each of ``jobs``, ``workers`` threads at a time (each starts a subprocess)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(one, jobs))
 
 
 def ordered_test_files(tests: Sequence[str]) -> list[str]:
@@ -116,28 +136,18 @@ def ordered_test_files(tests: Sequence[str]) -> list[str]:
 def run_suite(mutant: str, tests: Sequence[str] = ("tests",), *, profile: str | None = "ci",
               timeout: float = 600, extra_args: Sequence[str] = ()) -> MutantResult:
     """One pytest subprocess against ``mutant`` ("" for the unmutated baseline)."""
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="minibert-mutant-") as tmp:
-        report = Path(tmp) / "report.jsonl"
-        cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, "-p", __name__,
-               *extra_args, *ordered_test_files(tests)]
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=_env(mutant, profile, report),
-                                  capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return MutantResult(mutant, "timeout", f"(no result after {timeout:.0f} s)", "",
-                                time.perf_counter() - start)
-        records = _read_records(report)
-    seconds = time.perf_counter() - start
+    proc, records, seconds = _pytest(
+        mutant, [*PYTEST_ARGS, "-p", __name__, *extra_args, *ordered_test_files(tests)],
+        profile=profile, timeout=timeout)
+    if proc is None:
+        return MutantResult(mutant, "timeout", f"(no result after {timeout:.0f} s)", "", seconds)
     failed = [r for r in records if r["outcome"] == "failed"]
     if failed:
         return MutantResult(mutant, "killed", failed[0]["nodeid"], failed[0]["message"], seconds)
     if proc.returncode == 0:
         return MutantResult(mutant, "survived", "", f"{len(records)} tests passed or skipped",
                             seconds)
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-    return MutantResult(mutant, "error", "", f"pytest exit {proc.returncode}: " + " | ".join(tail),
-                        seconds)
+    return MutantResult(mutant, "error", "", _error(proc), seconds)
 
 
 def select(names: Sequence[str] = (), *, fast: bool = False) -> list[str]:
@@ -172,9 +182,7 @@ def run_mutants(names: Sequence[str], tests: Sequence[str] = ("tests",), *, jobs
             on_result(r)
         return r
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for r in pool.map(one, runnable):
-            results[r.name] = r
+    results.update((r.name, r) for r in _pooled(one, runnable, jobs))
     return [results[n] for n in names]
 
 
@@ -266,22 +274,14 @@ def run_tagged(mutant: str, equation: str, nodeids: Sequence[str], *, profile: s
                                                                                  float]:
     """The tests tagged with ``equation`` against ``mutant`` ("" = unmutated), without -x:
     (status, failing node ids, message, seconds)."""
-    start = time.perf_counter()
     files = sorted({n.split("::")[0] for n in nodeids})
-    with tempfile.TemporaryDirectory(prefix="minibert-matrix-") as tmp:
-        report = Path(tmp) / "report.jsonl"
-        env = _env(mutant, profile, report)
-        env[MATRIX_EQUATION_ENV] = equation
-        env["MINIBERT_SLOW"] = "1"  # every tagged test, the slow tier's too (conftest.py)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", __name__,
-               *extra_args, *files]
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return "timeout", [], f"no result after {timeout:.0f} s", time.perf_counter() - start
-        records = _read_records(report)
-    seconds = time.perf_counter() - start
+    # every tagged test, the slow tier's too (conftest.py)
+    proc, records, seconds = _pytest(
+        mutant, ["-q", "-p", "no:cacheprovider", "-p", __name__, *extra_args, *files],
+        profile=profile, timeout=timeout,
+        env={MATRIX_EQUATION_ENV: equation, "MINIBERT_SLOW": "1"})
+    if proc is None:
+        return "timeout", [], f"no result after {timeout:.0f} s", seconds
     failed = sorted({r["nodeid"] for r in records if r["outcome"] == "failed"})
     if failed:
         first = next(r for r in records if r["outcome"] == "failed")
@@ -290,8 +290,7 @@ def run_tagged(mutant: str, equation: str, nodeids: Sequence[str], *, profile: s
         return "survived", [], f"{len(records)} tests passed or skipped", seconds
     if proc.returncode == 5:  # pytest: nothing selected
         return "untested", [], f"no test in {files} is tagged {equation}", seconds
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-    return "error", [], f"pytest exit {proc.returncode}: " + " | ".join(tail), seconds
+    return "error", [], _error(proc), seconds
 
 
 def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | None = None,
@@ -336,9 +335,7 @@ def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | No
             on_result(row, False)
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for row in pool.map(one, todo):
-            rows[row.mutant] = row
+    rows.update((row.mutant, row) for row in _pooled(one, todo, jobs))
     return [rows[n] for n in names]
 
 

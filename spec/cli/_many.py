@@ -3,7 +3,6 @@ implementations (minibert_spec.suite.many does the work; this is the command lin
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def argv_for(args) -> list[str]:
 
 
 def many_command(args) -> int:
-    from minibert_spec.cli._output import _fail, databases_refused, html_refused
+    from minibert_spec.cli._output import _fail, databases_refused, emit, html_refused
     from minibert_spec.suite.many import SLACK_SECONDS, class_table, run_many, survey
     from minibert_spec.suite.pool import LOAD_SECONDS
 
@@ -88,25 +87,14 @@ def many_command(args) -> int:
 
     table["provenance"] = provenance()
     table["argv"] = argv_for(args)
-    if args.format == "json":
-        text = json.dumps(table, indent=1)
-        if args.output:
-            from minibert_spec.cli._output import _write
 
-            _write(args.output, text)
-        else:
-            print(text)
-    else:
-        _print_many(table)
-        if args.format == "html":
-            from minibert_spec.report.many import write_many_site
+    def html():
+        from minibert_spec.report.many import write_many_site
 
-            write_many_site(table, Path(args.output), table["provenance"])
-            print(f"table written to {Path(args.output) / 'index.html'}", file=sys.stderr)
-        elif args.output:
-            from minibert_spec.cli._output import _write
+        write_many_site(table, Path(args.output), table["provenance"])
+        print(f"table written to {Path(args.output) / 'index.html'}", file=sys.stderr)
 
-            _write(args.output, json.dumps(table, indent=1))
+    emit(args, table, lambda: _print_many(table), html)
     return table["exit_code"]
 
 
@@ -116,9 +104,9 @@ def _print_many(table: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from minibert_spec.cli._output import STYLE as style
+
     console = Console(width=None if sys.stdout.isatty() else 200)
-    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow",
-             "not judged": "red", "thin": "yellow"}  # the row verdicts of suite/report.py
     t = Table(title=f"{len(table['implementations'])} implementations x {len(table['ops'])} ops")
     t.add_column("implementation", no_wrap=True)
     for op in table["ops"]:

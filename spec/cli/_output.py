@@ -4,10 +4,15 @@ other (tests/test_architecture.py finds import circles)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from minibert_spec.suite.report import EXIT_NOT_RUN
+
+# the console colour of each cell and row verdict (minibert_spec.suite.report's words)
+STYLE = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow",
+         "not judged": "red", "thin": "yellow"}
 
 
 def _fail(msg: str, code: int = EXIT_NOT_RUN) -> int:
@@ -37,6 +42,24 @@ def _write(path: str, text: str) -> None:
     if target.parent and not target.parent.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(str(target), text + "\n")
+
+
+def emit(args, data: dict, show, html) -> None:
+    """A report as ``--format`` and ``-o`` ask (minibert check, ``--many``, report merge):
+    json, the JSON to ``-o`` or stdout; else ``show()`` (the table), then html, ``html()``
+    (the page into ``-o``), or table, the JSON to ``-o`` if given."""
+    text = json.dumps(data, indent=1)
+    if args.format == "json":
+        if args.output:
+            _write(args.output, text)
+        else:
+            print(text)
+        return
+    show()
+    if args.format == "html":
+        html()
+    elif args.output:
+        _write(args.output, text)
 
 
 def database_refused(flag: str, path: str, *, write: bool) -> str | None:

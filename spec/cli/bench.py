@@ -95,19 +95,7 @@ def measure(args):
 
     from minibert_reference.config import PRESETS
     from minibert_reference.train.threads import available_cores
-    from minibert_spec.bench import (
-        BENCH_TASK,
-        BenchReport,
-        Row,
-        blas_info,
-        load_average,
-        load_torch_side,
-        peak_rss_mib,
-        plausibility,
-        problem,
-        step_gflop,
-        train_rate,
-    )
+    from minibert_spec import bench as mb
     from minibert_spec.benchproc import check_processes, median_sgemm, run_rounds, stats_of
 
     _check_args(args)
@@ -116,18 +104,18 @@ def measure(args):
     if T > config.max_len:
         raise ValueError(f"--seq: expected at most the preset's max_len={config.max_len}, "
                          f"got {T}")
-    _, labels, _ = problem(config, B, T, args.seed)
-    module, note = load_torch_side()
+    _, labels, _ = mb.problem(config, B, T, args.seed)
+    module, note = mb.load_torch_side()
     sides = ("ours", "torch") if module is not None else ("ours",)
-    report = BenchReport(args.preset, B, T, "float32", blas_info(), {}, policy=POLICY,
-                    torch_note=note, cores=available_cores())
-    report.load["before"] = load_average()
+    report = mb.BenchReport(args.preset, B, T, "float32", mb.blas_info(), {}, policy=POLICY,
+                            torch_note=note, cores=available_cores())
+    report.load["before"] = mb.load_average()
     predicted = float(np.mean(labels != IGNORE_INDEX))
     threads = sorted(set(args.threads))
-    gflops = {key: (step_gflop(config, B, T, predicted if frac else None)[flops] if flops
+    gflops = {key: (mb.step_gflop(config, B, T, predicted if frac else None)[flops] if flops
                     else 0.0) for key, _, flops, frac in ROWS}
     # each side alone in its own process, alternating process by process (minibert_spec.benchproc)
-    job = {"task": BENCH_TASK, "preset": args.preset, "batch": B, "seq": T, "seed": args.seed,
+    job = {"task": mb.BENCH_TASK, "preset": args.preset, "batch": B, "seq": T, "seed": args.seed,
            "keys": [key for key, *_ in ROWS], "repeats": args.repeats, "warmup": args.warmup,
            "check": True}
     processes = run_rounds(job, sides=sides, threads=threads, rounds=args.rounds,
@@ -141,25 +129,25 @@ def measure(args):
         for key, title, _, _ in ROWS:
             gflop = gflops[key]
             rate = report.sgemm_gflops.get(n)
-            report.rows.append(Row(
+            report.rows.append(mb.Row(
                 key, title, n, gflop, stats_of(processes, "ours", n, key),
                 stats_of(processes, "torch", n, key),
                 gflop / rate * 1e3 if gflop and rate else None))
     # the self-check: the run's (load before the first process, after the last) and each
     # process's own, before the RSS and train-rate children (the latter loads the machine on
     # purpose)
-    report.load["after"] = load_average()
-    report.problems = plausibility(
+    report.load["after"] = mb.load_average()
+    report.problems = mb.plausibility(
         cores=report.cores, load_before=report.load["before"],
         load_after=report.load["after"], own_threads=max(threads), sgemm={},
         sgemm_median={}, floors={})
     report.problems += check_processes(processes, cores=report.cores, gflop=gflops)
     if not args.no_rss:
         for head in ("full", "masked"):
-            report.peak_rss_mib[head] = peak_rss_mib(args.preset, B, T, threads=max(threads),
-                                                     head=head)
+            report.peak_rss_mib[head] = mb.peak_rss_mib(args.preset, B, T,
+                                                        threads=max(threads), head=head)
     if not args.no_train_rate:
-        report.train_rate = train_rate(args.preset)
+        report.train_rate = mb.train_rate(args.preset)
     report.targets = targets(report)
     for t in report.targets:  # never "met" (nor "NOT met") from an implausible run
         t.implausible = bool(report.problems)
@@ -266,13 +254,10 @@ def render_table(report) -> str:
 
 def _emit(text: str, output: str | None) -> None:
     """The report to ``output`` (atomically, its folder made) or to stdout."""
+    from minibert_spec.cli._output import _write
+
     if output:
-        import os
-
-        from minibert_reference.train.fileio import atomic_write
-
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        atomic_write(output, text + "\n")
+        _write(output, text)
     else:
         sys.stdout.write(text + "\n")
 
@@ -300,8 +285,7 @@ def run(args) -> int:
 
 def run_verdict(args) -> int:
     """``minibert bench --verdict``: minibert_spec.benchverdict's cases, measured and written like
-    the
-    train-step bench's report (table or JSON, -o atomically), the same self-check rule."""
+    the train-step bench's report (table or JSON, -o atomically), the same self-check rule."""
     from minibert_spec.benchverdict import exit_status, render, unreachable, user_cases
     from minibert_spec.benchverdict import measure as measure_verdict
 

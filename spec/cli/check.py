@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from minibert_spec.cli._output import _fail, _write, databases_refused, html_refused
+from minibert_spec.cli._output import _fail, _write, databases_refused, emit, html_refused
 
 DEFAULT_WORKERS = 2
 
@@ -237,23 +237,15 @@ def output(args, report) -> int:
     """The report as ``--format`` and ``-o`` ask (minibert check and minibert report merge
     alike); its exit status."""
     data = report.to_json()
-    if args.format == "json":
-        text = json.dumps(data, indent=1)
-        if args.output:
-            _write(args.output, text)
-        else:
-            print(text)
-    elif args.format == "html":
+
+    def html():
         from minibert_spec.report.check import write_check_site
 
-        _print_table(report, data)
         stats = write_check_site(json.loads(json.dumps(data)), Path(args.output))
         print(f"report written to {Path(args.output) / 'index.html'} ({stats.files} files, "
               f"{stats.bytes / 1e3:.0f} kB, {stats.seconds:.2f} s)", file=sys.stderr)
-    else:
-        _print_table(report, data)
-        if args.output:
-            _write(args.output, json.dumps(data, indent=1))
+
+    emit(args, data, lambda: _print_table(report, data), html)
     return report.exit_code()
 
 
@@ -262,16 +254,12 @@ def run_settings(plan) -> dict:
     implementation's source, the suite's version and its libraries: recorded in the report,
     and what the shards of one run must share (minibert_spec.suite.shard.merge_check_reports)."""
     import platform
-    from importlib import metadata
 
     from minibert_spec.cli._provenance import git_commit, package_versions
     from minibert_spec.suite.run import run_seed
     from minibert_spec.suite.shard import implementation_digest
 
-    try:
-        version = metadata.version("minibert-spec")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
+    version = package_versions(["minibert-spec"]).get("minibert-spec", "unknown")
     kinds, ops = (None if v is None else list(v) for v in (plan.kinds, plan.ops))
     return {"oracle": plan.oracle, "bad_input": plan.bad_input, "model": plan.model,
             "kinds": kinds, "ops": ops, "match": plan.match, "quick": plan.tier == "quick",
@@ -322,6 +310,7 @@ def _print_table(report, data) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from minibert_spec.cli._output import STYLE as style
     from minibert_spec.cli._provenance import provenance_line
     from minibert_spec.suite.report import UNVERIFIED_HINT, first_rows
 
@@ -342,8 +331,6 @@ def _print_table(report, data) -> None:
     for col in data["columns"]:
         table.add_column(col["heading"])
     table.add_column("verdict")
-    style = {"ok": "green", "FAIL": "red", "n/a": "dim", "error": "red", "not run": "yellow",
-             "not judged": "red", "thin": "yellow"}
 
     def cell(c):
         short = {"ok": c["detail"].split(",")[0], "FAIL": "see below", "n/a": "",

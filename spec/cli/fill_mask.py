@@ -33,11 +33,20 @@ def fill_mask(impl, params, config, tok, text: str, top_k: int = 5):
         raise ValueError(f"text: expected at least one [MASK] within the first "
                          f"{config.max_len - 2} tokens, got {text!r}{hint}")
     logits, _ = impl.forward(params, config, np.array([ids]))  # [1, T, V]
+    # never propose [PAD], [CLS], ..., nor the rows of the table the tokenizer never uses
+    never = [*range(D.N_SPECIAL), *range(tok.get_vocab_size(), logits.shape[-1])]
+    return _top_k(logits[0], positions, never, tok, top_k)
+
+
+def _top_k(logits, positions, never, tok, top_k: int):
+    """[(position, [(token, probability), ...]), ...]: the softmax of each position's logits
+    [T, V] without the ids ``never``, its ``top_k`` best (ties in id order)."""
+    import numpy as np
+
     out = []
     for pos in positions:
-        z = logits[0, pos].astype(np.float64)
-        z[:D.N_SPECIAL] = -np.inf  # never propose [PAD], [CLS], ...
-        z[tok.get_vocab_size():] = -np.inf  # rows of the table the tokenizer never uses
+        z = logits[pos].astype(np.float64)
+        z[never] = -np.inf
         p = np.exp(z - z.max())
         p /= p.sum()
         best = np.argsort(-p, kind="stable")[:top_k]
@@ -65,15 +74,7 @@ def fill_mask_hf(directory, text: str, top_k: int = 5):
                                            batch["attention_mask"],
                                            token_type_ids=batch["token_type_ids"])
     special = [tok.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")]
-    out = []
-    for pos in positions:
-        z = logits[0, pos].astype(np.float64)
-        z[special] = -np.inf
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        best = np.argsort(-p, kind="stable")[:top_k]
-        out.append((pos, [(tok.id_to_token(int(i)), float(p[i])) for i in best]))
-    return out
+    return _top_k(logits[0], positions, special, tok, top_k)
 
 
 def run(args) -> int:
@@ -86,21 +87,17 @@ def run(args) -> int:
     if Path(args.checkpoint).is_dir():  # a Hugging Face directory
         # a ValueError (no config.json, a pickle-only directory, ...) is a user mistake: main()
         # prints it as one line and exits 2
-        results = fill_mask_hf(args.checkpoint, args.text, args.top_k)
-        for pos, preds in results:
-            print(f"[MASK] at position {pos}:")
-            for token, p in preds:
-                print(f"  {token:<16} {p:.4f}")
-        return 0
-
-    state, config, _, tok_json = load_state(args.checkpoint)
-    if tok_json is None:
-        raise ValueError(f"checkpoint: expected a stored tokenizer in {args.checkpoint!r}, got "
-                         f"none (trained on synthetic ids?); use a run of minibert train")
-    tok = D.tokenizer_from_json(tok_json, name="checkpoint tokenizer")
-    for pos, preds in fill_mask(minibert_reference, state.params, config, tok, args.text,
-                                args.top_k):
-        print(f"[MASK] at position {pos} (step {state.step}):")
+        results, at = fill_mask_hf(args.checkpoint, args.text, args.top_k), ""
+    else:
+        state, config, _, tok_json = load_state(args.checkpoint)
+        if tok_json is None:
+            raise ValueError(f"checkpoint: expected a stored tokenizer in {args.checkpoint!r}, "
+                             f"got none (trained on synthetic ids?); use a run of minibert train")
+        tok = D.tokenizer_from_json(tok_json, name="checkpoint tokenizer")
+        results = fill_mask(minibert_reference, state.params, config, tok, args.text, args.top_k)
+        at = f" (step {state.step})"
+    for pos, preds in results:
+        print(f"[MASK] at position {pos}{at}:")
         for token, p in preds:
             print(f"  {token:<16} {p:.4f}")
     return 0

@@ -47,13 +47,6 @@ def _regenerated(text: str, block: re.Pattern, doc: str, body) -> str:
     return block.sub(lambda m: m.group(1) + body() + m.group(3), text, count=1)
 
 
-def readme_table(text: str) -> str:
-    """``text`` (``PROTOCOL_DOC``) with its protocol table regenerated from the op table."""
-    from minibert_spec.protocol import protocol_markdown
-
-    return _regenerated(text, TABLE, PROTOCOL_DOC, protocol_markdown)
-
-
 def _layer_comments(block: str) -> list[tuple[str, str]]:
     """``(layer, its comment)`` in the order of the ``layers = [...]`` array of one contract's
     TOML text: the ``#`` lines above an entry (and one after it on its line) are its comment."""
@@ -112,12 +105,13 @@ def run(args) -> int:
 
     from minibert_reference.train.fileio import atomic_write
     from minibert_spec.paths import need_checkout
+    from minibert_spec.protocol import protocol_markdown
 
     try:
         home = need_checkout("minibert regenerate")
         readme = home / PROTOCOL_DOC
         text = readme.read_text(encoding="utf-8")
-        new = readme_table(text)
+        new = _regenerated(text, TABLE, PROTOCOL_DOC, protocol_markdown)
         layers_doc = home / ARCHITECTURE_DOC
         layers_text = layers_doc.read_text(encoding="utf-8")
         new_layers = architecture_doc(

@@ -155,13 +155,6 @@ def remove_stale_temporaries(run_dir: str) -> None:
               f"{', '.join(os.path.basename(p) for p in stale)}")
 
 
-def clear_run_dir(run_dir: str) -> None:
-    for f in RUN_FILES:
-        p = os.path.join(run_dir, f)
-        if os.path.exists(p):
-            os.remove(p)
-
-
 def _threads_for(args) -> int:
     """--threads if given (a number, or 'auto' = the available cores); else, resuming, the count
     the checkpoint recorded (bit-exact resume); else auto."""
@@ -239,8 +232,9 @@ def run_mlm(args) -> int:
     os.makedirs(args.run_dir, exist_ok=True)
     with RunLock(args.run_dir):
         remove_stale_temporaries(args.run_dir)
-        if args.force:
-            clear_run_dir(args.run_dir)
+        for old in (os.path.join(args.run_dir, f) for f in RUN_FILES if args.force):
+            if os.path.exists(old):
+                os.remove(old)
         return _train_mlm(args, ckpt, tcfg, tok_json)
 
 
@@ -250,22 +244,12 @@ def _train_mlm(args, ckpt, tcfg, tok_json) -> int:
     import minibert_reference
     from minibert_reference.config import mini_bert
     from minibert_reference.train import data as D
-    from minibert_reference.train import plots
-    from minibert_reference.train.loop import (
-        Interrupted,
-        NonFiniteStep,
-        heldout_set,
-        init_state,
-        load_state,
-        prepare_corpus_data,
-        save_history,
-        train,
-    )
+    from minibert_reference.train import loop, plots
 
     t_start = time.perf_counter()
     state, corpus_sha = None, None
     if args.resume:
-        state, config, tcfg, tok_json, meta = load_state(ckpt, with_meta=True)
+        state, config, tcfg, tok_json, meta = loop.load_state(ckpt, with_meta=True)
         corpus_sha = meta.get("corpus_sha256")
         print(f"resuming from {ckpt} at step {state.step} of {tcfg.steps}")
         for w in meta["warnings"]:
@@ -274,10 +258,10 @@ def _train_mlm(args, ckpt, tcfg, tok_json) -> int:
             print(f"ignored on --resume: {flag}")
     else:
         config = mini_bert()
-    tok, (tr_ids, tr_mask), (he_ids, he_mask), corpus_sha = prepare_corpus_data(
+    tok, (tr_ids, tr_mask), (he_ids, he_mask), corpus_sha = loop.prepare_corpus_data(
         args.run_dir, files=None if args.resume else args.files, seq_len=config.max_len,
         vocab_size=config.vocab_size, tokenizer_json=tok_json, corpus_sha256=corpus_sha)
-    held = heldout_set(he_ids, he_mask, rows=tcfg.eval_rows, seed=tcfg.seed,
+    held = loop.heldout_set(he_ids, he_mask, rows=tcfg.eval_rows, seed=tcfg.seed,
                        vocab_size=config.vocab_size, mask_prob=tcfg.mask_prob)
     log_p = D.unigram_log_probs(tr_ids, tr_mask, config.vocab_size)
     baseline = D.unigram_baseline(log_p, held["labels"])
@@ -288,21 +272,23 @@ def _train_mlm(args, ckpt, tcfg, tok_json) -> int:
     print(f"unigram-frequency baseline on the held-out masked tokens: {baseline:.4f} nats "
           f"(uniform over V: {np.log(config.vocab_size - D.N_SPECIAL):.4f})")
     if state is None:
-        state = init_state(minibert_reference, config, tcfg)
+        state = loop.init_state(minibert_reference, config, tcfg)
     state.history["baseline"] = baseline
     status = "finished"
     try:
-        state = train(minibert_reference, config, tcfg, (tr_ids, tr_mask), held, state=state,
-                      checkpoint_path=ckpt, tokenizer_json=D.tokenizer_to_json(tok),
-                      progress=not args.no_progress, extra={"corpus_sha256": corpus_sha},
-                      max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
-    except Interrupted:
+        state = loop.train(minibert_reference, config, tcfg, (tr_ids, tr_mask), held,
+                           state=state, checkpoint_path=ckpt,
+                           tokenizer_json=D.tokenizer_to_json(tok),
+                           progress=not args.no_progress, extra={"corpus_sha256": corpus_sha},
+                           max_seconds=None if args.max_minutes is None
+                           else 60 * args.max_minutes)
+    except loop.Interrupted:
         status = "interrupted"
-    except NonFiniteStep as e:
+    except loop.NonFiniteStep as e:
         print(f"error: {e}; {ckpt} keeps the last good checkpoint", file=sys.stderr)
         return 3
     h = state.history
-    save_history(os.path.join(args.run_dir, "history.json"), h)
+    loop.save_history(os.path.join(args.run_dir, "history.json"), h)
     plots.plot_loss_curve(os.path.join(args.run_dir, "loss_curve.png"), h, baseline=baseline)
     ids = [D.CLS_ID, *D.encode_text(tok, args.sentence)[:config.max_len - 2], D.SEP_ID]
     maps = plots.attention_maps(minibert_reference, state.params, config, np.array([ids]))

@@ -38,14 +38,6 @@ def anchor(*parts: str) -> str:
     return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "-", p) for p in parts)
 
 
-def cell_anchor(op: str, column: str) -> str:
-    return anchor("cell", op, column)
-
-
-def check_anchor(op: str, column: str, check_id: str) -> str:
-    return anchor("check", op, column, check_id)
-
-
 def split_message(message: str) -> dict:
     """A result's message -> {headline, body, reproduce}: the first line (what failed and
     where), the rest of the explanation (arrays, further findings) and the reproduction."""
@@ -61,16 +53,16 @@ def _grid(data: dict, results: dict[str, dict]) -> tuple[list[dict], list[dict]]
     for row in first_rows(data):
         op, cells = row["op"], []
         for col in data["columns"]:
-            c = row["cells"][col["key"]]
+            c, here = row["cells"][col["key"]], anchor("cell", op, col["key"])
             red = c["status"] in RED_CELLS
             cells.append({"key": col["key"], "heading": col["heading"], **c,
-                          "href": f"#{cell_anchor(op, col['key'])}" if red else ""})
+                          "href": f"#{here}" if red else ""})
             if red:
                 failures.append({
-                    "anchor": cell_anchor(op, col["key"]), "op": op, "column": col["heading"],
+                    "anchor": here, "op": op, "column": col["heading"],
                     "key": col["key"], "status": c["status"], "detail": c["detail"],
                     "ran": c["ran"],
-                    "checks": [{"id": i, "anchor": check_anchor(op, col["key"], i),
+                    "checks": [{"id": i, "anchor": anchor("check", op, col["key"], i),
                                 **_result(results, i)} for i in c["checks"]]})
                 for k in failures[-1]["checks"]:
                     k["rerun"] = rerun_command(data["impl"], k["id"], k["kind"],
