@@ -424,15 +424,19 @@ except (OSError, IndexError):
 """
 
 
-def _run_script(script: str, *args) -> str:
-    """The last line a fresh interpreter running ``script`` with ``args`` prints; a child that
-    fails raises a ValueError carrying its last error line (never a silent figure)."""
-    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
-                         capture_output=True, text=True)
+def child_lines(argv: list[str], what: str = "", cwd=None) -> list[str]:
+    """The lines a fresh interpreter run with ``argv`` prints; a child that fails raises a
+    ValueError carrying its last error line (never a silent figure); ``what``: which child."""
+    out = subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ValueError(f"benchmark child process failed (exit {out.returncode}): {last}")
-    return out.stdout.strip().splitlines()[-1]
+        raise ValueError(f"benchmark child process{what} failed (exit {out.returncode}): {last}")
+    return out.stdout.strip().splitlines()
+
+
+def _run_script(script: str, *args) -> str:
+    """The last line a fresh interpreter running ``script`` with ``args`` prints."""
+    return child_lines(["-c", script, *map(str, args)], cwd=ROOT)[-1]
 
 
 def peak_rss_mib(preset: str, B: int, T: int, *, threads: int = 1, head: str = "masked",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 import types
@@ -31,6 +30,7 @@ from minibert_spec.bench import (
     Stats,
     alternate_raw,
     blas_info,
+    child_lines,
     load_average,
     load_torch_side,
     plausibility,
@@ -86,13 +86,8 @@ class Process:
 def run_child(job: dict) -> dict:
     """Run one job in a fresh interpreter; its last stdout line is the result (JSON).  A child
     that fails raises a ValueError with its last error line."""
-    out = subprocess.run([sys.executable, "-m", "minibert_spec.benchproc", json.dumps(job)],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ValueError(f"benchmark child process ({job.get('side')}, {job.get('threads')} "
-                         f"thread(s)) failed (exit {out.returncode}): {last}")
-    lines = out.stdout.strip().splitlines()
+    lines = child_lines(["-m", "minibert_spec.benchproc", json.dumps(job)],
+                        f" ({job.get('side')}, {job.get('threads')} thread(s))")
     try:
         return json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):

@@ -70,8 +70,7 @@ CACHES = ("user", "cold", "warm")
 def check_case(impl: str, *extra: str, target_s: float | None = None, what: str = "",
                cwd: str | None = None, cache: str = "user") -> Case:
     """``minibert check IMPL EXTRA... --format json`` as a case (run as ``python -m
-    minibert_spec.cli``:
-    the interpreter of this run, installed or not)."""
+    minibert_spec.cli``: the interpreter of this run, installed or not)."""
     argv = (sys.executable, "-m", "minibert_spec.cli", "check", impl, *extra, "--format", "json")
     return Case(argv, what or " ".join(("minibert check", impl, *extra)), target_s, cwd,
                 cache=cache)

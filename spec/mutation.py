@@ -186,6 +186,14 @@ def run_mutants(names: Sequence[str], tests: Sequence[str] = ("tests",), *, jobs
     return [results[n] for n in names]
 
 
+def xdist_args(jobs: int) -> list[str]:
+    """pytest's ``-n JOBS`` for a baseline run (every test, or every equation's tagged ones):
+    spread over the cores when pytest-xdist is there."""
+    import importlib.util
+
+    return ["-n", str(jobs)] if importlib.util.find_spec("xdist") and jobs > 1 else []
+
+
 def score(results: Sequence[MutantResult]) -> tuple[int, int]:
     """(detected, applicable): n/a mutants are not in the denominator; an error run is (as
     undetected: the suite could not show the bug)."""
@@ -206,9 +214,9 @@ MATRIX_EQUATION_ENV = "MINIBERT_MATRIX_EQUATION"
 def pytest_configure(config) -> None:
     """Plugin (``-p minibert_spec.mutation``): applies the mutant named by $MINIBERT_MUTANT to the
     bundled reference in memory, so every test that reaches the reference runs it.  In a
-    matrix run, Hypothesis keeps its
-    profile's examples (a failure is found exactly where the ordinary run finds it) but does
-    not shrink it: only *whether* a test fails is recorded, and shrinking dominated the cost."""
+    matrix run, Hypothesis keeps its profile's examples (a failure is found exactly where the
+    ordinary run finds it) but does not shrink it: only *whether* a test fails is recorded,
+    and shrinking dominated the cost."""
     if os.environ.get("MINIBERT_MUTANT"):
         _mutant_impl()
     if not os.environ.get(MATRIX_EQUATION_ENV):
@@ -223,8 +231,7 @@ def pytest_configure(config) -> None:
 def pytest_collection_modifyitems(config, items) -> None:
     """Plugin (``-p minibert_spec.mutation``): with $MINIBERT_MATRIX_EQUATION set (IDs,
     comma-separated), keep only the items whose ``equation`` (or judging-suite ``suite_check``)
-    markers name
-    one (the markers the audit collects)."""
+    markers name one (the markers the audit collects)."""
     wanted = set(filter(None, os.environ.get(MATRIX_EQUATION_ENV, "").split(",")))
     if not wanted:
         return
@@ -339,8 +346,11 @@ def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | No
     return [rows[n] for n in names]
 
 
-def matrix_markdown(rows: Sequence[MatrixRow]) -> str:
-    """Mutant x test file: ``k/n`` = k of the n tagged tests of that file killed the mutant."""
+def write_markdown(path: Path, rows: Sequence[MatrixRow]) -> None:
+    """Mutant x test file into ``path``: ``k/n`` = k of the n tagged tests of that file killed
+    the mutant."""
+    from minibert_reference.train.fileio import atomic_write
+
     files = sorted({f for r in rows for f in r.by_file()})
     short = [f.removeprefix("tests/").removesuffix(".py") for f in files]
     lines = ["| mutant | equation | killed by | " + " | ".join(short) + " |",
@@ -351,7 +361,8 @@ def matrix_markdown(rows: Sequence[MatrixRow]) -> str:
                      f"({r.status}) | " + " | ".join(
                          (f"{cells[f][0]}/{cells[f][1]}" if f in cells else "")
                          for f in files) + " |")
-    return "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(str(path), "\n".join(lines) + "\n")
 
 
 MATRIX_SCHEMA = "minibert-matrix/1"  # a matrix run's own record (--json): a shard, or all
@@ -453,15 +464,11 @@ def matrix_command(args, console, settings: dict | None = None) -> int:
                   "equation, without -x")
     if stale and not args.no_baseline:
         # the unmutated tagged tests must pass, or a "kill" means nothing: one run, every
-        # equation's tagged tests, spread over the cores
-        import importlib.util
-
+        # equation's tagged tests
         eqs = sorted({CATALOG[n].equation for n in stale} & set(tagged))
-        xdist = importlib.util.find_spec("xdist") is not None and args.jobs > 1
         status, failed, message, s = run_tagged(
             "", ",".join(eqs), sorted({n for eq in eqs for n in tagged[eq]}),
-            profile=args.profile, timeout=args.timeout,
-            extra_args=["-n", str(args.jobs)] if xdist else [])
+            profile=args.profile, timeout=args.timeout, extra_args=xdist_args(args.jobs))
         if status != "survived":
             console.print(f"[red]baseline: tagged tests fail unmutated ({status}): "
                           f"{escape(', '.join(failed) or message)}[/]")
@@ -499,10 +506,3 @@ def matrix_command(args, console, settings: dict | None = None) -> int:
 
 MATRIX_NOTE = ("minibert mutate --matrix: per mutant, the tests tagged with its equation (no -x); "
                "killers = failing node ids")
-
-
-def write_markdown(path: Path, rows: Sequence[MatrixRow]) -> None:
-    from minibert_reference.train.fileio import atomic_write
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(str(path), matrix_markdown(rows))

@@ -22,21 +22,20 @@ def register(sub) -> None:
     g = sub.add_parser("adapter", help="write the skeleton of an adapter (every protocol name "
                                        "and capability, one line of help each)")
     actions = g.add_subparsers(dest="action", required=True)
-    new = actions.add_parser("new", help="print a skeleton adapter for MODULE")
-    new.add_argument("module", help="the import name of your implementation (e.g. mybert)")
-    new.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
-                                            "instead of printing it")
-    new.set_defaults(func=run)
-    inf = actions.add_parser("infer", help="propose an adapter for MODULE's classes and "
-                                           "forward/backward function pairs, chosen by their "
-                                           "forward outputs and shapes only")
-    inf.add_argument("module", help="the import name of your implementation (e.g. mybert)")
-    inf.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
-                                            "instead of printing it")
-    inf.add_argument("--timeout", type=float, default=INFER_TIMEOUT,
-                     help="seconds for importing MODULE and running its classes and functions, "
-                          f"in a child process (default {INFER_TIMEOUT:g})")
-    inf.set_defaults(func=run_infer)
+    for name, func, said in (
+            ("new", run, "print a skeleton adapter for MODULE"),
+            ("infer", run_infer, "propose an adapter for MODULE's classes and forward/backward "
+                                 "function pairs, chosen by their forward outputs and shapes "
+                                 "only")):
+        a = actions.add_parser(name, help=said)
+        a.add_argument("module", help="the import name of your implementation (e.g. mybert)")
+        a.add_argument("-o", "--output", help="write it to this file (refused if it exists) "
+                                              "instead of printing it")
+        a.set_defaults(func=func)
+    actions.choices["infer"].add_argument(
+        "--timeout", type=float, default=INFER_TIMEOUT,
+        help="seconds for importing MODULE and running its classes and functions, in a child "
+             f"process (default {INFER_TIMEOUT:g})")
 
 
 def _signature(row, name: str) -> str:

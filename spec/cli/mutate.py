@@ -53,8 +53,9 @@ def run(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from minibert_spec.cli._provenance import provenance_line
     from minibert_spec.mutants import CATALOG, applicability
-    from minibert_spec.mutation import run_mutants, run_suite, score, select
+    from minibert_spec.mutation import run_mutants, run_suite, score, select, xdist_args
     from minibert_spec.paths import need_checkout
 
     if not args.list:
@@ -62,8 +63,6 @@ def run(args) -> int:
 
     # a wide table in logs and CI (rich assumes 80 columns when stdout is not a terminal)
     console = Console(width=None if sys.stdout.isatty() else 160)
-    from minibert_spec.cli._provenance import provenance_line
-
     console.print(provenance_line(), markup=False, highlight=False)
     if args.list:
         table = Table(title=f"mutant catalog ({len(CATALOG)})")
@@ -80,15 +79,11 @@ def run(args) -> int:
         console.print("[red]--shard, --durations, --json and --matrix-file apply to --matrix "
                       "only[/]")
         return 2
-    if args.matrix:
-        from minibert_spec.mutation import matrix_command
-
-        try:
-            return matrix_command(args, console, matrix_settings(args))
-        except ValueError as e:
-            console.print(f"[red]{escape(str(e))}[/]")
-            return 2
     try:
+        if args.matrix:
+            from minibert_spec.mutation import matrix_command
+
+            return matrix_command(args, console, matrix_settings(args))
         names = select(args.mutants, fast=args.fast)
     except ValueError as e:
         console.print(f"[red]{escape(str(e))}[/]")
@@ -98,12 +93,8 @@ def run(args) -> int:
     start = time.perf_counter()
     if not args.no_baseline:
         console.print(f"baseline: the unmutated suite ({' '.join(args.tests)}) must pass ...")
-        import importlib.util
-
-        # the baseline runs every test: spread it over the cores when pytest-xdist is there
-        xdist = importlib.util.find_spec("xdist") is not None and args.jobs > 1
         base = run_suite("", args.tests, profile=args.profile, timeout=args.timeout,
-                         extra_args=["-n", str(args.jobs)] if xdist else [])
+                         extra_args=xdist_args(args.jobs))
         if base.status != "survived":
             console.print(f"[red]baseline fails ({base.status}): "
                           f"{escape(base.killer + ' ' + base.message)}; "

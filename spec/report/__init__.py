@@ -181,9 +181,6 @@ class Site:
             dest.write_text(text, encoding="utf-8")
         self.files.append(path)
 
-    def copy(self, src: Path, path: str) -> None:
-        self.write(path, Path(src).read_bytes())
-
     def render(self, template: str, path: str, **context) -> None:
         """Render ``template`` to ``path`` (relative to the site); ``root`` (the way back to
         the site's top, e.g. '../') and the layout's variables are supplied."""

@@ -105,11 +105,6 @@ def highlighted(impl: str, cache: dict) -> dict:
     return {"name": name, "file": file, "line": line, "html": cache[path, line]}
 
 
-def mathml(latex: str) -> str:
-    from latex2mathml.converter import convert
-    return convert(latex, display="block")
-
-
 # --------------------------------------------------------------------------- pages
 def _graph(rows: dict[str, dict]) -> dict:
     """The dependency graph: nodes = equations, edges = uses, plus document variant ->
@@ -147,11 +142,13 @@ def _equation_context(r: dict, rows: dict, used_by: dict, variants: dict, cache:
         return {"id": i, "href": page_of(i).removeprefix("eq/"),
                 "status": rows[i]["status"] if i in rows else "gap"}
 
+    from latex2mathml.converter import convert
+
     fd, oracle = set(r["fd_tests"]), set(r["oracle_tests"])
     other = [t for t in r["tests"] if t not in fd and t not in oracle]
     return {
         **r,
-        "mathml": _markup(mathml(r["latex"])) if r.get("latex") else "",
+        "mathml": _markup(convert(r["latex"], display="block")) if r.get("latex") else "",
         "cited": [c for s in r["sources"] for c in _cited(s)],
         "uses": [ref(i) for i in r.get("uses", [])],
         "used_by": [ref(i) for i in used_by.get(r["id"], [])],
@@ -283,7 +280,7 @@ def write_blueprint(data: dict, out: Path, *, run_dir: Path | None = None) -> St
                         e=_equation_context(r, rows, used_by, variants, cache))
         if plots:
             for src, dest, _ in plots:
-                site.copy(src, dest)
+                site.write(dest, Path(src).read_bytes())
             site.render("plots.html", "plots.html", run_dir=str(run_dir), history=history,
                         plots=[{"src": dest, "title": title} for _, dest, title in plots])
         files = list(site.files)
