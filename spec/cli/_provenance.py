@@ -57,7 +57,3 @@ def provenance_line(p: dict | None = None) -> str:
     pk = ", ".join(f"{k} {v}" for k, v in p["packages"].items())
     return (f"{p['date']} | commit {p['commit']} | {p['machine']} | Python {p['python']} | "
             f"{pk}")
-
-
-def markdown_header(p: dict | None = None) -> str:
-    return f"_Generated {provenance_line(p)}_\n"

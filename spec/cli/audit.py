@@ -82,10 +82,10 @@ def _mutants(r, sep: str) -> str:
 
 
 def markdown(report, prov: dict | None = None) -> str:
-    from minibert_spec.cli._provenance import markdown_header
+    from minibert_spec.cli._provenance import provenance_line
 
     c = report.counts()
-    lines = ["# minibert audit", "", markdown_header(prov),
+    lines = ["# minibert audit", "", f"_Generated {provenance_line(prov)}_\n",
              f"{'OK' if report.ok else 'FAIL'}: {c['equations']} equations, "
              f"{len(report.claims)} claims, {c['gaps']} gaps, {c['regressions']} regressions, "
              f"{report.seconds:.1f} s", "", "## Equations", "",

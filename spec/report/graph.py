@@ -33,7 +33,6 @@ class Node:
     id: str
     label: str = ""
     layer: int = 0
-    order: float = 0.0
     x: float = 0.0
     y: float = 0.0
     width: float = 0.0
@@ -101,7 +100,7 @@ def _crossings(layers: list[list[str]], succ: Mapping[str, list[str]],
 
 
 def layout(ids: Iterable[str], edges: Iterable[tuple[str, str, str]], *,
-           labels: Mapping[str, str] | None = None, sweeps: int = 12) -> Layout:
+           sweeps: int = 12) -> Layout:
     """Lay out nodes ``ids`` with ``edges`` (source, target, kind); deterministic."""
     ids = list(dict.fromkeys(ids))
     edge_list = [Edge(s, t, k) for s, t, k in edges]
@@ -110,8 +109,7 @@ def layout(ids: Iterable[str], edges: Iterable[tuple[str, str, str]], *,
     if unknown:
         raise ValueError(f"edges: endpoints {sorted(unknown)} are not nodes")
     layer = layers_of(ids, [(e.source, e.target) for e in edge_list])
-    labels = labels or {}
-    nodes = {i: Node(i, labels.get(i, i), layer[i]) for i in ids}
+    nodes = {i: Node(i, i, layer[i]) for i in ids}  # labelled by their IDs
     # dummies: one per layer an edge crosses
     succ: dict[str, list[str]] = {i: [] for i in ids}
     pred: dict[str, list[str]] = {i: [] for i in ids}
@@ -160,7 +158,7 @@ def layout(ids: Iterable[str], edges: Iterable[tuple[str, str, str]], *,
                      for i in lay), default=0)
         for k, i in enumerate(lay):
             n = nodes[i]
-            n.order, n.x, n.y = k, x, (tallest - len(lay)) * ROW / 2 + k * ROW
+            n.x, n.y = x, (tallest - len(lay)) * ROW / 2 + k * ROW
             n.width = 0 if n.dummy else CHAR_W * len(n.label) + 2 * PAD_X
         x += width + COL_GAP
     for sweep in range(4):
