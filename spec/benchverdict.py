@@ -228,6 +228,7 @@ def measure(cases: dict[str, Case], rounds: int, *, progress=None) -> dict:
 
     if rounds < 1:
         raise ValueError(f"--rounds: expected an integer >= 1, got {rounds}")
+    said = progress or (lambda line: None)
     cores = available_cores()
     result = {"cores": cores, "rounds": rounds, "load": {"before": load_average()},
               "cases": {}, "problems": []}
@@ -235,13 +236,11 @@ def measure(cases: dict[str, Case], rounds: int, *, progress=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="minibert-verdict-") as tmp:
         for case in cases.values():  # a warm case's cache, filled by a run not timed
             if case.cache == "warm":
-                if progress is not None:
-                    progress(f"warming the cache: {case.what}")
+                said(f"warming the cache: {case.what}")
                 run_case(case, Path(tmp))
         for k in range(rounds):
             for name, case in cases.items():  # alternating: one process per case per round
-                if progress is not None:
-                    progress(f"round {k + 1}/{rounds}: {case.what}")
+                said(f"round {k + 1}/{rounds}: {case.what}")
                 runs[name].append(run_case(case, Path(tmp)))
     result["load"]["after"] = load_average()
     result["busy"] = plausibility(

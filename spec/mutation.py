@@ -165,21 +165,20 @@ def run_mutants(names: Sequence[str], tests: Sequence[str] = ("tests",), *, jobs
                 on_result: Callable[[MutantResult], None] | None = None) -> list[MutantResult]:
     """Every mutant of ``names`` against ``tests``, ``jobs`` subprocesses at a time; mutants
     that do not apply are reported as n/a without running anything."""
+    said = on_result or (lambda r: None)
     results: dict[str, MutantResult] = {}
     runnable = []
     for name in names:
         reason = applicability(CATALOG[name])
         if reason:
             results[name] = MutantResult(name, "n/a", "", f"not applicable: {reason}")
-            if on_result:
-                on_result(results[name])
+            said(results[name])
         else:
             runnable.append(name)
 
     def one(name):
         r = run_suite(name, tests, profile=profile, timeout=timeout)
-        if on_result:
-            on_result(r)
+        said(r)
         return r
 
     results.update((r.name, r) for r in _pooled(one, runnable, jobs))
@@ -307,6 +306,7 @@ def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | No
     """Each mutant of ``names`` against the tests tagged with its equation.  A mutant whose
     ``previous`` record has the current fingerprint is reused, not rerun (``on_result`` gets
     ``reused=True``)."""
+    said = on_result or (lambda row, reused: None)
     tagged = tagged_by_equation() if tagged is None else tagged
     previous = previous or {}
     rows: dict[str, MatrixRow] = {}
@@ -319,16 +319,14 @@ def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | No
         if old and old.get("fingerprint") == fp and old.get("status") != "error":
             rows[name] = MatrixRow(**{k: old[k] for k in MatrixRow.__dataclass_fields__
                                       if k in old})
-            if on_result:
-                on_result(rows[name], True)
+            said(rows[name], True)
             continue
         reason = applicability(m)
         if reason or not nodeids:
             rows[name] = MatrixRow(name, m.equation, "n/a" if reason else "untested", nodeids,
                                    [], 0.0, fp, reason or "no test is tagged with "
                                    + m.equation)
-            if on_result:
-                on_result(rows[name], False)
+            said(rows[name], False)
             continue
         todo.append((name, m.equation, nodeids, fp))
 
@@ -338,8 +336,7 @@ def run_matrix(names: Sequence[str], *, tagged: Mapping[str, Sequence[str]] | No
                                                        profile=profile, timeout=timeout)
         row = MatrixRow(name, equation, status, nodeids, killers, round(seconds, 2), fp,
                         message)
-        if on_result:
-            on_result(row, False)
+        said(row, False)
         return row
 
     rows.update((row.mutant, row) for row in _pooled(one, todo, jobs))

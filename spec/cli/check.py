@@ -226,11 +226,10 @@ def _refused(args) -> str | None:
     if args.shard is not None and not args.list and (not args.output or args.format == "html"):
         return ("--shard: expected -o FILE and --format json or table (the shard's JSON "
                 "report, for minibert report merge)")
-    if args.format == "html" and not args.list:
-        refused = html_refused(args.output)
-        if refused:
-            return refused
-    return None if args.list else databases_refused(args)
+    if args.list:
+        return None
+    return (html_refused(args.output) if args.format == "html" else None) \
+        or databases_refused(args)
 
 
 def output(args, report) -> int:
