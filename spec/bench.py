@@ -465,12 +465,12 @@ mask = np.ones_like(ids)
 tcfg = TrainConfig(steps=steps + 100, warmup_steps=10)
 keep_freed_memory()
 with use_threads(n):
-    state = init_state(reference, config, tcfg)
+    state = init_state(minibert_reference, config, tcfg)
     for _ in range(3):
-        train_step(reference, state, config, tcfg, ids, mask)
+        train_step(minibert_reference, state, config, tcfg, ids, mask)
     t0 = time.perf_counter()
     for _ in range(steps):
-        train_step(reference, state, config, tcfg, ids, mask)
+        train_step(minibert_reference, state, config, tcfg, ids, mask)
     rate = steps / (time.perf_counter() - t0)
 print(json.dumps({"threads": n, "steps_per_s": rate}))
 """

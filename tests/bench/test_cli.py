@@ -79,3 +79,16 @@ def test_a_failing_rss_child_is_an_error_not_a_figure():
 
     with pytest.raises(ValueError, match=r"exit 1\): RuntimeError: broken"):
         _run_script("raise RuntimeError('broken')", "x")
+
+
+@pytest.mark.slow  # a mini_bert training step in a fresh process: seconds
+def test_the_train_rate_child_runs():
+    """``minibert bench``'s default report includes the training rate: its child script must
+    run (it once named a module the script no longer imported, so every default bench ended
+    in a NameError)."""
+    import json
+
+    from minibert_spec.bench import TRAIN_RATE_SCRIPT, _run_script
+
+    res = json.loads(_run_script(TRAIN_RATE_SCRIPT, "mini_bert", "1", 1))
+    assert res["threads"] == 1 and res["steps_per_s"] > 0
