@@ -103,7 +103,7 @@ def per_token_fns(token_map, size):
     return (lambda **a: (run(**a)[0],), lambda **a: run(**a)[1])
 
 
-def elementwise_numeric(fn, dfn, attr_f, attr_b, accept=None, kwargs=None, code=None,
+def elementwise_numeric(fn, attr_f, attr_b, accept=None, kwargs=None, code=None,
                         variant=None):
     """The forward and backward SymPy <-> code checks of y = fn(x) elementwise against
     impl.<attr_f>(x, **kwargs) -> (y, cache) and impl.<attr_b>(dy, cache); ``code`` (which ->
