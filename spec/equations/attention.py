@@ -306,13 +306,18 @@ def _prove_seed001_dV() -> Proof:
                  "gradient of the concatenated heads (before W^O)")
 
 
+def _at_identity_wo(size) -> tuple[bool, str]:
+    """:func:`compare` of the layer at W_o = I (no biases) with merge(C)."""
+    r = chain(size, bias=False)
+    ident = {w: (1 if i == j else 0) for (i, j), w in np.ndenumerate(r["W"]["W_o"])}
+    return compare(np.vectorize(lambda e: sp.sympify(e).xreplace(ident),
+                                otypes=[object])(r["y"]), r["ctx"])
+
+
 def _prove_blog_no_wo() -> Proof:
     """The blog passes concat(heads) to the residual without an output projection; that is the
     general layer with W_O = I, b_O = 0 (proven), i.e. one parameter matrix fewer than BERT."""
-    r = chain((1, 2, 2, 2), bias=False)
-    ident = {w: (1 if i == j else 0) for (i, j), w in np.ndenumerate(r["W"]["W_o"])}
-    ok, detail = compare(np.vectorize(lambda e: sp.sympify(e).xreplace(ident),
-                                      otypes=[object])(r["y"]), r["ctx"])
+    ok, detail = _at_identity_wo((1, 2, 2, 2))
     if not ok:
         return Proof("refuted", (1, 2, 2, 2), detail)
     return Proof("convention", (1, 2, 2, 2),
@@ -557,10 +562,7 @@ def _prove_noproj() -> Proof:
     at W^O = I, b^O = 0, so its backward hands dy to the heads unchanged (dC = split(dy)) and
     every other gradient is the general one's there (B=1, T=2, H=2, A=1, 2)."""
     for size in CHAIN_SIZES:
-        r = chain(size, bias=False)
-        ident = {w: (1 if i == j else 0) for (i, j), w in np.ndenumerate(r["W"]["W_o"])}
-        ok, detail = compare(np.vectorize(lambda e, rep=ident: sp.sympify(e).xreplace(rep),
-                                          otypes=[object])(r["y"]), r["ctx"])
+        ok, detail = _at_identity_wo(size)
         if not ok:
             return Proof("refuted", size, detail)
     return Proof("proven", CHAIN_SIZES, "y = merge(C) is the layer at W_o = I, b_o = 0: "
