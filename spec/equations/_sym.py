@@ -25,14 +25,6 @@ def arr(name: str, *shape: int, **assumptions) -> np.ndarray:
     return out
 
 
-def symbols_of(*arrays) -> list[sp.Symbol]:
-    """The symbols of object arrays (or scalars), flattened in C order."""
-    out = []
-    for a in arrays:
-        out.extend(np.asarray(a, dtype=object).reshape(-1).tolist())
-    return out
-
-
 def vjp(out: np.ndarray, dout: np.ndarray, wrt: np.ndarray) -> np.ndarray:
     """d/d(wrt) of sum(dout * out), element by element with ``sympy.diff``: the backward pass
     of ``out`` for upstream gradient ``dout``, derived from the forward map alone."""
@@ -41,11 +33,6 @@ def vjp(out: np.ndarray, dout: np.ndarray, wrt: np.ndarray) -> np.ndarray:
     for idx in np.ndindex(*np.shape(wrt)):
         res[idx] = sp.diff(L, wrt[idx])
     return res
-
-
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Matrix product of object arrays (last two axes), entries left unexpanded."""
-    return np.matmul(a, b)
 
 
 def is_zero(expr) -> bool:

@@ -306,13 +306,18 @@ def _prove_seed001_dV() -> Proof:
                  "gradient of the concatenated heads (before W^O)")
 
 
+def _at_identity_wo(size) -> tuple[bool, str]:
+    """:func:`compare` of the layer at W_o = I (no biases) with merge(C)."""
+    r = chain(size, bias=False)
+    ident = {w: (1 if i == j else 0) for (i, j), w in np.ndenumerate(r["W"]["W_o"])}
+    return compare(np.vectorize(lambda e: sp.sympify(e).xreplace(ident),
+                                otypes=[object])(r["y"]), r["ctx"])
+
+
 def _prove_blog_no_wo() -> Proof:
     """The blog passes concat(heads) to the residual without an output projection; that is the
     general layer with W_O = I, b_O = 0 (proven), i.e. one parameter matrix fewer than BERT."""
-    r = chain((1, 2, 2, 2), bias=False)
-    ident = {w: (1 if i == j else 0) for (i, j), w in np.ndenumerate(r["W"]["W_o"])}
-    ok, detail = compare(np.vectorize(lambda e: sp.sympify(e).xreplace(ident),
-                                      otypes=[object])(r["y"]), r["ctx"])
+    ok, detail = _at_identity_wo((1, 2, 2, 2))
     if not ok:
         return Proof("refuted", (1, 2, 2, 2), detail)
     return Proof("convention", (1, 2, 2, 2),
@@ -377,29 +382,41 @@ def _inputs(size):
     return spec
 
 
-def _sympy(picks):
+def _sympy(picks, causal: bool = False):
+    """The SymPy side: the outputs named by ``picks`` ("y" the layer's output, the others
+    GRAD_NAMES'); absent biases (None: declared_pieces) are zero."""
     def build(size):
-        fns = _fns(size)
-        if picks is None:
-            return lambda **a: fns["y"](**a)
-        return lambda **a: tuple(fns["grads"](**a)[GRAD_NAMES.index(n)] for n in picks)
+        fns = _fns(size, causal)
+        zero = np.zeros(size[2])
+
+        def run(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
+            args = dict(x=x, W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o,
+                        b_q=zero if b_q is None else b_q, b_k=zero if b_k is None else b_k,
+                        b_v=zero if b_v is None else b_v,
+                        b_o=zero if b_o is None and W_o is not None else b_o, dy=dy)
+            grads = fns["grads"](**args) if set(picks) - {"y"} else None
+            return tuple(fns["y"](**args)[0] if n == "y" else grads[GRAD_NAMES.index(n)]
+                         for n in picks)
+        return run
     return build
 
 
-def _code(picks):
+def _code(picks, causal: bool = False):
+    """The code side: impl.attention_forward (and attention_backward when a gradient is
+    picked), the outputs named by ``picks`` as in :func:`_sympy`."""
     def code(impl, size, x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
         y, cache_ = impl.attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o,
-                                           n_heads=size[3])
-        if picks is None:
-            return (y,)
-        grads = impl.attention_backward(dy, cache_)
-        return tuple(grads[GRAD_NAMES.index(n)] for n in picks)
+                                           n_heads=size[3], **({"causal": True} if causal
+                                                               else {}))
+        grads = impl.attention_backward(dy, cache_) if set(picks) - {"y"} else None
+        return tuple(y if n == "y" else grads[GRAD_NAMES.index(n)] for n in picks)
     return code
 
 
-def _numeric(picks):
+def _numeric(picks=("y",)):
     return Numeric(NUMERIC_SIZES, _inputs, _sympy(picks), _code(picks),
-                   needs=("attention_forward",) + (("attention_backward",) if picks else ()))
+                   needs=("attention_forward",) + (("attention_backward",)
+                                                   if set(picks) - {"y"} else ()))
 
 
 TORCH = "torch.nn.functional.multi_head_attention_forward"
@@ -408,7 +425,7 @@ register(Equation(
     (f"{MINIBERT} §2.2", f"{SEED001} §1.2", f"{SLIDES} (step 2)", f"{BLOG} (forward)",
      f"{GUIDE} §3"),
     r"Q = X W^Q + b^Q,\ K = X W^K + b^K,\ V = X W^V + b^V;\ Q_h = X W^Q_{[:, h d_k:(h+1) d_k]}",
-    _prove_qkv, torch_op=TORCH, numeric=_numeric(None),
+    _prove_qkv, torch_op=TORCH, numeric=_numeric(),
     note="biases: the NumPy-Transformer document has them, Mini-BERT and the slides do not; the "
          "reference supports both (attn_bias)",
     uses=("linear.forward", "attention.split_heads")))
@@ -447,7 +464,7 @@ register(Equation(
     (f"{MINIBERT} §2.2", f"{SEED001} §1.2", f"{SLIDES} (basic formula)", f"{BLOG} (forward)",
      f"{GUIDE} §3"),
     r"S = \frac{Q_h K_h^\top}{\sqrt{d_k}},\ S_{ij} = \frac{\langle q_i, k_j \rangle}{\sqrt{d_k}}",
-    _prove_scores, torch_op=TORCH, numeric=_numeric(None),
+    _prove_scores, torch_op=TORCH, numeric=_numeric(),
     uses=("attention.qkv",)))
 register(Equation(
     "attention.scores.sqrt_d", "Scores scaled by sqrt(d)", (f"{SLIDES} (step 2)",),
@@ -459,13 +476,13 @@ register(Equation(
      f"{BLOG} (forward)", f"{GUIDE} §3"),
     r"C = \mathrm{softmax}(S) V_h,\ c_i = \sum_j \mathrm{softmax}_j(\langle q_i, k_j \rangle / "
     r"\sqrt{d_k})\, v_j",
-    _prove_context_rowwise, torch_op=TORCH, numeric=_numeric(None),
+    _prove_context_rowwise, torch_op=TORCH, numeric=_numeric(),
     uses=("attention.scores", "softmax.forward")))
 register(Equation(
     "attention.output", "Output projection", (f"{MINIBERT} §2.2", f"{SEED001} §1.2",
                                               f"{GUIDE} §3"),
     r"Y = \mathrm{Concat}(C_1..C_A) W^O + b^O", _prove_dW_o, torch_op=TORCH,
-    numeric=_numeric(None),
+    numeric=_numeric(),
     uses=("attention.context", "attention.merge_heads", "linear.forward")))
 register(Equation(
     "attention.output.no_projection", "Heads concatenated without W^O", (f"{BLOG} (forward)",),
@@ -533,35 +550,9 @@ def declared_pieces(caps, arrays):
     return out
 
 
-def _variant_sympy(causal: bool = False):
-    def build(size):
-        fns = _fns(size, causal)
-        H = size[2]
-
-        def run(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
-            zero = np.zeros(H)
-            args = dict(x=x, W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o,
-                        b_q=zero if b_q is None else b_q, b_k=zero if b_k is None else b_k,
-                        b_v=zero if b_v is None else b_v,
-                        b_o=zero if b_o is None and W_o is not None else b_o, dy=dy)
-            grads = fns["grads"](**args)
-            return (fns["y"](**args)[0], *(grads[GRAD_NAMES.index(n)] for n in VARIANT_OUTPUTS))
-        return run
-    return build
-
-
-def _variant_code(causal: bool = False):
-    def code(impl, size, x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, dy):
-        y, cache_ = impl.attention_forward(x, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o,
-                                           n_heads=size[3], **({"causal": True} if causal
-                                                               else {}))
-        grads = impl.attention_backward(dy, cache_)
-        return (y, *(grads[GRAD_NAMES.index(n)] for n in VARIANT_OUTPUTS))
-    return code
-
-
 def _variant_numeric(sizes, variant, causal=False):
-    return Numeric(sizes, _inputs, _variant_sympy(causal), _variant_code(causal),
+    picks = ("y",) + VARIANT_OUTPUTS
+    return Numeric(sizes, _inputs, _sympy(picks, causal), _code(picks, causal),
                    needs=("attention_forward", "attention_backward"), variant=variant,
                    adapt=declared_pieces)
 
@@ -571,10 +562,7 @@ def _prove_noproj() -> Proof:
     at W^O = I, b^O = 0, so its backward hands dy to the heads unchanged (dC = split(dy)) and
     every other gradient is the general one's there (B=1, T=2, H=2, A=1, 2)."""
     for size in CHAIN_SIZES:
-        r = chain(size, bias=False)
-        ident = {w: (1 if i == j else 0) for (i, j), w in np.ndenumerate(r["W"]["W_o"])}
-        ok, detail = compare(np.vectorize(lambda e, rep=ident: sp.sympify(e).xreplace(rep),
-                                          otypes=[object])(r["y"]), r["ctx"])
+        ok, detail = _at_identity_wo(size)
         if not ok:
             return Proof("refuted", size, detail)
     return Proof("proven", CHAIN_SIZES, "y = merge(C) is the layer at W_o = I, b_o = 0: "

@@ -66,28 +66,51 @@ def block_forward_staged(x, stages):
     return stages[3](postln_stream(x, stages)[2])
 
 
+def _arbitrary_stages(n: int) -> tuple:
+    """Attention, LN1, FFN, LN2 as arbitrary stages of ``n`` features, one parameter each."""
+    return tuple(Stage(name, n, (sp.Symbol(f"p_{name}", real=True),))
+                 for name in ("A", "L", "F", "N"))
+
+
+def chain_differs(x, dout, out, dx, stages, dparams) -> str:
+    """What differs between a composed backward (``dx``, each stage's ``dparams``) and
+    sympy.diff of <dout, out> w.r.t. x and each stage's parameter; "" when nothing does."""
+    loss = sp.Add(*[d * o for d, o in zip(dout, out)])
+    for i in range(len(x)):
+        if not chain_equal(sp.diff(loss, x[i]), dx[i]):
+            return f"dx_{i} differs from sympy.diff"
+    for stage, dp in zip(stages, dparams):
+        if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
+            return f"the gradient of {stage.params[0]} differs"
+    return ""
+
+
+def _prove_chain(forward, composed, detail: str, finals=(None,)) -> Proof:
+    """The chain rule through a block in the order the code walks it (``composed``), for
+    arbitrary stages (n = 2 features, one parameter each; each of ``finals`` a final
+    LayerNorm stage, or None): dx and every stage's parameter gradient equal sympy.diff of
+    the composed ``forward``."""
+    n = 2
+    x, dout = arr("x", n), arr("dout", n)
+    for final in finals:
+        stages, extra = _arbitrary_stages(n), {} if final is None else {"final": final}
+        out = forward(list(x), stages, **extra)
+        dx, dparams = composed(list(x), list(dout), stages, **extra)
+        wrong = chain_differs(x, dout, out, dx, stages + ((final,) if final else ()), dparams)
+        if wrong:
+            return Proof("refuted", (n,), wrong + (" (with LN_f)" if final else ""))
+    return Proof("proven", (n,), detail)
+
+
 def prove_block_backward(composed=block_backward_composed) -> Proof:
     """The chain rule through the post-LN block in the order the code walks it, for
     *arbitrary* stages: attention, LN1, FFN, LN2 are undefined SymPy functions of their
     input (n = 2 features) and of one parameter each.  The input gradient and every
     parameter gradient of the composed backward equal sympy.diff of the composed forward.
     What each stage's backward computes is proven by its own equation (the uses)."""
-    n = 2
-    x, dout = arr("x", n), arr("dout", n)
-    stages = tuple(Stage(name, n, (sp.Symbol(f"p_{name}", real=True),))
-                   for name in ("A", "L", "F", "N"))
-    out = block_forward_staged(list(x), stages)
-    dx, dparams = composed(list(x), list(dout), stages)
-    loss = sp.Add(*[d * o for d, o in zip(dout, out)])
-    for i in range(n):
-        if not chain_equal(sp.diff(loss, x[i]), dx[i]):
-            return Proof("refuted", (n,), f"dx_{i} differs from sympy.diff")
-    for stage, dp in zip(stages, dparams):
-        if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
-            return Proof("refuted", (n,), f"the gradient of {stage.params[0]} differs")
-    return Proof("proven", (n,), "dx and the four stages' parameter gradients equal "
-                                 "sympy.diff of LN2(h + FFN(h)), h = LN1(x + MHA(x)), for "
-                                 "arbitrary stage functions")
+    return _prove_chain(block_forward_staged, composed,
+                        "dx and the four stages' parameter gradients equal sympy.diff of "
+                        "LN2(h + FFN(h)), h = LN1(x + MHA(x)), for arbitrary stage functions")
 
 
 def _sublayer(v, W):
@@ -170,26 +193,33 @@ def _block_inputs(size):
     return spec
 
 
-def _block_accept(size, x, **p):
-    """Away from the FFN's ReLU kinks (computed through the stages themselves)."""
-    attention, layernorm, _ = _block_stages(size)
-    (att,) = attention(x=x, **{n: p[n] for n in ("W_q", "W_k", "W_v", "W_o")})
-    h1 = np.stack([layernorm(r=row, g=p["ln1_gamma"], be=p["ln1_beta"])[0]
-                   for row in (x + att).reshape(-1, x.shape[-1])])
-    return bool(np.min(np.abs(h1 @ p["W_1"] + p["b_1"])) > KINK)
+def _kink_free(ffn_input):
+    """accept(size, x, **p): away from the FFN's ReLU kinks, ``ffn_input(mha, ln, x, p)``
+    (what the FFN reads) computed through the stages themselves."""
+    def accept(size, x, norm=None, **p):
+        mha, ln, _ = _staged(size)
+        return bool(np.min(np.abs(ffn_input(mha, ln, x, p) @ p["W_1"] + p["b_1"])) > KINK)
+    return accept
 
 
-def _block_code(impl, size, x, **p):
-    params = {("attn." + k if k.startswith("W_") and k[2] in "qkvo" else
-               "ffn." + k if k[0] in "Wb" else k.replace("_", ".", 1)): v for k, v in p.items()}
-    out, _ = impl.block_forward(x, params, n_heads=1, eps=1e-5)
-    return (out,)
+def _block_code(*norm):
+    """impl.block_forward on the sample's parameters renamed to the protocol's keys
+    ("ln1_gamma" -> "ln1.gamma"); ``norm`` given (or drawn by the variant's adapt): passed on."""
+    def code(impl, size, x, **p):
+        kw = {"norm": p.pop("norm", *norm)} if norm else {}
+        params = {("attn." + k if k.startswith("W_") and k[2] in "qkvo" else
+                   "ffn." + k if k[0] in "Wb" else k.rsplit("_", 1)[0] + "." +
+                   k.rsplit("_", 1)[1]): v for k, v in p.items()}
+        out, _ = impl.block_forward(x, params, n_heads=1, eps=1e-5, **kw)
+        return (out,)
+    return code
 
 
 BLOCK_SIZES = ((2, 2, 3, 2),)
 # the whole block vs the composed SymPy stages; residual.forward reuses it (the reference has
 # no standalone residual op)
-BLOCK_CHECK = Numeric(BLOCK_SIZES, _block_inputs, _block_fn, _block_code, _block_accept,
+BLOCK_CHECK = Numeric(BLOCK_SIZES, _block_inputs, _block_fn, _block_code(),
+                      _kink_free(lambda mha, ln, x, p: ln(x + mha(x, p), "ln1", p)),
                       needs=("block_forward",))
 
 
@@ -283,36 +313,13 @@ def _prove_preln() -> Proof:
                                    "residual stream passes unnormalised")
 
 
-def chain_differs(x, dout, out, dx, stages, dparams) -> str:
-    """What differs between a composed backward (``dx``, each stage's ``dparams``) and
-    sympy.diff of <dout, out> w.r.t. x and each stage's parameter; "" when nothing does."""
-    loss = sp.Add(*[d * o for d, o in zip(dout, out)])
-    for i in range(len(x)):
-        if not chain_equal(sp.diff(loss, x[i]), dx[i]):
-            return f"dx_{i} differs from sympy.diff"
-    for stage, dp in zip(stages, dparams):
-        if not chain_equal(sp.diff(loss, stage.params[0]), dp[0]):
-            return f"the gradient of {stage.params[0]} differs"
-    return ""
-
-
 def _prove_preln_backward() -> Proof:
-    """The chain rule through the pre-LN block (and its final LayerNorm) in the order the code
-    walks it, for arbitrary stages (n = 2 features, one parameter each): dx and every stage's
-    parameter gradient equal sympy.diff of the composed forward."""
-    n = 2
-    x, dout = arr("x", n), arr("dout", n)
-    for final in (None, Stage("G", n, (sp.Symbol("p_G", real=True),))):
-        stages = tuple(Stage(name, n, (sp.Symbol(f"p_{name}", real=True),))
-                       for name in ("A", "L", "F", "N"))
-        out = preln_block_forward_staged(list(x), stages, final)
-        dx, dparams = preln_block_backward_composed(list(x), list(dout), stages, final)
-        wrong = chain_differs(x, dout, out, dx, stages + ((final,) if final else ()), dparams)
-        if wrong:
-            return Proof("refuted", (n,), wrong + (" (with LN_f)" if final else ""))
-    return Proof("proven", (n,), "dx and every stage's parameter gradient equal sympy.diff of "
-                                 "h + FFN(LN2(h)), h = x + MHA(LN1(x)), with and without LN_f, "
-                                 "for arbitrary stage functions")
+    """The chain rule through the pre-LN block, with and without its final LayerNorm."""
+    return _prove_chain(preln_block_forward_staged, preln_block_backward_composed,
+                        "dx and every stage's parameter gradient equal sympy.diff of "
+                        "h + FFN(LN2(h)), h = x + MHA(LN1(x)), with and without LN_f, "
+                        "for arbitrary stage functions",
+                        (None, Stage("G", 2, (sp.Symbol("p_G", real=True),))))
 
 
 def _preln_fn(size):
@@ -350,28 +357,13 @@ def declared_preln(caps, arrays):
     return out
 
 
-def _preln_accept(size, x, norm="pre", **p):
-    mha, ln, _ = _staged(size)
-    h = x + mha(ln(x, "ln1", p), p)
-    return bool(np.min(np.abs(ln(h, "ln2", p) @ p["W_1"] + p["b_1"])) > KINK)
-
-
-def _variant_code(norm=None):
-    def code(impl, size, x, norm=norm, **p):
-        params = {("attn." + k if k.startswith("W_") and k[2] in "qkvo" else
-                   "ffn." + k if k[0] in "Wb" else k.rsplit("_", 1)[0] + "." +
-                   k.rsplit("_", 1)[1]): v for k, v in p.items()}
-        out, _ = impl.block_forward(x, params, n_heads=1, eps=1e-5, norm=norm)
-        return (out,)
-    return code
-
-
 register(Equation(
     "block.preln", "Pre-LN block (GPT-2), optionally with its final LayerNorm", (VARIANT,),
     r"h = x + \mathrm{MHA}(\mathrm{LN}_1(x)),\ \mathrm{out} = h + "
     r"\mathrm{FFN}(\mathrm{LN}_2(h))\ [\,\mathrm{out} \leftarrow \mathrm{LN}_f(\mathrm{out})]",
     _prove_preln, torch_op="torch.nn.TransformerEncoderLayer(norm_first=True)",
-    numeric=Numeric(BLOCK_SIZES, _variant_inputs, _preln_fn, _variant_code(), _preln_accept,
+    numeric=Numeric(BLOCK_SIZES, _variant_inputs, _preln_fn, _block_code(None),
+                    _kink_free(lambda mha, ln, x, p: ln(x + mha(ln(x, "ln1", p), p), "ln2", p)),
                     needs=("block_forward",), adapt=declared_preln),
     note="a variant of the protocol (CAPABILITIES block.norm = pre | pre_final): the pre-LN "
          "label the NumPy-Transformer document puts on a post-LN formula (block.preln_label) "
@@ -438,21 +430,11 @@ def _prove_innerln() -> Proof:
 
 
 def _prove_innerln_backward() -> Proof:
-    """The chain rule through h = x + LN1(MHA(x)), out = h + LN2(FFN(h)) in the order the code
-    walks it, for arbitrary stages (n = 2 features, one parameter each): dx and every stage's
-    parameter gradient equal sympy.diff of the composed forward."""
-    n = 2
-    x, dout = arr("x", n), arr("dout", n)
-    stages = tuple(Stage(name, n, (sp.Symbol(f"p_{name}", real=True),))
-                   for name in ("A", "L", "F", "N"))
-    out = innerln_stream(list(x), stages)[3]
-    dx, dparams = innerln_block_backward_composed(list(x), list(dout), stages)
-    wrong = chain_differs(x, dout, out, dx, stages, dparams)
-    if wrong:
-        return Proof("refuted", (n,), wrong)
-    return Proof("proven", (n,), "dx and the four stages' parameter gradients equal sympy.diff "
-                                 "of h + LN2(FFN(h)), h = x + LN1(MHA(x)), for arbitrary stage "
-                                 "functions")
+    """The chain rule through h = x + LN1(MHA(x)), out = h + LN2(FFN(h))."""
+    return _prove_chain(lambda x, stages: innerln_stream(x, stages)[3],
+                        innerln_block_backward_composed,
+                        "dx and the four stages' parameter gradients equal sympy.diff of "
+                        "h + LN2(FFN(h)), h = x + LN1(MHA(x)), for arbitrary stage functions")
 
 
 def _innerln_fn(size):
@@ -465,19 +447,14 @@ def _innerln_fn(size):
     return run
 
 
-def _innerln_accept(size, x, **p):
-    mha, ln, _ = _staged(size)
-    h = x + ln(mha(x, p), "ln1", p)
-    return bool(np.min(np.abs(h @ p["W_1"] + p["b_1"])) > KINK)
-
-
 register(Equation(
     "block.innerln", "Block with normalised sublayer outputs, x + LN(f(x))", (VARIANT,),
     r"h = x + \mathrm{LN}_1(\mathrm{MHA}(x)),\ \mathrm{out} = h + "
     r"\mathrm{LN}_2(\mathrm{FFN}(h))",
     _prove_innerln, torch_op="torch: multi_head_attention_forward, F.layer_norm composed",
-    numeric=Numeric(BLOCK_SIZES, _block_inputs, _innerln_fn, _variant_code("inner"),
-                    _innerln_accept, needs=("block_forward",), variant={"block.norm": "inner"}),
+    numeric=Numeric(BLOCK_SIZES, _block_inputs, _innerln_fn, _block_code("inner"),
+                    _kink_free(lambda mha, ln, x, p: x + ln(mha(x, p), "ln1", p)),
+                    needs=("block_forward",), variant={"block.norm": "inner"}),
     note="a variant of the protocol (CAPABILITIES block.norm = inner): the form many "
          "from-scratch implementations write, each sublayer's output normalised before the "
          "residual sum",

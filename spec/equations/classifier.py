@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import forward_backward_code
+from minibert_spec.equations._nn import fb_checks
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from minibert_spec.sources import BLOG
 
@@ -53,22 +53,20 @@ def _inputs(size):
                 W_c=("float", (H, C), 2.0), b_c=("float", (C,), 1.0), dl=("float", (B, C), 1.0))
 
 
-_code = forward_backward_code("classifier_forward", "classifier_backward",
-                              ("h", "W_p", "b_p", "W_c", "b_c"), "dl")
-
-
-_NEEDS = ("classifier_forward", "classifier_backward")
+FWD, BWD = fb_checks(SIZES, _inputs, lambda w: lambda s: _fns(s)[w], "classifier_forward",
+                     "classifier_backward", ("h", "W_p", "b_p", "W_c", "b_c"), "dl",
+                     needs=("classifier_forward", "classifier_backward"))
 register(Equation(
     "classifier.forward", "Sequence classifier on the tanh pooler", (f"{BLOG} (final)",),
     r"\mathrm{logits} = \tanh(h_{[:, 0]} W_p + b_p) W_c + b_c", _prove,
     torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[0], _code(0), needs=_NEEDS),
+    numeric=FWD,
     uses=("pooler.forward", "linear.forward")))
 register(Equation(
     "classifier.backward", "Classifier gradients", (f"{BLOG} (final)",),
     r"dW_c = \mathrm{pooled}^\top d\ell,\ dz = (d\ell W_c^\top) \odot (1 - \mathrm{pooled}^2),"
     r"\ dW_p = h_{[:,0]}^\top dz,\ dh_{[:,0]} = dz W_p^\top", _prove, gradient=True,
     torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), needs=_NEEDS),
+    numeric=BWD,
     uses=("classifier.forward", "linear.backward.dx", "linear.backward.dW",
           "linear.backward.db", "tanh.backward")))

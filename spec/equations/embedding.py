@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import forward_backward_code
+from minibert_spec.equations._nn import fb_checks
 from minibert_spec.equations._sym import arr, first_difference, forward_backward_maps, is_zero, vjp
 from minibert_spec.sources import BLOG, MINIBERT, SLIDES
 
@@ -85,8 +85,8 @@ def _lookup_sympy(which):
     return build
 
 
-_lookup_code = forward_backward_code("embedding_forward", "embedding_backward", ("ids", "W"),
-                                     "dout")
+LOOKUP_FWD, LOOKUP_BWD = fb_checks(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy,
+                                   "embedding_forward", "embedding_backward", ("ids", "W"), "dout")
 
 
 register(Equation(
@@ -94,8 +94,7 @@ register(Equation(
     (f"{MINIBERT} §2.1", f"{SLIDES} (token IDs and embedding vectors)", f"{BLOG} (initialize)"),
     r"E_{token}[b,t] = W_{tok}[\mathrm{ids}[b,t]] = (\mathrm{onehot}(\mathrm{ids}) W_{tok})[b,t]",
     _prove_lookup_backward, torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(0), _lookup_code(0),
-                    needs=("embedding_forward",))))
+    numeric=LOOKUP_FWD))
 
 register(Equation(
     "embedding.backward", "Token embedding gradient (scatter-add)",
@@ -104,7 +103,6 @@ register(Equation(
     r"\frac{\partial L}{\partial E},\ \text{i.e. } dW[v] = "
     r"\sum_{(b,t): \mathrm{ids}[b,t]=v} dE[b,t]",
     _prove_lookup_backward, gradient=True, torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(NUMERIC_SIZES, _lookup_inputs, _lookup_sympy(1), _lookup_code(1),
-                    needs=("embedding_forward", "embedding_backward")),
+    numeric=LOOKUP_BWD,
     note="the slides state the update E_k <- E_k - eta grad; the gradient itself is derived here",
     uses=("embedding.forward",)))

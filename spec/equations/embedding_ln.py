@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import LN_EPS, forward_backward_code, ln_row
+from minibert_spec.equations._nn import LN_EPS, fb_checks, ln_row
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from minibert_spec.equations.embedding import onehot, scatter_add_rows
 from minibert_spec.tolerances import LN_MIN_VAR
@@ -80,17 +80,15 @@ def _sympy(which):
     return build
 
 
-_code = forward_backward_code("embedding_ln_forward", "embedding_ln_backward",
-                              ("ids", "type_ids", "W", "P", "Wt", "gamma", "beta"), "dy",
-                              float(LN_EPS))
-
-
-_NEEDS = ("embedding_ln_forward", "embedding_ln_backward")
+FWD, BWD = fb_checks(NUMERIC_SIZES, _inputs, _sympy, "embedding_ln_forward",
+                     "embedding_ln_backward", ("ids", "type_ids", "W", "P", "Wt", "gamma", "beta"),
+                     "dy", float(LN_EPS), accept=_accept,
+                     needs=("embedding_ln_forward", "embedding_ln_backward"))
 register(Equation(
     "embedding_ln.forward", "Embedding LayerNorm of token + position + token type", (BERT,),
     r"E = \mathrm{LN}(W_{tok}[\mathrm{ids}] + W_{pos}[:T] + W_{type}[\mathrm{type\_ids}])",
     _prove, torch_op="torch.nn.functional.layer_norm",
-    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(0), _code(0), _accept, needs=_NEEDS),
+    numeric=FWD,
     uses=("embedding.forward", "position.learned.forward", "token_type.forward",
           "layernorm.forward")))
 register(Equation(
@@ -98,7 +96,7 @@ register(Equation(
     r"dW_{tok} = \mathrm{onehot}(\mathrm{ids})^\top dE,\ dW_{pos}[t] = \sum_b dE[b,t],\ "
     r"dW_{type} = \mathrm{onehot}(\mathrm{type\_ids})^\top dE", _prove, gradient=True,
     torch_op="torch.nn.functional.layer_norm",
-    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(1), _code(1), _accept, needs=_NEEDS),
+    numeric=BWD,
     uses=("embedding_ln.forward", "layernorm.backward.dx", "layernorm.backward.dgamma",
           "layernorm.backward.dbeta", "embedding.backward", "position.learned.backward",
           "token_type.backward")))

@@ -6,7 +6,7 @@ import numpy as np
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import KINK, per_token_fns, relu_expr
+from minibert_spec.equations._nn import KINK, op_code, per_token_fns, relu_expr
 from minibert_spec.equations._sym import arr, compare, lambdify_map, vjp
 from minibert_spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 
@@ -66,10 +66,9 @@ def _ffn_accept(size, x, W_1, b_1, **_):
 
 
 def _ffn_code(which):
-    def code(impl, size, x, W_1, b_1, W_2, b_2, dy):
-        y, c = impl.ffn_forward(x, W_1, b_1, W_2, b_2)
-        return (y,) if which == 0 else tuple(impl.ffn_backward(dy, c))
-    return code
+    return op_code(which, "ffn_forward", "ffn_backward",
+                   lambda x, W_1, b_1, W_2, b_2, dy: ((x, W_1, b_1, W_2, b_2), {}), "dy",
+                   pick=slice(None))
 
 
 register(Equation(

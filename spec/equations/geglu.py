@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import forward_backward_code
+from minibert_spec.equations._nn import fb_checks
 from minibert_spec.equations._sym import arr, forward_backward_maps, vjp
 from minibert_spec.equations.gelu import gelu_erf
 from minibert_spec.sources import PROTOCOL_VARIANTS
@@ -56,9 +56,8 @@ def _inputs(shape):
     return dict(x=("float", shape, 2.0), dy=("float", (shape[0], shape[1] // 2), 1.0))
 
 
-_code = forward_backward_code("geglu_forward", "geglu_backward", ("x",), "dy")
-FWD, BWD = (Numeric(SIZES, _inputs, lambda s, w=w: _fns(s)[w], _code(w),
-                    needs=("geglu_forward", "geglu_backward")) for w in (0, 1))
+FWD, BWD = fb_checks(SIZES, _inputs, lambda w: lambda s: _fns(s)[w], "geglu_forward",
+                     "geglu_backward", ("x",), "dy", needs=("geglu_forward", "geglu_backward"))
 
 register(Equation(
     "geglu.forward", "GeGLU (GELU-gated halves)", (PROTOCOL_VARIANTS,),

@@ -60,9 +60,9 @@ def _prove_tanh() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-ERF_FWD, ERF_BWD = elementwise_numeric(gelu_erf, None, "gelu_forward", "gelu_backward",
+ERF_FWD, ERF_BWD = elementwise_numeric(gelu_erf, "gelu_forward", "gelu_backward",
                                        kwargs={"approximate": "none"})
-TANH_FWD, TANH_BWD = elementwise_numeric(gelu_tanh, None, "gelu_forward", "gelu_backward",
+TANH_FWD, TANH_BWD = elementwise_numeric(gelu_tanh, "gelu_forward", "gelu_backward",
                                          kwargs={"approximate": "tanh"})
 
 register(Equation(

@@ -16,6 +16,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import by_rows, op_code
 from minibert_spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
 from minibert_spec.protocol.variants import call_eps
 from minibert_spec.sources import MINIBERT, PROTOCOL_VARIANTS, SEED001
@@ -152,11 +153,7 @@ def _numeric_fns(N: int):
     f = _row_fn(N)
 
     def run(x, gamma, beta, dy, eps=LN_EPS):
-        outs = [f(x=xr, gamma=gamma, beta=beta, dy=dr, eps=np.array([eps]))
-                for xr, dr in zip(x, dy)]
-        y = np.stack([o[0] for o in outs])
-        return y, np.stack([o[1] for o in outs]), sum(o[2] for o in outs), \
-            sum(o[3] for o in outs)
+        return by_rows(f, dict(x=x, dy=dy), 2, gamma=gamma, beta=beta, eps=np.array([eps]))
 
     return {"y": lambda **a: (run(**a)[0],),
             "grads": lambda **a: run(**a)[1:]}
@@ -172,18 +169,6 @@ def _accept(N, x, **_):
     return bool(np.min(np.var(x, axis=-1)) >= 1e-2)
 
 
-def _code_forward(impl, N, x, gamma, beta, dy, eps=LN_EPS):
-    y, _ = impl.layernorm_forward(x, gamma, beta, eps)
-    return (y,)
-
-
-def _code_grad(which):
-    def code(impl, N, x, gamma, beta, dy, eps=LN_EPS):
-        _, cache = impl.layernorm_forward(x, gamma, beta, eps)
-        return (impl.layernorm_backward(dy, cache)[which],)
-    return code
-
-
 def _sympy_grad(which):
     return lambda N: (lambda **a: (_numeric_fns(N)["grads"](**a)[which],))
 
@@ -195,8 +180,12 @@ def declared_eps(caps, arrays):
     return {**arrays, "eps": call_eps(caps, LN_EPS)}
 
 
-def _numeric(sympy_fn, code_fn):
-    return Numeric(NUMERIC_FEATURES, _inputs, sympy_fn, code_fn, _accept,
+def _numeric(sympy_fn, which=None):
+    """``which``: the entry of layernorm_backward's (dx, dgamma, dbeta); None: the forward."""
+    code = op_code(which is not None, "layernorm_forward", "layernorm_backward",
+                   lambda x, gamma, beta, dy, eps=LN_EPS: ((x, gamma, beta, eps), {}), "dy",
+                   pick=which)
+    return Numeric(NUMERIC_FEATURES, _inputs, sympy_fn, code, _accept,
                    needs=("layernorm_forward", "layernorm_backward"), adapt=declared_eps)
 
 
@@ -207,7 +196,7 @@ register(Equation(
     r"y = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta,\ "
     r"\mu = \tfrac1N \sum_j x_j,\ \sigma^2 = \tfrac1N \sum_j (x_j - \mu)^2",
     _prove_forward, torch_op="torch.nn.functional.layer_norm",
-    numeric=_numeric(lambda N: _numeric_fns(N)["y"], _code_forward),
+    numeric=_numeric(lambda N: _numeric_fns(N)["y"]),
     note="biased (1/N) variance in every document and in torch"))
 
 register(Equation(
@@ -216,7 +205,7 @@ register(Equation(
     r"\frac{\partial L}{\partial x} = \frac{1}{\sigma}\Bigl(g - \overline{g} - \hat x\,"
     r"\overline{g \odot \hat x}\Bigr),\ g = \frac{\partial L}{\partial y} \odot \gamma",
     lambda: _prove("dx", closed_dx), gradient=True, torch_op="torch.nn.functional.layer_norm",
-    numeric=_numeric(_sympy_grad(0), _code_grad(0)),
+    numeric=_numeric(_sympy_grad(0), 0),
     uses=("layernorm.forward",)))
 
 register(Equation(
@@ -224,7 +213,7 @@ register(Equation(
     r"\frac{\partial L}{\partial \gamma} = \sum_{rows} \frac{\partial L}{\partial y} \odot \hat x",
     lambda: _prove("dgamma", lambda r: r["dy"] * x_hat(r)), gradient=True,
     torch_op="torch.nn.functional.layer_norm",
-    numeric=_numeric(_sympy_grad(1), _code_grad(1)),
+    numeric=_numeric(_sympy_grad(1), 1),
     uses=("layernorm.forward",)))
 
 register(Equation(
@@ -232,7 +221,7 @@ register(Equation(
     r"\frac{\partial L}{\partial \beta} = \sum_{rows} \frac{\partial L}{\partial y}",
     lambda: _prove("dbeta", lambda r: r["dy"]), gradient=True,
     torch_op="torch.nn.functional.layer_norm",
-    numeric=_numeric(_sympy_grad(2), _code_grad(2)),
+    numeric=_numeric(_sympy_grad(2), 2),
     uses=("layernorm.forward",)))
 
 register(Equation(
@@ -310,8 +299,7 @@ def _plain_sympy(N: int):
     f = _plain_row_fn(N)
 
     def run(x, dy, eps=LN_EPS, **_):
-        outs = [f(x=xr, dy=dr, eps=np.array([eps])) for xr, dr in zip(x, dy)]
-        return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+        return by_rows(f, dict(x=x, dy=dy), 2, eps=np.array([eps]))
 
     return run
 

@@ -8,8 +8,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import op_check
 from minibert_spec.equations._sym import arr, compare, fmt_array, lambdify_map, vjp
 from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001
 
@@ -86,18 +87,10 @@ def _inputs(size):
                 b=("float", (n_out,), 2.0), dy=("float", (B, T, n_out), 1.0))
 
 
-def _code(which):
-    def code(impl, size, x, W, b, dy):
-        y, cache_ = impl.linear_forward(x, W, b)
-        if which is None:
-            return (y,)
-        return (impl.linear_backward(dy, cache_)[which],)
-    return code
-
-
 def _numeric(key, which):
-    return Numeric(SIZES, _inputs, lambda s: _fns(s)[key], _code(which),
-                   needs=("linear_forward",) + (("linear_backward",) if which is not None else ()))
+    """``which``: the entry of linear_backward's (dx, dW, db); None: the forward."""
+    return op_check(which is not None, SIZES, _inputs, lambda s: _fns(s)[key], "linear_forward",
+                    "linear_backward", lambda x, W, b, dy: ((x, W, b), {}), "dy", pick=which)
 
 
 TORCH = "torch.nn.functional.linear"

@@ -16,8 +16,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import op_check
 from minibert_spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
 from minibert_spec.equations.loss import ce
 from minibert_spec.protocol import IGNORE_INDEX
@@ -120,14 +121,6 @@ def _sympy(reduction, which):
     return build
 
 
-def _code(reduction, which):
-    def code(impl, size, x, W, b, labels, keep):
-        loss, c = impl.linear_cross_entropy_forward(
-            x, W, b, np.where(keep, labels, IGNORE_INDEX), reduction=reduction)
-        return (np.asarray(loss),) if which == 0 else impl.linear_cross_entropy_backward(1.0, c)
-    return code
-
-
 def _call(reduction):
     """How the code side calls the op (its inputs, other arguments, dloss)."""
     return lambda x, W, b, labels, keep: ({"x": x, "W": W, "b": b}, {
@@ -135,11 +128,12 @@ def _call(reduction):
 
 
 def _numeric(reduction, which):
-    return Numeric(SIZES, _inputs, _sympy(reduction, which), _code(reduction, which),
-                   lambda size, x, W, b, labels, keep: bool(keep.any()),
-                   needs=("linear_cross_entropy_forward",)
-                   + (("linear_cross_entropy_backward",) if which else ()),
-                   guard_call=_call(reduction))
+    return op_check(which, SIZES, _inputs, _sympy(reduction, which),
+                    "linear_cross_entropy_forward", "linear_cross_entropy_backward",
+                    lambda x, W, b, labels, keep: ((x, W, b, np.where(keep, labels, IGNORE_INDEX)),
+                                                   {"reduction": reduction}), 1.0, loss=True,
+                    accept=lambda size, x, W, b, labels, keep: bool(keep.any()),
+                    guard_call=_call(reduction))
 
 
 TORCH = "torch.nn.functional.linear + torch.nn.functional.cross_entropy"

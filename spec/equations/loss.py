@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import op_check
 from minibert_spec.equations._sym import (
     arr,
     compare,
@@ -137,16 +138,6 @@ def _ce_sympy(reduction, which):
     return build
 
 
-def _ce_code(reduction, which):
-    def code(impl, size, z, labels, keep):
-        loss, cache_ = impl.cross_entropy_forward(z, _ce_labels(labels, keep),
-                                                  reduction=reduction)
-        if which == 0:
-            return (np.asarray(loss),)
-        return impl.cross_entropy_backward(1.0, cache_)
-    return code
-
-
 def _ce_accept(size, z, labels, keep):
     return bool(keep.any())  # the mean needs one predicted position
 
@@ -158,11 +149,11 @@ def _ce_call(reduction):
 
 
 def _ce_numeric(reduction, which):
-    return Numeric(((3, 3), (2, 4)), _ce_inputs, _ce_sympy(reduction, which),
-                   _ce_code(reduction, which), _ce_accept,
-                   needs=("cross_entropy_forward",) + (("cross_entropy_backward",) if which
-                                                       else ()),
-                   guard_call=_ce_call(reduction))
+    return op_check(which, ((3, 3), (2, 4)), _ce_inputs, _ce_sympy(reduction, which),
+                    "cross_entropy_forward", "cross_entropy_backward",
+                    lambda z, labels, keep: ((z, _ce_labels(labels, keep)),
+                                             {"reduction": reduction}), 1.0, loss=True,
+                    accept=_ce_accept, guard_call=_ce_call(reduction))
 
 
 @maps_cache
@@ -178,18 +169,12 @@ def _mse_inputs(shape):
     return dict(y_hat=("float", shape, 2.0), y=("float", shape, 2.0))
 
 
-def _mse_code(which):
-    def code(impl, shape, y_hat, y):
-        loss, cache_ = impl.mse_forward(y_hat, y)
-        return (np.asarray(loss),) if which == 0 else impl.mse_backward(1.0, cache_)
-    return code
-
-
-def _mse_sympy(which):
+def _mse_numeric(which):
     def build(shape):
         f = _mse_fns(shape)[which]
         return (lambda **a: (f(**a)[0].reshape(()),)) if which == 0 else f
-    return build
+    return op_check(which, ((1, 2, 2), (2, 2, 3)), _mse_inputs, build, "mse_forward",
+                    "mse_backward", lambda y_hat, y: ((y_hat, y), {}), 1.0, loss=True)
 
 
 TORCH = "torch.nn.functional.cross_entropy"
@@ -224,14 +209,12 @@ register(Equation(
     "loss.mse", "Reconstruction MSE", (f"{SEED001} §3",),
     r"\mathcal{L} = \frac{1}{B T d_{model}} \lVert \hat Y - X \rVert_2^2",
     lambda: _prove_mse("forward"), torch_op="torch.nn.functional.mse_loss",
-    numeric=Numeric(((1, 2, 2), (2, 2, 3)), _mse_inputs, _mse_sympy(0), _mse_code(0),
-                    needs=("mse_forward",))))
+    numeric=_mse_numeric(0)))
 register(Equation(
     "loss.mse.backward", "MSE gradient", (f"{SEED001} §3",),
     r"\frac{\partial \mathcal{L}}{\partial \hat Y} = \frac{2}{B T d_{model}} (\hat Y - X)",
     lambda: _prove_mse("backward"), gradient=True, torch_op="torch.nn.functional.mse_loss",
-    numeric=Numeric(((1, 2, 2), (2, 2, 3)), _mse_inputs, _mse_sympy(1), _mse_code(1),
-                    needs=("mse_forward", "mse_backward")),
+    numeric=_mse_numeric(1),
     uses=("loss.mse",)))
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import LN_EPS, forward_backward_code, ln_row
+from minibert_spec.equations._nn import LN_EPS, fb_checks, ln_row
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from minibert_spec.equations.embedding import onehot
 from minibert_spec.equations.gelu import gelu_erf
@@ -85,23 +85,24 @@ def _accept(size, h, W_t, b_t, **_):
     return bool(np.min(a.var(axis=-1)) >= LN_MIN_VAR)
 
 
-_code = forward_backward_code("mlm_head_forward", "mlm_head_backward",
-                              ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec"), "dl",
-                              eps=float(LN_EPS), activation="gelu")
+def _checks():
+    return fb_checks(SIZES, _inputs, lambda w: lambda s: _fns(s)[w], "mlm_head_forward",
+                     "mlm_head_backward", ("h", "W_t", "b_t", "gamma", "beta", "W_word", "b_dec"),
+                     "dl", kwargs=dict(eps=float(LN_EPS), activation="gelu"), accept=_accept,
+                     needs=("mlm_head_forward", "mlm_head_backward"))
 
 
-_NEEDS = ("mlm_head_forward", "mlm_head_backward")
 register(Equation(
     "mlm_head.forward", "BERT MLM head: transform, tied decoder", (BERT,),
     r"\mathrm{logits} = \mathrm{LN}(\mathrm{GELU}(h W_t + b_t)) W_{word}^\top + b_{dec}",
     _prove_decoder, torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[0], _code(0), _accept, needs=_NEEDS),
+    numeric=_checks()[0],
     uses=("linear.forward", "gelu.forward.erf", "layernorm.forward")))
 register(Equation(
     "mlm_head.backward", "BERT MLM head gradients", (BERT,),
     r"dn = d\ell\, W_{word},\ \text{then LN, GELU and the transform's backward}",
     _prove_decoder, gradient=True, torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), _accept, needs=_NEEDS),
+    numeric=_checks()[1],
     uses=("mlm_head.forward", "linear.backward.dx", "linear.backward.dW", "linear.backward.db",
           "gelu.backward.erf", "layernorm.backward.dx", "layernorm.backward.dgamma",
           "layernorm.backward.dbeta")))
@@ -109,7 +110,7 @@ register(Equation(
     "mlm_head.decoder", "Tied decoder's share of the word-embedding gradient", (BERT,),
     r"\frac{\partial L}{\partial W_{word}}\Big|_{decoder} = d\ell^\top n", _prove_decoder,
     gradient=True, torch_op="torch.nn.functional.linear",
-    numeric=Numeric(SIZES, _inputs, lambda s: _fns(s)[1], _code(1), _accept, needs=_NEEDS),
+    numeric=_checks()[1],
     uses=("mlm_head.forward", "linear.backward.dW")))
 register(Equation(
     "mlm_head.tied", "Tied word embeddings: the gradient is the sum of both uses", (BERT,),

@@ -16,6 +16,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import op_check
 from minibert_spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
 from minibert_spec.equations.loss import ce
 from minibert_spec.protocol import IGNORE_INDEX
@@ -92,15 +93,6 @@ def _sympy(which: int):
     return build
 
 
-def _code(which: int):
-    def code(impl, size, z, ids, keep):
-        loss, cache = impl.next_token_cross_entropy_forward(
-            z, np.where(keep, ids, IGNORE_INDEX), reduction="mean")
-        return (np.asarray(loss),) if which == 0 else \
-            tuple(impl.next_token_cross_entropy_backward(1.0, cache))
-    return code
-
-
 def _accept(size, z, ids, keep):
     return bool(keep[:, 1:].any())  # the mean needs a target
 
@@ -111,10 +103,11 @@ def _call(z, ids, keep):
 
 
 def _numeric(which: int) -> Numeric:
-    return Numeric(NUMERIC_SIZES, _inputs, _sympy(which), _code(which), _accept,
-                   needs=("next_token_cross_entropy_forward",)
-                   + (("next_token_cross_entropy_backward",) if which else ()),
-                   guard_call=_call)
+    return op_check(which, NUMERIC_SIZES, _inputs, _sympy(which),
+                    "next_token_cross_entropy_forward", "next_token_cross_entropy_backward",
+                    lambda z, ids, keep: ((z, np.where(keep, ids, IGNORE_INDEX)),
+                                          {"reduction": "mean"}), 1.0, pick=slice(None),
+                    loss=True, accept=_accept, guard_call=_call)
 
 
 register(Equation(

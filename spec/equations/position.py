@@ -8,7 +8,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import forward_backward_code
+from minibert_spec.equations._nn import fb_checks
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, lambdify_map, vjp
 from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 
@@ -72,8 +72,9 @@ def _pos_inputs(size):
                 dout=("float", (B, T, H), 1.0))
 
 
-_pos_code = forward_backward_code("position_embedding_forward", "position_embedding_backward",
-                                  ("x", "W_pos"), "dout")
+POS_FWD, POS_BWD = fb_checks(((2, 2, 3, 2), (1, 3, 3, 2), (3, 1, 2, 1)), _pos_inputs,
+                             lambda w: lambda s: _pos_fns(s)[w], "position_embedding_forward",
+                             "position_embedding_backward", ("x", "W_pos"), "dout")
 
 
 @maps_cache
@@ -87,16 +88,13 @@ def _pe_fn(size):
     return lambdify_map({}, [pe])
 
 
-POS_SIZES = ((2, 2, 3, 2), (1, 3, 3, 2), (3, 1, 2, 1))
-
 register(Equation(
     "position.learned.forward", "Learned position embeddings added to the tokens",
     (f"{MINIBERT} §2.1", f"{SLIDES} (input embedding construction)", f"{BLOG} (initialize)",
      f"{GUIDE} §1"),
     r"E[b,t,h] = E_{token}[b,t,h] + W_{pos}[t,h]",
     _prove_position, torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(POS_SIZES, _pos_inputs, lambda s: _pos_fns(s)[0], _pos_code(0),
-                    needs=("position_embedding_forward",)),
+    numeric=POS_FWD,
     note="the BERT-base blog adds all 512 rows of W_P, i.e. inputs padded to the maximum length; "
          "the slides allow P fixed or learned (the sinusoidal entry covers fixed)",
     uses=("embedding.forward",)))
@@ -108,8 +106,7 @@ register(Equation(
     r"\frac{\partial L}{\partial W_{pos}[t]} = \sum_b \frac{\partial L}{\partial E[b,t]}\ (t<T),"
     r"\ 0\ (t \ge T)",
     _prove_position, gradient=True, torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(POS_SIZES, _pos_inputs, lambda s: _pos_fns(s)[1], _pos_code(1),
-                    needs=("position_embedding_forward", "position_embedding_backward")),
+    numeric=POS_BWD,
     uses=("position.learned.forward",)))
 
 register(Equation(

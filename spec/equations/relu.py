@@ -26,7 +26,7 @@ def _away_from_kink(size, x, **_):
     return bool(np.min(np.abs(x)) > KINK)
 
 
-RELU_FWD, RELU_BWD = elementwise_numeric(relu_expr, None, "relu_forward", "relu_backward",
+RELU_FWD, RELU_BWD = elementwise_numeric(relu_expr, "relu_forward", "relu_backward",
                                           _away_from_kink)
 
 

@@ -49,7 +49,7 @@ def _through_ffn(which):
     return run
 
 
-FWD, BWD = elementwise_numeric(relu2, None, "ffn_forward", "ffn_backward", code=_through_ffn,
+FWD, BWD = elementwise_numeric(relu2, "ffn_forward", "ffn_backward", code=_through_ffn,
                                variant={"ffn.activation": "relu2"})
 
 register(Equation(

@@ -14,8 +14,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import by_rows, op_check
 from minibert_spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 
@@ -92,14 +93,6 @@ def _row_fn(N: int):
     return lambdify_map(inputs, [r["y"], r["dx"], r["dgamma"]], r["aux"])
 
 
-def _run(f, x, gamma, dy):
-    """Rows are independent: the row map ``f`` (:func:`_row_fn`) on each row; dgamma adds up
-    over rows."""
-    outs = [f(x=xr, gamma=gamma, dy=dr, eps=np.array([RMS_EPS])) for xr, dr in zip(x, dy)]
-    return (np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs]),
-            sum(o[2] for o in outs))
-
-
 def _inputs(N):
     return dict(x=("float", (ROWS, N), 2.0), gamma=("float", (N,), 2.0),
                 dy=("float", (ROWS, N), 1.0))
@@ -110,19 +103,17 @@ def _accept(N, x, **_):
     return bool(np.min(np.mean(x * x, axis=-1)) >= 1e-2)
 
 
-def _code(which):
-    def code(impl, N, x, gamma, dy):
-        y, cache = impl.rmsnorm_forward(x, gamma, RMS_EPS)
-        return (y,) if which is None else (impl.rmsnorm_backward(dy, cache)[which],)
-    return code
-
-
 def _numeric(which):
     def sympy_fn(N):
         f = _row_fn(N)  # here, not at the first call: regenerating records the map (_codegen)
-        return lambda **a: (_run(f, **a)[0 if which is None else which + 1],)
-    return Numeric(NUMERIC_FEATURES, _inputs, sympy_fn, _code(which), _accept,
-                   needs=("rmsnorm_forward", "rmsnorm_backward"))
+
+        def run(x, gamma, dy):
+            out = by_rows(f, dict(x=x, dy=dy), 2, gamma=gamma, eps=np.array([RMS_EPS]))
+            return (out[0 if which is None else which + 1],)
+        return run
+    return op_check(which is not None, NUMERIC_FEATURES, _inputs, sympy_fn, "rmsnorm_forward",
+                    "rmsnorm_backward", lambda x, gamma, dy: ((x, gamma, RMS_EPS), {}), "dy",
+                    pick=which, accept=_accept, needs=("rmsnorm_forward", "rmsnorm_backward"))
 
 
 # --------------------------------------------------------------------------- entries

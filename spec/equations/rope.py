@@ -20,6 +20,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import op_check
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, is_zero, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 
@@ -144,16 +145,11 @@ def _inputs(size):
                 dy=("float", (T, d), 1.0))
 
 
-def _code(convention: str, which: int):
-    def code(impl, size, x, m, dy):
-        y, cache = impl.rope_forward(x, m, base=float(NUMERIC_BASE), convention=convention)
-        return (y,) if which == 0 else tuple(impl.rope_backward(dy, cache))
-    return code
-
-
 def _numeric(convention: str, which: int) -> Numeric:
-    return Numeric(NUMERIC_SIZES, _inputs, lambda s: _rope_fns(s, convention)[which],
-                   _code(convention, which), needs=("rope_forward", "rope_backward"))
+    return op_check(which, NUMERIC_SIZES, _inputs, lambda s: _rope_fns(s, convention)[which],
+                    "rope_forward", "rope_backward", lambda x, m, dy: (
+                        (x, m), {"base": float(NUMERIC_BASE), "convention": convention}), "dy",
+                    pick=slice(None), needs=("rope_forward", "rope_backward"))
 
 
 _ROTATION = {

@@ -27,7 +27,7 @@ def _prove() -> Proof:
     return Proof("proven", (1,), "s (1 + x (1 - s)), s = sigmoid(x)")
 
 
-FWD, BWD = elementwise_numeric(silu, None, "silu_forward", "silu_backward")
+FWD, BWD = elementwise_numeric(silu, "silu_forward", "silu_backward")
 
 register(Equation(
     "silu.forward", "SiLU (swish)", (PROTOCOL_VARIANTS,),

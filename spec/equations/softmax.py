@@ -12,6 +12,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import by_rows
 from minibert_spec.equations._sym import (
     arr,
     compare,
@@ -123,7 +124,7 @@ def _numeric_fns(N: int):
     f = _row_fns(N)
 
     def part(k):
-        return lambda x, dp: (np.stack([f(x=xr, dp=dr)[k] for xr, dr in zip(x, dp)]),)
+        return lambda x, dp: (by_rows(f, dict(x=x, dp=dp), 3)[k],)
 
     return dict(p=part(0), dx=part(1), J=part(2))
 

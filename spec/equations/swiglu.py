@@ -14,7 +14,7 @@ import numpy as np
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import per_token_fns
+from minibert_spec.equations._nn import op_check, per_token_fns
 from minibert_spec.equations._sym import Exp, arr, compare, exp_to_symbols, lambdify_map, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 
@@ -87,16 +87,10 @@ def _inputs(size):
                 dy=("float", (B, T, H), 1.0))
 
 
-def _code(which: int):
-    def code(impl, size, x, W_1, W_2, W_3, dy):
-        y, c = impl.swiglu_forward(x, W_1, W_2, W_3)
-        return (y,) if which == 0 else tuple(impl.swiglu_backward(dy, c))[:4]
-    return code
-
-
 def _numeric(which: int) -> Numeric:
-    return Numeric(NUMERIC_SIZES, _inputs, lambda s: _swiglu_fns(s)[which], _code(which),
-                   needs=("swiglu_forward",) + (("swiglu_backward",) if which else ()))
+    return op_check(which, NUMERIC_SIZES, _inputs, lambda s: _swiglu_fns(s)[which],
+                    "swiglu_forward", "swiglu_backward",
+                    lambda x, W_1, W_2, W_3, dy: ((x, W_1, W_2, W_3), {}), "dy", pick=slice(4))
 
 
 register(Equation(

@@ -17,7 +17,7 @@ def _prove_tanh() -> Proof:
 
 
 # --------------------------------------------------------------------------- SymPy <-> code
-TANH_FWD, TANH_BWD = elementwise_numeric(sp.tanh, None, "tanh_forward", "tanh_backward")
+TANH_FWD, TANH_BWD = elementwise_numeric(sp.tanh, "tanh_forward", "tanh_backward")
 
 
 register(Equation(

@@ -14,6 +14,7 @@ import numpy as np
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
+from minibert_spec.equations._nn import op_check
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, is_zero, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 
@@ -85,17 +86,10 @@ def _sympy(which: int):
     return build
 
 
-def _code(which: int):
-    def code(impl, size, ids, x, W_E, dz):
-        logits, cache = impl.tied_embedding_forward(ids, x, W_E)
-        return (logits,) if which == 0 else tuple(impl.tied_embedding_backward(dz, cache))
-    return code
-
-
 def _numeric(which: int) -> Numeric:
-    return Numeric(NUMERIC_SIZES, _inputs, _sympy(which), _code(which),
-                   needs=("tied_embedding_forward",)
-                   + (("tied_embedding_backward",) if which else ()))
+    return op_check(which, NUMERIC_SIZES, _inputs, _sympy(which), "tied_embedding_forward",
+                    "tied_embedding_backward", lambda ids, x, W_E, dz: ((ids, x, W_E), {}), "dz",
+                    pick=slice(None))
 
 
 register(Equation(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minibert_spec.equations import Equation, Numeric, Proof, register
+from minibert_spec.equations import Equation, Proof, register
+from minibert_spec.equations._nn import op_check
 from minibert_spec.equations._sym import arr, first_difference, vjp
 from minibert_spec.equations.embedding import lookup_maps, onehot, table_grad
 
@@ -48,22 +49,21 @@ def _sympy(which):
     return build
 
 
-def _code(which):
-    def code(impl, size, type_ids, x, W, dout):
-        out, c = impl.token_type_embedding_forward(x, type_ids, W)
-        return (out,) if which == 0 else impl.token_type_embedding_backward(dout, c)
-    return code
+def _numeric(which):
+    return op_check(which, NUMERIC_SIZES, _inputs, _sympy(which), "token_type_embedding_forward",
+                    "token_type_embedding_backward",
+                    lambda type_ids, x, W, dout: ((x, type_ids, W), {}), "dout",
+                    needs=("token_type_embedding_forward", "token_type_embedding_backward"))
 
 
-_NEEDS = ("token_type_embedding_forward", "token_type_embedding_backward")
 register(Equation(
     "token_type.forward", "Token-type (segment) embedding", (BERT,),
     r"E[b,t] \mathrel{+}= W_{type}[\mathrm{type\_ids}[b,t]]", _prove,
     torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(0), _code(0), needs=_NEEDS)))
+    numeric=_numeric(0)))
 register(Equation(
     "token_type.backward", "Token-type embedding gradient (scatter-add)", (BERT,),
     r"dW_{type}[s] = \sum_{(b,t): \mathrm{type\_ids}[b,t]=s} dE[b,t]", _prove, gradient=True,
     torch_op="torch.nn.functional.embedding",
-    numeric=Numeric(NUMERIC_SIZES, _inputs, _sympy(1), _code(1), needs=_NEEDS),
+    numeric=_numeric(1),
     uses=("token_type.forward",)))
