@@ -101,13 +101,10 @@ class Claim:
     strategy: str | None = None
 
 
-def _dict_keys(prefix: str) -> tuple[str, ...]:
-    return tuple(f"{prefix}{n}" for n in ATTN_B)
-
-
 CLAIMS: dict[str, Claim] = {
     "attention_bias": Claim("attention_bias (an attention with biases)",
-                            pieces={"attention": ATTN_B, "block": _dict_keys("attn.")},
+                            pieces={"attention": ATTN_B,
+                                    "block": tuple(f"attn.{n}" for n in ATTN_B)},
                             strategy="bias"),
     "key_mask": Claim("key_mask (a masked attention)",
                       keywords={"attention": "mask", "block": "mask", "softmax": "mask"},
