@@ -226,8 +226,7 @@ def _guards(guards) -> dict:
     out = {}
     for name, v in guards.items():
         low, high = guard_range(name)
-        if not (isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
-                and math.isfinite(v) and low <= v <= high):
+        if not (_numeric(v) and math.isfinite(v) and low <= v <= high):
             raise _refuse(("guards", name), v, f"{accepted('guards', name)} ({GUARDS[name]})")
         out[name] = float(v)
     return out
