@@ -131,8 +131,8 @@ class ImplProxy:
         self._impl_arrays = arrays.converter(self._impl_caps["arrays"])
 
     def __getattr__(self, name: str):
-        try:
-            value = resolve(self._impl_obj, name)
+        try:  # past __getattr__: a copy being built has no _impl_obj yet (AttributeError)
+            value = resolve(object.__getattribute__(self, "_impl_obj"), name)
         except AttributeError:
             # Probes by Python, pytest or Hypothesis (e.g. hypothesis_internal_is_this_a_mock_check)
             # are not protocol names: answer them like any object would.
