@@ -1,7 +1,7 @@
 """The next-token (causal language model) cross-entropy: the cross-entropy of logits[..., :-1, :]
 against ids[..., 1:] (its SymPy derivation: spec/equations/next_token.py; its reference pair:
 minibert_reference.ops.losses).  Its loss guards stay with the other losses'
-(minibert_spec.protocol.guards: LOSS_ROWS, ALTERNATIVES, JUDGES)."""
+(minibert_spec.protocol.guards: LOSS_ROWS, LOSS_CALLS, JUDGES)."""
 
 from __future__ import annotations
 

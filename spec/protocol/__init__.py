@@ -1,5 +1,4 @@
 """The adapter protocol: the one op table, and how an implementation under test is reached.
-The adapter protocol: the one op table, and how an implementation under test is loaded.
 
 Any NumPy implementation can be put under test: ``minibert check package.module:object``,
 ``pytest --minibert-impl package.module:object``, or ``parametrize_with_checks(module)`` in a

@@ -6,10 +6,8 @@ of the ops that act on the last axis alone.  The claims and variants themselves 
 :func:`capabilities` is the only place a declaration is read.  It validates all of it -- its
 type, every key and value against the tables (CLAIMS, VARIANTS, RANK_ADAPTABLE, GUARDS,
 CONVENTIONS), and what the declared keyword options say against the code's own signatures --
-and raises :class:`DeclarationError` (one line: the key, the value, what is accepted) for
-anything it cannot take, a declaration whose reading raises included.  Every entry point reads
-it before any check runs (the proxy does on construction, and so does each worker on loading):
-a declaration the protocol cannot take is never judged with the defaults, and never an op red.
+before any check runs (the proxy reads it on construction, and so does each worker on loading):
+a declaration the protocol cannot take is a :class:`DeclarationError`, never an op red.
 """
 
 from __future__ import annotations
@@ -226,8 +224,7 @@ def _guards(guards) -> dict:
     out = {}
     for name, v in guards.items():
         low, high = guard_range(name)
-        if not (isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
-                and math.isfinite(v) and low <= v <= high):
+        if not (_numeric(v) and math.isfinite(v) and low <= v <= high):
             raise _refuse(("guards", name), v, f"{accepted('guards', name)} ({GUARDS[name]})")
         out[name] = float(v)
     return out

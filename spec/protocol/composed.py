@@ -306,8 +306,7 @@ class ComposedModel(ModelOfRows):
 
     def _norm_bwd(self, row, dy, cache, prefix: str, grads: dict):
         dx, *dp = row[1](dy, cache)
-        for name, g in zip(("gamma", "beta"), dp):
-            _put(grads, f"{prefix}.{name}", g)
+        _put(grads, prefix, ("gamma", "beta"), dp)
         return dx
 
     def _ffn_fwd(self, kind: str, p: dict, x):
@@ -327,13 +326,11 @@ class ComposedModel(ModelOfRows):
             da, dW_2, db_2 = self.linear[1](dy, c2)
             (dh,) = self.act[1](da, ca)
             dx, dW_1, db_1 = self.linear[1](dh, c1)
-            for k, g in (("W_1", dW_1), ("b_1", db_1), ("W_2", dW_2), ("b_2", db_2)):
-                _put(grads, f"ffn.{k}", g)
+            _put(grads, "ffn", ("W_1", "b_1", "W_2", "b_2"), (dW_1, db_1, dW_2, db_2))
             return dx
         row, names = (self.swiglu_row, SWIGLU) if kind == "swiglu" else (self.ffn_row, FFN)
         dx, *dp = row[1](dy, cache)
-        for k, g in zip(names, dp):
-            _put(grads, f"{'swiglu' if kind == 'swiglu' else 'ffn'}.{k}", g)
+        _put(grads, "swiglu" if kind == "swiglu" else "ffn", names, dp)
         return dx
 
     def _block_fwd(self, layer: Layer, x, p: dict):
@@ -362,8 +359,7 @@ class ComposedModel(ModelOfRows):
         dn2 = self._ffn_bwd(layer.ffn, dout, cf, grads)
         dh = dout + self._norm_bwd(norm, dn2, c2, "ln2", grads)
         dn1, *dattn = self.attention[1](dh, ca)
-        for k, g in zip(ATTN, dattn):
-            _put(grads, f"attn.{k}", g)
+        _put(grads, "attn", ATTN, dattn)
         return dh + self._norm_bwd(norm, dn1, c1, "ln1", grads), grads
 
     def _forward(self, params, ids, labels):
@@ -397,12 +393,11 @@ class ComposedModel(ModelOfRows):
             (dlogits,) = self.loss[1](dloss, c_loss)
             dx, dW, db = self.head[1](dlogits, c_head)
         grads["lm_head.W"] = dW
-        _put(grads, "lm_head.b", db)
+        _put(grads, "lm_head", ("b",), (db,))
         dx = self._norm_bwd(self.final_row, dx, c_fin, "final_ln", grads)
         for i in reversed(range(len(self.layers))):
             dx, g = self._block_bwd(self.layers[i], dx, blocks[i])
-            for k, v in g.items():
-                _put(grads, f"layers.{i}.{k}", v)
+            _put(grads, f"layers.{i}", g.keys(), g.values())
         dx, dW_pos = self.pos[1](dx, c_pos)
         grads["embeddings.position.W"] = dW_pos
         (grads["embeddings.token.W"],) = self.emb[1](dx, c_emb)
@@ -526,10 +521,10 @@ def _masked_as_scores(forward, backward):
     return masked, copied
 
 
-def _put(grads: dict, name: str, g) -> None:
-    """A gradient of a parameter the model has (None: an absent piece, e.g. no beta)."""
-    if g is not None:
-        grads[name] = g
+def _put(grads: dict, prefix: str, names, gs) -> None:
+    """The gradients of the parameters ``prefix.<name>`` the model has (None: an absent piece,
+    e.g. no beta)."""
+    grads.update({f"{prefix}.{n}": g for n, g in zip(names, gs) if g is not None})
 
 
 def composed_model(obj, label: str | None = None) -> ComposedModel:

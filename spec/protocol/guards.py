@@ -26,6 +26,7 @@ the measured factor implies).  NumPy only; the declaration is validated by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -361,130 +362,104 @@ def _loss_rows(logits, labels, fixed) -> tuple:
             fixed.get("reduction", "mean"))
 
 
-def _cross_entropy(guards, inputs, fixed, dout):
-    form = fixed.get("input", "logits")
-    if form == "probabilities":  # dL/dp: the guard's factor on -1/p_y at each label entry
-        return _probabilities(guards, inputs, fixed, dout)
-    # logits, or p with dL/dlogits returned (probabilities_dlogits): the same gradient, over z
-    shift, allow, why = cross_entropy_adjustment(
-        guards, *_loss_rows(inputs["logits"], fixed["labels"], fixed), dout,
-        probabilities=form != "logits")
-    return Adjustment(shift, {"logits": allow}, why)
+# A loss row's call as cross-entropy rows: (logits, labels, ignore_index, reduction) and how a
+# per-logit array reaches the row's differentiable inputs -- signed, or ``absolute`` (a bound
+# on how far an allowance reaches, by the triangle inequality).
+def _ce_call(inputs, fixed) -> tuple:
+    return _loss_rows(inputs["logits"], fixed["labels"], fixed), \
+        lambda per_logit, absolute=False: {"logits": per_logit}
+
+
+def _next_token_call(inputs, fixed) -> tuple:
+    """Positions 0..T-2 against ids[1:]; the last position predicts nothing (no guard there:
+    zero in the per-logit array)."""
+    z = np.asarray(inputs["logits"])
+
+    def to_inputs(per_row, absolute=False):
+        full = np.zeros(z.shape)
+        full[..., :-1, :] = per_row
+        return {"logits": full}
+
+    return _loss_rows(z[..., :-1, :], np.asarray(fixed["ids"])[..., 1:], fixed), to_inputs
+
+
+def _linear_cross_entropy_call(inputs, fixed) -> tuple:
+    """The logits x W + b in float64; a per-logit array carried through the linear map's
+    backward to x, W and b (signed: exact, the map is linear)."""
+    x, W, b = (None if v is None else np.asarray(v, dtype=np.float64)
+               for v in (inputs["x"], inputs["W"], inputs.get("b")))
+
+    def to_inputs(per_logit, absolute=False):
+        xs, Ws = (np.abs(x), np.abs(W)) if absolute else (x, W)
+        rows = np.broadcast_to(per_logit, xs.shape[:-1] + Ws.shape[1:]).reshape(-1, Ws.shape[1])
+        return {"x": (rows @ Ws.T).reshape(xs.shape), "W": xs.reshape(-1, Ws.shape[0]).T @ rows,
+                "b": None if b is None else rows.sum(axis=0)}
+
+    logits = x @ W + (0.0 if b is None else b)
+    return _loss_rows(logits, fixed["labels"], fixed), to_inputs
+
+
+LOSS_CALLS: dict[str, Callable] = {"cross_entropy": _ce_call,
+                                   "next_token_cross_entropy": _next_token_call,
+                                   "linear_cross_entropy": _linear_cross_entropy_call}
+
+
+def _label_terms(guards, inputs, fixed) -> tuple:
+    """A loss of probabilities returning dL/dp (``input="probabilities"``): its dp lives at
+    each kept position's label entry alone, -1/(d p_y) for the plain log, -factor/(d p_y) for
+    the guarded one.  (p, labels, keep, 1/p_y, n, d, factor)."""
+    p, labels, ignore_index, reduction = _loss_rows(inputs["logits"], fixed["labels"], fixed)
+    lp, _, keep, n, d, factor = _ce_terms(guards, p, labels, ignore_index, reduction, True)
+    return p, labels, keep, np.exp(-lp), n, d, factor
 
 
 def _at_labels(shape, labels, keep, per_position) -> np.ndarray:
     """Zeros of ``shape`` but at each kept position's label entry, which holds that position's
-    value of ``per_position`` (a loss of probabilities: its dL/dp lives there alone)."""
+    value of ``per_position``."""
     out = np.zeros(shape)
     np.put_along_axis(out, np.where(keep, labels, 0)[..., None], (per_position * keep)[..., None],
                       -1)
     return out
 
 
-def _probabilities(guards, inputs, fixed, dout):
-    """A loss of probabilities returning dL/dp: the loss shift as for p given, and dp within
-    |guarded - unguarded| at each label entry: the unguarded dp_y = -1/(n p_y) scaled by the
-    same deviation of the two forms as dlogits (both forms' dp differ only there)."""
-    p, labels, ignore_index, reduction = _loss_rows(inputs["logits"], fixed["labels"], fixed)
-    shift, _, why = cross_entropy_adjustment(guards, p, labels, ignore_index, reduction, dout,
-                                             probabilities=True)
-    lp, _, keep, n, d, factor = _ce_terms(guards, p, labels, ignore_index, reduction, True)
-    dev = np.maximum(np.abs(factor / d - 1 / n), abs(1 / d - 1 / n))
-    return Adjustment(shift, {"logits": _at_labels(np.shape(p), labels, keep, np.exp(-lp) * dev
-                                                   * abs(float(dout)))}, why)
-
-
-# row -> the other gradient its declared loss guard allows, signed, per differentiable input
-# (minibert_spec.numerics.fdcheck tries the backward against finite differences with it taken away
-# when the backward alone is red): (declared guards, inputs, fixed, dout) -> {input: delta}.
-def _ce_alternative(guards, inputs, fixed, dout):
+def _loss(row: str, guards, inputs, fixed, dout):
+    """The loss guards of ``row``: the loss shift and, per differentiable input, the logits'
+    allowance carried to it (in absolute values through a linear head).  A loss of
+    probabilities returning dL/dp: dp within |guarded - unguarded| at each label entry, the
+    unguarded dp_y = -1/(n p_y) scaled by the same deviation of the two forms as dlogits."""
     form = fixed.get("input", "logits")
-    if form == "probabilities":  # dL/dp: -1/(d p_y) against -factor/(d p_y), at each label
-        p, labels, ignore_index, reduction = _loss_rows(inputs["logits"], fixed["labels"], fixed)
-        lp, _, keep, _, d, factor = _ce_terms(guards, p, labels, ignore_index, reduction, True)
-        return {"logits": _at_labels(np.shape(p), labels, keep,
-                                     -(1 - factor) / d * np.exp(-lp) * float(dout))}
-    if form != "logits":  # p with dL/dlogits: the composed check passes z = log p as logits
-        return None
-    return {"logits": cross_entropy_plain_log_delta(
-        guards, *_loss_rows(inputs["logits"], fixed["labels"], fixed), dout)}
-
-
-def _next_token_alternative(guards, inputs, fixed, dout):
-    z, rows = _next_token_rows(inputs, fixed)
-    return {"logits": _predicting(z.shape, cross_entropy_plain_log_delta(guards, *rows, dout))}
-
-
-def _linear_cross_entropy_alternative(guards, inputs, fixed, dout):
-    """The logits' delta carried through x W + b's backward (a linear map: exact)."""
-    x, W, b, logits = _linear_logits(inputs)
-    return _through_linear(cross_entropy_plain_log_delta(
-        guards, *_loss_rows(logits, fixed["labels"], fixed), dout), x, W, b)
-
-
-ALTERNATIVES: dict[str, Callable] = {"cross_entropy": _ce_alternative,
-                                     "next_token_cross_entropy": _next_token_alternative,
-                                     "linear_cross_entropy": _linear_cross_entropy_alternative}
+    if form == "probabilities":
+        p, labels, keep, inv_p, n, d, factor = _label_terms(guards, inputs, fixed)
+        shift, _, why = cross_entropy_adjustment(guards, *_loss_rows(p, labels, fixed), dout,
+                                                 probabilities=True)
+        dev = np.maximum(np.abs(factor / d - 1 / n), abs(1 / d - 1 / n))
+        return Adjustment(shift, {"logits": _at_labels(np.shape(p), labels, keep,
+                                                       inv_p * dev * abs(float(dout)))}, why)
+    # logits, or p with dL/dlogits returned (probabilities_dlogits): the same gradient, over z
+    rows, to_inputs = LOSS_CALLS[row](inputs, fixed)
+    shift, allow, why = cross_entropy_adjustment(guards, *rows, dout,
+                                                 probabilities=form != "logits")
+    return Adjustment(shift, to_inputs(allow, absolute=True), why)
 
 
 def alternative_gradient(row: str, guards: Mapping, inputs: Mapping, fixed: Mapping,
                          dout=1.0) -> dict | None:
     """The other gradient ``row``'s declared loss guard allows (the plain log's), minus the
     guarded forward's exact derivative, per differentiable input; None when no log guard is
-    declared on the row."""
+    declared on the row (minibert_spec.numerics.fdcheck tries the backward against finite
+    differences with it taken away when the backward alone is red)."""
     declared = declared_on(row, guards)
-    make = ALTERNATIVES.get(row)
-    if make is None or ce_guard(declared) is None:
+    if row not in LOSS_CALLS or ce_guard(declared) is None:
         return None
-    return make(declared, inputs, fixed, dout)
-
-
-def _next_token_rows(inputs, fixed) -> tuple:
-    """(the logits, the cross-entropy rows of the next-token loss: positions 0..T-2 against
-    ids[1:])."""
-    z = np.asarray(inputs["logits"])
-    return z, _loss_rows(z[..., :-1, :], np.asarray(fixed["ids"])[..., 1:], fixed)
-
-
-def _predicting(shape, per_row) -> np.ndarray:
-    """A per-logit array of the predicting positions, zero at the last one (it predicts
-    nothing: no guard there)."""
-    full = np.zeros(shape)
-    full[..., :-1, :] = per_row
-    return full
-
-
-def _next_token(guards, inputs, fixed, dout):
-    z, rows = _next_token_rows(inputs, fixed)
-    shift, allow, why = cross_entropy_adjustment(guards, *rows, dout)
-    return Adjustment(shift, {"logits": _predicting(z.shape, allow)}, why)
-
-
-def _linear_logits(inputs) -> tuple:
-    """(x, W, b, x W + b) in float64."""
-    x, W, b = (None if v is None else np.asarray(v, dtype=np.float64)
-               for v in (inputs["x"], inputs["W"], inputs.get("b")))
-    return x, W, b, x @ W + (0.0 if b is None else b)
-
-
-def _through_linear(per_logit, x, W, b, absolute: bool = False) -> dict:
-    """A per-logit array carried through x W + b's backward to x, W and b: signed (exact, the
-    map is linear), or ``absolute`` in absolute values (a bound on how far an allowance
-    reaches, by the triangle inequality)."""
-    if absolute:
-        x, W = np.abs(x), np.abs(W)
-    rows = np.broadcast_to(per_logit, x.shape[:-1] + W.shape[1:]).reshape(-1, W.shape[1])
-    return {"x": (rows @ W.T).reshape(x.shape), "W": x.reshape(-1, W.shape[0]).T @ rows,
-            "b": None if b is None else rows.sum(axis=0)}
-
-
-def _linear_cross_entropy(guards, inputs, fixed, dout):
-    """The loss guards on the logits x W + b; each input's allowance is the logits' carried
-    through the linear map's backward in absolute values."""
-    x, W, b, logits = _linear_logits(inputs)
-    shift, allow, why = cross_entropy_adjustment(
-        guards, *_loss_rows(logits, fixed["labels"], fixed), dout)
-    return Adjustment(shift, _through_linear(allow, x, W, b, absolute=True), why)
+    form = fixed.get("input", "logits")
+    if form == "probabilities":  # dL/dp: -1/(d p_y) against -factor/(d p_y), at each label
+        p, labels, keep, inv_p, _, d, factor = _label_terms(declared, inputs, fixed)
+        return {"logits": _at_labels(np.shape(p), labels, keep,
+                                     -(1 - factor) / d * inv_p * float(dout))}
+    if form != "logits":  # p with dL/dlogits: the composed check passes z = log p as logits
+        return None
+    rows, to_inputs = LOSS_CALLS[row](inputs, fixed)
+    return to_inputs(cross_entropy_plain_log_delta(declared, *rows, dout))
 
 
 def _softmax(guards, inputs, fixed, dout):
@@ -495,9 +470,7 @@ def _softmax(guards, inputs, fixed, dout):
 # row -> its judge: (declared guards of the row, the forward's differentiable inputs, its other
 # arguments, the upstream gradient) -> Adjustment or None.  The clip and adam rows are judged
 # by their own checks (clipped_norm, adam_update_shift).
-JUDGES: dict[str, Callable] = {"cross_entropy": _cross_entropy,
-                               "next_token_cross_entropy": _next_token,
-                               "linear_cross_entropy": _linear_cross_entropy,
+JUDGES: dict[str, Callable] = {**{row: functools.partial(_loss, row) for row in LOSS_CALLS},
                                "softmax": _softmax}
 
 

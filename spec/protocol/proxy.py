@@ -102,7 +102,6 @@ def _converted(name: str, e: BaseException) -> BaseException | None:
     return None
 
 
-
 class _RankCache:
     """The cache of a rank-adapted forward: the implementation's cache and the shapes to undo."""
 
@@ -113,33 +112,27 @@ class _RankCache:
 class ImplProxy:
     """Wraps an implementation; reading a name it lacks calls ``on_missing(message)`` (the
     conftest passes ``pytest.skip``, the checker raises :class:`NotApplicable`), so a missing
-    name can never make a check pass silently.
-
-    Every protocol function read through the proxy is wrapped: its name is recorded when it is
-    called (:meth:`calls`, so a verdict credits only the ops a test actually ran), a
-    ``SystemExit``/``KeyboardInterrupt`` it raises becomes :class:`ImplementationExit`, and
-    the implementation's CAPABILITIES are applied (unclaimed biases, masks, weight decay are
-    not applicable; ranks are adapted)."""
+    name can never make a check pass silently.  Every protocol function read through it is
+    wrapped as the module's docstring says (:meth:`calls`: a verdict credits only the ops a
+    test actually ran)."""
 
     def __init__(self, obj, label: str, on_missing: Callable[[str], object] | None = None):
-        object.__setattr__(self, "_impl_obj", obj)
-        object.__setattr__(self, "_impl_label", label)
-        object.__setattr__(self, "_impl_on_missing", on_missing or _raise_not_applicable)
-        object.__setattr__(self, "_impl_called", {})  # ordered set of names called
-        object.__setattr__(self, "_impl_active", [])  # the protocol names executing now
-        object.__setattr__(self, "_impl_hung", {})  # name -> the check it did not return in
+        self._impl_obj = obj
+        self._impl_label = label
+        self._impl_on_missing = on_missing or _raise_not_applicable
+        self._impl_called = {}  # ordered set of names called
+        self._impl_active = []  # the protocol names executing now
+        self._impl_hung = {}  # name -> the check it did not return in
         # the names executing when a harness interrupt (a time limit) went through them
-        object.__setattr__(self, "_impl_interrupted", [])
-        object.__setattr__(self, "_impl_wrapped", {})
-        object.__setattr__(self, "_impl_caps", capabilities(obj))
+        self._impl_interrupted = []
+        self._impl_wrapped = {}
+        self._impl_caps = capabilities(obj)
         # the conversion layer (spec/protocol/arrays.py): None for a NumPy implementation
-        object.__setattr__(self, "_impl_arrays",
-                           arrays.converter(object.__getattribute__(self, "_impl_caps")["arrays"]))
+        self._impl_arrays = arrays.converter(self._impl_caps["arrays"])
 
     def __getattr__(self, name: str):
-        obj = object.__getattribute__(self, "_impl_obj")
-        try:
-            value = resolve(obj, name)
+        try:  # past __getattr__: a copy being built has no _impl_obj yet (AttributeError)
+            value = resolve(object.__getattribute__(self, "_impl_obj"), name)
         except AttributeError:
             # Probes by Python, pytest or Hypothesis (e.g. hypothesis_internal_is_this_a_mock_check)
             # are not protocol names: answer them like any object would.
@@ -148,51 +141,46 @@ class ImplProxy:
         else:
             if name.startswith("_") or not callable(value) or inspect.isclass(value):
                 return value
-            cache = object.__getattribute__(self, "_impl_wrapped")
-            hit = cache.get(name)
+            hit = self._impl_wrapped.get(name)
             if hit is None or hit[0] is not value:
-                hit = cache[name] = (value, self._wrap(name, value))
+                hit = self._impl_wrapped[name] = (value, self._wrap(name, value))
             return hit[1]
-        label = object.__getattribute__(self, "_impl_label")
-        object.__getattribute__(self, "_impl_on_missing")(not_applicable_message(label, name))
-        raise NotApplicable(not_applicable_message(label, name))  # on_missing returned
+        self._missing(not_applicable_message(self._impl_label, name))
 
     def __repr__(self) -> str:
-        return f"<impl {object.__getattribute__(self, '_impl_label')}>"
+        return f"<impl {self._impl_label}>"
 
     # ---------------------------------------------------------------- bookkeeping
     def calls(self) -> list[str]:
         """Protocol names called through the proxy since the last :meth:`reset_calls`."""
-        return list(object.__getattribute__(self, "_impl_called"))
+        return list(self._impl_called)
 
     def reset_calls(self) -> None:
-        object.__getattribute__(self, "_impl_called").clear()
+        self._impl_called.clear()
 
     def active(self) -> list[str]:
         """The protocol names executing right now, outermost first (a time-out names them)."""
-        return list(object.__getattribute__(self, "_impl_active"))
+        return list(self._impl_active)
 
     def mark_hung(self, where: str) -> list[str]:
         """The names executing now did not return within ``where``'s time limit: later calls
         of them fail at once (ImplementationHung) instead of hanging again.  Returns them."""
-        active = object.__getattribute__(self, "_impl_active")
-        hung = object.__getattribute__(self, "_impl_hung")
-        interrupted = object.__getattribute__(self, "_impl_interrupted")
-        names = list(interrupted or active)
-        interrupted.clear()
+        names = list(self._impl_interrupted or self._impl_active)
+        self._impl_interrupted.clear()
         for name in names:
-            hung.setdefault(name, where)
-        active.clear()
+            self._impl_hung.setdefault(name, where)
+        self._impl_active.clear()
         return names
 
+    def _missing(self, message: str):
+        self._impl_on_missing(message)
+        raise NotApplicable(message)  # on_missing returned
+
     def _not_claimed(self, what: str):
-        label = object.__getattribute__(self, "_impl_label")
-        object.__getattribute__(self, "_impl_on_missing")(not_claimed_message(label, what))
-        raise NotApplicable(not_claimed_message(label, what))
+        self._missing(not_claimed_message(self._impl_label, what))
 
     def _wrap(self, name: str, fn):
-        called = object.__getattribute__(self, "_impl_called")
-        caps = object.__getattribute__(self, "_impl_caps")
+        called, caps = self._impl_called, self._impl_caps
         op = op_of_name(name)
         adapt = None
         if op is not None and name.endswith(("_forward", "_backward")):
@@ -209,10 +197,8 @@ class ImplProxy:
 
             adapt = adam_step_adapter(fn)
 
-        active = object.__getattribute__(self, "_impl_active")
-        converter = object.__getattribute__(self, "_impl_arrays")
-        hung = object.__getattribute__(self, "_impl_hung")
-        interrupted = object.__getattribute__(self, "_impl_interrupted")
+        active, hung, interrupted = self._impl_active, self._impl_hung, self._impl_interrupted
+        converter = self._impl_arrays
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
@@ -220,10 +206,7 @@ class ImplProxy:
             if name in hung:
                 raise ImplementationHung(f"{name} did not return within the time limit in "
                                          f"{hung[name]}: not called again")
-            if adapt is not None:
-                args, kwargs, post = adapt(args, kwargs)
-            else:
-                post = None
+            args, kwargs, post = (args, kwargs, None) if adapt is None else adapt(args, kwargs)
             active.append(name)
             try:
                 out = (fn(*args, **kwargs) if converter is None
@@ -244,26 +227,21 @@ class ImplProxy:
 
     def _adapter(self, op: str, name: str, caps: dict):
         """(args, kwargs) -> (args, kwargs, post) applying CAPABILITIES to one op function."""
-        ranks = caps["ranks"].get(op)
-        rank_fwd = ranks and op in RANK_ADAPTABLE and name.endswith("_forward")
-        rank_bwd = ranks and op in RANK_ADAPTABLE and name.endswith("_backward")
         # the claims and options declared (spec/protocol/variants.py): forms the
         # implementation does not declare are not applicable, per-head layouts and probability
-        # losses are adapted
+        # losses are adapted; then a declared rank
         steps = variants.layers(op, name, caps, self._not_claimed)
-        if not (rank_fwd or rank_bwd or steps):
+        ranks = caps["ranks"].get(op)
+        if ranks and op in RANK_ADAPTABLE:
+            steps.append(functools.partial(_rank_forward, op, ranks)
+                         if name.endswith("_forward") else functools.partial(_rank_backward, op))
+        if not steps:
             return None
 
         def adapt(args, kwargs):
             posts = []
             for step in steps:
                 args, kwargs, post = step(args, kwargs)
-                posts.append(post)
-            if rank_fwd:
-                args, kwargs, post = self._rank_forward(op, ranks, args, kwargs)
-                posts.append(post)
-            elif rank_bwd and len(args) >= 2 and isinstance(args[1], _RankCache):
-                args, kwargs, post = self._rank_backward(op, args, kwargs)
                 posts.append(post)
             posts = [p for p in reversed(posts) if p is not None]
             if not posts:
@@ -278,49 +256,48 @@ class ImplProxy:
 
         return adapt
 
-    @staticmethod
-    def _rank_forward(op, ranks, args, kwargs):
-        names = OPS[op].args
-        bound = dict(zip(names, args))
-        primary = bound.get(names[0], kwargs.get(names[0]))
-        lead = tuple(np.shape(primary)[:-1])
-        target = target_lead(lead, ranks)
-        if target is None:
-            return args, kwargs, None
 
-        def reshape(a):
-            if isinstance(a, np.ndarray) and a.shape[:len(lead)] == lead:
-                return a.reshape(target + a.shape[len(lead):])
-            return a
+def _rank_forward(op, ranks, args, kwargs):
+    names = OPS[op].args
+    lead = tuple(np.shape(variants.get(op, args, kwargs, names[0]))[:-1])
+    target = target_lead(lead, ranks)
+    if target is None:
+        return args, kwargs, None
 
-        ranked = RANK_ADAPTABLE[op]
-        args = tuple(reshape(a) if n in ranked else a for n, a in zip(names, args)) + args[
-            len(names):]
-        kwargs = {k: reshape(v) if k in ranked else v for k, v in kwargs.items()}
+    def reshape(a):
+        if isinstance(a, np.ndarray) and a.shape[:len(lead)] == lead:
+            return a.reshape(target + a.shape[len(lead):])
+        return a
 
-        def post(result):
-            out, cache = result
-            if np.ndim(out) > 0:
-                out = np.asarray(out)
-                out = out.reshape(lead + out.shape[len(target):])
-            return out, _RankCache(cache, lead, target)
+    ranked = RANK_ADAPTABLE[op]
+    args = tuple(reshape(a) if n in ranked else a for n, a in zip(names, args)) + args[len(names):]
+    kwargs = {k: reshape(v) if k in ranked else v for k, v in kwargs.items()}
 
-        return args, kwargs, post
+    def post(result):
+        out, cache = result
+        if np.ndim(out) > 0:
+            out = np.asarray(out)
+            out = out.reshape(lead + out.shape[len(target):])
+        return out, _RankCache(cache, lead, target)
 
-    @staticmethod
-    def _rank_backward(op, args, kwargs):
-        dout, rc = args[0], args[1]
-        if isinstance(dout, np.ndarray) and dout.ndim > 0:
-            dout = dout.reshape(rc.target + dout.shape[len(rc.lead):])
-        ranked = RANK_ADAPTABLE[op]
-        inputs = OPS[op].inputs
+    return args, kwargs, post
 
-        def post(grads):
-            return tuple(g.reshape(rc.lead + g.shape[len(rc.target):])
-                         if isinstance(g, np.ndarray) and i < len(inputs)
-                         and inputs[i] in ranked else g for i, g in enumerate(grads))
 
-        return (dout, rc.inner, *args[2:]), kwargs, post
+def _rank_backward(op, args, kwargs):
+    if not (len(args) >= 2 and isinstance(args[1], _RankCache)):
+        return args, kwargs, None
+    dout, rc = args[0], args[1]
+    if isinstance(dout, np.ndarray) and dout.ndim > 0:
+        dout = dout.reshape(rc.target + dout.shape[len(rc.lead):])
+    ranked, inputs = RANK_ADAPTABLE[op], OPS[op].inputs
+
+    def post(grads):
+        return tuple(g.reshape(rc.lead + g.shape[len(rc.target):])
+                     if isinstance(g, np.ndarray) and i < len(inputs)
+                     and inputs[i] in ranked else g for i, g in enumerate(grads))
+
+    return (dout, rc.inner, *args[2:]), kwargs, post
+
 
 # where a protocol name may live besides the object itself: a package's optimizer submodule; a
 # module's whole-model declaration (WHOLE_MODEL = whole_model(...): its row beside the op rows)

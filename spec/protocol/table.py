@@ -80,9 +80,6 @@ def forward_args(module: str, name: str) -> tuple[str, ...]:
     return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
 
 
-# a row taking no log, dividing by nothing it computes and taking no root
-
-
 def _pair(stem: str) -> tuple[str, str]:
     return (f"{stem}_forward", f"{stem}_backward")
 
@@ -338,7 +335,6 @@ def reference_modules() -> dict[str, str]:
     """Alias -> module of ``minibert_reference`` that defines protocol names (for the mutation
     catalog)."""
     return {op.module: f"minibert_reference.{op.module}" for op in _TABLE}
-
 
 
 def protocol_markdown() -> str:

@@ -101,13 +101,10 @@ class Claim:
     strategy: str | None = None
 
 
-def _dict_keys(prefix: str) -> tuple[str, ...]:
-    return tuple(f"{prefix}{n}" for n in ATTN_B)
-
-
 CLAIMS: dict[str, Claim] = {
     "attention_bias": Claim("attention_bias (an attention with biases)",
-                            pieces={"attention": ATTN_B, "block": _dict_keys("attn.")},
+                            pieces={"attention": ATTN_B,
+                                    "block": tuple(f"attn.{n}" for n in ATTN_B)},
                             strategy="bias"),
     "key_mask": Claim("key_mask (a masked attention)",
                       keywords={"attention": "mask", "block": "mask", "softmax": "mask"},
@@ -314,16 +311,13 @@ def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | 
                 return args, kwargs, None
             w = args[1]
             dloss, asked, keep, n = args[0], w.info["asked"], w.info["keep"], w.info["n"]
-            divisor = max(n, 1) if asked == "mean" else 1
             if form == "none":
-                scale = dloss / divisor
+                scale = dloss / (max(n, 1) if asked == "mean" else 1)
                 d = np.full(w.info["shape"], scale) if keep is None else \
                     np.where(keep, scale, 0.0)
                 d = d.astype(w.info["dtype"])
-            elif form == asked:
-                d = dloss
-            else:  # mean taken, sum asked: x n; sum taken, mean asked: / n
-                d = dloss * max(n, 1) if form == "mean" else dloss / max(n, 1)
+            else:
+                d = _rescaled(dloss, form, asked, max(n, 1))
             return (d, w.inner, *args[2:]), kwargs, None
 
         return back
@@ -341,18 +335,23 @@ def _reduction(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | 
                 total = per.sum(dtype=loss.dtype)
                 value = total / loss.dtype.type(max(n, 1)) if asked == "mean" else total
                 info = dict(shape=loss.shape, dtype=loss.dtype)
-            elif form == asked:
-                value, info = loss, {}
-            elif form == "mean":  # the sum is the mean times the kept positions
-                value, info = loss * loss.dtype.type(max(n, 1)), {}
             else:
-                value, info = loss / loss.dtype.type(max(n, 1)), {}
+                value, info = _rescaled(loss, form, asked, loss.dtype.type(max(n, 1))), {}
             return value[()] if np.ndim(value) == 0 else value, _Wrapped(
                 "reduction", cache, asked=asked, keep=keep, n=n, **info)
 
         return args, kwargs, post
 
     return layer
+
+
+def _rescaled(x, form: str, asked: str, n):
+    """``x`` of the reduction taken (``form``) as the reduction ``asked``, forward (the loss)
+    and backward (the upstream gradient) alike: the sum is the mean times the n kept
+    positions."""
+    if form == asked:
+        return x
+    return x * n if form == "mean" else x / n
 
 
 def _ln_affine(op: str, forward: bool, declared: tuple, not_claimed) -> Layer | None:

@@ -44,14 +44,6 @@ class StandInModel:
         return [(p.name, p) for p in self._parameters]
 
 
-def _as_dict(x, names) -> dict:
-    """A moment or parameter container as ``{name: array}``: a dict as it is, a list in the
-    order of ``names`` (the parameters' order at init)."""
-    if isinstance(x, Mapping):
-        return dict(x)
-    return dict(zip(names, x))
-
-
 def _keyword(path: str) -> str | None:
     """``"lr="`` -> ``"lr"``: a keyword of the step call, not an attribute path."""
     return path[:-1] if isinstance(path, str) and path.endswith("=") else None
@@ -118,9 +110,9 @@ def optimizer(new: Callable, *, step: str = "step", hyper: Mapping, m, v, t: str
         raise ValueError(f"optimizer: first_t={first_t!r} is for a counter kept outside the "
                          f"update (t='t=' or 't' in each_args); got t={t!r}, the optimizer's own")
 
-    def _get(opt, what, names):
+    def _get(opt, what, names):  # a moment: a dict, or a list in the parameters' order at init
         x = what(opt) if callable(what) else get_path(opt, what)
-        return _as_dict(x, names) if not isinstance(x, Mapping) else x
+        return x if isinstance(x, Mapping) else dict(zip(names, x))
 
     def state_of(opt, names, model=None, done=0):
         t_value = done if outside else get_path(opt, t)

@@ -351,6 +351,10 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
         out = returned[output] if output is not None else returned
         return out, LayerCache(obj, a, returned, out)
 
+    returned = [p for p in map(path_parts, grads.values()) if p[0] == RETURN]
+    taken = {p[1] for p in returned if len(p) > 1 and isinstance(p[1], int)}
+    whole = any(len(p) == 1 or not isinstance(p[1], int) for p in returned)
+
     def backward_fn(dout, cache):
         if single_use:  # the backward frees what it reads: run it on a copy, so that a check
             # may call the backward again on the same forward (a gradient read twice)
@@ -359,11 +363,6 @@ def layer(op: str, new: Callable | None, *, params: Mapping[str, str] | None = N
             spec.zero_grads(cache)
         r = spec.run_backward(cache, dout)
         got = spec.read_grads(cache, r)
-        taken = {p[1] for p in (path_parts(g) for g in grads.values())
-                 if p[0] == RETURN and len(p) > 1 and isinstance(p[1], int)}
-        whole = any(path_parts(g) == [RETURN] or (path_parts(g)[0] == RETURN and
-                                                  not isinstance(path_parts(g)[1], int))
-                    for g in grads.values())
         rs = [] if whole else [x for i, x in enumerate(r) if i not in taken] \
             if isinstance(r, tuple) else [r]
         out = []

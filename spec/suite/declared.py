@@ -171,14 +171,13 @@ def invariant(impl, decl: OpDeclaration, prop: str, case: DeclaredCase) -> None:
         return
     grads = _gradients(decl, grads, inputs) if prop == "finite" else dict(
         zip(decl.differentiable, grads if isinstance(grads, tuple) else (grads,)))
-    if prop == "float32_kept":
-        for what, v in (("out", out), *((f"d{n}", g) for n, g in grads.items())):
-            got = getattr(v, "dtype", type(v).__name__)
+    for what, v in (("out", out), *((f"d{n}", g) for n, g in grads.items())):
+        got = getattr(v, "dtype", type(v).__name__)
+        if prop == "finite":
+            assert_finite(v, np.zeros(np.shape(v)), f"{decl.name} {what}", want_name="finite")
+        else:
             assert got == np.float32, (f"{decl.name}: float32 in -> float32 {what} (got {got})"
                                        " -- a silent cast")
-        return
-    for what, v in (("out", out), *((f"d{n}", g) for n, g in grads.items())):
-        assert_finite(v, np.zeros(np.shape(v)), f"{decl.name} {what}", want_name="finite")
 
 
 def _wrong_shape(decl: OpDeclaration) -> tuple[str, int] | None:

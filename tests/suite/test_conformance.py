@@ -95,6 +95,16 @@ def test_missing_name_is_not_applicable():
         proxy.__array_interface__  # noqa: B018
 
 
+def test_a_proxy_copies_like_any_object():
+    """copy builds the copy before its attributes: a lookup on it is an AttributeError, never
+    a recursion through the proxy's own __getattr__."""
+    import copy
+
+    proxy = ImplProxy(_Partial(), "partial")
+    for clone in (copy.copy(proxy), copy.deepcopy(proxy)):
+        assert repr(clone) == "<impl partial>" and clone.calls() == []
+
+
 def test_checker_reports_missing_ops_as_not_applicable():
     report = report_of(_Partial(), "linear")
     cells = report.grid()["linear"]
