@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
+from minibert_spec.builtin import KINDS, SIZE, Arg, Op, shape_of
 from minibert_spec.protocol import OPS as TABLE
 from minibert_spec.protocol.capabilities import DeclarationError
 
-__all__ = ["Arg", "OpDeclaration", "array", "ints", "bools", "scalar", "declare",
+__all__ = ["Arg", "Op", "OpDeclaration", "KINDS", "array", "ints", "bools", "scalar", "declare",
            "declared_ops", "shape_of", "DeclarationError", "ATTRIBUTE", "MAX_SIZE"]
 
 # the attribute of a user's module or object that lists its declared ops (beside CAPABILITIES)
@@ -52,24 +52,8 @@ ATTRIBUTE = "OPS"
 # a declared op is checked on small shapes (as torch.autograd.gradcheck's users do)
 MAX_SIZE = 64
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_SIZE = re.compile(r"^(?:(?P<k>[1-9][0-9]*)\*)?(?P<sym>[A-Za-z_][A-Za-z0-9_]*)$")
-KINDS = ("array", "ints", "bools", "scalar")
-
-
-@dataclass(frozen=True)
-class Arg:
-    """One argument of a declared forward: its kind (:data:`KINDS`), its shape (sizes: ints,
-    symbols, ``"k*symbol"``), the range its entries are drawn from, or its fixed value."""
-
-    kind: str
-    shape: tuple = ()
-    low: float = -2.0
-    high: float = 2.0
-    value: object = None
-
-    @property
-    def differentiable(self) -> bool:
-        return self.kind == "array"
+# a user's op is the one op type of the suite (minibert_spec.builtin.Op), as the built-in ops
+OpDeclaration = Op
 
 
 def array(*shape, low: float = -2.0, high: float = 2.0) -> Arg:
@@ -92,29 +76,6 @@ def scalar(value) -> Arg:
     return Arg("scalar", (), value=value)
 
 
-@dataclass(frozen=True)
-class OpDeclaration:
-    """One declared op (see the module's docstring); built and validated by :func:`declare`."""
-
-    name: str
-    forward: Callable = field(repr=False)
-    backward: Callable = field(repr=False)
-    args: Mapping[str, Arg] = field(default_factory=dict)
-    sizes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    torch: Callable | None = field(default=None, repr=False)
-    smooth: Callable | None = field(default=None, repr=False)
-
-    @property
-    def differentiable(self) -> tuple[str, ...]:
-        """The arrays the backward returns a gradient for, in the forward's order."""
-        return tuple(n for n, a in self.args.items() if a.differentiable)
-
-    @property
-    def fixed(self) -> dict:
-        """The fixed keyword arguments (scalars)."""
-        return {n: a.value for n, a in self.args.items() if a.kind == "scalar"}
-
-
 def _refuse(name, what: str, got, expected: str):
     raise DeclarationError(f"{ATTRIBUTE}[{name!r}].{what}: expected {expected}, got {got!r}")
 
@@ -125,25 +86,13 @@ def _symbols(size) -> str | None:
         return ""
     if isinstance(size, int):
         return None if size >= 1 else ""
-    m = _SIZE.match(size) if isinstance(size, str) else None
+    m = SIZE.match(size) if isinstance(size, str) else None
     return m["sym"] if m else ""
-
-
-def shape_of(arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    """The concrete shape of ``arg`` for the drawn ``sizes`` (symbol -> int)."""
-    out = []
-    for s in arg.shape:
-        if isinstance(s, int):
-            out.append(s)
-            continue
-        m = _SIZE.match(s)
-        out.append(int(m["k"] or 1) * sizes[m["sym"]])
-    return tuple(out)
 
 
 def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[str, Arg],
             sizes: Mapping[str, tuple[int, int]] | None = None, torch: Callable | None = None,
-            smooth: Callable | None = None) -> OpDeclaration:
+            smooth: Callable | None = None) -> Op:
     """Declare one op (see the module's docstring); a malformed declaration is a
     DeclarationError naming the field, what was given and what is accepted."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -190,10 +139,11 @@ def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[s
     unused = sorted(set(sizes) - used)
     if unused:
         _refuse(name, "sizes", unused, "symbols that some argument's shape uses")
-    return OpDeclaration(name, forward, backward, dict(args), sizes, torch, smooth)
+    return Op(name, inputs=tuple(args), forward=forward, backward=backward, args=dict(args),
+              sizes=sizes, torch=torch, smooth=smooth)
 
 
-def declared_ops(impl) -> tuple[OpDeclaration, ...]:
+def declared_ops(impl) -> tuple[Op, ...]:
     """The ops ``impl`` (a module, an object, a proxy of either) declares in its ``OPS``
     attribute, validated: () when it has none; a DeclarationError when ``OPS`` is not a list
     of :func:`declare` results with distinct names."""
@@ -213,7 +163,7 @@ def declared_ops(impl) -> tuple[OpDeclaration, ...]:
                                f", got {type(declared).__name__}")
     seen = set()
     for i, d in enumerate(declared):
-        if not isinstance(d, OpDeclaration):
+        if not isinstance(d, Op) or d.forward is None:  # a built-in op's OP is no user's
             raise DeclarationError(f"{ATTRIBUTE}[{i}]: expected minibert_spec.ops.declare(...),"
                                    f" got {type(d).__name__}")
         if d.name in seen:
