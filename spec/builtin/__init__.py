@@ -21,7 +21,7 @@ So this package sits low in the layers (below the protocol), and each registry -
 checks (spec/suite/checks/invariants.py), the mutation catalog (spec/mutants.py), the infer
 probes (spec/suite/infer/probes.py) -- includes the declarations' parts without an upward
 import.  Modules are discovered as spec/equations/ discovers its own: every public module of
-this package, each defining ``OP``.  A user's op is the same :class:`Op`, made by
+this package, each defining ``OP``.  A user's op is the same :class:`OpDeclaration`, made by
 minibert_spec.ops.declare (which validates it) and listed in the implementation's ``OPS``.
 """
 
@@ -34,8 +34,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["NOTHING_TO_GUARD", "KINDS", "Arg", "Op", "Family", "Identity", "Mutant",
-           "declarations", "modules", "shape_of", "SIZE"]
+__all__ = ["NOTHING_TO_GUARD", "KINDS", "SIZE", "Arg", "OpDeclaration", "Family", "Identity",
+           "Mutant", "declarations", "modules", "shape_of"]
 
 # a row's ``unguarded`` when its formula has nothing a guard could change (the guard table,
 # minibert_spec.protocol.guards, reads it)
@@ -114,7 +114,7 @@ def shape_of(arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class Op:
+class OpDeclaration:
     """One op, ours or a user's: the one declaration every registry reads (issue 38).
 
     A built-in op (a module of this package) is a row of the op table: its fields are those of
@@ -197,13 +197,13 @@ def modules() -> list[str]:
 
 
 @functools.cache
-def declarations() -> tuple[Op, ...]:
+def declarations() -> tuple[OpDeclaration, ...]:
     """Every built-in op's declaration (each module's ``OP``), in module order."""
     out = []
     for name in modules():
         op = importlib.import_module(f"{__name__}.{name}").OP
-        if not isinstance(op, Op) or op.name != name or op.after is None:
-            raise ValueError(f"spec/builtin/{name}.py: OP must be an Op named {name!r} with the"
-                             " row it follows (after=)")
+        if not isinstance(op, OpDeclaration) or op.name != name or op.after is None:
+            raise ValueError(f"spec/builtin/{name}.py: OP must be an OpDeclaration named "
+                             f"{name!r} with the row it follows (after=)")
         out.append(op)
     return tuple(out)

@@ -39,11 +39,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from minibert_spec.builtin import KINDS, SIZE, Arg, Op, shape_of
+from minibert_spec.builtin import KINDS, SIZE, Arg, OpDeclaration, shape_of
 from minibert_spec.protocol import OPS as TABLE
 from minibert_spec.protocol.capabilities import DeclarationError
 
-__all__ = ["Arg", "Op", "OpDeclaration", "KINDS", "array", "ints", "bools", "scalar", "declare",
+__all__ = ["Arg", "OpDeclaration", "KINDS", "array", "ints", "bools", "scalar", "declare",
            "declared_ops", "shape_of", "DeclarationError", "ATTRIBUTE", "MAX_SIZE"]
 
 # the attribute of a user's module or object that lists its declared ops (beside CAPABILITIES)
@@ -52,8 +52,6 @@ ATTRIBUTE = "OPS"
 # a declared op is checked on small shapes (as torch.autograd.gradcheck's users do)
 MAX_SIZE = 64
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-# a user's op is the one op type of the suite (minibert_spec.builtin.Op), as the built-in ops
-OpDeclaration = Op
 
 
 def array(*shape, low: float = -2.0, high: float = 2.0) -> Arg:
@@ -92,7 +90,7 @@ def _symbols(size) -> str | None:
 
 def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[str, Arg],
             sizes: Mapping[str, tuple[int, int]] | None = None, torch: Callable | None = None,
-            smooth: Callable | None = None) -> Op:
+            smooth: Callable | None = None) -> OpDeclaration:
     """Declare one op (see the module's docstring); a malformed declaration is a
     DeclarationError naming the field, what was given and what is accepted."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -139,11 +137,11 @@ def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[s
     unused = sorted(set(sizes) - used)
     if unused:
         _refuse(name, "sizes", unused, "symbols that some argument's shape uses")
-    return Op(name, inputs=tuple(args), forward=forward, backward=backward, args=dict(args),
-              sizes=sizes, torch=torch, smooth=smooth)
+    return OpDeclaration(name, inputs=tuple(args), forward=forward, backward=backward,
+                         args=dict(args), sizes=sizes, torch=torch, smooth=smooth)
 
 
-def declared_ops(impl) -> tuple[Op, ...]:
+def declared_ops(impl) -> tuple[OpDeclaration, ...]:
     """The ops ``impl`` (a module, an object, a proxy of either) declares in its ``OPS``
     attribute, validated: () when it has none; a DeclarationError when ``OPS`` is not a list
     of :func:`declare` results with distinct names."""
@@ -163,7 +161,7 @@ def declared_ops(impl) -> tuple[Op, ...]:
                                f", got {type(declared).__name__}")
     seen = set()
     for i, d in enumerate(declared):
-        if not isinstance(d, Op) or d.forward is None:  # a built-in op's OP is no user's
+        if not isinstance(d, OpDeclaration) or d.forward is None:  # a built-in op's OP is no user's
             raise DeclarationError(f"{ATTRIBUTE}[{i}]: expected minibert_spec.ops.declare(...),"
                                    f" got {type(d).__name__}")
         if d.name in seen:

@@ -28,7 +28,7 @@ import numpy as np
 from minibert_spec.numerics.asserts import assert_finite
 from minibert_spec.numerics.fdcheck import objective
 from minibert_spec.numerics.finite_differences import assert_all_passed, check_gradients
-from minibert_spec.ops import DeclarationError, Op, declared_ops, shape_of
+from minibert_spec.ops import DeclarationError, OpDeclaration, declared_ops, shape_of
 from minibert_spec.protocol import NotApplicable
 from minibert_spec.suite.registry import Check, lazy_module
 
@@ -51,7 +51,7 @@ class DeclaredCase:
     def rng(self, salt: int = 0) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])
 
-    def inputs(self, decl: Op, dtype=np.float64) -> dict:
+    def inputs(self, decl: OpDeclaration, dtype=np.float64) -> dict:
         """The forward's array arguments, in the declaration's order (scalars apart)."""
         rng, sizes, out = self.rng(), dict(self.sizes), {}
         for name, arg in decl.args.items():
@@ -69,12 +69,12 @@ class DeclaredCase:
         return self.rng(1).standard_normal(np.shape(out)).astype(dtype)
 
 
-def smallest(decl: Op) -> DeclaredCase:
+def smallest(decl: OpDeclaration) -> DeclaredCase:
     """The fixed example: every symbol at its smallest size, seed 0 (the quick run's case)."""
     return DeclaredCase(tuple((s, lo) for s, (lo, _) in decl.sizes.items()), 0)
 
 
-def strategy(decl: Op):
+def strategy(decl: OpDeclaration):
     from hypothesis import strategies as st
 
     syms = list(decl.sizes)
@@ -83,7 +83,7 @@ def strategy(decl: Op):
                      st.integers(0, 2**32 - 1))
 
 
-def _smooth(decl: Op, inputs: dict) -> None:
+def _smooth(decl: OpDeclaration, inputs: dict) -> None:
     """Discard a draw the declaration says is off its smooth domain (a kink within reach)."""
     if decl.smooth is not None:
         from hypothesis import assume
@@ -91,7 +91,7 @@ def _smooth(decl: Op, inputs: dict) -> None:
         assume(bool(decl.smooth(**inputs)))
 
 
-def _gradients(decl: Op, grads, inputs: dict) -> dict:
+def _gradients(decl: OpDeclaration, grads, inputs: dict) -> dict:
     """The backward's outputs by input name, each checked to be an array like its input."""
     names = decl.differentiable
     assert isinstance(grads, tuple) and len(grads) == len(names), (
@@ -107,7 +107,7 @@ def _gradients(decl: Op, grads, inputs: dict) -> dict:
     return dict(zip(names, grads))
 
 
-def _run(decl: Op, case: DeclaredCase, dtype=np.float64):
+def _run(decl: OpDeclaration, case: DeclaredCase, dtype=np.float64):
     inputs = case.inputs(decl, dtype)
     _smooth(decl, inputs)
     out, cache = decl.forward(**inputs, **decl.fixed)
@@ -116,7 +116,7 @@ def _run(decl: Op, case: DeclaredCase, dtype=np.float64):
 
 
 # --------------------------------------------------------------------------- the checks
-def fd(impl, decl: Op, case: DeclaredCase) -> None:
+def fd(impl, decl: OpDeclaration, case: DeclaredCase) -> None:
     """Every gradient of the backward equals central differences of sum(out * dout) in
     float64, along random directions, then element by element where a direction disagrees."""
     inputs, _, dout, cache = _run(decl, case)
@@ -128,7 +128,7 @@ def fd(impl, decl: Op, case: DeclaredCase) -> None:
     assert_all_passed(check_gradients(f, inputs, grads, rng=case.rng(2), op=decl.name))
 
 
-def oracle(impl, decl: Op, dtype, part: str, case: DeclaredCase) -> None:
+def oracle(impl, decl: OpDeclaration, dtype, part: str, case: DeclaredCase) -> None:
     """The forward (part "forward"), or every gradient of the backward, equals the torch twin's
     on the same inputs and upstream gradient."""
     import torch
@@ -155,7 +155,7 @@ def _first_change(before: np.ndarray, after: np.ndarray) -> str:
     return f"at index {idx}: {before[idx]!r} became {after[idx]!r}"
 
 
-def invariant(impl, decl: Op, prop: str, case: DeclaredCase) -> None:
+def invariant(impl, decl: OpDeclaration, prop: str, case: DeclaredCase) -> None:
     """inputs_untouched: the forward and backward leave their inputs as they were;
     float32_kept: float32 in, float32 out and gradients; finite: the output and the gradients
     of finite inputs are finite."""
@@ -181,7 +181,7 @@ def invariant(impl, decl: Op, prop: str, case: DeclaredCase) -> None:
         assert_finite(v, np.zeros(np.shape(v)), f"{decl.name} {what}", want_name="finite")
 
 
-def _wrong_shape(decl: Op) -> tuple[str, int] | None:
+def _wrong_shape(decl: OpDeclaration) -> tuple[str, int] | None:
     """(argument, axis) whose size a validating forward must check: a literal size, a multiple
     of a symbol, or a symbol another array argument shares; None when nothing constrains one."""
     arrays = {n: a for n, a in decl.args.items() if a.kind != "scalar"}
@@ -195,7 +195,7 @@ def _wrong_shape(decl: Op) -> tuple[str, int] | None:
     return None
 
 
-def bad(decl: Op, what: str, inputs: dict) -> tuple[str, dict]:
+def bad(decl: OpDeclaration, what: str, inputs: dict) -> tuple[str, dict]:
     """(the argument named, the inputs with it made bad) for the bad input ``what``."""
     from minibert_spec.suite.checks.bad_input import with_nan
 
@@ -216,7 +216,7 @@ def bad(decl: Op, what: str, inputs: dict) -> tuple[str, dict]:
     return name, {**inputs, name: made}
 
 
-def bad_input(impl, decl: Op, what: str) -> None:
+def bad_input(impl, decl: OpDeclaration, what: str) -> None:
     """The forward refuses a bad argument with a ValueError whose message starts with its
     name: one axis too many, integers for floats, a NaN, a size that disagrees."""
     from minibert_spec.suite.checks.bad_input import raises
@@ -228,7 +228,7 @@ def bad_input(impl, decl: Op, what: str) -> None:
 
 
 # --------------------------------------------------------------------------- building them
-def declared_checks(decl: Op) -> tuple[Check, ...]:
+def declared_checks(decl: OpDeclaration) -> tuple[Check, ...]:
     """The checks of one declared op, in report order (FD, oracle, invariants, bad input)."""
     given = {"case": strategy(decl)}
 
