@@ -1,16 +1,15 @@
 """Ops declared by a user: one declaration per op, from which the suite derives its checks.
 
-The built-in ops are rows of an op table with a case family each (spec/protocol/table.py,
-spec/suite/strategies/); an op the table lacks (a GeGLU, an ALiBi bias, a router, a loss of
-one's own) is *declared* beside ``CAPABILITIES``, in the spirit of PyTorch's OpInfo (one entry
-per op -- its sample inputs, its reference, its error inputs -- from which every test is
-derived)::
+An op the table lacks (an ALiBi bias, a router, a loss of one's own) is *declared* beside
+``CAPABILITIES``, in the spirit of PyTorch's OpInfo (one entry per op -- its sample inputs, its
+reference, its error inputs -- from which every test is derived); the declaration is the
+:class:`~minibert_spec.builtin.OpDeclaration` each built-in op of spec/builtin/ is too::
 
     from minibert_spec import ops
 
-    OPS = [ops.declare("geglu", forward=geglu_forward, backward=geglu_backward,
+    OPS = [ops.declare("reglu", forward=reglu_forward, backward=reglu_backward,
                        args={"x": ops.array("n", "2*d")}, sizes={"n": (1, 3), "d": (1, 4)},
-                       torch=lambda torch, F, x: F.gelu(x.chunk(2, -1)[0]) * x.chunk(2, -1)[1])]
+                       torch=lambda torch, F, x: F.relu(x.chunk(2, -1)[0]) * x.chunk(2, -1)[1])]
 
 * ``forward(**arrays, **scalars) -> (out, cache)`` and ``backward(dout, cache) -> (one gradient
   per differentiable array, in the order of args)``: the protocol's pair convention;
@@ -25,10 +24,8 @@ derived)::
 * ``smooth`` (optional): ``smooth(**arrays) -> bool``, False where a central difference would
   cross a kink (the draw is discarded, never judged).
 
-The suite derives from each declaration: ``fd[<name>]`` (central differences in float64 over
-drawn shapes and a random upstream gradient), ``oracle.forward|backward[<name>-f64|f32]`` (with
-a twin), ``invariant[<name>.inputs_untouched|float32_kept|finite]`` and
-``bad_input[<name>.rank|dtype|nan|shape]`` (spec/suite/declared.py).  A malformed declaration
+The suite derives FD, oracle (with a twin), invariant and bad-input checks from each
+declaration (their ids and rules: spec/suite/declared.py).  A malformed declaration
 is a :class:`~minibert_spec.protocol.capabilities.DeclarationError`: one line naming the op, the
 field, what was given and what is accepted.  This module validates and describes; it draws
 nothing and imports neither Hypothesis nor torch.
