@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from minibert_spec.builtin import BuiltinOp, Family, Identity, Mutant
+from minibert_spec.builtin import Family, Identity, Mutant, OpDeclaration
 
 
 def _draw(draw, k):
@@ -48,7 +48,7 @@ def geglu_is_a_gelu_gate_times_its_value(impl, case, h):
                h.close("geglu", "d/db = dy GELU(a)", dx[..., n:], case.dout * gelu_a)])
 
 
-OP = BuiltinOp(
+OP = OpDeclaration(
     "geglu", after="silu", inputs=("x",), equations=("geglu.forward", "geglu.backward"),
     unguarded="erf is bounded and nothing is divided: nothing to keep finite",
     doc="geglu_forward(x [...,2n]) -> GELU(a) * b, a, b = x[..., :n], x[..., n:] (the erf "

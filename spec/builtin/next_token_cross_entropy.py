@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minibert_spec.builtin import BuiltinOp, Family, Identity, Mutant
+from minibert_spec.builtin import Family, Identity, Mutant, OpDeclaration
 
 NAME = "next_token_cross_entropy"
 
@@ -88,7 +88,7 @@ def next_token_loss_is_the_shifted_cross_entropy(impl, case, h):
 
 _NEXT = dict(torch_requires=("transformers",))
 
-OP = BuiltinOp(
+OP = OpDeclaration(
     NAME, after="cross_entropy", inputs=("logits",),
     equations=("next_token.forward", "next_token.backward"),
     doc="next_token_cross_entropy_forward(logits [...,T,V], ids [...,T] int, *, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import assume
 
-from minibert_spec.builtin import BuiltinOp, Family, Identity, Mutant
+from minibert_spec.builtin import Family, Identity, Mutant, OpDeclaration
 from minibert_spec.tolerances import LN_MIN_VAR
 
 
@@ -86,7 +86,7 @@ def rmsnorm_without_gain_ignores_the_scale_of_a_row(impl, case, h, scale):
 _SCALE = dict(equations=("rmsnorm.forward", "rmsnorm.backward.dx"),
               given=lambda k: {"scale": k.floats(0.25, 4.0)}, example={"scale": 1.7})
 
-OP = BuiltinOp(
+OP = OpDeclaration(
     "rmsnorm", after="layernorm", inputs=("x", "gamma"),
     equations=("rmsnorm.forward", "rmsnorm.backward.dx", "rmsnorm.backward.dgamma"),
     unguarded="eps inside the square root is its argument",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minibert_spec.builtin import NOTHING_TO_GUARD, BuiltinOp, Family, Identity, Mutant
+from minibert_spec.builtin import NOTHING_TO_GUARD, Family, Identity, Mutant, OpDeclaration
 
 NAME = "rope"
 MAX_POSITION = 40  # drawn positions: 0..40 (angles up to 40 rad: every pair turns past 2 pi)
@@ -86,7 +86,7 @@ def rope_is_a_rotation_of_relative_positions(impl, case, h, shift):
 
 _SHIFT = dict(given=lambda k: {"shift": k.st.integers(1, 30)}, example={"shift": 5})
 
-OP = BuiltinOp(
+OP = OpDeclaration(
     NAME, after="sinusoidal_position", inputs=("x",),
     equations=("rope.forward.interleaved", "rope.backward.interleaved", "rope.forward.half",
                "rope.backward.half"),

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from minibert_spec.builtin import BuiltinOp, Family, Identity, Mutant
+from minibert_spec.builtin import Family, Identity, Mutant, OpDeclaration
 
 
 def _draw(draw, k):
@@ -36,7 +36,7 @@ def silu_is_x_times_sigmoid(impl, case, h):
                        - impl.silu_forward(-x)[0], x)])
 
 
-OP = BuiltinOp(
+OP = OpDeclaration(
     "silu", after="gelu", inputs=("x",), equations=("silu.forward", "silu.backward"),
     unguarded="1 + exp(-x) >= 1: nothing to keep finite",
     doc="silu_forward(x) -> x sigmoid(x) (swish, LLaMA's gate activation)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from minibert_reference.ops import SWIGLU_PARAMS
-from minibert_spec.builtin import NOTHING_TO_GUARD, BuiltinOp, Family, Identity, Mutant
+from minibert_spec.builtin import NOTHING_TO_GUARD, Family, Identity, Mutant, OpDeclaration
 
 NAME = "swiglu"
 
@@ -71,7 +71,7 @@ def _args(b):
 
 _SWIGLU = dict(also=("silu",), torch_requires=("transformers",))
 
-OP = BuiltinOp(
+OP = OpDeclaration(
     NAME, after="ffn", inputs=("x", *SWIGLU_PARAMS), params=SWIGLU_PARAMS,
     equations=("swiglu.forward", "swiglu.backward"),
     unguarded=NOTHING_TO_GUARD,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minibert_spec.builtin import NOTHING_TO_GUARD, BuiltinOp, Family, Identity, Mutant
+from minibert_spec.builtin import NOTHING_TO_GUARD, Family, Identity, Mutant, OpDeclaration
 
 NAME = "tied_embedding"
 
@@ -57,7 +57,7 @@ def tied_embedding_gradient_sums_both_uses(impl, case, h):
                h.close(NAME, "dx = dlogits W_E", dx, dz @ W_E, terms)])
 
 
-OP = BuiltinOp(
+OP = OpDeclaration(
     NAME, after="embedding", inputs=("x", "W_E"),
     equations=("tied_embedding.forward", "tied_embedding.backward"),
     unguarded=NOTHING_TO_GUARD,

@@ -1,16 +1,15 @@
 """Ops declared by a user: one declaration per op, from which the suite derives its checks.
 
-The built-in ops are rows of an op table with a case family each (spec/protocol/table.py,
-spec/suite/strategies/); an op the table lacks (a GeGLU, an ALiBi bias, a router, a loss of
-one's own) is *declared* beside ``CAPABILITIES``, in the spirit of PyTorch's OpInfo (one entry
-per op -- its sample inputs, its reference, its error inputs -- from which every test is
-derived)::
+An op the table lacks (an ALiBi bias, a router, a loss of one's own) is *declared* beside
+``CAPABILITIES``, in the spirit of PyTorch's OpInfo (one entry per op -- its sample inputs, its
+reference, its error inputs -- from which every test is derived); the declaration is the
+:class:`~minibert_spec.builtin.OpDeclaration` each built-in op of spec/builtin/ is too::
 
     from minibert_spec import ops
 
-    OPS = [ops.declare("geglu", forward=geglu_forward, backward=geglu_backward,
+    OPS = [ops.declare("reglu", forward=reglu_forward, backward=reglu_backward,
                        args={"x": ops.array("n", "2*d")}, sizes={"n": (1, 3), "d": (1, 4)},
-                       torch=lambda torch, F, x: F.gelu(x.chunk(2, -1)[0]) * x.chunk(2, -1)[1])]
+                       torch=lambda torch, F, x: F.relu(x.chunk(2, -1)[0]) * x.chunk(2, -1)[1])]
 
 * ``forward(**arrays, **scalars) -> (out, cache)`` and ``backward(dout, cache) -> (one gradient
   per differentiable array, in the order of args)``: the protocol's pair convention;
@@ -25,10 +24,8 @@ derived)::
 * ``smooth`` (optional): ``smooth(**arrays) -> bool``, False where a central difference would
   cross a kink (the draw is discarded, never judged).
 
-The suite derives from each declaration: ``fd[<name>]`` (central differences in float64 over
-drawn shapes and a random upstream gradient), ``oracle.forward|backward[<name>-f64|f32]`` (with
-a twin), ``invariant[<name>.inputs_untouched|float32_kept|finite]`` and
-``bad_input[<name>.rank|dtype|nan|shape]`` (spec/suite/declared.py).  A malformed declaration
+The suite derives FD, oracle (with a twin), invariant and bad-input checks from each
+declaration (their ids and rules: spec/suite/declared.py).  A malformed declaration
 is a :class:`~minibert_spec.protocol.capabilities.DeclarationError`: one line naming the op, the
 field, what was given and what is accepted.  This module validates and describes; it draws
 nothing and imports neither Hypothesis nor torch.
@@ -38,12 +35,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
+from minibert_spec.builtin import KINDS, SIZE, Arg, OpDeclaration, shape_of
 from minibert_spec.protocol import OPS as TABLE
 from minibert_spec.protocol.capabilities import DeclarationError
 
-__all__ = ["Arg", "OpDeclaration", "array", "ints", "bools", "scalar", "declare",
+__all__ = ["Arg", "OpDeclaration", "KINDS", "array", "ints", "bools", "scalar", "declare",
            "declared_ops", "shape_of", "DeclarationError", "ATTRIBUTE", "MAX_SIZE"]
 
 # the attribute of a user's module or object that lists its declared ops (beside CAPABILITIES)
@@ -52,24 +49,6 @@ ATTRIBUTE = "OPS"
 # a declared op is checked on small shapes (as torch.autograd.gradcheck's users do)
 MAX_SIZE = 64
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_SIZE = re.compile(r"^(?:(?P<k>[1-9][0-9]*)\*)?(?P<sym>[A-Za-z_][A-Za-z0-9_]*)$")
-KINDS = ("array", "ints", "bools", "scalar")
-
-
-@dataclass(frozen=True)
-class Arg:
-    """One argument of a declared forward: its kind (:data:`KINDS`), its shape (sizes: ints,
-    symbols, ``"k*symbol"``), the range its entries are drawn from, or its fixed value."""
-
-    kind: str
-    shape: tuple = ()
-    low: float = -2.0
-    high: float = 2.0
-    value: object = None
-
-    @property
-    def differentiable(self) -> bool:
-        return self.kind == "array"
 
 
 def array(*shape, low: float = -2.0, high: float = 2.0) -> Arg:
@@ -92,29 +71,6 @@ def scalar(value) -> Arg:
     return Arg("scalar", (), value=value)
 
 
-@dataclass(frozen=True)
-class OpDeclaration:
-    """One declared op (see the module's docstring); built and validated by :func:`declare`."""
-
-    name: str
-    forward: Callable = field(repr=False)
-    backward: Callable = field(repr=False)
-    args: Mapping[str, Arg] = field(default_factory=dict)
-    sizes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    torch: Callable | None = field(default=None, repr=False)
-    smooth: Callable | None = field(default=None, repr=False)
-
-    @property
-    def differentiable(self) -> tuple[str, ...]:
-        """The arrays the backward returns a gradient for, in the forward's order."""
-        return tuple(n for n, a in self.args.items() if a.differentiable)
-
-    @property
-    def fixed(self) -> dict:
-        """The fixed keyword arguments (scalars)."""
-        return {n: a.value for n, a in self.args.items() if a.kind == "scalar"}
-
-
 def _refuse(name, what: str, got, expected: str):
     raise DeclarationError(f"{ATTRIBUTE}[{name!r}].{what}: expected {expected}, got {got!r}")
 
@@ -125,20 +81,8 @@ def _symbols(size) -> str | None:
         return ""
     if isinstance(size, int):
         return None if size >= 1 else ""
-    m = _SIZE.match(size) if isinstance(size, str) else None
+    m = SIZE.match(size) if isinstance(size, str) else None
     return m["sym"] if m else ""
-
-
-def shape_of(arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    """The concrete shape of ``arg`` for the drawn ``sizes`` (symbol -> int)."""
-    out = []
-    for s in arg.shape:
-        if isinstance(s, int):
-            out.append(s)
-            continue
-        m = _SIZE.match(s)
-        out.append(int(m["k"] or 1) * sizes[m["sym"]])
-    return tuple(out)
 
 
 def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[str, Arg],
@@ -190,7 +134,8 @@ def declare(name: str, *, forward: Callable, backward: Callable, args: Mapping[s
     unused = sorted(set(sizes) - used)
     if unused:
         _refuse(name, "sizes", unused, "symbols that some argument's shape uses")
-    return OpDeclaration(name, forward, backward, dict(args), sizes, torch, smooth)
+    return OpDeclaration(name, inputs=tuple(args), forward=forward, backward=backward,
+                         args=dict(args), sizes=sizes, torch=torch, smooth=smooth)
 
 
 def declared_ops(impl) -> tuple[OpDeclaration, ...]:
@@ -213,7 +158,7 @@ def declared_ops(impl) -> tuple[OpDeclaration, ...]:
                                f", got {type(declared).__name__}")
     seen = set()
     for i, d in enumerate(declared):
-        if not isinstance(d, OpDeclaration):
+        if not isinstance(d, OpDeclaration) or d.forward is None:  # a built-in op's OP is no user's
             raise DeclarationError(f"{ATTRIBUTE}[{i}]: expected minibert_spec.ops.declare(...),"
                                    f" got {type(d).__name__}")
         if d.name in seen:

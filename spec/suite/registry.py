@@ -289,19 +289,10 @@ def grid(**axes) -> list[tuple[str, dict]]:
     """The cartesian product of named axes as ``(id suffix, kwargs)`` pairs.  An axis is a
     sequence of values or of ``(label, value)`` pairs; labels default to ``str(value)``
     (``np.float32`` -> ``f32``)."""
-    names, columns = list(axes), []
-    for values in axes.values():
-        column = []
-        for v in values:
-            label, value = v if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) \
-                else (_label(v), v)
-            column.append((label, value))
-        columns.append(column)
-    out = []
-    for combo in itertools.product(*columns):
-        out.append(("-".join(lbl for lbl, _ in combo),
-                    {n: v for n, (_, v) in zip(names, combo)}))
-    return out
+    columns = [[v if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str)
+                else (_label(v), v) for v in values] for values in axes.values()]
+    return [("-".join(lbl for lbl, _ in combo), {n: v for n, (_, v) in zip(axes, combo)})
+            for combo in itertools.product(*columns)]
 
 
 def _label(value) -> str:

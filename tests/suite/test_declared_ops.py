@@ -18,6 +18,7 @@ import pytest
 
 import minibert_spec
 from minibert_spec import ops
+from minibert_spec.builtin import declarations
 from minibert_spec.protocol import DeclarationError
 from minibert_spec.suite import check_implementation, parametrize_with_checks
 from minibert_spec.suite.declared import checks_of
@@ -25,6 +26,7 @@ from minibert_spec.suite.probe import probe
 from tests import ROOT
 from tests.examples import declared_reglu
 
+BUILTIN = declarations()
 REGLU_IDS = ["fd[reglu]", "oracle.forward[reglu-f64]", "oracle.forward[reglu-f32]",
              "oracle.backward[reglu-f64]", "oracle.backward[reglu-f32]",
              "invariant[reglu.inputs_untouched]", "invariant[reglu.float32_kept]",
@@ -149,6 +151,16 @@ def test_an_expected_failure_may_name_a_declared_check():
     assert outcomes(report) == {"fd[reglu]": "xfailed"} and report.exit_code() == 0
 
 
+def test_a_users_op_and_a_builtin_op_are_one_type():
+    """One declaration type (issue 38): ``declare`` makes the OpDeclaration a module of
+    spec/builtin/ writes; a user's brings its functions and is no row, a built-in one the
+    reverse."""
+    (reglu,) = declared_reglu.OPS
+    assert {type(reglu)} == {type(d) for d in BUILTIN} == {ops.OpDeclaration}
+    assert reglu.after is None and reglu.inputs == ("x",) and reglu.differentiable == ("x",)
+    assert all(d.after and d.forward is None for d in BUILTIN)
+
+
 # --------------------------------------------------------------------------- refusals
 def _f(*a, **k):
     return None
@@ -188,7 +200,10 @@ def test_a_malformed_ops_list_is_refused_by_every_entry_point():
     one = ops.declare("g", forward=_f, backward=_f, args={"x": ops.array(2)})
     for declared, message in (("nope", r"OPS: expected a list"),
                               ([one, 3], r"OPS\[1\]: expected minibert_spec\.ops\.declare"),
-                              ([one, one], r"OPS\[1\]: the name 'g' is declared twice")):
+                              ([one, one], r"OPS\[1\]: the name 'g' is declared twice"),
+                              # a built-in op's declaration (no functions of its own) is no
+                              # user's, though it is the same type
+                              ([one, BUILTIN[0]], r"OPS\[1\]: expected minibert_spec\.ops\.d")):
         impl = types.SimpleNamespace(OPS=declared)
         report = check_implementation(impl)
         assert report.exit_code() == 2 and re.search(message, report.load_error), \
