@@ -252,8 +252,7 @@ class _Found:
 
 
 def _search(cls) -> tuple[_Found | None, str]:
-    """The first (build, form, placement) whose forward equals the reference's; else None and
-    why (the closest form, or that no placement was found)."""
+    """The first (build, form, placement) equal to the reference; else None and why."""
     x = np.random.default_rng(1).standard_normal((B, T, H))
     closest, placed_any, raised = (np.inf, None), False, ""
     for build in _builds(cls):
@@ -344,8 +343,7 @@ def _compile_mask(source: str):
 
 
 def _mask(build, found: _Found, x) -> tuple[str, str] | None:
-    """(name, source) of the first converter of MASKS whose masked forward equals the
-    reference's on a padding mask and on causal calls, or None."""
+    """(name, source) of the first MASKS converter equal to the reference's, or None."""
     fwd = inspect.signature(getattr(build.cls, _method(build.cls, FORWARDS)))
     if len(fwd.parameters) < 3 or list(fwd.parameters)[2] not in MASK_NAMES:
         return None
@@ -356,8 +354,7 @@ def _mask(build, found: _Found, x) -> tuple[str, str] | None:
 
 
 def key_mask() -> np.ndarray:
-    """The protocol's key mask on the probe: 1 attend, 0 padded (the first sequence's last
-    key padded)."""
+    """The protocol's key mask on the probe: the first sequence's last key padded."""
     key = np.ones((B, T), np.int64)
     key[0, -1] = 0
     return key

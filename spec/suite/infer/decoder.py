@@ -36,7 +36,7 @@ from minibert_reference.decoder import decoder_forward, decoder_loss, param_shap
 from minibert_spec.suite.adapter_decoder import decoder
 from minibert_spec.suite.infer.decoder_models import find_loss
 from minibert_spec.suite.infer.probes import FIXED_EPS, FORWARD_RTOL, deviation
-from minibert_spec.suite.infer.training import TrainingMapping
+from minibert_spec.suite.infer.training import TrainingMapping, executed
 
 # the model's logits must equal the reference's to this (float64): tight, so that a norm's eps
 # fixed in the code (1e-6 against 1e-5 changes unit-variance rows by ~5e-6) and GELU's two forms
@@ -151,8 +151,7 @@ class Inventory:
 
 
 def inventory(params: dict) -> Inventory | str:
-    """The model's names as patterns, each read as a protocol name; a reason where the
-    per-layer names are not the same in every layer."""
+    """The names as patterns, each read; a reason where layers differ in their names."""
     per: dict = {}
     whole: dict = {}
     for name, value in params.items():
@@ -282,14 +281,6 @@ def _layouts(inv: Inventory, names: dict, fused: dict, want: dict):
 
 
 # ------------------------------------------------------------------------ the evidence
-def _compiled(source: str, mod):
-    """The adapter's model function, compiled from its written text (what is tried is what is
-    written)."""
-    scope = {"impl": mod}
-    exec(compile(source, "<inferred decoder>", "exec"), scope)  # noqa: S102 -- our own text
-    return scope["decoder_model"]
-
-
 def _probe_params(config: DecoderConfig, seed: int = 0) -> dict:
     """Float64 parameters of the protocol's names, every tensor distinct (gains away from 1,
     biases away from 0), so that a misplaced one changes the logits."""
@@ -411,7 +402,7 @@ def decoder_rows(mod, expr: str, origin: str, params: dict,
         if "config.n_heads" not in model.keywords.values():
             tried.append(f"{model.label} takes no number of heads")
             continue
-        run = _compiled(model.source(), mod)
+        run = executed(model.source(), mod)["decoder_model"]
         eps_fixed = "config.ln_eps" not in model.keywords.values()
         hits, closest = _matches(run, maps, base, has_table, eps_fixed)
         if not hits:
@@ -504,8 +495,7 @@ def _declare_positions(m: DecoderMapping, configs: list) -> None:
 
 def _call(names: dict, fused: dict, transposed: tuple, backward: str,
           loss_expr: str | None) -> str:
-    """The ``decoder(...)`` call (its loss a stand-in that is not applicable where the
-    module's was not found)."""
+    """The ``decoder(...)`` call (its loss a not-applicable stand-in where none matched)."""
     lines = []
     if loss_expr is None:
         lines += ["def _no_loss(logits):  # the module's loss was not found",

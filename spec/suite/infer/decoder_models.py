@@ -41,8 +41,7 @@ LOSS_ROLES = {"input_ids": ("input_ids", "ids", "idx", "tokens", "x"),
 
 
 def no_arg_functions(mod) -> list:
-    """(name, function) of the functions of ``mod`` callable without arguments, the module's
-    own, public."""
+    """(name, function) of the module's own public functions callable without arguments."""
     out = []
     for name, f in own_functions(mod):
         try:
@@ -80,8 +79,7 @@ def param_source(mod, functions) -> tuple[str, dict] | None:
 
 
 def _keywords(params) -> dict:
-    """The arguments naming a config field: {argument: its expression}; a RoPE base
-    defaulting to None is the config's only where it has RoPE."""
+    """{argument: config expression} of the arguments naming a config field."""
     out = {}
     for p in params:
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):

@@ -164,8 +164,7 @@ def _as_tuple(value) -> tuple:
 
 
 def _joined(model, rows: list[DecoderMapping]) -> tuple[list[DecoderMapping], list[str]]:
-    """One row of the recorded sets' rows: their name maps joined (a protocol name mapped
-    two ways: no row), every form they matched declared."""
+    """One row of the recorded sets' rows: their name maps joined, every form declared."""
     names, fused, transposed = {}, {}, []
     for m in rows:
         for which, into in ((m.names, names), (m.fused, fused)):

@@ -146,8 +146,7 @@ def _run(pair: _Pair, call: dict, p: dict, x, mask=None):
 
 
 def _search(pair: _Pair, call: dict) -> tuple[_FnFound | None, str]:
-    """The first (key set, form) whose reference output the forward's equals; else None and
-    why (a key of its own, the closest form, or what it raised)."""
+    """The first (key set, form) equal to the reference; else None and why."""
     from minibert_reference.ops import block_param_names
     from minibert_spec.protocol.table import OPS
 

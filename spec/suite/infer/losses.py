@@ -96,8 +96,7 @@ def rerun(subject, m: Mapping_, probe: Probe, vals: dict, x=None) -> np.ndarray:
 
 
 def mean_of_nothing(subject, m: Mapping_, probe: Probe) -> str:
-    """What the subject's loss is with every label ignored, where that is not 0 ("" where it
-    is)."""
+    """The subject's loss with every label ignored, where it is not 0 (else "")."""
     with np.errstate(all="ignore"):  # 0 / 0 is the point here, not a warning to show
         try:
             got = rerun(subject, m, probe, ignored_probe(probe, every=True))

@@ -71,8 +71,7 @@ def _size_expr(size: int, probe: Probe, layouts: dict) -> str:
 
 
 def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
-    """The mapping of ``subject`` to the probe's op (its standard form, else a declared
-    variant)."""
+    """The mapping of ``subject`` to the probe's op (its standard form, else a variant)."""
     m, missing = _try_form(subject, probe)
     if m is None and not probe.params and not probe.ints and probe.lift:
         # an elementwise or last-axis op written for attention scores alone ([B, A, T, T]): the
@@ -159,8 +158,7 @@ def _gelu_form(m: Mapping_, subject, probe: Probe) -> None:
 
 
 def _forward_hits(subject, probe: Probe) -> list:
-    """[(trial, output index, deviation, returned, object)] for every trial whose forward
-    gives the reference's output on the probe."""
+    """[(trial, output index, deviation, returned, object)] of the trials that match."""
     vals = _probe_values(probe)
     wants: dict = {}  # the reference's output without the optional parameters left unplaced
     found = []
@@ -274,8 +272,7 @@ def _ranks(subject, m: Mapping_, probe: Probe, vals: dict) -> None:
 
 
 def infer(module) -> tuple[list[Mapping_], list[str]]:
-    """(the mappings found, what could not be mapped) for the classes and the module-level
-    function pairs defined in ``module``."""
+    """(the mappings found, what could not be mapped) for the module's subjects."""
     mod = load_module(module) if isinstance(module, str) else module
     classes = [c for _, c in inspect.getmembers(mod, inspect.isclass)
                if c.__module__ == mod.__name__]

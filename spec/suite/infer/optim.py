@@ -295,8 +295,7 @@ def _keywords(extras: dict, t: int) -> dict:
 # ------------------------------------------------------------------------- the evidence
 @np.errstate(all="ignore")  # a broken update's inf and nan are its deviation
 def _evidence(cls, kwargs: dict) -> tuple[float, str]:
-    """(the largest relative deviation from the reference's adam_step over CHECK_STEPS steps,
-    where it is largest); the first step and tensor beyond OPTIM_RTOL stops it."""
+    """(the largest relative deviation from adam_step over CHECK_STEPS steps, where)."""
     from minibert_reference.optim import adam_init as ref_init
     from minibert_reference.optim import adam_step as ref_step
     from minibert_reference.optim import default_no_decay
@@ -576,8 +575,7 @@ def _arguments(kw: dict, m: _Slot, v: _Slot) -> list[str]:
 
 def _mapping(cls, kw: dict, m: _Slot, v: _Slot, lost: list, found: tuple, ctor: dict,
              said: tuple[str, str]) -> OptimMapping:
-    """The row and its evidence; ``said``: the form's own lines (how the class updates the
-    parameters, where the counter is)."""
+    """The row and its evidence (``said``: the form's own lines)."""
     dev, _, tries = found
     flat = {k for keys in kw["hyper"] for k in (keys if isinstance(keys, tuple) else (keys,))}
     marks = ", ".join(f"{a}={x!r}" for a, x in ctor.items())
@@ -609,8 +607,7 @@ def _mapping(cls, kw: dict, m: _Slot, v: _Slot, lost: list, found: tuple, ctor: 
 
 # ------------------------------------------------------------------------- infer / render
 def infer_optimizers(classes) -> tuple[list[OptimMapping], list[str]]:
-    """([the adam row] or [], the not-mapped lines of the optimizer classes among
-    ``classes``): the first class that passes the evidence is the row."""
+    """([the row of the first class the evidence passes] or [], the not-mapped lines)."""
     found, missing = [], []
     for cls in classes:
         m, why = _infer_class(cls)

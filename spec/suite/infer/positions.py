@@ -105,8 +105,7 @@ def _table_attribute(m: Mapping_, T: int, d: int) -> Encoding | None:
 
 
 def _table_function(subject, m: Mapping_, T: int, d: int) -> Encoding | None:
-    """A module function named like a table whose output, given the sizes in either order, is
-    the reference's table."""
+    """A module function named like a table giving the table for the sizes in either order."""
     module = inspect.getmodule(m.cls if m.cls is not None else m.forward)
     own = {getattr(subject, "fn", None), getattr(subject, "bfn", None)}
     for f in _module_functions(module) if module is not None else ():
@@ -130,8 +129,7 @@ def _table_function(subject, m: Mapping_, T: int, d: int) -> Encoding | None:
 
 
 def encoding_source(m, alias: str) -> list[str]:
-    """The adapter's ``sinusoidal_encoding`` for the mapping's :class:`Encoding` ([] where it
-    has none)."""
+    """The adapter's ``sinusoidal_encoding`` ([] where the mapping has none)."""
     enc = getattr(m, "encoding", None)
     if enc is None:
         return []

@@ -148,8 +148,7 @@ VARIANT_PROBES.update({d.name: Probe(d.name, **d.variant_probe) for d in declara
 
 @dataclass
 class Mapping_:
-    """What was inferred for one op: the class, its construction, and the layer() arguments,
-    each with its evidence."""
+    """What was inferred for one op: the class, its construction, layer()'s arguments."""
 
     op: str
     cls: type | None  # None: module-level functions (``forward``, ``backward``)

@@ -164,8 +164,7 @@ class Grown:
 
 
 def grow(build: Callable, options: Callable, policy: str, seed: dict | None = None) -> Grown:
-    """Keys added (and reshaped) until ``build`` runs through; ``options(key)`` the shapes a
-    key may have, the likeliest first (none: the key is no parameter)."""
+    """Keys added (and reshaped) until ``build`` runs through; ``options(key)``: its shapes."""
     shapes, order = dict(seed or {}), list(seed or {})
     out = run(build, shapes, policy)
     for _ in range(MAX_RUNS):

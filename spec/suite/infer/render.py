@@ -19,8 +19,7 @@ from minibert_spec.suite.infer.training import TrainingMapping, training_code
 
 
 def _protocol(m: Mapping_, name):
-    """A name of the probe's in the protocol's: its input ``x`` is the op's first argument
-    (``ids`` of an embedding, ``logits`` of a loss)."""
+    """A probe's name as the protocol's (``x`` is the op's first argument)."""
     from minibert_spec.protocol.table import OPS
 
     return OPS[m.op].args[0] if name == "x" else name

@@ -85,8 +85,7 @@ def _dtype_arg(names, probe: Probe) -> dict:
 
 
 def _eps_args(names, probe: Probe) -> dict:
-    """A norm's ``eps``/``epsilon`` argument (of a constructor or a forward function): the
-    protocol's eps of that norm, which the adapter then passes on."""
+    """A norm's ``eps``/``epsilon`` argument: the protocol's eps of that norm."""
     return {n: NORM_EPS[probe.op] for n in names if n in EPS_NAMES and probe.op in NORM_EPS}
 
 
@@ -278,8 +277,7 @@ class FunctionPair:
         return f"{self.label}({', '.join(args)})"
 
     def inputs(self, trial: Trial) -> tuple:
-        """The protocol arguments in the order of the function's own: None where one is
-        skipped (a keyword call then)."""
+        """The protocol arguments in the function's own order (None: one skipped)."""
         back = self.forward_names(trial)
         names = [p.name for p in self.args]
         last = max(names.index(a) for a in back)
@@ -294,14 +292,12 @@ MAX_PLACEMENTS = 5000
 
 
 def _fixed_role(arg: str) -> str:
-    """The protocol argument a function's fixed argument stands for: its eps, or the keyword
-    of its own name (n_heads)."""
+    """The protocol argument a fixed argument stands for (its eps, or its own name)."""
     return "eps" if arg in EPS_NAMES else arg
 
 
 def _named_none(obj, probe: Probe) -> dict:
-    """{attribute: its name} for the attributes of ``obj`` that are None and named as one of
-    the probe's parameters."""
+    """{attribute: its name} of the None attributes named as a probe's parameter."""
     return {p: p for p in probe.params if hasattr(obj, p) and getattr(obj, p) is None}
 
 

@@ -51,8 +51,7 @@ PROTOCOL_NAMES = ("warmup_linear_lr", "global_grad_norm", "clip_by_global_norm")
 
 @dataclass
 class TrainingMapping:
-    """What was inferred for the ``schedule`` or the ``clip`` row: the adapter's lines (the
-    text the evidence ran), one comment per decision, and what it declares."""
+    """The ``schedule`` or ``clip`` row: the adapter's text, evidence, declaration."""
 
     op: str
     code: str
@@ -66,8 +65,9 @@ def training_code(m: TrainingMapping, alias: str) -> str:
     return m.code if alias == "impl" else m.code.replace("impl.", f"{alias}.")
 
 
-def _run(code: str, mod) -> dict:
-    """The adapter's text executed against the module: its protocol functions."""
+def executed(code: str, mod) -> dict:
+    """The adapter's text executed against the module ``impl``: its namespace (what is tried
+    is what is written)."""
     namespace = {"impl": mod}
     exec(compile(code, "<inferred adapter>", "exec"), namespace)  # noqa: S102 -- our own text
     return namespace
@@ -203,7 +203,7 @@ def infer_schedule(mod, functions) -> tuple[list[TrainingMapping], list[str]]:
         best, hits = None, 0
         for perm in _role_order(cand.args):
             code = cand.code(dict(zip(cand.args, perm)))
-            fn = _run(code, mod)["warmup_linear_lr"]
+            fn = executed(code, mod)["warmup_linear_lr"]
             for convention in (False, True):
                 dev, where = _schedule_deviation(fn, convention)
                 hits += dev <= SCHEDULE_RTOL
@@ -382,7 +382,7 @@ def _try_clip(name: str, f, norm_fn: str | None, mod) -> tuple[_Clip | None, str
     tries = []
     for passed in ([eps, None] if eps is not None else [None]):
         code = _clip_code(name, form, moved, norm_fn, passed)
-        ns = _run(code, mod)
+        ns = executed(code, mod)
         for guard in _guard_candidates(ns, eps.default if eps is not None else None):
             dev, where = _clip_deviation(ns, guard, passed is not None)
             tries.append((dev, where, guard))
@@ -395,8 +395,7 @@ def _try_clip(name: str, f, norm_fn: str | None, mod) -> tuple[_Clip | None, str
 
 
 def _norm_functions(functions) -> list[tuple[str, str]]:
-    """(name, evidence) of the one-argument functions whose name says norm and which give the
-    reference's global norm on every gradient set."""
+    """(name, evidence) of the one-argument norm functions giving the reference's norm."""
     out = []
     for name, f in functions:
         if not _says(name, NORM_WORDS) or len(_required(_params(f))) != 1:
