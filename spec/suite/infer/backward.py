@@ -27,8 +27,7 @@ from minibert_spec.suite.infer.subjects import _arrays, _extra
 
 def _grad_candidates(changed: dict, returned, shape) -> list[str]:
     """Where a gradient of ``shape`` may be after the backward: a new or replaced array
-    attribute, an item of the dict the backward returned beside dx, or an item of the tuple it
-    returned."""
+    attribute, an item of the returned tuple or of the dict returned beside dx."""
     cands = [path for path, a in changed.items() if a.shape == shape]
     if isinstance(returned, tuple):
         if len(returned) > 1 and isinstance(returned[1], Mapping):
@@ -69,6 +68,14 @@ def _map_grads(changed: dict, returned, m: Mapping_, probe: Probe, order: list) 
             missing.append(f"{m.op}: the gradient of {p} ({len(cands)} candidates of shape "
                            f"{list(shape)}: {cands})")
     return missing
+
+
+def read_conventions(m: Mapping_, src: str) -> None:
+    """``m.accumulate`` (the backward's source ``src`` adds, ``+=``, into a gradient it was
+    mapped to) and ``m.single_use`` (it deletes its activations, ``del self.``)."""
+    m.accumulate = any(re.search(rf"\b{re.escape(p.split('.')[-1])}[\"'\]\s]*\+=", src)
+                       for p in m.grads.values())
+    m.single_use = bool(re.search(r"\bdel\s+self\.", src))
 
 
 def _roles(params, names: dict, cached: bool) -> tuple[str, ...]:
@@ -155,14 +162,9 @@ def _backward(subject, m: Mapping_, probe: Probe, vals: dict, trial: Trial, retu
         args = [a.name for a in subject.args]
         order = sorted(m.params, key=lambda p: args.index(m.params[p]))
     missing = _map_grads(changed, back, m, probe, order)
-    src = subject.source()
-    for path in m.grads.values():
-        last = path.split(".")[-1]
-        if re.search(rf"\b{re.escape(last)}[\"'\]\s]*\+=", src):
-            m.accumulate = True
+    read_conventions(m, subject.source())
     if m.accumulate:
         m.evidence.append("accumulate=True: the backward adds (+=) into its gradients")
-    if re.search(r"\bdel\s+self\.", src):
-        m.single_use = True
+    if m.single_use:
         m.evidence.append("single_use=True: the backward deletes its activations (del self.)")
     return missing

@@ -1,18 +1,12 @@
-"""The ``block`` row of :mod:`minibert_spec.suite.infer`: a transformer block class (attention,
-two norms, a feed-forward part and the residual wiring, ``x [B, T, H] -> [B, T, H]``).
-
-A block holds too many parameters of one shape (a GPT-2 block: nine vectors [H], four
-matrices [H, H]) to try every placement as the per-op probes do, so its parameters are placed
-by *name*: an array attribute (through sub-objects) whose path reads as a group and a
-parameter of the protocol's (``ln_1_g``: ln1.gamma, ``attn_wq`` or ``attention.W_q``:
-attn.W_q, ``mlp_w_fc``: ffn.W_1), of the entry's shape or the transposed one.  Each placement
-is then run in every form of the reference's ``block_forward`` (norm post / pre / pre_final /
-inner, LayerNorm or RMSNorm, the FFN's activations or SwiGLU, causal or not) and kept only
-where the output equals the reference's (float64, :data:`BLOCK_RTOL`): the one numeric
-evidence.  Gradients are mapped by shape and name after one backward, never by value, so the
-adapter written is judged by ``minibert check`` like a hand-written one.  A forward taking a
-mask argument of its own gets the first of :data:`MASKS` whose masked forward equals the
-reference's (padding and causal), else the calls with a mask stay not applicable."""
+"""The ``block`` row of :mod:`minibert_spec.suite.infer`: a transformer block class
+(``x [B, T, H] -> [B, T, H]``).  A block holds too many parameters of one shape to try every
+placement as the per-op probes do, so each is placed by *name*: an array attribute whose path
+reads as a group and a parameter of the protocol's (``ln_1_g``, ``attn_wq``, ``mlp_w_fc``), of
+the entry's shape or the transposed one.  Each placement is run in every form of the
+reference's ``block_forward`` and kept only where the output equals it (float64,
+:data:`BLOCK_RTOL`): the one numeric evidence.  Gradients are mapped by shape and name after
+one backward, never by value.  A forward's own mask argument gets the first of :data:`MASKS`
+whose masked forward equals the reference's (padding and causal), else masked calls are n/a."""
 
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minibert_spec.suite.infer.backward import _grad_candidates
+from minibert_spec.suite.infer.backward import _grad_candidates, read_conventions
 from minibert_spec.suite.infer.probes import (
     BACKWARDS,
     EPS_NAMES,
@@ -32,8 +26,9 @@ from minibert_spec.suite.infer.probes import (
     PROTOCOL_EPS,
     Mapping_,
     deviation,
+    one_line,
 )
-from minibert_spec.suite.infer.subjects import _arrays, _method
+from minibert_spec.suite.infer.subjects import ClassLayer, _arrays, _method
 
 # the probe: B, T, H, n_heads and the FFN's inner size all distinct, so a size names its axis
 B, T, H, N_HEADS, INNER = 2, 3, 8, 4, 12
@@ -88,29 +83,21 @@ PARAMS = {"attn": {"W_q": _proj("q", "query"), "W_k": _proj("k", "key"),
 # the mask formats tried for a forward's own mask argument: (name, source); the source is
 # written into the adapter as it is, and compiled here to be tried (so what is tried is what
 # is written)
-MASKS = (
-    ("additive_mask", '''def additive_mask(mask, causal, T, dtype):
-    """[B, 1, T, T]: 0 where a query may attend a key, -1e9 elsewhere."""
+_MASK_BODY = """\
     keep = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
     if mask is not None:
         keep = keep & (np.asarray(mask) != 0)[:, None, None, :]
-    return np.where(keep, 0.0, -1e9).astype(dtype)[(None,) * (4 - keep.ndim)]
-'''),
-    ("keep_mask", '''def keep_mask(mask, causal, T):
-    """[B, 1, T, T] booleans: True where a query may attend a key."""
-    keep = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
-    if mask is not None:
-        keep = keep & (np.asarray(mask) != 0)[:, None, None, :]
-    return keep[(None,) * (4 - keep.ndim)]
-'''),
-    ("masked_out", '''def masked_out(mask, causal, T):
-    """[B, 1, T, T] booleans: True where a query may NOT attend a key."""
-    keep = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
-    if mask is not None:
-        keep = keep & (np.asarray(mask) != 0)[:, None, None, :]
-    return ~keep[(None,) * (4 - keep.ndim)]
-'''),
-)
+"""
+MASKS = tuple(
+    (sig.partition("(")[0], f'def {sig}:\n    """[B, 1, T, T]{doc}"""\n{_MASK_BODY}'
+     f"    return {value}[(None,) * (4 - keep.ndim)]\n")
+    for sig, doc, value in (
+        ("additive_mask(mask, causal, T, dtype)",
+         ": 0 where a query may attend a key, -1e9 elsewhere.",
+         "np.where(keep, 0.0, -1e9).astype(dtype)"),
+        ("keep_mask(mask, causal, T)", " booleans: True where a query may attend a key.", "keep"),
+        ("masked_out(mask, causal, T)", " booleans: True where a query may NOT attend a key.",
+         "~keep")))
 
 
 @dataclass
@@ -142,9 +129,8 @@ def _entries(form: dict) -> tuple[str, ...]:
 
 
 def _placement(arrays: dict, entries, inner: int, square_t: bool):
-    """({entry: path}, transposed entries) for the entries whose spelling names exactly one
-    array of their shape (or the transposed one); None when an entry names several (no way to
-    tell) or a weight (not a bias) is named by none."""
+    """({entry: path}, transposed entries): each entry at the one array its spelling names, of
+    its shape or transposed; None when one names several, or a weight is named by none."""
     from minibert_reference.ops import block_param_shapes
 
     shapes = block_param_shapes(entries, H, inner)
@@ -266,8 +252,7 @@ class _Found:
 
 
 def _search(cls) -> tuple[_Found | None, str]:
-    """The first (build, form, placement) whose forward equals the reference's; else None and
-    why (the closest form, or that no placement was found)."""
+    """The first (build, form, placement) equal to the reference; else None and why."""
     x = np.random.default_rng(1).standard_normal((B, T, H))
     closest, placed_any, raised = (np.inf, None), False, ""
     for build in _builds(cls):
@@ -291,7 +276,7 @@ def _search(cls) -> tuple[_Found | None, str]:
                     want = _reference(x, p, form)
                     out, _ = _run(build, placed, transposed, p, x)
                 except Exception as e:  # noqa: BLE001 -- not this form, or it does not run
-                    raised = f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
+                    raised = one_line(e)
                     continue
                 dev = _dev(out, want)
                 if dev <= BLOCK_RTOL:
@@ -304,11 +289,16 @@ def _search(cls) -> tuple[_Found | None, str]:
         hint = ("; a mask argument without a default? write the block row and its mask "
                 "converter by hand") if "required positional argument" in raised else ""
         return None, f"no block form of its parameters runs (its forward raised {raised}{hint})"
-    f = closest[1]
-    return None, (f"its forward equals no block form tried (norm {'/'.join(FORMS['norm'])}, "
-                  f"LayerNorm/RMSNorm, ffn {'/'.join(FORMS['ffn'])}, causal or not): closest "
-                  f"norm={f['norm']} {f['normalization']} {f['ffn']} causal={f['causal']}, "
-                  f"relative deviation {closest[0]:.1e}")
+    return None, no_form(closest)
+
+
+def no_form(closest: tuple, tried: str = "", shown: str = "") -> str:
+    """Why no block form matched: the forms tried (and ``tried``), the closest (and ``shown``)."""
+    dev, f = closest
+    return (f"its forward equals no block form tried (norm {'/'.join(FORMS['norm'])}, "
+            f"LayerNorm/RMSNorm, ffn {'/'.join(FORMS['ffn'])}, causal or not{tried}): closest "
+            f"norm={f['norm']} {f['normalization']} {f['ffn']} causal={f['causal']}{shown}, "
+            f"relative deviation {dev:.1e}")
 
 
 def _grad_aliases(path: str) -> set[str]:
@@ -353,8 +343,7 @@ def _compile_mask(source: str):
 
 
 def _mask(build, found: _Found, x) -> tuple[str, str] | None:
-    """(name, source) of the first converter of MASKS whose masked forward equals the
-    reference's on a padding mask and on causal calls, or None."""
+    """(name, source) of the first MASKS converter equal to the reference's, or None."""
     fwd = inspect.signature(getattr(build.cls, _method(build.cls, FORWARDS)))
     if len(fwd.parameters) < 3 or list(fwd.parameters)[2] not in MASK_NAMES:
         return None
@@ -365,8 +354,7 @@ def _mask(build, found: _Found, x) -> tuple[str, str] | None:
 
 
 def key_mask() -> np.ndarray:
-    """The protocol's key mask on the probe: 1 attend, 0 padded (the first sequence's last
-    key padded)."""
+    """The protocol's key mask on the probe: the first sequence's last key padded."""
     key = np.ones((B, T), np.int64)
     key[0, -1] = 0
     return key
@@ -374,9 +362,8 @@ def key_mask() -> np.ndarray:
 
 def first_mask(run, form: dict, p: dict, x, n_heads: int = N_HEADS) -> tuple[str, str] | None:
     """(name, source) of the first converter of MASKS under which ``run`` (the forward given
-    its own mask, returning what it returns) equals the reference's (``n_heads`` heads) on a
-    padded key -- and, for a form that is not causal, on causal calls too (a mask that builds
-    the triangle) -- or None."""
+    its own mask) equals the reference's on a padded key -- and, for a form that is not causal,
+    on causal calls too (a mask that builds the triangle) -- or None."""
     key = key_mask()
     cases = [(key, form["causal"])] + ([(None, True), (key, True)] if not form["causal"]
                                        else [])
@@ -401,10 +388,8 @@ def converted(source: str, mask, causal: bool, x):
 
 def form_rows(form: dict, mask: tuple[str, str] | None) -> tuple[dict, dict]:
     """(layer()'s ``fixed``, the ``CAPABILITIES`` entries) of a block found in ``form``, its
-    own mask converted by ``mask`` (MASKS' (name, source), or None): the form computed is
-    fixed (a call in another is not applicable) and declared; causal is left free only where
-    the converter builds the triangle itself (the form found is then not causal and its
-    causal calls matched too: first_mask)."""
+    mask converted by ``mask`` (MASKS' (name, source), or None): the form computed is fixed and
+    declared; causal is left free only where the converter builds the triangle itself."""
     ffn = "swiglu" if form["ffn"] == "swiglu" else "mlp"
     fixed: dict = {"norm": form["norm"]}
     if form["normalization"] != "layernorm":
@@ -470,18 +455,8 @@ def _mapping(cls, found: _Found) -> tuple[BlockMapping, list[str]]:
                           "applicable; write layer(mask=...) by hand for them")
     m.evidence.append(f"grads by shape, ties by the parameter's name ({len(grads)} of "
                       f"{len(found.placed)}); never by value")
-    src = _source(cls)
-    m.accumulate = any(re.search(rf"\b{re.escape(q.split('.')[-1])}[\"'\]\s]*\+=", src)
-                       for q in grads.values())
-    m.single_use = bool(re.search(r"\bdel\s+self\.", src))
+    read_conventions(m, ClassLayer(cls).source())
     return m, missing
-
-
-def _source(cls) -> str:
-    try:
-        return inspect.getsource(getattr(cls, _method(cls, BACKWARDS)))
-    except (OSError, TypeError):
-        return ""
 
 
 def infer_blocks(classes) -> tuple[list[BlockMapping], dict, list[str]]:
@@ -510,32 +485,3 @@ def infer_blocks(classes) -> tuple[list[BlockMapping], dict, list[str]]:
         rows.append(m)
         missing += miss
     return rows, why, missing
-
-
-def conventions(m) -> list[str]:
-    """The ``layer()`` keywords of the conventions a class's backward reads as (its source:
-    ``+=`` into a gradient, ``accumulate``; ``del self.``, ``single_use``)."""
-    return [f"{name}=True" for name in ("accumulate", "single_use") if getattr(m, name)]
-
-
-def layer_text(op: str, new: str, kw: list[str], head: str | None = None) -> str:
-    """The adapter's ``<op>_forward, <op>_backward = layer(<op>, new, *kw)`` (every row infer
-    writes through ``layer()``: an op's, a block class's, a block's function pair), after
-    ``head`` (a mask converter's def) where there is one."""
-    call = (f"layer(\n    {op!r}, {new},\n    " + ",\n    ".join(kw) + ")" if kw else
-            f"layer({op!r}, {new})")
-    return (f"{head}\n\n" if head else "") + f"{op}_forward, {op}_backward = {call}"
-
-
-def block_call(m: BlockMapping, alias: str) -> str:
-    """The adapter's ``block_forward, block_backward = layer("block", ...)`` (and the mask
-    converter's def before it)."""
-    ctor = ", ".join(f"{k}={v}" for k, v in m.ctor.items())
-    kw = [f"params={m.params!r}", f"grads={m.grads!r}"]
-    if m.transposed:
-        kw.append(f"transposed={m.transposed!r}")
-    kw.append(f"fixed={m.fixed!r}")
-    if m.mask_name:
-        kw.append(f"mask={m.mask_name}")
-    return layer_text("block", f"{m.new_source}{alias}.{m.cls.__name__}({ctor})",
-                      kw + conventions(m), m.mask_source)

@@ -3,47 +3,24 @@ one dict of parameters under its own names, adapted by
 :func:`minibert_spec.suite.adapters.decoder` (a name map, fused and transposed tensors, the
 model's loss).
 
-What it reads in the module:
+It reads a *parameter source* (a function without required arguments, ``init_params()``, or a
+module-level dict of arrays; without one, a model class's keys recorded:
+:mod:`~minibert_spec.suite.infer.decoder_recorded`), a *model* and a *loss*
+(:mod:`~minibert_spec.suite.infer.decoder_models`).  It decides
 
-* a *parameter source*: a function without required arguments (``init_params()``) or a
-  module-level dict returning the model's parameters -- their names and shapes; without one
-  (a port that loads its weights), a model class's keys recorded on a dict that records every
-  lookup, one set per form the class shows, each judged as a parameter source's
-  (:mod:`~minibert_spec.suite.infer.decoder_recorded`);
-* a *model* (:mod:`~minibert_spec.suite.infer.decoder_models`): a builder, a function
-  without required arguments returning ``(forward, backward)`` -- the pair's ``.logits``
-  functions where it has them (a pair whose forward ends in the loss): ``forward(params, ids)
-  -> (logits, cache)``, ``backward(dlogits, cache) -> grads`` -- or a class built on the dict
-  (``MiniGPT(weights, ...)``) with ``forward(ids) -> logits`` and ``backward(dlogits) ->
-  grads``; either's arguments named as the config's fields (``n_heads``, ``rope_base``,
-  ``eps``, ``tied``) given the config's values;
-* a *loss*: a function of (some of) ``logits, labels, ignore_index`` returning ``(loss,
-  dlogits)`` (or a function of dloss), or the model class's loss method and the dlogits it
-  leaves.
-
-It decides
-
-1. the name map, by name and shape: each of the model's names read as a protocol name
-   (:func:`_read_name`: ``h.{i}.ln_1.g`` is ``ln1.gamma``, ``h.{i}.attn.c_attn.w`` the fused
-   ``W_q | W_k | W_v``), the sizes from the token table and the FFN, each tensor's shape
-   against the protocol's (its layout: ``lm_head.w`` [H, V] stored transposed); names read as
-   no protocol name, or as one twice, are tried on the free protocol names of their shape in
-   every order (at most :data:`MAX_MAPS`), each confirmed by the forward alone;
-2. the form: the parts present say the norm (a beta: LayerNorm), the FFN (a gate: SwiGLU),
-   the biases, the final norm, the tied or untied head and its bias; the forward decides what
-   the names cannot: the positions (a table alone or with RoPE; without a table RoPE,
-   sinusoidal or none), RoPE's convention, the MLP's activation and a norm's eps fixed in the
-   code (a model following the config's positions matches in several: each declared).  A
-   map and form stand where the model's logits, its parameters those of the reference's
-   mapped through the very ``decoder()`` call written, equal
-   ``minibert_reference.decoder.decoder_forward``'s (float64, :data:`DECODER_RTOL`);
-3. the loss: the module's function (or the class's method) whose value equals the
-   reference's ``decoder_loss`` on those logits (with ``ignore_index`` labels where it takes
-   them).
+1. the name map, by name and shape (:func:`_read_local`, :func:`_read_whole`): names read as no
+   protocol name, or as one twice, are tried on the free protocol names of their shape in every
+   order (at most :data:`MAX_MAPS`);
+2. the form: the parts present say the norm, the FFN, the biases, the final norm and the head;
+   the forward decides the rest (positions, RoPE's convention, the MLP's activation, a norm's
+   eps fixed in the code).  A map and form stand only where the model's logits, through the
+   very ``decoder()`` call written, equal ``decoder_forward``'s (float64, :data:`DECODER_RTOL`);
+3. the loss: the module's function (or the class's method) whose value equals the reference's
+   ``decoder_loss`` on those logits.
 
 Gradients are never compared: the backward is wired as the model gives it and judged by
-``minibert check`` like a hand-written adapter's, so that no bug of it is inferred away.
-Where something cannot be decided there is no row, and one line says why.
+``minibert check``, so that no bug of it is inferred away.  Where something cannot be decided
+there is no row, and one line says why.
 """
 
 from __future__ import annotations
@@ -57,11 +34,9 @@ import numpy as np
 from minibert_reference.config import DecoderConfig
 from minibert_reference.decoder import decoder_forward, decoder_loss, param_shapes
 from minibert_spec.suite.adapter_decoder import decoder
-from minibert_spec.suite.infer.decoder_models import (
-    find_loss,
-)
+from minibert_spec.suite.infer.decoder_models import find_loss
 from minibert_spec.suite.infer.probes import FIXED_EPS, FORWARD_RTOL, deviation
-from minibert_spec.suite.infer.training import TrainingMapping
+from minibert_spec.suite.infer.training import TrainingMapping, executed
 
 # the model's logits must equal the reference's to this (float64): tight, so that a norm's eps
 # fixed in the code (1e-6 against 1e-5 changes unit-variance rows by ~5e-6) and GELU's two forms
@@ -90,24 +65,24 @@ class DecoderMapping(TrainingMapping):
 
 
 # ------------------------------------------------------------------------ reading the names
-def _tokens(name: str) -> list[str]:
-    return [t for t in re.split(r"[._\-]+", name.lower()) if t]
+# a name's last part saying what the tensor is
+KINDS = {"w": "W", "weight": "W", "kernel": "W", "b": "b", "bias": "b", "g": "gamma",
+         "gamma": "gamma", "scale": "gamma", "beta": "beta"}
 
 
-def _kind(tokens: list[str]) -> tuple[str | None, str]:
-    """(what the last token says the tensor is -- "W", "b", "gamma", "beta" or None -- and the
-    stem: the other tokens joined)."""
-    kinds = {"w": "W", "weight": "W", "kernel": "W", "b": "b", "bias": "b", "g": "gamma",
-             "gamma": "gamma", "scale": "gamma", "beta": "beta"}
-    if len(tokens) > 1 and tokens[-1] in kinds:
-        return kinds[tokens[-1]], "".join(tokens[:-1])
+def _kind(name: str) -> tuple[str | None, str]:
+    """(what the name's last part says the tensor is -- "W", "b", "gamma", "beta" or None --
+    and the stem: the other parts joined, lower case)."""
+    tokens = [t for t in re.split(r"[._\-]+", name.lower()) if t]
+    if len(tokens) > 1 and tokens[-1] in KINDS:
+        return KINDS[tokens[-1]], "".join(tokens[:-1])
     return None, "".join(tokens)
 
 
 def _read_local(name: str, swiglu: bool):
     """A block's tensor (the local part of a per-layer name) as protocol name(s): a local name,
     or a tuple of them for a fused tensor; None where the name says nothing known."""
-    kind, stem = _kind(_tokens(name))
+    kind, stem = _kind(name)
     norm = re.search(r"(ln|norm|layernorm|rmsnorm)(1|2|f)?$|^(ln|norm)(1|2)|inputlayernorm|"
                      r"postattentionlayernorm|attnnorm|ffnnorm|mlpnorm", stem)
     if norm:
@@ -142,7 +117,7 @@ def _read_local(name: str, swiglu: bool):
 
 def _read_whole(name: str):
     """A whole tensor's name (no layer index) as a protocol name, or None."""
-    kind, stem = _kind(_tokens(name))
+    kind, stem = _kind(name)
     if re.fullmatch(r"wte|tokemb\w*|tokenemb\w*|embedtokens|wordemb\w*|emb|embed|embedding|"
                     r"embeddings|we", stem):
         return "embeddings.token.W"
@@ -176,8 +151,7 @@ class Inventory:
 
 
 def inventory(params: dict) -> Inventory | str:
-    """The model's names as patterns, each read as a protocol name; a reason where the
-    per-layer names are not the same in every layer."""
+    """The names as patterns, each read; a reason where layers differ in their names."""
     per: dict = {}
     whole: dict = {}
     for name, value in params.items():
@@ -249,10 +223,9 @@ def _layout(own: tuple, want: tuple) -> bool | None:
 
 
 def name_maps(inv: Inventory, config: DecoderConfig):
-    """Each candidate map (names, fused, transposed) whose shapes fit the config's protocol
-    names: the names read where they read, the rest (or a name read twice) tried on the free
-    protocol names of their shape; a square matrix in the layout of the non-square ones of
-    its kind (the block's linear weights, one convention)."""
+    """Each candidate map (names, fused, transposed) whose shapes fit the config's: the names
+    read where they read, the rest (or one read twice) tried on the free protocol names; a
+    square matrix in the layout of the non-square ones of its kind (one convention)."""
     want = _protocol_shapes(config)
     fixed, fused, loose = {}, {}, []
     claimed = [n for v in inv.read.values() if v for n in ((v,) if isinstance(v, str) else v)]
@@ -308,14 +281,6 @@ def _layouts(inv: Inventory, names: dict, fused: dict, want: dict):
 
 
 # ------------------------------------------------------------------------ the evidence
-def _compiled(source: str, mod):
-    """The adapter's model function, compiled from its written text (what is tried is what is
-    written)."""
-    scope = {"impl": mod}
-    exec(compile(source, "<inferred decoder>", "exec"), scope)  # noqa: S102 -- our own text
-    return scope["decoder_model"]
-
-
 def _probe_params(config: DecoderConfig, seed: int = 0) -> dict:
     """Float64 parameters of the protocol's names, every tensor distinct (gains away from 1,
     biases away from 0), so that a misplaced one changes the logits."""
@@ -351,9 +316,8 @@ def _form_configs(base: DecoderConfig, has_table: bool):
 
 
 def _matches(model, maps, base: DecoderConfig, has_table: bool, eps_fixed: bool) -> list:
-    """[(deviation, map, config)] of every map and form whose logits equal the reference's:
-    at the tight DECODER_RTOL, trying the eps values a code may fix where the builder takes
-    none (FIXED_EPS)."""
+    """([(deviation, map, config)] of every map and form whose logits equal the reference's to
+    DECODER_RTOL -- each eps of FIXED_EPS where the builder takes none --, the closest)."""
     ids = _ids(base)
     hits, closest = [], []
     for names, fused, transposed in maps:
@@ -438,7 +402,7 @@ def decoder_rows(mod, expr: str, origin: str, params: dict,
         if "config.n_heads" not in model.keywords.values():
             tried.append(f"{model.label} takes no number of heads")
             continue
-        run = _compiled(model.source(), mod)
+        run = executed(model.source(), mod)["decoder_model"]
         eps_fixed = "config.ln_eps" not in model.keywords.values()
         hits, closest = _matches(run, maps, base, has_table, eps_fixed)
         if not hits:
@@ -531,8 +495,7 @@ def _declare_positions(m: DecoderMapping, configs: list) -> None:
 
 def _call(names: dict, fused: dict, transposed: tuple, backward: str,
           loss_expr: str | None) -> str:
-    """The ``decoder(...)`` call (its loss a stand-in that is not applicable where the
-    module's was not found)."""
+    """The ``decoder(...)`` call (its loss a not-applicable stand-in where none matched)."""
     lines = []
     if loss_expr is None:
         lines += ["def _no_loss(logits):  # the module's loss was not found",

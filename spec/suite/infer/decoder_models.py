@@ -15,6 +15,7 @@ import numpy as np
 from minibert_reference.ops import IGNORE_INDEX
 from minibert_spec.suite.adapter_decoder import _loss_arguments
 from minibert_spec.suite.infer.probes import BACKWARDS, FORWARDS, deviation
+from minibert_spec.suite.infer.subjects import _method, own_functions
 
 # the config's fields a builder's or a model class's argument may name (its spelling -> the
 # field's expression in the adapter)
@@ -40,12 +41,9 @@ LOSS_ROLES = {"input_ids": ("input_ids", "ids", "idx", "tokens", "x"),
 
 
 def no_arg_functions(mod) -> list:
-    """(name, function) of the functions of ``mod`` callable without arguments, the module's
-    own, public."""
+    """(name, function) of the module's own public functions callable without arguments."""
     out = []
-    for name, f in inspect.getmembers(mod, inspect.isfunction):
-        if name.startswith("_") or f.__module__ not in (mod.__name__, None):
-            continue
+    for name, f in own_functions(mod):
         try:
             sig = inspect.signature(f)
         except (TypeError, ValueError):
@@ -81,8 +79,7 @@ def param_source(mod, functions) -> tuple[str, dict] | None:
 
 
 def _keywords(params) -> dict:
-    """The arguments naming a config field: {argument: its expression}; a RoPE base
-    defaulting to None is the config's only where it has RoPE."""
+    """{argument: config expression} of the arguments naming a config field."""
     out = {}
     for p in params:
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
@@ -137,19 +134,22 @@ class ClassModel:
         return self.cls.__name__
 
     @property
+    def args(self) -> str:
+        return ", ".join([f"{self.params_arg}=params",
+                          *(f"{k}={v}" for k, v in self.keywords.items())])
+
+    @property
     def label(self) -> str:
-        args = [f"{self.params_arg}=params", *(f"{k}={v}" for k, v in self.keywords.items())]
-        return f"impl.{self.name}({', '.join(args)}).{self.forward}"
+        return f"impl.{self.name}({self.args}).{self.forward}"
 
     @property
     def backward_source(self) -> str:
         return f"lambda dlogits, model: model.{self.backward}(dlogits)"
 
     def source(self) -> str:
-        args = [f"{self.params_arg}=params", *(f"{k}={v}" for k, v in self.keywords.items())]
         return (f"def decoder_model(params, config, input_ids):  # impl.{self.name} of the "
                 "config\n"
-                f"    model = impl.{self.name}({', '.join(args)})\n"
+                f"    model = impl.{self.name}({self.args})\n"
                 f"    return model.{self.forward}(input_ids), model\n")
 
     def losses(self, mod) -> list:
@@ -188,9 +188,8 @@ def _assigned(cls) -> set:
 
 
 def builders(functions) -> list[Builder]:
-    """The module's functions without required arguments, named like a builder, that return
-    two functions (a forward and its backward), the pair's ``.logits`` first where both have
-    them."""
+    """The functions named like a builder that return two functions (a forward and its
+    backward), the pair's ``.logits`` first where both have them."""
     out = []
     for name, f in functions:
         if not BUILDER.search(name):
@@ -216,9 +215,7 @@ def class_models(mod) -> list[ClassModel]:
     for _, cls in inspect.getmembers(mod, inspect.isclass):
         if cls.__module__ != mod.__name__:
             continue
-        forward = next((n for n in FORWARDS if callable(getattr(cls, n, None))
-                        and (n != "__call__" or "__call__" in vars(cls))), None)
-        backward = next((n for n in BACKWARDS if callable(getattr(cls, n, None))), None)
+        forward, backward = _method(cls, FORWARDS), _method(cls, BACKWARDS)
         try:
             params = list(inspect.signature(cls).parameters.values())
         except (TypeError, ValueError):
@@ -237,9 +234,7 @@ def module_losses(mod) -> list:
     """``impl.<name>`` of the module's functions that take the logits (and some of the
     labels, the ids, ignore_index) as ``decoder()`` calls a loss."""
     out = []
-    for name, f in inspect.getmembers(mod, inspect.isfunction):
-        if name.startswith("_") or f.__module__ not in (mod.__name__, None):
-            continue
+    for name, f in own_functions(mod):
         try:
             wants = _loss_arguments(f)
         except (ValueError, TypeError):
@@ -250,10 +245,9 @@ def module_losses(mod) -> list:
 
 
 def find_loss(candidates, mod, logits, cache, ids, want_loss, rtol: float):
-    """(expression, evidence) of the first loss among ``candidates`` (their adapter source)
-    whose value, called as ``decoder()`` calls it on the model's logits and its own cache,
-    equals the reference's (``want_loss(labels)``) -- on labels with ``ignore_index`` where it
-    takes labels; None.  Its dlogits is never compared."""
+    """(expression, evidence) of the first of ``candidates`` (adapter source) whose loss, called
+    as ``decoder()`` calls it, equals ``want_loss(labels)`` (labels with ``ignore_index`` where
+    it takes labels), or None.  Its dlogits is never compared."""
     labels = ids.copy()
     labels[0, 2] = IGNORE_INDEX
     for expr in candidates:

@@ -1,12 +1,9 @@
 """The decoder row (:mod:`minibert_spec.suite.infer.decoder`) of a module without a parameter
-source -- a port that loads its weights (tests/examples/realstyle_gpt.py's ``MiniGPT``): the
-model class's keys recorded (:mod:`~minibert_spec.suite.infer.recording`) at a small config of
-each form the class shows (:func:`recorded_sets`), each set judged as a parameter source's
-(:func:`~minibert_spec.suite.infer.decoder.decoder_rows`: its logits against the reference's),
-the sets that match joined into one row declaring every form they showed
-(:func:`recorded_decoder`); no row where a set matches in no form or a RoPE base the class
-takes is never confirmed (a bug there would be declared away).  :func:`infer_decoder`, the
-row of any module, is here: a parameter source's row where the module has one, else this."""
+source -- a port that loads its weights: the model class's keys recorded
+(:mod:`~minibert_spec.suite.infer.recording`) in each form the class shows, each set judged as a
+parameter source's by its logits, the sets that match joined into one row declaring every form
+they showed; no row where a set matches in no form, or a RoPE base the class takes is never
+confirmed (a bug there would be declared away).  :func:`infer_decoder` is every module's row."""
 
 from __future__ import annotations
 
@@ -153,10 +150,9 @@ def recorded_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
 
 
 def _partly(hits: list, misses: list) -> str | None:
-    """Why a class some of whose recorded sets match is given no row: a set the forward runs
-    through whose logits equal the reference's in no form -- a bug there (the check would
-    never run that form: a bug declared away) or a form the reference lacks, not told
-    apart."""
+    """Why a class some of whose recorded sets match is given no row: another set's logits
+    equal the reference's in no form -- a bug there (declared away, were it left out) or a form
+    the reference lacks, not told apart."""
     if hits and misses:
         return (f"{misses[0]}; the other sets match: not decided (a bug in that form, or a "
                 "form the reference lacks; write the adapter by hand)")
@@ -168,8 +164,7 @@ def _as_tuple(value) -> tuple:
 
 
 def _joined(model, rows: list[DecoderMapping]) -> tuple[list[DecoderMapping], list[str]]:
-    """One row of the recorded sets' rows: their name maps joined (a protocol name mapped
-    two ways: no row), every form they matched declared."""
+    """One row of the recorded sets' rows: their name maps joined, every form declared."""
     names, fused, transposed = {}, {}, []
     for m in rows:
         for which, into in ((m.names, names), (m.fused, fused)):

@@ -1,26 +1,17 @@
 """The ``block`` row of :mod:`minibert_spec.suite.infer` for a block written as a pair of
-functions in the protocol's own shape, ``block_forward(x, p, *, n_heads, ...)`` /
-``block_backward(dout, cache)``: module-level functions paired by name, or a pair of attributes
-of a module-level ``types.SimpleNamespace`` (``correct = SimpleNamespace(block_forward=...,
-block_backward=...)``: what a module that builds its variants in a function exposes).  Only a
-namespace of that plain type is opened -- its attributes are values, reading them runs no code
-of the user's (no property, no ``__getattr__``) -- and only its functions defined in the module
-itself (an imported function is its own module's).
+functions in the protocol's shape, ``block_forward(x, p, *, n_heads, ...)`` /
+``block_backward(dout, cache)``: module-level functions paired by name, or attributes of a
+module-level ``types.SimpleNamespace`` (only that plain type is opened: reading its attributes
+runs no code of the user's), defined in the module itself.
 
-A forward is tried when its first two arguments can be positional (the input, the dict ``p``)
-and it takes a head count (``n_heads`` or a spelling of it: blocks.HEAD_NAMES).  ``p``'s keys
-are the protocol's names (``block_param_names``): each key set -- the standard pieces, then a
-LayerNorm without affine, an attention without ``W_o``, an FFN without biases, a SwiGLU with
-biases, each with the declaration it needs -- is run once through the forward, and its output
-compared with the reference's ``block_forward`` in every form of blocks.FORMS and each RoPE
-convention (float64, blocks.BLOCK_RTOL): the first equal one is the row, the one numeric
-evidence.  A key the forward reads that is no protocol name (its KeyError) means the key set
-cannot be decided: no row, and the reason.  The forward's protocol keywords, found by name
-(n_heads, mask, eps, rope_base and their spellings), are passed on; its mask gets the
-protocol's ``[B, T]`` key mask as it is where that matches, else the first converter of
-blocks.MASKS that does.  The backward's call is decided by its parameters' names, and it is run
-once to see that it returns ``(dx, a dict)`` -- its gradients are never compared with
-anything, so that no bug of a backward is inferred away: minibert check judges them."""
+A forward whose first two arguments are positional and which takes a head count is run once per
+key set of ``p`` (:data:`KEY_FORMS`, the protocol's names) and compared with the reference's
+``block_forward`` in every form of blocks.FORMS and RoPE convention (float64, blocks.BLOCK_RTOL):
+the first equal one is the row.  A key it reads that is no protocol name means the key set
+cannot be decided: no row.  Its protocol keywords (n_heads, mask, eps, rope_base) are found by
+name; its mask gets the protocol's key mask, else the first converter of blocks.MASKS that
+matches.  The backward is run once to see that it returns ``(dx, a dict)``: its gradients are
+never compared, so that no bug of a backward is inferred away (minibert check judges them)."""
 
 from __future__ import annotations
 
@@ -50,9 +41,9 @@ from minibert_spec.suite.infer.blocks import (
     first_mask,
     form_rows,
     key_mask,
-    layer_text,
+    no_form,
 )
-from minibert_spec.suite.infer.probes import EPS_NAMES, PROTOCOL_EPS
+from minibert_spec.suite.infer.probes import EPS_NAMES, PROTOCOL_EPS, one_line
 from minibert_spec.suite.infer.subjects import pair_names
 
 ROPES = (None, "interleaved", "half")  # the attention's RoPE: none, or a convention
@@ -76,9 +67,8 @@ KEYWORDS = {"n_heads": HEAD_NAMES, "mask": MASK_NAMES, "eps": EPS_NAMES,
 
 @dataclass
 class FnBlockMapping(BlockMapping):
-    """A block row of a function pair: where the pair is (``owner``: the namespace's name, ""
-    for module-level functions), its names, and ``call``: protocol keyword -> the forward's own
-    argument."""
+    """A block row of a function pair: its namespace (``owner``, "" for module-level), its
+    names, and ``call``: protocol keyword -> the forward's own argument."""
 
     owner: str = ""
     fwd_name: str = ""
@@ -129,9 +119,8 @@ def _reads_as_block(fwd) -> dict | None:
 
 
 def candidate_pairs(mod, functions) -> list[_Pair]:
-    """The function pairs of ``mod`` that may be a block's: its own functions (``functions``,
-    paired by name), then those of each module-level SimpleNamespace (see the module's
-    docstring), in the module's order."""
+    """The function pairs that may be a block's: of ``functions`` (paired by name), then of
+    each module-level SimpleNamespace of ``mod``, in the module's order."""
     named = [("", {f.__name__: f for f in functions})]
     for owner, obj in vars(mod).items():
         if not owner.startswith("_") and type(obj) is types.SimpleNamespace:
@@ -156,13 +145,8 @@ def _run(pair: _Pair, call: dict, p: dict, x, mask=None):
                     **{call[k]: v for k, v in given.items() if k in call})
 
 
-def _why(e: Exception) -> str:
-    return f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
-
-
 def _search(pair: _Pair, call: dict) -> tuple[_FnFound | None, str]:
-    """The first (key set, form) whose reference output the forward's equals; else None and
-    why (a key of its own, the closest form, or what it raised)."""
+    """The first (key set, form) equal to the reference; else None and why."""
     from minibert_reference.ops import block_param_names
     from minibert_spec.protocol.table import OPS
 
@@ -186,9 +170,9 @@ def _search(pair: _Pair, call: dict) -> tuple[_FnFound | None, str]:
                     return None, (f"its forward reads p[{key!r}], no key of the protocol's "
                                   "block p (block_param_names): the key set cannot be decided; "
                                   "write the block row by hand")
-                outs[names], raised = None, _why(e)
+                outs[names], raised = None, one_line(e)
             except Exception as e:  # noqa: BLE001 -- not this key set, or it does not run
-                outs[names], raised = None, _why(e)
+                outs[names], raised = None, one_line(e)
         if outs[names] is None:
             continue
         for causal, rope in itertools.product(FORMS["causal"], ROPES):
@@ -200,18 +184,13 @@ def _search(pair: _Pair, call: dict) -> tuple[_FnFound | None, str]:
                 closest = (dev, form)
     if closest[1] is None:
         return None, f"its forward raised {raised} on every key set of p tried"
-    f = closest[1]
-    return None, (f"its forward equals no block form tried (norm {'/'.join(FORMS['norm'])}, "
-                  f"LayerNorm/RMSNorm, ffn {'/'.join(FORMS['ffn'])}, causal or not, RoPE "
-                  f"none/interleaved/half; p keyed by the protocol's names): closest "
-                  f"norm={f['norm']} {f['normalization']} {f['ffn']} causal={f['causal']} "
-                  f"rope={f['rope']}, relative deviation {closest[0]:.1e}")
+    return None, no_form(closest, ", RoPE none/interleaved/half; p keyed by the protocol's "
+                         "names", f" rope={closest[1]['rope']}")
 
 
 def _mask(pair: _Pair, call: dict, found: _FnFound, x, p):
-    """How the forward's mask argument is given the protocol's: ("", "") -- the protocol's
-    ``[B, T]`` key mask as it is --, a converter of blocks.MASKS (name, source), or None (no
-    mask argument, or no format matches)."""
+    """How the forward's mask argument is given the protocol's: ("", "") as it is, a converter
+    of blocks.MASKS (name, source), or None (no mask argument, or no format matches)."""
     if "mask" not in call:
         return None
     key = key_mask()
@@ -225,9 +204,8 @@ def _mask(pair: _Pair, call: dict, found: _FnFound, x, p):
 
 
 def _backward(pair: _Pair, call: dict, found: _FnFound, x, p) -> tuple[tuple, list[str], str]:
-    """(``again``, evidence, why there is no row: "" where there is one): the backward's call
-    by its parameters' names, run once on the probe; what it returns is looked at for its
-    structure alone, (dx, a dict), never for its values."""
+    """(``again``, evidence, why there is no row or ""): the backward's call by its parameters'
+    names, run once; what it returns is looked at for its structure alone, never its values."""
     params = [q for q in inspect.signature(pair.bwd).parameters.values()
               if q.kind in (q.POSITIONAL_OR_KEYWORD, q.POSITIONAL_ONLY)]
     returned = found.returned
@@ -246,7 +224,7 @@ def _backward(pair: _Pair, call: dict, found: _FnFound, x, p) -> tuple[tuple, li
     try:
         back = pair.bwd(*(given[r] for r in again))
     except Exception as e:  # noqa: BLE001 -- its backward fails: say so, map nothing
-        return again, [], f"its backward {shown} raised {_why(e)}"
+        return again, [], f"its backward {shown} raised {one_line(e)}"
     if not (isinstance(back, tuple) and len(back) == 2 and isinstance(back[0], np.ndarray)
             and back[0].shape == x.shape and isinstance(back[1], Mapping)):
         what = type(back).__name__ + (f" of {len(back)}" if isinstance(back, tuple) else "")
@@ -312,10 +290,8 @@ def _mapping(pair: _Pair, call: dict, found: _FnFound) -> tuple[FnBlockMapping |
 
 
 def infer_function_blocks(mod, functions) -> tuple[list[FnBlockMapping], list[str], set]:
-    """(the block row found -- the first pair that maps --, why each other pair that reads as
-    a block's is not its row, the names of the module-level forwards tried): over
-    :func:`candidate_pairs` of ``mod`` (``functions``: its own pairs' functions, both of each,
-    not mapped to an op)."""
+    """(the block row of the first pair of :func:`candidate_pairs` that maps, why each other
+    is not, the names of the module-level forwards tried)."""
     rows: list[FnBlockMapping] = []
     why, tried = [], set()
     for pair in candidate_pairs(mod, functions):
@@ -333,20 +309,3 @@ def infer_function_blocks(mod, functions) -> tuple[list[FnBlockMapping], list[st
                 continue
         why.append(f"block: functions {pair.label}: {reason}")
     return rows, why, tried
-
-
-def fn_block_call(m: FnBlockMapping, alias: str) -> str:
-    """The adapter's ``block_forward, block_backward = layer("block", None, ...)`` of a function
-    pair (and the mask converter's def before it)."""
-    where = f"{alias}.{m.owner}." if m.owner else f"{alias}."
-    kw = "".join(f", {m.call[k]}={k}" for k in m.inputs[2:])
-    kws = [f"forward=lambda {', '.join(m.inputs)}: {where}{m.fwd_name}(x, p{kw})",
-           f"backward={where}{m.bwd_name}", f"inputs={m.inputs!r}"]
-    if m.again:
-        kws.append(f"again={m.again!r}")
-    if m.output is not None:
-        kws.append(f"output={m.output}")
-    kws.append(f"fixed={m.fixed!r}")
-    if m.mask_name:
-        kws.append(f"mask={m.mask_name}")
-    return layer_text("block", "None", kws, m.mask_source)

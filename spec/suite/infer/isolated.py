@@ -3,8 +3,9 @@ session, under a time limit, what the module prints captured (:func:`infer_isola
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from minibert_spec.suite.infer.subjects import import_name
 
 # The child of infer_isolated: sys.path as the parent's, the module imported (then a word in the
 # stage file, so that a hang or an exit is said to be the import's or the inference's), the
@@ -53,10 +54,9 @@ os._exit(0)
 
 @dataclass(frozen=True)
 class Inferred:
-    """What :func:`infer_isolated` got: the adapter's ``source``, or the one-line ``reason``
-    there is none; ``output``, what the module printed (stdout and stderr); ``mapped``, the
-    number of ops mapped, and ``missing``, what was not; ``checked``, the written adapter's
-    rows under the quick tier (:func:`check_written`: op -> "ok", or the first red's line)."""
+    """What :func:`infer_isolated` got: the adapter's ``source`` or the one-line ``reason``
+    there is none, what the module printed, the number of ops ``mapped``, what is ``missing``,
+    and :func:`check_written`'s verdicts."""
 
     source: str | None
     reason: str | None
@@ -67,10 +67,9 @@ class Inferred:
 
 
 def check_written(source: str, ops: list) -> list:
-    """The adapter ``source`` imported (executed as a module of its own) and its rows ``ops``
-    run by the quick tier (each check on its fixed examples, no oracle): [(op, "ok" or the
-    first red's line)].  An adapter that does not import or whose declaration the protocol
-    refuses is a ValueError: a mistake of the inference, said before anything is written."""
+    """The adapter ``source`` imported and its rows ``ops`` run by the quick tier, no oracle:
+    [(op, "ok" or the first red's line)].  One that does not import or is refused is a
+    ValueError: a mistake of the inference, said before anything is written."""
     import types
 
     from minibert_spec.suite import check_implementation
@@ -107,12 +106,10 @@ def _stage(stage: str, module: str) -> str:
 
 
 def infer_isolated(module: str, timeout: float | None, *, paths=()) -> Inferred:
-    """:func:`infer_source` of ``module`` run as ``minibert check`` runs an implementation: in
-    a child interpreter (this process's ``sys.path``, ``paths`` first) of its own session,
-    under a time limit of ``timeout`` seconds for the import and the inference together (None:
-    none), with what the module prints captured.  An import or an inference that hangs, exits
-    (``sys.exit`` or ``os._exit``), crashes or raises gives a reason of one line, never a
-    source."""
+    """:func:`infer_source` of ``module`` in a child interpreter of its own session (this
+    process's ``sys.path``, ``paths`` first), under a limit of ``timeout`` seconds (None: none),
+    what it prints captured.  An import or inference that hangs, exits, crashes or raises gives
+    a reason of one line, never a source."""
     import json
     import os
     import subprocess
@@ -121,9 +118,7 @@ def infer_isolated(module: str, timeout: float | None, *, paths=()) -> Inferred:
 
     from minibert_spec.suite.probe import _kill_group, ended
 
-    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
-        raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
-                         f"{module!r}")
+    import_name(module)
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout}")
     path = list(dict.fromkeys(os.path.abspath(p or os.curdir) for p in [*paths, *sys.path]))

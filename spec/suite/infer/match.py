@@ -13,7 +13,7 @@ from minibert_spec.suite.infer.backward import _again_values, _backward
 from minibert_spec.suite.infer.blocks import infer_blocks  # the block row (blocks.py)
 from minibert_spec.suite.infer.decoder_recorded import infer_decoder  # the decoder row
 from minibert_spec.suite.infer.fnblocks import infer_function_blocks  # of functions
-from minibert_spec.suite.infer.losses import LOSS_OPS, declare_forms  # losses.py
+from minibert_spec.suite.infer.losses import LOSS_OPS, declare_forms, rerun
 from minibert_spec.suite.infer.optim import infer_optimizers  # the adam row (optim.py)
 from minibert_spec.suite.infer.positions import POSITION_OPS, settle  # positions.py
 from minibert_spec.suite.infer.probes import (
@@ -29,6 +29,7 @@ from minibert_spec.suite.infer.probes import (
     _probe_values,
     _reference_forward,
     deviation,
+    one_line,
 )
 from minibert_spec.suite.infer.subjects import (
     ClassLayer,
@@ -70,8 +71,7 @@ def _size_expr(size: int, probe: Probe, layouts: dict) -> str:
 
 
 def _try(subject, probe: Probe) -> tuple[Mapping_ | None, list[str]]:
-    """The mapping of ``subject`` to the probe's op (its standard form, else a declared
-    variant)."""
+    """The mapping of ``subject`` to the probe's op (its standard form, else a variant)."""
     m, missing = _try_form(subject, probe)
     if m is None and not probe.params and not probe.ints and probe.lift:
         # an elementwise or last-axis op written for attention scores alone ([B, A, T, T]): the
@@ -105,16 +105,13 @@ FIXED_EPS_RTOL = 1e-9
 
 
 def _declare_eps(subject, m: Mapping_, probe: Probe) -> None:
-    """The declaration of a norm (LayerNorm, RMSNorm) without an eps argument: the eps it
-    fixes inside, found by its forward output on rows of small variance (the one candidate of
-    FIXED_EPS it equals); eps=False (the suite passes eps=0) where that is 0, or where none or
-    several match."""
+    """A norm without an eps argument: the one eps of FIXED_EPS its output on rows of small
+    variance equals, declared and fixed; else (0, none or several) eps=False."""
     vals = _probe_values(probe)
     x = 1e-2 * vals["x"]  # rows of variance (mean square) ~1e-4
     op = probe.op
     try:
-        returned, _ = subject.run(m.trial, probe, vals, x)
-        out = np.asarray(returned[m.output] if m.output is not None else returned, np.float64)
+        out = rerun(subject, m, probe, vals, x)
     except Exception:  # noqa: BLE001 -- ran on the probe: a failure here is not a form
         out = None
     hits = []
@@ -149,8 +146,7 @@ def _gelu_form(m: Mapping_, subject, probe: Probe) -> None:
 
     x = _probe_values(probe)["x"]
     try:
-        got = subject.run(m.trial, probe, {"x": x}, x)[0]
-        got = np.asarray(got[m.output] if m.output is not None else got)
+        got = rerun(subject, m, probe, {"x": x})
     except Exception:  # noqa: BLE001 -- already matched once; nothing to decide
         return
     dev = {form: float(np.max(np.abs(got - minibert_reference.gelu_forward(x, form)[0])))
@@ -162,8 +158,7 @@ def _gelu_form(m: Mapping_, subject, probe: Probe) -> None:
 
 
 def _forward_hits(subject, probe: Probe) -> list:
-    """[(trial, output index, deviation, returned, object)] for every trial whose forward
-    gives the reference's output on the probe."""
+    """[(trial, output index, deviation, returned, object)] of the trials that match."""
     vals = _probe_values(probe)
     wants: dict = {}  # the reference's output without the optional parameters left unplaced
     found = []
@@ -176,7 +171,7 @@ def _forward_hits(subject, probe: Probe) -> list:
         try:
             returned, obj = subject.run(trial, probe, vals, vals["x"])
         except Exception as e:  # noqa: BLE001 -- a candidate that does not run is not the mapping
-            subject.raised = f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
+            subject.raised = one_line(e)
             continue
         hit = _output(returned, want)
         if hit is not None:
@@ -251,10 +246,9 @@ def _class_inputs(subject: ClassLayer, probe: Probe) -> tuple:
 
 
 def _ranks(subject, m: Mapping_, probe: Probe, vals: dict) -> None:
-    """The input ranks (1 .. the probe's) on which the forward and the backward run; where
-    some do not, ``CAPABILITIES["ranks"]`` declares those that do (the suite then reshapes).
-    Only for the ops the suite can reshape (RANK_ADAPTABLE: they act on the last axis alone);
-    the others' inputs have the protocol's rank, which the probe has."""
+    """Where the forward and backward run on some input ranks (1 .. the probe's) only,
+    ``CAPABILITIES["ranks"]`` declares those (the suite then reshapes); only for the ops it
+    can reshape (RANK_ADAPTABLE)."""
     from minibert_spec.protocol.capabilities import RANK_ADAPTABLE
 
     if probe.op not in RANK_ADAPTABLE:
@@ -278,8 +272,7 @@ def _ranks(subject, m: Mapping_, probe: Probe, vals: dict) -> None:
 
 
 def infer(module) -> tuple[list[Mapping_], list[str]]:
-    """(the mappings found, what could not be mapped) for the classes and the module-level
-    function pairs defined in ``module``."""
+    """(the mappings found, what could not be mapped) for the module's subjects."""
     mod = load_module(module) if isinstance(module, str) else module
     classes = [c for _, c in inspect.getmembers(mod, inspect.isclass)
                if c.__module__ == mod.__name__]
@@ -327,9 +320,8 @@ def infer(module) -> tuple[list[Mapping_], list[str]]:
 
 
 def _unmapped_class(subject: ClassLayer) -> str:
-    """Why a class with a forward was not mapped: a forward that gives an op's output with no
-    backward method beside it (its backward written elsewhere, e.g. one model-wide function)
-    is named as such; otherwise it matches no probe."""
+    """Why a class with a forward was not mapped: an op's forward without a backward method
+    (its backward written elsewhere) is named as such; otherwise it matches no probe."""
     if subject.backward is None:
         ops = [op for op, probe in PROBES.items() if _forward_hits(subject, probe)]
         if ops:

@@ -1,27 +1,20 @@
-"""The optimizer row (``adam``) of ``minibert adapter infer``: the module's optimizer classes --
-built from the parameters (a dict of name -> array, the constructor's first required argument)
-and updating them with a method taking ``(params, grads)``, or a trainer's per-name update
-``(name, param, grad, t)`` with the step counter kept by the training loop -- mapped to
-:func:`minibert_spec.suite.adapters.optimizer` by running them, never by names alone:
+"""The optimizer row (``adam``) of ``minibert adapter infer``: an optimizer class built from the
+parameters (a dict, its constructor's first argument) and updating them by ``(params, grads)``,
+or a trainer's per-name update ``(name, param, grad, t)`` (``each=``, the counter kept by the
+loop), mapped to :func:`minibert_spec.suite.adapters.optimizer` by running it:
 
-* the step method: the one that, run twice, updates the parameters dict it is given in place;
-* else the per-name update (``each=``): a method with a name, the parameter, its gradient and
-  the counter (``each_args``, in the order their names say, else every order) that, run twice
-  per name, updates the parameter it is given (in place, or returning it); the counter's
-  convention (``first_t`` 1 or 0) is the one the numeric evidence agrees with;
-* the hyperparameters: the class built with distinct recognisable values (:data:`MARKS`), each
-  found where the object stores it (``lr``, ``hp.lr``, a ``betas`` tuple);
-* the moments: containers keyed like the parameters (a dict, a list in their order, or an
-  ``(m, v)`` pair per name) that the steps fill, m signed and v >= 0;
-* the counter: an int attribute that reads 0, 1, 2 across two steps;
-* the no_decay keyword: an optional argument of the step method taking a collection of names.
+* the step: the method that, run twice, updates what it is given (in place, or returning it);
+* the hyperparameters: found where the object stores the distinct values it was built with
+  (:data:`MARKS`);
+* the moments: containers keyed like the parameters that the steps fill, m signed, v >= 0;
+* the counter: an int attribute reading 0, 1, 2 over two steps (or the step's own argument,
+  ``first_t`` 1 or 0 as the evidence agrees);
+* no_decay: an optional argument of the step taking a collection of names.
 
 The one numeric evidence: :data:`CHECK_STEPS` steps of the adapter so built, with weight decay
-(where the class has one) and names the protocol exempts from it, must equal the reference's
-``adam_step`` -- parameters' updates, moments and step -- to :data:`OPTIM_RTOL` in float64.
-A class that does not is never adapted into agreement: it is listed as not mapped with its
-deviation, so that an optimizer's bug (a missing bias correction, a coupled decay, eps inside
-the square root) stays a finding and never becomes an adapter.
+and exempt names, equal the reference ``adam_step`` (updates, moments, step) to
+:data:`OPTIM_RTOL` in float64.  A class that does not is listed with its deviation, never
+adapted into agreement: an optimizer's bug (no bias correction, a coupled decay) stays a finding.
 """
 
 from __future__ import annotations
@@ -35,7 +28,7 @@ import numpy as np
 
 from minibert_spec.suite.adapter_optim import optimizer
 from minibert_spec.suite.adapter_paths import get_path
-from minibert_spec.suite.infer.probes import deviation
+from minibert_spec.suite.infer.probes import deviation, one_line
 
 # the step method's names, tried in this order (then any public method naming a step/update)
 STEP_NAMES = ("step", "update", "apply", "apply_gradients", "apply_grads", "update_params")
@@ -168,8 +161,7 @@ def _shaped(a, shape) -> bool:
 
 def _slots(opt, shapes: dict) -> list[_Slot]:
     """Every container of ``opt`` holding one array per parameter, of its shape: a dict keyed
-    like the parameters, a list in their order, or per name a tuple (a dict) whose item (key)
-    is."""
+    like the parameters, a list in their order, or per name a tuple's item (a dict's key)."""
     names = list(shapes)
     found = []
     for path, expr, v in _walk(opt):
@@ -205,9 +197,8 @@ def _role(name: str) -> str | None:
 
 
 def _constructor(cls) -> tuple[dict, str | None]:
-    """(the constructor's keyword arguments after the parameters: each hyperparameter's mark,
-    a ``betas`` argument the pair of marks; or why the class is no optimizer built from the
-    parameters)."""
+    """(the constructor's keyword arguments after the parameters, each hyperparameter given its
+    mark; or why the class is no optimizer built from the parameters)."""
     args = _positional(cls)
     if not args or args[0].default is not args[0].empty or args[0].kind is args[0].KEYWORD_ONLY:
         return {}, "its constructor takes no parameters argument first"
@@ -284,7 +275,7 @@ def _trial(cls, ctor: dict, one_step):
                 one_step(opt, given, {k: x.copy() for k, x in g.items()}, t)
                 ints.append(_counters(opt))
     except Exception as e:  # noqa: BLE001 -- the user's code: a method that raises is no step
-        return None, [], False, f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
+        return None, [], False, one_line(e)
     moved = any(not np.array_equal(given[k], params[k]) for k in params)
     return opt, ints, moved, ""
 
@@ -302,14 +293,9 @@ def _keywords(extras: dict, t: int) -> dict:
 
 
 # ------------------------------------------------------------------------- the evidence
+@np.errstate(all="ignore")  # a broken update's inf and nan are its deviation
 def _evidence(cls, kwargs: dict) -> tuple[float, str]:
-    """(the largest relative deviation from the reference's adam_step over CHECK_STEPS steps,
-    where it is largest); the first step and tensor beyond OPTIM_RTOL stops it."""
-    with np.errstate(all="ignore"):  # a broken update's inf and nan are its deviation
-        return _steps_against_reference(cls, kwargs)
-
-
-def _steps_against_reference(cls, kwargs: dict) -> tuple[float, str]:
+    """(the largest relative deviation from adam_step over CHECK_STEPS steps, where)."""
     from minibert_reference.optim import adam_init as ref_init
     from minibert_reference.optim import adam_step as ref_step
     from minibert_reference.optim import default_no_decay
@@ -339,8 +325,7 @@ def _steps_against_reference(cls, kwargs: dict) -> tuple[float, str]:
                 break
             p, rp = p2, rp2
     except Exception as e:  # noqa: BLE001 -- the user's code under this candidate adapter
-        return float("inf"), f"the adapter raised {type(e).__name__}: " \
-            f"{str(e).strip().partition(chr(10))[0]}"
+        return float("inf"), f"the adapter raised {one_line(e)}"
     return worst, where
 
 
@@ -467,10 +452,10 @@ def _decide(cls, ctor: dict, hypers: list, lost: list, pairs: list, forms: list,
             break
     dev, where, kw, (m, v) = min(tries, key=lambda x: x[0])
     if dev > OPTIM_RTOL:
-        return None, (f"{_describe(kw, m, v)} differs from the reference adam_step by "
-                      f"{dev:.1e} (relative, {where}; {len(tries)} candidate adapter(s) "
-                      f"tried, {_config(kw)}): not the protocol's Adam/AdamW -- a bug, or a "
-                      "form this cannot infer: no adam row written")
+        return None, (f"optimizer({', '.join(_arguments(kw, m, v)[1:])}) differs from the "
+                      f"reference adam_step by {dev:.1e} (relative, {where}; {len(tries)} "
+                      f"candidate adapter(s) tried, {_config(kw)}): not the protocol's "
+                      "Adam/AdamW -- a bug, or a form this cannot infer: no adam row written")
     return _mapping(cls, kw, m, v, lost, (dev, where, len(tries)), ctor, said(kw)), None
 
 
@@ -517,9 +502,8 @@ def _each_extras(cls, each: str) -> dict:
 
 
 def _each_call(each: str, order: tuple, extras: dict, returned: set):
-    """One step of the per-name form: ``opt.each(...)`` per name, the arguments in ``order``,
-    the parameter updated in place or returned (its name then added to ``returned``) -- as
-    :func:`optimizer`'s ``each`` takes it."""
+    """One step of the per-name form as :func:`optimizer`'s ``each`` takes it: the arguments
+    in ``order``, the parameter updated in place or returned (its name added to ``returned``)."""
     def one_step(opt, params, grads, t):
         for k in params:
             given = {"name": k, "param": params[k], "grad": grads[k], "t": t}
@@ -577,10 +561,6 @@ def _config(kw: dict) -> str:
         (", the exempt names through no_decay" if kw.get("no_decay") else "")
 
 
-def _describe(kw: dict, m: _Slot, v: _Slot) -> str:
-    return f"optimizer({', '.join(_arguments(kw, m, v)[1:])})"
-
-
 def _arguments(kw: dict, m: _Slot, v: _Slot) -> list[str]:
     """optimizer()'s arguments as source (those at their defaults left out)."""
     hyper = ", ".join(f"{k!r}: {p!r}" for k, p in kw["hyper"].items())
@@ -595,8 +575,7 @@ def _arguments(kw: dict, m: _Slot, v: _Slot) -> list[str]:
 
 def _mapping(cls, kw: dict, m: _Slot, v: _Slot, lost: list, found: tuple, ctor: dict,
              said: tuple[str, str]) -> OptimMapping:
-    """The row and its evidence; ``said``: the form's own lines (how the class updates the
-    parameters, where the counter is)."""
+    """The row and its evidence (``said``: the form's own lines)."""
     dev, _, tries = found
     flat = {k for keys in kw["hyper"] for k in (keys if isinstance(keys, tuple) else (keys,))}
     marks = ", ".join(f"{a}={x!r}" for a, x in ctor.items())
@@ -628,8 +607,7 @@ def _mapping(cls, kw: dict, m: _Slot, v: _Slot, lost: list, found: tuple, ctor: 
 
 # ------------------------------------------------------------------------- infer / render
 def infer_optimizers(classes) -> tuple[list[OptimMapping], list[str]]:
-    """([the adam row] or [], the not-mapped lines of the optimizer classes among
-    ``classes``): the first class that passes the evidence is the row."""
+    """([the row of the first class the evidence passes] or [], the not-mapped lines)."""
     found, missing = [], []
     for cls in classes:
         m, why = _infer_class(cls)

@@ -1,19 +1,14 @@
 """The position rows of :mod:`minibert_spec.suite.infer`: ``sinusoidal_position`` (a fixed table
 added to x, and the protocol's ``sinusoidal_encoding(T, d, dtype)`` beside the pair) and
-``position_embedding`` (a learned table ``W_pos [T_max, H]`` added to x).
+``position_embedding`` (a learned table ``W_pos [T_max, H]`` added to x).  Once the forward
+matched, :func:`settle` decides what the row still needs:
 
-Once the probe's forward matched (x + the reference's table), :func:`settle` decides what the
-row still needs:
-
-* ``position_embedding``: the table's gradient must have been found (by shape, as for every op):
-  a table added to x without one is a fixed buffer, not this op's parameter -- unmapped, with
-  that reason, never written as a row whose gradient is missing;
+* ``position_embedding``: the table's gradient must have been found: a table added to x without
+  one is a fixed buffer, not this op's parameter (unmapped, never a row missing a gradient);
 * ``sinusoidal_position``: where ``sinusoidal_encoding`` comes from, each candidate compared by
-  value with the reference's table of the probe's (T, d) = (3, 4): an array attribute of the
-  matched class built at those sizes (its forward adds that very table, so one table is judged
-  both ways), else a module function named like a table (``positional_encoding(max_len,
-  d_model)``: its two size arguments in either order), else the adapter's own forward at x = 0
-  (x + PE at 0 is PE).  :func:`encoding_source` writes it.
+  value with the reference's table: an array attribute of the matched class (its forward adds
+  that very table, so one table is judged both ways), else a module function named like a table
+  (its two sizes in either order), else the adapter's own forward at x = 0 (x + PE at 0 is PE).
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minibert_spec.suite.infer.probes import FORWARD_RTOL, Mapping_, Probe
+from minibert_spec.suite.infer.probes import FORWARD_RTOL, Mapping_, Probe, deviation
 from minibert_spec.suite.infer.subjects import _arrays, _module_functions
 
 POSITION_OPS = ("sinusoidal_position", "position_embedding")
@@ -77,9 +72,8 @@ def _is_table(a, T: int, d: int) -> bool:
     if not np.issubdtype(a.dtype, np.floating) or a.ndim < 2 or a.shape[-1] != d or \
             a.size < T * d:
         return False
-    got, want = a.reshape(-1, d)[:T], minibert_reference.sinusoidal_encoding(T, d)
-    return bool(np.all(np.isfinite(got))) and \
-        float(np.max(np.abs(got - want))) <= FORWARD_RTOL * float(np.max(np.abs(want)))
+    return deviation(a.reshape(-1, d)[:T], minibert_reference.sinusoidal_encoding(T, d)) \
+        <= FORWARD_RTOL
 
 
 def _attribute(obj, path: str):
@@ -111,8 +105,7 @@ def _table_attribute(m: Mapping_, T: int, d: int) -> Encoding | None:
 
 
 def _table_function(subject, m: Mapping_, T: int, d: int) -> Encoding | None:
-    """A module function named like a table whose output, given the sizes in either order, is
-    the reference's table."""
+    """A module function named like a table giving the table for the sizes in either order."""
     module = inspect.getmodule(m.cls if m.cls is not None else m.forward)
     own = {getattr(subject, "fn", None), getattr(subject, "bfn", None)}
     for f in _module_functions(module) if module is not None else ():
@@ -136,8 +129,7 @@ def _table_function(subject, m: Mapping_, T: int, d: int) -> Encoding | None:
 
 
 def encoding_source(m, alias: str) -> list[str]:
-    """The adapter's ``sinusoidal_encoding`` for the mapping's :class:`Encoding` ([] where it
-    has none)."""
+    """The adapter's ``sinusoidal_encoding`` ([] where the mapping has none)."""
     enc = getattr(m, "encoding", None)
     if enc is None:
         return []

@@ -148,8 +148,7 @@ VARIANT_PROBES.update({d.name: Probe(d.name, **d.variant_probe) for d in declara
 
 @dataclass
 class Mapping_:
-    """What was inferred for one op: the class, its construction, and the layer() arguments,
-    each with its evidence."""
+    """What was inferred for one op: the class, its construction, layer()'s arguments."""
 
     op: str
     cls: type | None  # None: module-level functions (``forward``, ``backward``)
@@ -196,11 +195,14 @@ def deviation(got, want) -> float:
     return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-300))
 
 
+def one_line(e: BaseException) -> str:
+    """An exception in one line, for an evidence comment or a reason."""
+    return f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
+
+
 def _reference_forward(op: str, vals: dict, **kwargs):
-    """The reference's output on the probe (a parameter the probe lacks: None, the op's form
-    without it); ``kwargs`` to its forward (an eps).  Everything after x goes by its protocol
-    name: a loss's labels follow its parameters there (``linear_cross_entropy(x, W, b,
-    labels)``), whatever the probe's own order."""
+    """The reference's output on the probe (a parameter it lacks: None, the op's form without
+    it), ``kwargs`` to its forward (an eps); all after x by its protocol name."""
     import minibert_reference
 
     fwd = getattr(minibert_reference, f"{op}_forward")
@@ -211,9 +213,8 @@ def _reference_forward(op: str, vals: dict, **kwargs):
 
 @dataclass(frozen=True)
 class Trial:
-    """One way to run a subject on a probe: constructor or forward-function arguments fixed
-    (``fixed``: sizes, the protocol's eps), the probe's parameters placed (``placed``: param ->
-    attribute path or argument name), some stored ``transposed``."""
+    """One way to run a subject on a probe: arguments ``fixed`` (sizes, the protocol's eps),
+    the parameters ``placed`` (param -> attribute path or argument name), some ``transposed``."""
 
     fixed: dict
     placed: dict

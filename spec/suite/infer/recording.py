@@ -1,18 +1,12 @@
 """A model class's parameter names and shapes where the module gives no parameter source (the
 decoder row of :mod:`minibert_spec.suite.infer.decoder`): the class built on a
 :class:`RecordingDict` -- a dict that records every key the code looks up and answers with
-arrays -- and run on ids, the dict grown (:func:`grow`) until the forward runs through:
-
-* a key looked up and missing (``weights["wte"]``) is added, its shape the first of the
-  caller's options (the protocol's shape of what its name reads as, then transposed); a key
-  only asked (``weights.get("ln_1.b")``, ``"wpe" in weights``) is added or left out as the
-  run's *policy* says (:data:`ABSENT`, :data:`PRESENT`), so that one class gives the forms it
-  has;
-* a key missing from a plain dict the code built from ours by prefix (``{k[len(p):]: v for k,
-  v in weights.items() if k.startswith(p)}`` then ``w["q.w"]``) is added under each prefix
-  the keys were asked to start with, the one under which the run gets further kept;
-* a shape error: the keys' other shapes tried, last added first, the one under which the run
-  gets further kept (further: more operations on the parameters before it stops).
+arrays -- and run on ids, the dict grown (:func:`grow`) until the forward runs through: a
+missing key added with the likeliest shape of what its name reads as; a key only asked
+(``.get``, ``in``) added or left out as the run's *policy* says (:data:`ABSENT`,
+:data:`PRESENT`); a key missing from a dict the code built from ours by prefix added under each
+prefix asked; on a shape error the keys' other shapes tried, the one under which the run gets
+further (more operations on the parameters) kept.
 
 Nothing here decides what a name is: the sets found are candidates, each judged by the decoder
 row's logits against the reference's.  Keys that change nothing are left out (:func:`prune`).
@@ -26,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minibert_spec.suite.infer.decoder import KINDS
+
 ABSENT, PRESENT = "absent", "present"  # a key only asked: left out, or added
 # the runs one set may take to grow (each a forward of a tiny model)
 MAX_RUNS = 400
@@ -35,7 +31,6 @@ _WEIGHT = re.compile(r"^(.*[._])(w|weight|kernel|g|gamma)$")
 # SwiGLU's three matrices as ports spell them (gate, up, down): an MLP's fc / proj respelt
 SWIGLU_SPELLINGS = (("gate", "up", "down"), ("gate_proj", "up_proj", "down_proj"),
                     ("w1", "w3", "w2"))
-_KINDS = {"w", "weight", "kernel", "b", "bias", "g", "gamma", "beta", "scale"}
 
 
 class Missing(KeyError):
@@ -169,8 +164,7 @@ class Grown:
 
 
 def grow(build: Callable, options: Callable, policy: str, seed: dict | None = None) -> Grown:
-    """Keys added (and reshaped) until ``build`` runs through; ``options(key)`` the shapes a
-    key may have, the likeliest first (none: the key is no parameter)."""
+    """Keys added (and reshaped) until ``build`` runs through; ``options(key)``: its shapes."""
     shapes, order = dict(seed or {}), list(seed or {})
     out = run(build, shapes, policy)
     for _ in range(MAX_RUNS):
@@ -208,10 +202,9 @@ def _first_further(build, shapes, policy, before: Outcome, candidates):
 
 
 def prune(build: Callable, shapes: dict, policy: str) -> dict:
-    """The keys whose values change the logits (each changed alone): a key the code looks
-    up but does not use, or one the variants added and it never reads, left out where the
-    logits are the same without it (a key only asked then answered as absent: a
-    ``weights.get("config")`` the PRESENT policy filled is no parameter)."""
+    """The keys whose values change the logits (each changed alone): one that does not is left
+    out where the logits are the same without it (a ``weights.get("config")`` the PRESENT
+    policy filled is no parameter)."""
     values = arrays(shapes)
     base = run(build, shapes, policy, values)
     if base.error is not None:
@@ -254,7 +247,7 @@ def swiglu_respelt(shapes: dict, read: Callable, spelling: tuple) -> dict | None
             continue
         any_mlp = True
         parts = k.split(".")
-        at = -2 if len(parts) > 1 and parts[-1].lower() in _KINDS else -1
+        at = -2 if len(parts) > 1 and parts[-1].lower() in KINDS else -1
         for new in ((gate, up) if role.endswith("_1") else (down,)):
             out[".".join([*parts[:at], new, *parts[len(parts) + at + 1:]])] = shape
     return out if any_mlp else None

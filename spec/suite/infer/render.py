@@ -7,20 +7,19 @@ from __future__ import annotations
 import inspect
 import re
 
-from minibert_spec.suite.infer.blocks import BlockMapping, block_call, conventions, layer_text
+from minibert_spec.suite.infer.blocks import BlockMapping
 from minibert_spec.suite.infer.decoder import DecoderMapping
-from minibert_spec.suite.infer.fnblocks import FnBlockMapping, fn_block_call
+from minibert_spec.suite.infer.fnblocks import FnBlockMapping
 from minibert_spec.suite.infer.match import infer
 from minibert_spec.suite.infer.optim import OptimMapping, adapter_imports, optimizer_call
 from minibert_spec.suite.infer.positions import encoding_source
 from minibert_spec.suite.infer.probes import Mapping_
-from minibert_spec.suite.infer.subjects import _fixed_role
+from minibert_spec.suite.infer.subjects import _fixed_role, import_name
 from minibert_spec.suite.infer.training import TrainingMapping, training_code
 
 
 def _protocol(m: Mapping_, name):
-    """A name of the probe's in the protocol's: its input ``x`` is the op's first argument
-    (``ids`` of an embedding, ``logits`` of a loss)."""
+    """A probe's name as the protocol's (``x`` is the op's first argument)."""
     from minibert_spec.protocol.table import OPS
 
     return OPS[m.op].args[0] if name == "x" else name
@@ -43,49 +42,66 @@ def _function_call(m: Mapping_, alias: str) -> list[str]:
     return kw + ([f"inputs={inputs!r}"] if inputs != (_protocol(m, "x"),) else [])
 
 
-def _call(m: Mapping_, alias: str) -> str:
+def _op_row(m: Mapping_, alias: str) -> tuple[str, list[str]]:
+    """(``layer()``'s constructor, its own keywords) of an op's row."""
     if m.cls is None:
-        new, kw = "None", _function_call(m, alias) + ([f"grads={m.grads!r}"] if m.grads else [])
-    else:
-        ctor = {k: re.sub(r"^x\b", _protocol(m, "x"), v) for k, v in m.ctor.items()}
-        args = sorted({re.match(r"\w+", e).group(0) for e in ctor.values()
-                       if re.match(r"[A-Za-z_]", e)})
-        ctor = ", ".join(f"{k}={v}" for k, v in ctor.items())
-        new = f"lambda {', '.join(args)}: {alias}.{m.cls.__name__}({ctor})" if m.ctor else \
-            f"{alias}.{m.cls.__name__}"
-        kw = [f"params={m.params!r}"] if m.params else []
-        kw += [f"grads={m.grads!r}"] if m.grads else []
-        if m.forward != "forward":
-            kw.append(f"forward={m.forward!r}")
-        if m.backward != "backward":
-            kw.append(f"backward={m.backward!r}")
-        if m.inputs:
-            kw.append(f"inputs={tuple(_protocol(m, n) for n in m.inputs)!r}")
-    if m.transposed:
-        kw.append(f"transposed={m.transposed!r}")
-    if m.again:
-        kw.append(f"again={tuple(_protocol(m, n) for n in m.again)!r}")
-    if not m.upstream:
-        kw.append("upstream=False")
-    if m.output is not None:
-        kw.append(f"output={m.output}")
-    if m.fixed:
-        kw.append(f"fixed={m.fixed!r}")
-    return layer_text(m.op, new, kw + conventions(m))
+        return "None", _function_call(m, alias) + ([f"grads={m.grads!r}"] if m.grads else [])
+    ctor = {k: re.sub(r"^x\b", _protocol(m, "x"), v) for k, v in m.ctor.items()}
+    args = sorted({re.match(r"\w+", e).group(0) for e in ctor.values()
+                   if re.match(r"[A-Za-z_]", e)})
+    ctor = ", ".join(f"{k}={v}" for k, v in ctor.items())
+    new = f"lambda {', '.join(args)}: {alias}.{m.cls.__name__}({ctor})" if m.ctor else \
+        f"{alias}.{m.cls.__name__}"
+    return new, _given((m.params, f"params={m.params!r}"), (m.grads, f"grads={m.grads!r}"),
+                       (m.forward != "forward", f"forward={m.forward!r}"),
+                       (m.backward != "backward", f"backward={m.backward!r}"),
+                       (m.inputs, f"inputs={tuple(_protocol(m, n) for n in m.inputs)!r}"))
+
+
+def _block_row(m: BlockMapping, alias: str) -> tuple[str, list[str]]:
+    """(``layer()``'s constructor, its own keywords) of a block class's row."""
+    ctor = ", ".join(f"{k}={v}" for k, v in m.ctor.items())
+    return (f"{m.new_source}{alias}.{m.cls.__name__}({ctor})",
+            [f"params={m.params!r}", f"grads={m.grads!r}"])
+
+
+def _fn_block_row(m: FnBlockMapping, alias: str) -> tuple[str, list[str]]:
+    """(``layer()``'s constructor, its own keywords) of a block's function pair."""
+    where = f"{alias}.{m.owner}." if m.owner else f"{alias}."
+    kw = "".join(f", {m.call[k]}={k}" for k in m.inputs[2:])
+    return "None", [f"forward=lambda {', '.join(m.inputs)}: {where}{m.fwd_name}(x, p{kw})",
+                    f"backward={where}{m.bwd_name}", f"inputs={m.inputs!r}"]
+
+
+def _given(*keywords) -> list[str]:
+    """The texts of the (condition, text) pairs whose condition holds."""
+    return [text for condition, text in keywords if condition]
+
+
+def _layer_call(m, new: str, own: list[str]) -> str:
+    """The adapter's ``<op>_forward, <op>_backward = layer(<op>, new, ...)``: the row's ``own``
+    keywords, then those every row may take, after a mask converter's def where it has one."""
+    again, mask = tuple(_protocol(m, n) for n in m.again), getattr(m, "mask_name", "")
+    kw = own + _given((m.transposed, f"transposed={m.transposed!r}"), (again, f"again={again!r}"),
+                      (not m.upstream, "upstream=False"),
+                      (m.output is not None, f"output={m.output}"),
+                      (m.fixed, f"fixed={m.fixed!r}"), (mask, f"mask={mask}"),
+                      (m.accumulate, "accumulate=True"), (m.single_use, "single_use=True"))
+    call = (f"layer(\n    {m.op!r}, {new},\n    " + ",\n    ".join(kw) + ")" if kw else
+            f"layer({m.op!r}, {new})")
+    head = getattr(m, "mask_source", "")
+    return (f"{head}\n\n" if head else "") + f"{m.op}_forward, {m.op}_backward = {call}"
 
 
 def infer_source(module: str) -> str:
     """The adapter's source for ``module`` (see the module's docstring)."""
-    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
-        raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
-                         f"{module!r}")
+    import_name(module)
     return render_source(module, *infer(module))
 
 
 def capabilities(mappings) -> dict:
-    """The adapter's ``CAPABILITIES``: what each row declares, the options two rows declare of
-    one op merged (a layernorm row's eps and a block row's ``layernorm.affine``), and the input
-    ranks an op runs on where not all (other ranks are reshaped to one of them)."""
+    """The adapter's ``CAPABILITIES``: what each row declares (two rows' options of one op
+    merged), and the input ranks an op runs on where not all."""
     caps: dict = {}
     for m in mappings:
         for op, options in m.declares.items():
@@ -119,10 +135,11 @@ def render_source(module: str, mappings: list[Mapping_], missing: list[str]) -> 
                 f"CAPABILITIES = {caps!r}", ""]
     for m, encoding in zip(mappings, encodings):
         out += [f"# {e}" for e in m.evidence]
-        out += [fn_block_call(m, alias) if isinstance(m, FnBlockMapping) else
-                block_call(m, alias) if isinstance(m, BlockMapping) else
-                training_code(m, alias) if isinstance(m, TrainingMapping) else
-                optimizer_call(m, alias) if isinstance(m, OptimMapping) else _call(m, alias), ""]
+        row = _fn_block_row if isinstance(m, FnBlockMapping) else \
+            _block_row if isinstance(m, BlockMapping) else _op_row
+        out += [training_code(m, alias) if isinstance(m, TrainingMapping) else
+                optimizer_call(m, alias) if isinstance(m, OptimMapping) else
+                _layer_call(m, *row(m, alias)), ""]
         out += encoding
     out.append("# not mapped (write these by hand, or leave them n/a):")
     out += [f"#   {s}" for s in missing] or ["#   nothing"]

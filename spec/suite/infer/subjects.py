@@ -52,11 +52,10 @@ def _method(cls, names) -> str | None:
 
 
 def _ctor_trials(cls, probe: Probe):
-    """kwargs to build ``cls`` with: its required arguments, and those defaulting to None or an
-    integer (a size the class may build its parameters from), given each an ordering of the
-    probe's sizes; an ``eps``/``epsilon`` the protocol's (a LayerNorm's); an argument named as
-    one of the probe's parameters (tutorial code's ``Linear(W)``) an array of that parameter's
-    shape, which the trial's placement then overwrites on the object."""
+    """kwargs to build ``cls`` with: its required arguments and those defaulting to None or an
+    integer (a size) given each an ordering of the probe's sizes; an eps the protocol's; an
+    argument named as a parameter (``Linear(W)``) an array of its shape (the placement then
+    overwrites it)."""
     try:
         sig = inspect.signature(cls)
     except (TypeError, ValueError):
@@ -80,15 +79,13 @@ def _ctor_trials(cls, probe: Probe):
 
 
 def _dtype_arg(names, probe: Probe) -> dict:
-    """A constructor's ``dtype`` argument (a table it builds, ``PositionalEncoding(T, d,
-    dtype)``): the probe's float64, which the adapter then passes as ``x.dtype`` so that a
-    float32 input gets a float32 table."""
+    """A constructor's ``dtype`` (``PositionalEncoding(T, d, dtype)``): float64 here, the
+    adapter passes ``x.dtype`` (a float32 input gets a float32 table)."""
     return {"dtype": np.float64} if "dtype" in names and "x" not in probe.ints else {}
 
 
 def _eps_args(names, probe: Probe) -> dict:
-    """A norm's ``eps``/``epsilon`` argument (of a constructor or a forward function): the
-    protocol's eps of that norm, which the adapter then passes on."""
+    """A norm's ``eps``/``epsilon`` argument: the protocol's eps of that norm."""
     return {n: NORM_EPS[probe.op] for n in names if n in EPS_NAMES and probe.op in NORM_EPS}
 
 
@@ -203,9 +200,7 @@ class ClassLayer:
 
 class FunctionPair:
     """Module-level functions: a forward (its first argument the input, the others the op's
-    parameters or its eps) and its backward, paired by name (``layer_norm`` /
-    ``layer_norm_backward``, ``relu_forward`` / ``relu_backward``); ``backward`` None for a
-    forward found alone."""
+    parameters or its eps) and its backward paired by name (None for a forward found alone)."""
 
     raised = ""  # as ClassLayer.raised
 
@@ -282,13 +277,10 @@ class FunctionPair:
         return f"{self.label}({', '.join(args)})"
 
     def inputs(self, trial: Trial) -> tuple:
-        """The protocol arguments in the order of the function's own: None where one is
-        skipped (a keyword call then)."""
-        back = {**{arg: p for p, arg in trial.placed.items()},
-                **{a: _fixed_role(a) for a in trial.fixed},
-                **dict(zip(self._extra_names(trial), trial.extra))}
+        """The protocol arguments in the function's own order (None: one skipped)."""
+        back = self.forward_names(trial)
         names = [p.name for p in self.args]
-        last = max((names.index(a) for a in back), default=0)
+        last = max(names.index(a) for a in back)
         return ("x",) + tuple(back.get(n) for n in names[1:last + 1])
 
 
@@ -300,14 +292,12 @@ MAX_PLACEMENTS = 5000
 
 
 def _fixed_role(arg: str) -> str:
-    """The protocol argument a function's fixed argument stands for: its eps, or the keyword
-    of its own name (n_heads)."""
+    """The protocol argument a fixed argument stands for (its eps, or its own name)."""
     return "eps" if arg in EPS_NAMES else arg
 
 
 def _named_none(obj, probe: Probe) -> dict:
-    """{attribute: its name} for the attributes of ``obj`` that are None and named as one of
-    the probe's parameters."""
+    """{attribute: its name} of the None attributes named as a probe's parameter."""
     return {p: p for p in probe.params if hasattr(obj, p) and getattr(obj, p) is None}
 
 
@@ -352,6 +342,19 @@ def _module_functions(mod) -> list:
     notebook's cells into the module's namespace), not those it imported."""
     return [f for _, f in inspect.getmembers(mod, inspect.isfunction)
             if f.__module__ in (mod.__name__, None) and not f.__name__.startswith("_")]
+
+
+def own_functions(mod) -> list[tuple[str, object]]:
+    """(name, function) of :func:`_module_functions` by the public names ``mod`` holds them."""
+    return [(name, f) for name, f in inspect.getmembers(mod, inspect.isfunction)
+            if f.__module__ in (mod.__name__, None) and not name.startswith("_")]
+
+
+def import_name(module: str) -> None:
+    """A ValueError unless ``module`` is an import name."""
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        raise ValueError(f"module: expected an import name like mybert or pkg.model, got "
+                         f"{module!r}")
 
 
 def load_module(module: str):

@@ -1,23 +1,18 @@
 """The training rows of ``minibert adapter infer``: ``schedule`` (``warmup_linear_lr``) and
-``clip`` (``global_grad_norm``, ``clip_by_global_norm``), mapped from the module's functions
-(a schedule also from a class built from its three numbers) by running them, never by names
-alone -- names only order the candidates and pick those worth running:
+``clip`` (``global_grad_norm``, ``clip_by_global_norm``), mapped from the module's functions (a
+schedule also from a class built from its three numbers) by running them; names only order the
+candidates and pick those worth running (a training loop is never run).
 
-* schedule: a function ``f(step, a, b, c)`` (or a class ``C(a, b, c)`` with a method of the
-  step) whose three other arguments, under some permutation, give the reference's learning
-  rate at every step of :data:`SCHEDULE_GRID` -- or the derivation's lr(0) = 0 form, which the
-  adapter then declares (``CAPABILITIES["conventions"]``);
-* clip: a function ``f(grads, max_norm, ...)`` whose name says clip, returning
-  ``(clipped, norm)``, the clipped dict alone, or clipping its argument in place; the global
-  norm a one-argument function whose name says norm, else ``f(grads, inf)``'s norm.  The
-  divisor guard (``max_norm / (norm + eps)``) is measured at a small norm, where it changes
-  the factor, and declared (``CAPABILITIES["guards"]["clip_eps"]``).
+* schedule: ``f(step, a, b, c)`` (or ``C(a, b, c)`` with a method of the step) whose arguments,
+  under some permutation, give the reference's rate at every step of :data:`SCHEDULE_GRID` --
+  or the lr(0) = 0 form, then declared (``CAPABILITIES["conventions"]``);
+* clip: ``f(grads, max_norm, ...)`` named like a clip, returning ``(clipped, norm)``, the
+  clipped dict, or clipping in place; its divisor guard (``max_norm / (norm + eps)``) measured
+  at a small norm, where it changes the factor, and declared (``guards: clip_eps``).
 
-The one numeric evidence of each row: the adapter's own text for it, executed against the
-module, equals the reference (:func:`minibert_reference.optim.warmup_linear_lr`,
-``clip_by_global_norm`` with the declared guard) to :data:`SCHEDULE_RTOL` / :data:`CLIP_RTOL`.
-Code that does not is listed as not mapped with its deviation -- a bug (per-tensor clipping,
-a warmup off by one) stays a finding and never becomes an adapter.
+The one numeric evidence of each row: the adapter's own text for it, executed, equals the
+reference to :data:`SCHEDULE_RTOL` / :data:`CLIP_RTOL`.  Code that does not is listed as not
+mapped with its deviation: a bug (per-tensor clipping, a warmup off by one) stays a finding.
 """
 
 from __future__ import annotations
@@ -29,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minibert_spec.suite.infer.probes import EPS_NAMES, deviation
+from minibert_spec.suite.infer.probes import EPS_NAMES, deviation, one_line
+from minibert_spec.suite.infer.subjects import own_functions
 
 # (peak_lr, warmup_steps, total_steps): three distinct values each, so that no permutation of
 # the arguments gives the same rates; a one-step warmup and a one-step decay among them
@@ -55,8 +51,7 @@ PROTOCOL_NAMES = ("warmup_linear_lr", "global_grad_norm", "clip_by_global_norm")
 
 @dataclass
 class TrainingMapping:
-    """What was inferred for the ``schedule`` or the ``clip`` row: the adapter's lines (the
-    text the evidence ran), one comment per decision, and what it declares."""
+    """The ``schedule`` or ``clip`` row: the adapter's text, evidence, declaration."""
 
     op: str
     code: str
@@ -70,15 +65,12 @@ def training_code(m: TrainingMapping, alias: str) -> str:
     return m.code if alias == "impl" else m.code.replace("impl.", f"{alias}.")
 
 
-def _run(code: str, mod) -> dict:
-    """The adapter's text executed against the module: its protocol functions."""
+def executed(code: str, mod) -> dict:
+    """The adapter's text executed against the module ``impl``: its namespace (what is tried
+    is what is written)."""
     namespace = {"impl": mod}
     exec(compile(code, "<inferred adapter>", "exec"), namespace)  # noqa: S102 -- our own text
     return namespace
-
-
-def _first_line(e: Exception) -> str:
-    return f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0]}"
 
 
 def _functions(mod) -> list[tuple[str, object]]:
@@ -86,8 +78,8 @@ def _functions(mod) -> list[tuple[str, object]]:
     (an alias such as ``clip_by_global_norm = clip_grad_norm`` is the same function); the
     user's own names before the protocol's (those are likely a hand adapter already)."""
     seen, out = set(), []
-    for name, f in inspect.getmembers(mod, inspect.isfunction):
-        if f.__module__ not in (mod.__name__, None) or name.startswith("_") or id(f) in seen:
+    for name, f in own_functions(mod):
+        if id(f) in seen:
             continue
         seen.add(id(f))
         own = f.__name__ if getattr(mod, f.__name__, None) is f else name
@@ -194,7 +186,7 @@ def _schedule_deviation(fn, convention: bool) -> tuple[float, str]:
                 got = fn(step, peak_lr=peak, warmup_steps=warmup, total_steps=total)
                 dev = abs(float(got) - reference_lr(step, peak, warmup, total, convention)) / peak
             except Exception as e:  # noqa: BLE001 -- the user's code under this candidate
-                return float("inf"), f"raised {_first_line(e)} at step {step} of " \
+                return float("inf"), f"raised {one_line(e)} at step {step} of " \
                     f"(peak {peak:g}, warmup {warmup}, total {total})"
             if not dev <= worst:
                 worst, where = (dev if np.isfinite(dev) else float("inf")), \
@@ -211,7 +203,7 @@ def infer_schedule(mod, functions) -> tuple[list[TrainingMapping], list[str]]:
         best, hits = None, 0
         for perm in _role_order(cand.args):
             code = cand.code(dict(zip(cand.args, perm)))
-            fn = _run(code, mod)["warmup_linear_lr"]
+            fn = executed(code, mod)["warmup_linear_lr"]
             for convention in (False, True):
                 dev, where = _schedule_deviation(fn, convention)
                 hits += dev <= SCHEDULE_RTOL
@@ -262,15 +254,14 @@ def _norm(g: Mapping) -> float:
 
 
 def _clip_form(f, g: dict, max_norm: float) -> tuple[str | None, bool, str]:
-    """(what ``f`` returns: ``tuple01``/``tuple10`` (the clipped dict and the norm, in that
-    order or the other), ``dict`` (the clipped dict alone), ``norm`` or ``none`` (clipping its
-    argument in place); whether it changes its argument; why it is none of those), from one
-    call on a copy."""
+    """(what ``f`` returns -- ``tuple01``/``tuple10`` (clipped, norm) in either order,
+    ``dict``, or ``norm``/``none`` clipping in place --, whether it changes its argument, why it
+    is none of those), from one call on a copy."""
     given = {k: a.copy() for k, a in g.items()}
     try:
         out = f(given, max_norm)
     except Exception as e:  # noqa: BLE001 -- the user's code
-        return None, False, f"raised {_first_line(e)}"
+        return None, False, f"raised {one_line(e)}"
     moved = any(not np.array_equal(given[k], g[k]) for k in g)
     if isinstance(out, (tuple, list)) and len(out) == 2:
         kinds = [isinstance(o, Mapping) for o in out]
@@ -334,7 +325,7 @@ def _clip_deviation(ns: dict, eps: float, passes_eps: bool) -> tuple[float, str]
                 devs = {"global_grad_norm": abs(ns["global_grad_norm"](given) - norm) / norm}
                 clipped, got = ns["clip_by_global_norm"](given, factor * norm, **kw)
             except Exception as ex:  # noqa: BLE001 -- the user's code under this adapter
-                return float("inf"), f"raised {_first_line(ex)} ({what})"
+                return float("inf"), f"raised {one_line(ex)} ({what})"
             want, _ = ref_clip(g, factor * norm, eps=e)
             devs["the norm it returns"] = abs(float(got) - norm) / norm
             devs.update({f"clipped[{k!r}]": deviation(clipped[k], want[k]) for k in g})
@@ -391,7 +382,7 @@ def _try_clip(name: str, f, norm_fn: str | None, mod) -> tuple[_Clip | None, str
     tries = []
     for passed in ([eps, None] if eps is not None else [None]):
         code = _clip_code(name, form, moved, norm_fn, passed)
-        ns = _run(code, mod)
+        ns = executed(code, mod)
         for guard in _guard_candidates(ns, eps.default if eps is not None else None):
             dev, where = _clip_deviation(ns, guard, passed is not None)
             tries.append((dev, where, guard))
@@ -404,8 +395,7 @@ def _try_clip(name: str, f, norm_fn: str | None, mod) -> tuple[_Clip | None, str
 
 
 def _norm_functions(functions) -> list[tuple[str, str]]:
-    """(name, evidence) of the one-argument functions whose name says norm and which give the
-    reference's global norm on every gradient set."""
+    """(name, evidence) of the one-argument norm functions giving the reference's norm."""
     out = []
     for name, f in functions:
         if not _says(name, NORM_WORDS) or len(_required(_params(f))) != 1:
