@@ -59,7 +59,7 @@ class Family:
 class Identity:
     """An op-specific invariant check, ``invariant[<op>.<name>]``, on one family's cases
     (``family``: its name, default the op's); ``options`` are ``on_family``'s keywords
-    (equations=, given=, example=, was=...)."""
+    (equations=, given=, example=...)."""
 
     name: str
     check: Callable = field(repr=False)

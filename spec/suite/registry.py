@@ -24,9 +24,9 @@ optional ``-case`` labels::
   (``f64``/``f32``), a preset, a value (``1e-05``; a negative one written ``neg1``).
 
 Ids are stable: a user's ``expected_failed_checks``, ``pytest -k`` and the mutation matrix refer
-to them.  An id that changed keeps its old name for one release (:data:`ALIASES`, declared with
-``check(..., was=...)`` beside the check that took it): selecting or expecting a check by the
-old name still works and warns (``DeprecationWarning``) naming the new one.
+to them.  An id that changed keeps its old name for one release (:data:`ALIASES`, the frozen
+file spec/results/check_id_aliases.json, docs/check-id-renames.md): selecting or expecting a
+check by the old name still works and warns (``DeprecationWarning``) naming the new one.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from minibert_spec.paths import RESULTS
 from minibert_spec.protocol import EQUATION_OPS, OPS, NotApplicable, op_of_equation
 
 __all__ = ["Blame", "Check", "KINDS", "COLUMNS", "check", "grid", "all_checks", "select", "get",
@@ -311,7 +313,7 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
           requires: Iterable[str] | Callable = (), kinds_arg: str | None = None,
           prepare: Callable | None = None, needs: Mapping | Callable | None = None,
           examples: Callable | None = None, quick: bool | Callable = False,
-          deep: bool | Callable = False, was: str | Iterable[str] | Callable | None = None):
+          deep: bool | Callable = False):
     """Register the decorated function as one check, or one per case.
 
     ``kind`` is a key of :data:`KINDS`, or several separated by ``|`` (``"oracle.forward|
@@ -327,9 +329,7 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
     callables of the case's kwargs returning what :class:`Check` takes (a function of the
     CAPABILITIES); ``quick`` (or a callable of the case's kwargs) puts a check without
     ``given`` in the quick run; ``deep`` (or a callable of the case's kwargs) keeps a check
-    out of every tier but the deep one (:attr:`Check.deep`).  ``was`` (the bracket part of
-    the id(s) a check had before a rename, or a callable of the case's kwargs returning them)
-    keeps the old names for one release (:data:`ALIASES`).
+    out of every tier but the deep one (:attr:`Check.deep`).
     """
     kinds = kind.split("|")
     for k in kinds:
@@ -367,9 +367,6 @@ def check(kind: str, name: str | Callable | None = None, *, cases: Iterable | No
                 if c.id in _REGISTRY and _REGISTRY[c.id].func is not fn:
                     raise ValueError(f"check: id {c.id!r} registered twice")
                 _REGISTRY[c.id] = c
-                old = was(kwargs) if callable(was) else was
-                for former in ([old] if isinstance(old, str) else old or ()):
-                    ALIASES[f"{k}[{former}]"] = c.id
         return fn
 
     return register
@@ -393,8 +390,9 @@ def _validate_id(check_id: str) -> None:
                             else "a case family or an op of the table"))
 
 
-# old id -> new id, for one release (``check(..., was=...)``)
-ALIASES: dict[str, str] = {}
+# old id -> new id, for one release: the 750 renames of the one id grammar (issue 27), frozen
+# in one data file when the ``was=`` beside each check went (issue 38); the file goes next release
+ALIASES: dict[str, str] = json.loads((RESULTS / "check_id_aliases.json").read_text())
 
 
 def renamed(check_id: str, *, stacklevel: int = 2) -> str:

@@ -205,12 +205,6 @@ _PREFIX_OPS = {"position": "position_embedding", "sinusoidal": "sinusoidal_posit
                "split_heads": "heads", "merge_heads": "heads", "ce": "cross_entropy"}
 
 
-def _former(label: str) -> str:
-    """A case's id before the one id grammar (one release)."""
-    return re.sub(r"\s+", "_", label.strip()).replace("[", "(").replace("]", ")").replace(
-        ">=", "ge").replace(">", "gt").replace("<", "lt")
-
-
 def _slug(label: str) -> str:
     """The label as the property of an id: comparisons in words, other marks dropped."""
     for mark, word in ((">=", " ge "), (">", " gt "), ("<", " lt "), ("=", " eq "),
@@ -236,13 +230,12 @@ def _forward_cases():
         first, rest = label.split(maxsplit=1)
         op = op or _PREFIX_OPS.get(first, first)
         what = _slug(label if first in ("split_heads", "merge_heads") else rest)
-        out.append((f"{op}.{what}", {"arg": arg, "call": call, "op": op, "former": label}))
+        out.append((f"{op}.{what}", {"arg": arg, "call": call, "op": op}))
     return out
 
 
-@check("bad_input", "", cases=_forward_cases(), ops=lambda kw: (kw["op"],),
-       was=lambda kw: _former(kw["former"]))
-def forward_rejects_bad_input(impl, arg, call, op, former=None):
+@check("bad_input", "", cases=_forward_cases(), ops=lambda kw: (kw["op"],))
+def forward_rejects_bad_input(impl, arg, call, op):
     """A ValueError whose message starts with the offending argument's name."""
     with raises(arg):
         call(impl)
@@ -416,13 +409,12 @@ def _model_cases():
         extra = MLM_CASES if preset == "mini_bert" else NONE_HEAD_CASES
         for label, arg, make in MODEL_CASES + extra:
             out.append((f"model.{_slug(label)}-{preset}",
-                        {"preset": preset, "arg": arg, "make": make, "former": label}))
+                        {"preset": preset, "arg": arg, "make": make}))
     return out
 
 
-@check("bad_input", "", cases=_model_cases(), ops=("model",),
-       was=lambda kw: f"model.{kw['preset']}-{_former(kw['former'])}")
-def model_rejects_bad_input(impl, preset, arg, make, former=None):
+@check("bad_input", "", cases=_model_cases(), ops=("model",))
+def model_rejects_bad_input(impl, preset, arg, make):
     """loss_and_grads (and forward, for its own arguments) refuse bad input naming it."""
     config, params = _model(impl, preset)
     kw = dict(params=params, input_ids=IDS % config.vocab_size,

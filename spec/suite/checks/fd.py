@@ -22,12 +22,6 @@ from minibert_spec.suite.registry import check
 from minibert_spec.tolerances import FD_FLOOR, FD_RTOL
 
 FAMILIES = {f.name: f for f in S.families()}
-# the family whose fixed-seed cases are each op's former ``<op>.example`` (the first of the op,
-# or the one whose cases are that example's)
-_FIRST = {"attention": "attention_bias", "block": "block_bias_mask"}
-for _f in FAMILIES.values():
-    _FIRST.setdefault(_f.op, _f.name)
-_HEIRS = {name: op for op, name in _FIRST.items()}
 
 
 def family_cases(fd_only: bool = False, property: str = ""):  # noqa: A002 (the id's part)
@@ -38,22 +32,15 @@ def family_cases(fd_only: bool = False, property: str = ""):  # noqa: A002 (the 
 
 
 def on_families(kind: str, property: str = "", *, fd_only: bool = False,  # noqa: A002
-                heir: tuple[str, ...] = (), **kw):
+                **kw):
     """``@check(kind, ...)`` over every case family (``kind[family]`` or
     ``kind[family.property]``), drawing its cases (``case``) from the family's strategy in the
     variant the implementation declares, its fixed-seed cases first; what the family needs is
-    decided before anything is drawn.  Former ids (one release): ``kind[property-family]``,
-    and for FD (or the ops in ``heir``) the op's ``kind[<op>.example]`` on its heir family."""
-    def was(c):
-        name = c["family"].name
-        old = [f"{property}-{name}"] if property else []
-        return old + ([f"{_HEIRS[name]}.example"] if name in _HEIRS and (
-            not property or _HEIRS[name] in heir) else [])
-
+    decided before anything is drawn."""
     return check(kind, "", cases=family_cases(fd_only, property),
                  equations=lambda c: c["family"].equations, ops=lambda c: (c["family"].op,),
                  given=lambda c: c["family"].given, examples=lambda c: c["family"].explicit,
-                 needs=lambda c: dict(c["family"].needs), was=was, **kw)
+                 needs=lambda c: dict(c["family"].needs), **kw)
 
 
 def on_family(name: str, property: str, *, equations=None,  # noqa: A002 (the id's part)

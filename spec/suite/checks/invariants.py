@@ -115,10 +115,7 @@ def backward_is_linear_in_upstream(impl, family, case):
                                    err_msg=f"{family.name}: d{name} is not linear in dout")
 
 
-# the former invariant[<op>.example] of the ops whose example checked the contract alone (the
-# others' is the check of the identities it checked, below)
-@on_families("invariant", "bit_identical_and_pure",
-             heir=("position_embedding", "ffn", "pooler", "mlm_head"))
+@on_families("invariant", "bit_identical_and_pure")
 def identical_calls_are_bit_identical_and_pure(impl, family, case):
     """The forward leaves its inputs untouched, the backward leaves dout and the forward's
     inputs untouched, and two identical calls give the same bits."""
@@ -189,21 +186,20 @@ def float32_path_agrees_with_float64(impl, family, case):
 # --------------------------------------------------------------------------- op-specific
 # The identities are minibert_spec.numerics.identities'; here they get a family's drawn and
 # fixed-seed cases.
-@on_family("embedding", "scatter_adds", was="embedding.example", equations=("embedding.backward",))
+@on_family("embedding", "scatter_adds", equations=("embedding.backward",))
 def embedding_backward_sums_repeated_ids(impl, case):
     """dW[v] accumulates dout of every position holding id v (ids repeat by construction)."""
     require(inv.embedding_scatter_adds(impl, case.fixed["ids"], case.inputs["W"], case.dout))
 
 
-@on_family("sinusoidal_position", "table",
-           was="sinusoidal_position.example", equations=("position.sinusoidal",))
+@on_family("sinusoidal_position", "table", equations=("position.sinusoidal",))
 def sinusoidal_table_identities(impl, case):
     """The table is 0 / 1 at position 0, feature 0 is sin(position), values in [-1, 1], and the
     forward adds it."""
     require(inv.sinusoidal_identities(impl, case.inputs["x"]))
 
 
-@on_family("linear_bias", "xw_plus_b", was="linear.example", equations=("linear.forward",))
+@on_family("linear_bias", "xw_plus_b", equations=("linear.forward",))
 def linear_is_xw_plus_b(impl, case):
     """The forward is x @ W + b, and db is None without a bias."""
     require(inv.linear_identities(impl, *case.inputs.values(), case.dout))
@@ -214,7 +210,6 @@ def _layernorm_variant(caps) -> dict:
 
 
 @check("invariant", "layernorm.normalises", equations=("layernorm.forward",),
-       was="layernorm.example",
        given=lambda _: lambda caps: {
            "case": S.layernorm_cases(gamma_margin=0.1, **_layernorm_variant(caps)),
            "scale": S.floats(0.25, 4.0), "shift": S.floats(-3.0, 3.0)},
@@ -229,8 +224,7 @@ def layernorm_normalises_and_ignores_row_affine_maps(impl, case, scale, shift):
             + inv.layernorm_backward_invariances(impl, x, gamma, beta, case.dout))
 
 
-@on_family("softmax_masked", "rows_sum_to_one",
-           was="softmax.example", equations=("softmax.forward",),
+@on_family("softmax_masked", "rows_sum_to_one", equations=("softmax.forward",),
            given={"shift": S.floats(-5.0, 5.0)}, example={"shift": 1.7})
 def softmax_rows_sum_to_one_masked_exactly_zero_and_shift_invariant(impl, case, shift):
     """Rows sum to 1, masked entries are exactly 0, adding a constant to a row changes
@@ -250,7 +244,6 @@ def softmax_is_stable_far_from_zero(impl, case, shift):
 
 
 @check("invariant", "softmax_jacobian.structure", equations=("softmax.jacobian",),
-       was="softmax_jacobian.example",
        given={"p": S.probability_rows()},
        examples=lambda _: lambda caps: [{"p": p} for p in S.fixed_cases(S.probability_rows)])
 def softmax_jacobian_is_symmetric_with_zero_column_sums(impl, p):
@@ -258,20 +251,19 @@ def softmax_jacobian_is_symmetric_with_zero_column_sums(impl, p):
     require(inv.softmax_jacobian_identities(impl, p))
 
 
-@on_family("relu", "zero_below_zero", was="relu.example", equations=OPS["relu"].equations)
+@on_family("relu", "zero_below_zero", equations=OPS["relu"].equations)
 def relu_output_and_gradient_vanish_below_zero(impl, case):
     """output >= 0, and dx is exactly 0 where x < 0."""
     require(inv.relu_identities(impl, case.inputs["x"], case.dout))
 
 
-@on_family("tanh", "odd_and_bounded", was="tanh.example", equations=("tanh.forward",))
+@on_family("tanh", "odd_and_bounded", equations=("tanh.forward",))
 def tanh_is_odd_and_bounded(impl, case):
     """|tanh x| <= 1 and tanh(-x) = -tanh(x)."""
     require(inv.tanh_identities(impl, case.inputs["x"]))
 
 
 @check("invariant", "heads.inverse_and_adjoint", equations=OPS["heads"].equations,
-       was="heads.example",
        given={"case": S.heads_cases()},
        examples=lambda _: lambda caps: [{"case": c} for c in S.fixed_cases(S.heads_cases)])
 def merge_heads_inverts_and_is_adjoint_of_split_heads(impl, case):
@@ -284,8 +276,7 @@ _ATTENTION_FORWARD = ("attention.qkv", "attention.scores", "attention.context",
                       "attention.output")
 
 
-@on_family("attention_bias_mask", "permutation_and_key_bias",
-           was="attention.example", equations=_ATTENTION_FORWARD)
+@on_family("attention_bias_mask", "permutation_and_key_bias", equations=_ATTENTION_FORWARD)
 def attention_is_permutation_equivariant_and_ignores_b_k(impl, case):
     """Without positions, permuting the sequence (and its mask) permutes the output; and b_k
     shifts every score of a row by the same q_i . b_k, which softmax ignores (the permutation
@@ -341,8 +332,7 @@ def _block_case(case):
     return x, p, case.fixed, np.random.default_rng(case.seed).uniform(-2.0, 2.0, x.shape)
 
 
-@on_family("block_nobias_mask", "padding_ignored", equations=("block.postln",),
-           was="block.example")
+@on_family("block_nobias_mask", "padding_ignored", equations=("block.postln",))
 def block_ignores_padded_keys(impl, case):
     """Changing the tokens at masked key positions leaves every unpadded output of the block,
     in its family's form, unchanged, and the gradients are keyed like p: a block that drops
@@ -479,7 +469,7 @@ for _family in (f for f in S.families() if f.op == "block" and _kernel_equations
           quick=True)(block_is_stable_at_large_mean_and_logits)
 
 
-@on_family("cross_entropy_mean", "sum_is_n_times_mean", was="cross_entropy.example",
+@on_family("cross_entropy_mean", "sum_is_n_times_mean",
            equations=("loss.ce.mean", "loss.ce.sum", "loss.ce.backward.mean",
                       "loss.ce.backward.sum"))
 def cross_entropy_sum_is_n_times_mean(impl, case):
@@ -491,7 +481,7 @@ def cross_entropy_sum_is_n_times_mean(impl, case):
             + inv.cross_entropy_shift_invariant(impl, logits, labels, 800.0, ignore))
 
 
-@on_family("linear_cross_entropy_mean", "composition-mean", was="linear_cross_entropy.example",
+@on_family("linear_cross_entropy_mean", "composition-mean",
            equations=OPS["linear_cross_entropy"].equations)
 @on_family("linear_cross_entropy_sum", "composition-sum",
            equations=OPS["linear_cross_entropy"].equations)
@@ -503,30 +493,27 @@ def linear_cross_entropy_is_linear_then_cross_entropy(impl, case):
         impl, *case.inputs.values(), f["labels"], f["reduction"], case.dout, f["ignore_index"]))
 
 
-@on_family("mse", "target_gradient", was="mse.example", equations=("loss.mse.backward",))
+@on_family("mse", "target_gradient", equations=("loss.mse.backward",))
 def mse_target_gradient_is_minus_prediction_gradient(impl, case):
     """dy = -dy_hat; loss >= 0, 0 at y_hat = y, symmetric."""
     require(inv.mse_identities(impl, case.inputs["y_hat"], case.inputs["y"], case.dout))
 
 
-@on_family("gelu_erf", "odd_part",
-           was="gelu.example", equations=("gelu.forward.erf", "gelu.forward.tanh"),
+@on_family("gelu_erf", "odd_part", equations=("gelu.forward.erf", "gelu.forward.tanh"),
            given={"tanh": st.booleans()}, example=[{"tanh": False}, {"tanh": True}])
 def gelu_odd_part_is_identity(impl, case, tanh):
     """GELU(x) - GELU(-x) = x (the odd part of x Phi(x) is x / 2, twice)."""
     require(inv.gelu_identities(impl, case.inputs["x"], "tanh" if tanh else "none", case.dout))
 
 
-@on_family("token_type", "scatter_adds",
-           was="token_type.example", equations=("token_type.backward",))
+@on_family("token_type", "scatter_adds", equations=("token_type.backward",))
 def token_type_gradient_scatter_adds_per_segment(impl, case):
     """dW_type[s] sums the upstream gradient over the positions of segment s."""
     require(inv.token_type_identities(impl, case.inputs["x"], case.fixed["type_ids"],
                                       case.inputs["W_type"], case.dout))
 
 
-@on_family("embedding_ln", "column_sums",
-           was="embedding_ln.example", equations=("embedding_ln.backward",))
+@on_family("embedding_ln", "column_sums", equations=("embedding_ln.backward",))
 def embedding_ln_tables_share_column_sums(impl, case):
     """The three tables' gradients have the same total (each position feeds each table once)."""
     require(inv.embedding_ln_identities(impl, case.inputs, case.fixed["ids"],
@@ -534,8 +521,7 @@ def embedding_ln_tables_share_column_sums(impl, case):
                                         **{k: v for k, v in case.fixed.items() if k == "eps"}))
 
 
-@on_family("classifier", "gradient_only_at_cls",
-           was="classifier.example", equations=("classifier.backward",))
+@on_family("classifier", "gradient_only_at_cls", equations=("classifier.backward",))
 def classifier_gradient_only_reaches_cls(impl, case):
     """Only h[:, 0] enters the classifier: dh is exactly 0 at every other position."""
     require(inv.classifier_gradient_only_at_cls(impl, case.inputs, case.dout))

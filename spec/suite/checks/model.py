@@ -102,8 +102,7 @@ def _loss_ids(kw):
 
 
 @check("fd", "model", cases=_cases(), equations=_loss_ids, ops=("model",), quick=_quick,
-       deep=mini_bert_size,
-       was=lambda kw: f"model.example-{kw['config'][5:]}" if _quick(kw) else None)
+       deep=mini_bert_size)
 def model_gradients_match_finite_differences(impl, config, B, T, reduction, seed, n_dirs):
     """Every parameter tensor and the input embeddings, float64, padded batch."""
     cfg = CONFIGS[config]()
@@ -205,7 +204,7 @@ def _split(ids, mask, labels, bounds):
     return split_batch({"input_ids": ids, "attention_mask": mask, "labels": labels}, bounds)
 
 
-@check("invariant", "accumulation.uneven_and_empty", quick=True, was="accumulation.example",
+@check("invariant", "accumulation.uneven_and_empty", quick=True,
        **ACCUM)
 def accumulation_equals_full_batch_with_uneven_and_empty_micro_batches(impl):
     """Micro-batches with 1, 6+0 (row 2 empty), 3+2 masked tokens, and row 2 alone (0 tokens):
@@ -335,9 +334,7 @@ def pooled_output_gradient_reaches_every_tensor(impl):
 @check("invariant", "model.gradient_bookkeeping",
        cases=[(f"{c}-{np.dtype(d).name}", {"config": c, "dtype": d})
               for c in CONFIGS for d in DTYPES], ops=("model",), quick=_quick,
-       deep=mini_bert_size,
-       was=lambda kw: (f"model.example-{kw['config'][5:]}"
-                       if _quick(kw) and kw["dtype"] == np.float64 else None))
+       deep=mini_bert_size)
 def model_grads_match_params_keys_shapes_dtypes(impl, config, dtype):
     """Gradients have exactly the parameters' keys, shapes and dtypes, are finite, and every
     tensor takes part in the loss (a name mismatch that zeroes a gradient fails)."""

@@ -84,8 +84,7 @@ def adam_step_is_pure(impl):
     assert not changed, f"adam_step changed the dtype of {changed}"
 
 
-@check("invariant", "adam.first_step", equations=("optim.adam",), quick=True,
-       was="adam.example")
+@check("invariant", "adam.first_step", equations=("optim.adam",), quick=True)
 def adam_first_step_moves_each_entry_by_lr(impl):
     """Bias correction: at t = 1, m_hat / sqrt(v_hat) = g / |g|, so every entry moves by lr
     (up to eps) against its gradient's sign, whatever the gradient's scale; with eps = 1e-8 and
@@ -100,8 +99,7 @@ def adam_first_step_moves_each_entry_by_lr(impl):
 
 
 # --------------------------------------------------------------------------- schedule
-@check("invariant", "schedule.shape", equations=("schedule.warmup_linear",), quick=True,
-       was="schedule.example")
+@check("invariant", "schedule.shape", equations=("schedule.warmup_linear",), quick=True)
 def schedule_first_step_nonzero_peak_and_end(impl):
     """Linear warmup from > 0 to the peak, then linear decay to ~0 (lr(0) = 0 a convention only
     when declared); without that convention exactly: lr(0) = peak / warmup, peak at the end of
@@ -124,7 +122,7 @@ def schedule_first_step_nonzero_peak_and_end(impl):
 
 # --------------------------------------------------------------------------- clipping
 @check("invariant", "clip.exact_norm_and_passthrough", equations=("clip.global_norm",),
-       quick=True, was="clip.example")
+       quick=True)
 def clip_exact_norm_and_passthrough(impl):
     """global_grad_norm is the 2-norm over every tensor; clipping scales every tensor by one
     factor to max_norm (to max_norm * norm / (norm + eps) under a declared divisor guard,

@@ -171,8 +171,7 @@ def run_case(impl, arch, dtype, part, act="gelu"):
 # config and its padding convention), not a torch function of the op's inputs
 @check("oracle.forward|oracle.backward", "model.bert", kinds_arg="part", ops=("model",),
        requires=("torch", "transformers"), equations=lambda kw: EQUATIONS[kw["arch"]],
-       cases=[(f"{a}-{dl}", {"arch": a, "dtype": dt}) for a in LAYOUTS for dl, dt in DTYPES],
-       was=lambda kw: f"bert-{kw['arch']}-{'f64' if kw['dtype'] == np.float64 else 'f32'}")
+       cases=[(f"{a}-{dl}", {"arch": a, "dtype": dt}) for a in LAYOUTS for dl, dt in DTYPES])
 def transformers_checkpoint_forward_and_every_gradient(impl, part, arch, dtype):
     """A random transformers checkpoint (padding, two token types, random LayerNorm and
     biases) loaded with load_pretrained: outputs and every parameter gradient vs transformers."""
@@ -180,7 +179,7 @@ def transformers_checkpoint_forward_and_every_gradient(impl, part, arch, dtype):
 
 
 @check("oracle.forward|oracle.backward", "model.bert_gelu_new", kinds_arg="part",
-       ops=("model",), requires=("torch", "transformers"), was="bert.gelu_new",
+       ops=("model",), requires=("torch", "transformers"),
        equations=("gelu.forward.tanh", "gelu.backward.tanh"))
 def gelu_new_checkpoint(impl, part):
     """hidden_act="gelu_new" loads as the tanh approximation and matches transformers."""

@@ -75,35 +75,13 @@ def compare_with_torch(impl, family: S.CaseFamily, case: S.OpCase, part: str, dt
                             max(s_in, backward_scale), allowance=_or_zero(allow.get(name)))
 
 
-# the ids of the oracle's cases before one check served every family (one release): family ->
-# its former ids, ``{d}`` the dtype (the families absent here kept their names)
-_FORMER = {
-    "linear_bias": ("linear-{d}-bias",), "linear_nobias": ("linear-{d}-nobias",),
-    "softmax": ("softmax-{d}-nomask",), "softmax_masked": ("softmax-{d}-mask",),
-    **{f"{op}_{b}{m}": (f"{op}-{{d}}-{b}-{'mask' if m else 'nomask'}",)
-       for op in ("attention", "block") for b in ("bias", "nobias") for m in ("", "_mask")},
-    "pooler": ("pooler-{d}-bias",), "pooler_nobias": ("pooler-{d}-nobias",),
-    **{f"cross_entropy_{r}": (f"cross_entropy-{{d}}-{r}",) for r in ("mean", "sum")},
-    **{f"cross_entropy_{lay}_{r}": (f"cross_entropy_gathered-{{d}}-{r}-{lay}",)
-       for lay in ("rows", "batch") for r in ("mean", "sum")},
-    **{f"cross_entropy_{form}_{r}": (f"cross_entropy_{form}-{{d}}-{r}",)
-       for form in ("probs", "probs_dlogits") for r in ("mean", "sum")},
-    **{f"linear_cross_entropy_{r}": tuple(f"linear_cross_entropy-{{d}}-{r}-{b}"
-                                          for b in ("bias", "nobias")) for r in ("mean", "sum")},
-    "gelu_erf": ("gelu-{d}-none",), "gelu_tanh": ("gelu-{d}-tanh",),
-    "mlm_head_gelu": ("mlm_head-{d}-gelu",), "mlm_head_gelu_tanh": ("mlm_head-{d}-gelu_tanh",),
-}
-
-
 @check("oracle.forward|oracle.backward", "", kinds_arg="part",
        requires=lambda c: TORCH + c["family"].torch_requires,
        cases=[(f"{f.name}-{label}", {"family": f, "dtype": dtype}) for f in S.families()
               if f.torch for label, dtype in DTYPE_AXIS],
        equations=lambda c: c["family"].equations, ops=lambda c: (c["family"].op,),
        given=lambda c: c["family"].given, examples=lambda c: c["family"].explicit,
-       needs=lambda c: dict(c["family"].needs),
-       was=lambda c: [old.format(d="f64" if c["dtype"] == np.float64 else "f32")
-                      for old in _FORMER.get(c["family"].name, ())])
+       needs=lambda c: dict(c["family"].needs))
 def against_torch(impl, family, dtype, part, case):
     """The forward, or every gradient of the backward, equals the torch twin's (float32 on the
     cases a float32 comparison can resolve: the family's ``f32_ok``)."""
@@ -117,8 +95,7 @@ def against_torch(impl, family, dtype, part, case):
 @check("oracle.forward", "", requires=TORCH, equations=("position.sinusoidal",),
        cases=[(f"sinusoidal_position.encoding-{label}", kw) for label, kw in
               grid(dtype=DTYPE_AXIS)],
-       given={"T": st.integers(1, 64), "d": st.integers(1, 16)},
-       was=lambda kw: f"sinusoidal_encoding-{'f64' if kw['dtype'] == np.float64 else 'f32'}")
+       given={"T": st.integers(1, 64), "d": st.integers(1, 16)})
 def sinusoidal_table(impl, dtype, T, d):
     """sinusoidal_encoding(T, d, dtype) equals the table written as the PyTorch tutorials write
     it."""

@@ -93,8 +93,7 @@ def adam_matches_torch(impl, betas, eps):
     assert state["step"] == K_STEPS, f"state['step'] = {state['step']}, expected {K_STEPS}"
 
 
-@check("oracle.forward", "adam.no_decay_groups", equations=("optim.adamw",), requires=TORCH,
-       was="adamw.no_decay_groups")
+@check("oracle.forward", "adam.no_decay_groups", equations=("optim.adamw",), requires=TORCH)
 def adamw_matches_torch_with_no_decay_groups(impl):
     """AdamW with BERT's default no-decay rule equals torch.optim.AdamW with two parameter
     groups (decayed weights; biases, LayerNorm and embeddings undecayed)."""
@@ -259,7 +258,7 @@ class _Mixed:
                 object.__setattr__(self, name, getattr(impl if op in own else ref, name))
 
 
-@check("oracle.forward", "adam.pipeline", requires=TORCH, was="optimizer_pipeline",
+@check("oracle.forward", "adam.pipeline", requires=TORCH,
        equations=("optim.adamw", "schedule.warmup_linear", "clip.global_norm"))
 def clip_schedule_adamw_pipeline_matches_torch(impl):
     """clip_grad_norm_ -> AdamW (no-decay groups) -> LambdaLR, step by step, vs ours.  LambdaLR
