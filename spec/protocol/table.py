@@ -24,6 +24,8 @@ class Op:
     params:    parameter names the op takes (attention weights; every key a block's local dict
                ``p`` may carry, in any of its variants: ``layer()`` maps them one by one)
     module:    the module of ``minibert_reference`` that defines the names
+    optional:  protocol names an implementation may add (never needed: the suite falls back to
+               ``names`` without them; one it provides is checked against them)
     """
 
     name: str
@@ -32,6 +34,7 @@ class Op:
     equations: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     module: str = "ops"
+    optional: tuple[str, ...] = ()
     # why the row has no numerical guard of its own (a guard of guards.py's GUARDS names the rows
     # it changes; every other row says why it needs none, or NOTHING_TO_GUARD)
     unguarded: str = field(default="", compare=False)
@@ -245,7 +248,7 @@ _HAND_TABLE = (
            "a flat dict of dotted names"),
     Op("decoder", ("decoder_forward", "decoder_backward", "decoder_loss_and_grads"), (),
        ("decoder.forward", "decoder.backward", "decoder.tied", "decoder.causal"),
-       module="decoder",
+       module="decoder", optional=("decoder_loss",),
        unguarded="its ops' guards (the next-token loss's, its norms' eps)",
        doc="decoder_forward(params, config, input_ids [B,T]) -> (logits [B,T,V], cache), a causal "
            "decoder of minibert_reference.config.DecoderConfig (presets gpt2(), llama(); the "
@@ -261,7 +264,10 @@ _HAND_TABLE = (
            "final_ln.gamma (.beta) with the final norm, lm_head.W [V,H] when untied, lm_head.b "
            "[V] with the head's bias (minibert_reference.decoder.param_shapes; "
            "reference/hf/decoder.py maps each to Hugging Face's GPT-2 / LLaMA names); the cache "
-           "is the implementation's own (whatever its decoder_backward reads)",
+           "is the implementation's own (whatever its decoder_backward reads); optional: "
+           "decoder_loss(params, config, input_ids, labels=None, *, ignore_index=-100) -> loss, "
+           "the same loss without the backward (the finite differences of the loss call it when "
+           "present, after checking it against decoder_loss_and_grads' loss)",
        backward_doc="decoder_backward(dlogits, cache) -> grads, keyed like params (a tied table: "
                     "both uses summed)"),
     Op("adam", ("adam_init", "adam_step"), (), ("optim.adam", "optim.adamw"), module="optim",

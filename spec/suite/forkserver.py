@@ -201,9 +201,11 @@ def _preload(modules) -> dict:
         except Exception as e:  # noqa: BLE001 -- the worker imports it again and says why
             failed[name] = f"{type(e).__name__}: {e}"
     from minibert_spec.suite.registry import all_checks
+    from minibert_spec.suite.worker import register_hypothesis_random
 
     all_checks()
     _scan_constants()
+    register_hypothesis_random()  # first with the suite alone: before torch, where it is cheap
     return failed
 
 

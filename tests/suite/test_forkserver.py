@@ -139,3 +139,27 @@ def test_no_worker_waits_behind_an_import_of_the_server(monkeypatch):
     assert report.exit_code() == 0, report.summary()
     assert asked == [[tuple(g)] for g in groups], asked
     assert not spawned_behind, spawned_behind
+
+
+@pytest.mark.slow  # the slow tier: a whole run in workers (issue 40)
+def test_every_worker_starts_with_hypothesis_random_registered(tmp_path, monkeypatch):
+    """Hypothesis's first seeded example registers its Random with gc.collect() over the
+    heap (0.27 s once torch and transformers are imported, in every fork): the server does it
+    before its extras, a fresh worker before the implementation loads -- the implementation,
+    imported in each worker, finds it done."""
+    from minibert_spec.suite.pool import run_isolated
+
+    marker = tmp_path / "registered"
+    (tmp_path / "random_probe.py").write_text(
+        "import hypothesis.core\n"
+        f"with open({str(marker)!r}, 'a') as fh:\n"
+        "    fh.write(str(hypothesis.core.threadlocal._hypothesis_global_random is not None)"
+        " + '\\n')\n"
+        "from minibert_reference import *  # noqa\n")
+    checks = select(match=r"^fd\[(relu|linear)\]$")
+    for forked in ("1", "0"):  # from the fork server, then fresh interpreters
+        monkeypatch.setenv("MINIBERT_FORKSERVER", forked)
+        report = run_isolated("random_probe", checks, oracle="off", paths=[str(tmp_path)])
+        assert report.exit_code() == 0, report.summary()
+    seen = marker.read_text().split()
+    assert len(seen) >= 2 and set(seen) == {"True"}, seen

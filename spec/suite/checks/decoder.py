@@ -191,15 +191,49 @@ def decoder_loss_gradients_match_finite_differences(impl, form, B, T, seed):
     config = decoder_config(impl, form)
     params = decoder_params(config, seed)
     ids, labels = decoder_batch(config, B, T, seed)
-    _, grads = impl.decoder_loss_and_grads(params, config, ids, labels)
+    value, grads = impl.decoder_loss_and_grads(params, config, ids, labels)
     _same_keys(grads, params)
-
-    def loss(**p):
-        return float(impl.decoder_loss_and_grads(p, config, ids, labels)[0])
-
+    loss = loss_of(impl, config, ids, labels, params, value, seed)
     assert_all_passed(check_gradients(loss, params, grads, n_dirs=2,
                                       op=f"decoder[{form}] loss",
                                       rng=np.random.default_rng(seed + 5)))
+
+
+# the loss without its backward, which an implementation may provide (the protocol's optional
+# name of the decoder row): the finite differences evaluate the loss ~100 times a check, and
+# each backward of decoder_loss_and_grads there was thrown away
+(LOSS_ONLY,) = OPS["decoder"].optional
+
+
+def loss_of(impl, config, ids, labels, params, value, seed: int):
+    """The loss the finite differences differentiate, ``loss(**params) -> float``: the
+    implementation's loss-only :data:`LOSS_ONLY` where it provides one, else the loss of
+    ``decoder_loss_and_grads`` (its gradients computed and dropped).  A loss-only function is
+    trusted only as the same function as the full one: it must give the full one's ``value``
+    at ``params`` and the full one's loss at a second point (each parameter moved by ~1e-2
+    from a generator of its own: the check's own draws are untouched), within
+    F64_IDENTITY_RTOL (the same loss, in float64, by another path) -- else the check fails,
+    naming both values; never a gradient judged against another function than its own."""
+    def full(**p):
+        return float(impl.decoder_loss_and_grads(p, config, ids, labels)[0])
+
+    if not provides(impl, LOSS_ONLY):
+        return full
+    only = getattr(impl, LOSS_ONLY)
+
+    def loss(**p):
+        return float(only(p, config, ids, labels))
+
+    rng = np.random.default_rng(seed + 6)
+    moved = {k: v + 1e-2 * rng.standard_normal(np.shape(v)) for k, v in params.items()}
+    for where, p, want in (("at the check's parameters", params, float(value)),
+                           ("at parameters moved by ~1e-2", moved, full(**moved))):
+        got = loss(**p)
+        assert abs(got - want) <= F64_IDENTITY_RTOL * max(1.0, abs(want)), (
+            f"{LOSS_ONLY} gives {got!r} {where}, decoder_loss_and_grads' loss {want!r}: the "
+            f"loss alone is not the loss whose gradients are checked (|difference| "
+            f"{abs(got - want):.2e} > {F64_IDENTITY_RTOL:g} x max(1, |loss|))")
+    return loss
 
 
 def _same_keys(grads, params) -> None:
