@@ -11,7 +11,7 @@ import numpy as np
 
 from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import fb_checks
+from minibert_spec.equations._code import fb_checks
 from minibert_spec.equations._sym import arr, first_difference, forward_backward_maps, is_zero, vjp
 from minibert_spec.sources import BLOG, MINIBERT, SLIDES
 

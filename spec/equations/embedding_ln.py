@@ -14,7 +14,8 @@ import numpy as np
 
 from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import LN_EPS, fb_checks, ln_row
+from minibert_spec.equations._code import fb_checks
+from minibert_spec.equations._nn import LN_EPS, ln_row
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, vjp
 from minibert_spec.equations.embedding import onehot, scatter_add_rows
 from minibert_spec.tolerances import LN_MIN_VAR

@@ -6,7 +6,8 @@ import numpy as np
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import KINK, op_code, per_token_fns, relu_expr
+from minibert_spec.equations._code import op_code
+from minibert_spec.equations._nn import KINK, per_token_fns, relu_expr
 from minibert_spec.equations._sym import arr, compare, lambdify_map, vjp
 from minibert_spec.sources import BLOG, GUIDE, MINIBERT, PROTOCOL_VARIANTS, SEED001, SLIDES
 

@@ -13,7 +13,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import fb_checks
+from minibert_spec.equations._code import fb_checks
 from minibert_spec.equations._sym import arr, forward_backward_maps, vjp
 from minibert_spec.equations.gelu import gelu_erf
 from minibert_spec.sources import PROTOCOL_VARIANTS

@@ -12,7 +12,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import op_check
+from minibert_spec.equations._code import op_check
 from minibert_spec.equations._sym import (
     arr,
     compare,

@@ -16,7 +16,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import op_check
+from minibert_spec.equations._code import op_check
 from minibert_spec.equations._sym import arr, compare, exp_to_symbols, forward_backward_maps, vjp
 from minibert_spec.equations.loss import ce
 from minibert_spec.protocol import IGNORE_INDEX

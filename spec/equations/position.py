@@ -8,7 +8,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import fb_checks
+from minibert_spec.equations._code import fb_checks
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, lambdify_map, vjp
 from minibert_spec.sources import BLOG, GUIDE, MINIBERT, SEED001, SLIDES
 

@@ -16,7 +16,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import by_rows, op_check
+from minibert_spec.equations._code import by_rows, op_check
 from minibert_spec.equations._sym import arr, compare, is_zero, lambdify_map, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 

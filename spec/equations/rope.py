@@ -20,7 +20,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import op_check
+from minibert_spec.equations._code import op_check
 from minibert_spec.equations._sym import arr, compare, forward_backward_maps, is_zero, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 

@@ -12,7 +12,7 @@ import sympy as sp
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import by_rows
+from minibert_spec.equations._code import by_rows
 from minibert_spec.equations._sym import (
     arr,
     compare,

@@ -14,7 +14,8 @@ import numpy as np
 
 from minibert_spec.equations import Equation, Numeric, Proof, register
 from minibert_spec.equations._cache import maps_cache
-from minibert_spec.equations._nn import op_check, per_token_fns
+from minibert_spec.equations._code import op_check
+from minibert_spec.equations._nn import per_token_fns
 from minibert_spec.equations._sym import Exp, arr, compare, exp_to_symbols, lambdify_map, vjp
 from minibert_spec.sources import PROTOCOL_VARIANTS
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from minibert_spec.equations import Equation, Proof, register
-from minibert_spec.equations._nn import op_check
+from minibert_spec.equations._code import op_check
 from minibert_spec.equations._sym import arr, first_difference, vjp
 from minibert_spec.equations.embedding import lookup_maps, onehot, table_grad
 
