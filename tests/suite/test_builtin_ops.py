@@ -61,9 +61,9 @@ def test_a_declaration_is_its_families_identities_mutants_and_probe(decl):
     if decl.options:  # placed after the entry it names, hand or declared
         names = list(VARIANTS)
         assert names[names.index(decl.name) - 1] == (decl.options_after or decl.after)
-    for label, arg, _ in decl.bad_inputs:
+    for label, arg, call in decl.bad_inputs:
         check = get(f"bad_input[{decl.name}.{_slug(label.split(maxsplit=1)[1])}]")
-        assert check.kwargs["arg"] == arg and check.kwargs["former"] == label
+        assert check.kwargs["arg"] == arg and check.kwargs["call"].func is call
     if decl.variant_probe is not None:
         assert VARIANT_PROBES[decl.name].declares == decl.variant_probe["declares"]
 
