@@ -46,6 +46,10 @@ DEFAULT_CAPABILITIES = {**dict.fromkeys(CLAIMS, True),
 # 64) and end as an op red on correct code.
 MAX_RANK = 8
 _SEQUENCES = (tuple, list, set, frozenset)
+# the combinations a decoder row was confirmed in (a recorded decoder: minibert adapter infer):
+# where declared, the decoder's checks run each form in the first that has what it needs, never
+# in a cross of them (minibert_spec.suite.checks.decoder.form_capabilities)
+DECODER_FORMS = "decoder_forms"
 
 
 class DeclarationError(ValueError):
@@ -84,6 +88,11 @@ def accepted(*key: str) -> str:
         reached += [f"{op} {kw}=" for op, kw in claim.keywords.items()]
         return (f"True or False (False: no {claim.what}"
                 + (f"; calls passing {'; '.join(reached)} are n/a" if reached else "") + ")")
+    if head == DECODER_FORMS:
+        return ("a tuple of dicts of claims and op options, each a combination of the declared "
+                "values (the decoder is checked in these only), e.g. ({'decoder': {'position': "
+                "'learned'}, 'attention_bias': True}, {'decoder': {'position': 'rope'}, "
+                "'attention_bias': False})")
     if head == "ranks":
         if rest:
             lead = RANK_ADAPTABLE.get(rest[0], ("x",))[0]
@@ -166,8 +175,8 @@ def _validate(declared) -> dict:
     if not isinstance(declared, Mapping):
         raise _refuse((), declared)
     reject_unknown("CAPABILITIES", "keys", declared,
-                   list(DEFAULT_CAPABILITIES) + sorted(VARIANTS))
-    caps = {**DEFAULT_CAPABILITIES, **declared}
+                   [*DEFAULT_CAPABILITIES, DECODER_FORMS, *sorted(VARIANTS)])
+    caps = {**DEFAULT_CAPABILITIES, **{k: v for k, v in declared.items() if k != DECODER_FORMS}}
     for claim in CLAIMS:
         if not isinstance(caps[claim], (bool, np.bool_)):
             raise _refuse((claim,), caps[claim])
@@ -180,7 +189,31 @@ def _validate(declared) -> dict:
         raise _refuse(("arrays",), caps["arrays"])
     for op, options in VARIANTS.items():
         caps[op] = _variant_values(op, caps.get(op, {}), options)
+    caps[DECODER_FORMS] = _decoder_forms(declared.get(DECODER_FORMS, ()), declared, caps)
     return caps
+
+
+def _decoder_forms(forms, declared: Mapping, caps: dict) -> tuple:
+    """CAPABILITIES["decoder_forms"]: each a narrowing of the declaration (claims and options
+    only, each value among the declared ones), read as the declaration with those replaced --
+    validated in full like it."""
+    if not (isinstance(forms, (tuple, list)) and all(isinstance(f, Mapping) for f in forms)):
+        raise _refuse((DECODER_FORMS,), forms)
+    out = []
+    for i, form in enumerate(forms):
+        reject_unknown(f"CAPABILITIES[{DECODER_FORMS!r}][{i}]", "keys", form,
+                       [*CLAIMS, *sorted(VARIANTS)])
+        narrowed = _validate({**{k: v for k, v in declared.items() if k != DECODER_FORMS},
+                              **{k: {**declared.get(k, {}), **v} if k in VARIANTS
+                                 and isinstance(v, Mapping) else v for k, v in form.items()}})
+        wider = [f"{k}={narrowed[k]}" for k in CLAIMS if narrowed[k] and not caps[k]] + [
+            f"{op}.{name}={'|'.join(map(str, values))}" for op in VARIANTS
+            for name, values in narrowed[op].items() if not set(values) <= set(caps[op][name])]
+        if wider:  # a form the declaration does not have would be run (a false red, or green)
+            raise DeclarationError(f"CAPABILITIES[{DECODER_FORMS!r}][{i}]: {wider[0]} is not "
+                                   "declared: expected values among the declaration's own")
+        out.append(narrowed)
+    return tuple(out)
 
 
 def _is_int(v) -> bool:

@@ -15,7 +15,10 @@ without biases declares ``attention_bias: False`` and ``ffn: {b_1: False, b_2: F
 checked without them; a decoder with learned + RoPE positions, no final norm and a biased head
 of its own declares ``decoder: {position: "learned_rope", final_norm: False, head_bias: True,
 tied: False}`` and is checked in that form (:data:`PREFERS`: what a form takes where the
-implementation declares several).
+implementation declares several).  A decoder declaring the combinations it has
+(``CAPABILITIES["decoder_forms"]``: a recorded one's, those its logits confirmed) is checked in
+those only: each form in the first that has what the form needs, n/a where none has
+(:func:`form_capabilities`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from minibert_spec.protocol import (
     label_of,
     not_claimed_message,
 )
-from minibert_spec.protocol.capabilities import resolve_variant, unmet
+from minibert_spec.protocol.capabilities import DECODER_FORMS, resolve_variant, unmet
 from minibert_spec.protocol.composed import ModelOfRows, Refused, composed_model
 from minibert_spec.protocol.proxy import provides
 from minibert_spec.protocol.table import OPS
@@ -95,7 +98,7 @@ CASES = [("B2-T6", dict(B=2, T=6, seed=0)), ("B3-T2", dict(B=3, T=2, seed=1))]
 EQUATIONS = ("decoder.forward", "decoder.backward", "decoder.tied")
 
 
-def decoder_config(impl, form: str, **changes) -> DecoderConfig:
+def decoder_config(impl, form: str, needs: dict | None = None, **changes) -> DecoderConfig:
     """The form's preset at SIZES with what the implementation declares: attention biases
     (the attention_bias claim), the feed-forward part's biases as it has them (an MLP's:
     ffn.b_1 and b_2, both or neither; LLaMA's SwiGLU: swiglu.bias); for an MLP its activation
@@ -104,7 +107,7 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
     interleaved pairs); the head (tied or not), the final norm and the head's bias as the form
     prefers where declared (:data:`PREFERS`)."""
     preset, _ = FORMS[form]
-    caps = capabilities(impl)
+    caps = form_capabilities(impl, form, needs)
     chosen = {field: _preferred(caps["decoder"][option], PREFERS[form].get(option))
               for option, field in _OPTION_FIELDS.items()}
     if preset().rope:
@@ -127,6 +130,26 @@ def decoder_config(impl, form: str, **changes) -> DecoderConfig:
     config = preset(**{**SIZES, **NUMBERS, "attn_bias": bool(caps["attention_bias"]), **chosen,
                        **changes})
     return with_pinned_config(caps, config)  # a LayerNorm eps fixed in the code: at it
+
+
+def form_capabilities(impl, form: str, needs: dict | None = None) -> dict:
+    """The declaration the form is run in: the implementation's, or where it declares the
+    combinations it was confirmed in (``decoder_forms``: a recorded decoder's), the first of
+    them with what the form (and ``needs``) needs -- none: n/a, never a cross of them run."""
+    caps = capabilities(impl)
+    if not caps[DECODER_FORMS]:
+        return caps
+    wanted = {**FORMS[form][1], **(needs or {})}
+    found = next((c for c in caps[DECODER_FORMS] if unmet(c, wanted) is None), None)
+    if found is None:
+        said = (f"the {form} form: none of its {len(caps[DECODER_FORMS])} {DECODER_FORMS} (the "
+                f"combinations it was confirmed in) has {_said(wanted)}")
+        raise NotApplicable(not_claimed_message(label_of(impl), said))
+    return found
+
+
+def _said(needs: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in needs.items())
 
 
 def _preferred(declared: tuple, prefer):
@@ -296,7 +319,7 @@ def decoder_logits_read_earlier_ids_only(impl, form):
 def tied_gradient_is_the_sum_of_both_uses(impl, form):
     """The tied table's gradient equals the untied model's two gradients at the same values
     (lm_head.W = embeddings.token.W): the lookup's share plus the head's, each nonzero."""
-    caps = capabilities(impl)
+    caps = form_capabilities(impl, form)
     missing = unmet(caps, {"decoder.tied": True}) or unmet(caps, {"decoder.tied": False})
     if missing:
         raise NotApplicable(not_claimed_message(label_of(impl), missing + ": the two uses are "
@@ -369,8 +392,9 @@ class DecoderRowModel(ModelOfRows):
         self.label = label or label_of(obj)
         self.proxy = ImplProxy(obj, self.label)
         caps = capabilities(obj)
-        self.form = next((f for f, (_, needs) in FORMS.items() if unmet(caps, needs) is None),
-                         None)
+        declared = caps[DECODER_FORMS] or (caps,)  # the combinations it was confirmed in
+        self.form = next((f for f, (_, needs) in FORMS.items()
+                          if any(unmet(c, needs) is None for c in declared)), None)
         if self.form is None:
             raise Refused(f"--model: {self.label}'s decoder row declares none of the decoder "
                           f"forms ({', '.join(FORMS)}): nothing to judge it in")

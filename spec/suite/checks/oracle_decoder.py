@@ -159,7 +159,7 @@ def _compare(impl, part, form, dtype, run, zero, against: str) -> None:
     and batch: ``run(config, params, ids, labels)`` -> the oracle's logits, next-token loss
     and gradients; the logits (every position) and the loss ("forward"), or every parameter
     gradient ("backward"), the gradients ``zero(config, name)`` names judged as exactly 0."""
-    config = decoder_config(impl, form)
+    config = decoder_config(impl, form, ORACLE_NEEDS.get(form))
     params = decoder_params(config, 6, dtype, weight_scale=15.0)
     ids, labels = decoder_batch(config, 3, 7, 6)
     theirs = run(config, params, ids, labels)

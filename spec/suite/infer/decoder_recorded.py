@@ -2,8 +2,10 @@
 source -- a port that loads its weights: the model class's keys recorded
 (:mod:`~minibert_spec.suite.infer.recording`) in each form the class shows, each set judged as a
 parameter source's by its logits, the sets that match joined into one row declaring every form
-they showed; no row where a set matches in no form, or a RoPE base the class takes is never
-confirmed (a bug there would be declared away).  :func:`infer_decoder` is every module's row."""
+they showed -- and, as ``decoder_forms``, the combinations they showed, the only ones the check
+runs (:func:`confirmed_forms`: never a cross of two sets' forms no logits confirmed); no row
+where a set matches in no form, or a RoPE base the class takes is never confirmed (a bug there
+would be declared away).  :func:`infer_decoder` is every module's row."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import inspect
 import numpy as np
 
 from minibert_reference.config import DecoderConfig
+from minibert_spec.protocol.capabilities import DECODER_FORMS
 from minibert_spec.suite.infer import recording
 from minibert_spec.suite.infer.decoder import (
     DECODER_WORDS,
@@ -120,7 +123,8 @@ def recorded_sets(model) -> tuple[list, list]:
 def recorded_decoder(mod) -> tuple[list[DecoderMapping], list[str]]:
     """The row of a module without a parameter source: each model class's keys recorded
     (:func:`recorded_sets`), each set judged as a parameter source's (its logits against the
-    reference's), the sets that match joined into one row declaring every form they showed."""
+    reference's), the sets that match joined into one row declaring every form they showed
+    (and the combinations they showed: :func:`confirmed_forms`)."""
     named = [c.__name__ for _, c in inspect.getmembers(mod, inspect.isclass)
              if c.__module__ == mod.__name__ and DECODER_WORDS.search(c.__name__)]
     models = sorted((m for m in class_models(mod) if "config.n_heads" in m.keywords.values()),
@@ -164,7 +168,8 @@ def _as_tuple(value) -> tuple:
 
 
 def _joined(model, rows: list[DecoderMapping]) -> tuple[list[DecoderMapping], list[str]]:
-    """One row of the recorded sets' rows: their name maps joined, every form declared."""
+    """One row of the recorded sets' rows: their name maps joined, every form declared, the
+    combinations confirmed as ``decoder_forms`` (where more than one)."""
     names, fused, transposed = {}, {}, []
     for m in rows:
         for which, into in ((m.names, names), (m.fused, fused)):
@@ -177,12 +182,17 @@ def _joined(model, rows: list[DecoderMapping]) -> tuple[list[DecoderMapping], li
     code = model.source() + "\n\n" + _call(names, fused, tuple(transposed),
                                             model.backward_source, loss)
     evidence = [e for m in rows for e in m.evidence]
+    declares = _joined_declares([m.declares for m in rows])
+    forms = confirmed_forms([m.declares for m in rows])
+    if len(forms) > 1:
+        declares[DECODER_FORMS] = forms
     evidence.append(f"decoder: {len(rows)} recorded sets each matched the reference in its "
-                    "form: every form declared (the check runs the combinations its forms "
-                    "take: a combination the model does not have is red there, never green)")
-    return [DecoderMapping("decoder", code, list(dict.fromkeys(evidence)),
-                           _joined_declares([m.declares for m in rows]), names=names,
-                           fused=fused, transposed=tuple(transposed), loss=loss)], []
+                    f"form: every form declared, as {len(forms)} {DECODER_FORMS} (sets apart "
+                    "in one option alone joined): the check runs each of its forms in one of "
+                    "them, never in a combination the logits did not confirm")
+    return [DecoderMapping("decoder", code, list(dict.fromkeys(evidence)), declares,
+                           names=names, fused=fused, transposed=tuple(transposed),
+                           loss=loss)], []
 
 
 def _joined_declares(declared: list) -> dict:
@@ -190,10 +200,7 @@ def _joined_declares(declared: list) -> dict:
     biases made explicit first); attention biases claimed where a row has them; a fixed eps
     the first row's."""
     out: dict = {}
-    for caps in declared:
-        caps = {k: dict(v) if isinstance(v, dict) else v for k, v in caps.items()}
-        if "ffn" in caps:
-            caps["ffn"] = {"b_1": True, "b_2": True, **caps["ffn"]}
+    for caps in map(_explicit, declared):
         for key, value in caps.items():
             if isinstance(value, dict):
                 for option, v in value.items():
@@ -206,6 +213,53 @@ def _joined_declares(declared: list) -> dict:
     if "layernorm" in joined:
         joined["layernorm"] = next(c["layernorm"] for c in declared if "layernorm" in c)
     return joined
+
+
+def _explicit(caps: dict) -> dict:
+    """A row's CAPABILITIES (copied) with an MLP's biases made explicit."""
+    caps = {k: dict(v) if isinstance(v, dict) else v for k, v in caps.items()}
+    if "ffn" in caps:
+        caps["ffn"] = {"b_1": True, "b_2": True, **caps["ffn"]}
+    return caps
+
+
+def confirmed_forms(declared: list) -> tuple:
+    """The rows' CAPABILITIES as the combinations the logits confirmed (``decoder_forms``):
+    two apart in one option's values alone joined -- the product of the joined one's options
+    is still exactly what was confirmed (a form's tied and untied head) -- never more.  The
+    LayerNorm eps the joined declaration fixes (the first row's) is every form's."""
+    forms: list = []
+    for caps in map(_explicit, declared):
+        flat = {(k, o): _as_tuple(v) for k, vs in caps.items() if k != "layernorm"
+                for o, v in (vs.items() if isinstance(vs, dict) else [(None, vs)])}
+        forms = _join_one_apart([*forms, flat])
+    return tuple(_nested(f) for f in forms)
+
+
+def _join_one_apart(forms: list) -> list:
+    """The last form joined into the first other one it is one option apart from (or equal
+    to), and so on while any joins; else the list as it is."""
+    *others, new = forms
+    for i, other in enumerate(others):
+        if other.keys() != new.keys():
+            continue
+        apart = [k for k in new if set(new[k]) != set(other[k])]
+        if not apart or (len(apart) == 1 and apart[0][1] is not None):  # claims: one value
+            joined = {**other, **{k: (*other[k], *(v for v in new[k] if v not in other[k]))
+                                  for k in apart}}
+            return _join_one_apart([*others[:i], *others[i + 1:], joined])
+    return forms
+
+
+def _nested(flat: dict) -> dict:
+    """A flat form ({(op, option): values}, {(claim, None): (value,)}) as CAPABILITIES."""
+    out: dict = {}
+    for (key, option), values in flat.items():
+        if option is None:
+            out[key] = values[0]
+        else:
+            out.setdefault(key, {})[option] = _values([values])
+    return out
 
 
 def _values(values: list):
