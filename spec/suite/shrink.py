@@ -1,4 +1,4 @@
-"""What shrinking costs a run: one budget of seconds for the whole run (not a cap per failing
+"""What shrinking costs a run: one budget of CPU seconds for the whole run (not a cap per failing
 check), and each cause of failure shrunk once.
 
 Why: on real buggy code one cause -- a float32 -> float64 promotion, an exception raised on one
@@ -35,7 +35,13 @@ from dataclasses import dataclass, field
 
 # Seconds of shrinking for a whole run (``minibert check``, one check_implementation call, one
 # pytest process): enough to minimise the first few reds; later reds show the example found.
+# CPU seconds of the process that shrinks, not wall-clock ones: on a busy machine a wall-clock
+# budget ran out sooner, so one implementation's red showed another example (broken_impl's
+# sympy[layernorm.backward.dx] at size 4, not 2, at load 12-16 on 2 cores): two runs must agree.
 RUN_SHRINK_SECONDS = 5.0
+# ... and a wall-clock bound on one check's shrinking, for code that is slow without using the
+# CPU (sleeps, waits): the budget alone would then never run out
+SHRINK_WALL_SECONDS = 20.0
 
 _SPEC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the spec package
 # "float32 in -> float32 out (got float64)", "float32 inputs gave float64 (a silent cast)"
@@ -136,11 +142,12 @@ class _Tracker:
     def __init__(self, budget: ShrinkBudget):
         self.budget = budget
         self.cause: str | None = None  # of the first failing example
-        self.failed_at: float | None = None
+        self.failed_at: float | None = None  # CPU seconds (time.process_time)
+        self.failed_wall: float | None = None
 
     def saw(self, e: BaseException) -> None:
         if self.failed_at is None:
-            self.failed_at = time.perf_counter()
+            self.failed_at, self.failed_wall = time.process_time(), time.perf_counter()
             self.cause = cause_of(e)
 
     def stop_now(self) -> bool:
@@ -148,10 +155,11 @@ class _Tracker:
             return False
         if self.cause and self.cause in self.budget.shrunk:
             return True  # shrunk once already: this red shows the example found
-        return time.perf_counter() - self.failed_at > self.budget.seconds
+        return (self.spent() > self.budget.seconds
+                or time.perf_counter() - self.failed_wall > SHRINK_WALL_SECONDS)
 
     def spent(self) -> float:
-        return 0.0 if self.failed_at is None else time.perf_counter() - self.failed_at
+        return 0.0 if self.failed_at is None else time.process_time() - self.failed_at
 
 
 _ACTIVE: list[_Tracker] = []  # the check running now (innermost last)

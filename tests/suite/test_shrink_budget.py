@@ -125,3 +125,28 @@ def test_an_exception_of_the_implementation_is_its_type_and_line():
         cause = cause_of(e)
     assert cause.startswith("KeyError raised at test_shrink_budget.py:")
     assert "implementation_code" in cause
+
+
+def test_the_budget_is_cpu_seconds_so_a_busy_machine_shows_the_same_example(monkeypatch):
+    """Shrinking is bounded by the CPU seconds it uses, not the wall clock's: on a busy machine
+    the wall clock runs several times faster than this process's CPU, and a wall-clock budget
+    ran out before the same shrink had finished (a red that showed another example than the
+    same run on an idle machine).  The wall clock bounds one check's shrinking only far above
+    (SHRINK_WALL_SECONDS: code that sleeps uses no CPU)."""
+    from minibert_spec.suite import shrink
+
+    clock = {"cpu": 0.0, "wall": 0.0}
+    monkeypatch.setattr(shrink.time, "process_time", lambda: clock["cpu"])
+    monkeypatch.setattr(shrink.time, "perf_counter", lambda: clock["wall"])
+    tracker = shrink._Tracker(ShrinkBudget(5.0))
+    tracker.saw(AssertionError("a value"))
+    clock["wall"] = 15.0  # a machine at load 6 on 2 cores: 3 wall seconds per CPU second
+    clock["cpu"] = 4.0
+    assert not tracker.stop_now()
+    clock["cpu"] = 5.5
+    assert tracker.stop_now() and tracker.spent() == 5.5
+    sleeper = shrink._Tracker(ShrinkBudget(5.0))
+    clock["cpu"], clock["wall"] = 0.0, 0.0
+    sleeper.saw(AssertionError("a value"))
+    clock["wall"] = shrink.SHRINK_WALL_SECONDS + 1  # no CPU used: the wall bound ends it
+    assert sleeper.stop_now()
