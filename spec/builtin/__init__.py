@@ -156,8 +156,7 @@ class OpDeclaration:
     aliases: tuple[str, ...] = ()
     # its bad-input cases: (label "<word> <what>", the argument the ValueError must name,
     # call(impl, b)), ``b`` the bad-input module's arrays (minibert_spec.suite.checks.bad_input:
-    # B, T, H, X, VEC, IDS, rng, f32...); the id is ``<op>.<what>``, ``<what>`` the label's
-    # words after its first
+    # B, T, H, X, VEC, IDS, rng, f32...); the id is ``<op>.<what>``, the label its former id
     bad_inputs: tuple[tuple[str, str, Callable], ...] = ()
     # a user's op: its own pair, arguments, sizes, twin and smooth domain (see above)
     forward: Callable | None = field(default=None, repr=False)

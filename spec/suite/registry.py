@@ -398,6 +398,7 @@ ALIASES: dict[str, str] = json.loads((RESULTS / "check_id_aliases.json").read_te
 def renamed(check_id: str, *, stacklevel: int = 2) -> str:
     """The current id of ``check_id``: itself, or the new name of a renamed check (with a
     DeprecationWarning naming it)."""
+    all_checks()
     new = ALIASES.get(check_id)
     if new is None:
         return check_id
